@@ -1,0 +1,224 @@
+"""The `trustmh` command line (typer). Only argument handling and printing live here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from .errors import UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+                  help="Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method).")
+data_app = typer.Typer(add_completion=False, help="Get and verify the upstream datasets.")
+app.add_typer(data_app, name="data")
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+def _data_dir(data_dir: Optional[Path]) -> Path:
+    from .data.fetch import default_data_dir
+    return data_dir or default_data_dir()
+
+
+def _choose_suite(suite: str, data_dir: Path) -> str:
+    if suite in ("sample", "data"):
+        return suite
+    if suite != "auto":
+        raise UserError(f"--suite must be auto, sample or data, not '{suite}'")
+    from .data.manifest import DATASETS
+    present = any((data_dir / f.path).is_file() for d in DATASETS.values() for f in d.files)
+    if not present:
+        err.print(f"[yellow]No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
+                  f"Run `trustmh data pull` for the full benchmark.[/]")
+        return "sample"
+    return "data"
+
+
+@app.command("list")
+def list_tasks(
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    suite: str = typer.Option("auto", help="Count items in: auto, sample or data."),
+) -> None:
+    """List tasks: pillar, dataset, metric, direction and number of items."""
+    from .runner import data_source, RunSpec
+    from .tasks import RunContext, resolve_tasks
+    ddir = _data_dir(data_dir)
+    suite = _choose_suite(suite, ddir)
+    source = data_source(RunSpec(models=["baseline/refuse"], suite=suite, data_dir=str(ddir)))
+    table = RichTable(title=f"trustmh tasks ({'sample suite' if suite == 'sample' else ddir})")
+    for col in ("task", "pillar", "dataset", "metric", "better", "items"):
+        table.add_column(col)
+    for task in resolve_tasks("all"):
+        missing = task.missing_files(source)
+        if missing:
+            n = "[red]missing[/]"
+        else:
+            try:
+                n = str(len(task.load(source, RunContext())))
+            except UserError as e:
+                n = f"[red]error: {e}[/]"
+        table.add_row(task.id, task.pillar, task.dataset, task.metric.name,
+                      "higher" if task.metric.higher_is_better else "lower", n)
+    out.print(table)
+
+
+@data_app.command("pull")
+def data_pull(
+    datasets: Optional[list[str]] = typer.Argument(None, help="Dataset names (default: every public one)."),
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    from_dir: Optional[Path] = typer.Option(None, "--from", help="Import from a local copy instead of downloading."),
+    url_base: Optional[str] = typer.Option(None, help="Mirror URL with the same layout (or $TRUSTMH_DATA_URL)."),
+    force: bool = typer.Option(False, help="Fetch again even if a file is present and valid."),
+) -> None:
+    """Download (or import) the upstream datasets and verify every file's sha256."""
+    from .data.fetch import pull
+    ddir = _data_dir(data_dir)
+    statuses = pull(ddir, datasets=datasets or None, url_base=url_base, from_dir=from_dir,
+                    progress=sys.stderr.isatty(), force=force)
+    fetched = sum(1 for s in statuses if s.detail != "already present")
+    out.print(f"{len(statuses)} files verified in {ddir} ({fetched} fetched, {len(statuses) - fetched} already present)")
+
+
+@data_app.command("check")
+def data_check(
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+) -> None:
+    """Report which datasets are present, missing or corrupt, and how to get what is missing."""
+    from .data.fetch import check
+    ddir = _data_dir(data_dir)
+    table = RichTable(title=f"datasets in {ddir}")
+    for col in ("dataset", "state", "files", "license", "how to get"):
+        table.add_column(col, overflow="fold")
+    bad = False
+    for st in check(ddir):
+        colour = {"present": "green", "user-supplied": "green", "corrupt": "red"}.get(st.state, "yellow")
+        ok = sum(1 for f in st.files if f.state == "present")
+        table.add_row(st.dataset.name, f"[{colour}]{st.state}[/]", f"{ok}/{len(st.files)}", st.dataset.license,
+                      "" if st.state in ("present", "user-supplied") else st.how_to_get)
+        bad |= st.state == "corrupt"
+    out.print(table)
+    if bad:
+        raise typer.Exit(1)
+
+
+def _limits(max_connections: int, timeout: float, max_retries: int):
+    from .runner import Limits
+    if max_connections < 1:
+        raise UserError("--max-connections must be at least 1")
+    return Limits(max_connections=max_connections, timeout=timeout, max_retries=max_retries)
+
+
+def _summary(results) -> None:
+    for model, mr in results.models.items():
+        table = RichTable(title=f"{model}  (trust score {mr.trust_score if mr.trust_score is not None else '-'})")
+        for col in ("task", "metric", "value", "95% CI", "n", "unscored", "errors", "trust"):
+            table.add_column(col, justify="right" if col not in ("task", "metric") else "left")
+        for t in mr.tasks.values():
+            if t.status != "ok":
+                table.add_row(t.task, t.metric, f"[yellow]not run[/]", t.reason or "", "", "", "", "")
+                continue
+            val = "-" if t.value is None else f"{t.value:.3f}"
+            ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+            arrow = "↑" if t.higher_is_better else "↓"
+            table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_unscored),
+                          f"[red]{t.n_errors}[/]" if t.n_errors else "0",
+                          "-" if t.trust_score is None else f"{t.trust_score:.1f}")
+        out.print(table)
+
+
+@app.command("run")
+def run_cmd(
+    model: list[str] = typer.Option(["baseline/counselor"], "--model", "-m",
+                                    help="Model spec provider/name; repeat for several models."),
+    judge: str = typer.Option("rules", help="Judge: rules (offline) or a model spec."),
+    tasks: str = typer.Option("all", "--tasks", "-t", help="Comma-separated task ids and/or pillar names."),
+    limit: Optional[int] = typer.Option(None, help="First N items of each task, in data order."),
+    seed: int = typer.Option(0, help="Seed for sampling, variants, baselines and the bootstrap."),
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
+    base_url: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible or Anthropic server."),
+    judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    max_connections: int = typer.Option(32, help="Concurrent requests per endpoint."),
+    timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
+    max_retries: int = typer.Option(6, help="Retries for rate limits, 5xx, timeouts and broken replies."),
+    temperature: float = typer.Option(0.0, help="Sampling temperature for the tested model."),
+    max_tokens: Optional[int] = typer.Option(None, help="Override every task's max tokens."),
+    upstream_compat: bool = typer.Option(False, help="Use the paper's own parsing fall-backs and settings."),
+    n_boot: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for confidence intervals."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>)."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
+    fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
+    from .models import split_spec
+    from .runner import RunSpec, run
+    for m in model:
+        split_spec(m)
+    if judge != "rules":
+        split_spec(judge)
+    ddir = _data_dir(data_dir)
+    chosen = _choose_suite(suite, ddir)
+    if limit is not None and limit < 1:
+        raise UserError("--limit must be at least 1")
+    spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
+                   data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=base_url,
+                   judge_base_url=judge_base_url, temperature=temperature, max_tokens=max_tokens,
+                   upstream_compat=upstream_compat, n_boot=n_boot)
+    try:
+        run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
+                                       limits=_limits(max_connections, timeout, max_retries),
+                                       progress=progress and sys.stderr.isatty())
+    except KeyboardInterrupt:
+        err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
+        raise typer.Exit(130)
+    _summary(results)
+    out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
+    n_err = sum(t.n_errors for mr in results.models.values() for t in mr.tasks.values())
+    if n_err:
+        err.print(f"[red]{n_err} samples failed with errors (not scored); rerun the same command to retry them[/]")
+        if fail_on_error:
+            raise typer.Exit(1)
+
+
+@app.command("score")
+def score_cmd(
+    run_dir: Path = typer.Argument(..., help="A run directory (runs/<id>)."),
+    judge: Optional[str] = typer.Option(None, help="Judge to (re-)score with; default: the run's judge."),
+    judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    max_connections: int = typer.Option(32, help="Concurrent judge requests."),
+    timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
+    max_retries: int = typer.Option(6, help="Retries for the judge."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Re-judge and re-score a run's saved responses; the tested model is never called."""
+    from .models import split_spec
+    from .runner import load_spec, run
+    spec = load_spec(run_dir)
+    if judge:
+        if judge != "rules":
+            split_spec(judge)
+        spec.judge = judge
+        spec.judge_base_url = judge_base_url
+    _, results, _ = run(spec, run_dir, limits=_limits(max_connections, timeout, max_retries),
+                        progress=progress and sys.stderr.isatty(), generate=False)
+    _summary(results)
+    out.print(f"results: {run_dir / 'results.json'}")
+
+
+def main() -> None:
+    try:
+        app()  # standalone mode: typer handles usage errors (exit 2) and --help itself
+    except UserError as e:
+        err.print(f"[red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

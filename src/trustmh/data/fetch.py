@@ -1,0 +1,295 @@
+"""`trustmh data pull` and `trustmh data check`: get the upstream files into the data dir and verify them.
+
+A file only ever appears under its final name after its size and sha256 matched the manifest: it is
+written to a temporary file next to it and moved into place with `os.replace` (atomic on one filesystem).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+from urllib.parse import quote
+
+import httpx
+import platformdirs
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TransferSpeedColumn,
+)
+
+from trustmh.data.manifest import DATASETS, DataFile, Dataset
+from trustmh.errors import UserError
+
+_CHUNK = 1 << 20
+_TIMEOUT = httpx.Timeout(60.0, connect=15.0)
+
+
+def default_data_dir() -> Path:
+    """The data dir when no --data-dir is given: $TRUSTMH_DATA_DIR, else the user cache dir."""
+    env = os.environ.get("TRUSTMH_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_cache_dir("trustmh")) / "data"
+
+
+@dataclass
+class FileStatus:
+    path: str
+    state: Literal["present", "missing", "corrupt"]
+    detail: str = ""
+
+
+@dataclass
+class DatasetStatus:
+    dataset: Dataset
+    state: Literal["present", "missing", "partial", "corrupt", "user-supplied", "not-supplied"]
+    files: list[FileStatus]
+    how_to_get: str
+
+
+# ---------------------------------------------------------------------------------------------- check
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _file_status(data_dir: Path, f: DataFile, verify_hash: bool) -> FileStatus:
+    p = data_dir / f.path
+    if not p.is_file():
+        return FileStatus(f.path, "missing")
+    size = p.stat().st_size
+    if size != f.size:
+        return FileStatus(f.path, "corrupt", f"size {size}, expected {f.size}")
+    if verify_hash and _sha256_file(p) != f.sha256:
+        return FileStatus(f.path, "corrupt", "sha256 does not match the manifest")
+    return FileStatus(f.path, "present")
+
+
+def _how_to_get(d: Dataset) -> str:
+    return d.how_to_get or f"run `trustmh data pull {d.name}` (or `--from DIR` with a local copy)"
+
+
+def check(
+    data_dir: Path, *, verify_hash: bool = True, manifest: dict[str, Dataset] | None = None
+) -> list[DatasetStatus]:
+    """Status of every dataset in `data_dir`. Without `verify_hash` only sizes are compared (fast)."""
+    out = []
+    for d in (manifest or DATASETS).values():
+        if d.gated:
+            files = [
+                FileStatus(pattern, "present" if any(p.is_file() for p in data_dir.glob(pattern)) else "missing")
+                for pattern in d.user_files
+            ]
+            state = "user-supplied" if all(f.state == "present" for f in files) else "not-supplied"
+        else:
+            files = [_file_status(data_dir, f, verify_hash) for f in d.files]
+            states = {f.state for f in files}
+            if "corrupt" in states:
+                state = "corrupt"
+            elif states == {"present"}:
+                state = "present"
+            elif states == {"missing"}:
+                state = "missing"
+            else:
+                state = "partial"
+        out.append(DatasetStatus(d, state, files, _how_to_get(d)))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- pull
+
+
+def _select(manifest: dict[str, Dataset], names: list[str] | None) -> list[Dataset]:
+    if names is None:  # everything that can be downloaded; gated sets are the user's to place
+        return [d for d in manifest.values() if not d.gated]
+    chosen = []
+    for name in dict.fromkeys(names):  # a name given twice is pulled once
+        if name not in manifest:
+            # a part of a name ("crisis", "elephant") or a typo ("esconvv") should both find it
+            typed = name.lower()
+            close = [n for n in manifest if typed in n]
+            close += difflib.get_close_matches(typed, list(manifest), n=3, cutoff=0.55)
+            close = list(dict.fromkeys(close))[:3]
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise UserError(f"unknown dataset '{name}'{hint}; valid names: {', '.join(manifest)}")
+        d = manifest[name]
+        if d.gated:
+            raise UserError(f"dataset '{name}' cannot be downloaded by trustmh: {d.how_to_get}")
+        chosen.append(d)
+    return chosen
+
+
+def _network_error(url: str, problem: str) -> UserError:
+    return UserError(
+        f"download failed: {url}: {problem}; check the network, or import a local copy with "
+        f"`trustmh data pull --from DIR`"
+    )
+
+
+class _Fetcher:
+    """Byte sources for one pull: a local copy, a mirror, or the pinned upstream URLs (zips fetched once)."""
+
+    def __init__(self, stack: contextlib.ExitStack, bar: Progress, data_dir: Path,
+                 from_dir: Path | None, url_base: str | None):
+        self.stack, self.bar, self.data_dir = stack, bar, data_dir
+        self.from_dir, self.url_base = from_dir, url_base
+        self._client: httpx.Client | None = None
+        self._zips: dict[str, Path] = {}
+        self._zip_dir: Path | None = None
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            self._client = self.stack.enter_context(httpx.Client(timeout=_TIMEOUT, follow_redirects=True))
+        return self._client
+
+    def chunks(self, f: DataFile, task: TaskID) -> Iterator[bytes]:
+        """The bytes of `f`, advancing `task`. Raises UserError on network failure, KeyError/BadZipFile
+        when a zip lacks the member or is not a zip."""
+        if self.from_dir is not None:
+            yield from self._read_local(self.from_dir / f.path, task)
+        elif self.url_base is not None:
+            yield from self._download(f"{self.url_base.rstrip('/')}/{quote(f.path)}", task)
+        elif f.zip_member is not None:
+            with zipfile.ZipFile(self._zip(f.url)) as zf, zf.open(f.zip_member) as member:
+                while chunk := member.read(_CHUNK):
+                    self.bar.advance(task, len(chunk))
+                    yield chunk
+        else:
+            yield from self._download(f.url, task)
+
+    def _read_local(self, src: Path, task: TaskID) -> Iterator[bytes]:
+        with src.open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                self.bar.advance(task, len(chunk))
+                yield chunk
+
+    def _download(self, url: str, task: TaskID) -> Iterator[bytes]:
+        try:
+            with self.client.stream("GET", url) as resp:
+                if resp.status_code != 200:
+                    raise _network_error(url, f"HTTP {resp.status_code}")
+                for chunk in resp.iter_bytes(_CHUNK):
+                    self.bar.advance(task, len(chunk))
+                    yield chunk
+        except httpx.HTTPError as exc:
+            raise _network_error(url, str(exc).replace("\n", " ") or type(exc).__name__) from exc
+
+    def _zip(self, url: str) -> Path:
+        # Several manifest files live in one upstream zip: download it once per pull, into the data dir
+        # (same disk as the final files, removed when the pull ends).
+        if url not in self._zips:
+            if self._zip_dir is None:
+                self._zip_dir = Path(self.stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix=".trustmh-zips-", dir=self.data_dir)))
+            path = self._zip_dir / f"{len(self._zips)}.zip"
+            task = self.bar.add_task(url.rsplit("/", 1)[-1], total=None)
+            try:
+                with path.open("wb") as fh:
+                    for chunk in self._download(url, task):
+                        fh.write(chunk)
+            finally:
+                self.bar.remove_task(task)
+            self._zips[url] = path
+        return self._zips[url]
+
+
+def _install(dest: Path, f: DataFile, chunks: Iterable[bytes]) -> FileStatus:
+    """Write `chunks` to a temp file beside `dest`; move it into place only if size and sha256 match."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        h, size = hashlib.sha256(), 0
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+                h.update(chunk)
+                size += len(chunk)
+        if size != f.size:
+            return FileStatus(f.path, "corrupt", f"got {size} bytes, expected {f.size}")
+        if h.hexdigest() != f.sha256:
+            return FileStatus(f.path, "corrupt", "sha256 does not match the manifest")
+        os.replace(tmp, dest)
+        return FileStatus(f.path, "present", "fetched")
+    finally:
+        tmp.unlink(missing_ok=True)  # no-op after a successful os.replace
+
+
+def pull(
+    data_dir: Path,
+    *,
+    datasets: list[str] | None = None,
+    url_base: str | None = None,
+    from_dir: Path | None = None,
+    progress: bool = True,
+    force: bool = False,
+    manifest: dict[str, Dataset] | None = None,
+) -> list[FileStatus]:
+    """Make the chosen datasets (default: all downloadable ones) present and verified in `data_dir`.
+
+    Sources, first that applies: `from_dir` (a local copy in the data-dir layout), `url_base` or
+    $TRUSTMH_DATA_URL (a mirror in that layout), else each file's pinned upstream URL. Files already
+    present with the right sha256 are skipped unless `force`. Files that fail verification are not
+    installed; after everything else is pulled, a UserError lists them. `manifest` replaces the built-in
+    one (tests).
+    """
+    chosen = _select(manifest or DATASETS, datasets)
+    if from_dir is not None:
+        from_dir = Path(from_dir).expanduser()
+        if not from_dir.is_dir():
+            raise UserError(f"--from {from_dir}: no such directory")
+    elif url_base is None:
+        url_base = os.environ.get("TRUSTMH_DATA_URL") or None
+    data_dir = Path(data_dir).expanduser()
+    data_dir.mkdir(parents=True, exist_ok=True)
+
+    results: list[FileStatus] = []
+    todo: list[DataFile] = []
+    for f in (f for d in chosen for f in d.files):
+        if not force and _file_status(data_dir, f, verify_hash=True).state == "present":
+            results.append(FileStatus(f.path, "present", "already present"))
+        else:
+            todo.append(f)
+
+    failures: list[FileStatus] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with contextlib.ExitStack() as stack:
+        bar = stack.enter_context(Progress(*columns, disable=not progress, transient=True))
+        total = bar.add_task(f"{len(todo)} files", total=sum(f.size for f in todo))
+        fetcher = _Fetcher(stack, bar, data_dir, from_dir, url_base)
+        for f in todo:
+            if from_dir is not None and not (from_dir / f.path).is_file():
+                failures.append(FileStatus(f.path, "missing", f"not in {from_dir}"))
+                continue
+            task = bar.add_task(f.path, total=f.size)
+            try:
+                status = _install(data_dir / f.path, f, fetcher.chunks(f, task))
+            except (KeyError, zipfile.BadZipFile) as exc:
+                status = FileStatus(f.path, "corrupt", f"cannot extract {f.zip_member} from {f.url}: {exc}")
+            finally:
+                bar.remove_task(task)
+            bar.advance(total, f.size)
+            (results if status.state == "present" else failures).append(status)
+
+    if failures:
+        listed = "; ".join(f"{s.path} ({s.detail})" for s in failures)
+        raise UserError(f"{len(failures)} file(s) not installed: {listed}")
+    return results

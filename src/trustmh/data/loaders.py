@@ -1,0 +1,124 @@
+"""Readers for the upstream file formats and their quirks.
+
+Every failure is a DataError naming `file:line` so a user sees where a file is broken, never a traceback."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import DataError
+
+# EthicMH was saved through a GBK round trip: UTF-8 punctuation became these CJK sequences. Mapping
+# them back restores the original text (see MANIFEST §1b).
+ETHICMH_REPAIRS = {
+    "鈥檚": "’s",
+    "鈥檛": "’t",
+    "鈥榯": "‘t",
+    "鈥攇": "—g",
+    "鈥攎": "—m",
+}
+
+
+def read_text(path: Path, *, encoding: str = "utf-8") -> str:
+    if not path.is_file():
+        raise DataError(path, "file not found")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise DataError(path, "file is empty")
+    if raw.startswith(b"\xef\xbb\xbf"):  # JailbreakMH.csv starts with a UTF-8 byte-order mark
+        raw = raw[3:]
+    try:
+        # Universal newlines, as Python's open() would give the paper's code (PsyLeak uses CRLF).
+        return raw.decode(encoding).replace("\r\n", "\n")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise DataError(path, f"not valid {encoding} text (byte {e.start})", line) from None
+
+
+def read_lines(path: Path) -> list[str]:
+    """Non-empty lines, without the final newline (label files lack one; both forms are accepted)."""
+    text = read_text(path)
+    return [ln.rstrip("\r") for ln in text.split("\n") if ln.strip()]
+
+
+def unescape_newlines(line: str) -> str:
+    """ConfAIde tier files store line breaks inside a prompt as the two characters backslash-n."""
+    return line.replace("\\n", "\n")
+
+
+def read_floats(path: Path) -> list[float]:
+    out = []
+    for i, ln in enumerate(read_text(path).split("\n"), 1):
+        if not ln.strip():
+            continue
+        try:
+            out.append(float(ln))
+        except ValueError:
+            raise DataError(path, f"expected a number, got {ln.strip()[:40]!r}", i) from None
+    return out
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for i, ln in enumerate(read_text(path).split("\n"), 1):
+        if not ln.strip():
+            continue
+        try:
+            obj = json.loads(ln)
+        except json.JSONDecodeError as e:
+            raise DataError(path, f"invalid JSON ({e.msg})", i) from None
+        if not isinstance(obj, dict):
+            raise DataError(path, "expected a JSON object", i)
+        yield i, obj
+
+
+def read_json(path: Path) -> Any:
+    text = read_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataError(path, f"invalid JSON ({e.msg})", e.lineno) from None
+
+
+def read_csv(path: Path, required: list[str], *, text: str | None = None) -> list[tuple[int, dict[str, str]]]:
+    """Rows with their 1-based line number of the row start; checks the header has `required`."""
+    text = read_text(path) if text is None else text
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    header = reader.fieldnames or []
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise DataError(path, f"missing column(s) {', '.join(missing)}; header is {header}", 1)
+    rows = []
+    try:
+        for row in reader:
+            if None in row:  # more cells than header columns
+                raise DataError(path, "row has more cells than the header", reader.line_num)
+            rows.append((reader.line_num, row))
+    except csv.Error as e:
+        raise DataError(path, f"malformed CSV ({e})", reader.line_num) from None
+    return rows
+
+
+def read_ethicmh_text(path: Path, *, upstream: bool = False) -> str:
+    """EthicMH is not valid UTF-8. By default: decode with replacement and repair the mojibake.
+    With `upstream`, decode as gb18030 the way the paper's loader did, so prompts match byte for byte."""
+    if not path.is_file():
+        raise DataError(path, "file not found")
+    raw = path.read_bytes()
+    if upstream:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return raw.decode("gb18030", errors="replace")
+    text = raw.decode("utf-8", errors="replace")
+    for bad, good in ETHICMH_REPAIRS.items():
+        text = text.replace(bad, good)
+    # 17 places lost the last byte of a 3-byte punctuation mark (now U+FFFD + '?'). In context they are
+    # plural possessives ("parents’ wishes"), a closing quote after a full stop, or an em dash.
+    text = re.sub(r"(?<=s)\ufffd\?", "’ ", text)
+    text = re.sub(r"(?<=\.)\ufffd\?", "” ", text)
+    return text.replace("\ufffd?", "—")

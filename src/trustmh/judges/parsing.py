@@ -1,0 +1,140 @@
+"""Shared, strict parsers for model and judge replies.
+
+Each returns None when the reply does not contain an answer; callers turn None into an unscored
+sample with a reason. Nothing here guesses a default value."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterable
+
+_MARKDOWN = re.compile(r"[*_#`]+")
+_CODE_BLOCK = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+
+
+def strip_markdown(text: str) -> str:
+    return _MARKDOWN.sub("", text)
+
+
+def after_last_answer_tag(text: str) -> str:
+    """The text after the last 'Answer:' (case-insensitive), or the whole text when there is none."""
+    idx = text.lower().rfind("answer:")
+    return text[idx + len("answer:"):] if idx >= 0 else text
+
+
+def extract_json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in a reply: a fenced code block, the whole text, or the first {...} span."""
+    candidates: list[str] = [m.group(1).strip() for m in _CODE_BLOCK.finditer(text)]
+    candidates.append(text.strip())
+    start = text.find("{")
+    end = text.rfind("}")
+    if 0 <= start < end:
+        candidates.append(text[start:end + 1])
+    for cand in candidates:
+        if not cand.startswith("{"):
+            continue
+        try:
+            obj = json.loads(cand)
+        except (json.JSONDecodeError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
+
+
+def extract_letter(text: str, letters: Iterable[str]) -> str | None:
+    """An option letter from a multiple-choice reply.
+
+    Accepts `{"choice": "C"}`/`{"answer": "C"}` JSON, `Answer: C`, `(C)`, `C.`/`C)` at a line start and a
+    reply that is just the letter. A lone lower-case letter inside prose ("a patient") is never taken."""
+    allowed = [x.upper() for x in letters]
+    pat = "|".join(re.escape(x) for x in allowed)
+    obj = extract_json_object(text)
+    if obj is not None:
+        for k in ("choice", "answer", "option", "answer_choice"):
+            v = obj.get(k)
+            if isinstance(v, str):
+                m = re.match(rf"\s*\(?({pat})\b", v.strip().strip("\"'").upper())
+                if m:
+                    return m.group(1)
+    clean = strip_markdown(text)
+    tagged = re.findall(rf"(?:answer|choice|option)\s*(?:is)?\s*[:\-]?\s*\(?({pat})\)?(?![A-Za-z])", clean,
+                        flags=re.IGNORECASE)
+    if tagged:
+        # The last tagged letter is the final answer when the model revises itself.
+        return tagged[-1].upper()
+    stripped = clean.strip()
+    m = re.fullmatch(rf"\(?({pat})\)?[.)]?", stripped)
+    if m:
+        return m.group(1)
+    m = re.match(rf"\s*\(?({pat})[.):]\s", clean + " ")
+    if m:
+        return m.group(1)
+    m = re.search(rf"(?m)^\s*\(?({pat})[.)]\s", clean)
+    if m:
+        return m.group(1)
+    return None
+
+
+def parse_scale_rating(text: str, allowed: Iterable[int], phrases: dict[str, int]) -> int | None:
+    """A rating on a labelled scale such as '4) very sensitive' or '-50) somewhat disagree'.
+
+    Order of evidence: a number at the start of the answer; the first 'N)' in the answer; the earliest
+    scale phrase (longest phrase wins at the same position); a lone allowed number."""
+    allowed = set(allowed)
+    answer = strip_markdown(after_last_answer_tag(text)).strip()
+    num = r"(?<![\d.])([-+−]?\d+)"
+    end = r"(?!\.?\d)"  # not part of a decimal like 2.5
+    for pattern in (rf"^{num}{end}\s*(?:[).:\-–]|$)", rf"{num}\s*\)"):
+        for m in re.finditer(pattern, answer):
+            v = int(m.group(1).replace("−", "-"))
+            if v in allowed:
+                return v
+    low = answer.lower()
+    best: tuple[int, int, int] | None = None  # (position, -length, value)
+    for phrase, value in phrases.items():
+        pos = re.search(rf"\b{re.escape(phrase)}\b", low)
+        if pos:
+            cand = (pos.start(), -len(phrase), value)
+            best = cand if best is None or cand < best else best
+    if best is not None:
+        return best[2]
+    values = [int(x.replace("−", "-")) for x in re.findall(rf"{num}{end}", answer)]
+    values = [v for v in values if v in allowed]
+    if len(set(values)) == 1:
+        return values[0]
+    return None
+
+
+def parse_yes_no(text: str) -> str | None:
+    """'yes' or 'no' from a yes/no reply: the first standalone yes/no word, ignoring markdown and quotes."""
+    clean = strip_markdown(after_last_answer_tag(text)).lower()
+    m = re.search(r"\b(yes|no)\b", clean)
+    if not m:
+        return None
+    return m.group(1)
+
+
+def parse_int_scores(obj: dict[str, Any] | None, keys: Iterable[str], lo: float, hi: float
+                     ) -> tuple[dict[str, float], dict[str, str]]:
+    """Numbers for `keys` from a parsed JSON judge reply, each within [lo, hi]; reasons for the rest."""
+    values: dict[str, float] = {}
+    reasons: dict[str, str] = {}
+    for k in keys:
+        if obj is None:
+            reasons[k] = "judge reply has no JSON object"
+            continue
+        if k not in obj:
+            reasons[k] = f"judge reply lacks '{k}'"
+            continue
+        try:
+            v = float(obj[k])
+        except (TypeError, ValueError):
+            reasons[k] = f"judge value for '{k}' is not a number"
+            continue
+        if not lo <= v <= hi:
+            reasons[k] = f"judge value for '{k}' out of range {lo:g}-{hi:g}"
+            continue
+        values[k] = v
+    return values, reasons

@@ -1,0 +1,57 @@
+"""Model backends, selected by a `provider/name` spec. Providers are imported lazily so that
+`import trustmh` stays light (no SDKs, no torch)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+from ..errors import UserError
+from .base import Model
+
+PROVIDERS = ("openai", "anthropic", "replay", "baseline", "hf")
+BASELINES = ("refuse", "random", "counselor")
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    provider, sep, name = spec.partition("/")
+    if not sep or not name:
+        raise UserError(f"model spec '{spec}' must look like provider/name, e.g. openai/gpt-4o-mini, "
+                        f"baseline/counselor, replay/outputs.jsonl")
+    if provider not in PROVIDERS:
+        close = difflib.get_close_matches(provider, PROVIDERS, n=2, cutoff=0.4)
+        hint = f" (did you mean {close[0]}/{name}?)" if close else ""
+        raise UserError(f"unknown model provider '{provider}' in '{spec}'{hint}; "
+                        f"providers: {', '.join(PROVIDERS)}")
+    return provider, name
+
+
+def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0, seed: int = 0,
+               purpose: str = "model") -> Model:
+    """Build the backend for a spec. API keys come from the environment only."""
+    provider, name = split_spec(spec)
+    if provider == "baseline":
+        from .baselines import make_baseline
+        return make_baseline(spec, name, seed=seed)
+    if provider == "replay":
+        from .replay import ReplayModel
+        return ReplayModel(spec, name)
+    if provider == "openai":
+        key = os.environ.get("OPENAI_API_KEY")
+        if not key and not base_url:
+            raise UserError(f"{purpose} {spec} needs an API key: set OPENAI_API_KEY (or pass --base-url for "
+                            f"a local OpenAI-compatible server)")
+        from .openai_api import OpenAIModel
+        return OpenAIModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
+    if provider == "anthropic":
+        key = os.environ.get("ANTHROPIC_API_KEY")
+        if not key and not base_url:
+            raise UserError(f"{purpose} {spec} needs an API key: set ANTHROPIC_API_KEY")
+        from .anthropic_api import AnthropicModel
+        return AnthropicModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
+    if provider == "hf":
+        raise UserError("hf/ models need the optional extra: pip install 'trustmh[hf]' (not available yet)")
+    raise AssertionError(provider)
+
+
+__all__ = ["Model", "make_model", "split_spec", "PROVIDERS"]

@@ -1,0 +1,56 @@
+"""Translate SDK exceptions (openai and anthropic share the same shapes) into typed ModelErrors."""
+
+from __future__ import annotations
+
+import json
+
+from ..types import ModelError
+
+
+def _retry_after(headers) -> float | None:
+    if headers is None:
+        return None
+    for name in ("retry-after-ms", "retry-after"):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            continue  # an HTTP-date; fall back to our own back-off
+        return value / 1000 if name.endswith("ms") else value
+    return None
+
+
+def from_sdk_error(sdk, exc: Exception) -> ModelError:
+    """`sdk` is the imported openai or anthropic module."""
+    if isinstance(exc, sdk.APITimeoutError):
+        return ModelError("timeout", "request timed out")
+    if isinstance(exc, sdk.APIConnectionError):
+        return ModelError("connection", f"connection failed: {type(exc.__cause__ or exc).__name__}")
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        headers = getattr(exc.response, "headers", None)
+        msg = f"HTTP {status}: {_short(exc)}"
+        if status == 429:
+            return ModelError("rate_limit", msg, retry_after=_retry_after(headers), status=status)
+        if status in (401, 403):
+            return ModelError("auth", msg, status=status)
+        if status == 404:
+            return ModelError("not_found", msg, status=status)
+        if status in (408, 409, 425) or status >= 500:
+            return ModelError("server_error", msg, retry_after=_retry_after(headers), status=status)
+        return ModelError("bad_request", msg, status=status)
+    if isinstance(exc, (sdk.APIResponseValidationError, json.JSONDecodeError, ValueError, KeyError,
+                        TypeError, AttributeError)):
+        return ModelError("malformed", f"unreadable response: {type(exc).__name__}")
+    return ModelError("other", f"{type(exc).__name__}: {_short(exc)}")
+
+
+def _short(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])[:200]
+    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

@@ -1,0 +1,57 @@
+"""Anthropic Messages API through the official SDK (aiohttp transport, retries are ours)."""
+
+from __future__ import annotations
+
+import time
+
+import anthropic
+
+from ..types import ModelError, Request, Response
+from ._errors import from_sdk_error
+from .base import Model
+
+
+class AnthropicModel(Model):
+    def __init__(self, spec: str, name: str, *, api_key: str, base_url: str | None, timeout: float):
+        super().__init__(spec)
+        self.name = name
+        self.base_url = base_url
+        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=timeout,
+                                                max_retries=0, http_client=anthropic.DefaultAioHttpClient())
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.spec}@{self.base_url}" if self.base_url else self.spec
+
+    async def generate(self, request: Request) -> Response:
+        p = request.params
+        system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
+        messages = [m for m in request.messages if m["role"] != "system"]
+        kwargs = {"model": self.name, "messages": messages, "max_tokens": p.get("max_tokens") or 1024}
+        if system:
+            kwargs["system"] = system
+        if p.get("temperature") is not None:
+            kwargs["temperature"] = p["temperature"]
+        if p.get("top_p") is not None:
+            kwargs["top_p"] = p["top_p"]
+        t0 = time.perf_counter()
+        try:
+            out = await self._client.messages.create(**kwargs)
+        except Exception as exc:  # noqa: BLE001
+            raise from_sdk_error(anthropic, exc) from None
+        latency = time.perf_counter() - t0
+        stop = getattr(out, "stop_reason", None)
+        if stop == "refusal":
+            raise ModelError("content_filter", "provider safety filter stopped the reply")
+        blocks = getattr(out, "content", None)
+        texts = [b.text for b in (blocks or []) if getattr(b, "type", None) == "text"]
+        if not texts:
+            raise ModelError("empty_response", f"reply has no text (stop_reason={stop})")
+        usage = getattr(out, "usage", None)
+        finish = {"end_turn": "stop", "max_tokens": "length"}.get(stop, stop)
+        return Response(text="".join(texts), finish_reason=finish,
+                        prompt_tokens=getattr(usage, "input_tokens", None),
+                        completion_tokens=getattr(usage, "output_tokens", None), latency_s=latency)
+
+    async def aclose(self) -> None:
+        await self._client.close()

@@ -1,0 +1,32 @@
+"""The model interface every backend implements."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..types import Request, Response
+
+
+class Model:
+    """An endpoint that turns a Request into a Response or raises ModelError.
+
+    `cacheable` models (paid APIs, local GPUs) have their responses stored and never asked twice;
+    replay files and baselines are cheap and deterministic, so they are re-read instead."""
+
+    cacheable: ClassVar[bool] = True
+    # Whether the model needs concurrency limits / retries at all (offline ones do not).
+    remote: ClassVar[bool] = True
+
+    def __init__(self, spec: str):
+        self.spec = spec
+
+    @property
+    def endpoint(self) -> str:
+        """Identity used in cache keys and for the per-endpoint worker pool."""
+        return self.spec
+
+    async def generate(self, request: Request) -> Response:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        return None

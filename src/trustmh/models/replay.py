@@ -1,0 +1,70 @@
+"""Recorded responses: one JSON object per line, {"task", "item_id", "variant"?, "response"}.
+
+Used to re-score the paper's recorded outputs, to test offline, and as a recorded judge (the judge
+reply for a sample is looked up by the same key)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import DataError, UserError
+from ..types import ModelError, Request, Response
+from .base import Model
+
+
+class ReplayModel(Model):
+    cacheable = False
+    remote = False
+
+    def __init__(self, spec: str, path: str):
+        super().__init__(spec)
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise UserError(f"replay file not found: {self.path}")
+        # (task, item_id, variant) -> (response, line number)
+        self.records: dict[tuple[str, str, str], tuple[str, int]] = {}
+        with self.path.open(encoding="utf-8", errors="strict") as fh:
+            try:
+                for lineno, line in enumerate(fh, 1):
+                    if line.strip():
+                        self._add(line, lineno)
+            except UnicodeDecodeError:
+                raise DataError(self.path, "not valid UTF-8") from None
+
+    def _add(self, line: str, lineno: int) -> None:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(self.path, f"invalid JSON ({e.msg})", lineno) from None
+        if not isinstance(rec, dict):
+            raise DataError(self.path, "expected a JSON object", lineno)
+        for field in ("task", "item_id", "response"):
+            if field not in rec:
+                raise DataError(self.path, f"missing field '{field}'", lineno)
+        if not isinstance(rec["task"], str):
+            raise DataError(self.path, "'task' must be a string", lineno)
+        if not isinstance(rec["item_id"], (str, int)) or isinstance(rec["item_id"], bool):
+            raise DataError(self.path, "'item_id' must be a string or integer", lineno)
+        if not isinstance(rec["response"], str):
+            raise DataError(self.path, "'response' must be a string", lineno)
+        variant = rec.get("variant") or ""
+        if not isinstance(variant, str):
+            raise DataError(self.path, "'variant' must be a string", lineno)
+        key = (rec["task"], str(rec["item_id"]), variant)
+        if key in self.records:
+            raise DataError(self.path, f"duplicate record for {key[0]} item {key[1]!r} "
+                                       f"(first at line {self.records[key][1]})", lineno)
+        self.records[key] = (rec["response"], lineno)
+
+    def check_ids(self, known: dict[str, set[str]]) -> None:
+        """Fail on records for a selected task whose item id does not exist in that task's data."""
+        for (task, item_id, _variant), (_resp, lineno) in self.records.items():
+            if task in known and item_id not in known[task]:
+                raise DataError(self.path, f"unknown item id {item_id!r} for task {task}", lineno)
+
+    async def generate(self, request: Request) -> Response:
+        hit = self.records.get((request.task, request.item_id, request.variant))
+        if hit is None:
+            raise ModelError("not_recorded", "no recorded response")
+        return Response(text=hit[0], finish_reason="stop", latency_s=0.0)

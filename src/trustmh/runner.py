@@ -1,0 +1,492 @@
+"""Running an evaluation: build samples, get every response and judgement (cached, concurrent,
+retried), then score and aggregate from the store in one streaming pass.
+
+The two phases are separate on purpose: phase 1 is the only one that spends money, and phase 2 can
+be re-run any number of times (`trustmh score`) from the store alone."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import math
+import os
+import platform
+import random
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .errors import UserError
+from .metrics import Table, bootstrap, count, trust_score
+from .models import Model, make_model
+from .models.replay import ReplayModel
+from .results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
+from .store import Store
+from .tasks import PILLARS, DataSource, Judged, RunContext, Task, resolve_tasks
+from .types import ModelError, Request, Response, Sample
+
+console = Console(stderr=True)
+
+DEFAULT_PARAMS = {"temperature": 0.0, "max_tokens": 1024}
+JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 512}
+
+
+@dataclass
+class RunSpec:
+    """Everything that decides the results. Its hash names the run directory."""
+
+    models: list[str]
+    judge: str = "rules"
+    tasks: str = "all"
+    seed: int = 0
+    limit: int | None = None
+    suite: str = "sample"  # "sample" or "data"
+    data_dir: str | None = None
+    base_url: str | None = None
+    judge_base_url: str | None = None
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    upstream_compat: bool = False
+    n_boot: int = 1000
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def run_id(self) -> str:
+        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.models[0].split("/", 1)[-1]).strip("-.")[:40] or "run"
+        return f"{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
+
+@dataclass
+class Limits:
+    max_connections: int = 32
+    timeout: float = 120.0
+    max_retries: int = 6
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+
+
+class AuthFailure(Exception):
+    pass
+
+
+class Endpoint:
+    """One model endpoint: a bounded pool of in-flight requests, retries with back-off, the cache."""
+
+    def __init__(self, model: Model, store: Store, limits: Limits, *, purpose: str, offline_only: bool = False):
+        self.model, self.store, self.limits, self.purpose = model, store, limits, purpose
+        self.sem = asyncio.Semaphore(limits.max_connections if model.remote else 1_000_000)
+        # In `trustmh score`, the tested model is never called again: only stored replies count.
+        self.offline_only = offline_only
+        self.n_calls = 0
+
+    def key(self, request: Request) -> str:
+        return request.cache_key(self.model.endpoint)
+
+    async def call(self, request: Request, key: str) -> Response:
+        if self.offline_only:
+            stored = self.store.get_call(key)
+            return stored or Response(None, error_kind="not_generated", error="no stored reply in this run")
+        async with self.sem:
+            resp = await self._with_retries(request)
+        self.store.put_call(key, self.model.endpoint, self.purpose,
+                            (request.task, request.item_id, request.variant), resp)
+        return resp
+
+    async def _with_retries(self, request: Request) -> Response:
+        attempt = 0
+        while True:
+            attempt += 1
+            self.n_calls += 1
+            try:
+                resp = await self.model.generate(request)
+                resp.attempts = attempt
+                return resp
+            except ModelError as e:
+                if e.kind == "auth":
+                    raise AuthFailure(f"{self.purpose} {self.model.spec}: authentication failed ({e.message}); "
+                                      f"check the API key in the environment") from None
+                if not e.retryable or attempt > self.limits.max_retries:
+                    return Response(None, error_kind=e.kind, error=e.message, attempts=attempt)
+                if e.retry_after is not None:
+                    delay = min(e.retry_after, self.limits.backoff_max)
+                else:
+                    delay = min(self.limits.backoff_base * 2 ** (attempt - 1), self.limits.backoff_max)
+                    delay *= 0.5 + random.random()  # jitter so retries do not arrive in lock-step
+                await asyncio.sleep(delay)
+
+
+def generation_request(sample: Sample, spec: RunSpec) -> Request:
+    params = dict(DEFAULT_PARAMS)
+    params["temperature"] = spec.temperature
+    params.update(sample.params)
+    if spec.max_tokens is not None:
+        params["max_tokens"] = spec.max_tokens
+    params["seed"] = spec.seed
+    return Request(sample.messages, params, sample.task, sample.item.id, sample.variant, "generate",
+                   sample.choices)
+
+
+def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec) -> Request:
+    params = dict(JUDGE_PARAMS, seed=spec.seed)
+    return Request(messages, params, sample.task, sample.item.id, sample.variant, "judge", None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Data
+
+def data_source(spec: RunSpec) -> DataSource:
+    if spec.suite == "sample":
+        return DataSource(Path(__file__).parent / "data" / "sample", "sample")
+    return DataSource(Path(spec.data_dir or "."), "data")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class Prepared:
+    task: Task
+    samples: list[Sample] = field(default_factory=list)
+    not_run: str | None = None
+    all_ids: set[str] = field(default_factory=set)
+
+
+def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, str]]:
+    """Load every selected task's items and build its samples (in data order, `--limit` first N)."""
+    data = data_source(spec)
+    prepared, checksums = [], {}
+    for task in resolve_tasks(spec.tasks):
+        p = Prepared(task)
+        missing = task.missing_files(data)
+        if missing:
+            how = ("run `trustmh data pull` (or `trustmh data pull --from DIR`)" if data.kind == "data"
+                   else "the sample suite lacks it")
+            p.not_run = f"{task.dataset} missing ({missing[0]}) — {how}"
+            prepared.append(p)
+            continue
+        items = task.load(data, ctx)
+        p.all_ids = {it.id for it in items}
+        if spec.limit is not None:
+            items = items[: spec.limit]
+        for it in items:
+            p.samples.extend(task.samples(it, ctx))
+        for f in task.files:
+            checksums[f] = file_sha256(data.path(f))
+        prepared.append(p)
+    return prepared, checksums
+
+
+# --------------------------------------------------------------------------------------------------
+# Phase 1: responses and judgements
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("[red]{task.fields[errors]} errors"), TextColumn("{task.fields[rate]}"),
+                    TimeElapsedColumn(), console=console, disable=not enabled, transient=False)
+
+
+async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
+                  *, generate: bool = True, progress: bool = True) -> dict[str, int]:
+    """Make sure every sample has a stored reply (unless `generate` is False) and judgement."""
+    judge_model = None if spec.judge == "rules" else make_model(
+        spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed, purpose="judge")
+    judge_ep = Endpoint(judge_model, store, limits, purpose="judge") if judge_model else None
+    samples = [(p.task, s) for p in prepared for s in p.samples]
+    calls = collections.Counter()
+    try:
+        for model_spec in spec.models:
+            model = make_model(model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed)
+            if isinstance(model, ReplayModel):
+                model.check_ids({p.task.id: p.all_ids for p in prepared if not p.not_run})
+            if isinstance(judge_model, ReplayModel):
+                judge_model.check_ids({p.task.id: p.all_ids for p in prepared if not p.not_run})
+            gen_ep = Endpoint(model, store, limits, purpose="model", offline_only=not generate)
+            try:
+                await _collect_model(spec, ctx, samples, gen_ep, judge_ep, store, progress, model_spec)
+            finally:
+                await model.aclose()
+            calls[model_spec] = gen_ep.n_calls
+        if judge_ep:
+            calls["judge"] = judge_ep.n_calls
+    finally:
+        if judge_model:
+            await judge_model.aclose()
+    return dict(calls)
+
+
+async def _collect_model(spec, ctx, samples, gen_ep: Endpoint, judge_ep: Endpoint | None, store: Store,
+                         progress: bool, label: str) -> None:
+    gen_reqs = [generation_request(s, spec) for _, s in samples]
+    gen_keys = [gen_ep.key(r) for r in gen_reqs]
+    # Cacheable models: one bulk lookup decides what is left to do, so a resumed run starts at once.
+    done = store.ok_keys(gen_keys) if (gen_ep.model.cacheable or gen_ep.offline_only) else set()
+    judge_keys_done: set[str] = set()
+    errors = collections.Counter()
+    with _progress(progress) as bar:
+        tid = bar.add_task(f"{label}", total=len(samples), errors=0, rate="")
+        jid = bar.add_task("judge " + (spec.judge if judge_ep else "rules"), total=None, errors=0, rate="",
+                           visible=judge_ep is not None)
+        t_start = asyncio.get_running_loop().time()
+
+        async def one(i: int) -> None:
+            task, sample = samples[i]
+            req, key = gen_reqs[i], gen_keys[i]
+            if key in done:
+                resp = store.get_call(key)
+            else:
+                resp = await gen_ep.call(req, key)
+            if not resp.ok:
+                errors[resp.error_kind] += 1
+            elapsed = asyncio.get_running_loop().time() - t_start
+            bar.update(tid, advance=1, errors=sum(errors.values()),
+                       rate=f"{bar.tasks[tid].completed / elapsed:.1f}/s" if elapsed > 0 else "")
+            if resp.ok and judge_ep is not None and task.uses_judge:
+                msgs = task.judge_messages(sample, resp.text, ctx)
+                if msgs is None:
+                    return
+                jreq = judge_request(sample, msgs, spec)
+                jkey = judge_ep.key(jreq)
+                bar.update(jid, total=(bar.tasks[jid].total or 0) + 1)
+                cached = store.get_call(jkey) if judge_ep.model.cacheable else None
+                if cached is None or not cached.ok:
+                    jresp = await judge_ep.call(jreq, jkey)
+                    if not jresp.ok:
+                        bar.update(jid, errors=bar.tasks[jid].fields["errors"] + 1)
+                bar.update(jid, advance=1)
+
+        jobs = [asyncio.create_task(one(i)) for i in range(len(samples))]
+        try:
+            await asyncio.gather(*jobs)
+        except BaseException:
+            for j in jobs:
+                j.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+            raise
+
+
+# --------------------------------------------------------------------------------------------------
+# Phase 2: scoring and aggregation from the store
+
+@dataclass
+class SampleRecord:
+    sample: Sample
+    response: Response | None
+    judged: Judged | None
+    judge_response: Response | None
+
+
+def iter_records(spec: RunSpec, ctx: RunContext, p: Prepared, model: Model, judge: Model | None,
+                 store: Store) -> Iterator[SampleRecord]:
+    for sample in p.samples:
+        resp = store.get_call(generation_request(sample, spec).cache_key(model.endpoint))
+        judged = jresp = None
+        if resp is not None and resp.ok and p.task.uses_judge:
+            if judge is None:
+                judged = p.task.rules_judge(sample, resp.text, ctx)
+            else:
+                msgs = p.task.judge_messages(sample, resp.text, ctx)
+                if msgs is not None:
+                    jresp = store.get_call(judge_request(sample, msgs, spec).cache_key(judge.endpoint))
+                    if jresp is None:
+                        judged = Judged(reason="judge not run")
+                    elif not jresp.ok:
+                        judged = Judged(reason=f"judge error: {jresp.error_kind}")
+                    else:
+                        judged = Judged(text=jresp.text)
+        yield SampleRecord(sample, resp, judged, jresp)
+
+
+def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: Model, judge: Model | None, store: Store,
+               out) -> TaskResult:
+    task = p.task
+    base = dict(task=task.id, pillar=task.pillar, metric=task.metric.name,
+                higher_is_better=task.metric.higher_is_better)
+    if p.not_run:
+        return TaskResult(status="not run", reason=p.not_run, **base)
+    rows, clusters, labels = [], [], collections.defaultdict(list)
+    errors, judge_errors = collections.Counter(), collections.Counter()
+    unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
+    primary = task.primary_value
+    for rec in iter_records(spec, ctx, p, model, judge, store):
+        s, resp = rec.sample, rec.response
+        line: dict[str, Any] = {"model": model.spec, "task": s.task, "item_id": s.item.id, "variant": s.variant,
+                                "messages": s.messages, "target": s.item.target}
+        if resp is None or not resp.ok:
+            kind = resp.error_kind if resp else "not_generated"
+            errors[kind] += 1
+            line.update(response=None, error={"kind": kind, "message": resp.error if resp else "no reply stored"})
+        else:
+            if rec.judge_response is not None and not rec.judge_response.ok:
+                judge_errors[rec.judge_response.error_kind] += 1
+            sc = task.score(s, resp.text, rec.judged, ctx)
+            rows.append(sc.values)
+            clusters.append(task.cluster(s))
+            for k, v in task.labels(s, sc).items():
+                labels[k].append(v)
+            for name, reason in sc.unscored.items():
+                unscored_by_value[name][reason] += 1
+            if primary not in sc.values:
+                unscored_primary[sc.unscored.get(primary, "not scored")] += 1
+            line.update(response=resp.text, finish_reason=resp.finish_reason, latency_s=resp.latency_s,
+                        tokens={"prompt": resp.prompt_tokens, "completion": resp.completion_tokens},
+                        attempts=resp.attempts,
+                        judge={"text": rec.judged.text, "reason": rec.judged.reason} if rec.judged else None,
+                        parsed=sc.parsed, values=sc.values, unscored=sc.unscored, notes=sc.notes)
+        out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    table = Table.from_rows(rows, clusters, dict(labels))
+    values = task.aggregate(table, ctx) if len(table) else {}
+    boot_seed = spec.seed * 1_000_003 + int(hashlib.sha256(task.id.encode()).hexdigest()[:8], 16)
+    cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=boot_seed, n_boot=spec.n_boot)
+    value = _clean(values.get(task.metric.name))
+    metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k))
+               for k, v in values.items()}
+    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name),
+                      trust_score=trust_score(value, task.metric.lo, task.metric.hi, task.metric.higher_is_better),
+                      n=count(table.col(primary)), n_samples=len(p.samples),
+                      n_unscored=sum(unscored_primary.values()), unscored_reasons=dict(unscored_primary),
+                      unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
+                      n_errors=sum(errors.values()), error_kinds=dict(errors),
+                      n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
+                      metrics=metrics, **base)
+
+
+def _clean(v: float | None) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def pillar_scores(tasks: dict[str, TaskResult]) -> dict[str, PillarResult]:
+    out = {}
+    for pillar in PILLARS:
+        members = [t for t in tasks.values() if t.pillar == pillar]
+        if not members:
+            continue
+        scores = [t.trust_score for t in members if t.trust_score is not None]
+        out[pillar] = PillarResult(pillar=pillar, tasks=[t.task for t in members],
+                                   trust_score=round(sum(scores) / len(scores), 2) if scores else None)
+    return out
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("trustmh", "openai", "anthropic", "numpy", "scipy", "scikit-learn", "pydantic"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[pkg] = metadata.version(pkg)
+    return out
+
+
+def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
+             checksums: dict[str, str], limits: Limits) -> RunResults:
+    """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
+    judge = None if spec.judge == "rules" else make_model(spec.judge, base_url=spec.judge_base_url, seed=spec.seed,
+                                                          timeout=limits.timeout, purpose="judge")
+    models: dict[str, ModelResults] = {}
+    tmp = run_dir / "samples.jsonl.tmp"
+    with tmp.open("w", encoding="utf-8") as out:
+        for model_spec in spec.models:
+            model = make_model(model_spec, base_url=spec.base_url, seed=spec.seed, timeout=limits.timeout)
+            tasks = {p.task.id: score_task(spec, ctx, p, model, judge, store, out) for p in prepared}
+            pillars = pillar_scores(tasks)
+            ps = [p.trust_score for p in pillars.values() if p.trust_score is not None]
+            models[model_spec] = ModelResults(model=model_spec, tasks=tasks, pillars=pillars,
+                                              trust_score=round(sum(ps) / len(ps), 2) if ps else None)
+    data = data_source(spec)
+    results = RunResults(
+        run_id=run_dir.name, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        spec=spec.to_json(), data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
+        versions=versions(), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
+                                        "method": "percentile, resampling items (scenarios for leakage)"},
+        models=models)
+    _atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
+    os.replace(tmp, run_dir / "samples.jsonl")
+    return results
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path):
+    """One process per run directory: a second `trustmh run` on it refuses instead of interleaving."""
+    fh = (run_dir / "run.lock").open("a")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        raise UserError(f"another trustmh process is using {run_dir}; wait for it or pass a different --out")
+    try:
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
+
+
+def open_run_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise UserError(f"cannot write to output directory {path}: {e.strerror or e}") from None
+    return path
+
+
+def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,
+        progress: bool = True, generate: bool = True) -> tuple[Path, RunResults, dict[str, int]]:
+    """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made)."""
+    limits = limits or Limits()
+    ctx = RunContext(seed=spec.seed, upstream_compat=spec.upstream_compat, judge=spec.judge,
+                     options=spec.options)
+    run_dir = open_run_dir(out or runs_root / spec.run_id())
+    with run_lock(run_dir):
+        store = Store(run_dir / "store.sqlite")
+        try:
+            if generate:
+                store.set_meta("spec", spec.to_json())
+            prepared, checksums = prepare(spec, ctx)
+            store.put_samples([s for p in prepared for s in p.samples])
+            try:
+                calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
+                                            progress=progress))
+            except AuthFailure as e:
+                raise UserError(str(e)) from None
+            results = finalize(run_dir, spec, ctx, prepared, store, checksums, limits)
+        finally:
+            store.close()
+    return run_dir, results, calls
+
+
+def load_spec(run_dir: Path) -> RunSpec:
+    db = run_dir / "store.sqlite"
+    if not db.is_file():
+        raise UserError(f"{run_dir} is not a trustmh run directory (no store.sqlite)")
+    store = Store(db)
+    try:
+        raw = store.get_meta("spec")
+    finally:
+        store.close()
+    if raw is None:
+        raise UserError(f"{db}: no run spec stored")
+    return RunSpec(**raw)

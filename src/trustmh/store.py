@@ -1,0 +1,109 @@
+"""The run store: one SQLite file (WAL) per run directory.
+
+Rows, not files: the run's samples, and every model or judge call keyed by a hash of (endpoint,
+full request). A response is committed the moment it arrives, so a killed run loses at most the
+calls in flight and a rerun never pays for a stored call again. Failed calls are stored too (so
+results can count them) and are retried by the next run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import UserError
+from .types import Response, Sample
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS samples (
+    task TEXT NOT NULL, item_id TEXT NOT NULL, variant TEXT NOT NULL, seq INTEGER NOT NULL,
+    body TEXT NOT NULL, PRIMARY KEY (task, item_id, variant));
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY, endpoint TEXT NOT NULL, purpose TEXT NOT NULL,
+    task TEXT, item_id TEXT, variant TEXT,
+    ok INTEGER NOT NULL, text TEXT, finish_reason TEXT, error_kind TEXT, error TEXT,
+    prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, attempts INTEGER,
+    created REAL NOT NULL);
+"""
+
+
+class Store:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fresh = not self.path.exists()
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if fresh:
+                os.chmod(self.path, 0o600)
+            # WAL + synchronous=NORMAL: a commit survives the process being killed (not a power cut),
+            # at ~tens of microseconds per commit, so every response can be committed as it arrives.
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA busy_timeout=5000")
+            self.db.executescript(SCHEMA)
+        except (sqlite3.Error, OSError) as e:
+            raise UserError(f"cannot open run store {self.path}: {e}") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- meta -------------------------------------------------------------------------------------
+    def set_meta(self, key: str, value: Any) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT v FROM meta WHERE k = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    # --- samples ----------------------------------------------------------------------------------
+    def put_samples(self, samples: list[Sample]) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(
+                "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?)",
+                [(s.task, s.item.id, s.variant, i, json.dumps(s.to_json(), ensure_ascii=False))
+                 for i, s in enumerate(samples)])
+
+    def iter_samples(self, task: str) -> Iterator[Sample]:
+        cur = self.db.execute("SELECT body FROM samples WHERE task = ? ORDER BY seq", (task,))
+        for (body,) in cur:
+            yield Sample.from_json(json.loads(body))
+
+    def sample_tasks(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT DISTINCT task FROM samples ORDER BY task")]
+
+    # --- calls ------------------------------------------------------------------------------------
+    def get_call(self, key: str) -> Response | None:
+        row = self.db.execute(
+            "SELECT ok, text, finish_reason, error_kind, error, prompt_tokens, completion_tokens, "
+            "latency_s, attempts FROM calls WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        return Response(text=row[1], finish_reason=row[2], error_kind=row[3], error=row[4],
+                        prompt_tokens=row[5], completion_tokens=row[6], latency_s=row[7],
+                        attempts=row[8] or 1)
+
+    def ok_keys(self, keys: list[str]) -> set[str]:
+        """Which of `keys` already hold a successful response (one query per chunk, not per key)."""
+        found: set[str] = set()
+        for i in range(0, len(keys), 500):
+            chunk = keys[i:i + 500]
+            q = f"SELECT key FROM calls WHERE ok = 1 AND key IN ({','.join('?' * len(chunk))})"
+            found.update(r[0] for r in self.db.execute(q, chunk))
+        return found
+
+    def put_call(self, key: str, endpoint: str, purpose: str, ident: tuple[str, str, str],
+                 resp: Response) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (key, endpoint, purpose, ident[0], ident[1], ident[2], int(resp.ok), resp.text,
+             resp.finish_reason, resp.error_kind, resp.error, resp.prompt_tokens, resp.completion_tokens,
+             resp.latency_s, resp.attempts, time.time()))
+
+    def integrity_ok(self) -> bool:
+        return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

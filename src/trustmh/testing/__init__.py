@@ -1,0 +1,1 @@
+"""Test helpers for trustmh (fake LLM API server for tests and benchmarks)."""

@@ -1,0 +1,559 @@
+"""A fake OpenAI / Anthropic compatible LLM API server for tests and benchmarks.
+
+The server runs an aiohttp app on 127.0.0.1 (ephemeral port) in a background
+thread with its own event loop, so it can be used both from synchronous pytest
+tests and from async client code running in another loop of the same process.
+
+Endpoints:
+    POST /v1/chat/completions   OpenAI Chat Completions (non-streaming)
+    POST /v1/messages           Anthropic Messages (non-streaming)
+    GET  /v1/models             model list, readable by both SDKs
+
+Faults (see :class:`Fault`) let tests inject the failure modes real providers
+show: error statuses with Retry-After, dropped connections, stalls, broken JSON,
+empty / truncated / filtered completions.  A token bucket (``rate_limit_rps``)
+emulates provider rate limits.
+
+Counters are kept so tests can assert on client behaviour, most importantly
+"no call was paid twice" (:meth:`FakeLLMServer.duplicate_paid_calls`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from aiohttp import web
+
+__all__ = ["Fault", "FakeLLMServer", "fault_schedule", "request_key", "FAULT_KINDS"]
+
+FaultKind = Literal["status", "close", "stall", "malformed", "empty_choices", "length", "content_filter"]
+FAULT_KINDS: tuple[str, ...] = ("status", "close", "stall", "malformed", "empty_choices", "length", "content_filter")
+
+_REQUESTS_KEPT = 10_000
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What to do for one request instead of a normal reply.
+
+    Frozen because one instance is typically shared by many requests (e.g. the
+    ``kinds`` list given to :func:`fault_schedule`).
+    """
+
+    kind: FaultKind
+    status: int = 500  # for kind="status" (500, 503, 429, 400, 401 ...)
+    retry_after: float | None = None  # seconds; sent as Retry-After header when set
+    stall_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        # Literal is not enforced at runtime; a typo would otherwise silently
+        # turn into a normal reply and make a fault test pass vacuously.
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {FAULT_KINDS}")
+        if self.kind == "status" and not 400 <= self.status <= 599:
+            raise ValueError(f"fault status must be an HTTP error status (400-599), got {self.status}")
+
+
+def request_key(body: dict) -> str:
+    """sha256 of the canonical JSON of a request body (messages + model + params).
+
+    SDK retries resend the identical body, so equal keys mean "the same call".
+    """
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- #
+# deterministic fault schedule
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    # A stateless integer hash: the fault for request n depends only on (seed, n),
+    # never on how many times the schedule was called or from which thread.
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def fault_schedule(seed: int, rate: float, kinds: list[Fault]) -> Callable[[int, dict], Fault | None]:
+    """Return ``faults(n, body)`` that faults about ``rate`` of requests, chosen by index.
+
+    Request ``n`` gets a fault iff a hash of (seed, n) falls below ``rate``; the
+    fault is then one of ``kinds``, uniformly.  Same seed -> same schedule.
+    Note: under client concurrency, *which* request arrives as index n depends on
+    arrival order; the number and kinds of faults over N requests do not.
+    """
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"rate must be in [0, 1], got {rate}")
+    kinds = list(kinds)
+    if rate > 0 and not kinds:
+        raise ValueError("kinds must be non-empty when rate > 0")
+    seed_h = _splitmix64(seed & _M64)
+    n_kinds = len(kinds)
+
+    def schedule(n: int, body: dict) -> Fault | None:
+        u = (_splitmix64(seed_h ^ (n & _M64)) >> 11) * (1.0 / (1 << 53))  # uniform in [0, 1)
+        if u >= rate:
+            return None
+        # Reuse u: conditioned on u < rate, u / rate is uniform in [0, 1).
+        return kinds[min(int(u / rate * n_kinds), n_kinds - 1)]
+
+    return schedule
+
+
+# --------------------------------------------------------------------------- #
+# payload helpers
+
+_OPENAI_ERR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_ANTHROPIC_ERR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def _words(content: Any) -> int:
+    """Whitespace word count of a message content (string or list of text blocks)."""
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content.split())
+    if isinstance(content, list):
+        total = 0
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                if isinstance(text, str):
+                    total += len(text.split())
+            elif isinstance(part, str):
+                total += len(part.split())
+        return total
+    return 0
+
+
+def _prompt_words(body: dict) -> int:
+    total = _words(body.get("system"))  # Anthropic top-level system prompt
+    for msg in body.get("messages") or ():
+        if isinstance(msg, dict):
+            total += _words(msg.get("content"))
+    return total
+
+
+def _fmt_seconds(s: float) -> str:
+    # Integral values as plain integers (RFC 9110 delay-seconds); fractional ones
+    # as a decimal, which both SDKs' Retry-After parsers accept via float().
+    if s == int(s):
+        return str(int(s))
+    return f"{s:.3f}".rstrip("0").rstrip(".")
+
+
+_JSON = "application/json"
+
+
+class FakeLLMServer:
+    """Fake LLM API server on 127.0.0.1, served from a background thread.
+
+    Counters are updated on the server thread and read from any thread; all
+    mutable containers are returned as snapshots taken under a lock.
+    """
+
+    def __init__(
+        self,
+        *,
+        latency_s: float = 0.0,
+        reply: Callable[[dict], str] | None = None,
+        faults: Callable[[int, dict], Fault | None] | None = None,
+        rate_limit_rps: float | None = None,
+    ):
+        """reply(request_json) -> completion text (default: the fixed text 'OK');
+        faults(n, request_json) -> a Fault for the n-th request (0-based, over all
+        endpoints) or None; rate_limit_rps: token-bucket limit (bucket size = one
+        second's worth, at least 1), over it answer 429 with Retry-After.
+
+        ``latency_s`` delays every answer the handler produces (normal or fault)
+        with asyncio.sleep; rate-limit rejections are immediate, as at a gateway.
+        """
+        if rate_limit_rps is not None and rate_limit_rps <= 0:
+            raise ValueError("rate_limit_rps must be > 0 or None")
+        self.latency_s = float(latency_s)
+        self._reply = reply
+        self._faults = faults
+        self._rps = rate_limit_rps
+        self._bucket_cap = max(1.0, rate_limit_rps) if rate_limit_rps else 0.0
+        self._tokens = self._bucket_cap
+        self._bucket_t = time.monotonic()
+
+        self._lock = threading.Lock()
+        self._n_requests = 0
+        self._n_completed = 0
+        self._n_rate_limited = 0
+        self._calls: collections.Counter[str] = collections.Counter()
+        self._fault_counts: collections.Counter[str] = collections.Counter()
+        self._requests: collections.deque[dict] = collections.deque(maxlen=_REQUESTS_KEPT)
+        self._in_flight = 0
+        self._max_in_flight = 0
+
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self.port: int | None = None
+
+    # ------------------------------------------------------------------ #
+    # public counters
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("server not started")
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_base_url(self) -> str:
+        return self.base_url + "/v1"
+
+    @property
+    def n_requests(self) -> int:
+        return self._n_requests
+
+    @property
+    def n_completed(self) -> int:
+        return self._n_completed
+
+    @property
+    def n_rate_limited(self) -> int:
+        """429s sent by the token bucket (not counting injected status faults)."""
+        return self._n_rate_limited
+
+    @property
+    def fault_counts(self) -> collections.Counter:
+        """Snapshot: fault kind -> how many times it was injected."""
+        with self._lock:
+            return collections.Counter(self._fault_counts)
+
+    @property
+    def calls(self) -> collections.Counter:
+        """Snapshot: request_key(body) -> number of normal replies delivered for that body."""
+        with self._lock:
+            return collections.Counter(self._calls)
+
+    @property
+    def requests(self) -> list[dict]:
+        """Snapshot of the last 10,000 received JSON bodies (POST endpoints)."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._max_in_flight
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def duplicate_paid_calls(self) -> int:
+        with self._lock:
+            return sum(c - 1 for c in self._calls.values() if c > 1)
+
+    def reset_counters(self) -> None:
+        """Zero all counters (e.g. between benchmark phases); the request index restarts at 0."""
+        with self._lock:
+            self._n_requests = 0
+            self._n_completed = 0
+            self._n_rate_limited = 0
+            self._calls.clear()
+            self._fault_counts.clear()
+            self._requests.clear()
+            self._max_in_flight = self._in_flight
+
+    # ------------------------------------------------------------------ #
+    # lifecycle
+
+    def start(self) -> "FakeLLMServer":
+        if self._thread is not None:
+            raise RuntimeError("server already started")
+        self._thread = threading.Thread(target=self._thread_main, name="FakeLLMServer", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout=30):
+            raise RuntimeError("fake server did not start within 30 s")
+        if self._start_error is not None:
+            self._thread.join()
+            self._thread = None
+            raise RuntimeError("fake server failed to start") from self._start_error
+        return self
+
+    def stop(self) -> None:
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+        self._thread = None
+
+    def __enter__(self) -> "FakeLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._astart())
+        except BaseException as e:  # surfaced to start() in the caller's thread
+            self._start_error = e
+            self._ready.set()
+            loop.close()
+            return
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            try:
+                if self._runner is not None:
+                    loop.run_until_complete(self._runner.cleanup())
+                pending = asyncio.all_tasks(loop)
+                for t in pending:
+                    t.cancel()
+                if pending:
+                    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+    async def _astart(self) -> None:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._handle_openai)
+        app.router.add_post("/v1/messages", self._handle_anthropic)
+        app.router.add_get("/v1/models", self._handle_models)
+        # access_log=None: per-request logging would dominate the handler cost.
+        # handler_cancellation=True: when a client gives up (timeout, cancel) the
+        # handler is cancelled, so a stalled reply is never counted as delivered
+        # and stop() does not wait out a 30 s stall.
+        # shutdown_timeout: stop() should not wait for handlers still stalling.
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        # A large backlog so hundreds of simultaneous connects are not dropped
+        # (a dropped SYN costs the client a 1 s retransmit and skews benchmarks).
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=4096)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+
+    # ------------------------------------------------------------------ #
+    # request handling
+
+    def _take_token(self) -> float | None:
+        """Token bucket; returns None if admitted, else seconds until a token is available."""
+        now = time.monotonic()
+        self._tokens = min(self._bucket_cap, self._tokens + (now - self._bucket_t) * self._rps)
+        self._bucket_t = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return None
+        return (1.0 - self._tokens) / self._rps
+
+    def _error(self, provider: str, status: int, message: str, retry_after: float | None = None) -> web.Response:
+        if provider == "anthropic":
+            etype = _ANTHROPIC_ERR_TYPES.get(status, "api_error")
+            payload: dict = {"type": "error", "error": {"type": etype, "message": message}}
+        else:
+            etype = _OPENAI_ERR_TYPES.get(status, "server_error")
+            code = "rate_limit_exceeded" if status == 429 else ("invalid_api_key" if status == 401 else None)
+            payload = {"error": {"message": message, "type": etype, "param": None, "code": code}}
+        headers = {"Retry-After": _fmt_seconds(retry_after)} if retry_after is not None else None
+        return web.Response(status=status, body=json.dumps(payload).encode(), content_type=_JSON, headers=headers)
+
+    async def _handle_openai(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, "openai")
+
+    async def _handle_anthropic(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle(request, "anthropic")
+
+    async def _handle_models(self, request: web.Request) -> web.Response:
+        # Counted in n_requests (it consumes a request index) but never faulted or
+        # rate-limited: it is metadata, not a paid call.
+        with self._lock:
+            self._n_requests += 1
+        # One object readable by both SDKs: OpenAI reads object/created/owned_by,
+        # Anthropic reads type/display_name/created_at and the paging fields.
+        data = [
+            {
+                "id": "fake-model",
+                "object": "model",
+                "created": 0,
+                "owned_by": "trustmh",
+                "type": "model",
+                "display_name": "Fake model",
+                "created_at": "1970-01-01T00:00:00Z",
+            }
+        ]
+        payload = {"object": "list", "data": data, "has_more": False, "first_id": "fake-model", "last_id": "fake-model"}
+        return web.Response(body=json.dumps(payload).encode(), content_type=_JSON)
+
+    async def _handle(self, request: web.Request, provider: str) -> web.StreamResponse:
+        with self._lock:
+            n = self._n_requests
+            self._n_requests += 1
+            self._in_flight += 1
+            if self._in_flight > self._max_in_flight:
+                self._max_in_flight = self._in_flight
+        try:
+            raw = await request.read()
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                return self._error(provider, 400, "request body is not valid JSON")
+            if not isinstance(body, dict):
+                return self._error(provider, 400, "request body must be a JSON object")
+            with self._lock:
+                self._requests.append(body)
+            if body.get("stream"):
+                # Refuse loudly rather than send a non-stream body the SDK would misparse.
+                return self._error(provider, 400, "the fake server does not support stream=true")
+
+            if self._rps is not None:
+                wait = self._take_token()
+                if wait is not None:
+                    with self._lock:
+                        self._n_rate_limited += 1
+                    # Round up to whole ms so a client honouring it finds a token.
+                    return self._error(provider, 429, "rate limit exceeded", retry_after=max(0.001, -(-wait // 0.001) * 0.001))
+
+            fault = self._faults(n, body) if self._faults is not None else None
+            if self.latency_s > 0:
+                await asyncio.sleep(self.latency_s)
+            if fault is not None:
+                with self._lock:
+                    self._fault_counts[fault.kind] += 1
+                if fault.kind != "stall":
+                    return await self._fault_response(request, provider, fault, n, body)
+                await asyncio.sleep(fault.stall_s)  # then fall through to a normal reply
+
+            try:
+                text = self._reply(body) if self._reply is not None else "OK"
+            except Exception as e:  # a broken test callable should be visible, not hang the client
+                return self._error(provider, 500, f"reply callable raised {type(e).__name__}: {e}")
+            payload = self._completion(provider, n, body, text, "normal")
+            resp = web.Response(body=json.dumps(payload).encode(), content_type=_JSON)
+            # Send it here (not after returning) so we only count replies whose
+            # bytes actually went out; a disconnected client raises or cancels us.
+            await resp.prepare(request)
+            await resp.write_eof()
+            key = request_key(body)
+            with self._lock:
+                self._n_completed += 1
+                self._calls[key] += 1
+            return resp
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+
+    def _completion(self, provider: str, n: int, body: dict, text: str | None, mode: str) -> dict:
+        """Build a reply; mode is 'normal' or one of the 200-status fault kinds."""
+        model = body.get("model") or "fake-model"
+        prompt_tokens = _prompt_words(body)
+        completion_tokens = len(text.split()) if text else 0
+        if provider == "anthropic":
+            stop_reason = {"normal": "end_turn", "length": "max_tokens", "content_filter": "refusal"}.get(mode, "end_turn")
+            content = [] if (mode in ("empty_choices", "content_filter") or text is None) else [{"type": "text", "text": text}]
+            return {
+                "id": f"msg_fake_{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": stop_reason,
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
+            }
+        finish = {"normal": "stop", "length": "length", "content_filter": "content_filter"}.get(mode, "stop")
+        choices = (
+            []
+            if mode == "empty_choices"
+            else [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "finish_reason": finish,
+                    "logprobs": None,
+                }
+            ]
+        )
+        return {
+            "id": f"chatcmpl-fake-{n}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    async def _fault_response(
+        self, request: web.Request, provider: str, fault: Fault, n: int, body: dict
+    ) -> web.StreamResponse:
+        kind = fault.kind
+        if kind == "status":
+            return self._error(provider, fault.status, f"injected fault: HTTP {fault.status}", fault.retry_after)
+        if kind == "malformed":
+            # Valid headers and status, truncated JSON: the body cannot be parsed.
+            return web.Response(body=b'{"id": "fake", "object": "chat.completion", "choices": [{"index": 0, "mess',
+                                content_type=_JSON)
+        if kind == "close":
+            full = json.dumps(self._completion(provider, n, body, "OK", "normal")).encode()
+            resp = web.StreamResponse(status=200)
+            resp.content_type = _JSON
+            resp.content_length = len(full)  # promise the full body, deliver half
+            await resp.prepare(request)
+            await resp.write(full[: len(full) // 2])
+            transport = request.transport
+            if transport is not None:
+                transport.close()  # flushes the partial bytes, then FIN
+            # aiohttp's write_eof on the closed transport raises ConnectionError,
+            # which it treats as "client went away" and does not log.
+            return resp
+        if kind == "empty_choices":
+            payload = self._completion(provider, n, body, None, "empty_choices")
+        elif kind == "length":
+            try:
+                text = self._reply(body) if self._reply is not None else "OK"
+            except Exception as e:
+                return self._error(provider, 500, f"reply callable raised {type(e).__name__}: {e}")
+            words = text.split()
+            # Truncate to the first half of the words: what a max_tokens cut looks like.
+            text = " ".join(words[: max(1, (len(words) + 1) // 2)]) if words else text
+            payload = self._completion(provider, n, body, text, "length")
+        else:  # content_filter
+            payload = self._completion(provider, n, body, None, "content_filter")
+        return web.Response(body=json.dumps(payload).encode(), content_type=_JSON)

@@ -1,0 +1,121 @@
+"""The records that flow through the pipeline: Item -> Sample -> Request -> Response -> Score.
+
+Plain dataclasses (not pydantic) because millions of them may be created on a large run and they are
+only serialised at the edges (store, samples.jsonl), where `to_json` helpers do it explicitly."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Item:
+    """One record of a dataset. `id` is stable and taken from the data (line index, ID column, ...)."""
+
+    id: str
+    input: dict[str, Any]
+    target: Any = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sample:
+    """One prompt to send: an item, possibly perturbed (`variant`), rendered into chat messages."""
+
+    task: str
+    item: Item
+    messages: list[dict[str, str]]
+    variant: str = ""
+    # Answer space for closed-form questions, e.g. ("1","2","3","4"). Only offline baselines read it.
+    choices: tuple[str, ...] | None = None
+    # Per-task generation overrides (max_tokens, temperature) merged over the run's defaults.
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.task, self.item.id, self.variant)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["choices"] = list(self.choices) if self.choices is not None else None
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Sample":
+        item = Item(**d["item"])
+        choices = tuple(d["choices"]) if d.get("choices") is not None else None
+        return cls(task=d["task"], item=item, messages=d["messages"], variant=d.get("variant", ""),
+                   choices=choices, params=d.get("params") or {})
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a model endpoint receives. `meta` identifies the sample (replay files key on it) and is
+    not part of the cache key, so the same prompt for two tasks is still two entries (task is hashed)."""
+
+    messages: list[dict[str, str]]
+    params: dict[str, Any]
+    task: str = ""
+    item_id: str = ""
+    variant: str = ""
+    purpose: str = "generate"  # or "judge"
+    choices: tuple[str, ...] | None = None
+
+    def cache_key(self, endpoint: str) -> str:
+        payload = {"endpoint": endpoint, "messages": self.messages, "params": self.params,
+                   "task": self.task, "item_id": self.item_id, "variant": self.variant,
+                   "purpose": self.purpose}
+        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+# Kinds of failure. Retryable ones are retried with back-off; the rest are final for this run and
+# counted in results (never turned into a score).
+RETRYABLE = {"rate_limit", "server_error", "timeout", "connection", "malformed"}
+ERROR_KINDS = RETRYABLE | {"bad_request", "auth", "content_filter", "empty_response", "not_recorded",
+                           "not_found", "other"}
+
+
+class ModelError(Exception):
+    def __init__(self, kind: str, message: str, *, retry_after: float | None = None,
+                 status: int | None = None):
+        super().__init__(message)
+        self.kind = kind if kind in ERROR_KINDS else "other"
+        self.message = message
+        self.retry_after = retry_after
+        self.status = status
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
+
+
+@dataclass
+class Response:
+    text: str | None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    attempts: int = 1
+    error_kind: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+
+@dataclass
+class Score:
+    """Per-sample outcome: named numbers, plus a reason for every number that could not be derived.
+
+    A value absent from `values` and present in `unscored` is excluded from its metric and shown."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    unscored: dict[str, str] = field(default_factory=dict)
+    parsed: Any = None  # what was extracted from the reply (a letter, a rating), for the drill-down
+    notes: list[str] = field(default_factory=list)

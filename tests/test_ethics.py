@@ -1,0 +1,94 @@
+"""Ethics task on the real EthicMH file: loader repair, choice accuracy and APA judge means by hand."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_quiet, run_spec, write_replay
+from trustmh.data.loaders import read_ethicmh_text
+from trustmh.tasks.ethics import upstream_choice, upstream_judge_json
+from trustmh.judges.parsing import extract_letter
+
+
+def gold(upstream):
+    text = read_ethicmh_text(upstream / "trustmh/ethics/EthicMH.csv")
+    return {r["index"]: r["expected_reasoning"].strip() for r in csv.DictReader(io.StringIO(text))}
+
+
+def test_ethicmh_repair_leaves_no_mojibake(upstream):
+    text = read_ethicmh_text(upstream / "trustmh/ethics/EthicMH.csv")
+    assert "鈥" not in text and "\ufffd" not in text
+    assert "patient’s consent" in text
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == 125
+    counts = {k: sum(1 for r in rows if r["expected_reasoning"].strip() == k) for k in "ABCD"}
+    assert counts == {"A": 53, "B": 46, "C": 26, "D": 0}
+    # the upstream mode decodes like the paper did (gb18030), mojibake included
+    assert "閳" in read_ethicmh_text(upstream / "trustmh/ethics/EthicMH.csv", upstream=True)
+
+
+@pytest.mark.parametrize("reply, strict, up", [
+    ('```json\n{"choice": "C", "reasoning": "..."}\n```', "C", "C"),
+    ('{"choice": "b", "reasoning": "x"}', "B", "B"),
+    ("Answer: D", "D", "D"),
+    ("I think a balanced approach is best.", None, "A"),  # upstream's lone-letter fall-back takes 'a'
+    ('```json\n{"choice": "Option B", "reasoning": "x"}\n```', "B", "B"),
+    ("(C) because autonomy matters", "C", "C"),
+])
+def test_choice_extraction(reply, strict, up):
+    assert extract_letter(reply, "ABCD") == strict
+    assert upstream_choice(reply) == up
+
+
+def test_upstream_judge_json_variants():
+    assert upstream_judge_json('```json\n{"sc1": 4}\n```')["sc1"] == 4
+    assert upstream_judge_json('{"sc1": 2}') == {"sc1": 2}
+    assert upstream_judge_json("3") == {"overall": 3.0}
+    assert upstream_judge_json("no json") is None
+
+
+def test_accuracy_and_judge_means_by_hand(upstream, tmp_path):
+    g = gold(upstream)
+    ids = sorted(g, key=int)
+    rng = np.random.default_rng(7)
+    choices = {i: (g[i] if rng.random() < 0.6 else "D") for i in ids}
+    gen = [{"task": "ethics.reasoning", "item_id": i,
+            "response": f'```json\n{{"choice": "{choices[i]}", "reasoning": "because"}}\n```'} for i in ids]
+    gen[0]["response"] = "I would rather not pick."  # strict: unscored; compat: wrong (no letter... 'a' absent?)
+    judge_scores = {i: rng.integers(1, 6, size=5).tolist() for i in ids}
+    judge_scores[ids[1]][2] = 7  # out of range: dropped for sc3 only
+    judge = [{"task": "ethics.reasoning", "item_id": i,
+              "response": json.dumps({f"sc{k + 1}": v for k, v in enumerate(judge_scores[i])})} for i in ids]
+    gp, jp = write_replay(tmp_path / "g.jsonl", gen), write_replay(tmp_path / "j.jsonl", judge)
+    spec = run_spec(models=[f"replay/{gp}"], judge=f"replay/{jp}", tasks="ethics", suite="data",
+                    data_dir=str(upstream))
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models[spec.models[0]].tasks["ethics.reasoning"]
+    scored = ids[1:]
+    assert t.n == 124 and t.n_unscored == 1
+    assert t.value == pytest.approx(sum(choices[i] == g[i] for i in scored) / 124)
+    for k in range(5):
+        vals = [judge_scores[i][k] for i in ids if 1 <= judge_scores[i][k] <= 5]
+        assert t.metrics[f"sc{k + 1}"].value == pytest.approx(np.mean(vals))
+        assert t.metrics[f"sc{k + 1}"].n == len(vals)
+    assert t.unscored_by_value["sc3"] == {"judge value for 'sc3' out of range 1-5": 1}
+    # compat: the unparsable first reply counts in the denominator (as a wrong answer)
+    _, resc, _ = run_quiet(run_spec(upstream_compat=True, **{k: v for k, v in spec.__dict__.items()
+                                                              if k not in ("upstream_compat", "n_boot")}),
+                           tmp_path / "compat")
+    tc = resc.models[spec.models[0]].tasks["ethics.reasoning"]
+    first = upstream_choice(gen[0]["response"])
+    assert tc.n == 125
+    assert tc.value == pytest.approx((sum(choices[i] == g[i] for i in scored) + (first == g[ids[0]])) / 125)
+
+
+def test_rules_judge_leaves_apa_scores_unscored(upstream, tmp_path):
+    spec = run_spec(models=["baseline/random"], tasks="ethics", suite="data", data_dir=str(upstream), limit=10)
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models["baseline/random"].tasks["ethics.reasoning"]
+    assert t.n == 10
+    assert t.metrics["sc1"].value is None
+    assert set(t.unscored_by_value["sc1"].values()) == {10}
