@@ -1,7 +1,13 @@
-"""Task registry. Importing this package registers every task (one module per pillar)."""
+"""Task registry. Importing this package imports every pillar module in it, which registers its tasks."""
+
+import importlib
+import pkgutil
 
 from .base import PILLARS, TASKS, DataSource, Judged, MetricSpec, RunContext, Task, register, resolve_tasks
-from . import ethics, privacy  # noqa: F401  (registration side effect)
+
+for _mod in pkgutil.iter_modules(__path__):
+    if _mod.name != "base" and not _mod.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_mod.name}")
 
 __all__ = ["PILLARS", "TASKS", "DataSource", "Judged", "MetricSpec", "RunContext", "Task", "register",
            "resolve_tasks"]

@@ -10,7 +10,7 @@ import difflib
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import jinja2
 
@@ -104,6 +104,11 @@ class Task:
         if ctx.upstream_compat:
             params.update(self.upstream_gen_params)
         return [Sample(self.id, item, self.prompt(item, ctx), choices=self.choices(item), params=params)]
+
+    def perturb(self, item: Item, edit: "Callable[[str], str]") -> Item:
+        """A copy of `item` with `edit` applied to the person's own words only (never to instructions,
+        options or labels). Tasks that robustness or fairness variants build on implement it."""
+        raise NotImplementedError(f"{self.id} does not support text variants")
 
     # --- judging and scoring ----------------------------------------------------------------------
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
