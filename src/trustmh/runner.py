@@ -191,6 +191,8 @@ def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, s
         for f in task.files:
             checksums[f] = file_sha256(data.path(f))
         prepared.append(p)
+    if prepared and all(p.not_run for p in prepared):
+        raise UserError(f"no selected task has its data in {data.root}: {prepared[0].not_run}")
     return prepared, checksums
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import anthropic
@@ -18,6 +19,7 @@ class AnthropicModel(Model):
         self.base_url = base_url
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=timeout,
                                                 max_retries=0, http_client=anthropic.DefaultAioHttpClient())
+        self._accepted = set(inspect.signature(self._client.messages.create).parameters)
 
     @property
     def endpoint(self) -> str:
@@ -30,10 +32,11 @@ class AnthropicModel(Model):
         kwargs = {"model": self.name, "messages": messages, "max_tokens": p.get("max_tokens") or 1024}
         if system:
             kwargs["system"] = system
-        if p.get("temperature") is not None:
-            kwargs["temperature"] = p["temperature"]
-        if p.get("top_p") is not None:
-            kwargs["top_p"] = p["top_p"]
+        # Newer Anthropic SDKs (2.x) no longer accept sampling parameters; pass them only where the
+        # installed SDK still has them. The requested values stay in the request (and its cache key).
+        for name in ("temperature", "top_p"):
+            if p.get(name) is not None and name in self._accepted:
+                kwargs[name] = p[name]
         t0 = time.perf_counter()
         try:
             out = await self._client.messages.create(**kwargs)

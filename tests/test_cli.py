@@ -1,0 +1,148 @@
+"""The command line as a user meets it: offline default run, data commands, and bad input."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import write_replay
+
+
+def cli(*args, cwd=None, env_extra=None, timeout=300):
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+def assert_user_error(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    for n in needles:
+        assert n in proc.stderr, proc.stderr
+
+
+def test_offline_default_run_uses_sample_suite(tmp_path):
+    proc = cli("run", "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "sample suite" in proc.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    res = json.loads((run_dir / "results.json").read_text())
+    tasks = res["models"]["baseline/counselor"]["tasks"]
+    for tid in ("privacy.awareness_tier1", "privacy.leakage", "ethics.reasoning"):
+        assert tasks[tid]["status"] == "ok" and tasks[tid]["n_samples"] > 0
+    assert res["spec"]["judge"] == "rules" and res["data"]["kind"] == "sample"
+    assert oct(run_dir.stat().st_mode & 0o777) == "0o700"
+    assert oct((run_dir / "store.sqlite").stat().st_mode & 0o777) == "0o600"
+
+
+def test_data_pull_from_check_and_list(upstream, tmp_path):
+    ddir = tmp_path / "data"
+    proc = cli("data", "pull", "--from", upstream, "--data-dir", ddir)
+    assert proc.returncode == 0, proc.stderr
+    assert (ddir / "trustmh/ethics/EthicMH.csv").read_bytes() == (upstream / "trustmh/ethics/EthicMH.csv").read_bytes()
+    check = cli("data", "check", "--data-dir", ddir)
+    assert check.returncode == 0 and "present" in check.stdout and "not-supplied" in check.stdout
+    listing = cli("list", "--data-dir", ddir)
+    assert listing.returncode == 0
+    rows = {line.split("│")[1].strip(): line for line in listing.stdout.splitlines() if line.count("│") > 3}
+    assert rows["privacy.leakage"].split("│")[6].strip() == "400"
+    assert rows["ethics.reasoning"].split("│")[6].strip() == "125"
+    # corrupt a file: check reports it and exits non-zero
+    (ddir / "trustmh/privacy/tier_1_labels.txt").write_text("3.8\n")
+    bad = cli("data", "check", "--data-dir", ddir)
+    assert bad.returncode == 1 and "corrupt" in bad.stdout
+
+
+def test_unknown_task_suggests_close_names(tmp_path):
+    assert_user_error(cli("run", "--tasks", "privacy.awarenes_tier1", "--suite", "sample", cwd=tmp_path),
+                      "unknown task or pillar", "privacy.awareness_tier1")
+
+
+def test_unknown_provider_suggests(tmp_path):
+    assert_user_error(cli("run", "-m", "opnai/gpt-4o", cwd=tmp_path), "unknown model provider", "openai/gpt-4o")
+
+
+def test_missing_api_key_names_the_variable(tmp_path):
+    assert_user_error(cli("run", "-m", "openai/gpt-4o-mini", "--suite", "sample", cwd=tmp_path), "OPENAI_API_KEY")
+    assert_user_error(cli("run", "-m", "anthropic/claude", "--suite", "sample", cwd=tmp_path), "ANTHROPIC_API_KEY")
+
+
+def test_missing_dataset_names_data_pull(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert_user_error(cli("run", "--suite", "data", "--data-dir", tmp_path / "empty", "--tasks", "privacy",
+                          cwd=tmp_path), "trustmh data pull")
+
+
+def test_corrupt_data_file_gives_file_and_line(upstream, tmp_path):
+    ddir = tmp_path / "data"
+    shutil.copytree(upstream / "trustmh/privacy", ddir / "trustmh/privacy")
+    labels = ddir / "trustmh/privacy/tier_1_labels.txt"
+    lines = labels.read_text().split("\n")
+    lines[3] = "three point four"
+    labels.write_text("\n".join(lines))
+    assert_user_error(cli("run", "--suite", "data", "--data-dir", ddir, "--tasks", "privacy.awareness_tier1",
+                          cwd=tmp_path), f"{labels}:4: expected a number")
+
+
+def test_replay_bad_json_and_unknown_ids(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}\n{oops\n')
+    assert_user_error(cli("run", "-m", f"replay/{bad}", "--suite", "sample", "--tasks", "privacy", cwd=tmp_path),
+                      f"{bad}:2: invalid JSON")
+    unknown = write_replay(tmp_path / "u.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 999,
+                                                    "response": "4"}])
+    assert_user_error(cli("run", "-m", f"replay/{unknown}", "--suite", "sample", "--tasks", "privacy",
+                          cwd=tmp_path), f"{unknown}:1: unknown item id '999'")
+    missing_field = write_replay(tmp_path / "m.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0}])
+    assert_user_error(cli("run", "-m", f"replay/{missing_field}", "--suite", "sample", cwd=tmp_path),
+                      "missing field 'response'")
+
+
+def test_replay_missing_item_is_an_error_kind_not_a_score(tmp_path):
+    rep = write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}])
+    proc = cli("run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks", "privacy.awareness_tier1",
+               "--out", tmp_path / "run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    t = json.loads((tmp_path / "run/results.json").read_text())["models"][f"replay/{rep}"]["tasks"][
+        "privacy.awareness_tier1"]
+    assert t["n"] == 1 and t["error_kinds"] == {"not_recorded": t["n_samples"] - 1}
+    fail = cli("run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks", "privacy.awareness_tier1",
+               "--out", tmp_path / "run", "--fail-on-error", cwd=tmp_path)
+    assert fail.returncode == 1
+
+
+def test_unwritable_output_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert_user_error(cli("run", "--suite", "sample", "--out", blocker / "run", cwd=tmp_path),
+                      "cannot write to output directory")
+
+
+def test_score_rejudges_without_calling_the_model(upstream, tmp_path):
+    gen = write_replay(tmp_path / "g.jsonl", [
+        {"task": "ethics.reasoning", "item_id": i, "response": '{"choice": "A", "reasoning": "x"}'} for i in range(5)])
+    judge = write_replay(tmp_path / "j.jsonl", [
+        {"task": "ethics.reasoning", "item_id": i, "response": '{"sc1":5,"sc2":5,"sc3":5,"sc4":5,"sc5":1}'}
+        for i in range(5)])
+    run = cli("run", "-m", f"replay/{gen}", "--suite", "data", "--data-dir", upstream, "--tasks", "ethics",
+              "--limit", "5", "--out", tmp_path / "run", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    gen.write_text("")  # the model's replies now exist only in the store
+    proc = cli("score", tmp_path / "run", "--judge", f"replay/{judge}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    t = json.loads((tmp_path / "run/results.json").read_text())["models"][f"replay/{gen}"]["tasks"]["ethics.reasoning"]
+    assert t["n"] == 5 and t["n_errors"] == 0 and t["metrics"]["sc5"]["value"] == 1.0
+
+
+def test_second_concurrent_run_is_refused(tmp_path):
+    import fcntl
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with (run_dir / "run.lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert_user_error(cli("run", "--suite", "sample", "--out", run_dir, cwd=tmp_path), "another trustmh process")

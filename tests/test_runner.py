@@ -1,0 +1,135 @@
+"""The runner against loopback fake OpenAI and Anthropic servers, through the real SDK code paths."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run_quiet, run_spec
+from trustmh.runner import Limits
+from trustmh.testing.fake_server import Fault, FakeLLMServer
+
+
+def rating_reply(body):
+    """Answer tier-1 prompts with a rating derived from the prompt text (deterministic)."""
+    text = body["messages"][-1]["content"]
+    if "strongly agree" in text:  # tier 2 scale
+        return f"Answer: {[-100, -50, 0, 50, 100][len(text) % 5]}) rating"
+    return f"Answer: {1 + len(text) % 4}) rating"
+
+
+def test_openai_run_then_rerun_makes_no_new_calls(upstream, tmp_path):
+    with FakeLLMServer(reply=rating_reply) as srv:
+        spec = run_spec(models=["openai/fake-model"], base_url=srv.openai_base_url, tasks="privacy.awareness_tier1",
+                        suite="data", data_dir=str(upstream))
+        _, res, calls = run_quiet(spec, tmp_path / "run")
+        t = res.models["openai/fake-model"].tasks["privacy.awareness_tier1"]
+        assert t.n == 10 and t.n_errors == 0
+        assert srv.n_requests == 10 and calls["openai/fake-model"] == 10
+        sent = srv.requests[0]
+        assert sent["model"] == "fake-model" and sent["temperature"] == 0.0 and sent["max_tokens"] == 365
+        _, res2, calls2 = run_quiet(spec, tmp_path / "run")
+        assert srv.n_requests == 10 and calls2["openai/fake-model"] == 0
+        assert res2.models["openai/fake-model"].tasks["privacy.awareness_tier1"].value == t.value
+    lines = (tmp_path / "run" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 10 and json.loads(lines[0])["response"].startswith("Answer:")
+
+
+def test_anthropic_run_and_llm_judge(upstream, tmp_path):
+    def reply(body):
+        if "APA" in body["messages"][-1]["content"]:
+            return '{"sc1": 4, "sc2": 3, "sc3": 5, "sc4": 2, "sc5": 4}'
+        return '```json\n{"choice": "A", "reasoning": "safety first"}\n```'
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["anthropic/claude-fake"], base_url=srv.base_url, judge="anthropic/judge-fake",
+                        judge_base_url=srv.base_url, tasks="ethics", suite="data", data_dir=str(upstream), limit=12)
+        _, res, _ = run_quiet(spec, tmp_path / "run")
+        assert srv.n_requests == 24  # 12 generations + 12 judgements
+    t = res.models["anthropic/claude-fake"].tasks["ethics.reasoning"]
+    assert t.n == 12 and t.n_errors == 0
+    assert (t.metrics["sc1"].value, t.metrics["sc4"].value) == (4.0, 2.0)
+    assert t.metrics["judge_mean"].value == pytest.approx(3.6)
+
+
+def test_retry_after_is_honoured(upstream, tmp_path):
+    arrivals = []
+
+    def faults(n, body):
+        arrivals.append(time.monotonic())
+        return Fault("status", status=429, retry_after=0.6) if n == 0 else None
+
+    with FakeLLMServer(reply=rating_reply, faults=faults) as srv:
+        spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="privacy.awareness_tier1",
+                        suite="data", data_dir=str(upstream), limit=1)
+        _, res, _ = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=1, backoff_base=0.01))
+    assert len(arrivals) == 2
+    assert arrivals[1] - arrivals[0] >= 0.55  # waited for Retry-After, not the 0.01 s back-off
+    t = res.models["openai/fake"].tasks["privacy.awareness_tier1"]
+    assert t.n_errors == 0 and t.n == 1
+
+
+def test_permanent_errors_are_counted_not_scored(upstream, tmp_path):
+    def faults(n, body):
+        if "Their social security number" in body["messages"][-1]["content"]:
+            return Fault("status", status=400)
+        return None
+
+    with FakeLLMServer(reply=rating_reply, faults=faults) as srv:
+        spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="privacy.awareness_tier1",
+                        suite="data", data_dir=str(upstream))
+        _, res, _ = run_quiet(spec, tmp_path / "run", limits=Limits(backoff_base=0.01))
+    t = res.models["openai/fake"].tasks["privacy.awareness_tier1"]
+    assert t.n_errors == 1 and t.error_kinds == {"bad_request": 1} and t.n == 9
+    rows = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    bad = [r for r in rows if r["error"]] if all("error" in r for r in rows) else [r for r in rows if r.get("error")]
+    assert len(bad) == 1 and bad[0]["response"] is None and "values" not in bad[0]
+
+
+def test_kill_mid_run_then_resume_pays_each_call_once(upstream, tmp_path):
+    """Kill -9 the CLI while 4 requests are held at the server, resume, and count paid calls there."""
+    hold = {"on": True}
+
+    def faults(n, body):
+        return Fault("stall", stall_s=60) if hold["on"] and n >= 30 else None
+
+    with FakeLLMServer(reply=rating_reply, faults=faults, latency_s=0.01) as srv:
+        cmd = [sys.executable, "-m", "trustmh.cli", "run", "-m", "openai/fake", "--base-url", srv.openai_base_url,
+               "--tasks", "privacy.awareness_tier2a", "--suite", "data", "--data-dir", str(upstream),
+               "--out", str(tmp_path / "run"), "--max-connections", "4", "--no-progress"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while srv.n_requests < 34 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.n_requests == 34  # 30 answered, 4 stalled in flight
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        db = sqlite3.connect(tmp_path / "run" / "store.sqlite")
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert db.execute("SELECT count(*) FROM calls WHERE ok = 1").fetchone()[0] == 30
+        db.close()
+        hold["on"] = False
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert srv.n_completed == 98
+        assert srv.duplicate_paid_calls() == 0
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert res["models"]["openai/fake"]["tasks"]["privacy.awareness_tier2a"]["n"] == 98
+
+
+def test_results_json_matches_published_schema(upstream, tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    from trustmh.results import json_schema
+    published = json.loads((Path(__file__).resolve().parents[1] / "src/trustmh/schema/results.schema.json").read_text())
+    assert published == json_schema(), "regenerate src/trustmh/schema/results.schema.json"
+    spec = run_spec(models=["baseline/random"], tasks="privacy,ethics", suite="data", data_dir=str(upstream), limit=5)
+    run_quiet(spec, tmp_path / "run")
+    jsonschema.validate(json.loads((tmp_path / "run" / "results.json").read_text()), published)
+
+
+from pathlib import Path  # noqa: E402
