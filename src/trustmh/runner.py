@@ -28,7 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .errors import UserError
 from .metrics import Table, bootstrap, count, trust_score
-from .models import Model, make_model
+from .models import Model, ModelRef, make_model
 from .models.replay import ReplayModel
 from .results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
 from .store import Store
@@ -295,7 +295,7 @@ class SampleRecord:
     judge_response: Response | None
 
 
-def iter_records(spec: RunSpec, ctx: RunContext, p: Prepared, model: Model, judge: Model | None,
+def iter_records(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, judge: ModelRef | None,
                  store: Store) -> Iterator[SampleRecord]:
     for sample in p.samples:
         resp = store.get_call(generation_request(sample, spec).cache_key(model.endpoint))
@@ -316,7 +316,7 @@ def iter_records(spec: RunSpec, ctx: RunContext, p: Prepared, model: Model, judg
         yield SampleRecord(sample, resp, judged, jresp)
 
 
-def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: Model, judge: Model | None, store: Store,
+def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, judge: ModelRef | None, store: Store,
                out) -> TaskResult:
     task = p.task
     base = dict(task=task.id, pillar=task.pillar, metric=task.metric.name,
@@ -397,13 +397,12 @@ def versions() -> dict[str, str]:
 def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
              checksums: dict[str, str], limits: Limits) -> RunResults:
     """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
-    judge = None if spec.judge == "rules" else make_model(spec.judge, base_url=spec.judge_base_url, seed=spec.seed,
-                                                          timeout=limits.timeout, purpose="judge")
+    judge = None if spec.judge == "rules" else ModelRef(spec.judge, spec.judge_base_url)
     models: dict[str, ModelResults] = {}
     tmp = run_dir / "samples.jsonl.tmp"
     with tmp.open("w", encoding="utf-8") as out:
         for model_spec in spec.models:
-            model = make_model(model_spec, base_url=spec.base_url, seed=spec.seed, timeout=limits.timeout)
+            model = ModelRef(model_spec, spec.base_url)
             tasks = {p.task.id: score_task(spec, ctx, p, model, judge, store, out) for p in prepared}
             pillars = pillar_scores(tasks)
             ps = [p.trust_score for p in pillars.values() if p.trust_score is not None]

@@ -26,6 +26,20 @@ def split_spec(spec: str) -> tuple[str, str]:
     return provider, name
 
 
+def endpoint_id(spec: str, base_url: str | None) -> str:
+    """The identity of an endpoint in cache keys: the same model name on two servers is two models."""
+    provider = spec.partition("/")[0]
+    return f"{spec}@{base_url}" if base_url and provider in ("openai", "anthropic") else spec
+
+
+class ModelRef:
+    """Spec and endpoint id of a model, without building a client (for scoring from the store)."""
+
+    def __init__(self, spec: str, base_url: str | None = None):
+        self.spec = spec
+        self.endpoint = endpoint_id(spec, base_url)
+
+
 def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0, seed: int = 0,
                purpose: str = "model") -> Model:
     """Build the backend for a spec. API keys come from the environment only."""
@@ -54,4 +68,4 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
     raise AssertionError(provider)
 
 
-__all__ = ["Model", "make_model", "split_spec", "PROVIDERS"]
+__all__ = ["Model", "ModelRef", "endpoint_id", "make_model", "split_spec", "PROVIDERS"]

@@ -9,6 +9,7 @@ import anthropic
 
 from ..types import ModelError, Request, Response
 from ._errors import from_sdk_error
+from . import endpoint_id
 from .base import Model
 
 
@@ -23,7 +24,7 @@ class AnthropicModel(Model):
 
     @property
     def endpoint(self) -> str:
-        return f"{self.spec}@{self.base_url}" if self.base_url else self.spec
+        return endpoint_id(self.spec, self.base_url)
 
     async def generate(self, request: Request) -> Response:
         p = request.params

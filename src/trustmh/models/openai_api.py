@@ -11,6 +11,7 @@ import openai
 
 from ..types import ModelError, Request, Response
 from ._errors import from_sdk_error
+from . import endpoint_id
 from .base import Model
 
 OFFICIAL = "https://api.openai.com/v1"
@@ -31,8 +32,7 @@ class OpenAIModel(Model):
 
     @property
     def endpoint(self) -> str:
-        # The same model name on two servers is two different models.
-        return f"{self.spec}@{self.base_url}" if self.base_url else self.spec
+        return endpoint_id(self.spec, self.base_url)
 
     async def generate(self, request: Request) -> Response:
         p = request.params
