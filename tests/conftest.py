@@ -37,3 +37,51 @@ def run_spec(**kw):
 def run_quiet(spec, out: Path, **kw):
     from trustmh.runner import run
     return run(spec, out, progress=False, **kw)
+
+
+# --- reliability campaign helpers (docs/reliability.md) ---------------------------------------------
+
+@pytest.fixture
+def figures(request, record_property):
+    """Figures a reliability test measured. Tests fill it only after their assertions pass; the figures
+    go into the JUnit XML and, with TRUSTMH_FIGURES=path, one JSON line per test into that file."""
+    figs: dict = {}
+    yield figs
+    for k, v in figs.items():
+        record_property(k, v)
+    path = os.environ.get("TRUSTMH_FIGURES")
+    if path and figs:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"test": request.node.nodeid, **figs}, sort_keys=True, default=str) + "\n")
+
+
+def make_synthetic_data(root: Path, n_tier1: int, n_ethics: int) -> Path:
+    """A data dir with `n_tier1` privacy tier-1 prompts and `n_ethics` EthicMH dilemmas, each carrying an
+    id (item-N, case-N) that `synthetic_reply` answers from, so any run of it is reproducible."""
+    priv = root / "trustmh/privacy"
+    priv.mkdir(parents=True)
+    (priv / "tier_1.txt").write_text("".join(f"Information about item-{i}: how sensitive is it?\n"
+                                             for i in range(n_tier1)))
+    (priv / "tier_1_labels.txt").write_text("".join(f"{1 + i % 4 + (i * 7 % 13) / 26:.2f}\n" for i in range(n_tier1)))
+    eth = root / "trustmh/ethics"
+    eth.mkdir(parents=True)
+    rows = ["index,subcategory,scenario,options,reasoning_task,expected_reasoning"]
+    for i in range(n_ethics):
+        rows.append(f'{i},Sub {i % 3},"A counsellor faces case-{i}.","A.one\nB.two\nC.three\nD.four",'
+                    f'Pick one.,{"ABCD"[i * 3 % 4]}')
+    (eth / "EthicMH.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def synthetic_reply(body: dict) -> str:
+    """Replies for `make_synthetic_data` prompts. The answer comes first, so a reply cut to half its words
+    (the fake server's finish_reason=length fault) still holds it."""
+    import re
+    text = body["messages"][-1]["content"]
+    n = int(re.search(r"(?:item|case)-(\d+)", text).group(1))
+    if "APA" in text:  # the ethics judge rubric
+        scores = {f"sc{k}": 1 + (n * k) % 5 for k in range(1, 6)}
+        return json.dumps(scores, separators=(",", ":")) + " rationale:" + " fine" * 6
+    if "case-" in text:
+        return f"Answer: {'ABCD'[n % 4]}." + " because" * 8
+    return f"Answer: {1 + n % 4})" + " because" * 8

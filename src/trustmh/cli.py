@@ -154,7 +154,15 @@ def run_cmd(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
     fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
+    perturbations: Optional[str] = typer.Option(
+        None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence, "
+                   "@low/@medium/@high or kind@intensity; default all 30)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    refusal_classifier: Optional[str] = typer.Option(
+        None, help="Decide refusals (safety.jailbreak, safety.over_refusal) with a local Hugging Face "
+                   "classifier: hf/<path>, or hf/<path>#refusal_label=<label> when the refusal class is not "
+                   "LABEL_0 (needs the hf extra)."),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
     from .models import split_spec
@@ -171,6 +179,19 @@ def run_cmd(
                    data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=base_url,
                    judge_base_url=judge_base_url, temperature=temperature, max_tokens=max_tokens,
                    upstream_compat=upstream_compat, n_boot=n_boot)
+    if lang not in ("en", "zh", "all"):
+        raise UserError(f"--lang must be en, zh or all, not '{lang}'")
+    if lang != "en":  # set only when not the default, so default runs keep their run id
+        spec.options["lang"] = lang
+    if perturbations:
+        from .tasks import RunContext
+        from .tasks.robustness import selected_perturbations
+        selected_perturbations(RunContext(options={"perturbations": perturbations}))  # bad names fail here
+        spec.options["perturbations"] = perturbations
+    if refusal_classifier:
+        from .judges.hf_classifier import parse_spec
+        parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
+        spec.options["refusal_classifier"] = refusal_classifier
     try:
         run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
                                        limits=_limits(max_connections, timeout, max_retries),
@@ -180,6 +201,7 @@ def run_cmd(
         raise typer.Exit(130)
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
+    _write_report(run_dir)
     n_err = sum(t.n_errors for mr in results.models.values() for t in mr.tasks.values())
     if n_err:
         err.print(f"[red]{n_err} samples failed with errors (not scored); rerun the same command to retry them[/]")
@@ -210,6 +232,149 @@ def score_cmd(
                         progress=progress and sys.stderr.isatty(), generate=False)
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
+    _write_report(run_dir)
+
+
+@app.command("validate-judge")
+def validate_judge_cmd(
+    judge: str = typer.Option("rules", help="Judge to validate: a model spec, or rules (offline heuristic baseline)."),
+    judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
+    seed: int = typer.Option(0, help="Seed for the judge and the bootstrap."),
+    n_boot: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for confidence intervals."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: runs/validate-judge-<id>)."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Where output directories are created."),
+    max_connections: int = typer.Option(32, help="Concurrent judge requests."),
+    timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
+    max_retries: int = typer.Option(6, help="Retries for the judge."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Agreement of the crisis-escalation judge with the two human raters (H1, H2), and H1 vs H2."""
+    from .judges.validate import ValidateSpec, report_table, validate_judge
+    from .models import split_spec
+    if judge != "rules":
+        split_spec(judge)
+    ddir = _data_dir(data_dir)
+    chosen = _choose_suite(suite, ddir)
+    spec = ValidateSpec(judge=judge, judge_base_url=judge_base_url, suite=chosen,
+                        data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot)
+    run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir,
+                                      limits=_limits(max_connections, timeout, max_retries),
+                                      progress=progress and sys.stderr.isatty())
+    out.print(report_table(results))
+    out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
+
+
+# --- report, compare, gate -----------------------------------------------------------------------
+
+def _write_report(run_dir: Path) -> None:
+    """report.html next to results.json. The results are already on disk, so a failure here is shown and
+    the command goes on: it never costs a run its results."""
+    from rich.markup import escape
+    try:
+        from .report import write_report
+        # Ties by overlapping intervals here: a paired bootstrap re-runs every task's aggregation and could
+        # add minutes to a run; `trustmh report RUN` redoes the page with the paired test.
+        path = write_report([run_dir], run_dir / "report.html", paired=False)
+    except Exception as e:  # noqa: BLE001 - any report bug must not fail a finished run
+        err.print(f"[yellow]report.html not written ({escape(type(e).__name__)}: {escape(str(e))}); results are "
+                  f"intact; retry with `trustmh report {escape(str(run_dir))}`[/]")
+        return
+    out.print(f"report:  {path}")
+
+
+@app.command("report")
+def report_cmd(
+    runs: list[Path] = typer.Argument(..., help="Run directories (or their results.json); several are merged."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="HTML file (default: RUN/report.html for one run, else report.html)."),
+    samples: bool = typer.Option(True, help="Include the per-sample drill-down."),
+    max_samples: int = typer.Option(50_000, help="Most samples embedded (the lowest-scoring of each model and task)."),
+    page_size: int = typer.Option(50, help="Samples per page in the drill-down (0: all on one page)."),
+    paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
+                                           "share a run (otherwise by overlapping 95% intervals)."),
+) -> None:
+    """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
+    from .compare import load_run
+    from .report import write_report
+    loaded = [load_run(r) for r in runs]
+    target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
+    path = write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
+                        paired=paired)
+    out.print(f"report: {path}")
+
+
+@app.command("compare")
+def compare_cmd(
+    runs: list[Path] = typer.Argument(..., help="Runs; every model is compared with the first model of the first run."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json, markdown or csv."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the HTML report of these runs with the comparison."),
+    all_metrics: bool = typer.Option(False, help="Compare every sub-metric too, not only primary metrics."),
+    n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples."),
+    seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
+    alpha: float = typer.Option(0.05, help="Significance level for the verdict column."),
+) -> None:
+    """Differences between models per task, pillar and overall: paired bootstrap CI over shared items, p-value."""
+    from .compare import compare_runs, load_run, rich_tables, to_csv, to_json, to_markdown
+    if fmt not in ("table", "json", "markdown", "csv"):
+        raise UserError(f"--format must be table, json, markdown or csv, not '{fmt}'")
+    if not 0 < alpha < 1:
+        raise UserError("--alpha must be between 0 and 1")
+    if n_boot < 100:
+        raise UserError("--bootstrap must be at least 100")
+    loaded = [load_run(r) for r in runs]
+    comparisons = compare_runs(loaded, n_boot=n_boot, seed=seed, all_metrics=all_metrics)
+    if fmt == "table":
+        for c, table in rich_tables(comparisons, alpha):
+            for w in c.warnings:
+                err.print(f"warning: {w}", markup=False, highlight=False)
+            out.print(table)
+    else:
+        text = {"json": to_json, "markdown": to_markdown, "csv": to_csv}[fmt](comparisons, alpha)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    if html:
+        from .report import write_report
+        write_report(loaded, html, comparisons=comparisons)
+        err.print(f"report: {html}", markup=False, highlight=False)
+
+
+@app.command("gate")
+def gate_cmd(
+    run_dir: Path = typer.Argument(..., help="The run to check (directory or results.json)."),
+    min_: list[str] = typer.Option([], "--min", help="NAME=VALUE lower bound; repeatable. NAME: task id, "
+                                                      "task:metric, pillar:<name> or overall."),
+    max_: list[str] = typer.Option([], "--max", help="NAME=VALUE upper bound; repeatable."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML file with [min] and [max] tables "
+                                                                        "(and optional baseline, alpha)."),
+    baseline: Optional[Path] = typer.Option(None, help="Also fail on any significant regression against this run."),
+    alpha: Optional[float] = typer.Option(None, help="Significance level for --baseline (default 0.05)."),
+    n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples for --baseline."),
+    seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
+) -> None:
+    """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
+    from .compare import load_run
+    from .gate import GateConfig, check_baseline, check_thresholds, load_config, parse_threshold
+    cfg = load_config(config) if config else GateConfig([])
+    thresholds = cfg.thresholds + [parse_threshold(t, "min") for t in min_] + [parse_threshold(t, "max") for t in max_]
+    base_path = baseline or (Path(cfg.baseline) if cfg.baseline else None)
+    level = alpha if alpha is not None else (cfg.alpha if cfg.alpha is not None else 0.05)
+    if not 0 < level < 1:
+        raise UserError("--alpha must be between 0 and 1")
+    if not thresholds and base_path is None:
+        raise UserError("nothing to check: give --min/--max thresholds, --config or --baseline")
+    run = load_run(run_dir)
+    failures, n = check_thresholds(run, thresholds)
+    if base_path is not None:
+        more, warnings, m = check_baseline(run, load_run(base_path), alpha=level, n_boot=n_boot, seed=seed)
+        for w in warnings:
+            err.print(f"warning: {w}", markup=False, highlight=False)
+        failures, n = failures + more, n + m
+    for line in failures:
+        out.print(f"FAIL {line}", markup=False, highlight=False, soft_wrap=True)
+    if failures:
+        raise typer.Exit(1)
+    out.print(f"gate passed: {n} checks on {len(run.results.models)} model(s)", markup=False, highlight=False)
 
 
 def main() -> None:

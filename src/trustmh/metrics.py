@@ -95,3 +95,109 @@ def trust_score(value: float | None, lo: float, hi: float, higher_is_better: boo
         return None
     frac = (min(max(value, lo), hi) - lo) / (hi - lo)
     return round(100 * (frac if higher_is_better else 1 - frac), 2)
+
+
+# --- classification and agreement (reliability, crisis, judge validation) ----------------------------
+# Confusion counts and F1 are computed from integer codes with numpy because aggregate() runs inside the
+# bootstrap, where sklearn's per-call input validation (~1.5 ms) would dominate a run; the tests check
+# every value against sklearn.metrics on the same predictions.
+
+def confusion(gold: Any, pred: Any, labels: list[str] | tuple[str, ...]) -> np.ndarray:
+    """counts[i, j] = rows with gold labels[i] and prediction labels[j] (rows outside `labels` are ignored),
+    the layout of sklearn.metrics.confusion_matrix(gold, pred, labels=labels)."""
+    index = {lab: i for i, lab in enumerate(labels)}
+    k = len(labels)
+    g = np.array([index.get(x, -1) for x in gold], dtype=int)
+    p = np.array([index.get(x, -1) for x in pred], dtype=int)
+    ok = (g >= 0) & (p >= 0)
+    return np.bincount(g[ok] * k + p[ok], minlength=k * k).reshape(k, k)
+
+
+def f1_per_class(cm: np.ndarray) -> np.ndarray:
+    """F1 of each class of a confusion matrix: 2TP / (gold count + predicted count). NaN for a class that
+    is neither in the gold labels nor predicted (undefined, rather than sklearn's zero_division=0)."""
+    tp = np.diag(cm).astype(float)
+    denom = cm.sum(axis=0) + cm.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denom > 0, 2 * tp / denom, math.nan)
+
+
+def macro_f1(gold: Any, pred: Any, labels: list[str] | tuple[str, ...]) -> float:
+    """Unweighted mean F1 over the classes that occur in the gold labels or the predictions, which is
+    what sklearn's f1_score(average='macro') averages over when it is not given a label list."""
+    f1 = f1_per_class(confusion(gold, pred, labels))
+    return float(np.nanmean(f1)) if (~np.isnan(f1)).any() else math.nan
+
+
+def binary_f1(gold_pos: np.ndarray, pred_pos: np.ndarray) -> float:
+    """F1 of the positive class from two boolean arrays; NaN when there is no positive at all."""
+    gold_pos, pred_pos = np.asarray(gold_pos, bool), np.asarray(pred_pos, bool)
+    denom = gold_pos.sum() + pred_pos.sum()
+    return float(2 * (gold_pos & pred_pos).sum() / denom) if denom else math.nan
+
+
+def recall_of(gold: np.ndarray, pred: np.ndarray, label: str) -> float:
+    """Share of rows with gold `label` that were predicted as `label`; NaN when there are none."""
+    mask = gold == label
+    return float((pred[mask] == label).mean()) if mask.any() else math.nan
+
+
+def cluster_mean(values: np.ndarray, clusters: np.ndarray) -> float:
+    """Mean over clusters of each cluster's mean (e.g. per dialogue, then over dialogues), ignoring NaN."""
+    ok = ~np.isnan(values)
+    if not ok.any():
+        return math.nan
+    _, inv = np.unique(clusters[ok].astype(str), return_inverse=True)
+    return float(np.mean(np.bincount(inv, weights=values[ok]) / np.bincount(inv)))
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman rho (scipy) over rows where both are present; NaN when undefined (under 2 rows, a constant)."""
+    from scipy.stats import spearmanr
+    ok = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[ok], y[ok]
+    if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
+        return math.nan
+    return float(spearmanr(x, y).statistic)
+
+
+def weighted_kappa(a: np.ndarray, b: np.ndarray, labels: list[int] | tuple[int, ...],
+                   weights: str = "quadratic") -> float:
+    """Cohen's weighted kappa (sklearn) over rows where both ratings are present; NaN when undefined
+    (fewer than 2 rows, or chance agreement is total because both raters used one category)."""
+    from sklearn.metrics import cohen_kappa_score
+    ok = ~(np.isnan(a) | np.isnan(b))
+    a, b = a[ok], b[ok]
+    if a.size < 2:
+        return math.nan
+    import warnings
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore")  # the undefined case is reported as NaN below
+        k = cohen_kappa_score(a, b, labels=list(labels), weights=weights)
+    return float(k) if np.isfinite(k) else math.nan
+
+
+# --- paired comparisons across conditions (fairness) ----------------------------------------------
+
+def paired_permutation_test(values: np.ndarray, *, seed: int, n_perm: int = 10_000) -> float:
+    """p-value of "the condition makes no difference" for paired data.
+
+    `values[i, j]` is unit i (a dialogue) under condition j (an identity group); every cell is present.
+    Under the null hypothesis the condition labels within a unit are exchangeable, so each shuffle
+    permutes every row independently. The statistic is the spread of the condition means (their
+    population std; for two conditions that is half the absolute mean difference, i.e. a two-sided
+    paired test). p = (1 + shuffles at least as extreme) / (1 + n_perm), never 0. NaN for fewer than
+    2 units or 2 conditions."""
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 2 or values.shape[0] < 2 or values.shape[1] < 2 or np.isnan(values).any():
+        return math.nan
+    observed = values.mean(axis=0).std()
+    tolerance = 1e-9 * max(1.0, abs(observed))  # equal statistics must tie despite rounding
+    rng = np.random.default_rng(seed)
+    extreme, done = 0, 0
+    while done < n_perm:
+        chunk = min(1000, n_perm - done)
+        shuffled = rng.permuted(np.broadcast_to(values, (chunk, *values.shape)), axis=2)
+        extreme += int((shuffled.mean(axis=1).std(axis=1) >= observed - tolerance).sum())
+        done += chunk
+    return (1 + extreme) / (1 + n_perm)

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .errors import UserError
+from .limiter import AdaptiveLimiter
 from .metrics import Table, bootstrap, count, trust_score
 from .models import Model, ModelRef, make_model
 from .models.replay import ReplayModel
@@ -82,15 +83,59 @@ class AuthFailure(Exception):
     pass
 
 
-class Endpoint:
-    """One model endpoint: a bounded pool of in-flight requests, retries with back-off, the cache."""
+class CallWriter:
+    """Group commit for the store. The replies that arrive in one pass of the event loop are written in
+    one transaction (a commit per reply cost as much as the rest of the request path). Every reply is
+    still stored before anything else happens: its caller waits for the commit, and an endpoint commits
+    whatever is waiting before it sends a request, so a kill -9 loses no more than the calls in flight."""
 
-    def __init__(self, model: Model, store: Store, limits: Limits, *, purpose: str, offline_only: bool = False):
+    def __init__(self, store: Store):
+        self.store = store
+        self.rows: list[tuple] = []
+        self.done: asyncio.Future[None] | None = None
+
+    def add(self, key: str, endpoint: str, purpose: str, request: Request, resp: Response) -> asyncio.Future[None]:
+        if not self.rows:
+            loop = asyncio.get_running_loop()
+            self.done = loop.create_future()
+            loop.call_soon(self.flush)
+        self.rows.append((key, endpoint, purpose, (request.task, request.item_id, request.variant), resp))
+        return self.done
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        rows, done = self.rows, self.done
+        self.rows, self.done = [], None
+        try:
+            self.store.put_calls(rows)
+        except BaseException as e:  # noqa: BLE001 - handed to every caller waiting on this commit
+            done.set_exception(e)
+            done.exception()  # the waiters raise it; do not also log it as never retrieved
+        else:
+            done.set_result(None)
+
+
+class Endpoint:
+    """One model endpoint: an adaptive bound on requests in flight, retries with back-off, the cache."""
+
+    def __init__(self, model: Model, store: Store, limits: Limits, *, purpose: str, offline_only: bool = False,
+                 writer: CallWriter | None = None):
         self.model, self.store, self.limits, self.purpose = model, store, limits, purpose
-        self.sem = asyncio.Semaphore(limits.max_connections if model.remote else 1_000_000)
+        # Local models that answer at once (baselines, replay files) need no bound.
+        self.limiter = AdaptiveLimiter(limits.max_connections) if model.remote and not offline_only else None
+        self.writer = writer or CallWriter(store)
         # In `trustmh score`, the tested model is never called again: only stored replies count.
         self.offline_only = offline_only
         self.n_calls = 0
+        # Requests being answered now, by cache key: two samples can share one request (a robustness
+        # task's clean sample is its base task's own request), and the second waits instead of paying.
+        self.pending: dict[str, asyncio.Future[Response]] = {}
+
+    @property
+    def width(self) -> int:
+        """How many requests this endpoint can usefully have in flight."""
+        return self.limits.max_connections if self.limiter is not None else 1
 
     def key(self, request: Request) -> str:
         return request.cache_key(self.model.endpoint)
@@ -99,10 +144,56 @@ class Endpoint:
         if self.offline_only:
             stored = self.store.get_call(key)
             return stored or Response(None, error_kind="not_generated", error="no stored reply in this run")
-        async with self.sem:
+        shared = self.pending.get(key)
+        if shared is not None:
+            return await shared
+        # A plain future, not a task per call: the caller does the work itself (one scheduling hop less).
+        fut = self.pending[key] = asyncio.get_running_loop().create_future()
+        try:
+            resp = await self._call(request, key)
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except BaseException as e:
+            if not fut.done():
+                fut.set_exception(e)
+                fut.exception()  # raised here already; a sharer, if any, raises it too
+            raise
+        finally:
+            del self.pending[key]
+        if not fut.done():
+            fut.set_result(resp)
+        return resp
+
+    async def _call(self, request: Request, key: str) -> Response:
+        if self.limiter is None:
             resp = await self._with_retries(request)
-        self.store.put_call(key, self.model.endpoint, self.purpose,
-                            (request.task, request.item_id, request.variant), resp)
+            await self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
+            return resp
+        await self.limiter.acquire()  # held through retries, so the bound covers them too
+        try:
+            resp = await self._with_retries(request)
+            # Queued for commit before the slot is handed on, so the commit runs before the next request.
+            committed = self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
+        finally:
+            self.limiter.release()
+        await committed
+        return resp
+
+    async def _attempt(self, request: Request) -> Response:
+        """One request to the model, reported to the limiter."""
+        self.writer.flush()  # earlier replies are committed before a new request leaves
+        limiter = self.limiter
+        if limiter is None:
+            return await self.model.generate(request)
+        epoch = limiter.epoch
+        try:
+            resp = await self.model.generate(request)
+        except ModelError as e:
+            if e.kind == "rate_limit":
+                limiter.on_rate_limit(epoch, e.retry_after)
+            raise
+        limiter.on_success()
         return resp
 
     async def _with_retries(self, request: Request) -> Response:
@@ -111,7 +202,7 @@ class Endpoint:
             attempt += 1
             self.n_calls += 1
             try:
-                resp = await self.model.generate(request)
+                resp = await self._attempt(request)
                 resp.attempts = attempt
                 return resp
             except ModelError as e:
@@ -135,13 +226,14 @@ def generation_request(sample: Sample, spec: RunSpec) -> Request:
     if spec.max_tokens is not None:
         params["max_tokens"] = spec.max_tokens
     params["seed"] = spec.seed
-    return Request(sample.messages, params, sample.task, sample.item.id, sample.variant, "generate",
-                   sample.choices)
+    return Request(sample.messages, params, sample.request_task or sample.task, sample.item.id, sample.variant,
+                   "generate", sample.choices)
 
 
 def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec) -> Request:
     params = dict(JUDGE_PARAMS, seed=spec.seed)
-    return Request(messages, params, sample.task, sample.item.id, sample.variant, "judge", None)
+    return Request(messages, params, sample.request_task or sample.task, sample.item.id, sample.variant, "judge",
+                   None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -179,6 +271,10 @@ def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, s
         if missing:
             how = ("run `trustmh data pull` (or `trustmh data pull --from DIR`)" if data.kind == "data"
                    else "the sample suite lacks it")
+            from .data.manifest import DATASETS
+            gated = DATASETS.get(task.dataset)
+            if gated is not None and gated.gated:  # `data pull` cannot fetch it: say how the user gets it
+                how = gated.how_to_get
             p.not_run = f"{task.dataset} missing ({missing[0]}) — {how}"
             prepared.append(p)
             continue
@@ -239,42 +335,67 @@ async def _collect_model(spec, ctx, samples, gen_ep: Endpoint, judge_ep: Endpoin
     gen_reqs = [generation_request(s, spec) for _, s in samples]
     gen_keys = [gen_ep.key(r) for r in gen_reqs]
     # Cacheable models: one bulk lookup decides what is left to do, so a resumed run starts at once.
-    done = store.ok_keys(gen_keys) if (gen_ep.model.cacheable or gen_ep.offline_only) else set()
-    judge_keys_done: set[str] = set()
-    errors = collections.Counter()
+    cacheable = gen_ep.model.cacheable or gen_ep.offline_only
+    done = store.ok_keys(gen_keys) if cacheable else set()
+    # Counted here and shown by a ticker a few times a second: updating the bars per reply cost more
+    # than the rest of the request path.
+    n = {"gen": 0, "gen_errors": 0, "judge": 0, "judge_done": 0, "judge_errors": 0}
+
+    async def one(i: int) -> None:
+        task, sample = samples[i]
+        req, key = gen_reqs[i], gen_keys[i]
+        if key in done:
+            resp = store.get_call(key)
+        else:
+            resp = await gen_ep.call(req, key)
+            if resp.ok and cacheable:
+                done.add(key)  # a later sample with the same request reads it instead of paying again
+        n["gen"] += 1
+        if not resp.ok:
+            n["gen_errors"] += 1
+        if resp.ok and judge_ep is not None and task.uses_judge:
+            msgs = task.judge_messages(sample, resp.text, ctx)
+            if msgs is None:
+                return
+            jreq = judge_request(sample, msgs, spec)
+            jkey = judge_ep.key(jreq)
+            n["judge"] += 1
+            cached = store.get_call(jkey) if judge_ep.model.cacheable else None
+            if cached is None or not cached.ok:
+                jresp = await judge_ep.call(jreq, jkey)
+                if not jresp.ok:
+                    n["judge_errors"] += 1
+            n["judge_done"] += 1
+
+    # A fixed pool of workers pulling samples, not a task per sample: enough to keep both endpoints'
+    # bounds full (a worker holds its sample from generation through judgement), and memory that does
+    # not grow with the run.
+    todo = iter(range(len(samples)))
+
+    async def worker() -> None:
+        for i in todo:
+            await one(i)
+
+    width = gen_ep.width + (judge_ep.width if judge_ep is not None else 0)
     with _progress(progress) as bar:
         tid = bar.add_task(f"{label}", total=len(samples), errors=0, rate="")
         jid = bar.add_task("judge " + (spec.judge if judge_ep else "rules"), total=None, errors=0, rate="",
                            visible=judge_ep is not None)
         t_start = asyncio.get_running_loop().time()
 
-        async def one(i: int) -> None:
-            task, sample = samples[i]
-            req, key = gen_reqs[i], gen_keys[i]
-            if key in done:
-                resp = store.get_call(key)
-            else:
-                resp = await gen_ep.call(req, key)
-            if not resp.ok:
-                errors[resp.error_kind] += 1
+        def show() -> None:
             elapsed = asyncio.get_running_loop().time() - t_start
-            bar.update(tid, advance=1, errors=sum(errors.values()),
-                       rate=f"{bar.tasks[tid].completed / elapsed:.1f}/s" if elapsed > 0 else "")
-            if resp.ok and judge_ep is not None and task.uses_judge:
-                msgs = task.judge_messages(sample, resp.text, ctx)
-                if msgs is None:
-                    return
-                jreq = judge_request(sample, msgs, spec)
-                jkey = judge_ep.key(jreq)
-                bar.update(jid, total=(bar.tasks[jid].total or 0) + 1)
-                cached = store.get_call(jkey) if judge_ep.model.cacheable else None
-                if cached is None or not cached.ok:
-                    jresp = await judge_ep.call(jreq, jkey)
-                    if not jresp.ok:
-                        bar.update(jid, errors=bar.tasks[jid].fields["errors"] + 1)
-                bar.update(jid, advance=1)
+            bar.update(tid, completed=n["gen"], errors=n["gen_errors"],
+                       rate=f"{n['gen'] / elapsed:.1f}/s" if elapsed > 0 else "")
+            bar.update(jid, total=n["judge"], completed=n["judge_done"], errors=n["judge_errors"])
 
-        jobs = [asyncio.create_task(one(i)) for i in range(len(samples))]
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(0.2)
+                show()
+
+        jobs = [asyncio.create_task(worker()) for _ in range(max(1, min(len(samples), width)))]
+        tick = asyncio.create_task(ticker()) if progress else None
         try:
             await asyncio.gather(*jobs)
         except BaseException:
@@ -282,6 +403,10 @@ async def _collect_model(spec, ctx, samples, gen_ep: Endpoint, judge_ep: Endpoin
                 j.cancel()
             await asyncio.gather(*jobs, return_exceptions=True)
             raise
+        finally:
+            if tick is not None:
+                tick.cancel()
+            show()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -341,7 +466,8 @@ def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, jud
             sc = task.score(s, resp.text, rec.judged, ctx)
             rows.append(sc.values)
             clusters.append(task.cluster(s))
-            for k, v in task.labels(s, sc).items():
+            sample_labels = task.labels(s, sc)
+            for k, v in sample_labels.items():
                 labels[k].append(v)
             for name, reason in sc.unscored.items():
                 unscored_by_value[name][reason] += 1
@@ -351,7 +477,9 @@ def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, jud
                         tokens={"prompt": resp.prompt_tokens, "completion": resp.completion_tokens},
                         attempts=resp.attempts,
                         judge={"text": rec.judged.text, "reason": rec.judged.reason} if rec.judged else None,
-                        parsed=sc.parsed, values=sc.values, unscored=sc.unscored, notes=sc.notes)
+                        parsed=sc.parsed, values=sc.values, unscored=sc.unscored, notes=sc.notes,
+                        # cluster and labels let `trustmh compare` rebuild the task's Table per item
+                        cluster=clusters[-1], labels=sample_labels)
         out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
     table = Table.from_rows(rows, clusters, dict(labels))
     values = task.aggregate(table, ctx) if len(table) else {}

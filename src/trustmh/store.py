@@ -105,5 +105,16 @@ class Store:
              resp.finish_reason, resp.error_kind, resp.error, resp.prompt_tokens, resp.completion_tokens,
              resp.latency_s, resp.attempts, time.time()))
 
+    def put_calls(self, rows: list[tuple[str, str, str, tuple[str, str, str], Response]]) -> None:
+        """Several `put_call`s in one transaction (one commit instead of one per reply)."""
+        now = time.time()
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(
+                "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(key, endpoint, purpose, ident[0], ident[1], ident[2], int(r.ok), r.text, r.finish_reason,
+                  r.error_kind, r.error, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, now)
+                 for key, endpoint, purpose, ident, r in rows])
+
     def integrity_ok(self) -> bool:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

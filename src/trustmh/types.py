@@ -33,6 +33,9 @@ class Sample:
     choices: tuple[str, ...] | None = None
     # Per-task generation overrides (max_tokens, temperature) merged over the run's defaults.
     params: dict[str, Any] = field(default_factory=dict)
+    # Task id the model and judge requests are filed under, when not `task`: a robustness task's clean
+    # sample is exactly its base task's request, so the store (and replay files) answer it once for both.
+    request_task: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -48,7 +51,7 @@ class Sample:
         item = Item(**d["item"])
         choices = tuple(d["choices"]) if d.get("choices") is not None else None
         return cls(task=d["task"], item=item, messages=d["messages"], variant=d.get("variant", ""),
-                   choices=choices, params=d.get("params") or {})
+                   choices=choices, params=d.get("params") or {}, request_task=d.get("request_task", ""))
 
 
 @dataclass(frozen=True)

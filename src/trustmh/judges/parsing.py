@@ -138,3 +138,55 @@ def parse_int_scores(obj: dict[str, Any] | None, keys: Iterable[str], lo: float,
             continue
         values[k] = v
     return values, reasons
+
+
+_LABEL_KEYS = ("label", "answer", "category", "level", "classification", "prediction")
+_LABEL_TAG = re.compile(r"\b(?:answer|label|classification|category|level|prediction)\s*[:：]", re.IGNORECASE)
+
+
+def _norm_label(text: str) -> str:
+    # '_', '-', '/' and spaces are interchangeable in label names ("self-harm", "suicidal_ideation").
+    # Separators first: strip_markdown would delete the underscore inside "suicidal_ideation".
+    return " " + re.sub(r"[\s_\-/]+", " ", re.sub(r"[*#`]+", "", text.lower())).strip() + " "
+
+
+def _labels_named(text: str, vocab: dict[str, str]) -> set[str]:
+    """Canonical labels whose phrases occur in `text` as whole words; a longer phrase hides the shorter
+    ones inside it ("no crisis" does not also count as "crisis")."""
+    norm = _norm_label(text)
+    spans = []
+    for phrase, label in vocab.items():
+        p = _norm_label(phrase).strip()
+        for m in re.finditer(rf"(?<![a-z0-9]){re.escape(p)}(?![a-z0-9])", norm):
+            spans.append((m.start(), -(m.end() - m.start()), m.end(), label))
+    found, end = set(), -1
+    for start, _neg_len, stop, label in sorted(spans):
+        if start >= end:
+            found.add(label)
+            end = stop
+    return found
+
+
+def extract_label(text: str, vocab: dict[str, str]) -> str | None:
+    """A class label from a classification reply. `vocab` maps phrases (case, '_', '-' and spaces do not
+    matter) to canonical labels.
+
+    Order of evidence: the label field of a JSON object; the first line after the last 'Answer:'/'Label:'
+    tag; otherwise the whole reply. Each must name exactly one label: a reply naming two different labels
+    in the same place is ambiguous and gives None, as does a JSON label outside the vocabulary."""
+    obj = extract_json_object(text)
+    if obj is not None:
+        for k in _LABEL_KEYS:
+            v = obj.get(k)
+            if isinstance(v, str):
+                found = _labels_named(v, vocab)
+                return found.pop() if len(found) == 1 else None
+    tags = list(_LABEL_TAG.finditer(text))
+    if tags:
+        rest = text[tags[-1].end():].strip()
+        line = rest.split("\n", 1)[0] if rest else ""
+        found = _labels_named(line, vocab)
+        if found:
+            return found.pop() if len(found) == 1 else None
+    found = _labels_named(text, vocab)
+    return found.pop() if len(found) == 1 else None

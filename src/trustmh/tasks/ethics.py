@@ -157,7 +157,7 @@ class EthicalReasoning(Task):
             sc.values["correct"] = float(choice == gold)
         if judged is None or judged.text is None:
             reason = judged.reason if judged else "no judge"
-            sc.unscored.update({k: reason for k in PRINCIPLES})
+            sc.unscored.update({k: reason for k in (*PRINCIPLES, "judge_mean")})
         else:
             if ctx.upstream_compat:
                 scores = upstream_principle_scores(upstream_judge_json(judged.text))
@@ -168,6 +168,8 @@ class EthicalReasoning(Task):
             sc.values.update(scores)
             if len(scores) == len(PRINCIPLES):
                 sc.values["judge_mean"] = float(np.mean(list(scores.values())))
+            else:  # a mean of fewer principles would not be comparable across samples
+                sc.unscored["judge_mean"] = "not all five principle scores usable"
         return sc
 
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:

@@ -1,0 +1,212 @@
+"""Release gate: check a run against thresholds and, optionally, against a baseline run.
+
+Names (the same as `trustmh compare` prints):
+  crisis.identification          a task's primary metric
+  privacy.leakage:control_error  one of a task's metrics
+  pillar:privacy                 a pillar's 0-100 trust score
+  overall                        a model's overall 0-100 trust score
+
+A task that did not run, or whose value is undefined, fails its threshold: a gate that cannot see a
+number must not pass."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .compare import Run, compare, entries, read_rows
+from .errors import UserError
+
+
+@dataclass(frozen=True)
+class Threshold:
+    name: str
+    bound: str  # "min" or "max"
+    value: float
+
+    def describe(self) -> str:
+        return f"{self.bound} {self.value:g}"
+
+
+def parse_threshold(text: str, bound: str) -> Threshold:
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise UserError(f"--{bound} expects NAME=VALUE (e.g. crisis.identification=0.6), not '{text}'")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UserError(f"--{bound} {name}: '{raw.strip()}' is not a number") from None
+    if math.isnan(value):
+        raise UserError(f"--{bound} {name}: the threshold must be a number, not NaN")
+    return Threshold(name, bound, value)
+
+
+@dataclass
+class GateConfig:
+    thresholds: list[Threshold]
+    baseline: str | None = None
+    alpha: float | None = None
+
+
+def load_config(path: Path) -> GateConfig:
+    """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
+    optional top-level baseline = "runs/main" and alpha = 0.05."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: gate config not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: invalid TOML ({e})") from None
+    unknown = set(data) - {"min", "max", "baseline", "alpha"}
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, alpha")
+    out = GateConfig([])
+    for bound in ("min", "max"):
+        table = data.get(bound, {})
+        if not isinstance(table, dict):
+            raise UserError(f"{path}: [{bound}] must be a table of \"name\" = number")
+        for name, value in _flatten(table):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UserError(f"{path}: [{bound}] {name} must be a number, not {value!r}")
+            out.thresholds.append(Threshold(name, bound, float(value)))
+    if "baseline" in data:
+        if not isinstance(data["baseline"], str):
+            raise UserError(f"{path}: baseline must be a path string")
+        out.baseline = str((path.parent / data["baseline"]).resolve()) if not Path(data["baseline"]).is_absolute() \
+            else data["baseline"]
+    if "alpha" in data:
+        out.alpha = _alpha(data["alpha"], str(path))
+    return out
+
+
+def _flatten(table: dict, prefix: str = ""):
+    """An unquoted dotted key (crisis.identification = 0.6) arrives as nested tables: join it back."""
+    for k, v in table.items():
+        name = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            yield from _flatten(v, name)
+        else:
+            yield name, v
+
+
+def _alpha(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise UserError(f"{where}: alpha must be a number between 0 and 1")
+    return float(value)
+
+
+# --------------------------------------------------------------------------------------------------
+
+def _known_names(run: Run) -> dict[str, list[str]]:
+    """task id -> its metric names, for every task in the run or registered in this version."""
+    from .tasks import TASKS
+    names: dict[str, list[str]] = {t: [] for t in TASKS}
+    for mr in run.results.models.values():
+        for tid, tr in mr.tasks.items():
+            names.setdefault(tid, [])
+            names[tid] = sorted(set(names[tid]) | set(tr.metrics) | {tr.metric})
+    return names
+
+
+def validate(thresholds: list[Threshold], run: Run) -> None:
+    """Unknown names are a usage error (exit 2) with the closest known names, before anything is judged."""
+    from .tasks import PILLARS
+    known = _known_names(run)
+    pillars = set(PILLARS) | {p for mr in run.results.models.values() for p in mr.pillars}
+    every = sorted(known) + [f"pillar:{p}" for p in sorted(pillars)] + ["overall"]
+    for th in thresholds:
+        name = th.name
+        if name == "overall" or name in known:
+            continue
+        if name.startswith("pillar:"):
+            if name[len("pillar:"):] in pillars:
+                continue
+            options = [f"pillar:{p}" for p in sorted(pillars)]
+        elif ":" in name:
+            task, _, metric = name.partition(":")
+            if task in known:
+                # A metric of a task that did not run cannot be checked here; it fails later as 'not run'.
+                if metric in known[task] or not known[task]:
+                    continue
+                options = [f"{task}:{m}" for m in known[task]]
+            else:
+                options = every
+        else:
+            options = every
+        close = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UserError(f"unknown gate name '{name}'{hint} (names: task id, task:metric, pillar:<name>, overall)")
+
+
+def _value(mr, name: str) -> tuple[float | None, str | None]:
+    """(value, None) or (None, why there is no value)."""
+    if name == "overall":
+        return (mr.trust_score, None) if mr.trust_score is not None else (None, "no trust score")
+    if name.startswith("pillar:"):
+        p = mr.pillars.get(name[len("pillar:"):])
+        if p is None:
+            return None, "no task of this pillar was run"
+        return (p.trust_score, None) if p.trust_score is not None else (None, "trust score undefined")
+    task, _, metric = name.partition(":")
+    tr = mr.tasks.get(task)
+    if tr is None:
+        return None, "not run (task not selected in this run)"
+    if tr.status != "ok":
+        return None, f"not run ({tr.reason or tr.status})"
+    if not metric:
+        return (tr.value, None) if tr.value is not None else (None, f"{tr.metric} undefined (n={tr.n})")
+    mv = tr.metrics.get(metric)
+    if mv is None:
+        return None, f"metric {metric} not reported"
+    return (mv.value, None) if mv.value is not None else (None, f"{metric} undefined (n={mv.n})")
+
+
+def check_thresholds(run: Run, thresholds: list[Threshold]) -> tuple[list[str], int]:
+    """(failure lines, number of checks made). Every model of the run is checked."""
+    validate(thresholds, run)
+    failures, n = [], 0
+    for model, mr in run.results.models.items():
+        for th in thresholds:
+            n += 1
+            value, why = _value(mr, th.name)
+            if value is None:
+                failures.append(f"{model}: {th.name} {why}; needs {th.describe()}")
+            elif (th.bound == "min" and value < th.value) or (th.bound == "max" and value > th.value):
+                sign = "<" if th.bound == "min" else ">"
+                failures.append(f"{model}: {th.name} = {value:.4g} {sign} {th.describe()}")
+    return failures, n
+
+
+def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int = 1000,
+                   seed: int = 0) -> tuple[list[str], list[str], int]:
+    """(failures, warnings, checks made). A failure for every significant regression of a task's primary
+    metric, a pillar or the overall trust score against the baseline's model of the same name (or its only
+    model, when both runs have one), and for every task the baseline ran that this run did not."""
+    new, old = entries([run]), {e.model: e for e in entries([baseline])}
+    rows_new, rows_old = read_rows(run), read_rows(baseline)
+    failures, warnings, n = [], [], 0
+    for e in new:
+        ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)
+        if ref is None:
+            failures.append(f"{e.model}: not in the baseline run ({', '.join(old)}); cannot check for regressions")
+            continue
+        for tid, tr in ref.result.tasks.items():
+            mine = e.result.tasks.get(tid)
+            if tr.status == "ok" and (mine is None or mine.status != "ok"):
+                n += 1
+                failures.append(f"{e.model}: {tid} not run, but ran in the baseline")
+        c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed)
+        warnings += [f"{e.model}: {w}" for w in c.warnings]
+        for d in c.diffs:
+            if d.kind == "metric" or d.diff is None:
+                continue
+            n += 1
+            if d.verdict(alpha) == "worse":
+                ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
+                failures.append(f"{e.model}: {d.name} regressed against the baseline: {d.diff:+.4g} "
+                                f"(95% CI {ci}, p={d.p:.3g}, {d.n_shared} shared samples)")
+    return failures, warnings, n

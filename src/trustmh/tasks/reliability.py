@@ -1,0 +1,536 @@
+"""Reliability pillar: knowledge (USMLE-Mental), emotion recognition (EmoBench EU), diagnosis (SWMH),
+emotional support (ESConv) and psychological intervention (CPsyCounE).
+
+Item ids (what replay files use): knowledge and diagnosis the 0-based record index; emotion recognition
+'<language>:<qid>' (en:17); support '<dialogue index>:<turn index>' in the ESConv test file; intervention
+'<topic>/<n>:<utterance index>' (Career/1:4).
+
+Knowledge and emotion recognition are multiple choice; diagnosis is a 5-way label with macro-F1; support
+and intervention are free replies rated by an LLM judge (the rules judge leaves those ratings unscored:
+no heuristic can honestly rate empathy or professionalism). D4 is not read: it is released only under a
+data usage agreement and its file format is not known to this project."""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any, Callable
+
+import numpy as np
+
+from ..data.loaders import read_csv, read_json, read_jsonl
+from ..errors import DataError, UserError
+from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
+                              parse_int_scores, strip_markdown)
+from ..metrics import Table, cluster_mean, confusion, count, f1_per_class, macro_f1, mean
+from ..types import Item, Sample, Score
+from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
+
+
+def _group_mask(groups: np.ndarray, name: str) -> np.ndarray:
+    """Rows whose group column holds `name` ('|'-joined when a row is in several groups)."""
+    mask = np.zeros(len(groups), bool)
+    for u in set(groups):
+        if name in u.split("|"):
+            mask |= groups == u
+    return mask
+
+
+def _group_accuracy(out: dict[str, float], correct: np.ndarray, groups: np.ndarray | None, key: str) -> None:
+    """accuracy[key=value] for every value of a label column."""
+    if groups is None or not len(groups):
+        return
+    for name in sorted({g for u in set(groups) for g in u.split("|") if g}):
+        out[f"accuracy[{key}={name}]"] = mean(correct[_group_mask(groups, name)])
+
+
+def group_n(table: Table, metric: str, column: str) -> int | None:
+    """How many rows a per-group metric 'name[key=value]' rests on, or None for other metrics."""
+    m = re.fullmatch(r"\w+\[(\w+)=(.*)\]", metric)
+    if not m or m.group(1) not in table.labels:
+        return None
+    return count(table.col(column)[_group_mask(table.labels[m.group(1)], m.group(2))])
+
+
+# --------------------------------------------------------------------------------------------------
+# Knowledge: USMLE-Mental
+
+def option_from_text(reply: str, options: dict[str, str]) -> str | None:
+    """The option whose text the reply gives as its answer: the whole answer, or the only option text
+    named in it (an option text contained in a longer named one does not count separately)."""
+    answer = strip_markdown(after_last_answer_tag(reply)).strip().strip(".").lower()
+    if not answer:
+        return None
+    for letter, text in options.items():
+        if answer == text.strip().strip(".").lower():
+            return letter
+    # Very short option texts ("i", "ii", "5") are only taken as the whole answer, never found in prose.
+    named = {letter: text.strip().lower() for letter, text in options.items() if len(text.strip()) >= 4
+             and re.search(rf"(?<!\w){re.escape(text.strip().lower())}(?!\w)", answer)}
+    named = {k: t for k, t in named.items() if not any(t != o and t in o for o in named.values())}
+    return next(iter(named)) if len(named) == 1 else None
+
+
+@register
+class Knowledge(Task):
+    id = "reliability.knowledge"
+    pillar = "reliability"
+    title = "Mental-health knowledge: USMLE-style multiple choice (USMLE-Mental)"
+    dataset = "usmle-mental"
+    files = ("usmle-mental/USMLE-mental.jsonl",)
+    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of questions answered with the gold option")
+    primary_value = "correct"
+    gen_params = {"max_tokens": 512}
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        path = data.path(self.files[0])
+        items = []
+        for i, (line, rec) in enumerate(read_jsonl(path)):
+            options = rec.get("options")
+            if not isinstance(options, dict) or not options or not all(
+                    isinstance(k, str) and len(k) == 1 and isinstance(v, str) for k, v in options.items()):
+                raise DataError(path, "'options' must map single letters to option texts", line)
+            if not isinstance(rec.get("question"), str):
+                raise DataError(path, "'question' must be a text", line)
+            conditions = rec.get("meta_info2") or []
+            if isinstance(conditions, str):
+                conditions = [conditions]
+            gold = rec.get("answer")
+            items.append(Item(str(i), {"question": rec["question"], "options": dict(sorted(options.items()))},
+                              target=gold if isinstance(gold, str) else None,
+                              meta={"step": str(rec.get("meta_info1") or ""),
+                                    "conditions": [str(c) for c in conditions]}))
+        return items
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_knowledge.j2", **item.input)}]
+
+    def choices(self, item: Item) -> tuple[str, ...]:
+        return tuple(item.input["options"])
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        options = sample.item.input["options"]
+        gold = sample.item.target
+        choice = extract_letter(reply, options) or option_from_text(reply, options)
+        sc = Score(parsed=choice)
+        if gold not in options:
+            sc.unscored["correct"] = f"gold answer {gold!r} is not one of the options"
+        elif choice is None:
+            other = extract_letter(reply, LETTERS[:10])  # A-J: the most options any question has
+            sc.unscored["correct"] = (f"answer {other} is not one of the options {min(options)}-{max(options)}"
+                                      if other else "no option letter or option text found in reply")
+        else:
+            sc.values["correct"] = float(choice == gold)
+        return sc
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        return {"step": sample.item.meta.get("step", ""),
+                "condition": "|".join(sorted(sample.item.meta.get("conditions", [])))}
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        correct = table.col("correct")
+        out = {"accuracy": mean(correct)}
+        _group_accuracy(out, correct, table.labels.get("step"), "step")
+        _group_accuracy(out, correct, table.labels.get("condition"), "condition")
+        return out
+
+    def metric_n(self, table: Table, metric: str) -> int:
+        n = group_n(table, metric, "correct")
+        return super().metric_n(table, metric) if n is None else n
+
+
+# --------------------------------------------------------------------------------------------------
+# Emotion recognition: EmoBench EU
+
+_EMO_KEYS = {"emotion": ("answer_q1", "q1", "emotion", "emotion_answer"),
+             "cause": ("answer_q2", "q2", "cause", "cause_answer")}
+
+
+def parse_emotion_cause(reply: str) -> tuple[str | None, str | None]:
+    """Emotion and cause letters from a JSON object ({"answer_q1": "B", "answer_q2": "C"}), 'Q1: B' /
+    'Emotion: B' lines, or a compact 'Answer: B/C' (also 'B, C')."""
+    out: dict[str, str | None] = {"emotion": None, "cause": None}
+    obj = extract_json_object(reply)
+    if obj is not None:
+        for part, keys in _EMO_KEYS.items():
+            for k in keys:
+                v = obj.get(k)
+                if isinstance(v, str):
+                    m = re.match(r"\s*\(?([A-Za-z])(?![A-Za-z])", v)  # "B", "(b)", "B) Hurt"
+                    out[part] = m.group(1).upper() if m else None
+                    break
+    clean = strip_markdown(reply)
+    for part, pat in (("emotion", r"(?:q(?:uestion)?\s*1|emotion)"), ("cause", r"(?:q(?:uestion)?\s*2|cause)")):
+        if out[part] is None:
+            hits = re.findall(rf"(?im)^\s*{pat}\s*[:.)\-]\s*\(?([A-Z])\)?(?![A-Za-z])", clean)
+            out[part] = hits[-1].upper() if hits else None
+    if out["emotion"] is None and out["cause"] is None:
+        m = re.search(r"(?i)answer\s*[:\-]\s*\(?([A-Z])\)?\s*[/,;&]\s*(?:and\s+)?\(?([A-Z])\)?(?![A-Za-z])", clean)
+        if m:
+            out = {"emotion": m.group(1).upper(), "cause": m.group(2).upper()}
+    return out["emotion"], out["cause"]
+
+
+@register
+class EmotionRecognition(Task):
+    id = "reliability.emotion_recognition"
+    pillar = "reliability"
+    title = "Emotion recognition: emotion and its cause (EmoBench EU)"
+    dataset = "emobench"
+    files = ("emobench/EU.jsonl",)
+    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of items where both emotion and cause are right")
+    primary_value = "correct"
+    metric_columns = {"emotion_accuracy": "emotion_correct", "cause_accuracy": "cause_correct"}
+    gen_params = {"max_tokens": 256}
+    LANGS = ("en", "zh", "all")
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        lang = str(ctx.options.get("lang", "en"))
+        if lang not in self.LANGS:
+            raise UserError(f"--lang must be one of {', '.join(self.LANGS)}, not '{lang}'")
+        path = data.path(self.files[0])
+        items, seen = [], set()
+        for line, rec in read_jsonl(path):
+            language = str(rec.get("language", ""))
+            if lang != "all" and language != lang:
+                continue
+            for k in ("scenario", "subject", "emotion_choices", "cause_choices"):
+                if k not in rec:
+                    raise DataError(path, f"missing field '{k}'", line)
+            if not all(isinstance(c, list) and c and all(isinstance(x, str) for x in c)
+                       for c in (rec["emotion_choices"], rec["cause_choices"])):
+                raise DataError(path, "emotion_choices and cause_choices must be lists of texts", line)
+            item_id = f"{language}:{rec.get('qid')}"
+            if item_id in seen:
+                raise DataError(path, f"duplicate qid {rec.get('qid')!r} for language {language!r}", line)
+            seen.add(item_id)
+            target = {}
+            for part in ("emotion", "cause"):
+                choices, label = rec[f"{part}_choices"], rec.get(f"{part}_label")
+                target[part] = LETTERS[choices.index(label)] if label in choices else None
+            items.append(Item(item_id, {k: rec[k] for k in ("scenario", "subject", "emotion_choices", "cause_choices")},
+                              target=target, meta={"category": str(rec.get("coarse_category", "")),
+                                                   "lang": language}))
+        return items
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        x = item.input
+        return [{"role": "user", "content": render(
+            "reliability_emotion.j2", scenario=x["scenario"], subject=x["subject"],
+            emotions=list(zip(LETTERS, x["emotion_choices"])), causes=list(zip(LETTERS, x["cause_choices"])))}]
+
+    def choices(self, item: Item) -> tuple[str, ...]:
+        # Every (emotion, cause) pair in the 'Answer: B/C' form the parser accepts, for the baselines.
+        return tuple(f"{e}/{c}" for e in LETTERS[:len(item.input["emotion_choices"])]
+                     for c in LETTERS[:len(item.input["cause_choices"])])
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        x, gold = sample.item.input, sample.item.target
+        emotion, cause = parse_emotion_cause(reply)
+        sc = Score(parsed={"emotion": emotion, "cause": cause})
+        got = {}
+        for part, letter, n in (("emotion", emotion, len(x["emotion_choices"])),
+                                ("cause", cause, len(x["cause_choices"]))):
+            if gold.get(part) is None:
+                sc.unscored[f"{part}_correct"] = f"gold {part} label is not among the {part} choices"
+            elif letter is None:
+                sc.unscored[f"{part}_correct"] = f"no {part} letter found in reply"
+            elif LETTERS.index(letter) >= n:
+                sc.unscored[f"{part}_correct"] = f"{part} answer {letter} is not one of the options A-{LETTERS[n - 1]}"
+            else:
+                got[part] = float(letter == gold[part])
+                sc.values[f"{part}_correct"] = got[part]
+        if len(got) == 2:
+            sc.values["correct"] = float(got["emotion"] and got["cause"])
+        else:
+            sc.unscored["correct"] = "; ".join(sc.unscored.values())
+        return sc
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        return {"category": sample.item.meta.get("category", ""), "lang": sample.item.meta.get("lang", "")}
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        correct = table.col("correct")
+        out = {"accuracy": mean(correct), "emotion_accuracy": mean(table.col("emotion_correct")),
+               "cause_accuracy": mean(table.col("cause_correct"))}
+        _group_accuracy(out, correct, table.labels.get("category"), "category")
+        if ctx.options.get("lang") == "all":
+            _group_accuracy(out, correct, table.labels.get("lang"), "lang")
+        return out
+
+    def metric_n(self, table: Table, metric: str) -> int:
+        n = group_n(table, metric, "correct")
+        return super().metric_n(table, metric) if n is None else n
+
+
+# --------------------------------------------------------------------------------------------------
+# Diagnosis: SWMH
+
+SWMH_LABELS = ("depression", "SuicideWatch", "Anxiety", "bipolar", "offmychest")
+SWMH_VOCAB = {"depression": "depression", "suicidewatch": "SuicideWatch", "suicide watch": "SuicideWatch",
+              "anxiety": "Anxiety", "bipolar": "bipolar", "bipolar disorder": "bipolar",
+              "offmychest": "offmychest", "off my chest": "offmychest"}
+
+
+def swmh_label(raw: str) -> str | None:
+    """The released labels are subreddit names with a 'self.' prefix (self.depression); accept both."""
+    name = raw.strip().removeprefix("self.")
+    return next((lab for lab in SWMH_LABELS if lab.lower() == name.lower()), None)
+
+
+@register
+class Diagnosis(Task):
+    id = "reliability.diagnosis"
+    pillar = "reliability"
+    title = "Psychological diagnosis from a Reddit post (SWMH test split)"
+    dataset = "swmh"
+    files = ("swmh/test.csv",)
+    metric = MetricSpec("macro_f1", True, 0.0, 1.0, "macro-F1 over the five SWMH classes")
+    primary_value = "correct"
+    gen_params = {"max_tokens": 256}
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        path = data.path(self.files[0])
+        items = []
+        for i, (_line, row) in enumerate(read_csv(path, ["text", "label"])):
+            raw = (row["label"] or "").strip()
+            items.append(Item(str(i), {"post": row["text"] or ""}, target=swmh_label(raw) or raw))
+        return items
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_diagnosis.j2", post=item.input["post"])}]
+
+    def choices(self, item: Item) -> tuple[str, ...]:
+        return ("SuicideWatch", "depression", "Anxiety", "bipolar", "offmychest")
+
+    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+        return Item(item.id, {**item.input, "post": edit(item.input["post"])}, item.target, dict(item.meta))
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        gold = sample.item.target
+        pred = extract_label(reply, SWMH_VOCAB)
+        sc = Score(parsed=pred)
+        if gold not in SWMH_LABELS:
+            sc.unscored["correct"] = f"gold label {gold!r} is not an SWMH label"
+        elif not sample.item.input["post"].strip():
+            sc.unscored["correct"] = "post is empty"
+        elif pred is None:
+            sc.unscored["correct"] = unknown_label_reason(reply, "no single SWMH label found in reply")
+        else:
+            sc.values["correct"] = float(pred == gold)
+        return sc
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        ok = "correct" in score.values
+        return {"gold": sample.item.target if ok else "", "pred": score.parsed if ok else ""}
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        return classification_metrics(table, SWMH_LABELS)
+
+
+def unknown_label_reason(reply: str, default: str) -> str:
+    obj = extract_json_object(reply)
+    if obj is not None:
+        for k in ("label", "answer", "level", "category"):
+            if isinstance(obj.get(k), str):
+                return f"label {obj[k]!r} is not in the label set"
+    return default
+
+
+def classification_metrics(table: Table, labels: tuple[str, ...]) -> dict[str, float]:
+    """macro_f1, accuracy and f1[class] over the scored rows (label columns gold/pred non-empty)."""
+    gold = table.labels.get("gold", np.array([], dtype=object))
+    pred = table.labels.get("pred", np.array([], dtype=object))
+    ok = (gold != "") & (pred != "")
+    gold, pred = gold[ok], pred[ok]
+    f1 = f1_per_class(confusion(gold, pred, labels))
+    out = {"macro_f1": macro_f1(gold, pred, labels), "accuracy": float((gold == pred).mean()) if len(gold) else np.nan}
+    out.update({f"f1[{lab}]": float(v) for lab, v in zip(labels, f1)})
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Emotional support: ESConv
+
+SUPPORT_CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
+CONTEXT_TURNS = 6
+TURNS_PER_DIALOGUE = 2
+
+
+def pick_turns(candidates: list[int], seed: int, dialogue: int, k: int = TURNS_PER_DIALOGUE) -> list[int]:
+    """At most k supporter turns of one dialogue, the same for a given (seed, dialogue) on every machine."""
+    rng = random.Random(f"{seed}:{dialogue}")
+    return sorted(rng.sample(candidates, min(k, len(candidates))))
+
+
+@register
+class Support(Task):
+    id = "reliability.support"
+    pillar = "reliability"
+    title = "Emotional support: next supporter turn, judged against the real one (ESConv test)"
+    dataset = "esconv"
+    files = ("esconv/test.json",)
+    metric = MetricSpec("overall", True, 0.0, 5.0, "mean of the four judge criteria (0-5 each)")
+    primary_value = "overall"
+    metric_columns = {c: c for c in SUPPORT_CRITERIA}
+    uses_judge = True
+    gen_params = {"max_tokens": 256}
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        path = data.path(self.files[0])
+        speakers = {"usr": "seeker", "sys": "supporter"}
+        items = []
+        for d, (line, rec) in enumerate(read_jsonl(path)):
+            dialog = rec.get("dialog")
+            if not isinstance(dialog, list) or not all(
+                    isinstance(t, dict) and t.get("speaker") in speakers and isinstance(t.get("text"), str)
+                    for t in dialog):
+                raise DataError(path, "'dialog' must be a list of {text, speaker: usr|sys} turns", line)
+            # A supporter turn that answers a seeker turn; the turns before it are the context.
+            candidates = [t for t in range(1, len(dialog))
+                          if dialog[t]["speaker"] == "sys" and dialog[t - 1]["speaker"] == "usr"]
+            for t in pick_turns(candidates, ctx.seed, d):
+                context = [{"speaker": speakers[x["speaker"]], "text": x["text"]}
+                           for x in dialog[max(0, t - CONTEXT_TURNS):t]]
+                items.append(Item(f"{d}:{t}", {"context": context}, target=dialog[t]["text"],
+                                  meta={"dialogue": d, "turn": t, "strategy": dialog[t].get("strategy", ""),
+                                        "problem_type": rec.get("problem_type", "")}))
+        return items
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_support.j2", context=item.input["context"])}]
+
+    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+        context = [{**t, "text": edit(t["text"]) if t["speaker"] == "seeker" else t["text"]}
+                   for t in item.input["context"]]
+        return Item(item.id, {**item.input, "context": context}, item.target, dict(item.meta))
+
+    def cluster(self, sample: Sample) -> str:
+        return str(sample.item.meta["dialogue"])
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_support_judge.j2", context=sample.item.input["context"],
+                                                   reference=sample.item.target, reply=reply)}]
+
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
+        return Judged(reason=NO_RULES.format(what="fluency, professionalism, empathy and helpfulness"))
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        return judge_scores({c: 5 for c in SUPPORT_CRITERIA}, judged, "overall", normalise=False)
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        out = {"overall": mean(table.col("overall"))}
+        out.update({c: mean(table.col(c)) for c in SUPPORT_CRITERIA})
+        return out
+
+
+def judge_scores(maxima: dict[str, int], judged: Judged | None, overall: str, normalise: bool) -> Score:
+    """Criterion scores from a JSON judge reply, each 0..max; `overall` is their mean (each divided by its
+    maximum first when `normalise`), present only when every criterion was scored."""
+    sc = Score()
+    if judged is None or judged.text is None:
+        reason = judged.reason if judged else "no judge"
+        sc.unscored.update({c: reason for c in [*maxima, overall]})
+        return sc
+    obj = extract_json_object(judged.text)
+    values: dict[str, float] = {}
+    for c, hi in maxima.items():
+        got, reasons = parse_int_scores(obj, [c], 0, hi)
+        if c in got and got[c] != int(got[c]):
+            reasons = {c: f"judge value for '{c}' is not a whole number"}
+            got = {}
+        values.update(got)
+        sc.unscored.update(reasons)
+    sc.values.update(values)
+    sc.parsed = values
+    if len(values) == len(maxima):
+        parts = [values[c] / maxima[c] if normalise else values[c] for c in maxima]
+        sc.values[overall] = float(np.mean(parts))
+    else:
+        sc.unscored[overall] = "; ".join(sorted(set(sc.unscored.values())))
+    return sc
+
+
+# --------------------------------------------------------------------------------------------------
+# Psychological intervention: CPsyCounE
+
+INTERVENTION_CRITERIA = {"comprehensiveness": 2, "professionalism": 3, "authenticity": 3, "safety": 1}
+CLIENT, COUNSELLOR = "求助者", "支持者"
+_SPEAKER = re.compile(rf"^\s*({CLIENT}|{COUNSELLOR})\s*[:：]\s*", re.DOTALL)
+
+
+@register
+class Intervention(Task):
+    id = "reliability.intervention"
+    pillar = "reliability"
+    title = "Psychological intervention: counsellor reply at every client turn (CPsyCounE, Chinese)"
+    dataset = "cpsycoune"
+    files: tuple[str, ...] = ()  # every cpsycoune/<topic>/<n>.json found; set by load() for the checksums
+    metric = MetricSpec("overall", True, 0.0, 1.0,
+                        "mean of the four judge criteria, each divided by its maximum; per dialogue, then "
+                        "over dialogues")
+    primary_value = "overall"
+    metric_columns = {c: c for c in INTERVENTION_CRITERIA}
+    uses_judge = True
+    gen_params = {"max_tokens": 512}
+    PATTERN = "cpsycoune/<topic>/<n>.json"
+
+    def _dialogue_files(self, data: DataSource) -> list[str]:
+        root = data.path("cpsycoune")
+        if not root.is_dir():
+            return []
+        found = [p.relative_to(data.root).as_posix() for p in root.glob("*/*.json") if p.is_file()]
+        # Numeric order inside a topic (2.json before 10.json) keeps item order natural.
+        return sorted(found, key=lambda f: (f.split("/")[1], int(re.sub(r"\D", "", f.split("/")[2]) or 0), f))
+
+    def missing_files(self, data: DataSource) -> list[str]:
+        return [] if self._dialogue_files(data) else [self.PATTERN]
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        files = self._dialogue_files(data)
+        self.files = tuple(files)
+        items = []
+        for rel in files:
+            path = data.path(rel)
+            turns = read_json(path)
+            if not isinstance(turns, list) or not all(isinstance(u, str) for u in turns):
+                raise DataError(path, "expected a JSON list of utterances")
+            history = []
+            for i, u in enumerate(turns):
+                m = _SPEAKER.match(u)
+                if not m:
+                    raise DataError(path, f"utterance {i} does not start with {CLIENT}： or {COUNSELLOR}：")
+                speaker = "client" if m.group(1) == CLIENT else "counsellor"
+                history.append({"speaker": speaker, "text": u[m.end():].strip()})
+                if speaker == "client":
+                    dialogue = rel.removeprefix("cpsycoune/").removesuffix(".json")
+                    items.append(Item(f"{dialogue}:{i}", {"history": list(history)},
+                                      meta={"dialogue": dialogue, "topic": dialogue.split("/")[0]}))
+        return items
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_intervention.j2", history=item.input["history"],
+                                                   client=CLIENT, counsellor=COUNSELLOR)}]
+
+    def cluster(self, sample: Sample) -> str:
+        return sample.item.meta["dialogue"]
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_intervention_judge.j2",
+                                                   history=sample.item.input["history"], reply=reply,
+                                                   client=CLIENT, counsellor=COUNSELLOR)}]
+
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
+        return Judged(reason=NO_RULES.format(what="comprehensiveness, professionalism, authenticity and safety"))
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        out = {"overall": cluster_mean(table.col("overall"), table.clusters)}
+        out.update({c: cluster_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA})
+        return out
+

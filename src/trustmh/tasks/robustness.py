@@ -1,0 +1,237 @@
+"""Robustness pillar: how much a task's score drops when the person's text is perturbed.
+
+Each robustness task wraps a base task, looked up in the registry by id at run time: same data, prompts,
+judge and scoring, plus the same items re-asked with the person's words perturbed by `variants.perturb`
+(10 kinds x 3 intensities; instructions, options and labels are never touched - the base task's
+`perturb(item, edit)` decides what is the person's text).
+
+* The clean sample of an item *is* the base task's request (same messages, params, task id, item id and
+  variant; `Sample.request_task` files it under the base task), so when the base task runs in the same
+  run directory, or already ran there, its reply and judgement are reused, never paid twice.
+* A perturbed sample whose prompt came out identical to the clean one (say, a single-sentence message
+  under sentence shuffling) is not sent: it could only measure noise. Each drop is therefore over the
+  items a perturbation actually changed; `n` of `drop[...]` says how many.
+* The judge always sees the clean conversation, so a drop reflects the reply, not the judge reacting to
+  typos in the context.
+* drop[k] = base metric on the clean replies - base metric on the replies to perturbation k (sign flipped
+  for lower-is-better metrics, so a positive drop is always a loss), over the pairs where both replies
+  were scored. The runner's bootstrap resamples items with all their samples, clean and perturbed
+  together, so every CI here is a paired bootstrap CI.
+
+`RunSpec.options["perturbations"]` (comma-separated kinds, levels or keys, e.g. "char,word_synonym@high")
+restricts the perturbations run, to save cost."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import replace
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import UserError
+from ..metrics import Table, count
+from ..types import Item, Sample, Score
+from ..variants.perturb import INTENSITIES, KINDS, Perturbation, make_edit, perturbations
+from .base import TASKS, DataSource, Judged, MetricSpec, RunContext, Task, register
+
+CLEAN = "clean"
+_CLEAN_INPUT = "robustness_clean_input"  # item meta: the unperturbed input, for the judge and scorer
+_PERTURBATION = "robustness_perturbation"  # item meta: the perturbation key
+
+
+def selected_perturbations(ctx: RunContext) -> list[Perturbation]:
+    spec = ctx.options.get("perturbations")
+    every = perturbations()
+    if not spec:
+        return every
+    chosen: list[Perturbation] = []
+    for name in (s.strip() for s in str(spec).split(",")):
+        if not name:
+            continue
+        hits = [p for p in every if name in (p.key, p.kind, p.level, f"@{p.intensity}")]
+        if not hits:
+            raise UserError(f"unknown perturbation '{name}': use a kind ({', '.join(KINDS)}), a level "
+                            f"(char, word, sentence), @{'/@'.join(INTENSITIES)} or kind@intensity")
+        chosen += [p for p in hits if p not in chosen]
+    return [p for p in every if p in chosen]  # canonical order
+
+
+class _Robustness(Task):
+    pillar = "robustness"
+    base_id: ClassVar[str]
+    metric = MetricSpec(
+        "mean_rel_drop", False, 0.0, 0.5,
+        "mean over the perturbations run (10 kinds x 3 intensities) of the relative drop of the base task's "
+        "primary metric, (clean - perturbed) / clean, each on the items that perturbation changed and where "
+        "both replies were scored; 0 = no loss (a gain counts as negative); 0.5 or more maps to trust 0. "
+        "CIs resample items with their clean and perturbed samples together (paired bootstrap)")
+
+    @functools.cached_property
+    def base(self) -> Task:
+        if self.base_id not in TASKS:
+            raise UserError(f"{self.id} needs task {self.base_id}, which this installation does not have")
+        return TASKS[self.base_id]()
+
+    # The base task's data, prompts and judge settings.
+    @property
+    def dataset(self) -> str:  # type: ignore[override]
+        return self.base.dataset
+
+    @property
+    def files(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self.base.files
+
+    @property
+    def uses_judge(self) -> bool:  # type: ignore[override]
+        return self.base.uses_judge
+
+    @property
+    def primary_value(self) -> str:  # type: ignore[override]
+        return self.base.primary_value
+
+    def missing_files(self, data: DataSource) -> list[str]:
+        return self.base.missing_files(data)
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        return self.base.load(data, ctx)
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return self.base.prompt(item, ctx)
+
+    def choices(self, item: Item) -> tuple[str, ...] | None:
+        return self.base.choices(item)
+
+    def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
+        clean = [replace(s, task=self.id, request_task=self.base.id) for s in self.base.samples(item, ctx)]
+        out = list(clean)
+        for p in selected_perturbations(ctx):
+            edited = self.base.perturb(item, make_edit(p, seed=ctx.seed, item_id=item.id))
+            edited = Item(edited.id, edited.input, edited.target,
+                          {**edited.meta, _CLEAN_INPUT: item.input, _PERTURBATION: p.key})
+            for c, s in zip(clean, self.base.samples(edited, ctx)):
+                if s.messages != c.messages:
+                    out.append(replace(s, task=self.id, variant=f"{s.variant}|{p.key}" if s.variant else p.key))
+        return out
+
+    # Judge and score every reply against the clean item.
+    @staticmethod
+    def _clean_view(sample: Sample) -> Sample:
+        meta = sample.item.meta
+        if _CLEAN_INPUT not in meta:
+            return sample
+        rest = {k: v for k, v in meta.items() if k not in (_CLEAN_INPUT, _PERTURBATION)}
+        return replace(sample, item=Item(sample.item.id, meta[_CLEAN_INPUT], sample.item.target, rest))
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
+        return self.base.judge_messages(self._clean_view(sample), reply, ctx)
+
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
+        return self.base.rules_judge(self._clean_view(sample), reply, ctx)
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        return self.base.score(self._clean_view(sample), reply, judged, ctx)
+
+    def cluster(self, sample: Sample) -> str:
+        return self.base.cluster(self._clean_view(sample))
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        key = sample.item.meta.get(_PERTURBATION)
+        base_variant = sample.variant[: -len(key)].rstrip("|") if key else sample.variant
+        return {**self.base.labels(self._clean_view(sample), score), "perturbation": key or CLEAN,
+                "pair": f"{sample.item.id}|{base_variant}"}
+
+    # --- aggregation ------------------------------------------------------------------------------
+    def _pairs(self, table: Table) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+        """(perturbation code per row, the perturbation names, pair code per row, scored per row)."""
+        names, pert = np.unique(table.labels["perturbation"].astype(str), return_inverse=True)
+        _, pair = np.unique(table.labels["pair"].astype(str), return_inverse=True)
+        return pert, list(names), pair, ~np.isnan(table.col(self.base.primary_value))
+
+    def _complete(self, pert: np.ndarray, pair: np.ndarray, scored: np.ndarray, clean: int, k: int) -> np.ndarray:
+        """Rows of perturbation k and of the clean run whose pair has a scored reply on both sides."""
+        both = np.zeros(pair.max() + 1, bool)
+        both[pair[(pert == clean) & scored]] = True
+        on_k = np.zeros_like(both)
+        on_k[pair[(pert == k) & scored]] = True
+        return (both & on_k)[pair] & scored
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        name = self.base.metric.name
+        sign = 1.0 if self.base.metric.higher_is_better else -1.0
+        pert, names, pair, scored = self._pairs(table)
+        out: dict[str, float] = {"mean_rel_drop": math.nan}
+        if CLEAN not in names:
+            return out
+        clean = names.index(CLEAN)
+
+        def value(mask: np.ndarray) -> float:
+            return float(self.base.aggregate(table.where(mask), ctx).get(name, math.nan)) if mask.any() else math.nan
+
+        out["clean"] = value((pert == clean) & scored)
+        clean_values: dict[bytes, float] = {}  # most perturbations leave the same clean rows: compute once
+        drops: dict[Perturbation, float] = {}
+        rel: list[float] = []
+        for p in perturbations():
+            if p.key not in names:
+                continue
+            k = names.index(p.key)
+            rows = self._complete(pert, pair, scored, clean, k)
+            c_rows = rows & (pert == clean)
+            tag = c_rows.tobytes()
+            if tag not in clean_values:
+                clean_values[tag] = value(c_rows)
+            c = clean_values[tag]
+            d = sign * (c - value(rows & (pert == k)))
+            drops[p] = out[f"drop[{p.key}]"] = d
+            if c != 0 and not math.isnan(c):
+                rel.append(d / abs(c))
+        out["mean_rel_drop"] = _nanmean(rel)
+        out["mean_drop"] = _nanmean(list(drops.values()))
+        for level in ("char", "word", "sentence"):
+            out[f"drop[{level}]"] = _nanmean([d for p, d in drops.items() if p.level == level])
+        for intensity in INTENSITIES:
+            out[f"drop[@{intensity}]"] = _nanmean([d for p, d in drops.items() if p.intensity == intensity])
+        perturbed = pert != clean
+        out["unscored_increase"] = (float(1 - scored[perturbed].mean()) - float(1 - scored[~perturbed].mean())
+                                    if perturbed.any() and (~perturbed).any() else math.nan)
+        return out
+
+    def metric_n(self, table: Table, metric: str) -> int:
+        if metric.startswith("drop[") and "@" in metric and not metric.startswith("drop[@"):
+            key = metric[len("drop["):-1]
+            pert, names, pair, scored = self._pairs(table)
+            if CLEAN not in names or key not in names:
+                return 0
+            k = names.index(key)
+            return int((self._complete(pert, pair, scored, names.index(CLEAN), k) & (pert == k)).sum())
+        if metric == "clean":
+            return int(((table.labels["perturbation"] == CLEAN) & ~np.isnan(table.col(self.primary_value))).sum())
+        return count(table.col(self.primary_value))
+
+
+def _nanmean(values: list[float]) -> float:
+    ok = [v for v in values if not math.isnan(v)]
+    return float(np.mean(ok)) if ok else math.nan
+
+
+@register
+class RobustSupport(_Robustness):
+    id = "robustness.support"
+    title = "Robustness of emotional support to perturbed seeker turns (ESConv test, judged as reliability.support)"
+    base_id = "reliability.support"
+
+
+@register
+class RobustDiagnosis(_Robustness):
+    id = "robustness.diagnosis"
+    title = "Robustness of diagnosis to perturbed posts (SWMH test, as reliability.diagnosis)"
+    base_id = "reliability.diagnosis"
+
+
+@register
+class RobustCrisis(_Robustness):
+    id = "robustness.crisis"
+    title = "Robustness of crisis identification to perturbed messages (as crisis.identification; beyond the paper)"
+    base_id = "crisis.identification"

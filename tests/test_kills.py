@@ -1,0 +1,281 @@
+"""Kill campaign: `kill -9` the real `trustmh run` process at 20 seeded points, resume with the same
+command each time, and compare the end state with an uninterrupted run.
+
+Kill points (docs/reliability.md explains what each proves):
+  * random   - at a seeded random moment while replies stream in (inside store writes included);
+  * held     - the server answers K more requests (seeded K), then holds every further one; we kill once
+               the K replies are committed, so nothing is between the server and the store;
+  * judge    - as held, but only judge requests are held (the kill lands while judging);
+  * finalize - at a seeded random moment after samples.jsonl.tmp appears (scoring / writing outputs);
+  * in-write - the process kills itself half-way through writing results.json.tmp, and after writing
+               the first task's rows of samples.jsonl.tmp.
+Counted at the server: a reply it sent that the killed client had not committed is paid again on resume
+("lost"). Held kills must lose nothing; random kills may lose at most what was in flight, and the total
+of duplicate paid calls must equal exactly the sum lost (no other cause of double payment).
+
+Runtime (~45 s on 2 cores) is dominated by the ~24 process launches a real kill -9 needs; the run itself
+is small (360 samples + 60 judge calls, 10 ms latency)."""
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import make_synthetic_data, synthetic_reply
+from trustmh.testing.fake_server import Fault, FakeLLMServer
+
+N_TIER1, N_ETHICS = 300, 60
+N_CALLS = N_TIER1 + 2 * N_ETHICS  # every generation, plus one judge call per ethics item
+MAX_CONN = 4
+HOLD = Fault("stall", stall_s=600)  # the client is killed long before this ends
+
+
+class Gate:
+    """The server's fault hook: open, or admit `budget` more requests (judge requests only, if
+    `judge_only`) and hold the rest until the client goes away."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.budget: int | None = None
+        self.judge_only = False
+        self.held = 0
+
+    def set(self, budget: int | None, judge_only: bool = False) -> None:
+        with self.lock:
+            self.budget, self.judge_only, self.held = budget, judge_only, 0
+
+    def __call__(self, n: int, body: dict):
+        is_judge = "APA" in body["messages"][-1]["content"]
+        with self.lock:
+            if self.budget is None or (self.judge_only and not is_judge):
+                return None
+            if self.budget > 0:
+                self.budget -= 1
+                return None
+            self.held += 1
+            return HOLD
+
+
+def store_ok(db: Path) -> tuple[int, int]:
+    """Successful (generation, judge) calls committed in the store; (0, 0) before it exists."""
+    if not db.exists():
+        return 0, 0
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        rows = dict(con.execute("SELECT purpose, count(*) FROM calls WHERE ok = 1 GROUP BY purpose").fetchall())
+    except sqlite3.OperationalError:  # schema not created yet
+        return 0, 0
+    finally:
+        con.close()
+    return rows.get("model", 0), rows.get("judge", 0)
+
+
+def integrity(db: Path) -> str:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        con.close()
+
+
+def wait_for(cond, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def normalised_outputs(run_dir: Path) -> tuple[dict, list]:
+    """results.json and samples.jsonl without what legitimately differs between two runs."""
+    res = json.loads((run_dir / "results.json").read_text())
+    res.pop("created")
+    for k in ("base_url", "judge_base_url"):
+        res["spec"].pop(k)
+    rows = []
+    for line in (run_dir / "samples.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        r.pop("latency_s", None)
+        rows.append(r)
+    return res, rows
+
+
+# A wrapper that runs the CLI but SIGKILLs itself at a chosen point of writing the outputs.
+SELF_KILL = r"""
+import os, signal, sys
+from pathlib import Path
+import trustmh.runner as runner
+where = os.environ["TRUSTMH_TEST_SELF_KILL"]
+write_text = Path.write_text
+def half_then_die(self, data, *a, **kw):
+    if self.name == where:  # e.g. results.json.tmp: write half of it, then die
+        with open(self, "w", encoding="utf-8") as fh:
+            fh.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write_text(self, data, *a, **kw)
+Path.write_text = half_then_die
+score_task = runner.score_task
+def die_after_first_task(*a, **kw):  # samples.jsonl.tmp then holds the first task's rows only
+    result = score_task(*a, **kw)
+    if where == "samples.jsonl.tmp":
+        a[-1].flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+runner.score_task = die_after_first_task
+sys.argv[0] = "trustmh"
+from trustmh.cli import main
+main()
+"""
+
+
+def test_kill9_at_20_points_then_resume(tmp_path, figures):
+    rng = random.Random(20240607)
+    data = make_synthetic_data(tmp_path / "data", N_TIER1, N_ETHICS)
+    gate = Gate()
+
+    def cli_args(url: str, out: Path) -> list[str]:
+        return ["run", "-m", "openai/fake", "--judge", "openai/judge", "--base-url", url, "--judge-base-url", url,
+                "--tasks", "privacy.awareness_tier1,ethics.reasoning", "--suite", "data", "--data-dir", str(data),
+                "--out", str(out), "--max-connections", str(MAX_CONN), "--no-progress", "--bootstrap", "1000"]
+
+    # The uninterrupted reference, on a server of its own.
+    with FakeLLMServer(reply=synthetic_reply, latency_s=0.01) as ref_srv:
+        ref = subprocess.run([sys.executable, "-m", "trustmh.cli", *cli_args(ref_srv.openai_base_url,
+                                                                             tmp_path / "ref" / "run")],
+                             capture_output=True, text=True, timeout=120)
+        assert ref.returncode == 0, ref.stderr
+        assert ref_srv.n_completed == N_CALLS and ref_srv.duplicate_paid_calls() == 0
+    reference = normalised_outputs(tmp_path / "ref" / "run")
+
+    run_dir = tmp_path / "kill" / "run"
+    db = run_dir / "store.sqlite"
+    kills: list[dict] = []
+    with FakeLLMServer(reply=synthetic_reply, faults=gate, latency_s=0.01) as srv:
+        cmd = [sys.executable, "-m", "trustmh.cli", *cli_args(srv.openai_base_url, run_dir)]
+
+        def kill_run(kind: str, arm, trigger, cmd=cmd, env=None) -> dict:
+            """Start the command, wait for `trigger`, kill -9, and account for what was paid and stored."""
+            completed0, stored0 = srv.n_completed, sum(store_ok(db))
+            had_outputs = (run_dir / "results.json").exists()
+            arm()
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+            try:
+                trigger(proc)
+                alive = proc.poll() is None
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=10)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            stderr = proc.stderr.read().decode()
+            proc.stderr.close()
+            assert proc.returncode == -signal.SIGKILL, (kind, proc.returncode, stderr)
+            assert alive or kind == "in-write", f"{kind}: the run ended before the kill"
+            time.sleep(0.1)  # let the server notice the dead connections
+            gate.set(None)
+            paid, stored = srv.n_completed - completed0, sum(store_ok(db)) - stored0
+            k = dict(kind=kind, paid=paid, stored=stored, lost=paid - stored)
+            if db.exists():
+                k["integrity"] = integrity(db)
+                assert k["integrity"] == "ok", k
+            # Outputs are replaced atomically: what is there is the old or the new version, never a part.
+            if had_outputs or (run_dir / "results.json").exists():
+                assert normalised_outputs(run_dir) == reference, kind
+            assert 0 <= k["lost"] <= 2 * MAX_CONN, k  # at most what two endpoints can have in flight
+            kills.append(k)
+            return k
+
+        def remaining() -> int:
+            return N_CALLS - sum(store_ok(db))
+
+        def store_files() -> list:
+            return [(f.stat().st_size, f.stat().st_mtime_ns) for f in (db, db.with_name(db.name + "-wal"))
+                    if f.exists()]
+
+        # 1. random moments while replies stream in
+        for _ in range(5):
+            started = srv.n_requests
+            delay = rng.uniform(0.0, 0.25)
+            kill_run("random", lambda: gate.set(None),
+                     lambda p, s=started, d=delay: (wait_for(lambda: srv.n_requests > s, "first request"),
+                                                    time.sleep(d)))
+
+        # 2. held during generation: K more replies, then everything waits at the server
+        for i in range(5):
+            budget = rng.randint(0, min(20, remaining() - 2))
+            target = srv.n_completed + budget
+            stored_target = sum(store_ok(db)) + budget
+
+            def trigger(p, target=target, stored_target=stored_target, second=i):
+                wait_for(lambda: gate.held > 0 and srv.n_completed == target and sum(store_ok(db)) == stored_target,
+                         "held generation")
+                if second < 2:  # meanwhile a second `trustmh run` (or `score`) on the directory must refuse
+                    other_cmd = cmd if second == 0 else [*cmd[:3], "score", str(run_dir), "--no-progress"]
+                    before = store_files()
+                    other = subprocess.run(other_cmd, capture_output=True, text=True, timeout=60)
+                    assert other.returncode == 2 and "another trustmh process is using" in other.stderr, other.stderr
+                    assert "Traceback" not in other.stderr and store_files() == before
+            k = kill_run("held", lambda b=budget: gate.set(b), trigger)
+            assert k["lost"] == 0 and k["paid"] == budget, k
+
+        # 3. held during judging: generation runs freely, K judge replies, then judges wait
+        for _ in range(4):
+            judged = store_ok(db)[1]
+            budget = rng.randint(0, min(5, N_ETHICS - judged - 1))
+
+            def trigger(p, judged=judged, budget=budget):
+                wait_for(lambda: gate.held > 0 and store_ok(db) == (N_TIER1 + N_ETHICS, judged + budget),
+                         "held judging")
+            k = kill_run("judge", lambda b=budget: gate.set(b, judge_only=True), trigger)
+            assert k["lost"] == 0, k
+        assert remaining() > 0  # the judge kills really left judging to do
+
+        # The same command now finishes the collection and writes the outputs.
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert remaining() == 0
+
+        # 4. random moments while scoring and writing the outputs
+        tmp_samples = run_dir / "samples.jsonl.tmp"
+
+        def tmp_state():  # a killed finalize leaves its tmp file; a new one shows as a new mtime
+            return tmp_samples.stat().st_mtime_ns if tmp_samples.exists() else None
+
+        for _ in range(4):
+            delay = rng.uniform(0.0, 0.15)
+            kill_run("finalize", lambda: gate.set(None),
+                     lambda p, d=delay, t0=tmp_state(): (wait_for(lambda: tmp_state() not in (None, t0), "finalize"),
+                                                          time.sleep(d)))
+
+        # 5. killed half-way through writing results.json, and part-way through samples.jsonl
+        for where in ("results.json.tmp", "samples.jsonl.tmp"):
+            env = dict(os.environ, TRUSTMH_TEST_SELF_KILL=where)
+            wrapper = [sys.executable, "-c", SELF_KILL, *cmd[3:]]
+            kill_run("in-write", lambda: gate.set(None), lambda p: p.wait(timeout=60), cmd=wrapper, env=env)
+            assert (run_dir / where).exists()  # the partial file is left behind, unused
+
+        # And the same command, once more, completes.
+        final = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert final.returncode == 0, final.stderr
+        duplicates = srv.duplicate_paid_calls()
+
+    lost = sum(k["lost"] for k in kills)
+    assert len(kills) == 20
+    assert duplicates == lost  # every duplicate paid call is a reply lost at a kill, and nothing else
+    assert integrity(db) == "ok" and sum(store_ok(db)) == N_CALLS
+    assert normalised_outputs(run_dir) == reference  # identical to the uninterrupted run
+    by_kind = {}
+    for k in kills:
+        by_kind[k["kind"]] = by_kind.get(k["kind"], 0) + 1
+    figures.update(kills=len(kills), kills_by_point=by_kind, resumes=len(kills) + 1,
+                   replies_lost_at_kills=lost, duplicate_paid_calls=duplicates,
+                   duplicates_at_held_kills=sum(k["lost"] for k in kills if k["kind"] != "random"),
+                   store_integrity="ok", final_results_identical=True, concurrent_run_refused=True)
