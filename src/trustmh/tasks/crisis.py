@@ -22,7 +22,7 @@ from ..judges.parsing import extract_json_object, extract_label, parse_scale_rat
 from ..metrics import Table, binary_f1, count, mean, recall_of
 from ..types import Item, Sample, Score
 from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
-from .reliability import classification_metrics, unknown_label_reason
+from .reliability import classification_metrics, scored_macro_f1, unknown_label_reason
 
 CRISIS_DIR = "llms-mental-health-crisis"
 MERGED = f"{CRISIS_DIR}/human_label/human-labeled-sampled_dataset_n206_s42-merged_labels.json"
@@ -150,6 +150,9 @@ class Identification(Task):
                 out[f"confusion[{g}->{p}]"] = float(((gold == g) & (pred == p)).sum())
         return out
 
+    def primary_metric(self, table: Table, ctx: RunContext) -> float:
+        return scored_macro_f1(table, CRISIS_LABELS)
+
     def metric_n(self, table: Table, metric: str) -> int:
         m = re.fullmatch(r"recall\[(.+)\]", metric)
         if m and "gold" in table.labels:
@@ -210,8 +213,11 @@ class Severity(Task):
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         path = data.path(self.files[0])
-        items = []
-        for _line, row in read_csv(path, ["User", "Post", "Label"]):
+        items, seen = [], set()
+        for line, row in read_csv(path, ["User", "Post", "Label"]):
+            if row["User"].strip() in seen:  # the id keys the store and replay files: it must be unique
+                raise DataError(path, f"duplicate user {row['User'].strip()!r}", line)
+            seen.add(row["User"].strip())
             posts, how = parse_posts(row["Post"] or "")
             posts = [p.strip() for p in posts if p.strip()]
             kept, omitted = budget_posts(posts)

@@ -330,6 +330,9 @@ class Diagnosis(Task):
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         return classification_metrics(table, SWMH_LABELS)
 
+    def primary_metric(self, table: Table, ctx: RunContext) -> float:
+        return scored_macro_f1(table, SWMH_LABELS)
+
 
 def unknown_label_reason(reply: str, default: str) -> str:
     obj = extract_json_object(reply)
@@ -338,6 +341,14 @@ def unknown_label_reason(reply: str, default: str) -> str:
             if isinstance(obj.get(k), str):
                 return f"label {obj[k]!r} is not in the label set"
     return default
+
+
+def scored_macro_f1(table: Table, labels: tuple[str, ...]) -> float:
+    """Macro-F1 alone over the scored rows: the cheap path robustness re-runs inside every bootstrap."""
+    gold = table.labels.get("gold", np.array([], dtype=object))
+    pred = table.labels.get("pred", np.array([], dtype=object))
+    ok = (gold != "") & (pred != "")
+    return macro_f1(gold[ok], pred[ok], labels)
 
 
 def classification_metrics(table: Table, labels: tuple[str, ...]) -> dict[str, float]:
