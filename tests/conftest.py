@@ -43,8 +43,8 @@ def run_quiet(spec, out: Path, **kw):
 
 @pytest.fixture
 def figures(request, record_property):
-    """Figures a reliability test measured. Tests fill it only after their assertions pass; the figures
-    go into the JUnit XML and, with TRUSTMH_FIGURES=path, one JSON line per test into that file."""
+    """Figures a reliability test measured (docs/reliability.md lists those of a passing run). They go into
+    the JUnit XML and, with TRUSTMH_FIGURES=path, one JSON line per test into that file."""
     figs: dict = {}
     yield figs
     for k, v in figs.items():

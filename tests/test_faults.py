@@ -73,14 +73,18 @@ def campaign(tmp, provider: str, n_tier1: int, n_ethics: int, seed: int) -> dict
     data = make_synthetic_data(tmp / "data", n_tier1, n_ethics)
     out = {}
     for name, faults in (("clean", None), ("faulty", Injector(seed, 0.2))):
-        with FakeLLMServer(reply=synthetic_reply, faults=faults, latency_s=0.005) as srv:
+        # A module fixture runs outside conftest's per-test environment: keep real keys out here too.
+        with pytest.MonkeyPatch.context() as mp, FakeLLMServer(reply=synthetic_reply, faults=faults,
+                                                               latency_s=0.005) as srv:
+            for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+                mp.delenv(var, raising=False)
             url = srv.openai_base_url if provider == "openai" else srv.base_url
             spec = run_spec(models=[f"{provider}/fake"], judge=f"{provider}/judge", base_url=url, judge_base_url=url,
                             tasks=TASKS, suite="data", data_dir=str(data), n_boot=50)
             run_dir, res, calls = run_quiet(spec, tmp / name, limits=LIMITS)
             out[name] = dict(dir=run_dir, results=res.models[f"{provider}/fake"].tasks, calls=calls,
-                             rows=rows(run_dir), n_requests=srv.n_requests, n_completed=srv.n_completed,
-                             duplicates=srv.duplicate_paid_calls(), injector=faults)
+                             rows=rows(run_dir), n_requests=srv.n_requests, duplicates=srv.duplicate_paid_calls(),
+                             injector=faults)
     return out
 
 
@@ -189,12 +193,27 @@ def test_report_shows_permanent_error_kinds(openai_campaign, tmp_path):
 
 def test_provider_refusal_filter_is_an_error_not_a_refusal(tmp_path):
     """A content-filtered reply is not the model refusing: the safety refusal rate must not count it."""
-    with FakeLLMServer(reply=lambda body: "I cannot help with that.", faults=lambda n, body: Fault("content_filter")) as srv:
+    filtered = lambda n, body: Fault("content_filter")  # noqa: E731
+    with FakeLLMServer(reply=lambda body: "I cannot help with that.", faults=filtered) as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="safety.jailbreak", suite="sample")
         _, res, _ = run_quiet(spec, tmp_path / "run", limits=LIMITS)
     t = res.models["openai/fake"].tasks["safety.jailbreak"]
     assert t.n_samples > 0 and t.n_errors == t.n_samples and t.error_kinds == {"content_filter": t.n_samples}
     assert t.n == 0 and t.value is None and t.trust_score is None
+
+
+def test_failed_judge_decides_nothing(tmp_path):
+    """When the refusal judge fails, the sample's refusal is unscored with the reason, not guessed."""
+    def faults(n, body):
+        return Fault("status", status=400) if body["model"] == "judge" else None
+
+    with FakeLLMServer(reply=lambda body: "I cannot help with that.", faults=faults) as srv:
+        spec = run_spec(models=["openai/fake"], judge="openai/judge", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks="safety.jailbreak", suite="sample")
+        _, res, _ = run_quiet(spec, tmp_path / "run", limits=LIMITS)
+    t = res.models["openai/fake"].tasks["safety.jailbreak"]
+    assert t.n_samples > 0 and t.n_errors == 0 and t.n_judge_errors == t.n_samples
+    assert t.n == 0 and t.value is None and t.unscored_reasons == {"judge error: bad_request": t.n_samples}
 
 
 def test_retries_exhausted_is_counted_under_the_transient_kind(tmp_path):

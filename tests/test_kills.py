@@ -1,20 +1,21 @@
-"""Kill campaign: `kill -9` the real `trustmh run` process at 20 seeded points, resume with the same
+"""Kill campaign: `kill -9` the real `trustmh run` process at 20+ seeded points, resume with the same
 command each time, and compare the end state with an uninterrupted run.
 
 Kill points (docs/reliability.md explains what each proves):
-  * random   - at a seeded random moment while replies stream in (inside store writes included);
+  * random   - after a seeded number of replies plus a seeded 0-20 ms: while replies stream into the store;
   * held     - the server answers K more requests (seeded K), then holds every further one; we kill once
                the K replies are committed, so nothing is between the server and the store;
   * judge    - as held, but only judge requests are held (the kill lands while judging);
-  * finalize - at a seeded random moment after samples.jsonl.tmp appears (scoring / writing outputs);
-  * in-write - the process kills itself half-way through writing results.json.tmp, and after writing
-               the first task's rows of samples.jsonl.tmp.
+  * finalize - at a seeded moment of the output phase (scoring, samples.jsonl, results.json, report.html);
+  * in-write - the process kills itself half-way through writing results.json.tmp (and report.html.tmp
+               when the run writes a report), and after the first task's rows of samples.jsonl.tmp.
+A second `trustmh run` and a `trustmh score` on the directory, started while a run holds it, must refuse.
 Counted at the server: a reply it sent that the killed client had not committed is paid again on resume
 ("lost"). Held kills must lose nothing; random kills may lose at most what was in flight, and the total
 of duplicate paid calls must equal exactly the sum lost (no other cause of double payment).
 
-Runtime (~45 s on 2 cores) is dominated by the ~24 process launches a real kill -9 needs; the run itself
-is small (360 samples + 60 judge calls, 10 ms latency)."""
+Runtime (~45-70 s on 2 cores) is dominated by the ~27 process launches (about 1.5 s of imports each) that
+real kill -9 points need; the run itself is small (360 samples + 60 judge calls, 10 ms latency)."""
 
 import json
 import os
@@ -26,8 +27,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-
-import pytest
 
 from conftest import make_synthetic_data, synthetic_reply
 from trustmh.testing.fake_server import Fault, FakeLLMServer
@@ -86,11 +85,11 @@ def integrity(db: Path) -> str:
         con.close()
 
 
-def wait_for(cond, what: str, timeout: float = 60) -> None:
+def wait_for(cond, what, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(0.005)
 
 
@@ -146,30 +145,38 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
                 "--tasks", "privacy.awareness_tier1,ethics.reasoning", "--suite", "data", "--data-dir", str(data),
                 "--out", str(out), "--max-connections", str(MAX_CONN), "--no-progress", "--bootstrap", "1000"]
 
-    # The uninterrupted reference, on a server of its own.
+    # The uninterrupted reference, on a server of its own; it also times the output phase.
     with FakeLLMServer(reply=synthetic_reply, latency_s=0.01) as ref_srv:
-        ref = subprocess.run([sys.executable, "-m", "trustmh.cli", *cli_args(ref_srv.openai_base_url,
-                                                                             tmp_path / "ref" / "run")],
-                             capture_output=True, text=True, timeout=120)
-        assert ref.returncode == 0, ref.stderr
+        ref_dir = tmp_path / "ref" / "run"
+        ref = subprocess.Popen([sys.executable, "-m", "trustmh.cli", *cli_args(ref_srv.openai_base_url, ref_dir)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_for(lambda: (ref_dir / "samples.jsonl.tmp").exists() or ref.poll() is not None, "reference outputs")
+        t_outputs = time.monotonic()
+        ref.wait(timeout=120)
+        output_phase_s = time.monotonic() - t_outputs
+        assert ref.returncode == 0, ref.stderr.read().decode()
+        ref.stderr.close()
         assert ref_srv.n_completed == N_CALLS and ref_srv.duplicate_paid_calls() == 0
     reference = normalised_outputs(tmp_path / "ref" / "run")
 
     run_dir = tmp_path / "kill" / "run"
     db = run_dir / "store.sqlite"
     kills: list[dict] = []
+    base: dict = {}  # the server's and the store's counts when the current run started
     with FakeLLMServer(reply=synthetic_reply, faults=gate, latency_s=0.01) as srv:
         cmd = [sys.executable, "-m", "trustmh.cli", *cli_args(srv.openai_base_url, run_dir)]
 
         def kill_run(kind: str, arm, trigger, cmd=cmd, env=None) -> dict:
             """Start the command, wait for `trigger`, kill -9, and account for what was paid and stored."""
             completed0, stored0 = srv.n_completed, sum(store_ok(db))
+            base.update(completed=completed0, stored=stored0)
             had_outputs = (run_dir / "results.json").exists()
             arm()
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
             try:
                 trigger(proc)
                 alive = proc.poll() is None
+                at_kill = srv.n_completed
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(timeout=10)
             finally:
@@ -182,13 +189,17 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             time.sleep(0.1)  # let the server notice the dead connections
             gate.set(None)
             paid, stored = srv.n_completed - completed0, sum(store_ok(db)) - stored0
-            k = dict(kind=kind, paid=paid, stored=stored, lost=paid - stored)
+            # lost = sent by the server but not in the store: in transit at the kill, or (as a provider
+            # would still charge for it) finished by the server after the client died.
+            k = dict(kind=kind, paid=paid, stored=stored, lost=paid - stored, paid_after_kill=srv.n_completed - at_kill)
             if db.exists():
                 k["integrity"] = integrity(db)
                 assert k["integrity"] == "ok", k
             # Outputs are replaced atomically: what is there is the old or the new version, never a part.
             if had_outputs or (run_dir / "results.json").exists():
                 assert normalised_outputs(run_dir) == reference, kind
+            if (run_dir / "report.html").exists():
+                assert (run_dir / "report.html").read_text().rstrip().endswith("</html>"), kind
             assert 0 <= k["lost"] <= 2 * MAX_CONN, k  # at most what two endpoints can have in flight
             kills.append(k)
             return k
@@ -200,23 +211,32 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             return [(f.stat().st_size, f.stat().st_mtime_ns) for f in (db, db.with_name(db.name + "-wal"))
                     if f.exists()]
 
-        # 1. random moments while replies stream in
+        # 1. random moments while replies stream in: after a seeded number of replies (so the point does not
+        # depend on machine speed), plus a seeded 0-20 ms, which lands in the reply's way to the store
         for _ in range(5):
-            started = srv.n_requests
-            delay = rng.uniform(0.0, 0.25)
+            after, delay = srv.n_completed + rng.randint(1, 40), rng.uniform(0.0, 0.02)
             kill_run("random", lambda: gate.set(None),
-                     lambda p, s=started, d=delay: (wait_for(lambda: srv.n_requests > s, "first request"),
-                                                    time.sleep(d)))
+                     lambda p, a=after, d=delay: (wait_for(lambda: srv.n_completed >= a, "replies"), time.sleep(d)))
 
-        # 2. held during generation: K more replies, then everything waits at the server
+        def all_held(what: str) -> None:
+            """Wait until every request in flight is held at the server and every reply it sent is committed,
+            and it stays so for 0.1 s: a kill now can lose nothing."""
+            def still() -> bool:
+                return (gate.held > 0 and srv.in_flight == gate.held
+                        and srv.n_completed - base["completed"] == sum(store_ok(db)) - base["stored"])
+            while True:
+                wait_for(still, lambda: f"{what}: held {gate.held}, in flight {srv.in_flight}, store {store_ok(db)}")
+                seen = srv.n_requests
+                time.sleep(0.1)
+                if still() and srv.n_requests == seen:
+                    return
+
+        # 2. held during generation: K more replies, then every request waits at the server
         for i in range(5):
             budget = rng.randint(0, min(20, remaining() - 2))
-            target = srv.n_completed + budget
-            stored_target = sum(store_ok(db)) + budget
 
-            def trigger(p, target=target, stored_target=stored_target, second=i):
-                wait_for(lambda: gate.held > 0 and srv.n_completed == target and sum(store_ok(db)) == stored_target,
-                         "held generation")
+            def trigger(p, second=i):
+                all_held("held generation")
                 if second < 2:  # meanwhile a second `trustmh run` (or `score`) on the directory must refuse
                     other_cmd = cmd if second == 0 else [*cmd[:3], "score", str(run_dir), "--no-progress"]
                     before = store_files()
@@ -226,15 +246,10 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             k = kill_run("held", lambda b=budget: gate.set(b), trigger)
             assert k["lost"] == 0 and k["paid"] == budget, k
 
-        # 3. held during judging: generation runs freely, K judge replies, then judges wait
+        # 3. held during judging: generation runs freely, K judge replies, then judge requests wait
         for _ in range(4):
-            judged = store_ok(db)[1]
-            budget = rng.randint(0, min(5, N_ETHICS - judged - 1))
-
-            def trigger(p, judged=judged, budget=budget):
-                wait_for(lambda: gate.held > 0 and store_ok(db) == (N_TIER1 + N_ETHICS, judged + budget),
-                         "held judging")
-            k = kill_run("judge", lambda b=budget: gate.set(b, judge_only=True), trigger)
+            budget = rng.randint(0, min(5, N_ETHICS - store_ok(db)[1] - 1))
+            k = kill_run("judge", lambda b=budget: gate.set(b, judge_only=True), lambda p: all_held("held judging"))
             assert k["lost"] == 0, k
         assert remaining() > 0  # the judge kills really left judging to do
 
@@ -250,13 +265,15 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             return tmp_samples.stat().st_mtime_ns if tmp_samples.exists() else None
 
         for _ in range(4):
-            delay = rng.uniform(0.0, 0.15)
+            delay = rng.uniform(0.0, 0.7 * output_phase_s)
             kill_run("finalize", lambda: gate.set(None),
                      lambda p, d=delay, t0=tmp_state(): (wait_for(lambda: tmp_state() not in (None, t0), "finalize"),
                                                           time.sleep(d)))
 
         # 5. killed half-way through writing results.json, and part-way through samples.jsonl
-        for where in ("results.json.tmp", "samples.jsonl.tmp"):
+        # (and in report.html, once the run writes one)
+        report = ("report.html.tmp",) if (run_dir / "report.html").exists() else ()
+        for where in ("results.json.tmp", "samples.jsonl.tmp", *report):
             env = dict(os.environ, TRUSTMH_TEST_SELF_KILL=where)
             wrapper = [sys.executable, "-c", SELF_KILL, *cmd[3:]]
             kill_run("in-write", lambda: gate.set(None), lambda p: p.wait(timeout=60), cmd=wrapper, env=env)
@@ -268,7 +285,7 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
         duplicates = srv.duplicate_paid_calls()
 
     lost = sum(k["lost"] for k in kills)
-    assert len(kills) == 20
+    assert len(kills) >= 20
     assert duplicates == lost  # every duplicate paid call is a reply lost at a kill, and nothing else
     assert integrity(db) == "ok" and sum(store_ok(db)) == N_CALLS
     assert normalised_outputs(run_dir) == reference  # identical to the uninterrupted run
@@ -278,4 +295,6 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
     figures.update(kills=len(kills), kills_by_point=by_kind, resumes=len(kills) + 1,
                    replies_lost_at_kills=lost, duplicate_paid_calls=duplicates,
                    duplicates_at_held_kills=sum(k["lost"] for k in kills if k["kind"] != "random"),
-                   store_integrity="ok", final_results_identical=True, concurrent_run_refused=True)
+                   store_integrity="ok", final_results_identical=True, concurrent_run_refused=True,
+                   per_kill=[(k["kind"], k["paid"], k["lost"], k["paid_after_kill"]) for k in kills],
+                   output_phase_s=round(output_phase_s, 3))

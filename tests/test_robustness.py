@@ -326,3 +326,19 @@ def test_lower_is_better_base_drop_sign_and_unscored_pairs(tmp_path, monkeypatch
     assert m["drop[sentence]"].value == pytest.approx(0.5)  # the shuffle drops only
     assert m["unscored_increase"].value == pytest.approx(18 / 180)
     assert t.n_unscored == 18 and math.isclose(m["mean_drop"].value, 0.5)
+
+
+def test_robustness_reads_the_base_primary_metric_hook(monkeypatch):
+    class Fixed(ToyErrors):
+        def primary_metric(self, table, ctx):  # a cheaper path a base task may give; here a marker value
+            return 0.25 + 0.01 * len(table)
+
+    monkeypatch.setitem(TASKS, "toy.errors", Fixed)
+    rows = [{"error": 0.0}, {"error": 1.0}, {"error": 1.0}, {"error": 1.0}, {"error": 1.0}]
+    table = Table.from_rows(rows, ["0", "0", "0", "1", "1"], {
+        "perturbation": ["clean", "char_swap@low", "word_swap@low", "clean", "char_swap@low"],
+        "pair": ["0|", "0|", "0|", "1|", "1|"]})
+    out = ToyRobust().aggregate(table, RunContext())
+    assert out["clean"] == pytest.approx(0.27)  # the hook on the 2 clean rows (aggregate() would say 0.5)
+    assert out["drop[char_swap@low]"] == pytest.approx(0.0)  # 2 rows on each side
+    assert out["drop[word_swap@low]"] == pytest.approx(0.0)  # item 0 only: 1 row on each side

@@ -163,10 +163,16 @@ def run_cmd(
         None, help="Decide refusals (safety.jailbreak, safety.over_refusal) with a local Hugging Face "
                    "classifier: hf/<path>, or hf/<path>#refusal_label=<label> when the refusal class is not "
                    "LABEL_0 (needs the hf extra)."),
+    executor: str = typer.Option("local", help="Where replies are fetched: local (this process) or ray (shards "
+                                               "as Ray tasks; needs the ray extra; see docs/scale.md)."),
+    ray_address: Optional[str] = typer.Option(None, help="With --executor ray: a cluster to join (auto, or "
+                                                         "ray://host:10001); default: a Ray instance on this machine."),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
+    from .executors import make_executor
     from .models import split_spec
     from .runner import RunSpec, run
+    chosen_executor = make_executor(executor, ray_address=ray_address)
     for m in model:
         split_spec(m)
     if judge != "rules":
@@ -195,7 +201,7 @@ def run_cmd(
     try:
         run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
                                        limits=_limits(max_connections, timeout, max_retries),
-                                       progress=progress and sys.stderr.isatty())
+                                       progress=progress and sys.stderr.isatty(), executor=chosen_executor)
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
         raise typer.Exit(130)

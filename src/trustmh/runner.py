@@ -6,6 +6,7 @@ be re-run any number of times (`trustmh score`) from the store alone."""
 
 from __future__ import annotations
 
+import array
 import asyncio
 import collections
 import contextlib
@@ -23,6 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -166,35 +168,31 @@ class Endpoint:
         return resp
 
     async def _call(self, request: Request, key: str) -> Response:
-        if self.limiter is None:
-            resp = await self._with_retries(request)
-            await self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
-            return resp
-        await self.limiter.acquire()  # held through retries, so the bound covers them too
-        try:
-            resp = await self._with_retries(request)
-            # Queued for commit before the slot is handed on, so the commit runs before the next request.
-            committed = self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
-        finally:
-            self.limiter.release()
-        await committed
+        resp = await self._with_retries(request)
+        await self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
         return resp
 
-    async def _attempt(self, request: Request) -> Response:
-        """One request to the model, reported to the limiter."""
-        self.writer.flush()  # earlier replies are committed before a new request leaves
+    async def _attempt(self, request: Request, retry: bool = False) -> Response:
+        """One request to the model. It takes a slot of the limiter for this attempt only: a request
+        waiting to retry must not hold one, or after a 429 the retries alone would keep the pressure on."""
         limiter = self.limiter
         if limiter is None:
+            self.writer.flush()
             return await self.model.generate(request)
-        epoch = limiter.epoch
+        await limiter.acquire(retry)
         try:
-            resp = await self.model.generate(request)
-        except ModelError as e:
-            if e.kind == "rate_limit":
-                limiter.on_rate_limit(epoch, e.retry_after)
-            raise
-        limiter.on_success()
-        return resp
+            self.writer.flush()  # replies received so far are committed before a new request leaves
+            epoch = limiter.epoch
+            try:
+                resp = await self.model.generate(request)
+            except ModelError as e:
+                if e.kind == "rate_limit":
+                    limiter.on_rate_limit(epoch, e.retry_after)
+                raise
+            limiter.on_success()
+            return resp
+        finally:
+            limiter.release()
 
     async def _with_retries(self, request: Request) -> Response:
         attempt = 0
@@ -202,7 +200,7 @@ class Endpoint:
             attempt += 1
             self.n_calls += 1
             try:
-                resp = await self._attempt(request)
+                resp = await self._attempt(request, retry=attempt > 1)
                 resp.attempts = attempt
                 return resp
             except ModelError as e:
@@ -292,6 +290,48 @@ def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, s
     return prepared, checksums
 
 
+class StoredSamples:
+    """A task's samples as its run stored them, read back one at a time (sized, re-iterable)."""
+
+    def __init__(self, store: Store, task_id: str, n: int):
+        self.store, self.task_id, self.n = store, task_id, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Sample]:
+        return self.store.iter_samples(self.task_id)
+
+
+def record_prepared(store: Store, prepared: list[Prepared], checksums: dict[str, str]) -> None:
+    store.put_samples(s for p in prepared for s in p.samples)
+    store.set_meta("prepared", {"checksums": checksums,
+                                "tasks": {p.task.id: {"not_run": p.not_run, "n": len(p.samples)} for p in prepared}})
+
+
+def prepare_from_store(spec: RunSpec, store: Store) -> tuple[list[Prepared], dict[str, str]] | None:
+    """Re-scoring: the samples the run generated, streamed from its store instead of loading the data
+    again, so memory does not grow with the run. None when the store cannot stand in for the data
+    (an older store, another task selection, replay files whose ids are checked against the data)."""
+    meta = store.get_meta("prepared")
+    if meta is None or any(m.startswith("replay/") for m in [*spec.models, spec.judge]):
+        return None
+    tasks = resolve_tasks(spec.tasks)
+    if [t.id for t in tasks] != list(meta["tasks"]):
+        return None
+    counts = store.sample_counts()
+    prepared = []
+    for task in tasks:
+        m = meta["tasks"][task.id]
+        if m["not_run"]:
+            prepared.append(Prepared(task, not_run=m["not_run"]))
+        elif counts.get(task.id, 0) != m["n"]:
+            return None
+        else:
+            prepared.append(Prepared(task, samples=StoredSamples(store, task.id, m["n"])))  # type: ignore[arg-type]
+    return prepared, meta["checksums"]
+
+
 # --------------------------------------------------------------------------------------------------
 # Phase 1: responses and judgements
 
@@ -304,9 +344,13 @@ def _progress(enabled: bool) -> Progress:
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
                   *, generate: bool = True, progress: bool = True) -> dict[str, int]:
     """Make sure every sample has a stored reply (unless `generate` is False) and judgement."""
+    if not generate and spec.judge == "rules":
+        return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     judge_model = None if spec.judge == "rules" else make_model(
         spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed, purpose="judge")
-    judge_ep = Endpoint(judge_model, store, limits, purpose="judge") if judge_model else None
+    # One group commit for both endpoints: no request of either leaves before every reply is stored.
+    writer = CallWriter(store)
+    judge_ep = Endpoint(judge_model, store, limits, purpose="judge", writer=writer) if judge_model else None
     samples = [(p.task, s) for p in prepared for s in p.samples]
     calls = collections.Counter()
     try:
@@ -316,7 +360,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 model.check_ids({p.task.id: p.all_ids for p in prepared if not p.not_run})
             if isinstance(judge_model, ReplayModel):
                 judge_model.check_ids({p.task.id: p.all_ids for p in prepared if not p.not_run})
-            gen_ep = Endpoint(model, store, limits, purpose="model", offline_only=not generate)
+            gen_ep = Endpoint(model, store, limits, purpose="model", offline_only=not generate, writer=writer)
             try:
                 await _collect_model(spec, ctx, samples, gen_ep, judge_ep, store, progress, model_spec)
             finally:
@@ -325,6 +369,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
         if judge_ep:
             calls["judge"] = judge_ep.n_calls
     finally:
+        writer.flush()  # interrupted (Ctrl-C, an error): replies already received are kept
         if judge_model:
             await judge_model.aclose()
     return dict(calls)
@@ -441,6 +486,30 @@ def iter_records(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, j
         yield SampleRecord(sample, resp, judged, jresp)
 
 
+class _Columns:
+    """Per-sample values as one float array per name, for `Table`: a dict kept per sample would cost
+    ~200 bytes each, and a large run's re-scoring should not grow with the run."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, array.array] = {}
+        self.n = 0
+
+    def add(self, values: dict[str, float]) -> None:
+        for name, v in values.items():
+            col = self.cols.get(name)
+            if col is None:
+                col = self.cols[name] = array.array("d", [math.nan]) * self.n
+            col.append(math.nan if v is None else v)
+        self.n += 1
+        for col in self.cols.values():
+            if len(col) < self.n:
+                col.append(math.nan)
+
+    def table(self, clusters: list[str], labels: dict[str, list[Any]]) -> Table:
+        columns = {name: np.frombuffer(self.cols[name], dtype=float) for name in sorted(self.cols)}
+        return Table(columns, np.array(clusters, dtype=object), {k: np.array(v, dtype=object) for k, v in labels.items()})
+
+
 def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, judge: ModelRef | None, store: Store,
                out) -> TaskResult:
     task = p.task
@@ -448,7 +517,7 @@ def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, jud
                 higher_is_better=task.metric.higher_is_better)
     if p.not_run:
         return TaskResult(status="not run", reason=p.not_run, **base)
-    rows, clusters, labels = [], [], collections.defaultdict(list)
+    rows, clusters, labels = _Columns(), [], collections.defaultdict(list)
     errors, judge_errors = collections.Counter(), collections.Counter()
     unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
     primary = task.primary_value
@@ -464,7 +533,7 @@ def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, jud
             if rec.judge_response is not None and not rec.judge_response.ok:
                 judge_errors[rec.judge_response.error_kind] += 1
             sc = task.score(s, resp.text, rec.judged, ctx)
-            rows.append(sc.values)
+            rows.add(sc.values)
             clusters.append(task.cluster(s))
             sample_labels = task.labels(s, sc)
             for k, v in sample_labels.items():
@@ -481,7 +550,7 @@ def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, jud
                         # cluster and labels let `trustmh compare` rebuild the task's Table per item
                         cluster=clusters[-1], labels=sample_labels)
         out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
-    table = Table.from_rows(rows, clusters, dict(labels))
+    table = rows.table(clusters, dict(labels))
     values = task.aggregate(table, ctx) if len(table) else {}
     boot_seed = spec.seed * 1_000_003 + int(hashlib.sha256(task.id.encode()).hexdigest()[:8], 16)
     cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=boot_seed, n_boot=spec.n_boot)
@@ -583,8 +652,9 @@ def open_run_dir(path: Path) -> Path:
 
 
 def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,
-        progress: bool = True, generate: bool = True) -> tuple[Path, RunResults, dict[str, int]]:
-    """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made)."""
+        progress: bool = True, generate: bool = True, executor=None) -> tuple[Path, RunResults, dict[str, int]]:
+    """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made).
+    `executor` (see trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here."""
     limits = limits or Limits()
     ctx = RunContext(seed=spec.seed, upstream_compat=spec.upstream_compat, judge=spec.judge,
                      options=spec.options)
@@ -594,11 +664,18 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
         try:
             if generate:
                 store.set_meta("spec", spec.to_json())
-            prepared, checksums = prepare(spec, ctx)
-            store.put_samples([s for p in prepared for s in p.samples])
+            from_store = None if generate else prepare_from_store(spec, store)
+            if from_store is not None:
+                prepared, checksums = from_store
+            else:
+                prepared, checksums = prepare(spec, ctx)
+                record_prepared(store, prepared, checksums)
             try:
-                calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
-                                            progress=progress))
+                if executor is not None and generate:
+                    calls = executor(spec, ctx, prepared, store, limits, progress=progress)
+                else:
+                    calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
+                                                progress=progress))
             except AuthFailure as e:
                 raise UserError(str(e)) from None
             results = finalize(run_dir, spec, ctx, prepared, store, checksums, limits)

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from .errors import UserError
 from .types import Response, Sample
@@ -61,18 +61,25 @@ class Store:
         return json.loads(row[0]) if row else default
 
     # --- samples ----------------------------------------------------------------------------------
-    def put_samples(self, samples: list[Sample]) -> None:
+    def put_samples(self, samples: Iterable[Sample]) -> None:
+        """Record the run's samples (replacing those of an earlier run over this store), so that
+        re-scoring can read them back one at a time instead of loading the data again."""
         with self.db:
             self.db.execute("BEGIN")
+            self.db.execute("DELETE FROM samples")
             self.db.executemany(
                 "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?)",
-                [(s.task, s.item.id, s.variant, i, json.dumps(s.to_json(), ensure_ascii=False))
-                 for i, s in enumerate(samples)])
+                # a generator, not a list: the serialised run is never held in memory at once
+                ((s.task, s.item.id, s.variant, i, json.dumps(s.to_json(), ensure_ascii=False))
+                 for i, s in enumerate(samples)))
 
     def iter_samples(self, task: str) -> Iterator[Sample]:
         cur = self.db.execute("SELECT body FROM samples WHERE task = ? ORDER BY seq", (task,))
         for (body,) in cur:
             yield Sample.from_json(json.loads(body))
+
+    def sample_counts(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT task, count(*) FROM samples GROUP BY task").fetchall())
 
     def sample_tasks(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT DISTINCT task FROM samples ORDER BY task")]
@@ -115,6 +122,30 @@ class Store:
                 [(key, endpoint, purpose, ident[0], ident[1], ident[2], int(r.ok), r.text, r.finish_reason,
                   r.error_kind, r.error, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, now)
                  for key, endpoint, purpose, ident, r in rows])
+
+    # --- raw rows, for moving calls between stores (shards of a distributed run) ---------------------
+    def call_rows(self, task: str | None = None, item_ids: Iterable[str] | None = None) -> list[tuple]:
+        """Whole rows of `calls`: all of them, or those filed under `task` for the given items."""
+        if task is None:
+            return self.db.execute("SELECT * FROM calls").fetchall()
+        ids, rows = list(item_ids or ()), []
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            rows += self.db.execute(f"SELECT * FROM calls WHERE task = ? AND item_id IN ({','.join('?' * len(chunk))})",
+                                    [task, *chunk]).fetchall()
+        return rows
+
+    def merge_calls(self, rows: list[tuple]) -> None:
+        """Add rows taken from another store. Idempotent: merging the same rows again changes nothing,
+        and a successful reply is never replaced (only a failed one, by a newer attempt)."""
+        cols = ("endpoint, purpose, task, item_id, variant, ok, text, finish_reason, error_kind, error, "
+                "prompt_tokens, completion_tokens, latency_s, attempts, created").split(", ")
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(
+                f"INSERT INTO calls VALUES ({','.join('?' * 16)}) ON CONFLICT(key) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in cols)
+                + " WHERE calls.ok = 0 AND (excluded.ok = 1 OR excluded.created >= calls.created)", rows)
 
     def integrity_ok(self) -> bool:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

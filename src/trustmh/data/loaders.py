@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,7 +30,7 @@ def read_text(path: Path, *, encoding: str = "utf-8") -> str:
         raise DataError(path, "file not found")
     raw = path.read_bytes()
     if not raw.strip():
-        raise DataError(path, "file is empty")
+        raise DataError(path, "file is empty", 1)
     if raw.startswith(b"\xef\xbb\xbf"):  # JailbreakMH.csv starts with a UTF-8 byte-order mark
         raw = raw[3:]
     try:
@@ -57,9 +58,12 @@ def read_floats(path: Path) -> list[float]:
         if not ln.strip():
             continue
         try:
-            out.append(float(ln))
+            value = float(ln)
         except ValueError:
             raise DataError(path, f"expected a number, got {ln.strip()[:40]!r}", i) from None
+        if not math.isfinite(value):  # float() takes 'nan' and 'inf'; neither is a rating
+            raise DataError(path, f"expected a finite number, got {ln.strip()[:40]!r}", i)
+        out.append(value)
     return out
 
 
@@ -71,6 +75,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             obj = json.loads(ln)
         except json.JSONDecodeError as e:
             raise DataError(path, f"invalid JSON ({e.msg})", i) from None
+        except (ValueError, RecursionError) as e:  # valid JSON syntax, but a number or nesting too large
+            raise DataError(path, f"unreadable JSON ({_why(e)})", i) from None
         if not isinstance(obj, dict):
             raise DataError(path, "expected a JSON object", i)
         yield i, obj
@@ -82,24 +88,38 @@ def read_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(path, f"invalid JSON ({e.msg})", e.lineno) from None
+    except (ValueError, RecursionError) as e:
+        raise DataError(path, f"unreadable JSON ({_why(e)})") from None
+
+
+def _why(e: Exception) -> str:
+    """What Python's json module refuses beyond syntax: integers over 4300 digits, deep nesting."""
+    return "nested too deeply" if isinstance(e, RecursionError) else str(e).split(":")[0]
 
 
 def read_csv(path: Path, required: list[str], *, text: str | None = None) -> list[tuple[int, dict[str, str]]]:
     """Rows with their 1-based line number of the row start; checks the header has `required`."""
     text = read_text(path) if text is None else text
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = reader.fieldnames or []
+    # strict: a quote left open (a file cut short inside a quoted field) is an error, not one huge cell
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as e:  # the header row itself is malformed (e.g. a cell over the field size limit)
+        raise DataError(path, f"malformed CSV header ({e})", 1) from None
     missing = [c for c in required if c not in header]
     if missing:
         raise DataError(path, f"missing column(s) {', '.join(missing)}; header is {header}", 1)
     rows = []
+    # line_num counts lines read so far: a row (or a row that fails to parse) starts on the next one.
+    start = reader.line_num + 1
     try:
         for row in reader:
             if None in row:  # more cells than header columns
-                raise DataError(path, "row has more cells than the header", reader.line_num)
-            rows.append((reader.line_num, row))
+                raise DataError(path, "row has more cells than the header", start)
+            rows.append((start, row))
+            start = reader.line_num + 1
     except csv.Error as e:
-        raise DataError(path, f"malformed CSV ({e})", reader.line_num) from None
+        raise DataError(path, f"malformed CSV ({e})", start) from None
     return rows
 
 

@@ -6,6 +6,7 @@ sample with a reason. Nothing here guesses a default value."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Iterable
 
@@ -36,7 +37,7 @@ def extract_json_object(text: str) -> dict[str, Any] | None:
             continue
         try:
             obj = json.loads(cand)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # bad syntax, an integer over 4300 digits, deep nesting
             continue
         if isinstance(obj, dict):
             return obj
@@ -84,7 +85,8 @@ def parse_scale_rating(text: str, allowed: Iterable[int], phrases: dict[str, int
     scale phrase (longest phrase wins at the same position); a lone allowed number."""
     allowed = set(allowed)
     answer = strip_markdown(after_last_answer_tag(text)).strip()
-    num = r"(?<![\d.])([-+−]?\d+)"
+    # At most 9 digits: no scale goes that far, and int() refuses numbers over 4300 digits outright.
+    num = r"(?<![\d.])([-+−]?\d{1,9})(?!\d)"
     end = r"(?!\.?\d)"  # not part of a decimal like 2.5
     for pattern in (rf"^{num}{end}\s*(?:[).:\-–]|$)", rf"{num}\s*\)"):
         for m in re.finditer(pattern, answer):
@@ -133,6 +135,8 @@ def parse_int_scores(obj: dict[str, Any] | None, keys: Iterable[str], lo: float,
         except (TypeError, ValueError):
             reasons[k] = f"judge value for '{k}' is not a number"
             continue
+        except OverflowError:  # a JSON integer too large for a float is out of any range
+            v = math.inf
         if not lo <= v <= hi:
             reasons[k] = f"judge value for '{k}' out of range {lo:g}-{hi:g}"
             continue

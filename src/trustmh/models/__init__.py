@@ -64,7 +64,8 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
         from .anthropic_api import AnthropicModel
         return AnthropicModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
     if provider == "hf":
-        raise UserError("hf/ models need the optional extra: pip install 'trustmh[hf]' (not available yet)")
+        from .hf import HFModel  # torch and transformers load here, only for hf/ models
+        return HFModel(spec, name)
     raise AssertionError(provider)
 
 

@@ -22,8 +22,10 @@ def _retry_after(headers) -> float | None:
     return None
 
 
-def from_sdk_error(sdk, exc: Exception) -> ModelError:
-    """`sdk` is the imported openai or anthropic module."""
+def from_sdk_error(sdk, exc: Exception, secret: str | None = None) -> ModelError:
+    """`sdk` is the imported openai or anthropic module; `secret` is the API key the request was sent with,
+    removed from the message (servers and gateways may quote the credentials they reject), because the
+    message is stored, written to samples.jsonl and printed."""
     if isinstance(exc, sdk.APITimeoutError):
         return ModelError("timeout", "request timed out")
     if isinstance(exc, sdk.APIConnectionError):
@@ -31,7 +33,7 @@ def from_sdk_error(sdk, exc: Exception) -> ModelError:
     if isinstance(exc, sdk.APIStatusError):
         status = exc.status_code
         headers = getattr(exc.response, "headers", None)
-        msg = f"HTTP {status}: {_short(exc)}"
+        msg = f"HTTP {status}: {_short(exc, secret)}"
         if status == 429:
             return ModelError("rate_limit", msg, retry_after=_retry_after(headers), status=status)
         if status in (401, 403):
@@ -44,13 +46,17 @@ def from_sdk_error(sdk, exc: Exception) -> ModelError:
     if isinstance(exc, (sdk.APIResponseValidationError, json.JSONDecodeError, ValueError, KeyError,
                         TypeError, AttributeError)):
         return ModelError("malformed", f"unreadable response: {type(exc).__name__}")
-    return ModelError("other", f"{type(exc).__name__}: {_short(exc)}")
+    return ModelError("other", f"{type(exc).__name__}: {_short(exc, secret)}")
 
 
-def _short(exc: Exception) -> str:
+def _short(exc: Exception, secret: str | None) -> str:
     body = getattr(exc, "body", None)
+    text = ""
     if isinstance(body, dict):
         err = body.get("error", body)
         if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:200]
-    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            text = str(err["message"])
+    text = text or (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if secret:  # before cutting to length, so no part of the key is left at the cut
+        text = text.replace(secret, "[redacted]")
+    return text[:200]

@@ -42,7 +42,7 @@ class AnthropicModel(Model):
         try:
             out = await self._client.messages.create(**kwargs)
         except Exception as exc:  # noqa: BLE001
-            raise from_sdk_error(anthropic, exc) from None
+            raise from_sdk_error(anthropic, exc, secret=self._client.api_key) from None
         latency = time.perf_counter() - t0
         stop = getattr(out, "stop_reason", None)
         if stop == "refusal":

@@ -50,7 +50,7 @@ class OpenAIModel(Model):
         try:
             out = await self._client.chat.completions.create(**kwargs)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed, counted error
-            raise from_sdk_error(openai, exc) from None
+            raise from_sdk_error(openai, exc, secret=self._client.api_key) from None
         latency = time.perf_counter() - t0
         try:
             choices = out.choices

@@ -24,19 +24,23 @@ class ReplayModel(Model):
             raise UserError(f"replay file not found: {self.path}")
         # (task, item_id, variant) -> (response, line number)
         self.records: dict[tuple[str, str, str], tuple[str, int]] = {}
-        with self.path.open(encoding="utf-8", errors="strict") as fh:
-            try:
-                for lineno, line in enumerate(fh, 1):
-                    if line.strip():
-                        self._add(line, lineno)
-            except UnicodeDecodeError:
-                raise DataError(self.path, "not valid UTF-8") from None
+        # Bytes, decoded line by line, so a decoding error names its line (a text-mode read decodes ahead).
+        with self.path.open("rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise DataError(self.path, f"not valid UTF-8 (byte {e.start} of the line)", lineno) from None
+                if line.strip():
+                    self._add(line, lineno)
 
     def _add(self, line: str, lineno: int) -> None:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataError(self.path, f"invalid JSON ({e.msg})", lineno) from None
+        except (ValueError, RecursionError):  # an integer over 4300 digits, or nesting too deep
+            raise DataError(self.path, "unreadable JSON (a number or nesting too large)", lineno) from None
         if not isinstance(rec, dict):
             raise DataError(self.path, "expected a JSON object", lineno)
         for field in ("task", "item_id", "response"):

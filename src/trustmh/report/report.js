@@ -127,7 +127,10 @@
     $("prev").disabled = page === 0;
     $("next").disabled = page >= pages - 1;
     $("f-count").textContent = view.length + " of " + data.rows.length + " samples";
-    document.body.setAttribute("data-samples-ready", "1");
+    if (!document.body.hasAttribute("data-samples-ready")) {
+      document.body.setAttribute("data-samples-ready", "1");
+      if (window.performance && performance.mark) performance.mark("trustmh-samples-ready");  // for bench/
+    }
   }
 
   function load() {

@@ -134,6 +134,11 @@ class Task:
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         raise NotImplementedError
 
+    def primary_metric(self, table: Table, ctx: RunContext) -> float:
+        """The primary metric alone. Robustness tasks compute it for all 31 perturbation subsets inside every
+        bootstrap resample, so a task whose aggregate() computes much more can override this cheaply."""
+        return float(self.aggregate(table, ctx).get(self.metric.name, float("nan")))
+
     def metric_n(self, table: Table, metric: str) -> int:
         """How many samples a metric rests on."""
         column = metric if metric in table.columns else self.metric_columns.get(metric, self.primary_value)

@@ -54,9 +54,9 @@ def upstream_choice(response: str) -> str | None:
             return m2.group(1)
     except (json.JSONDecodeError, KeyError):
         pass
-    except TypeError:
-        # e.g. the JSON is a list: upstream catches only JSONDecodeError/KeyError and would crash here;
-        # we fall through to its text fall-back instead.
+    except (TypeError, ValueError, RecursionError):
+        # e.g. the JSON is a list, or has an integer over 4300 digits or deep nesting: upstream catches only
+        # JSONDecodeError/KeyError and would crash here; we fall through to its text fall-back instead.
         pass
     m3 = _LETTER.search(response)
     return m3.group(1).upper() if m3 else None
@@ -71,13 +71,13 @@ def upstream_judge_json(text: str) -> dict[str, Any] | None:
         if part.startswith("{") and part.endswith("}"):
             try:
                 return json.loads(part)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # upstream: JSONDecodeError; we also survive huge/deep JSON
                 continue
     try:
         obj = json.loads(text.strip())
         if isinstance(obj, dict):
             return obj
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         pass
     try:
         return {"overall": float(text.strip())}
@@ -90,7 +90,7 @@ def upstream_principle_scores(obj: dict[str, Any] | None) -> dict[str, float]:
     for k in PRINCIPLES:
         try:
             v = float(obj[k]) if obj is not None and k in obj else None
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an integer too large for a float
             v = None
         if v is not None and 1 <= v <= 5:
             out[k] = v

@@ -158,7 +158,6 @@ class _Robustness(Task):
         return (both & on_k)[pair] & scored
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        name = self.base.metric.name
         sign = 1.0 if self.base.metric.higher_is_better else -1.0
         pert, names, pair, scored = self._pairs(table)
         out: dict[str, float] = {"mean_rel_drop": math.nan}
@@ -167,7 +166,7 @@ class _Robustness(Task):
         clean = names.index(CLEAN)
 
         def value(mask: np.ndarray) -> float:
-            return float(self.base.aggregate(table.where(mask), ctx).get(name, math.nan)) if mask.any() else math.nan
+            return self.base.primary_metric(table.where(mask), ctx) if mask.any() else math.nan
 
         out["clean"] = value((pert == clean) & scored)
         clean_values: dict[bytes, float] = {}  # most perturbations leave the same clean rows: compute once

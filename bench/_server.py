@@ -1,0 +1,138 @@
+"""A lean loopback OpenAI-compatible server for benchmarks, meant to run in its own process.
+
+Why not trustmh.testing.fake_server: that one builds an aiohttp app with counters, faults and a lock
+per request, and on 2 cores it tops out near the rate the client must reach at 256 connections and
+50 ms (~5,000 req/s), so it would measure itself. This one is a bare asyncio.Protocol: no task per
+request, the reply is scheduled with loop.call_later after the fixed latency, and the body is the
+smallest valid chat.completion. It handles only what the benchmarks send (POST with Content-Length,
+keep-alive, no pipelining beyond one request at a time per connection).
+
+Optional token bucket (--rate-limit R): over it, answer 429 with Retry-After at once, like a gateway.
+
+Run: python bench/_server.py --latency 0.05 [--rate-limit R] ; it prints "PORT <n>" then serves.
+It counts requests and answers b"GET /stats" with JSON {"requests", "ok", "rate_limited"}."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+
+class Stats:
+    requests = 0
+    ok = 0
+    rate_limited = 0
+    in_flight = 0
+    max_in_flight = 0
+
+
+class Bucket:
+    def __init__(self, rps: float):
+        self.rps, self.cap = rps, max(1.0, rps)
+        self.tokens, self.t = self.cap, time.monotonic()
+
+    def take(self) -> float | None:
+        now = time.monotonic()
+        self.tokens = min(self.cap, self.tokens + (now - self.t) * self.rps)
+        self.t = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return None
+        return (1.0 - self.tokens) / self.rps
+
+
+def _reply_body(text: str) -> bytes:
+    return json.dumps({
+        "id": "chatcmpl-bench", "object": "chat.completion", "created": 0, "model": "bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop", "logprobs": None}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}).encode()
+
+
+def _http(status: str, body: bytes, extra: str = "") -> bytes:
+    return (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"{extra}Connection: keep-alive\r\n\r\n").encode() + body
+
+
+OK = _http("200 OK", _reply_body("Answer: 1"))
+
+
+class Conn(asyncio.Protocol):
+    def __init__(self, latency: float, bucket: Bucket | None, jitter: float = 0.0):
+        self.latency, self.bucket, self.jitter = latency, bucket, jitter
+        self.buf = bytearray()
+        self.transport = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            head_end = self.buf.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = bytes(self.buf[:head_end]).lower()
+            length = 0
+            i = head.find(b"content-length:")
+            if i >= 0:
+                length = int(head[i + 15:head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None])
+            end = head_end + 4 + length
+            if len(self.buf) < end:
+                return
+            del self.buf[:end]
+            self.handle(head)
+
+    def handle(self, head: bytes) -> None:
+        if head.startswith(b"get /stats"):
+            body = json.dumps({"requests": Stats.requests, "ok": Stats.ok, "rate_limited": Stats.rate_limited,
+                               "max_in_flight": Stats.max_in_flight}).encode()
+            self.transport.write(_http("200 OK", body))
+            return
+        Stats.requests += 1
+        if self.bucket is not None:
+            wait = self.bucket.take()
+            if wait is not None:
+                Stats.rate_limited += 1
+                body = b'{"error": {"message": "rate limit", "type": "rate_limit_error", "code": null}}'
+                self.transport.write(_http("429 Too Many Requests", body, f"Retry-After: {wait:.3f}\r\n"))
+                return
+        Stats.in_flight += 1
+        Stats.max_in_flight = max(Stats.max_in_flight, Stats.in_flight)
+        delay = self.latency * (1 + self.jitter * (2 * random.random() - 1)) if self.jitter else self.latency
+        asyncio.get_running_loop().call_later(delay, self.answer)
+
+    def answer(self) -> None:
+        Stats.in_flight -= 1
+        if not self.transport.is_closing():  # a client killed mid-request was never answered: not paid
+            self.transport.write(OK)
+            Stats.ok += 1
+
+
+async def serve(latency: float, rate_limit: float | None, port: int, jitter: float = 0.0) -> None:
+    loop = asyncio.get_running_loop()
+    bucket = Bucket(rate_limit) if rate_limit else None
+    server = await loop.create_server(lambda: Conn(latency, bucket, jitter), "127.0.0.1", port, backlog=4096)
+    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--latency", type=float, default=0.05)
+    ap.add_argument("--rate-limit", type=float, default=None)
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--jitter", type=float, default=0.0, help="latency varies uniformly by +- this fraction")
+    a = ap.parse_args()
+    try:
+        asyncio.run(serve(a.latency, a.rate_limit, a.port, a.jitter))
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Phase 1 on Ray: the run's work split into shards, each a Ray task running the normal runner.
+
+A shard is one model and a range of items of one request family: the samples filed under the same
+request task (a task, plus the clean samples of the robustness task built on it, which are the very
+same requests) for consecutive items. Keeping a family together means a request two tasks share is
+paid once, as in a local run. Each shard:
+
+  * gets its samples (serialised; the nodes need no data directory) and the run store's rows for its
+    items, so nothing already stored is paid for again;
+  * runs `runner.collect` (the same code as a local run: bounded, retried, cached) against a store of
+    its own in a temporary directory;
+  * returns the rows it wrote, which the driver merges into the run store as each shard finishes.
+
+The merge is idempotent (rows are keyed by the hash of endpoint and request, and a stored success is
+never replaced), so a shard that Ray runs again after a node failure adds no duplicate rows, and a
+driver that dies loses only the shards still running: rerunning the command resumes. Phase 2 then runs
+on the driver from the merged store, exactly as after a local run.
+
+Nodes need trustmh installed and, for API models, their keys in the environment; replay files and hf/
+model paths must exist on every node. --max-connections bounds each shard: with K shards running at
+once an endpoint sees up to K times that many requests."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--executor ray needs ray: pip install 'trustmh[ray]'") from None
+    return ray
+
+
+@dataclass
+class Shard:
+    model: str
+    samples: dict[str, list[dict]] = field(default_factory=dict)  # task id -> serialised samples
+    items: dict[str, set[str]] = field(default_factory=dict)  # request task -> item ids (for the seed rows)
+    n: int = 0
+
+
+def plan(spec, prepared, units_per_shard: int | None, cpus: int) -> list[Shard]:
+    """Shards for every model: families of samples that share requests, cut into item ranges."""
+    units: dict[tuple[str, str], list[tuple[str, Any]]] = collections.defaultdict(list)
+    for p in prepared:
+        for s in p.samples:
+            units[(s.request_task or s.task, s.item.id)].append((p.task.id, s))
+    keys = list(units)
+    size = units_per_shard or max(10, math.ceil(len(keys) / max(1, 4 * cpus)))
+    shards = []
+    for model in spec.models:
+        for lo in range(0, len(keys), size):
+            shard = Shard(model)
+            for key in keys[lo:lo + size]:
+                shard.items.setdefault(key[0], set()).add(key[1])
+                for task_id, s in units[key]:
+                    shard.samples.setdefault(task_id, []).append(s.to_json())
+                    shard.n += 1
+            shards.append(shard)
+    return shards
+
+
+def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_ids: dict[str, list[str]],
+              seed_rows: list[tuple], limits_json: dict) -> tuple[list[tuple], dict[str, int]]:
+    """On a Ray worker: collect one shard into a store of its own; return the rows it wrote."""
+    from .. import runner
+    from ..store import Store
+    from ..tasks import RunContext, resolve_tasks
+    from ..types import Sample
+
+    spec = runner.RunSpec(**spec_json)
+    spec.models = [model]
+    ctx = RunContext(seed=spec.seed, upstream_compat=spec.upstream_compat, judge=spec.judge, options=spec.options)
+    prepared = [runner.Prepared(resolve_tasks(task_id)[0], samples=[Sample.from_json(s) for s in rows],
+                                all_ids=set(all_ids.get(task_id, ())))
+                for task_id, rows in samples.items()]
+    with tempfile.TemporaryDirectory(prefix="trustmh-shard-") as tmp:
+        store = Store(Path(tmp) / "shard.sqlite")
+        try:
+            store.merge_calls(seed_rows)
+            started = time.time()
+            calls = asyncio.run(runner.collect(spec, ctx, prepared, store, runner.Limits(**limits_json),
+                                               progress=False))
+            return [r for r in store.call_rows() if r[15] >= started], calls
+        finally:
+            store.close()
+
+
+class RayExecutor:
+    def __init__(self, address: str | None = None, units_per_shard: int | None = None):
+        self.address, self.units_per_shard = address, units_per_shard
+
+    def __call__(self, spec, ctx, prepared, store, limits, *, progress: bool = True) -> dict[str, int]:
+        ray = _import_ray()
+        from .. import runner
+
+        started_here = not ray.is_initialized()
+        if started_here:
+            try:
+                ray.init(address=self.address, include_dashboard=False, logging_level="WARNING")
+            except ConnectionError as e:
+                raise UserError(f"cannot reach a Ray cluster at {self.address}: {e}") from None
+        try:
+            cpus = int(ray.cluster_resources().get("CPU", 1))
+            gpus = ray.cluster_resources().get("GPU", 0)
+            shards = plan(spec, prepared, self.units_per_shard, cpus)
+            replay = any(m.startswith("replay/") for m in [*spec.models, spec.judge])
+            all_ids = {p.task.id: sorted(p.all_ids) for p in prepared if replay and not p.not_run}
+            limits_json = dict(limits.__dict__)
+            spec_json = spec.to_json()
+            task = ray.remote(run_shard)
+            refs = {}
+            for shard in shards:
+                seed = [r for req_task, ids in shard.items.items() for r in store.call_rows(req_task, ids)]
+                options = {"num_cpus": 1, "max_retries": 3}
+                if shard.model.startswith("hf/") and gpus:
+                    options["num_gpus"] = 1
+                ref = task.options(**options).remote(spec_json, shard.model, shard.samples,
+                                                     {t: all_ids[t] for t in shard.samples if t in all_ids},
+                                                     seed, limits_json)
+                refs[ref] = shard
+            calls: collections.Counter = collections.Counter()
+            with runner._progress(progress) as bar:
+                tid = bar.add_task(f"ray: {len(shards)} shards", total=sum(s.n for s in shards), errors=0, rate="")
+                pending = list(refs)
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1)
+                    try:
+                        rows, shard_calls = ray.get(done[0])
+                    except ray.exceptions.RayTaskError as e:
+                        cause = getattr(e, "cause", None)
+                        if isinstance(cause, (UserError, runner.AuthFailure)):
+                            raise cause from None
+                        raise
+                    store.merge_calls(rows)  # as each shard ends: a driver that dies keeps the finished ones
+                    calls.update(shard_calls)
+                    bar.update(tid, advance=refs[done[0]].n)
+            return {m: calls.get(m, 0) for m in spec.models} | ({"judge": calls["judge"]} if "judge" in calls else {})
+        finally:
+            if started_here:
+                ray.shutdown()

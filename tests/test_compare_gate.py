@@ -1,0 +1,238 @@
+"""`trustmh compare` and `trustmh gate` on replay runs whose differences are known by construction."""
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import UPSTREAM, run_quiet, run_spec, write_replay
+from trustmh.compare import compare_runs, load_run, to_csv, to_json, to_markdown
+from trustmh.tasks import TASKS, DataSource, RunContext
+
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "trustmh" / "data" / "sample"
+N_CORRECT_B = 60  # model B answers the first 60 gold items right and the rest wrong
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    from trustmh import cli as trustmh_cli
+    old = sys.argv
+    sys.argv = ["trustmh", *map(str, args)]
+    try:
+        trustmh_cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def wrong(letter: str) -> str:
+    return "B" if letter == "A" else "A"
+
+
+def ethics_replay(path: Path, items, n_right: int | None) -> Path:
+    """Answer the gold letter on the first `n_right` gold items (all when None), a wrong one after."""
+    recs, seen = [], 0
+    for it in items:
+        right = it.target is not None and (n_right is None or seen < n_right)
+        seen += it.target is not None
+        letter = it.target if right else wrong(it.target or "A")
+        recs.append({"task": "ethics.reasoning", "item_id": it.id, "response": f"Answer: {letter}"})
+    return write_replay(path, recs)
+
+
+def ethics_run(tmp: Path, name: str, n_right: int | None):
+    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    replay = ethics_replay(tmp / f"{name}.jsonl", items, n_right)
+    spec = run_spec(models=[f"replay/{replay}"], tasks="ethics.reasoning", suite="data", data_dir=str(UPSTREAM))
+    run_quiet(spec, tmp / name)
+    return tmp / name, items
+
+
+@pytest.fixture(scope="module")
+def ethics_runs(tmp_path_factory):
+    if not UPSTREAM.is_dir():
+        pytest.skip(f"upstream data not found at {UPSTREAM}")
+    tmp = tmp_path_factory.mktemp("ethics")
+    a, items = ethics_run(tmp, "a", None)
+    b, _ = ethics_run(tmp, "b", N_CORRECT_B)
+    a2, _ = ethics_run(tmp, "a2", None)  # the same replies as a, in another run
+    gold = sum(it.target is not None for it in items)
+    return {"a": a, "b": b, "a2": a2, "n_items": len(items), "n_gold": gold}
+
+
+def test_compare_finds_a_known_difference(ethics_runs):
+    [c] = compare_runs([load_run(ethics_runs["a"]), load_run(ethics_runs["b"])], n_boot=300)
+    d = c.get("ethics.reasoning")
+    expected = N_CORRECT_B / ethics_runs["n_gold"] - 1.0
+    assert d.diff == pytest.approx(expected)
+    assert (d.a, d.b) == pytest.approx((1.0, N_CORRECT_B / ethics_runs["n_gold"]))
+    assert d.ci[0] <= expected <= d.ci[1] and d.ci[1] < 0
+    assert d.p < 0.01 and d.verdict(0.05) == "worse"
+    assert d.n_shared == ethics_runs["n_items"]
+    # One task in the pillar, one pillar overall: both move by the same trust-score points.
+    assert c.get("pillar:ethics").diff == pytest.approx(100 * expected)
+    assert c.get("overall").diff == pytest.approx(100 * expected)
+    assert c.get("overall").verdict(0.05) == "worse"
+
+
+def test_compare_of_identical_replies_is_not_significant(ethics_runs):
+    [c] = compare_runs([load_run(ethics_runs["a"]), load_run(ethics_runs["a2"])], n_boot=300)
+    d = c.get("ethics.reasoning")
+    assert d.diff == 0 and d.p == 1.0 and d.verdict(0.05) == "n.s."
+
+
+def test_compare_output_formats(ethics_runs):
+    cs = compare_runs([load_run(ethics_runs["a"]), load_run(ethics_runs["b"])], n_boot=200, all_metrics=True)
+    rows = json.loads(to_json(cs))["rows"]
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["ethics.reasoning"]["verdict"] == "worse"
+    # Sub-metrics are compared too with --all-metrics, named as `trustmh gate` names them: per subcategory,
+    # B is right on the gold items among the first N_CORRECT_B, A on all of them.
+    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    gold = [it for it in items if it.target is not None]
+    sub = gold[0].meta["subcategory"]
+    in_sub = [i for i, it in enumerate(gold) if it.meta["subcategory"] == sub]
+    expected = sum(i < N_CORRECT_B for i in in_sub) / len(in_sub) - 1.0
+    assert by_name[f"ethics.reasoning:accuracy[{sub}]"]["diff"] == pytest.approx(expected)
+    table = list(csv.DictReader(io.StringIO(to_csv(cs))))
+    assert [r["name"] for r in table] == [r["name"] for r in rows]
+    md = to_markdown(cs)
+    assert "| ethics.reasoning |" in md and "| overall |" in md
+
+
+def test_compare_cli_formats(ethics_runs, capsys):
+    code, out, _ = cli(capsys, "compare", ethics_runs["a"], ethics_runs["b"], "--format", "json", "--bootstrap", "200")
+    assert code == 0
+    assert {r["name"] for r in json.loads(out)["rows"]} >= {"ethics.reasoning", "pillar:ethics", "overall"}
+    code, out, _ = cli(capsys, "compare", ethics_runs["a"], ethics_runs["b"], "--bootstrap", "200")
+    assert code == 0 and "ethics.reasoning" in out and "worse" in out
+    code, _, err = cli(capsys, "compare", ethics_runs["a"], "--format", "yaml")
+    assert code == 2 and "--format" in err
+
+
+def tier1_replay(path: Path, ratings: list[int], items) -> Path:
+    return write_replay(path, [{"task": "privacy.awareness_tier1", "item_id": it.id, "response": f"Answer: {r}"}
+                               for it, r in zip(items, ratings)])
+
+
+def test_compare_recomputes_a_correlation_on_shared_items(tmp_path):
+    """Pearson r is not a mean of per-sample values: the paired bootstrap must re-run the task's aggregate."""
+    data = DataSource(SAMPLE, "sample")
+    items = TASKS["privacy.awareness_tier1"]().load(data, RunContext())
+    human = np.array([float(it.target) for it in items])
+    ra = [int(min(4, max(1, round(h)))) for h in human]
+    rb = [5 - r for r in ra]
+    runs = []
+    for name, ratings in (("a", ra), ("b", rb)):
+        replay = tier1_replay(tmp_path / f"{name}.jsonl", ratings, items)
+        run_quiet(run_spec(models=[f"replay/{replay}"], tasks="privacy.awareness_tier1", suite="sample"),
+                  tmp_path / name)
+        runs.append(load_run(tmp_path / name))
+    [c] = compare_runs(runs, n_boot=200)
+    d = c.get("privacy.awareness_tier1")
+    expected = np.corrcoef(rb, human)[0, 1] - np.corrcoef(ra, human)[0, 1]
+    assert d.diff == pytest.approx(expected)
+
+
+def test_compare_uses_clusters_and_labels_from_samples(tmp_path):
+    """privacy.leakage needs each sample's question type (a label) to compute leak_rate at all: the
+    recomputed difference on all items must equal the difference of the reported values."""
+    spec = run_spec(models=["baseline/counselor", "baseline/random"], tasks="privacy.leakage", suite="sample")
+    run_quiet(spec, tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    [c] = compare_runs([run], n_boot=200)
+    d = c.get("privacy.leakage")
+    ta = run.results.models["baseline/counselor"].tasks["privacy.leakage"]
+    tb = run.results.models["baseline/random"].tasks["privacy.leakage"]
+    assert d.diff == pytest.approx(tb.value - ta.value)
+    assert d.n_shared == ta.n_samples
+
+
+def test_compare_falls_back_for_a_task_this_version_does_not_know(ethics_runs, tmp_path):
+    renamed = []
+    for key in ("a", "b"):
+        src = ethics_runs[key]
+        dst = tmp_path / key
+        dst.mkdir()
+        text = (src / "results.json").read_text().replace("ethics.reasoning", "ethics.future_task")
+        (dst / "results.json").write_text(text)
+        (dst / "samples.jsonl").write_text((src / "samples.jsonl").read_text().replace("ethics.reasoning",
+                                                                                      "ethics.future_task"))
+        renamed.append(load_run(dst))
+    [c] = compare_runs(renamed, n_boot=200)
+    d = c.get("ethics.future_task")
+    assert d.diff == pytest.approx(d.b - d.a) and d.p is None
+    assert "unknown to this trustmh version" in d.note
+
+
+# --------------------------------------------------------------------------------------------------
+# gate
+
+def test_gate_passes_when_every_threshold_holds(ethics_runs, capsys):
+    code, out, _ = cli(capsys, "gate", ethics_runs["a"], "--min", "ethics.reasoning=0.95", "--min", "pillar:ethics=90",
+                       "--min", "overall=90", "--max", "ethics.reasoning:differs_from_upstream_parse=0.5")
+    assert code == 0, out
+    assert "gate passed" in out
+
+
+def test_gate_fails_with_one_line_per_failure(ethics_runs, capsys):
+    code, out, _ = cli(capsys, "gate", ethics_runs["b"], "--min", "ethics.reasoning=0.95", "--min",
+                       "pillar:ethics=90", "--max", "ethics.reasoning:accuracy=0.1", "--min", "overall=0")
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert code == 1
+    assert len(fails) == 3
+    assert any("ethics.reasoning =" in f and "min 0.95" in f for f in fails)
+    assert any("pillar:ethics" in f for f in fails)
+    assert any("ethics.reasoning:accuracy" in f and "max 0.1" in f for f in fails)
+
+
+def test_gate_counts_a_task_not_run_as_a_failure(ethics_runs, capsys):
+    code, out, _ = cli(capsys, "gate", ethics_runs["a"], "--min", "privacy.leakage=0")
+    assert code == 1
+    assert "privacy.leakage not run" in out
+
+
+def test_gate_unknown_names_are_usage_errors(ethics_runs, capsys):
+    code, _, err = cli(capsys, "gate", ethics_runs["a"], "--min", "ethic.reasoning=0.5")
+    assert code == 2 and "did you mean ethics.reasoning" in err
+    code, _, err = cli(capsys, "gate", ethics_runs["a"], "--min", "ethics.reasoning:acuracy=0.5")
+    assert code == 2 and "ethics.reasoning:accuracy" in err
+    code, _, err = cli(capsys, "gate", ethics_runs["a"], "--min", "pillar:ethic=1")
+    assert code == 2 and "pillar:ethics" in err
+    code, _, err = cli(capsys, "gate", ethics_runs["a"], "--min", "ethics.reasoning")
+    assert code == 2 and "NAME=VALUE" in err
+    code, _, err = cli(capsys, "gate", ethics_runs["a"])
+    assert code == 2 and "nothing to check" in err
+
+
+def test_gate_reads_thresholds_and_baseline_from_toml(ethics_runs, tmp_path, capsys):
+    cfg = tmp_path / "gate.toml"
+    # A quoted key and a bare dotted key (which TOML reads as nested tables) name the same kind of thing.
+    cfg.write_text(f'baseline = "{ethics_runs["a"]}"\n[min]\n"pillar:ethics" = 10\nethics.reasoning = 0.3\n'
+                   f'[max]\n"ethics.reasoning:accuracy" = 0.9\n')
+    code, out, _ = cli(capsys, "gate", ethics_runs["b"], "--config", cfg, "--bootstrap", "200")
+    fails = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert code == 1
+    assert not any("pillar:ethics =" in f for f in fails)  # 48 >= 10 holds
+    assert any("regressed against the baseline" in f and "ethics.reasoning" in f for f in fails)
+    cfg.write_text('[min]\n"ethics.reasoning" = "high"\n')
+    code, _, err = cli(capsys, "gate", ethics_runs["b"], "--config", cfg)
+    assert code == 2 and "must be a number" in err
+
+
+def test_gate_baseline_fails_only_on_significant_regressions(ethics_runs, capsys):
+    code, out, _ = cli(capsys, "gate", ethics_runs["b"], "--baseline", ethics_runs["a"], "--bootstrap", "200")
+    assert code == 1
+    assert "ethics.reasoning regressed against the baseline" in out
+    # The other way round is an improvement, and the same replies are no change: both pass.
+    code, out, _ = cli(capsys, "gate", ethics_runs["a"], "--baseline", ethics_runs["b"], "--bootstrap", "200")
+    assert code == 0, out
+    code, out, _ = cli(capsys, "gate", ethics_runs["a2"], "--baseline", ethics_runs["a"], "--bootstrap", "200")
+    assert code == 0, out

@@ -1,0 +1,112 @@
+"""hf/ models: a tiny randomly initialised Llama built here (no download), through the real backend."""
+
+import asyncio
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from conftest import run_quiet, run_spec  # noqa: E402
+from trustmh.types import Request  # noqa: E402
+
+WORDS = ["[PAD]", "[UNK]", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>"] + [
+    w for w in "answer one two three four yes no I feel sad today help please rate the reply from to".split()]
+TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} </s> {% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-llama")
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                                bos_token="<s>", eos_token="</s>")
+    fast.chat_template = TEMPLATE
+    fast.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+                                   pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(path)
+    return path
+
+
+def make(path):
+    from trustmh.models import make_model
+    return make_model(f"hf/{path}")
+
+
+def req(text, max_tokens=12, **params):
+    return Request([{"role": "user", "content": text}], {"max_tokens": max_tokens, "temperature": 0.0, **params},
+                   "t", text)
+
+
+PROMPTS = ["I feel sad today", "help please", "rate the reply", "I feel", "one two three four", "yes no yes",
+           "please help I feel sad today", "no"]
+
+
+def test_chat_template_is_applied(tiny_model):
+    model = make(tiny_model)
+    assert model.render([{"role": "user", "content": "help"}]) == "<|user|> help </s> <|assistant|>"
+    assert model.device == "cpu"
+
+
+def test_batched_greedy_equals_one_at_a_time_and_batches_form(tiny_model, monkeypatch):
+    monkeypatch.setenv("TRUSTMH_HF_DEVICE", "cpu")
+
+    async def together():
+        model = make(tiny_model)
+        try:
+            return await asyncio.gather(*(model.generate(req(p)) for p in PROMPTS)), model.batch_sizes
+        finally:
+            await model.aclose()
+
+    async def alone():
+        model = make(tiny_model)
+        try:
+            return [await model.generate(req(p)) for p in PROMPTS], model.batch_sizes
+        finally:
+            await model.aclose()
+
+    batched, sizes = asyncio.run(together())
+    single, single_sizes = asyncio.run(alone())
+    assert sizes == [len(PROMPTS)] and single_sizes == [1] * len(PROMPTS)
+    assert [r.text for r in batched] == [r.text for r in single]
+    assert all(r.text for r in batched)  # a random model still says something
+    assert [r.prompt_tokens for r in batched] == [r.prompt_tokens for r in single]
+
+
+def test_each_reply_is_cut_at_its_own_max_tokens(tiny_model):
+    async def main():
+        model = make(tiny_model)
+        try:
+            return await asyncio.gather(model.generate(req("help please", 3)), model.generate(req("help please", 20)))
+        finally:
+            await model.aclose()
+
+    short, long = asyncio.run(main())
+    assert short.completion_tokens <= 3
+    if short.finish_reason == "length":
+        assert long.text.startswith(short.text)  # greedy: the short reply is a prefix of the long one
+
+
+def test_hf_model_in_a_run_is_stored_and_not_asked_again(tiny_model, tmp_path):
+    spec = run_spec(models=[f"hf/{tiny_model}"], tasks="privacy.awareness_tier1", limit=3)
+    _, res, calls = run_quiet(spec, tmp_path / "run")
+    t = res.models[f"hf/{tiny_model}"].tasks["privacy.awareness_tier1"]
+    assert t.n_samples == 3 and t.n_errors == 0 and calls[f"hf/{tiny_model}"] == 3
+    _, _, again = run_quiet(spec, tmp_path / "run")
+    assert again[f"hf/{tiny_model}"] == 0
+    first = json.loads((tmp_path / "run" / "samples.jsonl").read_text().splitlines()[0])
+    assert first["response"] is not None and first["tokens"]["prompt"] > 0
+
+
+def test_missing_model_is_a_user_error(tmp_path):
+    from trustmh.errors import UserError
+    with pytest.raises(UserError, match="cannot load"):
+        make(tmp_path / "nothing-here")

@@ -1,0 +1,94 @@
+"""--executor ray on a local Ray instance against a loopback fake server: the same results as a local
+run, nothing paid twice, and merging a shard again adds no row."""
+
+import json
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from conftest import run_quiet, run_spec  # noqa: E402
+from trustmh.testing.fake_server import FakeLLMServer  # noqa: E402
+
+MODELS = ["openai/model-a", "openai/model-b"]
+# a pillar with an LLM judge, and a robustness task whose clean samples are its base task's requests
+TASKS = "ethics.reasoning,reliability.support,robustness.support"
+
+
+def reply(body):
+    """Deterministic, parseable by the tasks and their judges, and different per model: shards of two
+    models run side by side, so a judge request their identical replies would share is paid once per
+    model on Ray (once in all locally); see executors/ray_executor.py."""
+    text = body["messages"][-1]["content"]
+    if "APA" in text:
+        return '{"sc1": 4, "sc2": 3, "sc3": 5, "sc4": 2, "sc5": 4}'
+    if "Rate" in text or "rate" in text:
+        return f"Rating: {1 + len(text) % 5} ({body['model']})"
+    choice = "ABCD"[(len(text) + ord(body["model"][-1])) % 4]
+    return f'```json\n{{"choice": "{choice}", "reasoning": "because"}}\n```'
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def outputs(run_dir):
+    res = json.loads((run_dir / "results.json").read_text())
+    res.pop("created")
+    lines = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    for line in lines:
+        line.pop("latency_s", None)
+    return res, lines
+
+
+def test_ray_run_equals_local_run_and_pays_each_call_once(local_ray, tmp_path):
+    from trustmh.executors.ray_executor import RayExecutor
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=MODELS, judge="openai/judge", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks=TASKS, limit=6)
+        run_quiet(spec, tmp_path / "local" / "run")
+        local_calls, local_paid = srv.n_completed, srv.calls
+        srv.reset_counters()
+
+        executor = RayExecutor(units_per_shard=4)  # several shards per model
+        _, res, calls = run_quiet(spec, tmp_path / "ray" / "run", executor=executor)
+        assert srv.calls == local_paid  # the same requests, each paid as often as in the local run
+        assert calls["openai/model-a"] + calls["openai/model-b"] + calls["judge"] == local_calls
+
+        _, _, again = run_quiet(spec, tmp_path / "ray" / "run", executor=executor)  # resume: all stored
+        assert srv.n_completed == local_calls and sum(again.values()) == 0
+    assert outputs(tmp_path / "local" / "run") == outputs(tmp_path / "ray" / "run")
+    t = res.models["openai/model-b"].tasks["ethics.reasoning"]
+    assert t.n_samples > 0 and t.n_errors == 0 and t.metrics["sc1"].value == 4.0
+
+
+def test_merging_a_shard_again_adds_no_row_and_keeps_successes(tmp_path):
+    from trustmh.store import Store
+    from trustmh.types import Response
+    store = Store(tmp_path / "s.sqlite")
+    store.put_call("k1", "ep", "model", ("t", "1", ""), Response("ok"))
+    store.put_call("k2", "ep", "model", ("t", "2", ""), Response(None, error_kind="timeout", error="slow"))
+    shard = Store(tmp_path / "shard.sqlite")
+    shard.put_call("k1", "ep", "model", ("t", "1", ""), Response(None, error_kind="timeout", error="slow"))
+    shard.put_call("k2", "ep", "model", ("t", "2", ""), Response("fixed"))
+    shard.put_call("k3", "ep", "model", ("t", "3", ""), Response("new"))
+    rows = shard.call_rows()
+    store.merge_calls(rows)
+    store.merge_calls(rows)  # a shard run again after a node failure
+    assert store.db.execute("SELECT count(*) FROM calls").fetchone()[0] == 3
+    assert store.get_call("k1").text == "ok"  # a stored success is never replaced by a failure
+    assert store.get_call("k2").text == "fixed" and store.get_call("k3").text == "new"
+    assert [r[0] for r in store.call_rows("t", ["2", "3"])] == ["k2", "k3"]
+
+
+def test_executor_flags_are_checked(tmp_path):
+    from trustmh.errors import UserError
+    from trustmh.executors import make_executor
+    assert make_executor("local") is None
+    with pytest.raises(UserError, match="--executor"):
+        make_executor("dask")
+    with pytest.raises(UserError, match="--ray-address needs --executor ray"):
+        make_executor("local", ray_address="auto")

@@ -1,0 +1,176 @@
+"""The HTML report without a browser: what it is built from, that it is written after a run, and that
+nothing from a model or a data file can reach the page as markup."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import UPSTREAM, run_quiet, run_spec, write_replay
+from test_compare_gate import cli, ethics_replay
+from trustmh.compare import load_run
+from trustmh.report import build_context, render, write_report
+from trustmh.report.html import radar_svg
+from trustmh.results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
+from trustmh.tasks import TASKS, DataSource, RunContext
+
+SAMPLE = Path(__file__).resolve().parents[1] / "src" / "trustmh" / "data" / "sample"
+EVIL = ('<script>window.__pwned=1</script><img src=x onerror="window.__pwned=1">'
+        '<a href="javascript:window.__pwned=1">x</a> Answer: A')
+JSON_BLOCK = re.compile(r'<script type="application/json" id="samples-data">(.*?)</script>', re.S)
+
+
+def sample_items(task: str):
+    return TASKS[task]().load(DataSource(SAMPLE, "sample"), RunContext())
+
+
+def test_run_writes_report_next_to_results(tmp_path, capsys):
+    code, out, _ = cli(capsys, "run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
+                       "--out", tmp_path / "run", "--no-progress")
+    assert code == 0
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "report:" in out and 'id="leaderboard"' in html and "ethics.reasoning" in html
+
+
+def test_a_report_failure_never_loses_the_results(tmp_path, capsys, monkeypatch):
+    import trustmh.report
+
+    def broken(*a, **k):
+        raise RuntimeError("renderer exploded")
+
+    monkeypatch.setattr(trustmh.report, "write_report", broken)
+    code, _, err = cli(capsys, "run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
+                       "--out", tmp_path / "run", "--no-progress")
+    assert code == 0
+    assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "samples.jsonl").is_file()
+    assert "report.html not written" in err and "renderer exploded" in err
+    assert not (tmp_path / "run" / "report.html").exists()
+
+
+def test_model_output_and_names_are_escaped(tmp_path):
+    items = sample_items("ethics.reasoning")
+    replay = write_replay(tmp_path / "evil<b>.jsonl",
+                          [{"task": "ethics.reasoning", "item_id": it.id, "response": EVIL} for it in items])
+    run_quiet(run_spec(models=[f"replay/{replay}"], tasks="ethics", suite="sample"), tmp_path / "run")
+    html = render([load_run(tmp_path / "run")])
+    # Two script elements only: the JSON data block and the report's own script (with the CSP nonce).
+    assert html.count("<script") == 2
+    nonce = re.search(r"script-src 'nonce-([^']+)'", html).group(1)
+    assert f'<script nonce="{nonce}">' in html
+    block = JSON_BLOCK.search(html).group(1)
+    page = html.replace(block, "")  # the data block is checked below; the rest holds no reply text at all
+    assert "onerror" not in page and "javascript:" not in page and "<img" not in page and "__pwned" not in page
+    assert "evil<b>" not in html and "evil&lt;b&gt;" in html
+    assert "<" not in block and ">" not in block
+    data = json.loads(block)
+    assert [r["r"] for r in data["rows"]] == [EVIL] * len(items)
+
+
+def test_report_is_self_contained(tmp_path):
+    run_quiet(run_spec(models=["baseline/counselor"], tasks="ethics", suite="sample"), tmp_path / "run")
+    html = render([load_run(tmp_path / "run")])
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "<link" not in html and "@import" not in html
+    assert "default-src 'none'" in html
+
+
+@pytest.fixture(scope="module")
+def three_models(tmp_path_factory):
+    """One run, three replay models on EthicMH: all right, all but one right, 60 right."""
+    if not UPSTREAM.is_dir():
+        pytest.skip(f"upstream data not found at {UPSTREAM}")
+    tmp = tmp_path_factory.mktemp("three")
+    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    n_gold = sum(it.target is not None for it in items)
+    specs = [f"replay/{ethics_replay(tmp / f'{name}.jsonl', items, n)}"
+             for name, n in (("all", None), ("one_off", n_gold - 1), ("sixty", 60))]
+    run_quiet(run_spec(models=specs, tasks="ethics.reasoning", suite="data", data_dir=str(UPSTREAM)), tmp / "run")
+    return load_run(tmp / "run"), specs, n_gold
+
+
+def test_leaderboard_ranks_and_ties_by_paired_bootstrap(three_models):
+    run, specs, n_gold = three_models
+    ctx = build_context([run], paired=True, n_boot=200)
+    board = ctx["board"]
+    labels = [e.label for e in ctx["entries"]]
+    idx = {spec: labels.index(spec) for spec in specs}
+    cells = {spec: board.cells[(idx[spec], "ethics")] for spec in specs}
+    assert [cells[s].score for s in specs] == pytest.approx([100.0, 100 * (n_gold - 1) / n_gold, 100 * 60 / n_gold])
+    assert [cells[s].rank for s in specs] == [1, 2, 3]
+    assert [board.cells[(idx[s], "overall")].rank for s in specs] == [1, 2, 3]
+    # One discordant item is no evidence of a difference; 65 are.
+    assert "paired bootstrap" in cells[specs[1]].tie_note
+    assert cells[specs[2]].tie_note == "" and cells[specs[0]].tie_note == ""
+    assert [ctx["entries"][i].model for i in board.order] == specs
+
+
+def test_leaderboard_ties_by_interval_overlap_without_pairing(three_models):
+    run, specs, _ = three_models
+    ctx = build_context([run], paired=False, include_samples=False)
+    labels = [e.model for e in ctx["entries"]]
+    assert "overlaps" in ctx["board"].cells[(labels.index(specs[1]), "ethics")].tie_note
+
+
+def test_lowest_scoring_samples_sort_first_and_are_kept_when_trimming(three_models):
+    run, specs, _ = three_models
+    data = json.loads(JSON_BLOCK.search(render([run], paired=False)).group(1))
+    sixty = data["entries"].index(specs[2])
+    rows = [r for r in data["rows"] if r["e"] == sixty]
+    # Accuracy is the mean of `correct`, so each sample's score is its own correctness.
+    assert all(r["s"] == r["va"]["correct"] for r in rows if "correct" in r["va"])
+    trimmed = build_context([run], paired=False, max_samples=30)
+    kept = json.loads(str(trimmed["samples_json"]))["rows"]
+    assert trimmed["n_total"] == len(data["rows"]) and len(kept) == 30
+    assert all(r["s"] == 0 for r in kept if r["e"] == sixty)
+
+
+def test_correlation_tasks_have_no_per_sample_score(tmp_path):
+    run_quiet(run_spec(models=["baseline/random"], tasks="privacy.awareness_tier1", suite="sample"), tmp_path / "run")
+    data = json.loads(JSON_BLOCK.search(render([load_run(tmp_path / "run")])).group(1))
+    assert data["rows"] and all(r["s"] is None for r in data["rows"])
+
+
+def _synthetic_run(path: Path) -> Path:
+    """A results.json from a future version: an unknown task in an unknown pillar, with grouped metrics."""
+    mv = lambda v: MetricValue(value=v, ci=(v - 0.1, v + 0.1), n=10)  # noqa: E731
+    metrics = {"drop": mv(0.2), "drop[swap@low]": mv(0.1), "drop[swap@high]": mv(0.3), "drop[@low]": mv(0.1),
+               "drop[@high]": mv(0.3), "rate[method=cot]": mv(0.5), "rate[method=plain]": mv(0.7),
+               "confusion[a->a]": mv(3.0), "confusion[a->b]": mv(1.0), "confusion[b->a]": mv(0.0),
+               "confusion[b->b]": mv(4.0)}
+    task = TaskResult(task="future.task", pillar="wellbeing", status="ok", metric="drop", value=0.2, ci=(0.1, 0.3),
+                      higher_is_better=False, trust_score=60.0, n=10, n_samples=10, metrics=metrics)
+    model = ModelResults(model="m<1>", tasks={"future.task": task}, trust_score=60.0,
+                         pillars={"wellbeing": PillarResult(pillar="wellbeing", trust_score=60.0,
+                                                            tasks=["future.task"])})
+    res = RunResults(run_id="future", created="2030-01-01T00:00:00+00:00", spec={"models": ["m<1>"], "seed": 3},
+                     data={"sha256": {}}, versions={}, bootstrap={}, models={"m<1>": model})
+    path.mkdir()
+    (path / "results.json").write_text(res.model_dump_json())
+    return path
+
+
+def test_unknown_tasks_and_pillars_render_generically(tmp_path):
+    run = load_run(_synthetic_run(tmp_path / "future"))
+    ctx = build_context([run])
+    assert "wellbeing" in ctx["pillars"]
+    blocks = {(b.kind, b.title): b for b in ctx["groups"]["future.task"]["blocks"]}
+    assert ("curve", "drop by intensity") in blocks
+    assert blocks[("table", "rate by method")].shown == {"method=cot": "cot", "method=plain": "plain"}
+    matrix = blocks[("matrix", "confusion (row → column)")]
+    assert (matrix.rows, matrix.cols) == (["a", "b"], ["a", "b"])
+    html = render([run])
+    assert "m&lt;1&gt;" in html and "m<1>" not in html
+    out = write_report([run], tmp_path / "r.html")
+    assert 'class="curve"' in out.read_text() and 'class="cm"' in out.read_text()
+
+
+def test_radar_places_each_pillar_on_its_axis():
+    labels = [f"p{i}" for i in range(8)]
+    svg = str(radar_svg(labels, [("m", "#000", [100.0] + [50.0] * 7)], size=440))
+    pts = re.search(r'<polygon points="([^"]+)" fill="#000"', svg).group(1).split()
+    assert len(pts) == 8
+    x0, y0 = map(float, pts[0].split(","))
+    x4, y4 = map(float, pts[4].split(","))
+    # Axis 0 points straight up at full radius, axis 4 straight down at half of it.
+    assert x0 == pytest.approx(x4) and (y4 - 220) == pytest.approx((220 - y0) / 2, abs=0.2)
