@@ -70,12 +70,21 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
         return {}
     rng = np.random.default_rng(seed)
     uniq, inverse = np.unique(table.clusters.astype(str), return_inverse=True)
-    members = [np.flatnonzero(inverse == i) for i in range(len(uniq))]
-    single = all(len(m) == 1 for m in members)
+    # Rows grouped by cluster (stable, so each cluster keeps data order): cluster k is
+    # order[start[k] : start[k] + size[k]]. Building the index this way is O(rows) per resample.
+    order = np.argsort(inverse, kind="stable")
+    size = np.bincount(inverse, minlength=len(uniq))
+    start = np.concatenate(([0], np.cumsum(size)[:-1]))
+    single = bool((size == 1).all())
     draws: dict[str, list[float]] = {}
     for _ in range(n_boot):
         pick = rng.integers(0, len(uniq), len(uniq))
-        idx = np.array([members[i][0] for i in pick]) if single else np.concatenate([members[i] for i in pick])
+        if single:
+            idx = order[pick]
+        else:
+            lengths = size[pick]
+            first = np.repeat(start[pick] - np.cumsum(lengths) + lengths, lengths)
+            idx = order[first + np.arange(lengths.sum())]
         for name, v in aggregate(table.take(idx)).items():
             draws.setdefault(name, []).append(v)
     alpha = (1 - level) / 2
