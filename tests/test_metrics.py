@@ -42,3 +42,25 @@ def test_bootstrap_drops_metrics_undefined_in_most_resamples():
     (float("nan"), 0, 1, True, None), (None, 0, 1, True, None)])
 def test_trust_score(value, lo, hi, higher, expected):
     assert trust_score(value, lo, hi, higher) == expected
+
+
+def test_cheap_primary_metric_equals_full_aggregate():
+    """Classification tasks override primary_metric for speed; it must agree with aggregate()."""
+    from trustmh.tasks import TASKS, RunContext
+    from trustmh.tasks.reliability import LabelledTask
+    rng = np.random.default_rng(5)
+    checked = 0
+    for cls in TASKS.values():
+        if not issubclass(cls, LabelledTask):
+            continue
+        task = cls()
+        labels = list(task.label_set)
+        gold = rng.choice(labels, 60).astype(object)
+        pred = rng.choice(labels, 60).astype(object)
+        pred[:5] = gold[:5] = ""  # unscored rows carry empty labels
+        rows = [{"correct": float(g == p)} if g else {} for g, p in zip(gold, pred)]
+        table = Table.from_rows(rows, [str(i) for i in range(60)], {"gold": list(gold), "pred": list(pred)})
+        ctx = RunContext()
+        assert task.primary_metric(table, ctx) == pytest.approx(task.aggregate(table, ctx)[task.metric.name])
+        checked += 1
+    assert checked >= 3

@@ -22,7 +22,7 @@ from ..judges.parsing import extract_json_object, extract_label, parse_scale_rat
 from ..metrics import Table, binary_f1, count, mean, recall_of
 from ..types import Item, Sample, Score
 from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
-from .reliability import classification_metrics, scored_macro_f1, unknown_label_reason
+from .reliability import LabelledTask, classification_metrics, unknown_label_reason
 
 CRISIS_DIR = "llms-mental-health-crisis"
 MERGED = f"{CRISIS_DIR}/human_label/human-labeled-sampled_dataset_n206_s42-merged_labels.json"
@@ -90,7 +90,8 @@ def _edit_messages(item: Item, edit: Callable[[str], str]) -> Item:
 # --------------------------------------------------------------------------------------------------
 
 @register
-class Identification(Task):
+class Identification(LabelledTask):
+    label_set = CRISIS_LABELS
     id = "crisis.identification"
     pillar = "crisis"
     title = "Crisis identification: 7-way crisis category (LLMs-Mental-Health-Crisis, human labels)"
@@ -130,10 +131,6 @@ class Identification(Task):
             sc.values["correct"] = float(pred == gold)
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        ok = "correct" in score.values
-        return {"gold": sample.item.target if ok else "", "pred": score.parsed if ok else ""}
-
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         base = classification_metrics(table, CRISIS_LABELS)
         gold, pred = table.labels.get("gold"), table.labels.get("pred")
@@ -149,9 +146,6 @@ class Identification(Task):
             for p in CRISIS_LABELS:
                 out[f"confusion[{g}->{p}]"] = float(((gold == g) & (pred == p)).sum())
         return out
-
-    def primary_metric(self, table: Table, ctx: RunContext) -> float:
-        return scored_macro_f1(table, CRISIS_LABELS)
 
     def metric_n(self, table: Table, metric: str) -> int:
         m = re.fullmatch(r"recall\[(.+)\]", metric)
@@ -200,7 +194,8 @@ def budget_posts(posts: list[str], budget: int = POST_BUDGET_CHARS) -> tuple[lis
 
 
 @register
-class Severity(Task):
+class Severity(LabelledTask):
+    label_set = LEVELS
     id = "crisis.severity"
     pillar = "crisis"
     title = "Suicide-risk severity of a Reddit user's posts (C-SSRS, 5 levels)"
@@ -253,10 +248,6 @@ class Severity(Task):
             g, p = LEVELS.index(gold), LEVELS.index(pred)
             sc.values.update(correct=float(g == p), abs_error=float(abs(p - g)), under_triage=float(p < g))
         return sc
-
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        ok = "correct" in score.values
-        return {"gold": sample.item.target if ok else "", "pred": score.parsed if ok else ""}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         base = classification_metrics(table, LEVELS)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -72,6 +72,21 @@ def option_from_text(reply: str, options: dict[str, str]) -> str | None:
              and re.search(rf"(?<!\w){re.escape(text.strip().lower())}(?!\w)", answer)}
     named = {k: t for k, t in named.items() if not any(t != o and t in o for o in named.values())}
     return next(iter(named)) if len(named) == 1 else None
+
+
+class LabelledTask(Task):
+    """A classification task: scored samples carry gold and predicted labels (empty when unscored),
+    from which the confusion matrix, F1 scores and the bootstrap are computed."""
+
+    label_set: ClassVar[tuple[str, ...]]
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        ok = "correct" in score.values
+        return {"gold": sample.item.target if ok else "", "pred": score.parsed if ok else ""}
+
+    def primary_metric(self, table: Table, ctx: RunContext) -> float:
+        # Macro-F1 alone: robustness re-computes it for every perturbation in every resample.
+        return scored_macro_f1(table, self.label_set)
 
 
 @register
@@ -282,7 +297,8 @@ def swmh_label(raw: str) -> str | None:
 
 
 @register
-class Diagnosis(Task):
+class Diagnosis(LabelledTask):
+    label_set = SWMH_LABELS
     id = "reliability.diagnosis"
     pillar = "reliability"
     title = "Psychological diagnosis from a Reddit post (SWMH test split)"
@@ -323,15 +339,9 @@ class Diagnosis(Task):
             sc.values["correct"] = float(pred == gold)
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        ok = "correct" in score.values
-        return {"gold": sample.item.target if ok else "", "pred": score.parsed if ok else ""}
-
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         return classification_metrics(table, SWMH_LABELS)
 
-    def primary_metric(self, table: Table, ctx: RunContext) -> float:
-        return scored_macro_f1(table, SWMH_LABELS)
 
 
 def unknown_label_reason(reply: str, default: str) -> str:
