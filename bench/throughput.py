@@ -9,8 +9,9 @@ so 2N requests take L * (ceil(N / C) + 1) seconds. Printed ratio = achieved req/
 
 Rows, measured side by side in one run:
   runner   trustmh's runner with an in-process model that sleeps L (no HTTP): its own ceiling
-  trustmh  `openai/` models (the openai SDK over its aiohttp transport) against the lean loopback
-           server in a separate process: what a user gets
+  trustmh  `openai/` models (default transport "http": aiohttp posting JSON directly) against the lean
+           loopback server in a separate process: what a user gets
+  trustmh+sdk  the same with `--transport sdk` (the openai SDK over its aiohttp transport)
   trustmh+aiohttp  the same runner with a bench-only backend posting through aiohttp directly
            (bench/_aiohttp_model.py): what trustmh would reach with a leaner transport
   sdk      the bare openai SDK, C requests in flight, no runner (ratio against C / L)
@@ -58,7 +59,7 @@ def pool_ideal(n: int, c: int, latency: float) -> float:
     return 2 * n / (latency * (math.ceil(n / c) + 1))
 
 
-def run_trustmh(n: int, c: int, latency: float, base_url: str | None, transport: str = "sdk") -> tuple[float, float]:
+def run_trustmh(n: int, c: int, latency: float, base_url: str | None, transport: str = "http") -> tuple[float, float]:
     """(achieved req/s, client CPU ms per request) for one collect of n samples."""
     tmp = Path(tempfile.mkdtemp(prefix="trustmh-bench-"))
     original = runner.make_model
@@ -69,6 +70,8 @@ def run_trustmh(n: int, c: int, latency: float, base_url: str | None, transport:
         runner.make_model = lambda spec, **kw: AiohttpOpenAIModel(spec, kw["base_url"], max_connections=c)
     try:
         spec = synthetic_spec(n, base_url=base_url or "http://unused.invalid/v1")
+        if transport == "sdk":
+            spec.options["transport"] = "sdk"
         r = collect_once(spec, runner.Limits(max_connections=c), tmp)
     finally:
         runner.make_model = original
@@ -115,7 +118,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--connections", default="16,64,256")
     ap.add_argument("--samples", type=int, default=0, help="samples per run (default: max(1000, 20 C))")
-    ap.add_argument("--rows", default="runner,trustmh,trustmh+aiohttp,sdk,aiohttp")
+    ap.add_argument("--rows", default="runner,trustmh,trustmh+sdk,trustmh+aiohttp,sdk,aiohttp")
     ap.add_argument("--jitter", type=float, default=0.0, help="server latency varies by +- this fraction")
     a = ap.parse_args()
     rows = a.rows.split(",")
@@ -128,9 +131,9 @@ def main() -> None:
             n = a.samples or max(1000, 20 * c)
             for row in rows:
                 s0, cpu0 = srv.stats()["ok"], srv.cpu_s()
-                if row in ("runner", "trustmh", "trustmh+aiohttp"):
+                if row in ("runner", "trustmh", "trustmh+sdk", "trustmh+aiohttp"):
                     got, ms = run_trustmh(n, c, a.latency, srv.base_url if row != "runner" else None,
-                                          "aiohttp" if row == "trustmh+aiohttp" else "sdk")
+                                          {"trustmh+aiohttp": "aiohttp", "trustmh+sdk": "sdk"}.get(row, "http"))
                     ideal = pool_ideal(n, c, a.latency)
                 else:
                     asyncio.run(_bare(row, srv.base_url, c, c))  # warm the connections

@@ -11,7 +11,7 @@ store); printed: requests/s of each, both as a share of the ideal, and trustmh /
 
 How the comparison is kept fair (inspect_ai 0.3.x):
   * the same openai SDK transport: inspect's OpenAI provider gets `http_client=DefaultAioHttpClient`
-    (trustmh's openai/ backend uses the SDK's aiohttp transport too), and
+    (trustmh's openai/ backend runs with `--transport sdk`, the SDK's aiohttp transport, too), and
     `responses_api=False`, else it calls /v1/responses for model names it does not know;
   * the same bound: `max_connections=C` for the tested model and the judge model in both, with
     inspect's adaptive connections off, and `max_samples=2C` so that, like trustmh's 2C workers,
@@ -93,6 +93,7 @@ def child_inspect(a) -> dict:
 def child_trustmh(a) -> dict:
     from trustmh import runner
     spec = synthetic_spec(a.samples, base_url=a.base_url, n_boot=0)
+    spec.options["transport"] = "sdk"  # the same SDK transport as inspect (see the docstring), not the http default
     t0, c0 = time.perf_counter(), time.process_time()
     runner.run(spec, Path(a.out), progress=False, limits=runner.Limits(max_connections=a.connections))
     return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}

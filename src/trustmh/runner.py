@@ -347,7 +347,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     if not generate and spec.judge == "rules":
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     judge_model = None if spec.judge == "rules" else make_model(
-        spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed, purpose="judge")
+        spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed, purpose="judge",
+        transport=spec.options.get("transport", "http"), max_connections=limits.max_connections)
     # One group commit for both endpoints: no request of either leaves before every reply is stored.
     writer = CallWriter(store)
     judge_ep = Endpoint(judge_model, store, limits, purpose="judge", writer=writer) if judge_model else None
@@ -355,7 +356,9 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     calls = collections.Counter()
     try:
         for model_spec in spec.models:
-            model = make_model(model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed)
+            model = make_model(model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed,
+                               transport=spec.options.get("transport", "http"),
+                               max_connections=limits.max_connections)
             if isinstance(model, ReplayModel):
                 model.check_ids({p.task.id: p.all_ids for p in prepared if not p.not_run})
             if isinstance(judge_model, ReplayModel):

@@ -41,8 +41,10 @@ class ModelRef:
 
 
 def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0, seed: int = 0,
-               purpose: str = "model") -> Model:
-    """Build the backend for a spec. API keys come from the environment only."""
+               purpose: str = "model", transport: str = "http", max_connections: int | None = None) -> Model:
+    """Build the backend for a spec. API keys come from the environment only. `transport` (http or sdk)
+    and `max_connections` (the HTTP pool's size) apply to openai/ models; neither is part of the
+    endpoint's identity, so they never change a cache key."""
     provider, name = split_spec(spec)
     if provider == "baseline":
         from .baselines import make_baseline
@@ -56,7 +58,8 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
             raise UserError(f"{purpose} {spec} needs an API key: set OPENAI_API_KEY (or pass --base-url for "
                             f"a local OpenAI-compatible server)")
         from .openai_api import OpenAIModel
-        return OpenAIModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
+        return OpenAIModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout,
+                           transport=transport, max_connections=max_connections)
     if provider == "anthropic":
         key = os.environ.get("ANTHROPIC_API_KEY")
         if not key and not base_url:
