@@ -121,7 +121,10 @@ def _summary(results) -> None:
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left")
         for t in mr.tasks.values():
             if t.status != "ok":
-                table.add_row(t.task, t.metric, f"[yellow]not run[/]", t.reason or "", "", "", "", "")
+                # The full how-to-get text is in results.json and `trustmh data check`; keep the table readable.
+                short = (t.reason or "").split(" — ")[0]
+                table.add_row(t.task, t.metric, "[yellow]not run[/]", f"{short} (see `trustmh data check`)",
+                              "", "", "", "")
                 continue
             val = "-" if t.value is None else f"{t.value:.3f}"
             ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
