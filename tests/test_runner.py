@@ -133,3 +133,36 @@ def test_results_json_matches_published_schema(upstream, tmp_path):
 
 
 from pathlib import Path  # noqa: E402
+
+
+def test_credentials_in_base_url_are_refused_without_echoing_them(tmp_path):
+    """user:password@ in a base URL cannot work with bearer keys: a clear error that does not repeat the secret."""
+    from trustmh.models import redact_url
+    assert redact_url("http://gateway-user:s3cr3t-pw@127.0.0.1:9/v1") == "http://127.0.0.1:9/v1"
+    assert redact_url("http://[::1]:9/v1") == "http://[::1]:9/v1"
+    proc = subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "-m", "openai/fake", "--base-url",
+                           "http://gateway-user:s3cr3t-pw@127.0.0.1:9/v1", "--suite", "sample", "--tasks",
+                           "privacy.awareness_tier1", "--out", str(tmp_path / "run"), "--no-progress"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "contains credentials" in proc.stderr and "Traceback" not in proc.stderr
+    assert "s3cr3t-pw" not in proc.stdout + proc.stderr
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file():
+            assert b"s3cr3t-pw" not in path.read_bytes(), path
+
+
+def test_an_untyped_backend_failure_is_an_error_not_a_crash(tmp_path, monkeypatch):
+    from trustmh.models.baselines import CounselorBaseline
+
+    def broken(self, request):
+        if request.item_id == "1":
+            raise ValueError("backend bug")
+        return "Answer: 4"
+
+    monkeypatch.setattr(CounselorBaseline, "reply", broken)
+    spec = run_spec(models=["baseline/counselor"], tasks="privacy.awareness_tier1", suite="sample")
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models["baseline/counselor"].tasks["privacy.awareness_tier1"]
+    assert t.error_kinds == {"other": 1} and t.n == t.n_samples - 1
+    rows = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert [r["error"]["message"] for r in rows if r.get("error")] == ["ValueError: backend bug"]

@@ -31,7 +31,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .errors import UserError
 from .limiter import AdaptiveLimiter
 from .metrics import Table, bootstrap, count, trust_score
-from .models import Model, ModelRef, make_model
+from .models import Model, ModelRef, make_model, redact_url
+from .models._errors import redact
 from .models.replay import ReplayModel
 from .results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
 from .store import Store
@@ -64,7 +65,10 @@ class RunSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The spec as stored and published: base URLs lose any embedded credentials."""
+        d = dict(self.__dict__)
+        d["base_url"], d["judge_base_url"] = redact_url(self.base_url), redact_url(self.judge_base_url)
+        return d
 
     def run_id(self) -> str:
         blob = json.dumps(self.to_json(), sort_keys=True).encode()
@@ -215,6 +219,13 @@ class Endpoint:
                     delay = min(self.limits.backoff_base * 2 ** (attempt - 1), self.limits.backoff_max)
                     delay *= 0.5 + random.random()  # jitter so retries do not arrive in lock-step
                 await asyncio.sleep(delay)
+            except Exception as e:  # noqa: BLE001
+                # A backend failing in a way it does not type (a bug, a library error) must not take the
+                # whole run down: the sample is counted as an error of kind "other" and the run goes on.
+                message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+                    message = redact(message, os.environ.get(var))
+                return Response(None, error_kind="other", error=message, attempts=attempt)
 
 
 def generation_request(sample: Sample, spec: RunSpec) -> Request:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import urllib.parse
 
 from ..errors import UserError
 from .base import Model
@@ -26,10 +27,25 @@ def split_spec(spec: str) -> tuple[str, str]:
     return provider, name
 
 
+def redact_url(url: str | None) -> str | None:
+    """A base URL without user:password@ (some gateways take credentials in the URL). Credentials do not
+    change which model answers, and they must never reach the store, results or report."""
+    if not url:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
 def endpoint_id(spec: str, base_url: str | None) -> str:
     """The identity of an endpoint in cache keys: the same model name on two servers is two models."""
     provider = spec.partition("/")[0]
-    return f"{spec}@{base_url}" if base_url and provider in ("openai", "anthropic") else spec
+    return f"{spec}@{redact_url(base_url)}" if base_url and provider in ("openai", "anthropic") else spec
 
 
 class ModelRef:
@@ -46,6 +62,11 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
     and `max_connections` (the HTTP pool's size) apply to openai/ models; neither is part of the
     endpoint's identity, so they never change a cache key."""
     provider, name = split_spec(spec)
+    if base_url and redact_url(base_url) != base_url:
+        # Bearer-key APIs cannot also take user:password@ credentials (aiohttp and httpx refuse both), and
+        # a URL with a password in it would end up in shell history and logs.
+        raise UserError(f"the base URL for {spec} contains credentials ({redact_url(base_url)} with user:password@); "
+                        f"remove them and put the key in the provider's environment variable")
     if provider == "baseline":
         from .baselines import make_baseline
         return make_baseline(spec, name, seed=seed)
