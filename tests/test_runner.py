@@ -166,3 +166,25 @@ def test_an_untyped_backend_failure_is_an_error_not_a_crash(tmp_path, monkeypatc
     assert t.error_kinds == {"other": 1} and t.n == t.n_samples - 1
     rows = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert [r["error"]["message"] for r in rows if r.get("error")] == ["ValueError: backend bug"]
+
+
+def test_slow_judge_does_not_hold_up_generation(upstream, tmp_path):
+    """Generation and judging have their own workers: with a judge taking 1 s per call, every
+    generation is answered before the first judgement comes back."""
+    gen_times = []
+
+    def gen_reply(body):
+        gen_times.append(time.monotonic())
+        return '{"choice": "A", "reasoning": "x"}'
+
+    with FakeLLMServer(reply=gen_reply, latency_s=0.01) as gen_srv, \
+            FakeLLMServer(reply=lambda b: '{"sc1":3,"sc2":3,"sc3":3,"sc4":3,"sc5":3}', latency_s=1.0) as judge_srv:
+        spec = run_spec(models=["openai/fake"], base_url=gen_srv.openai_base_url, judge="openai/judge",
+                        judge_base_url=judge_srv.openai_base_url, tasks="ethics", suite="data",
+                        data_dir=str(upstream), limit=16)
+        t0 = time.monotonic()
+        _, res, _ = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=4))
+    assert len(gen_times) == 16
+    assert max(gen_times) - t0 < 0.9  # a pool shared by both needed > 1 s: its 8 workers sat in judge calls
+    t = res.models["openai/fake"].tasks["ethics.reasoning"]
+    assert t.n == 16 and t.metrics["sc1"].n == 16

@@ -400,7 +400,12 @@ async def _collect_model(spec, ctx, samples, gen_ep: Endpoint, judge_ep: Endpoin
     # than the rest of the request path.
     n = {"gen": 0, "gen_errors": 0, "judge": 0, "judge_done": 0, "judge_errors": 0}
 
-    async def one(i: int) -> None:
+    # Generation and judging run in separate worker pools joined by a queue, so a slow or stalled judge
+    # never holds up generation (and the other way round). Workers, not a task per sample: memory does
+    # not grow with the run.
+    judge_queue: asyncio.Queue = asyncio.Queue()
+
+    async def generate(i: int) -> None:
         task, sample = samples[i]
         req, key = gen_reqs[i], gen_keys[i]
         if key in done:
@@ -413,29 +418,38 @@ async def _collect_model(spec, ctx, samples, gen_ep: Endpoint, judge_ep: Endpoin
         if not resp.ok:
             n["gen_errors"] += 1
         if resp.ok and judge_ep is not None and task.uses_judge:
-            msgs = task.judge_messages(sample, resp.text, ctx)
-            if msgs is None:
-                return
-            jreq = judge_request(sample, msgs, spec)
-            jkey = judge_ep.key(jreq)
-            n["judge"] += 1
-            cached = store.get_call(jkey) if judge_ep.model.cacheable else None
-            if cached is None or not cached.ok:
-                jresp = await judge_ep.call(jreq, jkey)
-                if not jresp.ok:
-                    n["judge_errors"] += 1
-            n["judge_done"] += 1
+            judge_queue.put_nowait((i, resp.text))
 
-    # A fixed pool of workers pulling samples, not a task per sample: enough to keep both endpoints'
-    # bounds full (a worker holds its sample from generation through judgement), and memory that does
-    # not grow with the run.
+    async def judge(i: int, reply: str) -> None:
+        task, sample = samples[i]
+        msgs = task.judge_messages(sample, reply, ctx)
+        if msgs is None:
+            return
+        jreq = judge_request(sample, msgs, spec)
+        jkey = judge_ep.key(jreq)
+        n["judge"] += 1
+        cached = store.get_call(jkey) if judge_ep.model.cacheable else None
+        if cached is None or not cached.ok:
+            jresp = await judge_ep.call(jreq, jkey)
+            if not jresp.ok:
+                n["judge_errors"] += 1
+        n["judge_done"] += 1
+
     todo = iter(range(len(samples)))
 
-    async def worker() -> None:
+    async def gen_worker() -> None:
         for i in todo:
-            await one(i)
+            await generate(i)
 
-    width = gen_ep.width + (judge_ep.width if judge_ep is not None else 0)
+    async def judge_worker() -> None:
+        while (job := await judge_queue.get()) is not None:
+            await judge(*job)
+
+    async def generate_all(n_workers: int, n_judges: int) -> None:
+        await asyncio.gather(*(gen_worker() for _ in range(n_workers)))
+        for _ in range(n_judges):
+            judge_queue.put_nowait(None)  # generation is over: each judge worker stops when the queue drains
+
     with _progress(progress) as bar:
         tid = bar.add_task(f"{label}", total=len(samples), errors=0, rate="")
         jid = bar.add_task("judge " + (spec.judge if judge_ep else "rules"), total=None, errors=0, rate="",
@@ -453,7 +467,10 @@ async def _collect_model(spec, ctx, samples, gen_ep: Endpoint, judge_ep: Endpoin
                 await asyncio.sleep(0.2)
                 show()
 
-        jobs = [asyncio.create_task(worker()) for _ in range(max(1, min(len(samples), width)))]
+        n_gen = max(1, min(len(samples), gen_ep.width))
+        n_judge = judge_ep.width if judge_ep is not None else 0
+        jobs = [asyncio.create_task(generate_all(n_gen, n_judge))]
+        jobs += [asyncio.create_task(judge_worker()) for _ in range(n_judge)]
         tick = asyncio.create_task(ticker()) if progress else None
         try:
             await asyncio.gather(*jobs)
