@@ -118,7 +118,9 @@ def _summary(results) -> None:
     for model, mr in results.models.items():
         table = RichTable(title=f"{model}  (trust score {mr.trust_score if mr.trust_score is not None else '-'})")
         for col in ("task", "metric", "value", "95% CI", "n", "unscored", "errors", "trust"):
-            table.add_column(col, justify="right" if col not in ("task", "metric") else "left")
+            # Task ids are what users copy into --tasks and gate thresholds: never cut or wrap them.
+            table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
+                             no_wrap=col in ("task", "value", "95% CI", "trust"))
         for t in mr.tasks.values():
             if t.status != "ok":
                 # The full how-to-get text is in results.json and `trustmh data check`; keep the table readable.
