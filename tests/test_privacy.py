@@ -163,3 +163,14 @@ def test_leakage_proxy_judge_from_replay(upstream, tmp_path):
     m = res.models[spec.models[0]].tasks["privacy.leakage"].metrics
     assert m["free_response_leak_rate_proxy"].value == pytest.approx(0.30)
     assert m["free_response_leak_rate_proxy"].n == 100
+
+
+def test_constant_ratings_give_null_pearson_with_a_reason(upstream, tmp_path):
+    replay = write_replay(tmp_path / "r.jsonl", [
+        {"task": "privacy.awareness_tier1", "item_id": i, "response": "Answer: 4) very sensitive"} for i in range(10)])
+    spec = run_spec(models=[f"replay/{replay}"], tasks="privacy.awareness_tier1", suite="data",
+                    data_dir=str(upstream))
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models[spec.models[0]].tasks["privacy.awareness_tier1"]
+    assert t.value is None and t.trust_score is None and t.n == 10
+    assert "undefined" in t.reason

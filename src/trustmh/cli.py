@@ -128,7 +128,7 @@ def _summary(results) -> None:
                 table.add_row(t.task, t.metric, "[yellow]not run[/]", f"{short} (see `trustmh data check`)",
                               "", "", "", "")
                 continue
-            val = "-" if t.value is None else f"{t.value:.3f}"
+            val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
             ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
             arrow = "↑" if t.higher_is_better else "↓"
             table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_unscored),

@@ -17,7 +17,7 @@ class TaskResult(BaseModel):
     task: str
     pillar: str
     status: str = Field(description="'ok' or 'not run'")
-    reason: str | None = Field(None, description="why the task did not run")
+    reason: str | None = Field(None, description="why the task did not run, or why its value is null")
     metric: str
     value: float | None = None
     ci: tuple[float, float] | None = None

@@ -588,9 +588,17 @@ def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, jud
     value = _clean(values.get(task.metric.name))
     metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k))
                for k, v in values.items()}
-    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name),
+    n_primary = count(table.col(primary))
+    reason = None
+    if value is None:
+        # A null value must say why, so that "-" is never mistaken for a bad score.
+        reason = ("no sample could be scored on the primary metric (see unscored reasons and errors)"
+                  if n_primary == 0 else
+                  f"{task.metric.name} is undefined on the scored samples (e.g. constant ratings for a "
+                  f"correlation, or a class missing from both gold and predictions)")
+    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name), reason=reason,
                       trust_score=trust_score(value, task.metric.lo, task.metric.hi, task.metric.higher_is_better),
-                      n=count(table.col(primary)), n_samples=len(p.samples),
+                      n=n_primary, n_samples=len(p.samples),
                       n_unscored=sum(unscored_primary.values()), unscored_reasons=dict(unscored_primary),
                       unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
                       n_errors=sum(errors.values()), error_kinds=dict(errors),
