@@ -146,3 +146,16 @@ def test_second_concurrent_run_is_refused(tmp_path):
     with (run_dir / "run.lock").open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert_user_error(cli("run", "--suite", "sample", "--out", run_dir, cwd=tmp_path), "another trustmh process")
+
+
+def test_torn_results_and_samples_pair_is_detected(tmp_path):
+    """results.json names its samples.jsonl by hash: a pair torn by an interrupted write is refused."""
+    proc = cli("run", "--suite", "sample", "--tasks", "privacy.awareness_tier1", "--out", tmp_path / "run",
+               "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ok = cli("report", tmp_path / "run", "-o", tmp_path / "r.html", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    samples = tmp_path / "run" / "samples.jsonl"
+    samples.write_text(samples.read_text().splitlines()[0] + "\n")  # as if a newer, different run wrote it
+    torn = cli("report", tmp_path / "run", "-o", tmp_path / "r2.html", cwd=tmp_path)
+    assert_user_error(torn, "does not belong to", "rerun the same trustmh command")

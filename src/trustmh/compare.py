@@ -10,6 +10,7 @@ values only, without a test."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -67,7 +68,20 @@ def load_run(path: Path | str) -> Run:
     except ValueError as e:
         first = str(e).splitlines()[0]
         raise UserError(f"{file}: not a valid results.json ({first})") from None
-    return Run(file.parent, results)
+    run = Run(file.parent, results)
+    expected = results.outputs.get("samples_sha256")
+    if expected and run.samples_path.is_file() and _file_sha256(run.samples_path) != expected:
+        raise UserError(f"{run.samples_path} does not belong to {file} (the run was interrupted while writing "
+                        f"them); rerun the same trustmh command to rewrite both")
+    return run
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 @dataclass

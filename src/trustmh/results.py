@@ -58,6 +58,8 @@ class RunResults(BaseModel):
     versions: dict[str, str]
     bootstrap: dict[str, Any]
     models: dict[str, ModelResults]
+    outputs: dict[str, str] = Field({}, description="sha256 of samples.jsonl written with these results: "
+                                                    "readers check it to detect a pair torn by an interrupted write")
 
 
 def json_schema() -> dict[str, Any]:

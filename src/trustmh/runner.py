@@ -636,7 +636,8 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
     judge = None if spec.judge == "rules" else ModelRef(spec.judge, spec.judge_base_url)
     models: dict[str, ModelResults] = {}
     tmp = run_dir / "samples.jsonl.tmp"
-    with tmp.open("w", encoding="utf-8") as out:
+    with tmp.open("w", encoding="utf-8") as fh:
+        out = _HashingWriter(fh)
         for model_spec in spec.models:
             model = ModelRef(model_spec, spec.base_url)
             tasks = {p.task.id: score_task(spec, ctx, p, model, judge, store, out) for p in prepared}
@@ -651,9 +652,23 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
         versions=versions(), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                                         "method": "percentile, resampling items (scenarios for leakage)"},
         models=models)
-    _atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
+    # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
+    # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
+    results.outputs = {"samples_sha256": out.sha256.hexdigest()}
     os.replace(tmp, run_dir / "samples.jsonl")
+    _atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
     return results
+
+
+class _HashingWriter:
+    """Writes text lines to a file and keeps the sha256 of the bytes written."""
+
+    def __init__(self, fh):
+        self.fh, self.sha256 = fh, hashlib.sha256()
+
+    def write(self, text: str) -> None:
+        self.fh.write(text)
+        self.sha256.update(text.encode("utf-8"))
 
 
 def _atomic_write(path: Path, text: str) -> None:
