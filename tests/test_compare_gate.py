@@ -161,8 +161,9 @@ def test_compare_falls_back_for_a_task_this_version_does_not_know(ethics_runs, t
         src = ethics_runs[key]
         dst = tmp_path / key
         dst.mkdir()
-        text = (src / "results.json").read_text().replace("ethics.reasoning", "ethics.future_task")
-        (dst / "results.json").write_text(text)
+        res = json.loads((src / "results.json").read_text().replace("ethics.reasoning", "ethics.future_task"))
+        res["outputs"] = {}  # the rewritten samples.jsonl no longer matches the recorded hash
+        (dst / "results.json").write_text(json.dumps(res))
         (dst / "samples.jsonl").write_text((src / "samples.jsonl").read_text().replace("ethics.reasoning",
                                                                                       "ethics.future_task"))
         renamed.append(load_run(dst))

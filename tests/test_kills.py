@@ -97,6 +97,7 @@ def normalised_outputs(run_dir: Path) -> tuple[dict, list]:
     """results.json and samples.jsonl without what legitimately differs between two runs."""
     res = json.loads((run_dir / "results.json").read_text())
     res.pop("created")
+    res.pop("outputs")  # hashes samples.jsonl, whose latencies differ between runs
     for k in ("base_url", "judge_base_url"):
         res["spec"].pop(k)
     rows = []

@@ -38,6 +38,7 @@ def local_ray():
 def outputs(run_dir):
     res = json.loads((run_dir / "results.json").read_text())
     res.pop("created")
+    res.pop("outputs")  # hashes samples.jsonl, whose latencies differ between runs
     lines = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
     for line in lines:
         line.pop("latency_s", None)

@@ -670,6 +670,9 @@ class _HashingWriter:
         self.fh.write(text)
         self.sha256.update(text.encode("utf-8"))
 
+    def flush(self) -> None:
+        self.fh.flush()
+
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
