@@ -5,9 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
 
 from conftest import write_replay
 

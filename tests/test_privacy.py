@@ -1,6 +1,5 @@
 """Privacy tasks on the real ConfAIde/PsyLeak files, checked against scipy and hand computation."""
 
-import json
 import re
 
 import numpy as np

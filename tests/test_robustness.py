@@ -5,7 +5,6 @@ changes; a lower-is-better toy base task checks signs and unscored pairs."""
 import hashlib
 import json
 import math
-import re
 from pathlib import Path
 
 import numpy as np

@@ -1,7 +1,6 @@
 """The runner against loopback fake OpenAI and Anthropic servers, through the real SDK code paths."""
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
