@@ -10,7 +10,6 @@ values only, without a test."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
@@ -20,8 +19,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .data.loaders import file_sha256
 from .errors import UserError
-from .metrics import Table, trust_score
+from .metrics import Table, cluster_resamples, derived_seed, trust_score
 from .results import RunResults
 
 Key = tuple[str, str]  # (item_id, variant)
@@ -70,18 +70,11 @@ def load_run(path: Path | str) -> Run:
         raise UserError(f"{file}: not a valid results.json ({first})") from None
     run = Run(file.parent, results)
     expected = results.outputs.get("samples_sha256")
-    if expected and run.samples_path.is_file() and _file_sha256(run.samples_path) != expected:
+    if expected and run.samples_path.is_file() and file_sha256(run.samples_path) != expected:
         raise UserError(f"{run.samples_path} does not belong to {file} (the run was interrupted while writing "
                         f"them); rerun the same trustmh command to rewrite both")
     return run
 
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
@@ -286,15 +279,10 @@ def _paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boo
                   task_id: str) -> dict[str, np.ndarray]:
     """Bootstrap draws of b - a for each metric (and of the trust-score difference under '__trust__'),
     resampling the shared clusters with the same indices on both sides."""
-    import hashlib
     m = task.metric
-    rng = np.random.default_rng(seed * 1_000_003 + int(hashlib.sha256(task_id.encode()).hexdigest()[:8], 16))
-    uniq, inverse = np.unique(tab_a.clusters.astype(str), return_inverse=True)
-    members = [np.flatnonzero(inverse == i) for i in range(len(uniq))]
+    rng = np.random.default_rng(derived_seed(seed, task_id))
     out = {n: np.full(n_boot, np.nan) for n in names + ["__trust__"]}
-    for i in range(n_boot):
-        pick = rng.integers(0, len(uniq), len(uniq))
-        idx = np.concatenate([members[j] for j in pick])
+    for i, idx in enumerate(cluster_resamples(tab_a.clusters, rng, n_boot)):
         ga, gb = task.aggregate(tab_a.take(idx), ctx), task.aggregate(tab_b.take(idx), ctx)
         for n in names:
             va, vb = _clean(ga.get(n)), _clean(gb.get(n))

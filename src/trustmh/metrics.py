@@ -7,9 +7,10 @@ metric a task reports gets an interval without metric-specific code."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -54,6 +55,15 @@ def count(x: np.ndarray) -> int:
     return int((~np.isnan(x)).sum())
 
 
+def group_mask(groups: np.ndarray, name: str) -> np.ndarray:
+    """Rows whose group label holds `name` (labels are '|'-joined when a row is in several groups)."""
+    mask = np.zeros(len(groups), bool)
+    for u in set(groups):
+        if name in u.split("|"):
+            mask |= groups == u
+    return mask
+
+
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
     """Pearson r over rows where both are present; NaN when undefined (fewer than 2 rows, a constant)."""
     ok = ~(np.isnan(x) | np.isnan(y))
@@ -63,28 +73,37 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x, y)[0, 1])
 
 
-def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000,
-              level: float = 0.95) -> dict[str, tuple[float, float]]:
-    """Percentile bootstrap intervals for every metric `aggregate` returns, resampling clusters."""
-    if len(table) == 0 or n_boot <= 0:
-        return {}
-    rng = np.random.default_rng(seed)
-    uniq, inverse = np.unique(table.clusters.astype(str), return_inverse=True)
+def derived_seed(seed: int, name: str) -> int:
+    """A seed for one named bootstrap (a task, a rater pair) derived from the run seed, stable in any process."""
+    return seed * 1_000_003 + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
+
+
+def cluster_resamples(clusters: np.ndarray, rng: np.random.Generator, n_boot: int) -> Iterator[np.ndarray]:
+    """Row indices of `n_boot` resamples drawing clusters with replacement (all rows of a drawn cluster)."""
+    uniq, inverse = np.unique(clusters.astype(str), return_inverse=True)
     # Rows grouped by cluster (stable, so each cluster keeps data order): cluster k is
     # order[start[k] : start[k] + size[k]]. Building the index this way is O(rows) per resample.
     order = np.argsort(inverse, kind="stable")
     size = np.bincount(inverse, minlength=len(uniq))
     start = np.concatenate(([0], np.cumsum(size)[:-1]))
     single = bool((size == 1).all())
-    draws: dict[str, list[float]] = {}
     for _ in range(n_boot):
         pick = rng.integers(0, len(uniq), len(uniq))
         if single:
-            idx = order[pick]
+            yield order[pick]
         else:
             lengths = size[pick]
             first = np.repeat(start[pick] - np.cumsum(lengths) + lengths, lengths)
-            idx = order[first + np.arange(lengths.sum())]
+            yield order[first + np.arange(lengths.sum())]
+
+
+def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000,
+              level: float = 0.95) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap intervals for every metric `aggregate` returns, resampling clusters."""
+    if len(table) == 0 or n_boot <= 0:
+        return {}
+    draws: dict[str, list[float]] = {}
+    for idx in cluster_resamples(table.clusters, np.random.default_rng(seed), n_boot):
         for name, v in aggregate(table.take(idx)).items():
             draws.setdefault(name, []).append(v)
     alpha = (1 - level) / 2

@@ -28,9 +28,10 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from .data.loaders import file_sha256
 from .errors import UserError
 from .limiter import AdaptiveLimiter
-from .metrics import Table, bootstrap, count, trust_score
+from .metrics import Table, bootstrap, count, derived_seed, trust_score
 from .models import Model, ModelRef, make_model, redact_url
 from .models._errors import redact
 from .models.replay import ReplayModel
@@ -252,14 +253,6 @@ def data_source(spec: RunSpec) -> DataSource:
     if spec.suite == "sample":
         return DataSource(Path(__file__).parent / "data" / "sample", "sample")
     return DataSource(Path(spec.data_dir or "."), "data")
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
@@ -583,8 +576,8 @@ def score_task(spec: RunSpec, ctx: RunContext, p: Prepared, model: ModelRef, jud
         out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
     table = rows.table(clusters, dict(labels))
     values = task.aggregate(table, ctx) if len(table) else {}
-    boot_seed = spec.seed * 1_000_003 + int(hashlib.sha256(task.id.encode()).hexdigest()[:8], 16)
-    cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=boot_seed, n_boot=spec.n_boot)
+    cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=derived_seed(spec.seed, task.id),
+                    n_boot=spec.n_boot)
     value = _clean(values.get(task.metric.name))
     metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k))
                for k, v in values.items()}

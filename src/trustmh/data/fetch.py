@@ -29,6 +29,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from trustmh.data.loaders import file_sha256
 from trustmh.data.manifest import DATASETS, DataFile, Dataset
 from trustmh.errors import UserError
 
@@ -62,14 +63,6 @@ class DatasetStatus:
 # ---------------------------------------------------------------------------------------------- check
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _file_status(data_dir: Path, f: DataFile, verify_hash: bool) -> FileStatus:
     p = data_dir / f.path
     if not p.is_file():
@@ -77,7 +70,7 @@ def _file_status(data_dir: Path, f: DataFile, verify_hash: bool) -> FileStatus:
     size = p.stat().st_size
     if size != f.size:
         return FileStatus(f.path, "corrupt", f"size {size}, expected {f.size}")
-    if verify_hash and _sha256_file(p) != f.sha256:
+    if verify_hash and file_sha256(p) != f.sha256:
         return FileStatus(f.path, "corrupt", "sha256 does not match the manifest")
     return FileStatus(f.path, "present")
 

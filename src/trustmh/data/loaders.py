@@ -5,6 +5,7 @@ Every failure is a DataError naming `file:line` so a user sees where a file is b
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -23,6 +24,15 @@ ETHICMH_REPAIRS = {
     "鈥攇": "—g",
     "鈥攎": "—m",
 }
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, read in 1 MiB chunks (data files and run outputs can be large)."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def read_text(path: Path, *, encoding: str = "utf-8") -> str:

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 from rich.table import Table as RichTable
 
-from ..data.loaders import read_json
+from ..data.loaders import file_sha256, read_json
 from ..errors import UserError
-from ..metrics import Table, bootstrap, mean, spearman, weighted_kappa
+from ..metrics import Table, bootstrap, derived_seed, mean, spearman, weighted_kappa
 from ..results import MetricValue, ModelResults, RunResults, TaskResult
 from ..tasks.base import DataSource
 from ..tasks.crisis import (CRISIS_DIR, HIGH_RISK, PROTOCOL, escalation_judge_messages, gives_crisis_resource,
@@ -218,8 +218,7 @@ def compare(a_name: str, b_name: str, rows: list[tuple[str, float | None, float 
     reasons = collections.Counter(why for _cid, a, b, why in rows if a is None or b is None)
     table = Table.from_rows([{"a": a, "b": b} for _, a, b in both], [cid for cid, _, _ in both])
     values = _agreement(table) if len(table) else {}
-    boot_seed = seed * 1_000_003 + int(hashlib.sha256(f"{a_name}|{b_name}".encode()).hexdigest()[:8], 16)
-    cis = bootstrap(table, _agreement, seed=boot_seed, n_boot=n_boot)
+    cis = bootstrap(table, _agreement, seed=derived_seed(seed, f"{a_name}|{b_name}"), n_boot=n_boot)
     names = {"mean_a": f"mean_{a_name}", "mean_b": f"mean_{b_name}"}
     metrics = {names.get(k, k): MetricValue(value=None if math.isnan(v) else v, ci=cis.get(k), n=len(table))
                for k, v in values.items()}
@@ -233,7 +232,7 @@ def compare(a_name: str, b_name: str, rows: list[tuple[str, float | None, float 
 def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Path = Path("runs"),
                    limits=None, progress: bool = False) -> tuple[Path, RunResults]:
     """Judge every H1/H2 row, compare with the humans, write results.json and samples.jsonl."""
-    from ..runner import AuthFailure, Limits, RunSpec, data_source, file_sha256, open_run_dir, run_lock, versions
+    from ..runner import AuthFailure, Limits, RunSpec, data_source, open_run_dir, run_lock, versions
     from ..store import Store
     limits = limits or Limits()
     data = data_source(RunSpec(models=["baseline/refuse"], suite=spec.suite, data_dir=spec.data_dir))

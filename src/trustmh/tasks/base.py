@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -15,7 +16,7 @@ from typing import Any, Callable, ClassVar
 import jinja2
 
 from ..errors import UserError
-from ..metrics import Table, count
+from ..metrics import Table, count, group_mask
 from ..types import Item, Sample, Score
 
 
@@ -140,9 +141,19 @@ class Task:
         return float(self.aggregate(table, ctx).get(self.metric.name, float("nan")))
 
     def metric_n(self, table: Table, metric: str) -> int:
-        """How many samples a metric rests on."""
-        column = metric if metric in table.columns else self.metric_columns.get(metric, self.primary_value)
-        return count(table.col(column))
+        """How many samples a metric rests on; for a per-group metric `name[key=group]`, those of that group."""
+        m = _GROUP_METRIC.fullmatch(metric)
+        if m and m["key"] in table.labels:
+            values = table.col(self._value_behind(table, m["base"]))
+            return count(values[group_mask(table.labels[m["key"]], m["group"])])
+        return count(table.col(self._value_behind(table, metric)))
+
+    def _value_behind(self, table: Table, metric: str) -> str:
+        """The per-sample value a metric is computed from."""
+        return metric if metric in table.columns else self.metric_columns.get(metric, self.primary_value)
+
+
+_GROUP_METRIC = re.compile(r"(?P<base>[^\[]+)\[(?P<key>[^=\]]+)=(?P<group>.*)\]")
 
 
 TASKS: dict[str, type[Task]] = {}

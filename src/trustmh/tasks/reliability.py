@@ -22,7 +22,7 @@ from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
                               parse_int_scores, strip_markdown)
-from ..metrics import Table, cluster_mean, confusion, count, f1_per_class, macro_f1, mean
+from ..metrics import Table, cluster_mean, confusion, f1_per_class, group_mask, macro_f1, mean
 from ..types import Item, Sample, Score
 from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
 
@@ -30,29 +30,12 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
 
 
-def _group_mask(groups: np.ndarray, name: str) -> np.ndarray:
-    """Rows whose group column holds `name` ('|'-joined when a row is in several groups)."""
-    mask = np.zeros(len(groups), bool)
-    for u in set(groups):
-        if name in u.split("|"):
-            mask |= groups == u
-    return mask
-
-
 def _group_accuracy(out: dict[str, float], correct: np.ndarray, groups: np.ndarray | None, key: str) -> None:
     """accuracy[key=value] for every value of a label column."""
     if groups is None or not len(groups):
         return
     for name in sorted({g for u in set(groups) for g in u.split("|") if g}):
-        out[f"accuracy[{key}={name}]"] = mean(correct[_group_mask(groups, name)])
-
-
-def group_n(table: Table, metric: str, column: str) -> int | None:
-    """How many rows a per-group metric 'name[key=value]' rests on, or None for other metrics."""
-    m = re.fullmatch(r"\w+\[(\w+)=(.*)\]", metric)
-    if not m or m.group(1) not in table.labels:
-        return None
-    return count(table.col(column)[_group_mask(table.labels[m.group(1)], m.group(2))])
+        out[f"accuracy[{key}={name}]"] = mean(correct[group_mask(groups, name)])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -151,10 +134,6 @@ class Knowledge(Task):
         _group_accuracy(out, correct, table.labels.get("step"), "step")
         _group_accuracy(out, correct, table.labels.get("condition"), "condition")
         return out
-
-    def metric_n(self, table: Table, metric: str) -> int:
-        n = group_n(table, metric, "correct")
-        return super().metric_n(table, metric) if n is None else n
 
 
 # --------------------------------------------------------------------------------------------------
@@ -275,10 +254,6 @@ class EmotionRecognition(Task):
         if ctx.options.get("lang") == "all":
             _group_accuracy(out, correct, table.labels.get("lang"), "lang")
         return out
-
-    def metric_n(self, table: Table, metric: str) -> int:
-        n = group_n(table, metric, "correct")
-        return super().metric_n(table, metric) if n is None else n
 
 
 # --------------------------------------------------------------------------------------------------

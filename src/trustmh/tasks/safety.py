@@ -12,11 +12,9 @@ gets full marks on jailbreak and zero on over-refusal, so it cannot look safe by
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from ..data.loaders import read_csv, read_jsonl
 from ..errors import DataError
@@ -72,7 +70,6 @@ SAMPLE_BUILTIN = Path(__file__).resolve().parents[1] / "data" / "sample" / "buil
 # --------------------------------------------------------------------------------------------------
 # Per-group metrics, named like refusal_rate[method=cot]
 
-_GROUP = re.compile(r"(?P<base>[^\[]+)\[(?P<key>[^=\]]+)=(?P<value>.*)\]")
 
 
 def group_means(table: Table, column: str, name: str, key: str) -> dict[str, float]:
@@ -82,19 +79,6 @@ def group_means(table: Table, column: str, name: str, key: str) -> dict[str, flo
         return {}
     values = table.col(column)
     return {f"{name}[{key}={g}]": mean(values[groups == g]) for g in sorted(set(groups))}
-
-
-class GroupedTask(Task):
-    """A task whose per-group metrics report their own n (the rows of that group), not the task's."""
-
-    def metric_n(self, table: Table, metric: str) -> int:
-        m = _GROUP.fullmatch(metric)
-        if not m or m["key"] not in table.labels:
-            return super().metric_n(table, metric)
-        base = m["base"]
-        column = base if base in table.columns else self.metric_columns.get(base, self.primary_value)
-        values = table.col(column)[table.labels[m["key"]] == m["value"]]
-        return int((~np.isnan(values)).sum())
 
 
 def _unique_ids(path: Path, rows: list[tuple[int, dict[str, str]]], column: str) -> None:
@@ -122,7 +106,7 @@ def refusal_classifier(ctx: RunContext) -> hf_classifier.ClassifierSpec | None:
     return hf_classifier.parse_spec(spec) if spec else None
 
 
-class _RefusalTask(GroupedTask):
+class _RefusalTask(Task):
     pillar = "safety"
     uses_judge = True
     primary_value = "refused"
@@ -278,7 +262,7 @@ class OverRefusal(_RefusalTask):
 # Antitoxic: direct harmful requests (PsyHarm)
 
 @register
-class Antitoxic(GroupedTask):
+class Antitoxic(Task):
     id = "safety.antitoxic"
     pillar = "safety"
     title = "Safe replies to direct harmful requests over 14 attack objectives (PsyHarm)"

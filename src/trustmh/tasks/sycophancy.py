@@ -22,8 +22,8 @@ from ..errors import DataError
 from ..judges.parsing import extract_json_object, parse_int_scores, parse_scale_rating
 from ..metrics import Table, mean
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, RunContext, register, render
-from .safety import GroupedTask, group_means
+from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
+from .safety import group_means
 
 SCALE = (0, 1, 2, 3)
 OUTCOMES = {"challenge": 0, "explicit_affirm": 1, "implicit_affirm": 2, "neutral": 3}
@@ -66,7 +66,7 @@ def binary_cell(path: Path, line: int, column: str, value: str | None) -> float 
     return x
 
 
-class _Sycophancy(GroupedTask):
+class _Sycophancy(Task):
     pillar = "sycophancy"
     uses_judge = True
     metric = MetricSpec("endorsement_rate", False, 0.0, 1.0,
