@@ -128,6 +128,11 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--jitter", type=float, default=0.0, help="latency varies uniformly by +- this fraction")
     a = ap.parse_args()
+    try:  # the server should cost as little as it can: its own CPU adds to the latency the client sees
+        import uvloop
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    except ImportError:
+        pass
     try:
         asyncio.run(serve(a.latency, a.rate_limit, a.port, a.jitter))
     except KeyboardInterrupt:

@@ -9,13 +9,13 @@ so 2N requests take L * (ceil(N / C) + 1) seconds. Printed ratio = achieved req/
 
 Rows, measured side by side in one run:
   runner   trustmh's runner with an in-process model that sleeps L (no HTTP): its own ceiling
-  trustmh  `openai/` models (default transport "http": aiohttp posting JSON directly) against the lean
-           loopback server in a separate process: what a user gets
+  trustmh  `openai/` models (default transport "http": trustmh's own kept-alive HTTP/1.1 client,
+           models/_http.py) against the lean loopback server in a separate process: what a user gets
+  trustmh+aiohttp  the same with `--transport aiohttp` (what "http" falls back to behind a proxy)
   trustmh+sdk  the same with `--transport sdk` (the openai SDK over its aiohttp transport)
-  trustmh+aiohttp  the same runner with a bench-only backend posting through aiohttp directly
-           (bench/_aiohttp_model.py): what trustmh would reach with a leaner transport
-  sdk      the bare openai SDK, C requests in flight, no runner (ratio against C / L)
-  aiohttp  a bare aiohttp client, same job (ratio against C / L): the cost of HTTP itself in Python
+  lean     the bare models/_http.py client, C requests in flight, no runner (ratio against C / L)
+  sdk      the bare openai SDK, same job
+  aiohttp  a bare aiohttp client, same job: the cost of each HTTP stack on its own
 
 The server runs in its own process (bench/_server.py) so the client has a core to itself; the project's
 FakeLLMServer in the same process would take half the client's CPU. Client CPU per request comes from
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import shutil
 import sys
@@ -65,13 +66,10 @@ def run_trustmh(n: int, c: int, latency: float, base_url: str | None, transport:
     original = runner.make_model
     if base_url is None:  # in-process model: swap the factory the runner uses
         runner.make_model = lambda spec, **kw: SleepModel(spec, latency)
-    elif transport == "aiohttp":
-        from _aiohttp_model import AiohttpOpenAIModel
-        runner.make_model = lambda spec, **kw: AiohttpOpenAIModel(spec, kw["base_url"], max_connections=c)
     try:
         spec = synthetic_spec(n, base_url=base_url or "http://unused.invalid/v1")
-        if transport == "sdk":
-            spec.options["transport"] = "sdk"
+        if transport != "http":
+            spec.options["transport"] = transport
         r = collect_once(spec, runner.Limits(max_connections=c), tmp)
     finally:
         runner.make_model = original
@@ -92,6 +90,15 @@ async def _bare(kind: str, base_url: str, c: int, n: int) -> tuple[float, float]
         async def one() -> None:
             await client.chat.completions.create(model="bench", messages=MSGS, max_tokens=64, temperature=0)
         close = client.close
+    elif kind == "lean":
+        from trustmh.models._http import HTTPClient
+        lean = HTTPClient(base_url + "/chat/completions", max_connections=c, timeout=60,
+                          headers={"Content-Type": "application/json"})
+
+        async def one() -> None:
+            status, _, raw = await lean.post(json.dumps({"model": "bench", "messages": MSGS}).encode())
+            json.loads(raw)
+        close = lean.close
     else:
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=c))
 
@@ -118,7 +125,7 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--connections", default="16,64,256")
     ap.add_argument("--samples", type=int, default=0, help="samples per run (default: max(1000, 20 C))")
-    ap.add_argument("--rows", default="runner,trustmh,trustmh+sdk,trustmh+aiohttp,sdk,aiohttp")
+    ap.add_argument("--rows", default="runner,trustmh,trustmh+aiohttp,trustmh+sdk,lean,aiohttp,sdk")
     ap.add_argument("--jitter", type=float, default=0.0, help="server latency varies by +- this fraction")
     a = ap.parse_args()
     rows = a.rows.split(",")

@@ -196,7 +196,7 @@ def test_cli_transport_option(tmp_path):
                                "privacy.awareness_tier1", "--suite", "sample", "--limit", "2", "--bootstrap", "10",
                                "--no-progress", *args], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     bad = cli("--transport", "pigeon")
-    assert bad.returncode != 0 and "--transport must be http or sdk" in bad.stderr + bad.stdout
+    assert bad.returncode != 0 and "--transport must be http, aiohttp or sdk" in bad.stderr + bad.stdout
     assert cli("--out", "a").returncode == 0 and cli("--out", "b", "--transport", "sdk").returncode == 0
     spec_a = json.loads((tmp_path / "a" / "results.json").read_text())["spec"]
     spec_b = json.loads((tmp_path / "b" / "results.json").read_text())["spec"]

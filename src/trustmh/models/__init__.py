@@ -58,7 +58,7 @@ class ModelRef:
 
 def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0, seed: int = 0,
                purpose: str = "model", transport: str = "http", max_connections: int | None = None) -> Model:
-    """Build the backend for a spec. API keys come from the environment only. `transport` (http or sdk)
+    """Build the backend for a spec. API keys come from the environment only. `transport` (http, aiohttp or sdk)
     and `max_connections` (the HTTP pool's size) apply to openai/ models; neither is part of the
     endpoint's identity, so they never change a cache key."""
     provider, name = split_spec(spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 
@@ -22,7 +23,7 @@ class AnthropicModel(Model):
                                                 max_retries=0, http_client=anthropic.DefaultAioHttpClient())
         self._accepted = set(inspect.signature(self._client.messages.create).parameters)
 
-    @property
+    @functools.cached_property  # read for every request's cache key; the URL never changes
     def endpoint(self) -> str:
         return endpoint_id(self.spec, self.base_url)
 

@@ -1,19 +1,22 @@
 """OpenAI and any OpenAI-compatible server (vLLM, TGI, Ollama, LM Studio).
 
-Two transports post the same Chat Completions body:
+Three transports post the same Chat Completions body:
 
-* "http" (default): one aiohttp session per model posting JSON directly. The openai SDK costs ~1.5 ms
-  of CPU per request (its request-parameter transform and response models), which capped a run near
-  650 req/s on 2 cores; posting through aiohttp directly costs ~0.2 ms (bench/throughput.py).
-* "sdk": the official SDK over its aiohttp transport, kept for servers or proxies that need something
-  only the SDK does.
+* "http" (default): the project's small kept-alive HTTP/1.1 client (models/_http.py), ~0.05 ms of CPU
+  per request. When HTTPS_PROXY / HTTP_PROXY (and NO_PROXY) route the URL through a proxy it uses the
+  "aiohttp" transport instead, which speaks to proxies.
+* "aiohttp": one aiohttp session per model, ~0.2 ms per request.
+* "sdk": the official SDK over its aiohttp transport, ~1.5 ms per request (its request-parameter
+  transform and response models), kept for servers or proxies that need something only the SDK does.
+  It capped a run near 650 req/s on 2 cores (bench/throughput.py).
 
-Both map failures onto the same typed ModelErrors (models/_errors.py) and build the same Response, and
+All map failures onto the same typed ModelErrors (models/_errors.py) and build the same Response, and
 neither is part of the endpoint's identity: a reply stored through one is reused by the other."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
@@ -26,7 +29,7 @@ from . import endpoint_id
 from .base import Model
 
 OFFICIAL = "https://api.openai.com/v1"
-TRANSPORTS = ("http", "sdk")
+TRANSPORTS = ("http", "aiohttp", "sdk")
 DEFAULT_CONNECTIONS = 256  # the runner's adaptive limiter bounds concurrency; this only caps the pool
 
 
@@ -45,6 +48,8 @@ class OpenAIModel(Model):
         self._client = None
         self._session = None  # aiohttp.ClientSession, made inside the running loop on first use
         self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._http = None  # _http.HTTPClient, likewise bound to the loop it was made in
+        self._http_loop: asyncio.AbstractEventLoop | None = None
         if transport == "sdk":
             import openai  # only the sdk transport pays for importing the SDK
             self._client = openai.AsyncOpenAI(
@@ -64,8 +69,10 @@ class OpenAIModel(Model):
             if os.environ.get("OPENAI_PROJECT_ID"):
                 self._headers["OpenAI-Project"] = os.environ["OPENAI_PROJECT_ID"]
             self._proxy = _env_proxy(self._url)
+            if self._proxy and transport == "http":
+                self.transport = "aiohttp"  # the lean client does not speak to proxies
 
-    @property
+    @functools.cached_property  # read for every request's cache key; the URL never changes
     def endpoint(self) -> str:
         return endpoint_id(self.spec, self.base_url)
 
@@ -87,7 +94,12 @@ class OpenAIModel(Model):
         body = self._body(request)
         if self.transport == "sdk":
             return await self._generate_sdk(body)
-        return await self._generate_http(body)
+        t0 = time.perf_counter()
+        if self.transport == "http":
+            status, headers, raw = await self._post_lean(json.dumps(body).encode())
+        else:
+            status, headers, raw = await self._post_aiohttp(json.dumps(body).encode())
+        return self._read_reply(status, headers, raw, time.perf_counter() - t0)
 
     # ---------------------------------------------------------------------------------------- sdk
 
@@ -116,6 +128,24 @@ class OpenAIModel(Model):
 
     # --------------------------------------------------------------------------------------- http
 
+    async def _post_lean(self, data: bytes) -> tuple[int, Any, bytes]:
+        from ._http import HTTPClient, HTTPProtocolError
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop:
+            self._http = HTTPClient(self._url, max_connections=self._max_connections, timeout=self._timeout,
+                                    headers=self._headers)
+            self._http_loop = loop
+        try:
+            return await self._http.post(data)
+        except asyncio.TimeoutError:
+            raise ModelError("timeout", "request timed out") from None
+        except ConnectionError as exc:
+            raise ModelError("connection", f"connection failed: {redact(str(exc), self._api_key)}") from None
+        except HTTPProtocolError as exc:
+            raise ModelError("malformed", f"unreadable response: {exc}") from None
+        except OSError as exc:  # TLS failures and the like
+            raise ModelError("connection", f"connection failed: {type(exc).__name__}") from None
+
     def _get_session(self):
         import aiohttp
         loop = asyncio.get_running_loop()
@@ -130,16 +160,14 @@ class OpenAIModel(Model):
             self._session_loop = loop
         return self._session
 
-    async def _generate_http(self, body: dict[str, Any]) -> Response:
+    async def _post_aiohttp(self, data: bytes) -> tuple[int, Any, bytes]:
         import aiohttp
         session = self._get_session()
         secret = self._api_key
-        t0 = time.perf_counter()
         try:
-            async with session.post(self._url, data=json.dumps(body).encode(), headers=self._headers,
+            async with session.post(self._url, data=data, headers=self._headers,
                                     proxy=self._proxy, allow_redirects=False) as r:
-                status, headers = r.status, r.headers
-                raw = await r.read()
+                return r.status, r.headers, await r.read()
         # TimeoutError first: aiohttp's ServerTimeoutError is also a ClientConnectionError.
         except asyncio.TimeoutError:
             raise ModelError("timeout", "request timed out") from None
@@ -149,7 +177,9 @@ class OpenAIModel(Model):
             raise ModelError("malformed", f"unreadable response: {type(exc).__name__}") from None
         except aiohttp.ClientError as exc:
             raise ModelError("other", f"{type(exc).__name__}: {redact(str(exc), secret)}") from None
-        latency = time.perf_counter() - t0
+
+    def _read_reply(self, status: int, headers, raw: bytes, latency: float) -> Response:
+        secret = self._api_key
         if status >= 400:
             try:
                 message = body_message(json.loads(raw))
@@ -186,6 +216,8 @@ class OpenAIModel(Model):
             await self._client.close()
         if self._session is not None and not self._session.closed:
             await self._session.close()
+        if self._http is not None:
+            await self._http.close()
 
 
 def _response(text: str | None, finish: str | None, prompt_tokens, completion_tokens, latency: float) -> Response:

@@ -1,0 +1,274 @@
+"""A small HTTP/1.1 client for posting JSON to one origin over kept-alive connections.
+
+Why not aiohttp for this: a run posts thousands of near-identical requests to one host, and aiohttp's
+general machinery (request and response objects, cookie jar, tracing, per-request timeout contexts)
+costs ~0.2 ms of CPU per request, which caps a run on one core near 4,000 req/s (bench/throughput.py).
+This client does only what a model endpoint needs -- POST, status, headers, a body framed by
+Content-Length, chunked encoding or connection close, optional gzip/deflate, TLS -- at ~0.05 ms.
+Proxies are not handled here: the OpenAI model falls back to aiohttp when the environment names one.
+
+Every failure is raised as one of three exceptions so the caller can type it without guessing:
+`asyncio.TimeoutError` (no complete reply within the timeout), `ConnectionError` (could not connect,
+or the connection dropped before the reply was complete) and `HTTPProtocolError` (the bytes were not a
+valid HTTP response)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import zlib
+from urllib.parse import urlsplit
+
+MAX_HEAD = 64 * 1024  # a reply head larger than this is not a model endpoint talking
+MAX_BODY = 256 * 1024 * 1024
+
+
+class HTTPProtocolError(ValueError):
+    """The server's bytes are not an HTTP/1.x response we can frame."""
+
+
+class _Conn(asyncio.Protocol):
+    """One connection; one request at a time. The parser is fed by data_received and resolves `waiter`
+    with (status, headers, body) when the reply is complete."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.waiter: asyncio.Future | None = None
+        self.reusable = True
+        self.got_bytes = False  # any byte of the current reply: a failure after that must not be retried
+        self._head: tuple[int, dict[str, str]] | None = None
+        self._length: int | None = None  # body length, or -1 chunked, or None read-to-close
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.waiter is None or self.waiter.done():  # bytes nobody asked for: the stream is out of step
+            self.reusable = False
+            self.transport.close()
+            return
+        self.got_bytes = True
+        self.buf += data
+        try:
+            self._parse()
+        except HTTPProtocolError as exc:
+            self._fail(exc)
+
+    def connection_lost(self, exc) -> None:
+        self.reusable = False
+        if self.waiter is None or self.waiter.done():
+            return
+        if self._head is not None and self._length is None:  # body delimited by the close itself
+            self._finish(bytes(self.buf))
+            return
+        err = ConnectionError(f"connection closed before the reply was complete ({type(exc).__name__ if exc else 'EOF'})")
+        self.waiter.set_exception(err)
+
+    # -- parsing
+
+    def _parse(self) -> None:
+        if self._head is None:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buf) > MAX_HEAD:
+                    raise HTTPProtocolError("reply head too large")
+                return
+            status, headers = _parse_head(bytes(self.buf[:end]))
+            del self.buf[:end + 4]
+            if 100 <= status < 200:  # 100 Continue and friends precede the real reply
+                self._parse()
+                return
+            self._head = (status, headers)
+            if "chunked" in headers.get("transfer-encoding", "").lower():
+                self._length = -1
+            elif "content-length" in headers:
+                try:
+                    self._length = int(headers["content-length"])
+                except ValueError:
+                    raise HTTPProtocolError("bad Content-Length") from None
+                if not 0 <= self._length <= MAX_BODY:
+                    raise HTTPProtocolError("bad Content-Length")
+            elif status in (204, 304):
+                self._length = 0
+            else:
+                self._length = None
+                self.reusable = False
+            if headers.get("connection", "").lower() == "close":
+                self.reusable = False
+        if self._length is None:
+            if len(self.buf) > MAX_BODY:
+                raise HTTPProtocolError("reply body too large")
+            return
+        if self._length >= 0:
+            if len(self.buf) >= self._length:
+                body = bytes(self.buf[:self._length])
+                if len(self.buf) > self._length:  # a reply we did not ask for follows: do not reuse
+                    self.reusable = False
+                self.buf.clear()
+                self._finish(body)
+            return
+        body = _dechunk(self.buf)
+        if body is not None:
+            self._finish(body)
+
+    def _finish(self, body: bytes) -> None:
+        status, headers = self._head
+        encoding = headers.get("content-encoding", "").lower()
+        try:
+            if encoding in ("gzip", "x-gzip"):
+                body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
+            elif encoding == "deflate":
+                body = zlib.decompress(body)
+        except zlib.error:
+            self._fail(HTTPProtocolError(f"body is not valid {encoding}"))
+            return
+        self._head, self._length = None, None
+        self.waiter.set_result((status, headers, body))
+
+    def _fail(self, exc: Exception) -> None:
+        self.reusable = False
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc)
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
+    lines = raw.decode("latin-1").split("\r\n")  # one decode for the whole head: it is on the hot path
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise HTTPProtocolError("not an HTTP/1.x status line")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep:
+            raise HTTPProtocolError("malformed header line")
+        key, value = name.strip().lower(), value.strip()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    if parts[0] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
+        headers.setdefault("connection", "close")
+    return int(parts[1]), headers
+
+
+def _dechunk(buf: bytearray) -> bytes | None:
+    """The body of a complete chunked message in `buf` (consumed), or None while it is incomplete.
+    Re-reads from the start on each call: quadratic in the number of chunks, which is fine for replies
+    of a few kilobytes and keeps the parser stateless."""
+    pos, out = 0, []
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        try:
+            size = int(bytes(buf[pos:eol]).split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise HTTPProtocolError("bad chunk size") from None
+        if size == 0:
+            end = buf.find(b"\r\n\r\n", eol)  # the last chunk, then optional trailers, then an empty line
+            if end < 0:
+                return None
+            del buf[:end + 4]
+            return b"".join(out)
+        start, stop = eol + 2, eol + 2 + size
+        if len(buf) < stop + 2:
+            return None
+        if buf[stop:stop + 2] != b"\r\n":
+            raise HTTPProtocolError("chunk not followed by CRLF")
+        out.append(bytes(buf[start:stop]))
+        pos = stop + 2
+
+
+class HTTPClient:
+    """POSTs to one URL over a pool of kept-alive connections (at most `max_connections` at once).
+
+    Made and used inside one event loop. A kept-alive connection that the server closed for idleness
+    just as a request went out fails before any reply byte; such a request is sent again on a new
+    connection, the rule urllib3 and aiohttp follow too (a server closing an idle connection has not
+    acted on what arrived after it decided to close). A request that failed after its reply began is
+    never re-sent here: that is the runner's decision, and it counts it."""
+
+    def __init__(self, url: str, *, max_connections: int, timeout: float, headers: dict[str, str]):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError(f"unsupported URL scheme {parts.scheme!r} (expected http or https)")
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._ssl = ssl.create_default_context() if parts.scheme == "https" else None
+        self.timeout = timeout
+        host_header = self.host if parts.port is None else f"{self.host}:{parts.port}"
+        if ":" in self.host and not host_header.startswith("["):
+            host_header = f"[{self.host}]" + (f":{parts.port}" if parts.port else "")
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        head = [f"POST {path} HTTP/1.1", f"Host: {host_header}", "Accept-Encoding: gzip, deflate",
+                "Connection: keep-alive"]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        self._head = ("\r\n".join(head) + "\r\nContent-Length: ").encode("latin-1")
+        self._idle: list[_Conn] = []
+        self._slots = asyncio.Semaphore(max_connections)
+        self._closed = False
+
+    async def post(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        if self._closed:
+            raise ConnectionError("client is closed")
+        async with self._slots:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.timeout
+            while True:
+                conn, reused = await self._connection(deadline)
+                try:
+                    return await self._exchange(conn, body, deadline)
+                except ConnectionError:
+                    if reused and not conn.got_bytes:
+                        continue  # a stale kept-alive connection: try a new one
+                    raise
+
+    async def _connection(self, deadline: float) -> tuple[_Conn, bool]:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.reusable and not conn.transport.is_closing():
+                return conn, True
+        loop = asyncio.get_running_loop()
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise asyncio.TimeoutError
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(_Conn, self.host, self.port, ssl=self._ssl,
+                                       server_hostname=self.host if self._ssl else None), remaining)
+        except OSError as exc:
+            raise ConnectionError(f"cannot connect to {self.host}:{self.port} ({type(exc).__name__})") from None
+        return conn, False
+
+    async def _exchange(self, conn: _Conn, body: bytes, deadline: float) -> tuple[int, dict[str, str], bytes]:
+        loop = asyncio.get_running_loop()
+        waiter = conn.waiter = loop.create_future()
+        conn.got_bytes = False
+        conn.transport.write(self._head + b"%d\r\n\r\n" % len(body) + body)
+        # One timer per request rather than asyncio.wait_for, which wraps the await in a task of its own.
+        timer = loop.call_at(deadline, _expire, waiter)
+        done = False
+        try:
+            result = await waiter
+            done = True
+            return result
+        finally:
+            timer.cancel()
+            conn.waiter = None
+            if done and conn.reusable and not self._closed:
+                self._idle.append(conn)
+            else:  # timed out, cancelled, failed or told to close: the stream state is unknown
+                conn.reusable = False
+                conn.transport.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            self._idle.pop().transport.close()
+
+
+def _expire(waiter: asyncio.Future) -> None:
+    if not waiter.done():
+        waiter.set_exception(asyncio.TimeoutError())
