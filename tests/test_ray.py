@@ -93,3 +93,29 @@ def test_executor_flags_are_checked(tmp_path):
         make_executor("dask")
     with pytest.raises(UserError, match="--ray-address needs --executor ray"):
         make_executor("local", ray_address="auto")
+    with pytest.raises(UserError, match="--shard-size needs --executor ray"):
+        make_executor("local", shard_size=5)
+    with pytest.raises(UserError, match="at least 1"):
+        make_executor("ray", shard_size=0)
+    assert make_executor("ray", shard_size=7).units_per_shard == 7
+
+
+def test_shard_size_cuts_request_families_not_samples():
+    from trustmh.executors.ray_executor import plan
+    from trustmh.runner import RunContext, prepare
+    spec = run_spec(models=MODELS, tasks=TASKS, limit=6)
+    prepared, _ = prepare(spec, RunContext(seed=spec.seed, judge=spec.judge, options=spec.options))
+    families = {(s.request_task or s.task, s.item.id) for p in prepared for s in p.samples}
+    n_samples = sum(len(p.samples) for p in prepared)
+    for size in (1, 4, len(families)):
+        shards = plan(spec, prepared, size, cpus=2)
+        assert len(shards) == len(MODELS) * -(-len(families) // size)
+        assert sum(s.n for s in shards) == len(MODELS) * n_samples  # every sample in exactly one shard
+        where: dict = {}
+        for i, shard in enumerate(shards):
+            assert sum(len(ids) for ids in shard.items.values()) <= size
+            for samples in shard.samples.values():
+                for d in samples:
+                    where.setdefault((shard.model, d["request_task"] or d["task"], d["item"]["id"]), set()).add(i)
+        # a robustness item and the base task's clean request it shares are never split across shards
+        assert len(where) == len(MODELS) * len(families) and all(len(v) == 1 for v in where.values())

@@ -175,12 +175,17 @@ def run_cmd(
                                                "as Ray tasks; needs the ray extra; see docs/scale.md)."),
     ray_address: Optional[str] = typer.Option(None, help="With --executor ray: a cluster to join (auto, or "
                                                          "ray://host:10001); default: a Ray instance on this machine."),
+    shard_size: Optional[int] = typer.Option(
+        None, help="With --executor ray: items per shard (a request family: an item with all its perturbed "
+                   "and judged variants). Default: the work cut into about 4 shards per cluster CPU, at "
+                   "least 10 items each. Smaller shards lose less to a failed node; larger ones pay less "
+                   "per-task overhead."),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
     from .executors import make_executor
     from .models import split_spec
     from .runner import RunSpec, run
-    chosen_executor = make_executor(executor, ray_address=ray_address)
+    chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
     for m in model:
         split_spec(m)
     if judge != "rules":
