@@ -48,12 +48,29 @@ def test_anthropic_run_and_llm_judge(upstream, tmp_path):
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["anthropic/claude-fake"], base_url=srv.base_url, judge="anthropic/judge-fake",
                         judge_base_url=srv.base_url, tasks="ethics", suite="data", data_dir=str(upstream), limit=12)
-        _, res, _ = run_quiet(spec, tmp_path / "run")
+        run_dir, res, _ = run_quiet(spec, tmp_path / "run")
         assert srv.n_requests == 24  # 12 generations + 12 judgements
+        bodies = srv.requests
     t = res.models["anthropic/claude-fake"].tasks["ethics.reasoning"]
     assert t.n == 12 and t.n_errors == 0
     assert (t.metrics["sc1"].value, t.metrics["sc4"].value) == (4.0, 2.0)
     assert t.metrics["judge_mean"].value == pytest.approx(3.6)
+    # temperature 0 reaches the server exactly when the installed SDK can send it; when it cannot, the
+    # results say so for the model and the judge instead of silently claiming temperature 0
+    import inspect
+
+    import anthropic
+    sendable = "temperature" in inspect.signature(anthropic.AsyncAnthropic(api_key="k").messages.create).parameters
+    assert all(("temperature" in b) == sendable for b in bodies)
+    assert all(b.get("temperature", 0) == 0 for b in bodies)
+    if sendable:
+        assert res.notes == []
+    else:
+        assert [n.split(":")[0] for n in res.notes] == ["model anthropic/claude-fake", "judge anthropic/judge-fake"]
+        assert all("temperature" in n and "not sent" in n for n in res.notes)
+        from trustmh.report import write_report
+        page = write_report([run_dir], tmp_path / "report.html", paired=False).read_text()
+        assert page.count("judge anthropic/judge-fake: temperature and top_p not sent") == 2  # top and spec
 
 
 def test_retry_after_is_honoured(upstream, tmp_path):

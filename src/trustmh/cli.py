@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table as RichTable
+from rich.markup import escape
 
 from .errors import UserError
 
@@ -135,6 +136,8 @@ def _summary(results) -> None:
                           f"[red]{t.n_errors}[/]" if t.n_errors else "0",
                           "-" if t.trust_score is None else f"{t.trust_score:.1f}")
         out.print(table)
+    for note in results.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}")
 
 
 @app.command("run")
@@ -294,7 +297,6 @@ def validate_judge_cmd(
 def _write_report(run_dir: Path) -> None:
     """report.html next to results.json. The results are already on disk, so a failure here is shown and
     the command goes on: it never costs a run its results."""
-    from rich.markup import escape
     try:
         from .report import write_report
         # Ties by overlapping intervals here: a paired bootstrap re-runs every task's aggregation and could

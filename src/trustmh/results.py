@@ -60,6 +60,8 @@ class RunResults(BaseModel):
     models: dict[str, ModelResults]
     outputs: dict[str, str] = Field({}, description="sha256 of samples.jsonl written with these results: "
                                                     "readers check it to detect a pair torn by an interrupted write")
+    notes: list[str] = Field([], description="what a reader must know to interpret these numbers, e.g. run "
+                                             "settings a provider did not accept")
 
 
 def json_schema() -> dict[str, Any]:

@@ -32,7 +32,7 @@ from .data.loaders import file_sha256
 from .errors import UserError
 from .limiter import AdaptiveLimiter
 from .metrics import Table, bootstrap, count, derived_seed, trust_score
-from .models import Model, ModelRef, make_model, redact_url
+from .models import Model, ModelRef, make_model, redact_url, unsendable_params
 from .models._errors import redact
 from .models.replay import ReplayModel
 from .results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
@@ -623,6 +623,20 @@ def versions() -> dict[str, str]:
     return out
 
 
+def param_notes(spec: RunSpec) -> list[str]:
+    """One line per model or judge whose backend could not send some of the run's generation settings:
+    results.json records temperature 0, and a reader must learn that it did not apply."""
+    notes = []
+    judges = [] if spec.judge == "rules" else [("judge", spec.judge)]
+    for role, model_spec in [("model", m) for m in spec.models] + judges:
+        unsent = unsendable_params(model_spec)
+        if unsent:
+            notes.append(f"{role} {model_spec}: {' and '.join(unsent)} not sent (the installed provider SDK and "
+                         f"API version no longer accept sampling parameters); its replies were sampled at the "
+                         f"provider's defaults, so reruns may differ")
+    return notes
+
+
 def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
              checksums: dict[str, str], limits: Limits) -> RunResults:
     """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
@@ -644,7 +658,7 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
         spec=spec.to_json(), data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
         versions=versions(), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                                         "method": "percentile, resampling items (scenarios for leakage)"},
-        models=models)
+        models=models, notes=param_notes(spec))
     # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
     # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
     results.outputs = {"samples_sha256": out.sha256.hexdigest()}

@@ -93,4 +93,13 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
     raise AssertionError(provider)
 
 
-__all__ = ["Model", "ModelRef", "endpoint_id", "make_model", "split_spec", "PROVIDERS"]
+def unsendable_params(spec: str) -> tuple[str, ...]:
+    """Generation parameters the backend for `spec` cannot pass to its provider (so the run's settings
+    did not apply to it). Only anthropic/ has any today."""
+    if split_spec(spec)[0] == "anthropic":
+        from .anthropic_api import unsendable_params as anthropic_unsendable
+        return anthropic_unsendable()
+    return ()
+
+
+__all__ = ["Model", "ModelRef", "endpoint_id", "make_model", "split_spec", "unsendable_params", "PROVIDERS"]

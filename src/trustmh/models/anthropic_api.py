@@ -14,6 +14,18 @@ from . import endpoint_id
 from .base import Model
 
 
+SAMPLING = ("temperature", "top_p")
+
+
+@functools.lru_cache(maxsize=1)
+def unsendable_params() -> tuple[str, ...]:
+    """Sampling parameters the installed SDK cannot send. Anthropic's API version 2026-10-21, which SDK
+    2.x sends, rejects temperature/top_p/top_k even at their defaults, and the SDK dropped them; replies
+    then come at the provider's default sampling, and results.json says so (runner.param_notes)."""
+    accepted = inspect.signature(anthropic.resources.messages.AsyncMessages.create).parameters
+    return tuple(name for name in SAMPLING if name not in accepted)
+
+
 class AnthropicModel(Model):
     def __init__(self, spec: str, name: str, *, api_key: str, base_url: str | None, timeout: float):
         super().__init__(spec)
@@ -21,7 +33,6 @@ class AnthropicModel(Model):
         self.base_url = base_url
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=timeout,
                                                 max_retries=0, http_client=anthropic.DefaultAioHttpClient())
-        self._accepted = set(inspect.signature(self._client.messages.create).parameters)
 
     @functools.cached_property  # read for every request's cache key; the URL never changes
     def endpoint(self) -> str:
@@ -34,10 +45,10 @@ class AnthropicModel(Model):
         kwargs = {"model": self.name, "messages": messages, "max_tokens": p.get("max_tokens") or 1024}
         if system:
             kwargs["system"] = system
-        # Newer Anthropic SDKs (2.x) no longer accept sampling parameters; pass them only where the
-        # installed SDK still has them. The requested values stay in the request (and its cache key).
-        for name in ("temperature", "top_p"):
-            if p.get(name) is not None and name in self._accepted:
+        # Sent only where the installed SDK still has them (see unsendable_params). The requested values
+        # stay in the request and its cache key, so a stored reply is still found.
+        for name in SAMPLING:
+            if p.get(name) is not None and name not in unsendable_params():
                 kwargs[name] = p[name]
         t0 = time.perf_counter()
         try:
