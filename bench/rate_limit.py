@@ -1,18 +1,25 @@
-"""Adaptive concurrency against a rate-limited server: does trustmh settle near the server's rate R
-without failing samples?
+"""Adaptive concurrency and rate pacing against a rate-limited server: does trustmh settle near the
+server's rate R without failing samples, and how many 429s does it meet on the way?
 
-    python bench/rate_limit.py [--rate 200] [--latency 0.05] [--connections 64] [--samples 1500]
+    python bench/rate_limit.py [--cases 200:1500,50:400,20:200] [--latency 0.05] [--connections 64]
 
-The lean server (own process) admits R requests/s from a token bucket (one second of burst) and answers
-the rest 429 with Retry-After at once. With C connections and latency L, the client could send C / L
-req/s, far above R. Two runs side by side, the same job (generation + judge per sample, openai/ models):
+Each case is R:N, a server admitting R req/s and N samples. The lean server (own process) admits R
+requests/s from a token bucket (one second of burst) and answers the rest 429 with Retry-After at once.
+With C connections and latency L, the client could send C / L req/s, far above R. The job is generation
++ judge per sample (openai/ models, both endpoints on the same server, so they share R). At 20 req/s and
+50 ms each endpoint gets ~10 req/s, half a request per round trip: below what one request in flight
+sends, the case the concurrency limit alone cannot handle. Rows, each on a fresh server:
 
-  adaptive  trustmh as shipped: a 429 cuts the in-flight limit and pauses for Retry-After
-  fixed     the same with the cut and the pause switched off (each request still honours its own
-            Retry-After and retries up to --max-retries): what a plain bounded pool does
+  adaptive    trustmh as shipped: a 429 cuts the in-flight limit, pauses for Retry-After, and (from the
+              second cut on) paces request starts at the rate the server was measured to admit
+  no-pacing   the same without the pacing (AdaptiveLimiter(pacing=False)): the limiter before pacing
+  fixed       no cut, no shared pause, no pacing (each request still honours its own Retry-After and
+              retries up to --max-retries): what a plain bounded pool does
 
 Printed: the settled rate (successful replies/s between 30% and 90% of the run, past the bucket's
-initial burst) divided by R, the 429s received, and samples that failed (must be 0)."""
+initial burst) divided by R, the 429s received, samples that failed (must be 0; a failed generation or
+judge call fails its sample), the final in-flight limits and pace (req/s, '-' when not pacing) of the
+two endpoints, and the wall time."""
 
 from __future__ import annotations
 
@@ -50,15 +57,15 @@ class Poller:
         return (b - a) / (tb - ta)
 
 
-def one_run(adaptive: bool, a, srv: Server) -> dict:
+def one_run(row: str, samples: int, a, srv: Server) -> dict:
     made: list[limiter_mod.AdaptiveLimiter] = []
 
     class Recorded(limiter_mod.AdaptiveLimiter):
         def __init__(self, *args, **kw):
-            super().__init__(*args, **kw)
+            super().__init__(*args, pacing=row == "adaptive", **kw)
             made.append(self)
 
-        if not adaptive:
+        if row == "fixed":
             def on_rate_limit(self, epoch, retry_after):  # a plain bounded pool: no cut, no shared pause
                 return None
 
@@ -69,7 +76,7 @@ def one_run(adaptive: bool, a, srv: Server) -> dict:
     poll = Poller(srv)
     poll.thread.start()
     try:
-        spec = synthetic_spec(a.samples, base_url=srv.base_url)
+        spec = synthetic_spec(samples, base_url=srv.base_url)
         r = collect_once(spec, runner.Limits(max_connections=a.connections, max_retries=a.max_retries), tmp)
     finally:
         poll.stop.set()
@@ -78,28 +85,33 @@ def one_run(adaptive: bool, a, srv: Server) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
     s1 = srv.stats()
     return {"settled": poll.rate(0.3, 0.9), "limited": s1["rate_limited"] - s0["rate_limited"],
-            "failed": r["failed"], "limits": [round(x.limit, 1) for x in made], "wall": r["wall"],
-            "ok": s1["ok"] - s0["ok"]}
+            "failed": r["failed"], "wall": r["wall"], "ok": s1["ok"] - s0["ok"],
+            "limits": "/".join(f"{x.limit:.1f}" for x in made),
+            "pace": "/".join("-" if x.rate is None else f"{x.rate:.0f}" for x in made)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--cases", default="200:1500,50:400,20:200", help="R:N,... (server req/s : samples)")
     ap.add_argument("--latency", type=float, default=0.05)
     ap.add_argument("--connections", type=int, default=64)
-    ap.add_argument("--samples", type=int, default=1500)
     ap.add_argument("--max-retries", type=int, default=6)
+    ap.add_argument("--rows", default="adaptive,no-pacing,fixed")
     a = ap.parse_args()
     print(f"machine: {machine()}")
-    print(f"server: {a.rate:.0f} req/s token bucket, {a.latency * 1e3:.0f} ms latency; client: {a.connections} "
-          f"connections per endpoint (could send {2 * a.connections / a.latency:.0f} req/s), "
-          f"{a.samples} samples x (generation + judge), --max-retries {a.max_retries}\n")
-    print(f"{'run':<9} {'settled/R':>9} {'429s':>6} {'failed samples':>14} {'final limits':>14} {'wall s':>7}")
-    for adaptive in (True, False):
-        with Server(a.latency, rate_limit=a.rate) as srv:  # a fresh bucket per run
-            r = one_run(adaptive, a, srv)
-        print(f"{'adaptive' if adaptive else 'fixed':<9} {r['settled'] / a.rate:>9.2f} {r['limited']:>6} "
-              f"{r['failed']:>14} {str(r['limits']):>14} {r['wall']:>7.1f}", flush=True)
+    print(f"server: token bucket, {a.latency * 1e3:.0f} ms latency; client: {a.connections} connections per "
+          f"endpoint (could send {2 * a.connections / a.latency:.0f} req/s), generation + judge per sample, "
+          f"--max-retries {a.max_retries}")
+    for case in a.cases.split(","):
+        rate, samples = float(case.split(":")[0]), int(case.split(":")[1])
+        print(f"\nserver {rate:.0f} req/s ({rate * a.latency:.1f} per round trip), {samples} samples")
+        print(f"{'run':<10} {'settled/R':>9} {'429s':>6} {'failed samples':>14} {'final limits':>13} "
+              f"{'pace':>8} {'wall s':>7}")
+        for row in a.rows.split(","):
+            with Server(a.latency, rate_limit=rate) as srv:  # a fresh bucket per run
+                r = one_run(row, samples, a, srv)
+            print(f"{row:<10} {r['settled'] / rate:>9.2f} {r['limited']:>6} {r['failed']:>14} {r['limits']:>13} "
+                  f"{r['pace']:>8} {r['wall']:>7.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -194,7 +194,7 @@ class Endpoint:
                 if e.kind == "rate_limit":
                     limiter.on_rate_limit(epoch, e.retry_after)
                 raise
-            limiter.on_success()
+            limiter.on_success(epoch)
             return resp
         finally:
             limiter.release()
