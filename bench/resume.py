@@ -82,6 +82,7 @@ def outputs(run_dir: Path) -> tuple[dict, list[dict]]:
     """results.json and samples.jsonl, less what differs between any two runs (time, latency)."""
     res = json.loads((run_dir / "results.json").read_text())
     res.pop("created")
+    res.pop("outputs")  # the sha256 of samples.jsonl, whose latencies differ between any two runs
     lines = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
     for line in lines:
         line.pop("latency_s", None)
