@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import shutil
 import ssl
 import subprocess
@@ -189,6 +190,8 @@ def test_reply_cut_mid_body_is_a_connection_error_and_not_resent():
 @pytest.mark.parametrize("wire", [b"SMTP ready\r\n\r\n", b"HTTP/1.1 abc OK\r\n\r\n",
                                   b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
                                   b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
+                                  b"HTTP/1.1 200 OK\r\nContent-Length: 1_0\r\n\r\n0123456789",
+                                  b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\n{}\r\n0\r\n\r\n",
                                   b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
                                   b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc"])
 def test_garbage_is_a_protocol_error(wire):
@@ -321,3 +324,97 @@ def test_openai_model_falls_back_to_aiohttp_behind_a_proxy(monkeypatch):
     monkeypatch.setenv("NO_PROXY", "10.1.2.3")
     bypassed = OpenAIModel("openai/m", "m", api_key="k", base_url="http://10.1.2.3:9/v1", timeout=5)
     assert (direct.transport, proxied.transport, bypassed.transport) == ("http", "aiohttp", "http")
+
+
+# --- the parser on its own, fed by hypothesis ----------------------------------------------------
+
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
+
+from trustmh.models._http import _Conn  # noqa: E402
+
+# as in test_parsers_property.py: TRUSTMH_HYPOTHESIS_EXAMPLES=5000 searches harder
+EXAMPLES = int(os.environ.get("TRUSTMH_HYPOTHESIS_EXAMPLES", "300"))
+
+
+class _Transport:
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+    def is_closing(self):
+        return self.closed
+
+
+def feed(wire: bytes, cuts: list[int]):
+    """Feed `wire` to a fresh connection parser in fragments cut at `cuts`; return (outcome, conn), the
+    outcome being the waiter's result, its exception, or None while the reply is incomplete."""
+    loop = asyncio.new_event_loop()
+    try:
+        conn = _Conn()
+        conn.connection_made(_Transport())
+        conn.waiter = loop.create_future()
+        bounds = [0, *sorted({c % (len(wire) + 1) for c in cuts}), len(wire)]
+        for lo, hi in zip(bounds, bounds[1:]):
+            if hi > lo and not conn.waiter.done():
+                conn.data_received(wire[lo:hi])
+        if not conn.waiter.done():
+            return None, conn
+        exc = conn.waiter.exception()
+        return (exc if exc is not None else conn.waiter.result()), conn
+    finally:
+        loop.close()
+
+
+@st.composite
+def replies(draw):
+    body = draw(st.binary(max_size=300))
+    status = draw(st.sampled_from([200, 201, 400, 429, 500]))
+    headers = b"Content-Type: application/json\r\n"
+    if draw(st.booleans()):
+        sizes = draw(st.lists(st.integers(1, 64), max_size=8))
+        chunks, pos = [], 0
+        for n in sizes:
+            chunks.append(body[pos:pos + n])
+            pos += n
+        chunks.append(body[pos:])
+        framed = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks if c) + b"0\r\n\r\n"
+        head = headers + b"Transfer-Encoding: chunked\r\n"
+    else:
+        framed, head = body, headers + b"Content-Length: %d\r\n" % len(body)
+    return b"HTTP/1.1 %d X\r\n%s\r\n%s" % (status, head, framed), status, body
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(replies(), st.lists(st.integers(0, 10_000), max_size=12))
+def test_any_valid_reply_in_any_fragments_parses_to_its_body(reply, cuts):
+    wire, status, body = reply
+    outcome, conn = feed(wire, cuts)
+    assert outcome is not None and not isinstance(outcome, BaseException)
+    assert (outcome[0], outcome[2]) == (status, body)
+    assert conn.reusable and not conn.buf  # in step for the next request
+    incomplete, _ = feed(wire[:-1], cuts)  # one byte short is never a reply
+    assert incomplete is None
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(st.one_of(st.binary(max_size=400),
+                 st.builds(lambda j: b"HTTP/1.1 " + j, st.binary(max_size=200)),  # a plausible start
+                 st.builds(lambda d, j: b"HTTP/1.1 2" + bytes([d]) + b"0 OK\r\n" + j,
+                           st.integers(0, 255), st.binary(max_size=200)),
+                 st.builds(lambda j: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + j,
+                           st.binary(max_size=100)),
+                 st.builds(lambda h, j: b"HTTP/1.1 200 OK\r\n" + h + b"\r\n\r\n" + j,
+                           st.sampled_from([b"Transfer-Encoding: chunked", b"Content-Length: 1x",
+                                            b"Content-Encoding: deflate\r\nContent-Length: 4",
+                                            b"Content-Length: +1", b"Content-Length: 1_0"]),
+                           st.binary(max_size=200))),
+       st.lists(st.integers(0, 10_000), max_size=12))
+@example(b"HTTP/1.1 2\xb20 OK\r\n\r\n", [])  # '\xb2' is superscript two: str.isdigit() says yes, int() no
+def test_garbage_is_a_protocol_error_or_incomplete_never_a_crash(junk, cuts):
+    outcome, conn = feed(junk, cuts)
+    # anything else (IndexError, UnicodeError, ...) would escape data_received and hang the request
+    assert outcome is None or isinstance(outcome, (HTTPProtocolError, tuple))
+    if isinstance(outcome, HTTPProtocolError):
+        assert conn.transport.closed and not conn.reusable

@@ -85,12 +85,11 @@ class _Conn(asyncio.Protocol):
             if "chunked" in headers.get("transfer-encoding", "").lower():
                 self._length = -1
             elif "content-length" in headers:
-                try:
-                    self._length = int(headers["content-length"])
-                except ValueError:
-                    raise HTTPProtocolError("bad Content-Length") from None
-                if not 0 <= self._length <= MAX_BODY:
+                raw = headers["content-length"]
+                # digits only: int() would also take "+5", "1_0" and non-ASCII digits
+                if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_BODY:
                     raise HTTPProtocolError("bad Content-Length")
+                self._length = int(raw)
             elif status in (204, 304):
                 self._length = 0
             else:
@@ -139,7 +138,8 @@ class _Conn(asyncio.Protocol):
 def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
     lines = raw.decode("latin-1").split("\r\n")  # one decode for the whole head: it is on the hot path
     parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+    # isascii too: str.isdigit() accepts digits int() refuses, such as a latin-1 superscript two
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (parts[1].isascii() and parts[1].isdigit()):
         raise HTTPProtocolError("not an HTTP/1.x status line")
     headers: dict[str, str] = {}
     for line in lines[1:]:
@@ -162,10 +162,10 @@ def _dechunk(buf: bytearray) -> bytes | None:
         eol = buf.find(b"\r\n", pos)
         if eol < 0:
             return None
-        try:
-            size = int(bytes(buf[pos:eol]).split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise HTTPProtocolError("bad chunk size") from None
+        digits = bytes(buf[pos:eol]).split(b";", 1)[0].strip()
+        if not digits or digits.strip(b"0123456789abcdefABCDEF"):  # int(.., 16) would take "0x1f" and "1_f"
+            raise HTTPProtocolError("bad chunk size")
+        size = int(digits, 16)
         if size == 0:
             end = buf.find(b"\r\n\r\n", eol)  # the last chunk, then optional trailers, then an empty line
             if end < 0:
