@@ -22,6 +22,25 @@ async def _hold(lim: AdaptiveLimiter, seconds: float, peak: list[int]) -> None:
         lim.release()
 
 
+async def endpoint_calls(url: str, tmp_path, n: int):
+    """n distinct requests at once through the runner's real Endpoint (32 connections) to `url`."""
+    from trustmh.models import make_model
+    from trustmh.runner import Endpoint, Limits
+    from trustmh.store import Store
+    from trustmh.types import Request
+
+    model = make_model("openai/fake", base_url=url)
+    store = Store(tmp_path / "s.sqlite")
+    ep = Endpoint(model, store, Limits(max_connections=32), purpose="model")
+    reqs = [Request([{"role": "user", "content": f"q{i}"}], {"max_tokens": 8}, "t", str(i)) for i in range(n)]
+    try:
+        out = await asyncio.gather(*(ep.call(r, ep.key(r)) for r in reqs))
+    finally:
+        await model.aclose()
+        store.close()
+    return out, ep
+
+
 def test_without_429_it_is_a_fifo_semaphore():
     async def main():
         lim = AdaptiveLimiter(3)
@@ -139,26 +158,10 @@ def test_endpoint_backs_off_on_429_and_loses_no_sample(tmp_path):
     """150 requests at 32 connections against a server admitting 60 req/s (50 ms latency): all succeed
     within the default 6 retries and far fewer 429s come back. Measured without the limiter's cut and
     pause (a fixed pool of 32): 26-44 of 150 requests failed after 7 attempts, with 320-410 429s."""
-    from trustmh.models import make_model
-    from trustmh.runner import Endpoint, Limits
-    from trustmh.store import Store
     from trustmh.testing.fake_server import FakeLLMServer
-    from trustmh.types import Request
-
-    async def main(url):
-        model = make_model("openai/fake", base_url=url)
-        store = Store(tmp_path / "s.sqlite")
-        ep = Endpoint(model, store, Limits(max_connections=32), purpose="model")
-        reqs = [Request([{"role": "user", "content": f"q{i}"}], {"max_tokens": 8}, "t", str(i)) for i in range(150)]
-        try:
-            out = await asyncio.gather(*(ep.call(r, ep.key(r)) for r in reqs))
-        finally:
-            await model.aclose()
-            store.close()
-        return out, ep
 
     with FakeLLMServer(latency_s=0.05, rate_limit_rps=60) as srv:
-        out, ep = run(main(srv.openai_base_url))
+        out, ep = run(endpoint_calls(srv.openai_base_url, tmp_path, 150))
         limited = srv.n_rate_limited
         assert srv.duplicate_paid_calls() == 0
     assert [r.error_kind for r in out if not r.ok] == []
@@ -362,26 +365,10 @@ def test_endpoint_paces_a_server_admitting_one_request_per_round_trip(tmp_path):
     10 req/s at 100 ms latency, 32 connections, 60 requests. Measured: 38 429s with pacing (22 of them
     the first wave, 32 requests against a bucket of 10), 49 without. The contrast is in the simulated
     test above; this one checks the wiring, with generous bounds."""
-    from trustmh.models import make_model
-    from trustmh.runner import Endpoint, Limits
-    from trustmh.store import Store
     from trustmh.testing.fake_server import FakeLLMServer
-    from trustmh.types import Request
-
-    async def main(url):
-        model = make_model("openai/fake", base_url=url)
-        store = Store(tmp_path / "s.sqlite")
-        ep = Endpoint(model, store, Limits(max_connections=32), purpose="model")
-        reqs = [Request([{"role": "user", "content": f"q{i}"}], {"max_tokens": 8}, "t", str(i)) for i in range(60)]
-        try:
-            out = await asyncio.gather(*(ep.call(r, ep.key(r)) for r in reqs))
-        finally:
-            await model.aclose()
-            store.close()
-        return out, ep
 
     with FakeLLMServer(latency_s=0.1, rate_limit_rps=10) as srv:
-        out, ep = run(main(srv.openai_base_url))
+        out, ep = run(endpoint_calls(srv.openai_base_url, tmp_path, 60))
         limited = srv.n_rate_limited
     assert [r.error_kind for r in out if not r.ok] == []
     assert ep.limiter.n_paced >= 1 and ep.limiter.pacing
