@@ -418,3 +418,30 @@ def test_garbage_is_a_protocol_error_or_incomplete_never_a_crash(junk, cuts):
     assert outcome is None or isinstance(outcome, (HTTPProtocolError, tuple))
     if isinstance(outcome, HTTPProtocolError):
         assert conn.transport.closed and not conn.reusable
+
+
+def test_api_key_from_a_file_is_trimmed_and_a_line_break_inside_is_refused(monkeypatch):
+    from trustmh.errors import UserError
+    from trustmh.models import make_model
+    from trustmh.types import Request
+    reply = b'{"choices": [{"message": {"content": "hi"}, "finish_reason": "stop"}]}'
+
+    async def handler(c, n, head, body, w):
+        w.write(ok_reply(reply))
+
+    async def main():
+        srv = Scripted(handler)
+        async with srv as url:
+            model = make_model("openai/m", base_url=url.rsplit("/chat/completions", 1)[0])
+            out = await model.generate(Request([{"role": "user", "content": "q"}], {}))
+            await model.aclose()
+        return srv, out
+
+    monkeypatch.setenv("OPENAI_API_KEY", "  sk-test-123\n")  # as `export OPENAI_API_KEY=$(cat key.txt)` leaves it
+    srv, out = run(main())
+    assert out.text == "hi"
+    assert b"\r\nAuthorization: Bearer sk-test-123\r\n" in srv.requests[0]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-part-one\nsk-part-two")
+    with pytest.raises(UserError, match="OPENAI_API_KEY contains a line break") as err:
+        make_model("openai/m", base_url="http://127.0.0.1:9/v1")
+    assert "sk-part" not in str(err.value)

@@ -56,6 +56,16 @@ class ModelRef:
         self.endpoint = endpoint_id(spec, base_url)
 
 
+def _env_key(name: str) -> str | None:
+    """An API key from the environment, without the surrounding whitespace a key read from a file
+    (`export KEY=$(cat key.txt)`) often carries. A line break inside would split the HTTP header it goes
+    into, so that is refused by name, never by showing the key."""
+    key = (os.environ.get(name) or "").strip()
+    if any(c in key for c in "\r\n\0"):
+        raise UserError(f"{name} contains a line break or NUL character; set it to the key alone")
+    return key or None
+
+
 def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0, seed: int = 0,
                purpose: str = "model", transport: str = "http", max_connections: int | None = None) -> Model:
     """Build the backend for a spec. API keys come from the environment only. `transport` (http, aiohttp or sdk)
@@ -74,7 +84,7 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
         from .replay import ReplayModel
         return ReplayModel(spec, name)
     if provider == "openai":
-        key = os.environ.get("OPENAI_API_KEY")
+        key = _env_key("OPENAI_API_KEY")
         if not key and not base_url:
             raise UserError(f"{purpose} {spec} needs an API key: set OPENAI_API_KEY (or pass --base-url for "
                             f"a local OpenAI-compatible server)")
@@ -82,7 +92,7 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
         return OpenAIModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout,
                            transport=transport, max_connections=max_connections)
     if provider == "anthropic":
-        key = os.environ.get("ANTHROPIC_API_KEY")
+        key = _env_key("ANTHROPIC_API_KEY")
         if not key and not base_url:
             raise UserError(f"{purpose} {spec} needs an API key: set ANTHROPIC_API_KEY")
         from .anthropic_api import AnthropicModel
