@@ -261,9 +261,13 @@ def test_pool_bounds_open_connections_and_reuses_them():
     assert srv.max_open == 3 and srv.connections == 3
 
 
-def test_bytes_after_a_reply_stop_reuse():
+CHUNKED_OK = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(OK_BODY), OK_BODY)
+
+
+@pytest.mark.parametrize("first", [ok_reply(), CHUNKED_OK], ids=["content-length", "chunked"])
+def test_bytes_after_a_reply_stop_reuse(first):
     async def handler(c, n, head, body, w):
-        w.write(ok_reply() + ok_reply(b'{"unasked": 1}'))
+        w.write(first + ok_reply(b'{"unasked": 1}'))
 
     srv, outs = posts(handler, 2)
     assert [o[2] for o in outs] == [OK_BODY, OK_BODY]  # never the unasked reply
