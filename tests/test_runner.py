@@ -173,15 +173,19 @@ def test_an_untyped_backend_failure_is_an_error_not_a_crash(tmp_path, monkeypatc
     def broken(self, request):
         if request.item_id == "1":
             raise ValueError("backend bug")
+        if request.item_id == "2":  # a library quoting the key it was given: the key as sent, trimmed
+            raise RuntimeError("rejected key sk-env-777 for this project")
         return "Answer: 4"
 
     monkeypatch.setattr(CounselorBaseline, "reply", broken)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env-777\n")  # as `export OPENAI_API_KEY=$(cat key.txt)` leaves it
     spec = run_spec(models=["baseline/counselor"], tasks="privacy.awareness_tier1", suite="sample")
     _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models["baseline/counselor"].tasks["privacy.awareness_tier1"]
-    assert t.error_kinds == {"other": 1} and t.n == t.n_samples - 1
+    assert t.error_kinds == {"other": 2} and t.n == t.n_samples - 2
     rows = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
-    assert [r["error"]["message"] for r in rows if r.get("error")] == ["ValueError: backend bug"]
+    assert [r["error"]["message"] for r in rows if r.get("error")] == [
+        "ValueError: backend bug", "RuntimeError: rejected key [redacted] for this project"]
 
 
 def test_slow_judge_does_not_hold_up_generation(upstream, tmp_path):

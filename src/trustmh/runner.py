@@ -32,7 +32,7 @@ from .data.loaders import file_sha256
 from .errors import UserError
 from .limiter import AdaptiveLimiter
 from .metrics import Table, bootstrap, count, derived_seed, trust_score
-from .models import Model, ModelRef, make_model, redact_url, unsendable_params
+from .models import Model, ModelRef, env_secrets, make_model, redact_url, unsendable_params
 from .models._errors import redact
 from .models.replay import ReplayModel
 from .results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
@@ -224,8 +224,8 @@ class Endpoint:
                 # A backend failing in a way it does not type (a bug, a library error) must not take the
                 # whole run down: the sample is counted as an error of kind "other" and the run goes on.
                 message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
-                    message = redact(message, os.environ.get(var))
+                for secret in env_secrets():
+                    message = redact(message, secret)
                 return Response(None, error_kind="other", error=message, attempts=attempt)
 
 

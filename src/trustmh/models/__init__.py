@@ -56,6 +56,14 @@ class ModelRef:
         self.endpoint = endpoint_id(spec, base_url)
 
 
+KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+
+def env_secrets() -> list[str]:
+    """The API keys set in the environment, as they are sent: what any printed message must not contain."""
+    return [key for name in KEY_VARS if (key := (os.environ.get(name) or "").strip())]
+
+
 def _env_key(name: str) -> str | None:
     """An API key from the environment, without the surrounding whitespace a key read from a file
     (`export KEY=$(cat key.txt)`) often carries. A line break inside would split the HTTP header it goes
@@ -112,4 +120,5 @@ def unsendable_params(spec: str) -> tuple[str, ...]:
     return ()
 
 
-__all__ = ["Model", "ModelRef", "endpoint_id", "make_model", "split_spec", "unsendable_params", "PROVIDERS"]
+__all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "split_spec", "unsendable_params",
+           "PROVIDERS"]
