@@ -2,7 +2,7 @@
 
 Three transports post the same Chat Completions body:
 
-* "http" (default): the project's small kept-alive HTTP/1.1 client (models/_http.py), ~0.05 ms of CPU
+* "http" (default): the project's small kept-alive HTTP/1.1 client (models/_http.py), ~0.07 ms of CPU
   per request. When HTTPS_PROXY / HTTP_PROXY (and NO_PROXY) route the URL through a proxy it uses the
   "aiohttp" transport instead, which speaks to proxies.
 * "aiohttp": one aiohttp session per model, ~0.2 ms per request.
@@ -11,7 +11,7 @@ Three transports post the same Chat Completions body:
   It capped a run near 650 req/s on 2 cores (bench/throughput.py).
 
 All map failures onto the same typed ModelErrors (models/_errors.py) and build the same Response, and
-neither is part of the endpoint's identity: a reply stored through one is reused by the other."""
+none is part of the endpoint's identity: a reply stored through one is reused by the others."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ class OpenAIModel(Model):
 
 
 def _response(text: str | None, finish: str | None, prompt_tokens, completion_tokens, latency: float) -> Response:
-    """The checks both transports share, so a filtered or empty reply is the same error either way."""
+    """The checks all transports share, so a filtered or empty reply is the same error whichever is used."""
     if finish == "content_filter":
         raise ModelError("content_filter", "provider content filter blocked the reply")
     if text is None:
