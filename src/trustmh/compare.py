@@ -76,7 +76,6 @@ def load_run(path: Path | str) -> Run:
     return run
 
 
-
 @dataclass
 class Entry:
     """One model of one run: the unit that is ranked and compared."""

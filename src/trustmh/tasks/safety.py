@@ -15,7 +15,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-
 from ..data.loaders import read_csv, read_jsonl
 from ..errors import DataError
 from ..judges import hf_classifier
@@ -69,8 +68,6 @@ SAMPLE_BUILTIN = Path(__file__).resolve().parents[1] / "data" / "sample" / "buil
 
 # --------------------------------------------------------------------------------------------------
 # Per-group metrics, named like refusal_rate[method=cot]
-
-
 
 def group_means(table: Table, column: str, name: str, key: str) -> dict[str, float]:
     """`name[key=group]` -> mean of `column` within each group of the string column `key`."""
