@@ -24,7 +24,7 @@ from ..judges.parsing import (after_last_answer_tag, extract_json_object, extrac
                               parse_int_scores, strip_markdown)
 from ..metrics import Table, cluster_mean, confusion, f1_per_class, group_mask, macro_f1, mean
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
+from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
@@ -372,7 +372,7 @@ class Support(Task):
     metric = MetricSpec("overall", True, 0.0, 5.0, "mean of the four judge criteria (0-5 each)")
     primary_value = "overall"
     metric_columns = {c: c for c in SUPPORT_CRITERIA}
-    uses_judge = True
+    rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
@@ -470,7 +470,7 @@ class Intervention(Task):
                         "over dialogues")
     primary_value = "overall"
     metric_columns = {c: c for c in INTERVENTION_CRITERIA}
-    uses_judge = True
+    rubrics = (Rubric("judge", ("reliability_intervention_judge.j2",)),)
     gen_params = {"max_tokens": 512}
     PATTERN = "cpsycoune/<topic>/<n>.json"
 
