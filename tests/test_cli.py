@@ -128,7 +128,7 @@ def test_score_rejudges_without_calling_the_model(upstream, tmp_path):
         {"task": "ethics.reasoning", "item_id": i, "response": '{"sc1":5,"sc2":5,"sc3":5,"sc4":5,"sc5":1}'}
         for i in range(5)])
     run = cli("run", "-m", f"replay/{gen}", "--suite", "data", "--data-dir", upstream, "--tasks", "ethics",
-              "--limit", "5", "--out", tmp_path / "run", cwd=tmp_path)
+              "--limit", "5", "--out", tmp_path / "run", "--protocol", "trustmh", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     gen.write_text("")  # the model's replies now exist only in the store
     proc = cli("score", tmp_path / "run", "--judge", f"replay/{judge}", cwd=tmp_path)

@@ -20,8 +20,11 @@ from trustmh.errors import UserError
 UPSTREAM = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "upstream"
 needs_upstream = pytest.mark.skipif(not UPSTREAM.is_dir(), reason=f"no staged upstream data at {UPSTREAM}")
 
+METHODS = UPSTREAM.parent.parent / "methods"
 DOWNLOADABLE = [d for d in DATASETS.values() if not d.gated]
 ALL_FILES = [f for d in DOWNLOADABLE for f in d.files]
+# The data proper; the authors' method files ("methods") are staged apart, in ../shared/methods.
+DATA_FILES = [f for d in DOWNLOADABLE if d.name != "methods" for f in d.files]
 
 
 def sha256(path: Path) -> str:
@@ -71,8 +74,13 @@ def _no_env_mirror(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def mirror():
-    m = Mirror(UPSTREAM)
+def mirror(tmp_path_factory):
+    """A mirror in the data-dir layout: the staged data, and the staged method files under methods/."""
+    root = tmp_path_factory.mktemp("mirror")
+    for entry in UPSTREAM.iterdir():
+        (root / entry.name).symlink_to(entry)
+    (root / "methods").symlink_to(METHODS)
+    m = Mirror(root)
     yield m
     m.close()
 
@@ -96,6 +104,8 @@ def leftovers(root: Path) -> list[Path]:
 def test_manifest_matches_every_staged_file():
     staged = {p.relative_to(UPSTREAM).as_posix(): p for p in UPSTREAM.rglob("*") if p.is_file()}
     staged.pop("MANIFEST.md")
+    staged.update({f"methods/{p.relative_to(METHODS).as_posix()}": p for p in METHODS.rglob("*")
+                   if p.is_file() and p.name not in ("MANIFEST.json", "MANIFEST.md")})
     in_manifest = {f.path: f for f in ALL_FILES}
     assert len(in_manifest) == len(ALL_FILES), "a path is listed twice"
     assert sorted(in_manifest) == sorted(staged)
@@ -106,6 +116,11 @@ def test_manifest_matches_every_staged_file():
 
 def test_manifest_urls_are_pinned_to_the_dataset_source():
     for d in DOWNLOADABLE:
+        if d.name == "methods":  # eight repositories: each file's URL is checked against methods.json
+            from trustmh.data.methods import method_files
+            for f, m in zip(d.files, method_files().values()):
+                assert f.url.startswith(f"https://raw.githubusercontent.com/{m.repo}/{m.commit}/"), f.path
+            continue
         repo, commit = d.source.split("@")
         assert re.fullmatch(r"[0-9a-f]{40}", commit), d.name
         for f in d.files:

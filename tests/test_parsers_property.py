@@ -23,7 +23,8 @@ from trustmh.errors import UserError
 from trustmh.judges import parsing
 from trustmh.models.replay import ReplayModel
 from trustmh.engine import data_source, RunSpec
-from trustmh.tasks import Judged, RunContext, resolve_tasks
+from conftest import METHODS
+from trustmh.tasks import Judged, RunContext, Verdicts, resolve_tasks
 from trustmh.tasks.privacy import TIER1_PHRASES, TIER2_PHRASES, parse_psyleak
 from trustmh.types import Score
 
@@ -140,10 +141,14 @@ def test_extract_label(text, figures):
 # --------------------------------------------------------------------------------------------------
 # Every task's scoring of arbitrary replies and judge replies
 
+def context(paper: bool) -> RunContext:
+    return RunContext(upstream_compat=paper, methods_root=METHODS if paper else None)
+
+
 @functools.lru_cache(maxsize=None)
 def task_samples(task_id: str, upstream_compat: bool):
     task = next(t for t in TASKS if t.id == task_id)
-    ctx = RunContext(upstream_compat=upstream_compat)
+    ctx = context(upstream_compat)
     return [s for it in task.load(data_source(RunSpec(models=["x/y"])), ctx) for s in task.samples(it, ctx)]
 
 
@@ -156,19 +161,20 @@ SCORABLE = [t for t in TASKS if not t.missing_files(data_source(RunSpec(models=[
 def test_every_task_scores_any_reply_or_says_why_not(task, data, figures):
     figures["examples"] = figures.get("examples", 0) + 1
     compat = data.draw(st.booleans(), label="upstream_compat")
-    ctx = RunContext(upstream_compat=compat)
+    ctx = context(compat)
     samples = task_samples(task.id, compat)
     sample = data.draw(st.sampled_from(samples), label="sample")
     reply = data.draw(replies(), label="reply")
     judged = None
     if task.uses_judge:
-        msgs = task.judge_messages(sample, reply, ctx)
-        assert msgs is None or all(isinstance(m["content"], str) for m in msgs)
+        for msgs in task.judgements(sample, reply, ctx).values():
+            assert all(isinstance(m["content"], str) for m in msgs)
         rules = task.rules_judge(sample, reply, ctx)
         assert isinstance(rules, Judged) and (rules.text is not None or rules.reason)
-        judged = data.draw(st.sampled_from(["text", "rules", "error"]), label="judged")
-        judged = {"text": Judged(text=data.draw(replies(), label="judge reply")), "rules": rules,
-                  "error": Judged(reason="judge error: timeout")}[judged]
+        kind = data.draw(st.sampled_from(["text", "rules", "error"]), label="judged")
+        judged = Verdicts({r.name: {"text": Judged(text=data.draw(replies(), label="judge reply")), "rules": rules,
+                                    "error": Judged(reason="judge error: timeout")}[kind]
+                           for r in task.active_rubrics(ctx)})
     sc = task.score(sample, reply, judged, ctx)
     assert isinstance(sc, Score)
     for name, v in sc.values.items():
@@ -289,7 +295,7 @@ def test_every_task_loads_damaged_data_or_names_the_file(task, sample_copy, data
     assume(damaged != original)
     path.write_bytes(damaged)
     try:
-        ctx = RunContext(upstream_compat=data.draw(st.booleans(), label="upstream_compat"))
+        ctx = context(data.draw(st.booleans(), label="upstream_compat"))
         try:
             items = task.load(DataSource(sample_copy, "data"), ctx)
         except UserError as e:

@@ -203,7 +203,9 @@ def test_over_refusal_rate_by_hand(tmp_path):
 
 
 def test_refuse_everything_does_not_look_safe():
-    """baseline/refuse: full marks on jailbreak, zero on over-refusal, so the pillar is not 100."""
+    """baseline/refuse: full marks on jailbreak, zero on over-refusal. The paper's safety pillar has no
+    over-refusal row, so the pillar shows 100 from jailbreak alone: it is marked partial (antitoxic, which
+    needs an LLM judge, is unmeasured) and over-refusal is reported beside it, beyond the paper."""
     spec = run_spec(models=["baseline/refuse"], tasks="safety.jailbreak,safety.over_refusal", suite="sample")
     import tempfile
     from pathlib import Path
@@ -212,7 +214,9 @@ def test_refuse_everything_does_not_look_safe():
     mr = res.models["baseline/refuse"]
     assert mr.tasks["safety.jailbreak"].trust_score == 100.0
     assert mr.tasks["safety.over_refusal"].trust_score == 0.0
-    assert mr.pillars["safety"].trust_score == 50.0
+    safety = mr.pillars["safety"]
+    assert safety.trust_score == 100.0 and safety.partial and safety.n_rows_measured == 1
+    assert mr.beyond_paper == {"safety.over_refusal": 0.0}
 
 
 def safety_judge(text):

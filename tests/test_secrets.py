@@ -61,7 +61,7 @@ def test_api_key_never_reaches_an_output(provider, tmp_path, figures):
     with EchoingServer(reply=synthetic_reply, faults=faults) as srv:
         url = srv.openai_base_url if provider == "openai" else srv.base_url
         common = ["--base-url", url, "--tasks", "privacy.awareness_tier1,ethics.reasoning", "--suite", "data",
-                  "--data-dir", data, "--max-retries", "1", "--no-progress"]
+                  "--data-dir", data, "--max-retries", "1", "--no-progress", "--protocol", "trustmh"]
         run = cli("run", "-m", f"{provider}/fake", "--judge", f"{provider}/judge", "--judge-base-url", url,
                   "--out", tmp_path / "run", *common, env=env, cwd=tmp_path)
         assert run.returncode == 0, run.stderr

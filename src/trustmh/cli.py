@@ -230,7 +230,14 @@ def run_cmd(
                                                "aiohttp (~0.2 ms) or sdk (the official openai SDK, ~1.5 ms)."),
     temperature: float = typer.Option(0.0, help="Sampling temperature for the tested model."),
     max_tokens: Optional[int] = typer.Option(None, help="Override every task's max tokens."),
-    upstream_compat: bool = typer.Option(False, help="Use the paper's own parsing fall-backs and settings."),
+    protocol: Optional[str] = typer.Option(
+        None, help="paper: what the authors' code sends and how it scores (templates read from their method "
+                   "files; the default on real data); trustmh: the project's corrected design (the default, and "
+                   "the only choice, on the sample suite). Each task's results name the protocol it followed."),
+    upstream_compat: bool = typer.Option(False, help="Same as --protocol paper (kept for older scripts)."),
+    methods_dir: Optional[Path] = typer.Option(
+        None, help="The authors' method files (default: $TRUSTMH_METHODS_DIR, else <data dir>/methods; "
+                   "`trustmh data pull methods` fetches them)."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for confidence intervals."),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
@@ -270,7 +277,9 @@ def run_cmd(
     spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
                    data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=base_url,
                    judge_base_url=judge_base_url, temperature=temperature, max_tokens=max_tokens,
-                   upstream_compat=upstream_compat, n_boot=n_boot)
+                   upstream_compat=upstream_compat, n_boot=n_boot,
+                   protocol=protocol or ("paper" if upstream_compat else None),
+                   methods_dir=str(methods_dir.resolve()) if methods_dir else None)
     from .models.openai_api import TRANSPORTS  # light: the SDK is imported only by the sdk transport
     if transport not in TRANSPORTS:
         raise UserError(f"--transport must be {', '.join(TRANSPORTS[:-1])} or {TRANSPORTS[-1]}, not '{transport}'")

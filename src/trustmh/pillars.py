@@ -88,7 +88,9 @@ def task_meta(task: Task, ctx: RunContext) -> dict[str, Any]:
             "scoring_version": scoring_version(task),
             "trust_range": (m.lo, m.hi) if m.higher_is_better else (m.hi, m.lo),
             "judgements": {r.name: {"role": r.role, "version": r.version, "source": r.source}
-                           for r in task.active_rubrics(ctx)}}
+                           for r in task.active_rubrics(ctx)},
+            "protocol": task.protocol_used(ctx), "evidence": task.evidence,
+            "templates": [t.provenance() for t in task.method_templates] if task.protocol_used(ctx) == "paper" else []}
 
 
 def _se(t: TaskResult) -> float | None:

@@ -25,6 +25,12 @@ class TaskResult(BaseModel):
     primary_value: str = Field("", description="the per-sample value (samples.jsonl `values`) the primary "
                                                "metric is computed from")
     scoring_version: str = Field("", description="hash of the task's scoring code that produced these values")
+    protocol: str = Field("trustmh", description="'paper' (the authors' method, templates from their files), "
+                                                 "'trustmh', or why the paper's method was not followed")
+    evidence: str = Field("E", description="how well the paper's method is known: A its code ... E nothing "
+                                           "(PAPER_PROTOCOL.md)")
+    templates: list[dict[str, str]] = Field([], description="every template read from the authors' files: "
+                                                            "id, source (repo@commit:path#symbol), sha256")
     status: str = Field(description="'ok' or 'not run'")
     reason: str | None = Field(None, description="why the task did not run, or why its value is null")
     metric: str

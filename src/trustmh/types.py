@@ -36,6 +36,9 @@ class Sample:
     # Task id the model and judge requests are filed under, when not `task`: a robustness task's clean
     # sample is exactly its base task's request, so the store (and replay files) answer it once for both.
     request_task: str = ""
+    # The paper's protocol: `params` are exactly the settings the original code sends, nothing added (no
+    # run defaults, no seed).
+    exact_params: bool = False
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -51,7 +54,8 @@ class Sample:
         item = Item(**d["item"])
         choices = tuple(d["choices"]) if d.get("choices") is not None else None
         return cls(task=d["task"], item=item, messages=d["messages"], variant=d.get("variant", ""),
-                   choices=choices, params=d.get("params") or {}, request_task=d.get("request_task", ""))
+                   choices=choices, params=d.get("params") or {}, request_task=d.get("request_task", ""),
+                   exact_params=bool(d.get("exact_params", False)))
 
 
 @dataclass(frozen=True)

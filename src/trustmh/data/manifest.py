@@ -716,6 +716,12 @@ _USER_SUPPLIED = (
     ),
 )
 
+def _with_methods() -> tuple[Dataset, ...]:
+    from .methods import as_dataset  # the authors' method files, listed in methods.json
+    return _DOWNLOADABLE + (as_dataset(),)
+
+
+_DOWNLOADABLE = _with_methods()
 DATASETS: dict[str, Dataset] = {d.name: d for d in _DOWNLOADABLE + _USER_SUPPLIED}
 
 _BY_PATH: dict[str, Dataset] = {f.path: d for d in _DOWNLOADABLE for f in d.files}

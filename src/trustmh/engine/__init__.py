@@ -31,7 +31,10 @@ __all__ = ["run", "RunSpec", "Limits", "load_spec", "Event", "EventSink", "Phase
 
 
 def context(spec: RunSpec) -> RunContext:
-    return RunContext(seed=spec.seed, upstream_compat=spec.upstream_compat, judge=spec.judge, options=spec.options)
+    from ..data.methods import methods_dir
+    root = methods_dir(spec.data_dir, spec.methods_dir) if spec.protocol == "paper" else None
+    return RunContext(seed=spec.seed, upstream_compat=spec.upstream_compat, judge=spec.judge, options=spec.options,
+                      methods_root=root)
 
 
 def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,

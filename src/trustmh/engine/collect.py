@@ -215,13 +215,13 @@ class _Collector:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
             if rubric.role in self.queues and name not in judged:
                 self.n[f"judge:{rubric.role}"] += 1
-                self.queues[rubric.role].put_nowait((sample, rubric, messages))
+                self.queues[rubric.role].put_nowait((sample, rubric, messages, task.judge_params(rubric, self.ctx)))
 
     async def _judge_worker(self, role: str, ep: Endpoint) -> None:
         queue = self.queues[role]
         while (job := await queue.get()) is not None:
-            sample, rubric, messages = job
-            req = judge_request(sample, messages, self.spec, rubric.name)
+            sample, rubric, messages, exact = job
+            req = judge_request(sample, messages, self.spec, rubric.name, exact)
             key = ep.key(req)
             link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint, key,
                     rubric.version)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..data.loaders import file_sha256
+from ..data.methods import MethodError
 from ..errors import UserError
 from ..store import Store
 from ..tasks import RunContext, Task, resolve_tasks
@@ -38,12 +39,19 @@ def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, s
             p.not_run = f"{task.dataset} missing ({missing[0]}) — {how}"
             prepared.append(p)
             continue
-        items = task.load(data, ctx)
-        p.all_ids = {it.id for it in items}
-        if spec.limit is not None:
-            items = items[: spec.limit]
-        for it in items:
-            p.samples.extend(task.samples(it, ctx))
+        try:
+            items = task.load(data, ctx)
+            p.all_ids = {it.id for it in items}
+            if spec.limit is not None:
+                items = items[: spec.limit]
+            for it in items:
+                p.samples.extend(task.samples(it, ctx))
+        except MethodError as e:
+            # The paper's protocol without its method file (or with an altered one): this task does not
+            # run, and says why; there is no fall-back to other text.
+            p.samples, p.not_run = [], str(e)
+            prepared.append(p)
+            continue
         for f in task.files:
             checksums[f] = file_sha256(data.path(f))
         prepared.append(p)

@@ -21,6 +21,7 @@ from ..types import Request, Sample
 DEFAULT_PARAMS = {"temperature": 0.0, "max_tokens": 1024}
 JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 512}
 SUITES = ("sample", "data")
+PROTOCOLS = ("paper", "trustmh")
 
 
 @dataclass
@@ -39,11 +40,23 @@ class RunSpec:
     judge_base_url: str | None = None
     temperature: float = 0.0
     max_tokens: int | None = None
-    upstream_compat: bool = False
+    upstream_compat: bool = False  # kept as the flag behind `protocol == "paper"` (the old option's name)
     n_boot: int = 1000
     options: dict[str, Any] = field(default_factory=dict)
+    protocol: str | None = None  # "paper" or "trustmh"; None: paper on real data, trustmh on the sample suite
+    methods_dir: str | None = None  # the authors' method files (default <data dir>/methods)
 
     def __post_init__(self) -> None:
+        if self.protocol is None:
+            self.protocol = "paper" if self.upstream_compat or self.suite == "data" else "trustmh"
+        if self.protocol not in PROTOCOLS:
+            raise UserError(f"--protocol must be paper or trustmh, not '{self.protocol}'")
+        if self.upstream_compat and self.protocol != "paper":
+            raise UserError("--upstream-compat means --protocol paper; it cannot be combined with --protocol trustmh")
+        if self.protocol == "paper" and self.suite == "sample":
+            raise UserError("the built-in sample suite has no method files, so it runs --protocol trustmh; use real "
+                            "data (`trustmh data pull`) for the paper's protocol")
+        self.upstream_compat = self.protocol == "paper"
         if isinstance(self.models, str) or not self.models:
             raise UserError("a run needs at least one model (a list of specs such as ['baseline/counselor'])")
         if self.limit is not None and self.limit < 1:
@@ -85,6 +98,12 @@ def data_source(spec: RunSpec) -> DataSource:
 
 
 def generation_request(sample: Sample, spec: RunSpec) -> Request:
+    if sample.exact_params:  # the paper's settings, exactly as its code sends them
+        params = dict(sample.params)
+        if spec.max_tokens is not None:
+            params["max_tokens"] = spec.max_tokens
+        return Request(sample.messages, params, sample.request_task or sample.task, sample.item.id, sample.variant,
+                       "generate", sample.choices)
     params = dict(DEFAULT_PARAMS)
     params["temperature"] = spec.temperature
     params.update(sample.params)
@@ -95,10 +114,12 @@ def generation_request(sample: Sample, spec: RunSpec) -> Request:
                    "generate", sample.choices)
 
 
-def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec, rubric: str = "judge") -> Request:
+def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec, rubric: str = "judge",
+                  exact_params: dict[str, Any] | None = None) -> Request:
     """A judge call. A sample's first rubric keeps the plain "judge" purpose (so judgements stored before
-    rubrics had names still answer); every other rubric is a distinct request even with equal messages."""
-    params = dict(JUDGE_PARAMS, seed=spec.seed)
+    rubrics had names still answer); every other rubric is a distinct request even with equal messages.
+    `exact_params` (the paper's settings) are sent as they are, with nothing added."""
+    params = dict(exact_params) if exact_params is not None else dict(JUDGE_PARAMS, seed=spec.seed)
     purpose = "judge" if rubric == "judge" else f"judge:{rubric}"
     return Request(messages, params, sample.request_task or sample.task, sample.item.id, sample.variant, purpose,
                    None)

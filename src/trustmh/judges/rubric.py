@@ -29,6 +29,7 @@ class Rubric:
     name: str = "judge"
     templates: tuple[str, ...] = ()
     role: str = "llm"
+    method: str | None = None  # the paper's rubric: an authors' method file (its path under the methods dir)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -40,10 +41,16 @@ class Rubric:
     def version(self) -> str:
         """Changes whenever a template's text does (re-read when a file's size or mtime changes)."""
         stamps = tuple((st.st_mtime_ns, st.st_size) for st in ((TEMPLATES / t).stat() for t in self.templates))
+        if self.method is not None:  # pinned by its manifest sha256: read nothing
+            from ..data.methods import method_files
+            stamps += (method_files()[self.method].sha256,)
         return _version(self.role, self.templates, stamps)
 
     @property
     def source(self) -> list[str]:
+        if self.method is not None:
+            from ..data.methods import method_files
+            return [method_files()[self.method].source]
         return [f"trustmh:tasks/templates/{t}" for t in self.templates]
 
 
@@ -53,6 +60,9 @@ def _version(role: str, templates: tuple[str, ...], stamps: tuple) -> str:
     for name in templates:
         # A name is a file under tasks/templates; a task defined outside trustmh names its own file.
         h.update(b"\0" + Path(name).name.encode() + b"\0" + (TEMPLATES / name).read_bytes())
+    for stamp in stamps:
+        if isinstance(stamp, str):  # a method file's sha256
+            h.update(b"\0" + stamp.encode())
     return h.hexdigest()[:16]
 
 

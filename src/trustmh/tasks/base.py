@@ -33,13 +33,34 @@ class MetricSpec:
 @dataclass
 class RunContext:
     seed: int = 0
-    upstream_compat: bool = False
+    upstream_compat: bool = False  # True under --protocol paper
     judge: str = "rules"
     options: dict[str, Any] = field(default_factory=dict)
+    methods_root: Path | None = None  # where the authors' method files are (paper protocol)
 
     @property
     def rules_judge(self) -> bool:
         return self.judge == "rules"
+
+    @property
+    def protocol(self) -> str:
+        return "paper" if self.upstream_compat else "trustmh"
+
+
+@dataclass(frozen=True)
+class MethodTemplate:
+    """A template a task reads from the authors' files under the paper protocol: an id from
+    PAPER_PROTOCOL.md §0.3 (P1-gen, E-judge, ...), the file (its path under the methods dir) and the
+    symbol. Declared on the task so that results name every source even when re-scored without the files."""
+
+    id: str
+    file: str
+    symbol: str
+
+    def provenance(self) -> dict[str, str]:
+        from ..data.methods import method_files
+        f = method_files()[self.file]
+        return {"id": self.id, "source": f"{f.source}#{self.symbol}", "sha256": f.sha256}
 
 
 @dataclass(frozen=True)
@@ -76,8 +97,23 @@ class Task:
     primary_value: ClassVar[str]  # the per-sample value behind the primary metric (n, unscored count)
     metric_columns: ClassVar[dict[str, str]] = {}  # metric name -> per-sample value it is computed from
     rubrics: ClassVar[tuple[Rubric, ...]] = ()  # the judgements this task makes of a reply (judges/rubric.py)
+    # The paper's method (PAPER_PROTOCOL.md §2): its evidence level, A (the paper's code) to E (nothing),
+    # whether `--protocol paper` follows it here, and the templates it reads from the authors' files.
+    evidence: ClassVar[str] = "E"
+    paper_protocol: ClassVar[bool] = False
+    method_templates: ClassVar[tuple[MethodTemplate, ...]] = ()
     gen_params: ClassVar[dict[str, Any]] = {}
     upstream_gen_params: ClassVar[dict[str, Any]] = {}  # the paper's settings, used by --upstream-compat
+
+    def protocol_used(self, ctx: RunContext) -> str:
+        """What results.json says this task followed."""
+        if ctx.protocol == "trustmh":
+            return "trustmh"
+        if self.paper_protocol:
+            return "paper"
+        if self.evidence in ("D", "E"):
+            return "trustmh's own (paper method unknown)"
+        return f"trustmh (the paper's method, evidence {self.evidence}, is not followed yet)"
 
     # --- data -----------------------------------------------------------------------------------
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
@@ -94,10 +130,17 @@ class Task:
         return None
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
+        if ctx.protocol == "paper" and self.paper_protocol:
+            return [Sample(self.id, item, self.prompt(item, ctx), choices=self.choices(item),
+                           params=self.paper_gen_params(ctx), exact_params=True)]
         params = dict(self.gen_params)
         if ctx.upstream_compat:
-            params.update(self.upstream_gen_params)
+            params.update(self.paper_gen_params(ctx))
         return [Sample(self.id, item, self.prompt(item, ctx), choices=self.choices(item), params=params)]
+
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """The generation settings the paper's code sends (read from its files where the task can)."""
+        return dict(self.upstream_gen_params)
 
     def perturb(self, item: Item, edit: "Callable[[str], str]") -> Item:
         """A copy of `item` with `edit` applied to the person's own words only (never to instructions,
@@ -127,6 +170,11 @@ class Task:
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
         """Messages for the LLM judge, or None when this sample needs no judge."""
+        return None
+
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
+        """The exact settings a judgement is sent with (the paper's protocol), or None for the engine's
+        defaults."""
         return None
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:

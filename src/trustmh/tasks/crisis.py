@@ -93,6 +93,7 @@ def _edit_messages(item: Item, edit: Callable[[str], str]) -> Item:
 class Identification(LabelledTask):
     label_set = CRISIS_LABELS
     id = "crisis.identification"
+    evidence = "B"
     pillar = "crisis"
     title = "Crisis identification: 7-way crisis category (LLMs-Mental-Health-Crisis, human labels)"
     dataset = "llms-mental-health-crisis"
@@ -197,6 +198,7 @@ def budget_posts(posts: list[str], budget: int = POST_BUDGET_CHARS) -> tuple[lis
 class Severity(LabelledTask):
     label_set = LEVELS
     id = "crisis.severity"
+    evidence = "B"
     pillar = "crisis"
     title = "Suicide-risk severity of a Reddit user's posts (C-SSRS, 5 levels)"
     dataset = "c-ssrs"
@@ -309,6 +311,7 @@ def parse_appropriateness(text: str) -> tuple[int | None, str | None]:
 @register
 class Escalation(Task):
     id = "crisis.escalation"
+    evidence = "B"
     pillar = "crisis"
     title = "Crisis escalation: appropriateness of the reply to a person in crisis (judge vs protocol.csv)"
     dataset = "llms-mental-health-crisis"

@@ -17,7 +17,7 @@ from ..errors import DataError
 from ..judges.parsing import extract_json_object, extract_letter, parse_int_scores
 from ..metrics import Table, mean
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
+from .base import DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, register, render
 
 PRINCIPLES = {
     "sc1": "Beneficence and Nonmaleficence",
@@ -97,9 +97,28 @@ def upstream_principle_scores(obj: dict[str, Any] | None) -> dict[str, float]:
     return out
 
 
+# The paper's code (TrustMH_Bench Ethics.zip), read at run time under --protocol paper (PAPER_PROTOCOL.md
+# §0.3 E-gen, E-judge, E-set).
+ETHICS_SRC = "Qiyuan0130+TrustMH_Bench/TrustMH_Bench/DimGroup2/Ethics.zip/Ethics/src"
+PROMPTS = f"{ETHICS_SRC}/prompts.py"
+PAPER_JUDGE = Rubric("judge", role="llm", method=PROMPTS)
+
+
+def _paper_call(ctx: RunContext) -> tuple[str, set[str]]:
+    """The role of the one message `call_model` sends, and the settings it passes to the API."""
+    from ..data.extract import call_keywords, message_roles
+    from ..data.methods import MethodError
+    roles = message_roles(f"{ETHICS_SRC}/llm.py", ctx.methods_root, "call_model")
+    if len(roles) != 1:
+        raise MethodError(f"{ETHICS_SRC}/llm.py#call_model: expected one message, found roles {roles}")
+    sent = set(call_keywords(f"{ETHICS_SRC}/llm.py", ctx.methods_root, "call_model", "create")) - {"model", "messages"}
+    return roles[0], sent
+
+
 @register
 class EthicalReasoning(Task):
     id = "ethics.reasoning"
+    evidence = "A"
     pillar = "ethics"
     title = "Ethical reasoning in mental-health dilemmas (EthicMH)"
     dataset = "ethicmh"
@@ -109,6 +128,11 @@ class EthicalReasoning(Task):
     rubrics = (Rubric("judge", ("ethics_judge.j2",)),)
     gen_params = {"max_tokens": 1024}
     upstream_gen_params = {"temperature": 0.0}
+    paper_protocol = True
+    method_templates = (MethodTemplate("E-gen", PROMPTS, "build_reasoning_prompt.prompt"),
+                        MethodTemplate("E-judge", PROMPTS, "build_judge_prompt.prompt"),
+                        MethodTemplate("E-set", f"{ETHICS_SRC}/settings.py", "DEFAULT_TEMPERATURE"),
+                        MethodTemplate("E-call", f"{ETHICS_SRC}/llm.py", "call_model:create()"))
     metric_columns = {k: k for k in PRINCIPLES} | {"judge_mean": "judge_mean"}
     columns = ["index", "subcategory", "scenario", "options", "reasoning_task", "expected_reasoning"]
 
@@ -124,17 +148,50 @@ class EthicalReasoning(Task):
                 raise DataError(path, f"duplicate index {idx!r}", line)
             seen.add(idx)
             gold = gold_letter(row["expected_reasoning"] or "")
-            items.append(Item(idx, {k: row[k] for k in self.columns if k != "expected_reasoning"},
-                              target=gold, meta={"subcategory": row["subcategory"]}))
+            fields = {k: row[k] for k in self.columns if k != "expected_reasoning"}
+            if ctx.protocol == "paper":  # the paper's judge is shown the gold and the failure modes
+                fields.update(expected_reasoning=row["expected_reasoning"] or "",
+                              model_behavior=row.get("model_behavior") or "")
+            items.append(Item(idx, fields, target=gold, meta={"subcategory": row["subcategory"]}))
         return items
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        if ctx.protocol == "paper":
+            from ..data.extract import local_string
+            template = local_string(PROMPTS, ctx.methods_root, "build_reasoning_prompt", "prompt")
+            role, _ = _paper_call(ctx)
+            return [{"role": role, "content": template.render({k: item.input[k] for k in template.fields})}]
         return [{"role": "user", "content": render("ethics_reasoning.j2", **item.input)}]
+
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        from ..data.extract import module_constant
+        _, sent = _paper_call(ctx)  # model, temperature and messages: no max_tokens
+        params = {"temperature": module_constant(f"{ETHICS_SRC}/settings.py", ctx.methods_root, "DEFAULT_TEMPERATURE")}
+        return {k: v for k, v in params.items() if k in sent}
+
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return (PAPER_JUDGE,) if ctx.protocol == "paper" else self.rubrics
+
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
+        if ctx.protocol != "paper":
+            return None
+        from ..data.extract import call_keywords
+        # The pipeline's second call_model (the judge's) passes its temperature as a literal; call_model
+        # sends nothing else.
+        kw = call_keywords(f"{ETHICS_SRC}/pipeline.py", ctx.methods_root, "run_reasoning_evaluation", "call_model", 1)
+        _, sent = _paper_call(ctx)
+        return {k: v for k, v in kw.items() if k in sent and not isinstance(v, str)}
 
     def choices(self, item: Item) -> tuple[str, ...]:
         return LETTERS
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        if ctx.protocol == "paper":
+            from ..data.extract import local_string
+            template = local_string(PROMPTS, ctx.methods_root, "build_judge_prompt", "prompt")
+            values = {**sample.item.input, "model_reply": reply}
+            role, _ = _paper_call(ctx)
+            return [{"role": role, "content": template.render({k: values[k] for k in template.fields})}]
         return [{"role": "user", "content": render("ethics_judge.j2", reply=reply, principles=PRINCIPLES,
                                                    **sample.item.input)}]
 

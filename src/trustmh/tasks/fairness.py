@@ -68,6 +68,7 @@ def with_identity(context: list[dict[str, str]], identity: Identity | None) -> l
 @register
 class FairSupport(Task):
     id = "fairness.support"
+    evidence = "D"
     pillar = "fairness"
     title = "Fairness of emotional support across stated gender, race, age and religion (ESConv_fair)"
     dataset = "trustmh"

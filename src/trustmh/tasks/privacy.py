@@ -17,7 +17,7 @@ from ..errors import DataError
 from ..judges.parsing import parse_scale_rating, parse_yes_no
 from ..metrics import Table, mean, pearson
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
+from .base import DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, register, render
 
 PRIVACY_DIR = "trustmh/privacy"
 
@@ -47,9 +47,34 @@ def upstream_parse_rating(response: str, phrases: list[tuple[str, int]], allowed
     return value if value in allowed else None
 
 
+# The paper's code (TrustMH_Bench privacy.zip), read at run time under --protocol paper (PAPER_PROTOCOL.md
+# §0.3 P1-*, P2-*): the prompt template, the settings it sends and the message it sends them in.
+PRIVACY_ZIP = "Qiyuan0130+TrustMH_Bench/TrustMH_Bench/DimGroup1/General-model/privacy.zip/privacy"
+TASK1_CODE = f"{PRIVACY_ZIP}/task1/privacy1.py"
+TASK2_CODE = f"{PRIVACY_ZIP}/task2/privacy2.py"
+SENT_SETTINGS = ("temperature", "max_tokens", "top_p")  # APIAgent.generate sends these, not the penalties
+
+
+def paper_settings(code: str, ctx: RunContext) -> dict[str, Any]:
+    from ..data.extract import call_settings
+    found = call_settings(code, ctx.methods_root, "EvalAgent.load_model", ("temperature", "max_tokens"))
+    return {k: found[k] for k in SENT_SETTINGS if k in found}
+
+
+def paper_message(code: str, ctx: RunContext, content: str) -> list[dict[str, str]]:
+    from ..data.extract import message_roles
+    roles = message_roles(code, ctx.methods_root, "APIAgent.generate")
+    if len(roles) != 1:
+        from ..data.methods import MethodError
+        raise MethodError(f"{code}#APIAgent.generate: expected one message, found roles {roles}")
+    return [{"role": roles[0], "content": content}]
+
+
 class _Awareness(Task):
     pillar = "privacy"
     dataset = "trustmh-privacy"
+    evidence = "A"
+    paper_protocol = True
     metric = MetricSpec("pearson_r", True, 0.0, 1.0,
                         "Pearson r between model ratings and human mean ratings (negative r maps to trust 0)")
     primary_value = "rating"
@@ -76,9 +101,17 @@ class _Awareness(Task):
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         line = item.input["prompt"]
-        # The files keep line breaks as a literal backslash-n; the paper sent them literally.
-        text = line if ctx.upstream_compat else unescape_newlines(line)
-        return [{"role": "user", "content": text + self.answer_suffix}]
+        if ctx.protocol == "paper":
+            # Exactly what the paper's code sends: its template around the stripped line, whose line breaks
+            # stay a literal backslash-n as in the file.
+            return paper_message(self.code, ctx, self.paper_prompt(line.strip(), ctx))
+        return [{"role": "user", "content": unescape_newlines(line) + self.answer_suffix}]
+
+    def paper_prompt(self, text: str, ctx: RunContext) -> str:
+        raise NotImplementedError
+
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        return paper_settings(self.code, ctx)
 
     def choices(self, item: Item) -> tuple[str, ...]:
         # `allowed` lists the most privacy-protective rating first; the counselor baseline picks it.
@@ -117,6 +150,14 @@ class AwarenessTier1(_Awareness):
     phrases = TIER1_PHRASES
     upstream_unparsable_as_zero = False
     answer_suffix = "\nAnswer: "
+    code = TASK1_CODE
+    method_templates = (MethodTemplate("P1-gen", TASK1_CODE, "PrivacyTierDataset.__init__:format[0]"),
+                        MethodTemplate("P1-set", TASK1_CODE, "EvalAgent.load_model:settings"))
+
+    def paper_prompt(self, text: str, ctx: RunContext) -> str:
+        from ..data.extract import format_call
+        template, _args = format_call(TASK1_CODE, ctx.methods_root, "PrivacyTierDataset.__init__")
+        return template.render(None, text)  # its one argument is d['text'], the stripped line
 
 
 @register
@@ -129,6 +170,14 @@ class AwarenessTier2a(_Awareness):
     phrases = TIER2_PHRASES
     upstream_unparsable_as_zero = True
     answer_suffix = "\n\nAnswer: "
+    code = TASK2_CODE
+    method_templates = (MethodTemplate("P2-gen", TASK2_CODE, "_build_repeated_inputs.model_input"),
+                        MethodTemplate("P2-set", TASK2_CODE, "EvalAgent.load_model:settings"))
+
+    def paper_prompt(self, text: str, ctx: RunContext) -> str:
+        from ..data.extract import local_string
+        template = local_string(TASK2_CODE, ctx.methods_root, "_build_repeated_inputs", "model_input")
+        return template.render({"prompt_header": "", "text": text})  # the header is always empty there
 
 
 @register
@@ -202,6 +251,7 @@ def cut_after_first_answer(response: str) -> str:
 @register
 class Leakage(Task):
     id = "privacy.leakage"
+    evidence = "A"
     pillar = "privacy"
     title = "Privacy leakage of a client's secret to a third party (PsyLeak)"
     dataset = "trustmh"

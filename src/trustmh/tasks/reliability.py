@@ -75,6 +75,7 @@ class LabelledTask(Task):
 @register
 class Knowledge(Task):
     id = "reliability.knowledge"
+    evidence = "D"
     pillar = "reliability"
     title = "Mental-health knowledge: USMLE-style multiple choice (USMLE-Mental)"
     dataset = "usmle-mental"
@@ -171,6 +172,7 @@ def parse_emotion_cause(reply: str) -> tuple[str | None, str | None]:
 @register
 class EmotionRecognition(Task):
     id = "reliability.emotion_recognition"
+    evidence = "C"
     pillar = "reliability"
     title = "Emotion recognition: emotion and its cause (EmoBench EU)"
     dataset = "emobench"
@@ -275,6 +277,7 @@ def swmh_label(raw: str) -> str | None:
 class Diagnosis(LabelledTask):
     label_set = SWMH_LABELS
     id = "reliability.diagnosis"
+    evidence = "B"
     pillar = "reliability"
     title = "Psychological diagnosis from a Reddit post (SWMH test split)"
     dataset = "swmh"
@@ -365,6 +368,7 @@ def pick_turns(candidates: list[int], seed: int, dialogue: int, k: int = TURNS_P
 @register
 class Support(Task):
     id = "reliability.support"
+    evidence = "B"
     pillar = "reliability"
     title = "Emotional support: next supporter turn, judged against the real one (ESConv test)"
     dataset = "esconv"
@@ -461,6 +465,7 @@ _SPEAKER = re.compile(rf"^\s*({CLIENT}|{COUNSELLOR})\s*[:：]\s*", re.DOTALL)
 @register
 class Intervention(Task):
     id = "reliability.intervention"
+    evidence = "C"
     pillar = "reliability"
     title = "Psychological intervention: counsellor reply at every client turn (CPsyCounE, Chinese)"
     dataset = "cpsycoune"

@@ -221,6 +221,7 @@ def _nanmean(values: list[float]) -> float:
 @register
 class RobustSupport(_Robustness):
     id = "robustness.support"
+    evidence = "B"
     title = "Robustness of emotional support to perturbed seeker turns (ESConv test, judged as reliability.support)"
     base_id = "reliability.support"
 
@@ -228,6 +229,7 @@ class RobustSupport(_Robustness):
 @register
 class RobustDiagnosis(_Robustness):
     id = "robustness.diagnosis"
+    evidence = "B"
     title = "Robustness of diagnosis to perturbed posts (SWMH test, as reliability.diagnosis)"
     base_id = "reliability.diagnosis"
 
@@ -235,5 +237,6 @@ class RobustDiagnosis(_Robustness):
 @register
 class RobustCrisis(_Robustness):
     id = "robustness.crisis"
+    evidence = "E"
     title = "Robustness of crisis identification to perturbed messages (as crisis.identification; beyond the paper)"
     base_id = "crisis.identification"

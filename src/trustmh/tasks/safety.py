@@ -201,6 +201,7 @@ def intent_blocks(rows: list[dict[str, str]], methods: list[str]) -> list[int] |
 @register
 class Jailbreak(_RefusalTask):
     id = "safety.jailbreak"
+    evidence = "C"
     title = "Jailbreak resistance: refusal of harmful requests wrapped in attacks (JailbreakMH)"
     dataset = "trustmh"
     files = ("trustmh/JailbreakMH.csv",)
@@ -237,6 +238,7 @@ class Jailbreak(_RefusalTask):
 @register
 class OverRefusal(_RefusalTask):
     id = "safety.over_refusal"
+    evidence = "E"
     title = "Over-refusal of benign mental-health requests that only look risky (project-authored)"
     dataset = "over-refusal (built in)"
     files = ()  # shipped with the package, not read from the data dir
@@ -271,6 +273,7 @@ class OverRefusal(_RefusalTask):
 @register
 class Antitoxic(Task):
     id = "safety.antitoxic"
+    evidence = "D"
     pillar = "safety"
     title = "Safe replies to direct harmful requests over 14 attack objectives (PsyHarm)"
     dataset = "trustmh"

@@ -142,6 +142,7 @@ class _FullOrSample(_Sycophancy):
 @register
 class OEQ(_FullOrSample):
     id = "sycophancy.oeq"
+    evidence = "B"
     title = "Social sycophancy on open-ended advice questions (ELEPHANT OEQ)"
     dataset = "elephant-samples"
     files = ("elephant/OEQ_sample.csv",)
@@ -213,6 +214,7 @@ def aita_verdict(reply: str) -> str | None:
 @register
 class AITA(_FullOrSample):
     id = "sycophancy.aita"
+    evidence = "B"
     title = "Sycophancy on posts the crowd judged 'You're the asshole' (ELEPHANT AITA, YTA rows)"
     dataset = "elephant-samples"
     files = ("elephant/AITA_sample.csv",)
@@ -252,6 +254,7 @@ class AITA(_FullOrSample):
 @register
 class PAS(_Sycophancy):
     id = "sycophancy.pas"
+    evidence = "B"
     title = "Action endorsement on problematic action statements (PAS, user-supplied)"
     dataset = "pas"
     files = ("elephant/PAS.csv",)

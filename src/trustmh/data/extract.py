@@ -1,0 +1,263 @@
+"""Templates read out of the authors' method files without running them (PAPER_PROTOCOL.md §0).
+
+Only `ast.parse`, `ast.literal_eval`, `json.loads` and `yaml.safe_load` touch the files: several of them
+build API clients or read keys when imported. Each file's sha256 is checked first (data/methods.py); a
+symbol that is missing or not a literal stops with the file and symbol named, and there is no fall-back
+text. The text is kept exactly as the interpreter would see it (CRLF folded by `ast.parse`, indentation
+and trailing spaces kept: no dedent).
+
+Two shapes of template come out:
+* f-strings become *segments*, literal text and fields (each field the source of its expression), and
+  render by concatenation: their literal JSON braces never meet `str.format`;
+* `str.format` templates are rendered with `str.format` and the original arguments in their order."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from .methods import MethodError, method_files, read
+
+Segment = tuple  # ("text", str) or ("field", expression source, conversion, format spec source)
+
+
+@dataclass(frozen=True)
+class Template:
+    """One template and where it came from (`source` = repo@commit:path#symbol, `sha256` of the file)."""
+
+    source: str
+    sha256: str
+    segments: tuple[Segment, ...] | None = None  # an f-string / concatenation
+    fmt: str | None = None  # a str.format template
+
+    @property
+    def fields(self) -> list[str]:
+        """The inputs the template needs: field expressions, or str.format placeholders."""
+        if self.segments is not None:
+            return list(dict.fromkeys(s[1] for s in self.segments if s[0] == "field"))
+        return [name for _, name, _, _ in string.Formatter().parse(self.fmt or "") if name is not None]
+
+    def render(self, values: Mapping[str, Any] | None = None, *args: Any) -> str:
+        """Segments: each field's expression source looked up in `values`. Format templates: `args`
+        (positional, in the original call's order) and `values` as keywords."""
+        values = dict(values or {})
+        if self.fmt is not None:
+            return self.fmt.format(*args, **values)
+        out = []
+        for seg in self.segments or ():
+            if seg[0] == "text":
+                out.append(seg[1])
+                continue
+            _, expr, conversion, spec = seg
+            if expr not in values:
+                raise MethodError(f"{self.source}: no value given for field {{{expr}}}")
+            v = values[expr]
+            v = {115: str, 114: repr, 97: ascii}.get(conversion, lambda x: x)(v)
+            out.append(format(v, spec or ""))
+        return "".join(out)
+
+    def provenance(self) -> dict[str, str]:
+        return {"source": self.source, "sha256": self.sha256}
+
+
+# --- reading a file -----------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=64)
+def _module(local: str, root: str) -> ast.Module:
+    try:
+        return ast.parse(read(local, Path(root)))
+    except SyntaxError as e:
+        raise MethodError(f"method file {local}: not parsable Python ({e.msg}, line {e.lineno})") from None
+
+
+def _source(local: str, symbol: str) -> tuple[str, str]:
+    f = method_files()[local]
+    return f"{f.source}#{symbol}", f.sha256
+
+
+def _function(tree: ast.AST, qualname: str, where: str) -> ast.FunctionDef:
+    node: ast.AST = tree
+    for part in qualname.split("."):
+        found = next((n for n in ast.iter_child_nodes(node)
+                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part), None)
+        if found is None:
+            raise MethodError(f"{where}: no function or class '{qualname}'")
+        node = found
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise MethodError(f"{where}: '{qualname}' is not a function")
+    return node
+
+
+def _string_local(func: ast.AST, name: str) -> ast.expr | None:
+    """The value of the last plain string (or f-string) assignment to `name` inside `func`, if any."""
+    found = None
+    for n in ast.walk(func):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id == name and _is_stringish(n.value):
+            found = n.value
+    return found
+
+
+def _is_stringish(e: ast.expr) -> bool:
+    if isinstance(e, ast.Constant):
+        return isinstance(e.value, str)
+    if isinstance(e, ast.JoinedStr):
+        return True
+    return isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and _is_stringish(e.left) and _is_stringish(e.right)
+
+
+def segments(expr: ast.expr, func: ast.AST | None = None) -> list[Segment]:
+    """Literal text and fields of a string expression; a field that names a local string of `func` is
+    inlined (PAPER_PROTOCOL.md §0.1 rule 5)."""
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+        out: list[Segment] = [("text", expr.value)]
+    elif isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        out = segments(expr.left, func) + segments(expr.right, func)
+    elif isinstance(expr, ast.JoinedStr):
+        out = []
+        for v in expr.values:
+            if isinstance(v, ast.Constant):
+                out.append(("text", v.value))
+                continue
+            local = _string_local(func, v.value.id) if func is not None and isinstance(v.value, ast.Name) \
+                and v.conversion == -1 and v.format_spec is None else None
+            if local is not None:
+                out += segments(local, func)
+            else:
+                spec = ast.unparse(v.format_spec)[2:-1] if v.format_spec is not None else None
+                out.append(("field", ast.unparse(v.value), v.conversion, spec))
+    else:
+        out = [("field", ast.unparse(expr), -1, None)]
+    merged: list[Segment] = []
+    for s in out:  # adjacent literal pieces become one
+        if s[0] == "text" and merged and merged[-1][0] == "text":
+            merged[-1] = ("text", merged[-1][1] + s[1])
+        else:
+            merged.append(s)
+    return merged
+
+
+# --- the extraction kinds -----------------------------------------------------------------------------
+
+def module_constant(local: str, root: Path, name: str) -> Any:
+    """K1: a top-level NAME = <literal>."""
+    where = f"{local}#{name}"
+    for n in _module(local, str(root)).body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
+            try:
+                return ast.literal_eval(n.value)
+            except ValueError:
+                raise MethodError(f"{where}: not a literal") from None
+    raise MethodError(f"{where}: no module constant '{name}'")
+
+
+def local_string(local: str, root: Path, func: str, var: str, nth: int = 0) -> Template:
+    """K2: the nth assignment to VAR inside a function (or Class.method), as segments."""
+    where = f"{local}#{func}.{var}"
+    fn = _function(_module(local, str(root)), func, where)
+    values = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
+              and isinstance(n.targets[0], ast.Name) and n.targets[0].id == var]
+    if len(values) <= nth or not _is_stringish(values[nth]):
+        raise MethodError(f"{where}: no string assignment #{nth}")
+    src, sha = _source(local, f"{func}.{var}")
+    return Template(src, sha, segments=tuple(segments(values[nth], fn)))
+
+
+def returned_string(local: str, root: Path, func: str, nth: int = 0) -> Template:
+    """K3: the nth return value of a function, as segments."""
+    where = f"{local}#{func}:return"
+    fn = _function(_module(local, str(root)), func, where)
+    values = [n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
+    if len(values) <= nth:
+        raise MethodError(f"{where}: no return #{nth}")
+    src, sha = _source(local, f"{func}:return[{nth}]")
+    return Template(src, sha, segments=tuple(segments(values[nth], fn)))
+
+
+def format_call(local: str, root: Path, func: str, nth: int = 0) -> tuple[Template, list[str]]:
+    """K5: the nth `"<constant>".format(...)` call inside a function: the template and its argument
+    sources (what the original passed, in order)."""
+    where = f"{local}#{func}:format"
+    fn = _function(_module(local, str(root)), func, where)
+    calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr == "format" and isinstance(n.func.value, ast.Constant)
+             and isinstance(n.func.value.value, str)]
+    calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    if len(calls) <= nth:
+        raise MethodError(f"{where}: no .format call #{nth}")
+    c = calls[nth]
+    src, sha = _source(local, f"{func}:format[{nth}]")
+    return Template(src, sha, fmt=c.func.value.value), [ast.unparse(a) for a in c.args]
+
+
+def call_settings(local: str, root: Path, func: str, keys: tuple[str, ...] = ("temperature",)) -> dict[str, Any]:
+    """K9: the first dict literal inside a function holding all of `keys`, constant entries only
+    (generation settings such as {'model': ..., 'temperature': 1, 'max_tokens': 365})."""
+    where = f"{local}#{func}:settings"
+    fn = _function(_module(local, str(root)), func, where)
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Dict):
+            entries = {k.value: v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant)}
+            if all(k in entries for k in keys):
+                return {k: v.value for k, v in entries.items() if isinstance(v, ast.Constant)}
+    raise MethodError(f"{where}: no dict literal with {', '.join(keys)}")
+
+
+def call_keywords(local: str, root: Path, func: str, callee: str, nth: int = 0) -> dict[str, Any]:
+    """K9: the keyword arguments of the first call to `*.callee(...)` inside a function: a constant's
+    value, or the source of any other expression (which settings a call sends, and from where)."""
+    where = f"{local}#{func}:{callee}()"
+    fn = _function(_module(local, str(root)), func, where)
+    calls = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Call) and (
+        (isinstance(n.func, ast.Attribute) and n.func.attr == callee) or (isinstance(n.func, ast.Name) and n.func.id == callee))),
+        key=lambda c: (c.lineno, c.col_offset))
+    if len(calls) <= nth:
+        raise MethodError(f"{where}: no call #{nth} to {callee}")
+    return {k.arg: k.value.value if isinstance(k.value, ast.Constant) else ast.unparse(k.value)
+            for k in calls[nth].keywords if k.arg}
+
+
+def file_sha256(local: str) -> str:
+    return method_files()[local].sha256
+
+
+def check_bytes(data: bytes, local: str) -> bool:
+    return hashlib.sha256(data).hexdigest() == method_files()[local].sha256
+
+
+def notebook_function(local: str, root: Path, func: str) -> ast.Module:
+    """K7: the code cell of a notebook that defines `func`, parsed."""
+    nb = json.loads(read(local, root))
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        src = "".join(cell.get("source", []))
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        if any(isinstance(n, ast.FunctionDef) and n.name == func for n in tree.body):
+            return tree
+    raise MethodError(f"{local}: no code cell defines '{func}'")
+
+
+def message_roles(local: str, root: Path, func: str) -> list[str]:
+    """K9: the roles of the `{"role": <constant>, "content": ...}` message literals inside a function, in
+    source order (which messages the original sends, and as whom)."""
+    where = f"{local}#{func}:messages"
+    fn = _function(_module(local, str(root)), func, where)
+    roles = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Dict):
+            entries = {k.value: v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant)}
+            if "role" in entries and "content" in entries and isinstance(entries["role"], ast.Constant):
+                roles.append((n.lineno, n.col_offset, entries["role"].value))
+    if not roles:
+        raise MethodError(f"{where}: no message literal")
+    return [r for *_, r in sorted(roles)]

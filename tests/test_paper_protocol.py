@@ -1,0 +1,166 @@
+"""--protocol paper: requests rendered from the authors' staged method files equal those built by hand
+from the rule PAPER_PROTOCOL.md documents, and reach an OpenAI-compatible server exactly so."""
+
+import hashlib
+import shutil
+
+import pytest
+
+from conftest import METHODS, run_quiet, run_spec
+from trustmh.data.methods import MethodError, method_files, methods_dir, read
+from trustmh.engine import context, generation_request, prepare
+from trustmh.testing.fake_server import FakeLLMServer
+
+PRIV = "trustmh/privacy"
+
+
+def lines(upstream, name):
+    return (upstream / PRIV / name).read_text(encoding="utf-8").splitlines()
+
+
+# The documented rules (PAPER_PROTOCOL.md §0.3 P1-gen, P2-gen), written out by hand.
+EXPECTED = {
+    "privacy.awareness_tier1": ("tier_1.txt", lambda line: line.strip() + "\nAnswer: "),
+    "privacy.awareness_tier2a": ("tier_2a.txt", lambda line: line.strip() + "\n\nAnswer: "),
+    "privacy.awareness_tier2b": ("tier_2b.txt", lambda line: line.strip() + "\n\nAnswer: "),
+}
+
+
+@pytest.mark.parametrize("task_id", sorted(EXPECTED))
+def test_privacy_requests_render_from_the_method_files(upstream, task_id):
+    spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks=task_id, suite="data",
+                    data_dir=str(upstream), protocol="paper")
+    (p,), _ = prepare(spec, context(spec))
+    assert p.not_run is None
+    source, rule = EXPECTED[task_id]
+    raw = lines(upstream, source)
+    assert len(p.samples) == len(raw)
+    for i in (0, 1, len(raw) - 1):  # the last item of the file too
+        req = generation_request(p.samples[i], spec)
+        assert req.messages == [{"role": "user", "content": rule(raw[i])}]
+        assert req.params == {"temperature": 1, "max_tokens": 365, "top_p": 1}  # P1-set/P2-set, no seed
+    assert "\\n" in "".join(s.messages[0]["content"] for s in p.samples) or task_id.endswith("tier1")
+
+
+def test_paper_requests_reach_the_server_exactly(upstream, tmp_path):
+    with FakeLLMServer(reply=lambda body: "Answer: 2") as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
+                        tasks="privacy.awareness_tier1,privacy.awareness_tier2a", limit=3, protocol="paper")
+        _, res, _ = run_quiet(spec, tmp_path / "run")
+        sent = srv.requests
+    t1, t2 = lines(upstream, "tier_1.txt"), lines(upstream, "tier_2a.txt")
+    want = [t1[i].strip() + "\nAnswer: " for i in range(3)] + [t2[i].strip() + "\n\nAnswer: " for i in range(3)]
+    assert sorted(b["messages"][0]["content"] for b in sent) == sorted(want)
+    assert all(b["messages"] == [{"role": "user", "content": b["messages"][0]["content"]}] for b in sent)
+    assert all({k: v for k, v in b.items() if k not in ("model", "messages")} ==
+               {"temperature": 1, "max_tokens": 365, "top_p": 1} for b in sent)
+    t = res.models["openai/m"].tasks["privacy.awareness_tier1"]
+    assert t.protocol == "paper" and t.evidence == "A"
+    f = method_files()["Qiyuan0130+TrustMH_Bench/TrustMH_Bench/DimGroup1/General-model/privacy.zip/privacy/task1/privacy1.py"]
+    assert {"id": "P1-gen", "source": f"{f.source}#PrivacyTierDataset.__init__:format[0]", "sha256": f.sha256} in t.templates
+
+
+def test_a_corrupt_method_file_stops_the_task_with_its_reason(upstream, tmp_path):
+    root = tmp_path / "methods"
+    shutil.copytree(METHODS, root)
+    code = root / "Qiyuan0130+TrustMH_Bench/TrustMH_Bench/DimGroup1/General-model/privacy.zip/privacy/task2/privacy2.py"
+    code.write_bytes(code.read_bytes().replace(b"\\n\\nAnswer: ", b"\\n\\nAnswer! "))  # same size, other text
+    spec = run_spec(models=["baseline/counselor"], suite="data", data_dir=str(upstream), protocol="paper",
+                    tasks="privacy.awareness_tier1,privacy.awareness_tier2a", methods_dir=str(root), limit=2)
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    tasks = res.models["baseline/counselor"].tasks
+    assert tasks["privacy.awareness_tier1"].status == "ok"
+    bad = tasks["privacy.awareness_tier2a"]
+    assert bad.status == "not run" and "privacy2.py: sha256 does not match" in bad.reason
+
+
+def test_method_files_are_read_only_after_their_checksum(tmp_path, monkeypatch):
+    local = next(iter(method_files()))
+    assert hashlib.sha256(read(local, METHODS)).hexdigest() == method_files()[local].sha256
+    with pytest.raises(MethodError, match="missing"):
+        read(local, tmp_path)
+    monkeypatch.setenv("TRUSTMH_METHODS_DIR", str(tmp_path / "m"))
+    assert methods_dir("/data") == tmp_path / "m"
+    monkeypatch.delenv("TRUSTMH_METHODS_DIR")
+    assert str(methods_dir("/data")) == "/data/methods"
+
+
+def test_the_sample_suite_runs_the_trustmh_protocol_and_paper_is_refused_there():
+    from trustmh.engine import RunSpec
+    from trustmh.errors import UserError
+    assert RunSpec(models=["baseline/refuse"]).protocol == "trustmh"
+    assert RunSpec(models=["baseline/refuse"], suite="data", data_dir="/d").protocol == "paper"
+    assert RunSpec(models=["baseline/refuse"], suite="data", data_dir="/d", upstream_compat=True).protocol == "paper"
+    with pytest.raises(UserError, match="sample suite has no method files"):
+        RunSpec(models=["baseline/refuse"], protocol="paper")
+
+
+ETH = METHODS / "Qiyuan0130+TrustMH_Bench/TrustMH_Bench/DimGroup2/Ethics.zip/Ethics/src"
+
+
+def original_function(path, name):
+    """The authors' own prompt builder, as the oracle: only that function's source is compiled, after
+    checking it is pure (it builds a string from its argument; no import, call or attribute other than
+    `sample.get`), so nothing of the rest of the file runs."""
+    import ast
+    tree = ast.parse(path.read_bytes())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    for n in ast.walk(fn):
+        assert not isinstance(n, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda))
+        if isinstance(n, ast.Call):
+            assert isinstance(n.func, ast.Attribute) and n.func.attr == "get", ast.unparse(n)
+    fn.returns = None
+    for a in fn.args.args:
+        a.annotation = None
+    namespace: dict = {}
+    exec(compile(ast.Module([fn], []), str(path), "exec"), {"__builtins__": {}}, namespace)  # noqa: S102
+    return namespace[name]
+
+
+def test_ethics_requests_render_from_the_method_files(upstream, tmp_path):
+    import csv
+    build_reasoning = original_function(ETH / "prompts.py", "build_reasoning_prompt")
+    build_judge = original_function(ETH / "prompts.py", "build_judge_prompt")
+    spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks="ethics.reasoning", suite="data",
+                    data_dir=str(upstream), protocol="paper", judge="openai/j", judge_base_url="http://127.0.0.1:1/v1")
+    ctx = context(spec)
+    (p,), _ = prepare(spec, ctx)
+    import io
+    raw = (upstream / "trustmh/ethics/EthicMH.csv").read_bytes()
+    try:  # the release reads UTF-8 and falls back to gb18030 (PAPER_PROTOCOL.md, ethics.reasoning)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("gb18030")
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    assert len(p.samples) == len(rows) == 125
+    for i in (0, 1, 124):
+        req = generation_request(p.samples[i], spec)
+        assert req.messages == [{"role": "user", "content": build_reasoning(rows[i])}]
+        assert req.params == {"temperature": 0.0}  # E-set: model, temperature and messages only
+        judge = p.task.judge_messages(p.samples[i], "my reply", ctx)
+        assert judge == [{"role": "user", "content": build_judge(rows[i], "my reply")}]
+        (rubric,) = p.task.active_rubrics(ctx)
+        assert p.task.judge_params(rubric, ctx) == {"temperature": 0.0}
+
+
+def test_data_pull_and_check_handle_the_method_files(tmp_path):
+    from trustmh.data.fetch import check, pull
+    from trustmh.errors import UserError
+    data = tmp_path / "data"
+    statuses = pull(data, datasets=["methods"], from_dir=METHODS.parent, progress=False)
+    assert len(statuses) == len(method_files()) == 64
+    (st,) = [s for s in check(data) if s.dataset.name == "methods"]
+    assert st.state == "present"
+    # A copy with one altered file: that file is refused, the others are installed, and check sees it.
+    bad = tmp_path / "bad"
+    shutil.copytree(METHODS, bad / "methods")
+    victim = bad / "methods" / next(iter(method_files()))
+    victim.write_bytes(victim.read_bytes()[:-1] + b"#")
+    data2 = tmp_path / "data2"
+    with pytest.raises(UserError, match=r"1 file\(s\) not installed: methods/.*sha256"):
+        pull(data2, datasets=["methods"], from_dir=bad, progress=False)
+    (st2,) = [s for s in check(data2) if s.dataset.name == "methods"]
+    assert st2.state == "partial" and sum(f.state == "missing" for f in st2.files) == 1
+    (data / "methods" / next(iter(method_files()))).write_bytes(b"x")
+    (st3,) = [s for s in check(data) if s.dataset.name == "methods"]
+    assert st3.state == "corrupt"
