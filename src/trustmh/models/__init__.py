@@ -28,18 +28,32 @@ def split_spec(spec: str) -> tuple[str, str]:
 
 
 def redact_url(url: str | None) -> str | None:
-    """A base URL without user:password@ (some gateways take credentials in the URL). Credentials do not
-    change which model answers, and they must never reach the store, results or report."""
+    """A URL without user:password@, query or fragment (gateways take credentials in any of them: a
+    ?key=, a signed query). None of them changes which model answers, and they must never reach the
+    store, results, report or an error message."""
     if not url:
         return url
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number, a bad IPv6 literal: show nothing of it
+        return "(unreadable URL)"
+    if parts.username is None and parts.password is None and not parts.query and not parts.fragment \
+            and "#" not in url and "?" not in url:
         return url
     host = parts.hostname or ""
     netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    if port is not None:
+        netloc += f":{port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+
+
+def _has_userinfo(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return False
+    return parts.username is not None or parts.password is not None
 
 
 def endpoint_id(spec: str, base_url: str | None) -> str:
@@ -80,7 +94,7 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
     and `max_connections` (the HTTP pool's size) apply to openai/ models; neither is part of the
     endpoint's identity, so they never change a cache key."""
     provider, name = split_spec(spec)
-    if base_url and redact_url(base_url) != base_url:
+    if base_url and _has_userinfo(base_url):
         # Bearer-key APIs cannot also take user:password@ credentials (aiohttp and httpx refuse both), and
         # a URL with a password in it would end up in shell history and logs.
         raise UserError(f"the base URL for {spec} contains credentials ({redact_url(base_url)} with user:password@); "
