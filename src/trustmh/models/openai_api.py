@@ -18,14 +18,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import time
 import urllib.request
 from typing import Any
 
 from ..types import ModelError, Request, Response
 from ._errors import body_message, from_status, page_message, redact, scrub, sdk_client_options
-from . import endpoint_id
+from . import _env_value, endpoint_id
 from .base import Model
 
 OFFICIAL = "https://api.openai.com/v1"
@@ -65,10 +64,9 @@ class OpenAIModel(Model):
             self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
                              "Accept": "application/json"}
             # The same optional headers the SDK sends when these variables are set.
-            if os.environ.get("OPENAI_ORG_ID"):
-                self._headers["OpenAI-Organization"] = os.environ["OPENAI_ORG_ID"]
-            if os.environ.get("OPENAI_PROJECT_ID"):
-                self._headers["OpenAI-Project"] = os.environ["OPENAI_PROJECT_ID"]
+            for var, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+                if value := _env_value(var):  # a line break inside is refused, by name
+                    self._headers[header] = value
             self._proxy = _env_proxy(self._url)
             if self._proxy and transport == "http":
                 self.transport = "aiohttp"  # the lean client does not speak to proxies
