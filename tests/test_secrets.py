@@ -218,3 +218,24 @@ def test_base_url_variables_are_honoured_as_the_sdks_do(monkeypatch, provider, v
         assert out.text == "from the variable" and srv.n_requests == 1
     assert model.endpoint == endpoint_id(f"{provider}/fake", url) == ModelRef(f"{provider}/fake").endpoint
     assert make_model(f"{provider}/fake", base_url="http://127.0.0.1:9/v1").endpoint.endswith("@http://127.0.0.1:9/v1")
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="needs /proc")
+@pytest.mark.parametrize("target", ["trustmh/privacy/tier_1_labels.txt", "trustmh/ethics/EthicMH.csv"])
+def test_a_data_file_linked_to_the_environment_prints_no_key(tmp_path, target):
+    """A data file symlinked to /proc/self/environ printed both API keys in its error message."""
+    keys = {"OPENAI_API_KEY": f"sk-test-{secrets.token_hex(16)}", "ANTHROPIC_API_KEY": f"sk-ant-{secrets.token_hex(16)}"}
+    env = {**keys, **os.environ}  # the keys first: an excerpt of the first 40 characters would hold one
+    for name, key in keys.items():
+        env[name] = key
+    data = make_synthetic_data(tmp_path / "data", 4, 4)
+    (data / target).unlink()
+    (data / target).symlink_to("/proc/self/environ")
+    task = "privacy.awareness_tier1" if "privacy" in target else "ethics.reasoning"
+    out = cli("run", "-m", "baseline/counselor", "-t", task, "--suite", "data", "--data-dir", data,
+              "--no-progress", "--out", tmp_path / "run", env=env, cwd=tmp_path)
+    text = out.stdout + out.stderr
+    assert out.returncode == 2 and target.rsplit("/", 1)[-1] in text and "Traceback" not in text, text
+    for key in keys.values():
+        secret = key.split("-")[-1]
+        assert not any(secret[i:i + 8] in text for i in range(len(secret) - 7)), text
