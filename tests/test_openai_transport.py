@@ -220,7 +220,14 @@ HOSTILE = {
     "gzip bomb": (Fault("gzip_bomb"), "malformed", "MiB once decompressed"),
     "endless chunked reply": (Fault("endless_chunked"), "malformed", "MiB"),
     "one byte per 50 ms past the timeout": (Fault("trickle"), "timeout", "timed out"),
+    # the provider faults of the fault campaign (test_faults.py), in the same table
+    "connection closed mid-reply": (Fault("close"), "connection", "connection"),
+    "stall past the timeout": (Fault("stall", stall_s=30), "timeout", "timed out"),
+    "truncated JSON": (Fault("malformed"), "malformed", "unreadable response"),
+    "HTTP 500": (Fault("status", status=500), "server_error", "HTTP 500: injected fault"),
+    "HTTP 400": (Fault("status", status=400), "bad_request", "HTTP 400: injected fault"),
 }
+SHORT_TIMEOUT = ("trickle", "stall")  # faults that end at the client's timeout: 2 s, not 20
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -228,7 +235,7 @@ HOSTILE = {
 def test_hostile_server_matrix(transport, name):
     fault, kind, fragment = HOSTILE[name]
     with FakeLLMServer(faults=always(fault)) as srv:
-        e = error_of(srv, transport, timeout=2.0 if fault.kind == "trickle" else 20.0)
+        e = error_of(srv, transport, timeout=2.0 if fault.kind in SHORT_TIMEOUT else 20.0)
     assert (e.kind, e.retryable) == (kind, kind in RETRYABLE), str(e)
     assert fragment in str(e) and "\n" not in str(e) and "\r" not in str(e), str(e)
     assert "pw" not in str(e) and "t0p" not in str(e)
@@ -284,7 +291,7 @@ def test_anthropic_meets_hostile_servers_like_the_openai_transports(name):
     fault, kind, fragment = HOSTILE[name]
     with FakeLLMServer(faults=always(fault)) as srv:
         with pytest.raises(ModelError) as info:
-            call_anthropic(srv, timeout=2.0 if fault.kind == "trickle" else 20.0)
+            call_anthropic(srv, timeout=2.0 if fault.kind in SHORT_TIMEOUT else 20.0)
     e = info.value
     assert (e.kind, fragment in str(e), "pw" in str(e), KEY in str(e)) == (kind, True, False, False), str(e)
 
