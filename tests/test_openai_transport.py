@@ -274,6 +274,21 @@ def test_a_key_echoed_in_a_reply_is_redacted(transport, monkeypatch):
     assert r.text == "your keys are [redacted] and [redacted]."
 
 
+@pytest.mark.parametrize("placeholder", ["EMPTY", "not-needed"])
+def test_a_placeholder_key_for_a_local_server_is_not_taken_out_of_replies(monkeypatch, placeholder):
+    """vLLM's convention is OPENAI_API_KEY=EMPTY: that word in a reply is the model's, not a secret."""
+    monkeypatch.setenv("OPENAI_API_KEY", placeholder)
+    with FakeLLMServer(reply=lambda body: f"The box is {placeholder}, not-needed.") as srv:
+        model = make_model("openai/fake", base_url=srv.openai_base_url)
+
+        async def go():
+            try:
+                return await model.generate(Request(messages=MSGS, params={}))
+            finally:
+                await model.aclose()
+        assert asyncio.run(go()).text == f"The box is {placeholder}, not-needed."
+
+
 def call_anthropic(srv, *, timeout=20.0):
     from trustmh.models.anthropic_api import AnthropicModel
 

@@ -109,15 +109,28 @@ def body_message(body) -> str:
 def redact(text: str, secret: str | None) -> str:
     """Remove the API key (and any other key in the environment), then cut to length: in that order so
     no part of a key is left at the cut."""
-    return scrub(text, secret)[:200]
-
-
-def scrub(text: str, secret: str | None = None) -> str:
-    """`text` without the API key it was sent with nor any key in the environment (models.env_secrets):
-    a server may echo a key inside a reply, and reply text is stored, written out and shown."""
     from . import env_secrets
-    for key in {secret, *env_secrets()}:
-        if key and key in text:
+    return scrub(text, tuple(k for k in {secret, *env_secrets()} if k))[:200]
+
+
+# Shorter "keys" are placeholders for local servers (vLLM's EMPTY, our not-needed): removing them from
+# a reply would change what the model said, and they protect nothing. Real keys are 40+ characters.
+_MIN_KEY = 16
+
+
+def secrets_with(secret: str | None) -> tuple[str, ...]:
+    """The keys to take out of reply text: the one a request is sent with and every key in the
+    environment (models.env_secrets). A model computes this once: reading the environment costs more
+    than the rest of handling a reply."""
+    from . import env_secrets
+    return tuple(k for k in {secret, *env_secrets()} if k and len(k) >= _MIN_KEY)
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` without any of `secrets`: a server may echo a key inside a reply, and reply text is
+    stored, written out and shown."""
+    for key in secrets:
+        if key in text:
             text = text.replace(key, "[redacted]")
     return text
 

@@ -10,7 +10,7 @@ import time
 import anthropic
 
 from ..types import ModelError, Request, Response
-from ._errors import from_sdk_error, scrub, sdk_client_options
+from ._errors import from_sdk_error, scrub, sdk_client_options, secrets_with
 from . import endpoint_id
 from .base import Model
 
@@ -33,6 +33,7 @@ class AnthropicModel(Model):
         self.name = name
         self.base_url = base_url
         self._timeout = timeout
+        self._secrets = secrets_with(api_key)  # taken out of reply text
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=timeout,
                                                 max_retries=0,
                                                 http_client=anthropic.DefaultAioHttpClient(**sdk_client_options()))
@@ -73,7 +74,7 @@ class AnthropicModel(Model):
             raise ModelError("empty_response", f"reply has no text (stop_reason={str(stop)[:40]})")
         usage = getattr(out, "usage", None)
         finish = {"end_turn": "stop", "max_tokens": "length"}.get(stop, stop) if isinstance(stop, str) else None
-        return Response(text=scrub("".join(texts), self._client.api_key), finish_reason=finish,
+        return Response(text=scrub("".join(texts), self._secrets), finish_reason=finish,
                         prompt_tokens=getattr(usage, "input_tokens", None),
                         completion_tokens=getattr(usage, "output_tokens", None), latency_s=latency)
 

@@ -23,7 +23,7 @@ import urllib.request
 from typing import Any
 
 from ..types import ModelError, Request, Response
-from ._errors import body_message, from_status, page_message, redact, scrub, sdk_client_options
+from ._errors import body_message, from_status, page_message, redact, scrub, sdk_client_options, secrets_with
 from . import _env_value, endpoint_id
 from .base import Model
 
@@ -42,6 +42,7 @@ class OpenAIModel(Model):
         self.base_url = base_url
         self.transport = transport
         self._api_key = api_key
+        self._secrets = secrets_with(api_key)  # taken out of reply text (_response)
         self._timeout = timeout
         self._max_connections = max_connections or DEFAULT_CONNECTIONS
         self._client = None
@@ -127,7 +128,7 @@ class OpenAIModel(Model):
         text = choice.message.content if choice.message is not None else None
         usage = out.usage
         return _response(text, finish, getattr(usage, "prompt_tokens", None),
-                         getattr(usage, "completion_tokens", None), latency, self._api_key)
+                         getattr(usage, "completion_tokens", None), latency, self._secrets)
 
     # --------------------------------------------------------------------------------------- http
 
@@ -220,7 +221,7 @@ class OpenAIModel(Model):
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         return _response(text, choice.get("finish_reason"), usage.get("prompt_tokens"),
-                         usage.get("completion_tokens"), latency, secret)
+                         usage.get("completion_tokens"), latency, self._secrets)
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -232,7 +233,7 @@ class OpenAIModel(Model):
 
 
 def _response(text: str | None, finish: str | None, prompt_tokens, completion_tokens, latency: float,
-              secret: str) -> Response:
+              secrets: tuple[str, ...]) -> Response:
     """The checks all transports share, so a filtered or empty reply is the same error whichever is used.
     Response checks the types; a key the server echoed into the text is removed before it is stored."""
     if finish == "content_filter":
@@ -241,7 +242,7 @@ def _response(text: str | None, finish: str | None, prompt_tokens, completion_to
         raise ModelError("empty_response", f"reply has no text (finish_reason={str(finish)[:40]})")
     if not isinstance(text, str):
         raise ModelError("malformed", "unreadable response: content is not a string")
-    return Response(text=scrub(text, secret), finish_reason=finish, prompt_tokens=prompt_tokens,
+    return Response(text=scrub(text, secrets), finish_reason=finish, prompt_tokens=prompt_tokens,
                     completion_tokens=completion_tokens, latency_s=latency)
 
 
