@@ -147,7 +147,9 @@ def sdk_client_options() -> dict:
     a server as the others do: redirects are not followed (the SDKs follow them to any host, prompt and
     key included; a 3xx then becomes `redirect_error`), and the body is decoded here, capped at
     _http.MAX_BODY on the wire and once decompressed (httpx decompresses without a limit)."""
-    return {"follow_redirects": False, "event_hooks": {"response": [_cap_body]}}
+    return {"follow_redirects": False, "event_hooks": {"response": [_cap_body]},
+            # what Inflater decodes (httpx would also offer br and zstd when those packages are installed)
+            "headers": {"Accept-Encoding": "gzip, deflate"}}
 
 
 async def _cap_body(response) -> None:

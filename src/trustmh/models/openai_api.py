@@ -68,6 +68,8 @@ class OpenAIModel(Model):
             for var, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
                 if value := _env_value(var):  # a line break inside is refused, by name
                     self._headers[header] = value
+            # aiohttp offers br too when brotli is installed; Inflater decodes gzip and deflate only
+            self._aiohttp_headers = {**self._headers, "Accept-Encoding": "gzip, deflate"}
             self._proxy = _env_proxy(self._url)
             if self._proxy and transport == "http":
                 self.transport = "aiohttp"  # the lean client does not speak to proxies
@@ -173,7 +175,7 @@ class OpenAIModel(Model):
         session = self._get_session()
         secret = self._api_key
         try:
-            async with session.post(self._url, data=data, headers=self._headers,
+            async with session.post(self._url, data=data, headers=self._aiohttp_headers,
                                     proxy=self._proxy, allow_redirects=False) as r:
                 inflater = Inflater(r.headers.get("Content-Encoding", ""))
                 parts = [inflater.feed(chunk) async for chunk in r.content.iter_chunked(1 << 16)]
