@@ -580,3 +580,31 @@ async def _dead_before_the_request_srv(srv):
             await http._exchange(conn, b"{}", loop.time() + 5)
         finally:
             await http.close()
+
+
+def test_parsing_holds_only_the_unfinished_part_so_work_is_linear():
+    """Each complete chunk leaves the buffer as it arrives, and the search for the head's end resumes where
+    it stopped: without a clock, that is what makes the parser linear (re-reading the whole buffer on
+    every packet made a reply in many small chunks quadratic)."""
+    payload = bytes(range(256)) * 64
+    chunks = [payload[i:i + 7] for i in range(0, len(payload), 7)]
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 50) for i in range(40))
+    wire = head + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+    wire += b"0\r\n\r\n"
+    loop = asyncio.new_event_loop()
+    try:
+        conn = _Conn()
+        conn.connection_made(_Transport())
+        conn.waiter = loop.create_future()
+        held, scans = [], []
+        for i in range(len(wire)):  # one byte per packet, the worst case
+            conn.data_received(wire[i:i + 1])
+            held.append(len(conn.buf))
+            scans.append(conn._scan)
+        assert conn.waiter.result()[2] == payload
+    finally:
+        loop.close()
+    body_start = len(wire) - sum(len(b"%x\r\n%s\r\n" % (len(c), c)) for c in chunks) - 5
+    assert max(held[body_start:]) <= 2 + 2 + 7 + 2  # one chunk's frame at most, never the body so far
+    # the head search resumed near the end each time (not at 0) until the head was complete
+    assert all(s >= i - 2 for i, s in enumerate(scans[:len(head) - 1]))

@@ -97,6 +97,7 @@ class _Conn(asyncio.Protocol):
         self._length: int | None = None  # body length, or -1 chunked, or None read-to-close
         self._parts: list[bytes] = []  # chunked: the chunks received so far (consumed from buf)
         self._size = 0
+        self._scan = 0  # where the search for the head's end resumes: a head trickled in is read once
         # Why the connection can no longer carry a request, when that happened while none was waiting
         # (the event is otherwise lost, and a request written to it would wait for its whole timeout).
         self.dead: Exception | None = None
@@ -141,11 +142,13 @@ class _Conn(asyncio.Protocol):
         if self._head is None:
             if len(self.buf) >= 5 and self.buf[:5] != b"HTTP/":  # fail now, not after the timeout
                 raise HTTPProtocolError(f"not an HTTP/1.x reply: {_describe(bytes(self.buf[:9]))}")
-            end = _HEAD_END.search(self.buf)
+            end = _HEAD_END.search(self.buf, self._scan)
             if end is None:
                 if len(self.buf) > MAX_HEAD:
                     raise HTTPProtocolError("reply head too large")
+                self._scan = max(0, len(self.buf) - 2)  # a match is at most 3 bytes long
                 return
+            self._scan = 0
             status, headers = _parse_head(bytes(self.buf[:end.start()]))
             del self.buf[:end.end()]
             if 100 <= status < 200:  # 100 Continue and friends precede the real reply
