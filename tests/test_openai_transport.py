@@ -315,3 +315,42 @@ def test_anthropic_reply_with_unstorable_values_and_an_echoed_key():
     with FakeLLMServer(reply=lambda body: f"key {KEY}", faults=always(Fault("bad_types"))) as srv:
         r = call_anthropic(srv)
     assert (r.text, r.prompt_tokens, r.completion_tokens) == ("key [redacted] \ufffd", None, None)
+
+
+H2_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # the first bytes of an HTTP/2 (prior knowledge) server
+
+
+@pytest.mark.parametrize("client", [*TRANSPORTS, "anthropic"])
+@pytest.mark.parametrize("when", ["on connect", "after the request"])
+def test_an_http2_only_server_is_malformed_at_once_everywhere(client, when):
+    """Not `other` under the openai SDK, `connection` under Anthropic's, or a wait for --timeout."""
+    from trustmh.models.anthropic_api import AnthropicModel
+
+    async def go():
+        async def handle(reader, writer):
+            if when == "on connect":
+                writer.write(H2_SETTINGS)
+            try:
+                await reader.read(100)
+                if when == "after the request":
+                    writer.write(H2_SETTINGS)
+                await reader.read()
+            except ConnectionError:
+                pass
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        if client == "anthropic":
+            model = AnthropicModel("anthropic/m", "m", api_key=KEY, base_url=url, timeout=60)
+        else:
+            model = OpenAIModel("openai/m", "m", api_key=KEY, base_url=url + "/v1", timeout=60, transport=client)
+        try:
+            with pytest.raises(ModelError) as info:
+                await model.generate(Request(messages=MSGS, params={"max_tokens": 8}))
+        finally:
+            await model.aclose()
+            server.close()
+        return info.value
+    e = asyncio.run(go())
+    assert (e.kind, "\n" in str(e)) == ("malformed", False), str(e)

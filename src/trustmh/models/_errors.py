@@ -48,6 +48,9 @@ def from_sdk_error(sdk, exc: Exception, secret: str | None = None) -> ModelError
         return ModelError("malformed", f"unreadable response: {exc.__cause__}")
     if isinstance(exc, HTTPProtocolError):
         return ModelError("malformed", f"unreadable response: {exc}")
+    import aiohttp  # the SDKs' transport here: bytes that are not HTTP/1.x (an HTTP/2-only server)
+    if isinstance(exc, aiohttp.ClientResponseError) or isinstance(exc.__cause__, aiohttp.ClientResponseError):
+        return ModelError("malformed", "unreadable response: not a valid HTTP/1.x reply")
     if isinstance(exc, sdk.APIConnectionError):
         return ModelError("connection", f"connection failed: {type(exc.__cause__ or exc).__name__}")
     if isinstance(exc, sdk.APIStatusError):
