@@ -11,7 +11,9 @@ Three transports post the same Chat Completions body:
   It capped a run near 650 req/s on 2 cores (bench/throughput.py).
 
 All map failures onto the same typed ModelErrors (models/_errors.py) and build the same Response, and
-none is part of the endpoint's identity: a reply stored through one is reused by the others."""
+none is part of the endpoint's identity: a reply stored through one is reused by the others. All treat the
+server alike (tests/test_openai_transport.py, the conformance matrix): redirects refused, bodies capped on
+the wire and once decompressed (_http.Inflater), --timeout bounding the whole request."""
 
 from __future__ import annotations
 
