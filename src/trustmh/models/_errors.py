@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import functools
 import html
 import json
 import math
@@ -157,6 +158,13 @@ def sdk_client_options() -> dict:
 
 async def _cap_body(response) -> None:
     """httpx response hook: runs once the head is in, before the body is read."""
+    response.stream = _capped_stream()(response.stream, response.headers.get("content-encoding", ""))
+    response.headers.pop("content-encoding", None)  # decoded by the stream: httpx must not decode it again
+
+
+@functools.cache
+def _capped_stream() -> type:
+    """The stream class, made once: httpx2 is imported only by the SDK transports."""
     import httpx2
 
     from ._http import Inflater
@@ -174,5 +182,4 @@ async def _cap_body(response) -> None:
         async def aclose(self) -> None:
             await self.inner.aclose()
 
-    response.stream = Capped(response.stream, response.headers.get("content-encoding", ""))
-    response.headers.pop("content-encoding", None)  # decoded by Capped: httpx must not decode it again
+    return Capped

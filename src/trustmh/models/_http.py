@@ -33,6 +33,14 @@ _MAX_CHUNK_LINE = 4096  # a chunk-size line with its extensions
 _HEAD_END = re.compile(rb"\n\r?\n")  # the empty line ending a head, CRLF or bare LF (RFC 9112 2.2)
 
 
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+class HTTPProtocolError(ValueError):
+    """The server's bytes are not an HTTP/1.x response we can frame."""
+
+
 class Inflater:
     """Decodes a body's Content-Encoding as its bytes arrive, and refuses to produce more than `limit`
     bytes: zlib.decompress has no limit, and a 3 MB gzip reply took 6.3 GB of memory. Used by every
@@ -65,10 +73,10 @@ class Inflater:
             except zlib.error:
                 raise HTTPProtocolError(f"body is not valid {self.encoding}") from None
             if self._z.unconsumed_tail:
-                raise HTTPProtocolError(f"reply body over {self.limit // 2**20} MiB once decompressed")
+                raise HTTPProtocolError(f"reply body over {_size(self.limit)} once decompressed")
         self.size += len(out)
         if self.size > self.limit:
-            raise HTTPProtocolError(f"reply body over {self.limit // 2**20} MiB"
+            raise HTTPProtocolError(f"reply body over {_size(self.limit)}"
                                     + (" once decompressed" if self._z is not None else ""))
         return out
 
@@ -77,10 +85,6 @@ class Inflater:
         if self._pending or (self._z is not None and not self._z.eof):
             raise HTTPProtocolError(f"body is not valid {self.encoding} (cut short)")
         return b""
-
-
-class HTTPProtocolError(ValueError):
-    """The server's bytes are not an HTTP/1.x response we can frame."""
 
 
 class _Conn(asyncio.Protocol):
@@ -210,7 +214,7 @@ class _Conn(asyncio.Protocol):
                 del buf[:end + 4]
                 return True
             if self._size + size > MAX_BODY:  # an endless chunked reply stops here
-                raise HTTPProtocolError(f"reply body over {MAX_BODY // 2**20} MiB")
+                raise HTTPProtocolError(f"reply body over {_size(MAX_BODY)}")
             start, stop = eol + 2, eol + 2 + size
             if len(buf) < stop + 2:
                 return False
