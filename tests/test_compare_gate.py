@@ -237,3 +237,14 @@ def test_gate_baseline_fails_only_on_significant_regressions(ethics_runs, capsys
     assert code == 0, out
     code, out, _ = cli(capsys, "gate", ethics_runs["a2"], "--baseline", ethics_runs["a"], "--bootstrap", "200")
     assert code == 0, out
+
+
+@pytest.mark.parametrize("literal", ["nan", "+nan", "-nan"])
+def test_gate_toml_refuses_a_nan_threshold(tmp_path, literal):
+    """A NaN bound compares false both ways, so it would pass any value: refused like on the command line."""
+    from trustmh.errors import UserError
+    from trustmh.gate import load_config
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text(f'[min]\n"crisis.identification" = {literal}\n', encoding="utf-8")
+    with pytest.raises(UserError, match="crisis.identification must be a number"):
+        load_config(cfg)

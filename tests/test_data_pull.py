@@ -324,3 +324,90 @@ def test_zip_members_are_extracted_and_verified(tmp_path):
         assert not (data_dir / "zipset" / "absent.txt").exists() and not leftovers(data_dir)
     finally:
         server.close()
+
+
+# ---------------------------------------------------------------------- sources that send too much (issue 14)
+
+from http.server import BaseHTTPRequestHandler  # noqa: E402
+
+FLOOD = 64 << 20  # what a hostile source offers; a pull must stop long before
+
+
+class Flood:
+    """Serves FLOOD bytes for any path, without Content-Length (or with a true one), counting what it
+    managed to send before the client hung up."""
+
+    def __init__(self, announce: bool = False):
+        self.sent = 0
+        flood = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"  # the body ends when the connection does
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                self.send_response(200)
+                if announce:
+                    self.send_header("Content-Length", str(FLOOD))
+                self.end_headers()
+                block = b"x" * 65536
+                try:
+                    while flood.sent < FLOOD:
+                        self.wfile.write(block)
+                        flood.sent += len(block)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def small_set(url: str = "http://127.0.0.1:9/x", member: str | None = None) -> dict[str, Dataset]:
+    body = b"62 KB in the manifest, in spirit"
+    f = DataFile("flood/file.json", len(body), hashlib.sha256(body).hexdigest(), url, zip_member=member)
+    return {"flood": Dataset("flood", "test", "MIT", "x/y@" + "0" * 40, files=(f,))}
+
+
+@pytest.mark.parametrize("announce", [False, True], ids=["endless", "content-length"])
+def test_a_download_stops_at_the_manifest_size(tmp_path, announce):
+    """A source sending far more than the manifest's size was written out whole before the check
+    (a 62 KB file: 6 GB in 25 s). It now stops within a chunk of the size."""
+    server = Flood(announce)
+    try:
+        with pytest.raises(UserError, match=r"flood/file\.json \(.*(?:sent more than the|announces \d+ bytes, the) manifest"):
+            pull(tmp_path / "data", manifest=small_set(), url_base=server.url, progress=False)
+    finally:
+        server.close()
+    assert server.sent < 16 << 20, server.sent  # the client hung up early (socket buffers hold a few MB)
+    assert not (tmp_path / "data" / "flood" / "file.json").exists() and not leftovers(tmp_path / "data")
+
+
+def test_a_zip_bomb_member_is_refused_before_extraction(tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    with zipfile.ZipFile(served / "bomb.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("data/file.json", b"\0" * FLOOD)  # ~64 KB compressed
+    server = Mirror(served)
+    try:
+        manifest = small_set(f"{server.url}/bomb.zip", member="data/file.json")
+        with pytest.raises(UserError, match=f"data/file.json in .*bomb.zip is {FLOOD} bytes, the manifest says"):
+            pull(tmp_path / "data", manifest=manifest, progress=False)
+    finally:
+        server.close()
+    assert not leftovers(tmp_path / "data")
+
+
+def test_from_refuses_a_file_larger_than_the_manifest_says(tmp_path):
+    src = tmp_path / "copy" / "flood"
+    src.mkdir(parents=True)
+    (src / "file.json").write_bytes(b"y" * (FLOOD // 16))
+    with pytest.raises(UserError, match=r"file\.json is 4194304 bytes, the manifest says 32"):
+        pull(tmp_path / "data", manifest=small_set(), from_dir=tmp_path / "copy", progress=False)
+    assert not leftovers(tmp_path / "data")

@@ -449,3 +449,162 @@ def test_api_key_from_a_file_is_trimmed_and_a_line_break_inside_is_refused(monke
     with pytest.raises(UserError, match="OPENAI_API_KEY contains a line break") as err:
         make_model("openai/m", base_url="http://127.0.0.1:9/v1")
     assert "sk-part" not in str(err.value)
+
+
+# --- hostile servers (issue 14) --------------------------------------------------------------------
+
+import zlib  # noqa: E402
+
+from trustmh.models._http import MAX_BODY, Inflater  # noqa: E402
+
+BOMB = gzip.compress(b"\0" * (4 * MAX_BODY), compresslevel=9)  # ~65 KB on the wire, 64 MB decompressed
+
+
+def fails_with(handler, exc_type, **kw):
+    async def main():
+        async with Scripted(handler) as url:
+            http = client(url, **kw)
+            with pytest.raises(exc_type) as info:
+                await http.post(b"{}")
+            await http.close()
+        return info.value
+    return run(main())
+
+
+def test_a_gzip_bomb_stops_at_the_body_cap():
+    async def handler(c, n, head, body, w):
+        w.write(ok_reply(BOMB, b"Content-Encoding: gzip\r\n"))
+
+    assert "once decompressed" in str(fails_with(handler, HTTPProtocolError))
+
+
+def test_an_endless_chunked_reply_stops_at_the_body_cap():
+    async def handler(c, n, head, body, w):
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        block = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+        try:
+            while True:  # until the client hangs up
+                w.write(block)
+                await w.drain()
+        except ConnectionError:
+            return False
+
+    assert "MiB" in str(fails_with(handler, HTTPProtocolError, timeout=60))
+
+
+def test_an_endless_chunk_size_line_is_refused():
+    async def handler(c, n, head, body, w):
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;" + b"x" * 10_000)
+
+    assert "chunk size line" in str(fails_with(handler, HTTPProtocolError))
+
+
+@pytest.mark.parametrize("encoding,squeeze", [("gzip", gzip.compress), ("deflate", zlib.compress),
+                                              ("deflate", lambda b: zlib.compress(b, wbits=-15))],
+                         ids=["gzip", "zlib-deflate", "raw-deflate"])
+def test_every_deflate_flavour_is_decoded(encoding, squeeze):
+    """"deflate" is zlib-wrapped by the RFC; many servers send it raw, and that used to be `malformed`."""
+    async def handler(c, n, head, body, w):
+        w.write(ok_reply(squeeze(OK_BODY), b"Content-Encoding: %s\r\n" % encoding.encode()))
+
+    assert posts(handler)[1][0][2] == OK_BODY
+
+
+def test_a_bare_lf_head_parses():
+    """RFC 9112 lets a client take LF alone as a line end; such a head used to hang until the timeout."""
+    async def handler(c, n, head, body, w):
+        w.write(b"HTTP/1.1 200 OK\nContent-Type: application/json\nContent-Length: %d\n\n%s" % (len(OK_BODY), OK_BODY))
+
+    srv, outs = posts(handler, 2)
+    assert [(o[0], o[2], o[1]["content-type"]) for o in outs] == [(200, OK_BODY, "application/json")] * 2
+
+
+def test_inflater_caps_every_encoding_and_feeds_in_pieces():
+    for encoding, wire in (("identity", b"x" * 100), ("gzip", gzip.compress(b"x" * 100))):
+        inf = Inflater(encoding, limit=99)
+        with pytest.raises(HTTPProtocolError, match="over"):
+            inf.feed(wire)
+    inf = Inflater("deflate")
+    wire = zlib.compress(OK_BODY, wbits=-15)
+    assert b"".join(inf.feed(wire[i:i + 1]) for i in range(len(wire))) + inf.finish() == OK_BODY
+    with pytest.raises(HTTPProtocolError, match="cut short"):
+        cut = Inflater("gzip")
+        cut.feed(gzip.compress(OK_BODY)[:-6])
+        cut.finish()
+    with pytest.raises(HTTPProtocolError, match="unsupported"):
+        Inflater("br")
+
+
+def test_a_connection_closed_before_the_request_fails_at_once():
+    class Closing(Scripted):
+        async def _serve(self, reader, writer):
+            writer.close()
+
+    async def main():
+        srv = Closing(None)
+        with pytest.raises(ConnectionError, match="before the request was sent"):
+            await _dead_before_the_request_srv(srv)
+    run(main())
+
+
+def test_an_http2_only_server_fails_at_once_and_says_so():
+    settings_frame = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # what an h2 (prior knowledge) server sends first
+
+    class H2(Scripted):
+        async def _serve(self, reader, writer):
+            writer.write(settings_frame)
+            await writer.drain()
+            await reader.read()  # and then never an HTTP/1.x reply
+
+    async def main():
+        with pytest.raises(HTTPProtocolError, match="HTTP/2"):
+            await _dead_before_the_request_srv(H2(None))
+    run(main())
+
+    # The same frame arriving after the request went out is refused at its first bytes, not at the timeout.
+    async def late(c, n, head, body, w):
+        w.write(settings_frame)
+        return "no reply"
+    assert "HTTP/2" in str(fails_with(late, HTTPProtocolError, timeout=60))
+
+
+async def _dead_before_the_request_srv(srv):
+    async with srv as url:
+        http = client(url)
+        loop = asyncio.get_running_loop()
+        conn, _ = await http._connection(loop.time() + 5)
+        while conn.reusable:  # ordering, not time: the connection has seen the server's act, then its end
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # connection_lost, scheduled by the close, has run
+        try:
+            await http._exchange(conn, b"{}", loop.time() + 5)
+        finally:
+            await http.close()
+
+
+def test_parsing_holds_only_the_unfinished_part_so_work_is_linear():
+    """Each complete chunk leaves the buffer as it arrives, and the search for the head's end resumes where
+    it stopped: without a clock, that is what makes the parser linear (re-reading the whole buffer on
+    every packet made a reply in many small chunks quadratic)."""
+    payload = bytes(range(256)) * 64
+    chunks = [payload[i:i + 7] for i in range(0, len(payload), 7)]
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 50) for i in range(40))
+    wire = head + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks)
+    wire += b"0\r\n\r\n"
+    loop = asyncio.new_event_loop()
+    try:
+        conn = _Conn()
+        conn.connection_made(_Transport())
+        conn.waiter = loop.create_future()
+        held, scans = [], []
+        for i in range(len(wire)):  # one byte per packet, the worst case
+            conn.data_received(wire[i:i + 1])
+            held.append(len(conn.buf))
+            scans.append(conn._scan)
+        assert conn.waiter.result()[2] == payload
+    finally:
+        loop.close()
+    body_start = len(wire) - sum(len(b"%x\r\n%s\r\n" % (len(c), c)) for c in chunks) - 5
+    assert max(held[body_start:]) <= 2 + 2 + 7 + 2  # one chunk's frame at most, never the body so far
+    # the head search resumed near the end each time (not at 0) until the head was complete
+    assert all(s >= i - 2 for i, s in enumerate(scans[:len(head) - 1]))

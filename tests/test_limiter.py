@@ -373,3 +373,65 @@ def test_endpoint_paces_a_server_admitting_one_request_per_round_trip(tmp_path):
     assert [r.error_kind for r in out if not r.ok] == []
     assert ep.limiter.n_paced >= 1 and ep.limiter.pacing
     assert limited < 60
+
+
+@pytest.mark.parametrize("retry_after", [86400.0, float("inf"), 1e308])
+def test_a_huge_retry_after_pauses_for_the_retry_cap_only(retry_after):
+    """One 429 with Retry-After: 86400 (or inf) used to stop every request to the endpoint."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        lim = AdaptiveLimiter(4, max_pause=5.0)
+        lim.on_rate_limit(lim.epoch, retry_after)
+        await lim.acquire()
+        return loop.time()
+
+    assert run_virtual(main()) == 5.0
+
+
+def test_a_nan_retry_after_does_not_pause_and_bad_caps_are_refused():
+    async def main():
+        loop = asyncio.get_running_loop()
+        lim = AdaptiveLimiter(4)
+        lim.on_rate_limit(lim.epoch, float("nan"))
+        await lim.acquire()
+        return loop.time()
+
+    assert run_virtual(main()) == 0.0
+    for cap in (float("inf"), float("nan"), -1.0):
+        with pytest.raises(ValueError):
+            AdaptiveLimiter(4, max_pause=cap)
+
+
+class _Err:
+    def __init__(self, kind, status=None, retry_after=None):
+        self.kind, self.status, self.retry_after = kind, status, retry_after
+
+
+def test_repeated_503s_slow_the_endpoint_like_429s():
+    """nginx limit_req answers 503 without Retry-After: two in a row cut the limit as one 429 does; one
+    503 followed by a success is a blip and changes nothing; other errors never cut."""
+    async def main():
+        lim = AdaptiveLimiter(16, decrease=0.5)
+        lim.on_failure(lim.epoch, _Err("server_error", 503))
+        lim.on_success(lim.epoch)
+        blip = lim.limit
+        for err in (_Err("server_error", 500), _Err("timeout"), _Err("malformed"), _Err("server_error", 503)):
+            lim.on_failure(lim.epoch, err)
+        before = lim.limit
+        lim.on_failure(lim.epoch, _Err("server_error", 503))  # the second 503 in a row
+        after = lim.limit
+        lim.on_failure(lim.epoch, _Err("rate_limit", 429, 2.0))
+        return blip, before, after, lim.limit, lim.n_cuts
+
+    assert run_virtual(main()) == (16.0, 16.0, 8.0, 4.0, 2)
+
+
+def test_a_503_retry_after_pauses_capped():
+    async def main():
+        loop = asyncio.get_running_loop()
+        lim = AdaptiveLimiter(4, max_pause=3.0)
+        lim.on_failure(lim.epoch, _Err("server_error", 503, 86400.0))
+        await lim.acquire()
+        return loop.time(), lim.n_cuts
+
+    assert run_virtual(main()) == (3.0, 0)

@@ -1,6 +1,7 @@
-"""The `openai/` backend's two transports (plain aiohttp "http", the default, and the openai "sdk") behave
-the same: same request body, same Response, same typed ModelError for every failure a provider shows, and
-the API key never in an error message. Everything goes through FakeLLMServer on loopback."""
+"""The `openai/` backend's three transports (the lean "http" client, the default; "aiohttp"; the openai
+"sdk") behave the same: same request body, same Response, same typed ModelError for every failure a
+provider, or a broken or hostile server, shows, and the API key never in an error message. The matrix at
+the end (HOSTILE x TRANSPORTS) is the contract. Everything goes through FakeLLMServer on loopback."""
 
 import asyncio
 import secrets
@@ -14,7 +15,7 @@ from trustmh.engine import Limits
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 from trustmh.types import ModelError, Request
 
-TRANSPORTS = ["http", "sdk"]
+TRANSPORTS = ["http", "aiohttp", "sdk"]
 KEY = f"sk-test-{secrets.token_hex(16)}"
 MSGS = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "I feel low today."}]
 
@@ -70,7 +71,7 @@ def test_both_transports_send_the_same_body():
         with FakeLLMServer() as srv:
             call(srv, transport, params={"temperature": 0.0, "max_tokens": 8})
             bodies[transport] = srv.requests[-1]
-    assert bodies["http"] == bodies["sdk"]
+    assert bodies["http"] == bodies["sdk"] == bodies["aiohttp"]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -163,7 +164,7 @@ def test_official_api_gets_max_completion_tokens_and_org_headers(monkeypatch):
 def test_transport_is_not_part_of_the_endpoint(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     eps = {t: make_model("openai/fake", base_url="http://127.0.0.1:1/v1", transport=t).endpoint for t in TRANSPORTS}
-    assert eps["http"] == eps["sdk"]
+    assert eps["http"] == eps["sdk"] == eps["aiohttp"]
     with pytest.raises(ValueError):
         OpenAIModel("openai/fake", "fake", api_key=KEY, base_url=None, timeout=1, transport="carrier-pigeon")
 
@@ -201,3 +202,155 @@ def test_cli_transport_option(tmp_path):
     spec_a = json.loads((tmp_path / "a" / "results.json").read_text())["spec"]
     spec_b = json.loads((tmp_path / "b" / "results.json").read_text())["spec"]
     assert "transport" not in spec_a["options"] and spec_b["options"]["transport"] == "sdk"
+
+
+# --- the conformance matrix: hostile servers (issue 14) --------------------------------------------
+
+from trustmh.types import RETRYABLE  # noqa: E402
+
+# fault -> (error kind, a fragment its message must hold). The kind decides the retry (RETRYABLE), so
+# one kind per fault over every transport is one retry decision too.
+HOSTILE = {
+    "429 with Retry-After as an HTTP-date": (Fault("status", status=429, retry_after=30, retry_after_date=True),
+                                             "rate_limit", "HTTP 429"),
+    "nginx 503 page": (Fault("html_status", status=503), "server_error",
+                       "HTTP 503: 503 Service Temporarily Unavailable"),
+    "redirect to another host": (Fault("redirect", location="http://u:pw@127.0.0.2:1/v1/chat?token=t0p#frag"),
+                                 "other", "redirect to http://127.0.0.2:1/v1/chat refused"),
+    "gzip bomb": (Fault("gzip_bomb"), "malformed", "MiB once decompressed"),
+    "endless chunked reply": (Fault("endless_chunked"), "malformed", "MiB"),
+    "one byte per 50 ms past the timeout": (Fault("trickle"), "timeout", "timed out"),
+    # the provider faults of the fault campaign (test_faults.py), in the same table
+    "connection closed mid-reply": (Fault("close"), "connection", "connection"),
+    "stall past the timeout": (Fault("stall", stall_s=30), "timeout", "timed out"),
+    "truncated JSON": (Fault("malformed"), "malformed", "unreadable response"),
+    "HTTP 500": (Fault("status", status=500), "server_error", "HTTP 500: injected fault"),
+    "HTTP 400": (Fault("status", status=400), "bad_request", "HTTP 400: injected fault"),
+}
+SHORT_TIMEOUT = ("trickle", "stall")  # faults that end at the client's timeout: 2 s, not 20
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_hostile_server_matrix(transport, name):
+    fault, kind, fragment = HOSTILE[name]
+    with FakeLLMServer(faults=always(fault)) as srv:
+        e = error_of(srv, transport, timeout=2.0 if fault.kind in SHORT_TIMEOUT else 20.0)
+    assert (e.kind, e.retryable) == (kind, kind in RETRYABLE), str(e)
+    assert fragment in str(e) and "\n" not in str(e) and "\r" not in str(e), str(e)
+    assert "pw" not in str(e) and "t0p" not in str(e)
+    if fault.retry_after_date:
+        assert 20 <= e.retry_after <= 31  # an HTTP-date has whole seconds; the clock moved a little
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("fault", ["bare_lf", "raw_deflate"])
+def test_lenient_framing_is_a_normal_reply(transport, fault):
+    """A head in bare LFs (RFC 9112 lets a client accept it) and raw deflate are replies, not errors."""
+    with FakeLLMServer(reply=lambda body: "I hear you.", faults=always(Fault(fault))) as srv:
+        r = call(srv, transport)
+    assert (r.text, r.finish_reason, r.completion_tokens) == ("I hear you.", "stop", 3)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_values_sqlite_cannot_hold_become_a_clean_response(transport, tmp_path):
+    """A lone \\ud800 escape in the text, token counts that are an object or >= 2^63, an object as
+    finish_reason: one such reply crashed the run's commit. Now it is a reply with those fields cleaned."""
+    from trustmh.store import Store
+    with FakeLLMServer(reply=lambda body: "I hear you.", faults=always(Fault("bad_types"))) as srv:
+        r = call(srv, transport)
+    assert (r.text, r.finish_reason, r.prompt_tokens, r.completion_tokens) == ("I hear you. \ufffd", None, None, None)
+    store = Store(tmp_path / "s.sqlite")
+    store.put_calls([("k", "openai/fake", "generate", ("t", "1", ""), r)])
+    assert store.get_call("k").text == "I hear you. \ufffd"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_key_echoed_in_a_reply_is_redacted(transport, monkeypatch):
+    other = f"sk-ant-{secrets.token_hex(8)}"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", other)
+    with FakeLLMServer(reply=lambda body: f"your keys are {KEY} and {other}.") as srv:
+        r = call(srv, transport)
+    assert r.text == "your keys are [redacted] and [redacted]."
+
+
+@pytest.mark.parametrize("placeholder", ["EMPTY", "not-needed"])
+def test_a_placeholder_key_for_a_local_server_is_not_taken_out_of_replies(monkeypatch, placeholder):
+    """vLLM's convention is OPENAI_API_KEY=EMPTY: that word in a reply is the model's, not a secret."""
+    monkeypatch.setenv("OPENAI_API_KEY", placeholder)
+    with FakeLLMServer(reply=lambda body: f"The box is {placeholder}, not-needed.") as srv:
+        model = make_model("openai/fake", base_url=srv.openai_base_url)
+
+        async def go():
+            try:
+                return await model.generate(Request(messages=MSGS, params={}))
+            finally:
+                await model.aclose()
+        assert asyncio.run(go()).text == f"The box is {placeholder}, not-needed."
+
+
+def call_anthropic(srv, *, timeout=20.0):
+    from trustmh.models.anthropic_api import AnthropicModel
+
+    async def go():
+        model = AnthropicModel("anthropic/fake", "fake", api_key=KEY, base_url=srv.base_url, timeout=timeout)
+        try:
+            return await model.generate(Request(messages=MSGS, params={"max_tokens": 16}))
+        finally:
+            await model.aclose()
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_anthropic_meets_hostile_servers_like_the_openai_transports(name):
+    fault, kind, fragment = HOSTILE[name]
+    with FakeLLMServer(faults=always(fault)) as srv:
+        with pytest.raises(ModelError) as info:
+            call_anthropic(srv, timeout=2.0 if fault.kind in SHORT_TIMEOUT else 20.0)
+    e = info.value
+    assert (e.kind, fragment in str(e), "pw" in str(e), KEY in str(e)) == (kind, True, False, False), str(e)
+
+
+def test_anthropic_reply_with_unstorable_values_and_an_echoed_key():
+    with FakeLLMServer(reply=lambda body: f"key {KEY}", faults=always(Fault("bad_types"))) as srv:
+        r = call_anthropic(srv)
+    assert (r.text, r.prompt_tokens, r.completion_tokens) == ("key [redacted] \ufffd", None, None)
+
+
+H2_SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # the first bytes of an HTTP/2 (prior knowledge) server
+
+
+@pytest.mark.parametrize("client", [*TRANSPORTS, "anthropic"])
+@pytest.mark.parametrize("when", ["on connect", "after the request"])
+def test_an_http2_only_server_is_malformed_at_once_everywhere(client, when):
+    """Not `other` under the openai SDK, `connection` under Anthropic's, or a wait for --timeout."""
+    from trustmh.models.anthropic_api import AnthropicModel
+
+    async def go():
+        async def handle(reader, writer):
+            if when == "on connect":
+                writer.write(H2_SETTINGS)
+            try:
+                await reader.read(100)
+                if when == "after the request":
+                    writer.write(H2_SETTINGS)
+                await reader.read()
+            except ConnectionError:
+                pass
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        if client == "anthropic":
+            model = AnthropicModel("anthropic/m", "m", api_key=KEY, base_url=url, timeout=60)
+        else:
+            model = OpenAIModel("openai/m", "m", api_key=KEY, base_url=url + "/v1", timeout=60, transport=client)
+        try:
+            with pytest.raises(ModelError) as info:
+                await model.generate(Request(messages=MSGS, params={"max_tokens": 8}))
+        finally:
+            await model.aclose()
+            server.close()
+        return info.value
+    e = asyncio.run(go())
+    assert (e.kind, "\n" in str(e)) == ("malformed", False), str(e)

@@ -101,7 +101,7 @@ def test_missing_hf_extra_is_a_user_error(monkeypatch):
 def test_import_trustmh_does_not_import_torch():
     import subprocess
     import sys
-    code = ("import sys, trustmh, trustmh.cli, trustmh.runner, trustmh.tasks, trustmh.judges.hf_classifier; "
+    code = ("import sys, trustmh, trustmh.cli, trustmh.engine, trustmh.tasks, trustmh.judges.hf_classifier; "
             "print('torch' in sys.modules, 'transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

@@ -1,6 +1,7 @@
 """Secrets and hostile content: API keys never reach an output, run directories are private, ids never
 become paths, and model output is inert in the report."""
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -160,3 +161,81 @@ def test_model_output_is_inert_in_the_report(tmp_path):
     html = write_report([tmp_path / "run"], tmp_path / "report.html").read_text(encoding="utf-8")
     for fragment in ('<script>alert("x")', "<img src=x onerror", "</textarea>"):
         assert fragment not in html
+
+
+# --- issue 14: header values, base URLs, endpoint identity ------------------------------------------
+
+@pytest.mark.parametrize("var", ["OPENAI_ORG_ID", "OPENAI_PROJECT_ID", "OPENAI_API_KEY"])
+@pytest.mark.parametrize("bad", ["org-1\r\nX-Injected: 1", "org-1\nx", "org-1\rx"])  # NUL: no OS lets it in
+@pytest.mark.parametrize("transport", ["http", "sdk"])
+def test_a_line_break_in_any_header_variable_is_refused_at_start_up(monkeypatch, var, bad, transport):
+    from trustmh.errors import UserError
+    from trustmh.models import make_model
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-1")
+    monkeypatch.setenv(var, bad)
+    with pytest.raises(UserError) as err:
+        make_model("openai/m", base_url="http://127.0.0.1:9/v1", transport=transport)
+    assert var in str(err.value) and bad not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_redact_url_drops_userinfo_query_and_fragment():
+    from trustmh.models import redact_url
+    assert redact_url("https://u:p@gw.example/v1?key=s3cr3t&x=1#tok") == "https://gw.example/v1"
+    assert redact_url("http://[::1]:8000/v1?sig=abc") == "http://[::1]:8000/v1"
+    assert redact_url("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"
+    assert redact_url("http://h:notaport/v1?k=1") == "(unreadable URL)"
+
+
+def test_endpoint_spellings_of_one_server_key_the_cache_once():
+    from trustmh.models import ModelRef, endpoint_id
+    one = endpoint_id("openai/m", "https://api.example.com/v1")
+    for spelling in ("HTTPS://API.Example.com/v1/", "https://api.example.com:443/v1", "https://api.example.com/v1//",
+                     "https://u:p@api.example.com/v1?key=1"):
+        assert endpoint_id("openai/m", spelling) == one, spelling
+    assert endpoint_id("openai/m", "http://api.example.com/v1") != one  # another scheme, maybe another server
+    assert endpoint_id("openai/m", "https://api.example.com:8443/v1") != one
+    assert ModelRef("openai/m", "https://API.example.com/v1/").endpoint == one
+
+
+@pytest.mark.parametrize("provider,var", [("openai", "OPENAI_BASE_URL"), ("anthropic", "ANTHROPIC_BASE_URL")])
+def test_base_url_variables_are_honoured_as_the_sdks_do(monkeypatch, provider, var):
+    """When no --base-url is given the provider's variable names the server, for the requests and for the
+    cache key alike (a store written through it is found again by `trustmh score`)."""
+    from trustmh.models import ModelRef, endpoint_id, make_model
+    from trustmh.types import Request
+    monkeypatch.setenv(var, "")
+    with FakeLLMServer(reply=lambda body: "from the variable") as srv:
+        url = srv.openai_base_url if provider == "openai" else srv.base_url
+        monkeypatch.setenv(var, url + "/")
+        model = make_model(f"{provider}/fake")  # no key needed: a base URL is given, by the variable
+
+        async def go():
+            try:
+                return await model.generate(Request([{"role": "user", "content": "q"}], {"max_tokens": 8}))
+            finally:
+                await model.aclose()
+        out = asyncio.run(go())
+        assert out.text == "from the variable" and srv.n_requests == 1
+    assert model.endpoint == endpoint_id(f"{provider}/fake", url) == ModelRef(f"{provider}/fake").endpoint
+    assert make_model(f"{provider}/fake", base_url="http://127.0.0.1:9/v1").endpoint.endswith("@http://127.0.0.1:9/v1")
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="needs /proc")
+@pytest.mark.parametrize("target", ["trustmh/privacy/tier_1_labels.txt", "trustmh/ethics/EthicMH.csv"])
+def test_a_data_file_linked_to_the_environment_prints_no_key(tmp_path, target):
+    """A data file symlinked to /proc/self/environ printed both API keys in its error message."""
+    keys = {"OPENAI_API_KEY": f"sk-test-{secrets.token_hex(16)}", "ANTHROPIC_API_KEY": f"sk-ant-{secrets.token_hex(16)}"}
+    env = {**keys, **os.environ}  # the keys first: an excerpt of the first 40 characters would hold one
+    for name, key in keys.items():
+        env[name] = key
+    data = make_synthetic_data(tmp_path / "data", 4, 4)
+    (data / target).unlink()
+    (data / target).symlink_to("/proc/self/environ")
+    task = "privacy.awareness_tier1" if "privacy" in target else "ethics.reasoning"
+    out = cli("run", "-m", "baseline/counselor", "-t", task, "--suite", "data", "--data-dir", data,
+              "--no-progress", "--out", tmp_path / "run", env=env, cwd=tmp_path)
+    text = out.stdout + out.stderr
+    assert out.returncode == 2 and target.rsplit("/", 1)[-1] in text and "Traceback" not in text, text
+    for key in keys.values():
+        secret = key.split("-")[-1]
+        assert not any(secret[i:i + 8] in text for i in range(len(secret) - 7)), text

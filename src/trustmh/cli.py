@@ -274,6 +274,12 @@ def run_cmd(
     chosen = _choose_suite(suite, ddir)
     if limit is not None and limit < 1:
         raise UserError("--limit must be at least 1")
+    from .models import resolve_base_url
+    # A server named only by OPENAI_BASE_URL / ANTHROPIC_BASE_URL is recorded in the spec, so that results
+    # say where replies came from and a later `score` in another environment finds the same stored calls.
+    base_url = resolve_base_url(model[0], base_url)
+    if judge != "rules":
+        judge_base_url = resolve_base_url(judge, judge_base_url)
     spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
                    data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=base_url,
                    judge_base_url=judge_base_url, temperature=temperature, max_tokens=max_tokens,

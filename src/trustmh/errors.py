@@ -13,5 +13,11 @@ class DataError(UserError):
 
     def __init__(self, path, problem: str, line: int | None = None):
         where = f"{path}:{line}" if line is not None else f"{path}"
+        # A problem may quote the file, and a data file may be anything (/proc/self/environ): keys out,
+        # then bounded. data.loaders.excerpt is the way to quote; this is the backstop for every caller.
+        from .models import env_secrets
+        for key in env_secrets():
+            problem = problem.replace(key, "[redacted]")
+        problem = problem if len(problem) <= 400 else problem[:400] + "..."
         super().__init__(f"{where}: {problem}")
         self.path, self.line, self.problem = path, line, problem

@@ -70,7 +70,9 @@ def load_config(path: Path) -> GateConfig:
         if not isinstance(table, dict):
             raise UserError(f"{path}: [{bound}] must be a table of \"name\" = number")
         for name, value in _flatten(table):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            # TOML has nan and inf literals; a NaN bound compares false both ways, so it would pass
+            # every value (the command line refuses it for the same reason).
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
                 raise UserError(f"{path}: [{bound}] {name} must be a number, not {value!r}")
             out.thresholds.append(Threshold(name, bound, float(value)))
     if "baseline" in data:

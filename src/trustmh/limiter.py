@@ -22,6 +22,9 @@ on, the limiter also learns the rate the server admits and spaces request starts
 limit that rose or a 429 that was a blip costs seconds, not the run; and it switches itself off once it
 no longer holds any request back. `pacing=False` keeps the concurrency limit alone (for comparisons).
 
+Retry-After pauses the endpoint for at most `max_pause` (the run's backoff_max): a server's 86400 or
+inf would otherwise stop every request to it, silently. Repeated 503s count as 429s (`on_failure`).
+
 Without any 429 the limiter behaves exactly like a semaphore of `max_limit`, and pacing is off: its
 cost on that path is one test and one counter increment per success and one test per admission."""
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
 
 # The learned rate is taken this much under the measured one: a start rate exactly at a token bucket's
 # refill rate leaves it empty, and then any jitter in our timers or the network means a 429.
@@ -56,14 +60,23 @@ _MIN_RATE = 1 / 60
 # is not stopped merely for having grown: a quota with a large burst absorbs a pace well over its rate
 # for a while, and a pace stopped too early ends in a wave of 429s.
 _SLACK = 16
+# A 503 without Retry-After is how nginx's limit_req (and many gateways) say "too fast". One 503 may be a
+# restart; this many in a row, with no success between, are taken as a 429 would be.
+_OVERLOAD_503S = 2
 
 
 class AdaptiveLimiter:
     def __init__(self, max_limit: int, *, min_limit: int = 1, decrease: float = 0.7, increase: float = 0.25,
-                 pacing: bool = True):
+                 pacing: bool = True, max_pause: float = 60.0):
         if max_limit < 1 or not 1 <= min_limit <= max_limit or not 0 < decrease < 1 or increase <= 0:
             raise ValueError("need 1 <= min_limit <= max_limit, 0 < decrease < 1 and increase > 0")
+        if not 0 <= max_pause < math.inf:
+            raise ValueError("need a finite max_pause >= 0")
         self.max_limit, self.min_limit = max_limit, min_limit
+        # The longest a server's Retry-After pauses the endpoint: the run's retry cap (backoff_max). A
+        # server's 86400 (or inf) would otherwise stop every request to the endpoint, silently.
+        self.max_pause = max_pause
+        self._n_503 = 0  # 503s in a row without a success
         # The limit grows by increase/limit per success, i.e. by `increase` per round trip. At +1 per round
         # trip (TCP's choice) a server admitting ~1-2 requests per round trip per endpoint answered 429
         # to ~40% of all attempts, and a few requests ran out of retries; at +0.25 none did, at the
@@ -204,6 +217,7 @@ class AdaptiveLimiter:
     # --- feedback ---------------------------------------------------------------------------------
     def on_success(self, epoch: int | None = None) -> None:
         """A success for an attempt sent in `epoch` (as for `on_rate_limit`; None: count it as sent now)."""
+        self._n_503 = 0
         if epoch is None or epoch >= self._mark_epoch:
             self._n_window += 1
         if self.window < self.limit:
@@ -216,8 +230,7 @@ class AdaptiveLimiter:
         """A 429 for an attempt sent in `epoch` (read `self.epoch` just before sending it)."""
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if retry_after is not None and retry_after > 0:
-            self.paused_until = max(self.paused_until, now + retry_after)
+        self._pause(now, retry_after)
         if epoch == self.epoch:
             self.limit = max(float(self.min_limit), self.limit * self.decrease)
             self.window = float(self.min_limit)
@@ -225,3 +238,21 @@ class AdaptiveLimiter:
             self.n_cuts += 1
             if self.pacing:
                 self._learn(now)
+
+    def on_failure(self, epoch: int, error) -> None:
+        """Any failed attempt (a ModelError: its kind, status and retry_after), sent in `epoch`. The one
+        call an endpoint needs: 429s cut (`on_rate_limit`); a 503 pauses for its Retry-After, and
+        `_OVERLOAD_503S` in a row are a 429 (nginx limit_req sends 503, not 429); others change nothing."""
+        if error.kind == "rate_limit":
+            self.on_rate_limit(epoch, error.retry_after)
+        elif getattr(error, "status", None) == 503:
+            self._n_503 += 1
+            if self._n_503 >= _OVERLOAD_503S:
+                self.on_rate_limit(epoch, error.retry_after)
+            else:
+                self._pause(asyncio.get_running_loop().time(), error.retry_after)
+
+    def _pause(self, now: float, retry_after: float | None) -> None:
+        """No request starts for the server's Retry-After, capped at max_pause (NaN and inf included)."""
+        if retry_after is not None and retry_after > 0:  # NaN > 0 is False
+            self.paused_until = max(self.paused_until, now + min(retry_after, self.max_pause))

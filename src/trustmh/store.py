@@ -38,6 +38,19 @@ CREATE TABLE IF NOT EXISTS links (
 # links and never rebuilds a request: a changed template cannot silently turn stored judgements into
 # misses, and two judges' verdicts on one run live side by side.
 LINK_COLUMNS = "(model, task, item_id, variant, rubric, judge, key, version)"
+_INSERT_LINK = f"INSERT OR REPLACE INTO links {LINK_COLUMNS} VALUES (?,?,?,?,?,?,?,?)"
+
+
+_INSERT_CALL = "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+# What binding a value SQLite cannot hold raises: an int over 64 bits, a lone surrogate, an object.
+_UNSTORABLE = (OverflowError, UnicodeEncodeError, TypeError, ValueError, sqlite3.InterfaceError,
+               sqlite3.ProgrammingError)
+
+
+def _call_row(row: tuple[str, str, str, tuple[str, str, str], Response], now: float) -> tuple:
+    key, endpoint, purpose, ident, r = row
+    return (key, endpoint, purpose, ident[0], ident[1], ident[2], int(r.ok), r.text, r.finish_reason,
+            r.error_kind, r.error, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, now)
 
 
 class Store:
@@ -55,6 +68,10 @@ class Store:
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=5000")
             self.db.executescript(SCHEMA)
+        except sqlite3.OperationalError as e:  # cannot open the file, locked
+            raise UserError(f"cannot open run store {self.path}: {e}") from None
+        except sqlite3.DatabaseError as e:  # "file is not a database", a malformed schema page
+            raise UserError(_damaged(self.path, str(e))) from None
         except (sqlite3.Error, OSError) as e:
             raise UserError(f"cannot open run store {self.path}: {e}") from None
 
@@ -115,31 +132,44 @@ class Store:
 
     def put_call(self, key: str, endpoint: str, purpose: str, ident: tuple[str, str, str],
                  resp: Response) -> None:
-        self.db.execute(
-            "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (key, endpoint, purpose, ident[0], ident[1], ident[2], int(resp.ok), resp.text,
-             resp.finish_reason, resp.error_kind, resp.error, resp.prompt_tokens, resp.completion_tokens,
-             resp.latency_s, resp.attempts, time.time()))
+        self.put_calls([(key, endpoint, purpose, ident, resp)])
 
     def put_calls(self, rows: list[tuple[str, str, str, tuple[str, str, str], Response]],
                   links: list[tuple] = ()) -> None:
-        """Several `put_call`s (and the links naming what they answer) in one transaction."""
+        """Several `put_call`s (and the links naming what they answer) in one transaction.
+
+        A reply SQLite cannot take (Response checks its fields, but a backend may change them after) must
+        not cost the replies committed with it: the batch is then written row by row, and that reply is
+        stored, and turned in place, into a `malformed` error of its sample, so the caller holding it
+        sees what the store holds. Errors of the database itself (disk full, locked) still raise."""
         now = time.time()
+        try:
+            with self.db:
+                self.db.execute("BEGIN")
+                self.db.executemany(_INSERT_CALL, [_call_row(row, now) for row in rows])
+                if links:
+                    self.db.executemany(_INSERT_LINK, links)
+            return
+        except _UNSTORABLE:
+            pass
         with self.db:
             self.db.execute("BEGIN")
-            self.db.executemany(
-                "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(key, endpoint, purpose, ident[0], ident[1], ident[2], int(r.ok), r.text, r.finish_reason,
-                  r.error_kind, r.error, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, now)
-                 for key, endpoint, purpose, ident, r in rows])
+            for row in rows:
+                try:
+                    self.db.execute(_INSERT_CALL, _call_row(row, now))
+                except _UNSTORABLE as e:
+                    resp = row[4]
+                    resp.text, resp.finish_reason, resp.prompt_tokens, resp.completion_tokens = None, None, None, None
+                    resp.error_kind, resp.error = "malformed", f"unreadable response: cannot be stored ({type(e).__name__})"
+                    self.db.execute(_INSERT_CALL, _call_row(row, now))
             if links:
-                self.db.executemany(f"INSERT OR REPLACE INTO links {LINK_COLUMNS} VALUES (?,?,?,?,?,?,?,?)", links)
+                self.db.executemany(_INSERT_LINK, links)
 
     # --- links ------------------------------------------------------------------------------------
     def put_links(self, links: list[tuple]) -> None:
         with self.db:
             self.db.execute("BEGIN")
-            self.db.executemany(f"INSERT OR REPLACE INTO links {LINK_COLUMNS} VALUES (?,?,?,?,?,?,?,?)", links)
+            self.db.executemany(_INSERT_LINK, links)
 
     def has_links(self, model: str) -> bool:
         return self.db.execute("SELECT 1 FROM links WHERE model = ? LIMIT 1", (model,)).fetchone() is not None
@@ -207,3 +237,22 @@ class Store:
 
     def integrity_ok(self) -> bool:
         return self.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    def check_integrity(self) -> None:
+        """Raise a UserError saying how to recover when the store is damaged (a disk fault, a copy taken
+        mid-write). Run when a store is opened for a run, before any reply is read from or written to
+        it: a damaged page read later fails a commit, or silently hides stored replies that are then paid
+        for again. quick_check reads every page once (O(N)) but skips matching indexes to tables,
+        which integrity_check adds at several times the cost."""
+        try:
+            problems = [r[0] for r in self.db.execute("PRAGMA quick_check(3)")]
+        except sqlite3.DatabaseError as e:
+            problems = [str(e)]
+        if problems != ["ok"]:
+            raise UserError(_damaged(self.path, "; ".join(problems)))
+
+
+def _damaged(path: Path, problem: str) -> str:
+    problem = " ".join(problem.replace("*** in database main ***", "").split())[:200]  # one line
+    return (f"run store {path} is damaged ({problem}); move it aside (with its -wal and -shm files) "
+            f"and run again: results are rebuilt, and replies it held are asked for again")

@@ -100,8 +100,34 @@ class ModelError(Exception):
         return self.kind in RETRYABLE
 
 
+# SQLite's INTEGER is a signed 64-bit number: a larger token count cannot be stored at all.
+_MAX_COUNT = 2**63 - 1
+_MAX_FINISH = 64  # finish reasons are short words; a longer one is a server's garbage, kept readable
+
+
+def _storable_text(text: str) -> str:
+    """`text` with lone surrogates (a JSON reply may hold "\\ud800", which json.loads accepts) replaced by
+    U+FFFD: SQLite, samples.jsonl and the terminal all need valid UTF-8, and one such reply used to fail
+    the commit of every reply stored with it. The utf-16 round trip keeps a surrogate pair as its char."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _count(value: Any) -> int | None:
+    """A token count as the store can hold it, else None: a count is metadata, never worth a sample."""
+    return value if type(value) is int and 0 <= value <= _MAX_COUNT else None
+
+
 @dataclass
 class Response:
+    """A model's reply, or a failed call (error_kind set). Every field is checked on construction, because
+    the values come from a server: text must be a string (anything else is a `malformed` ModelError, which
+    the backend building it raises as that sample's error), token counts are ints SQLite can store or None,
+    finish_reason a short string or None, and lone surrogates are replaced."""
+
     text: str | None
     finish_reason: str | None = None
     prompt_tokens: int | None = None
@@ -110,6 +136,18 @@ class Response:
     attempts: int = 1
     error_kind: str | None = None
     error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.text is not None:
+            if not isinstance(self.text, str):
+                raise ModelError("malformed", f"unreadable response: text is {type(self.text).__name__}, not a string")
+            self.text = _storable_text(self.text)
+        finish = self.finish_reason
+        self.finish_reason = _storable_text(finish[:_MAX_FINISH]) if isinstance(finish, str) else None
+        self.prompt_tokens = _count(self.prompt_tokens)
+        self.completion_tokens = _count(self.completion_tokens)
+        if self.error is not None:  # error messages quote server bodies
+            self.error = _storable_text(str(self.error))
 
     @property
     def ok(self) -> bool:

@@ -2,6 +2,10 @@
 
 A file only ever appears under its final name after its size and sha256 matched the manifest: it is
 written to a temporary file next to it and moved into place with `os.replace` (atomic on one filesystem).
+
+No source is trusted with the disk: a download, a `--from` file or a zip member stops at the size the
+manifest gives (so a mirror sending endless bytes, or a zip bomb, costs at most one chunk more), and a
+whole upstream zip, whose size the manifest does not give, stops at _MAX_ZIP.
 """
 
 from __future__ import annotations
@@ -35,6 +39,14 @@ from trustmh.errors import UserError
 
 _CHUNK = 1 << 20
 _TIMEOUT = httpx.Timeout(60.0, connect=15.0)
+# The upstream zips are ~1-5 MB; a source sending more than this for one is not sending that zip.
+_MAX_ZIP = 256 << 20
+# Bytes as they are stored: a compressed transfer would be decompressed by httpx without any limit.
+_HEADERS = {"Accept-Encoding": "identity"}
+
+
+class _TooLarge(Exception):
+    """A source holds more bytes than the manifest allows for it."""
 
 
 def default_data_dir() -> Path:
@@ -150,36 +162,55 @@ class _Fetcher:
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            self._client = self.stack.enter_context(httpx.Client(timeout=_TIMEOUT, follow_redirects=True))
+            self._client = self.stack.enter_context(httpx.Client(timeout=_TIMEOUT, follow_redirects=True,
+                                                                 headers=_HEADERS))
         return self._client
 
     def chunks(self, f: DataFile, task: TaskID) -> Iterator[bytes]:
         """The bytes of `f`, advancing `task`. Raises UserError on network failure, KeyError/BadZipFile
         when a zip lacks the member or is not a zip."""
         if self.from_dir is not None:
-            yield from self._read_local(self.from_dir / f.path, task)
+            yield from self._read_local(self.from_dir / f.path, f.size, task)
         elif self.url_base is not None:
-            yield from self._download(f"{self.url_base.rstrip('/')}/{quote(f.path)}", task)
+            yield from self._download(f"{self.url_base.rstrip('/')}/{quote(f.path)}", f.size, task)
         elif f.zip_member is not None:
-            with zipfile.ZipFile(self._zip(f.url)) as zf, zf.open(f.zip_member) as member:
-                while chunk := member.read(_CHUNK):
-                    self.bar.advance(task, len(chunk))
-                    yield chunk
+            with zipfile.ZipFile(self._zip(f.url)) as zf:
+                declared = zf.getinfo(f.zip_member).file_size
+                if declared != f.size:  # checked before a byte is extracted: a 2 MB zip can hold 2 GiB
+                    raise _TooLarge(f"{f.zip_member} in {f.url} is {declared} bytes, the manifest says {f.size}")
+                with zf.open(f.zip_member) as member:
+                    while chunk := member.read(_CHUNK):
+                        self.bar.advance(task, len(chunk))
+                        yield chunk
         else:
-            yield from self._download(f.url, task)
+            yield from self._download(f.url, f.size, task)
 
-    def _read_local(self, src: Path, task: TaskID) -> Iterator[bytes]:
+    def _read_local(self, src: Path, limit: int, task: TaskID) -> Iterator[bytes]:
+        size = src.stat().st_size
+        if size > limit:
+            raise _TooLarge(f"{src} is {size} bytes, the manifest says {limit}")
         with src.open("rb") as fh:
             while chunk := fh.read(_CHUNK):
                 self.bar.advance(task, len(chunk))
                 yield chunk
 
-    def _download(self, url: str, task: TaskID) -> Iterator[bytes]:
+    def _download(self, url: str, limit: int, task: TaskID) -> Iterator[bytes]:
+        """The bytes at `url`; _TooLarge once they pass `limit` (the caller's size check stops the file
+        itself; this stops a source announcing, or sending, more than it may)."""
         try:
             with self.client.stream("GET", url) as resp:
                 if resp.status_code != 200:
                     raise _network_error(url, f"HTTP {resp.status_code}")
-                for chunk in resp.iter_bytes(_CHUNK):
+                length = resp.headers.get("content-length", "")
+                if length.isdigit() and int(length) > limit:
+                    raise _TooLarge(f"{url} announces {int(length)} bytes, the manifest says {limit}")
+                got = 0
+                # raw: as stored; we asked for no Content-Encoding, and bytes sent compressed anyway fail
+                # the sha256 check instead of being inflated without a limit
+                for chunk in resp.iter_raw(_CHUNK):
+                    got += len(chunk)
+                    if got > limit:
+                        raise _TooLarge(f"{url} sent more than the manifest's {limit} bytes")
                     self.bar.advance(task, len(chunk))
                     yield chunk
         except httpx.HTTPError as exc:
@@ -196,7 +227,7 @@ class _Fetcher:
             task = self.bar.add_task(url.rsplit("/", 1)[-1], total=None)
             try:
                 with path.open("wb") as fh:
-                    for chunk in self._download(url, task):
+                    for chunk in self._download(url, _MAX_ZIP, task):
                         fh.write(chunk)
             finally:
                 self.bar.remove_task(task)
@@ -213,9 +244,11 @@ def _install(dest: Path, f: DataFile, chunks: Iterable[bytes]) -> FileStatus:
         h, size = hashlib.sha256(), 0
         with os.fdopen(fd, "wb") as out:
             for chunk in chunks:
+                size += len(chunk)
+                if size > f.size:  # stop the source now, not after it has filled the disk
+                    return FileStatus(f.path, "corrupt", f"more than the manifest's {f.size} bytes; stopped")
                 out.write(chunk)
                 h.update(chunk)
-                size += len(chunk)
         if size != f.size:
             return FileStatus(f.path, "corrupt", f"got {size} bytes, expected {f.size}")
         if h.hexdigest() != f.sha256:
@@ -277,11 +310,15 @@ def pull(
                 failures.append(FileStatus(f.path, "missing", f"not in {from_dir}"))
                 continue
             task = bar.add_task(f.path, total=f.size)
+            chunks = fetcher.chunks(f, task)
             try:
-                status = _install(data_dir / f.path, f, fetcher.chunks(f, task))
+                status = _install(data_dir / f.path, f, chunks)
             except (KeyError, zipfile.BadZipFile) as exc:
                 status = FileStatus(f.path, "corrupt", f"cannot extract {f.zip_member} from {f.url}: {exc}")
+            except _TooLarge as exc:
+                status = FileStatus(f.path, "corrupt", f"{exc}; not installed")
             finally:
+                chunks.close()  # a source stopped early (too large) is closed now: its connection too
                 bar.remove_task(task)
             bar.advance(total, f.size)
             (results if status.state == "present" else failures).append(status)

@@ -26,6 +26,17 @@ ETHICMH_REPAIRS = {
 }
 
 
+def excerpt(value: Any, limit: int = 40) -> str:
+    """File content quoted in an error message: without any API key in the environment, then cut to
+    `limit` characters, in that order so no part of a key is left at the cut. A data file may be
+    anything, /proc/self/environ included, and error messages are printed and logged."""
+    from ..models import env_secrets
+    text = value if isinstance(value, str) else repr(value)
+    for key in env_secrets():
+        text = text.replace(key, "[redacted]")
+    return repr(text[:limit]) + ("..." if len(text) > limit else "")
+
+
 def file_sha256(path: Path) -> str:
     """sha256 of a file, read in 1 MiB chunks (data files and run outputs can be large)."""
     h = hashlib.sha256()
@@ -70,9 +81,9 @@ def read_floats(path: Path) -> list[float]:
         try:
             value = float(ln)
         except ValueError:
-            raise DataError(path, f"expected a number, got {ln.strip()[:40]!r}", i) from None
+            raise DataError(path, f"expected a number, got {excerpt(ln.strip())}", i) from None
         if not math.isfinite(value):  # float() takes 'nan' and 'inf'; neither is a rating
-            raise DataError(path, f"expected a finite number, got {ln.strip()[:40]!r}", i)
+            raise DataError(path, f"expected a finite number, got {excerpt(ln.strip())}", i)
         out.append(value)
     return out
 
@@ -118,7 +129,7 @@ def read_csv(path: Path, required: list[str], *, text: str | None = None) -> lis
         raise DataError(path, f"malformed CSV header ({e})", 1) from None
     missing = [c for c in required if c not in header]
     if missing:
-        raise DataError(path, f"missing column(s) {', '.join(missing)}; header is {header}", 1)
+        raise DataError(path, f"missing column(s) {', '.join(missing)}; header is {excerpt(header, 200)}", 1)
     rows = []
     # line_num counts lines read so far: a row (or a row that fails to parse) starts on the next one.
     start = reader.line_num + 1

@@ -50,6 +50,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     with run_lock(run_dir):
         store = Store(run_dir / "store.sqlite")
         try:
+            store.check_integrity()  # a damaged store is refused, with how to recover
             if generate:
                 store.set_meta("spec", spec.to_json())
             from_store = None if generate else prepare_from_store(spec, store)

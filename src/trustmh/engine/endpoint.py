@@ -67,7 +67,8 @@ class Endpoint:
                  writer: CallWriter | None = None):
         self.model, self.store, self.limits, self.purpose = model, store, limits, purpose
         # Local models that answer at once (baselines, replay files) need no bound.
-        self.limiter = AdaptiveLimiter(limits.max_connections) if model.remote and not offline_only else None
+        self.limiter = (AdaptiveLimiter(limits.max_connections, max_pause=limits.backoff_max)
+                        if model.remote and not offline_only else None)
         self.writer = writer or CallWriter(store)
         # In `trustmh score`, the tested model is never called again: only stored replies count.
         self.offline_only = offline_only
@@ -128,8 +129,7 @@ class Endpoint:
             try:
                 resp = await self.model.generate(request)
             except ModelError as e:
-                if e.kind == "rate_limit":
-                    limiter.on_rate_limit(epoch, e.retry_after)
+                limiter.on_failure(epoch, e)  # 429s and runs of 503s slow the endpoint down
                 raise
             limiter.on_success(epoch)
             return resp

@@ -28,24 +28,67 @@ def split_spec(spec: str) -> tuple[str, str]:
 
 
 def redact_url(url: str | None) -> str | None:
-    """A base URL without user:password@ (some gateways take credentials in the URL). Credentials do not
-    change which model answers, and they must never reach the store, results or report."""
+    """A URL without user:password@, query or fragment (gateways take credentials in any of them: a
+    ?key=, a signed query). None of them changes which model answers, and they must never reach the
+    store, results, report or an error message."""
     if not url:
         return url
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number, a bad IPv6 literal: show nothing of it
+        return "(unreadable URL)"
+    if parts.username is None and parts.password is None and not parts.query and not parts.fragment \
+            and "#" not in url and "?" not in url:
         return url
     host = parts.hostname or ""
     netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    if port is not None:
+        netloc += f":{port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+
+
+def _has_userinfo(url: str) -> bool:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return False
+    return parts.username is not None or parts.password is not None
+
+
+def normalize_url(url: str) -> str:
+    """One spelling per server, so that it keys the cache once: scheme and host in lower case, no default
+    port, no trailing slash, and nothing redact_url removes (HTTPS://API.Example.com:443/v1/ is
+    https://api.example.com/v1). The scheme stays: http and https may be two servers."""
+    url = redact_url(url) or ""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return url
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != {"http": 80, "https": 443}.get(scheme):
+        netloc += f":{port}"
+    return urllib.parse.urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
 
 
 def endpoint_id(spec: str, base_url: str | None) -> str:
-    """The identity of an endpoint in cache keys: the same model name on two servers is two models."""
+    """The identity of an endpoint in cache keys: the same model name on two servers is two models, and
+    two spellings of one server (case, trailing slash, default port) are one."""
     provider = spec.partition("/")[0]
-    return f"{spec}@{redact_url(base_url)}" if base_url and provider in ("openai", "anthropic") else spec
+    return f"{spec}@{normalize_url(base_url)}" if base_url and provider in ("openai", "anthropic") else spec
+
+
+# What the SDKs read when no base URL is given; honoured the same way by every transport.
+BASE_URL_VARS = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+
+
+def resolve_base_url(spec: str, base_url: str | None) -> str | None:
+    """The base URL a model is asked at: the one given (--base-url), else the provider's variable, as the
+    official SDKs do. Both building a model and keying its stored replies go through here."""
+    name = BASE_URL_VARS.get(spec.partition("/")[0])
+    return base_url or (_env_value(name) if name else None) or None
 
 
 class ModelRef:
@@ -53,7 +96,7 @@ class ModelRef:
 
     def __init__(self, spec: str, base_url: str | None = None):
         self.spec = spec
-        self.endpoint = endpoint_id(spec, base_url)
+        self.endpoint = endpoint_id(spec, resolve_base_url(spec, base_url))
 
 
 KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
@@ -64,14 +107,20 @@ def env_secrets() -> list[str]:
     return [key for name in KEY_VARS if (key := (os.environ.get(name) or "").strip())]
 
 
-def _env_key(name: str) -> str | None:
-    """An API key from the environment, without the surrounding whitespace a key read from a file
-    (`export KEY=$(cat key.txt)`) often carries. A line break inside would split the HTTP header it goes
-    into, so that is refused by name, never by showing the key."""
-    key = (os.environ.get(name) or "").strip()
-    if any(c in key for c in "\r\n\0"):
-        raise UserError(f"{name} contains a line break or NUL character; set it to the key alone")
-    return key or None
+def _env_value(name: str) -> str | None:
+    """A value from the environment that goes into an HTTP header or URL (a key, OPENAI_ORG_ID), without
+    the surrounding whitespace a value read from a file (`export KEY=$(cat key.txt)`) often carries. A
+    line break or NUL inside would split the header it goes into, so that is refused at start-up, by the
+    variable's name, never by showing the value."""
+    value = (os.environ.get(name) or "").strip()
+    if any(c in value for c in "\r\n\0"):
+        raise UserError(f"{name} contains a line break or NUL character; set it to the value alone")
+    return value or None
+
+
+_env_key = _env_value
+# Sent as headers by every openai/ transport (the SDK reads them itself).
+HEADER_VARS = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")
 
 
 def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0, seed: int = 0,
@@ -80,7 +129,8 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
     and `max_connections` (the HTTP pool's size) apply to openai/ models; neither is part of the
     endpoint's identity, so they never change a cache key."""
     provider, name = split_spec(spec)
-    if base_url and redact_url(base_url) != base_url:
+    base_url = resolve_base_url(spec, base_url)
+    if base_url and _has_userinfo(base_url):
         # Bearer-key APIs cannot also take user:password@ credentials (aiohttp and httpx refuse both), and
         # a URL with a password in it would end up in shell history and logs.
         raise UserError(f"the base URL for {spec} contains credentials ({redact_url(base_url)} with user:password@); "
@@ -92,6 +142,8 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
         from .replay import ReplayModel
         return ReplayModel(spec, name)
     if provider == "openai":
+        for var in HEADER_VARS:
+            _env_value(var)  # refused now, by name, rather than as a broken request later
         key = _env_key("OPENAI_API_KEY")
         if not key and not base_url:
             raise UserError(f"{purpose} {spec} needs an API key: set OPENAI_API_KEY (or pass --base-url for "
@@ -120,5 +172,5 @@ def unsendable_params(spec: str) -> tuple[str, ...]:
     return ()
 
 
-__all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "split_spec", "unsendable_params",
-           "PROVIDERS"]
+__all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "normalize_url", "redact_url",
+           "resolve_base_url", "split_spec", "unsendable_params", "PROVIDERS"]

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import email.utils
+import functools
+import html
 import json
+import math
+import re
+import time
 
 from ..types import ModelError
 
 
-def _retry_after(headers) -> float | None:
+def _retry_after(headers, now: float | None = None) -> float | None:
+    """Seconds to wait from Retry-After (seconds or an HTTP-date, RFC 9110 10.2.3) or OpenAI's
+    retry-after-ms; None when absent or unreadable. Never negative, never NaN or inf: the caller caps it."""
     if headers is None:
         return None
     for name in ("retry-after-ms", "retry-after"):
@@ -17,8 +25,16 @@ def _retry_after(headers) -> float | None:
         try:
             value = float(raw)
         except ValueError:
-            continue  # an HTTP-date; fall back to our own back-off
-        return value / 1000 if name.endswith("ms") else value
+            try:
+                when = email.utils.parsedate_to_datetime(raw)
+            except (TypeError, ValueError, IndexError):
+                continue
+            if when.tzinfo is None:  # an HTTP-date is GMT; a date without a zone is taken as such
+                return None
+            value = when.timestamp() - (time.time() if now is None else now)
+        else:
+            value = value / 1000 if name.endswith("ms") else value
+        return max(0.0, value) if math.isfinite(value) else None
     return None
 
 
@@ -26,8 +42,16 @@ def from_sdk_error(sdk, exc: Exception, secret: str | None = None) -> ModelError
     """`sdk` is the imported openai or anthropic module; `secret` is the API key the request was sent with,
     removed from the message (servers and gateways may quote the credentials they reject), because the
     message is stored, written to samples.jsonl and printed."""
+    from ._http import HTTPProtocolError
     if isinstance(exc, sdk.APITimeoutError):
         return ModelError("timeout", "request timed out")
+    if isinstance(exc.__cause__, HTTPProtocolError):  # our cap on the body (sdk_client_options), as wrapped
+        return ModelError("malformed", f"unreadable response: {exc.__cause__}")
+    if isinstance(exc, HTTPProtocolError):
+        return ModelError("malformed", f"unreadable response: {exc}")
+    import aiohttp  # the SDKs' transport here: bytes that are not HTTP/1.x (an HTTP/2-only server)
+    if isinstance(exc, aiohttp.ClientResponseError) or isinstance(exc.__cause__, aiohttp.ClientResponseError):
+        return ModelError("malformed", "unreadable response: not a valid HTTP/1.x reply")
     if isinstance(exc, sdk.APIConnectionError):
         return ModelError("connection", f"connection failed: {type(exc.__cause__ or exc).__name__}")
     if isinstance(exc, sdk.APIStatusError):
@@ -42,6 +66,8 @@ def from_status(status: int, headers, message: str) -> ModelError:
     """The typed error for an HTTP error status; shared by the SDK mapping and the plain-HTTP transport so
     that both classify a status (and read Retry-After) the same way. `message` must already be redacted."""
     msg = f"HTTP {status}: {message}"
+    if 300 <= status < 400:
+        return redirect_error(status, headers)
     if status == 429:
         return ModelError("rate_limit", msg, retry_after=_retry_after(headers), status=status)
     if status in (401, 403):
@@ -51,6 +77,28 @@ def from_status(status: int, headers, message: str) -> ModelError:
     if status in (408, 409, 425) or status >= 500:
         return ModelError("server_error", msg, retry_after=_retry_after(headers), status=status)
     return ModelError("bad_request", msg, status=status)
+
+
+def redirect_error(status: int, headers) -> ModelError:
+    """A redirect is refused on every transport: following it would send the prompt, and the API key, to
+    whatever host the server names. The target is shown without credentials or query."""
+    from . import redact_url
+    target = (headers.get("location") if headers is not None else None) or "nowhere (no Location header)"
+    return ModelError("other", f"HTTP {status}: redirect to {redact_url(target[:300])} refused; if that is the "
+                               f"endpoint, give it as the base URL", status=status)
+
+
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
+_TAG = re.compile(r"<[^>]*>")
+
+
+def page_message(text: str) -> str:
+    """The message of an error body that is not JSON: an HTML page (nginx, a gateway) gives its title, or
+    its text without tags; whitespace, CR and LF collapse to single spaces, so a message is one line."""
+    if "<" in text:
+        title = _TITLE.search(text)
+        text = html.unescape(title.group(1) if title else _TAG.sub(" ", text))
+    return " ".join(text.split())
 
 
 def body_message(body) -> str:
@@ -63,13 +111,75 @@ def body_message(body) -> str:
 
 
 def redact(text: str, secret: str | None) -> str:
-    """Remove the API key, then cut to length: in that order so no part of the key is left at the cut."""
-    if secret:
-        text = text.replace(secret, "[redacted]")
-    return text[:200]
+    """Remove the API key (and any other key in the environment), then cut to length: in that order so
+    no part of a key is left at the cut."""
+    from . import env_secrets
+    return scrub(text, tuple(k for k in {secret, *env_secrets()} if k))[:200]
+
+
+# Shorter "keys" are placeholders for local servers (vLLM's EMPTY, our not-needed): removing them from
+# a reply would change what the model said, and they protect nothing. Real keys are 40+ characters.
+_MIN_KEY = 16
+
+
+def secrets_with(secret: str | None) -> tuple[str, ...]:
+    """The keys to take out of reply text: the one a request is sent with and every key in the
+    environment (models.env_secrets). A model computes this once: reading the environment costs more
+    than the rest of handling a reply."""
+    from . import env_secrets
+    return tuple(k for k in {secret, *env_secrets()} if k and len(k) >= _MIN_KEY)
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """`text` without any of `secrets`: a server may echo a key inside a reply, and reply text is
+    stored, written out and shown."""
+    for key in secrets:
+        if key in text:
+            text = text.replace(key, "[redacted]")
+    return text
 
 
 def _short(exc: Exception, secret: str | None) -> str:
-    text = body_message(getattr(exc, "body", None))
+    body = getattr(exc, "body", None)
+    text = body_message(body) or (page_message(body) if isinstance(body, str) else "")
     text = text or (str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     return redact(text, secret)
+
+
+def sdk_client_options() -> dict:
+    """Options for the SDKs' DefaultAioHttpClient (openai and anthropic), so that the sdk transports treat
+    a server as the others do: redirects are not followed (the SDKs follow them to any host, prompt and
+    key included; a 3xx then becomes `redirect_error`), and the body is decoded here, capped at
+    _http.MAX_BODY on the wire and once decompressed (httpx decompresses without a limit)."""
+    return {"follow_redirects": False, "event_hooks": {"response": [_cap_body]},
+            # what Inflater decodes (httpx would also offer br and zstd when those packages are installed)
+            "headers": {"Accept-Encoding": "gzip, deflate"}}
+
+
+async def _cap_body(response) -> None:
+    """httpx response hook: runs once the head is in, before the body is read."""
+    response.stream = _capped_stream()(response.stream, response.headers.get("content-encoding", ""))
+    response.headers.pop("content-encoding", None)  # decoded by the stream: httpx must not decode it again
+
+
+@functools.cache
+def _capped_stream() -> type:
+    """The stream class, made once: httpx2 is imported only by the SDK transports."""
+    import httpx2
+
+    from ._http import Inflater
+
+    class Capped(httpx2.AsyncByteStream):
+        def __init__(self, inner, encoding: str):
+            self.inner, self.encoding = inner, encoding
+
+        async def __aiter__(self):
+            inflater = Inflater(self.encoding)
+            async for chunk in self.inner:
+                yield inflater.feed(chunk)
+            yield inflater.finish()
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return Capped

@@ -7,6 +7,11 @@ This client does only what a model endpoint needs -- POST, status, headers, a bo
 Content-Length, chunked encoding or connection close, optional gzip/deflate, TLS -- at ~0.07 ms.
 Proxies are not handled here: the OpenAI model falls back to aiohttp when the environment names one.
 
+The server is not trusted: a reply head over MAX_HEAD or a body over MAX_BODY, on the wire or once
+decompressed (a 64 KB gzip bomb holds 64 MB), is a protocol error, and parsing is linear in the bytes
+received however the chunks are cut. Lenient where RFC 9112 allows it: a head whose lines end in a
+bare LF, and "deflate" without its zlib header (what many servers send), both parse.
+
 Every failure is raised as one of three exceptions so the caller can type it without guessing:
 `asyncio.TimeoutError` (no complete reply within the timeout), `ConnectionError` (could not connect,
 or the connection dropped before the reply was complete) and `HTTPProtocolError` (the bytes were not a
@@ -15,16 +20,71 @@ valid HTTP response)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import zlib
 from urllib.parse import urlsplit
 
 MAX_HEAD = 64 * 1024  # a reply head larger than this is not a model endpoint talking
-MAX_BODY = 256 * 1024 * 1024
+# A model's reply is kilobytes; 128k tokens of JSON-escaped text stay under ~4 MB. Applies on the wire and
+# after decompression, on every transport (Inflater).
+MAX_BODY = 16 * 1024 * 1024
+_MAX_CHUNK_LINE = 4096  # a chunk-size line with its extensions
+_HEAD_END = re.compile(rb"\n\r?\n")  # the empty line ending a head, CRLF or bare LF (RFC 9112 2.2)
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 else f"{n} bytes"
 
 
 class HTTPProtocolError(ValueError):
     """The server's bytes are not an HTTP/1.x response we can frame."""
+
+
+class Inflater:
+    """Decodes a body's Content-Encoding as its bytes arrive, and refuses to produce more than `limit`
+    bytes: zlib.decompress has no limit, and a 3 MB gzip reply took 6.3 GB of memory. Used by every
+    transport. "deflate" is the zlib format by the RFC, but many servers send raw deflate: the first two
+    bytes tell which (a zlib header is a multiple of 31 with method 8)."""
+
+    def __init__(self, encoding: str, limit: int = MAX_BODY):
+        self.encoding = encoding.strip().lower()
+        self.limit, self.size = limit, 0
+        self._z = None
+        self._pending = b""  # deflate: bytes held until the format is known
+        if self.encoding in ("gzip", "x-gzip"):
+            self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif self.encoding not in ("", "identity", "deflate"):
+            raise HTTPProtocolError(f"unsupported Content-Encoding {encoding[:40]!r}")
+
+    def feed(self, data: bytes) -> bytes:
+        if self.encoding == "deflate" and self._z is None:
+            data, self._pending = self._pending + data, b""
+            if len(data) < 2:
+                self._pending = data
+                return b""
+            zlib_header = data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+            self._z = zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
+        if self._z is None:
+            out = data
+        else:
+            try:
+                out = self._z.decompress(data, self.limit - self.size + 1)
+            except zlib.error:
+                raise HTTPProtocolError(f"body is not valid {self.encoding}") from None
+            if self._z.unconsumed_tail:
+                raise HTTPProtocolError(f"reply body over {_size(self.limit)} once decompressed")
+        self.size += len(out)
+        if self.size > self.limit:
+            raise HTTPProtocolError(f"reply body over {_size(self.limit)}"
+                                    + (" once decompressed" if self._z is not None else ""))
+        return out
+
+    def finish(self) -> bytes:
+        """The end of the body: a compressed stream cut short is an error, as zlib.decompress has it."""
+        if self._pending or (self._z is not None and not self._z.eof):
+            raise HTTPProtocolError(f"body is not valid {self.encoding} (cut short)")
+        return b""
 
 
 class _Conn(asyncio.Protocol):
@@ -39,6 +99,12 @@ class _Conn(asyncio.Protocol):
         self.got_bytes = False  # any byte of the current reply: a failure after that must not be retried
         self._head: tuple[int, dict[str, str]] | None = None
         self._length: int | None = None  # body length, or -1 chunked, or None read-to-close
+        self._parts: list[bytes] = []  # chunked: the chunks received so far (consumed from buf)
+        self._size = 0
+        self._scan = 0  # where the search for the head's end resumes: a head trickled in is read once
+        # Why the connection can no longer carry a request, when that happened while none was waiting
+        # (the event is otherwise lost, and a request written to it would wait for its whole timeout).
+        self.dead: Exception | None = None
 
     # -- asyncio.Protocol
 
@@ -48,6 +114,8 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.waiter is None or self.waiter.done():  # bytes nobody asked for: the stream is out of step
             self.reusable = False
+            if self.dead is None:
+                self.dead = HTTPProtocolError(f"the server sent {_describe(bytes(data[:9]))} before any request")
             self.transport.close()
             return
         self.got_bytes = True
@@ -60,6 +128,9 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.reusable = False
         if self.waiter is None or self.waiter.done():
+            if self.dead is None:
+                self.dead = ConnectionError(f"connection closed before the request was sent "
+                                            f"({type(exc).__name__ if exc else 'EOF'})")
             return
         if self._head is not None and self._length is None:  # body delimited by the close itself
             body = bytes(self.buf)
@@ -73,13 +144,17 @@ class _Conn(asyncio.Protocol):
 
     def _parse(self) -> None:
         if self._head is None:
-            end = self.buf.find(b"\r\n\r\n")
-            if end < 0:
+            if len(self.buf) >= 5 and self.buf[:5] != b"HTTP/":  # fail now, not after the timeout
+                raise HTTPProtocolError(f"not an HTTP/1.x reply: {_describe(bytes(self.buf[:9]))}")
+            end = _HEAD_END.search(self.buf, self._scan)
+            if end is None:
                 if len(self.buf) > MAX_HEAD:
                     raise HTTPProtocolError("reply head too large")
+                self._scan = max(0, len(self.buf) - 2)  # a match is at most 3 bytes long
                 return
-            status, headers = _parse_head(bytes(self.buf[:end]))
-            del self.buf[:end + 4]
+            self._scan = 0
+            status, headers = _parse_head(bytes(self.buf[:end.start()]))
+            del self.buf[:end.end()]
             if 100 <= status < 200:  # 100 Continue and friends precede the real reply
                 self._parse()
                 return
@@ -109,9 +184,45 @@ class _Conn(asyncio.Protocol):
                 del self.buf[:self._length]
                 self._finish(body)
             return
-        body = _dechunk(self.buf)
-        if body is not None:
+        if self._dechunk():
+            body = b"".join(self._parts)
+            self._parts, self._size = [], 0
             self._finish(body)
+
+    def _dechunk(self) -> bool:
+        """Move the complete chunks at the front of `buf` into `_parts`; True once the last chunk and the
+        trailers are in. Each chunk is consumed as it completes, so a reply in many chunks costs time
+        linear in its size (re-reading from the start was quadratic)."""
+        buf = self.buf
+        while True:
+            eol = buf.find(b"\r\n", 0, _MAX_CHUNK_LINE)
+            if eol < 0:
+                if len(buf) >= _MAX_CHUNK_LINE:
+                    raise HTTPProtocolError("bad chunk size line")
+                return False
+            digits = bytes(buf[:eol]).split(b";", 1)[0].strip()
+            # int(.., 16) would take "0x1f" and "1_f"; 16 hex digits already say more than MAX_BODY
+            if not digits or digits.strip(b"0123456789abcdefABCDEF") or len(digits) > 16:
+                raise HTTPProtocolError("bad chunk size")
+            size = int(digits, 16)
+            if size == 0:
+                end = buf.find(b"\r\n\r\n", eol)  # the last chunk, then optional trailers, then an empty line
+                if end < 0:
+                    if len(buf) > MAX_HEAD:
+                        raise HTTPProtocolError("reply trailers too large")
+                    return False
+                del buf[:end + 4]
+                return True
+            if self._size + size > MAX_BODY:  # an endless chunked reply stops here
+                raise HTTPProtocolError(f"reply body over {_size(MAX_BODY)}")
+            start, stop = eol + 2, eol + 2 + size
+            if len(buf) < stop + 2:
+                return False
+            if buf[stop:stop + 2] != b"\r\n":
+                raise HTTPProtocolError("chunk not followed by CRLF")
+            self._parts.append(bytes(buf[start:stop]))
+            self._size += size
+            del buf[:stop + 2]
 
     def _finish(self, body: bytes) -> None:
         """The reply is complete (its framing consumed from `buf`)."""
@@ -119,14 +230,11 @@ class _Conn(asyncio.Protocol):
             self.reusable = False
             self.buf.clear()
         status, headers = self._head
-        encoding = headers.get("content-encoding", "").lower()
         try:
-            if encoding in ("gzip", "x-gzip"):
-                body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
-            elif encoding == "deflate":
-                body = zlib.decompress(body)
-        except zlib.error:
-            self._fail(HTTPProtocolError(f"body is not valid {encoding}"))
+            inflater = Inflater(headers.get("content-encoding", ""))
+            body = inflater.feed(body) + inflater.finish()
+        except HTTPProtocolError as exc:
+            self._fail(exc)
             return
         self._head, self._length = None, None
         self.waiter.set_result((status, headers, body))
@@ -139,9 +247,17 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
 
+def _describe(data: bytes) -> str:
+    """What a server said instead of HTTP/1.x, for the error message."""
+    if len(data) >= 9 and data[3] == 0x04 and data[4] in (0, 1):  # an HTTP/2 SETTINGS frame header
+        return "an HTTP/2 frame (an HTTP/2-only server? use an HTTP/1.1 endpoint)"
+    return repr(data)
+
+
 def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
-    lines = raw.decode("latin-1").split("\r\n")  # one decode for the whole head: it is on the hot path
-    parts = lines[0].split(" ", 2)
+    # One decode for the whole head: it is on the hot path. Lines end in CRLF, or LF alone.
+    lines = raw.decode("latin-1").split("\n")
+    parts = lines[0].rstrip("\r").split(" ", 2)
     # isascii too: str.isdigit() accepts digits int() refuses, such as a latin-1 superscript two
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (parts[1].isascii() and parts[1].isdigit()):
         raise HTTPProtocolError("not an HTTP/1.x status line")
@@ -155,34 +271,6 @@ def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
     if parts[0] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
         headers.setdefault("connection", "close")
     return int(parts[1]), headers
-
-
-def _dechunk(buf: bytearray) -> bytes | None:
-    """The body of a complete chunked message in `buf` (consumed), or None while it is incomplete.
-    Re-reads from the start on each call: quadratic in the number of chunks, which is fine for replies
-    of a few kilobytes and keeps the parser stateless."""
-    pos, out = 0, []
-    while True:
-        eol = buf.find(b"\r\n", pos)
-        if eol < 0:
-            return None
-        digits = bytes(buf[pos:eol]).split(b";", 1)[0].strip()
-        if not digits or digits.strip(b"0123456789abcdefABCDEF"):  # int(.., 16) would take "0x1f" and "1_f"
-            raise HTTPProtocolError("bad chunk size")
-        size = int(digits, 16)
-        if size == 0:
-            end = buf.find(b"\r\n\r\n", eol)  # the last chunk, then optional trailers, then an empty line
-            if end < 0:
-                return None
-            del buf[:end + 4]
-            return b"".join(out)
-        start, stop = eol + 2, eol + 2 + size
-        if len(buf) < stop + 2:
-            return None
-        if buf[stop:stop + 2] != b"\r\n":
-            raise HTTPProtocolError("chunk not followed by CRLF")
-        out.append(bytes(buf[start:stop]))
-        pos = stop + 2
 
 
 class HTTPClient:
@@ -247,6 +335,9 @@ class HTTPClient:
         return conn, False
 
     async def _exchange(self, conn: _Conn, body: bytes, deadline: float) -> tuple[int, dict[str, str], bytes]:
+        if conn.dead is not None or conn.transport.is_closing():  # died since it was connected or kept
+            conn.reusable = False
+            raise conn.dead or ConnectionError("connection closed before the request was sent")
         loop = asyncio.get_running_loop()
         waiter = conn.waiter = loop.create_future()
         conn.got_bytes = False

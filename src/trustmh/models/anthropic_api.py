@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import time
@@ -9,7 +10,7 @@ import time
 import anthropic
 
 from ..types import ModelError, Request, Response
-from ._errors import from_sdk_error
+from ._errors import from_sdk_error, scrub, sdk_client_options, secrets_with
 from . import endpoint_id
 from .base import Model
 
@@ -31,8 +32,11 @@ class AnthropicModel(Model):
         super().__init__(spec)
         self.name = name
         self.base_url = base_url
+        self._timeout = timeout
+        self._secrets = secrets_with(api_key)  # taken out of reply text
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=timeout,
-                                                max_retries=0, http_client=anthropic.DefaultAioHttpClient())
+                                                max_retries=0,
+                                                http_client=anthropic.DefaultAioHttpClient(**sdk_client_options()))
 
     @functools.cached_property  # read for every request's cache key; the URL never changes
     def endpoint(self) -> str:
@@ -52,7 +56,10 @@ class AnthropicModel(Model):
                 kwargs[name] = p[name]
         t0 = time.perf_counter()
         try:
-            out = await self._client.messages.create(**kwargs)
+            # --timeout bounds the whole request; the SDK's bounds each wait for bytes only.
+            out = await asyncio.wait_for(self._client.messages.create(**kwargs), self._timeout)
+        except asyncio.TimeoutError:
+            raise ModelError("timeout", "request timed out") from None
         except Exception as exc:  # noqa: BLE001
             raise from_sdk_error(anthropic, exc, secret=self._client.api_key) from None
         latency = time.perf_counter() - t0
@@ -60,12 +67,14 @@ class AnthropicModel(Model):
         if stop == "refusal":
             raise ModelError("content_filter", "provider safety filter stopped the reply")
         blocks = getattr(out, "content", None)
-        texts = [b.text for b in (blocks or []) if getattr(b, "type", None) == "text"]
+        texts = [getattr(b, "text", None) for b in (blocks or []) if getattr(b, "type", None) == "text"]
+        if not all(isinstance(t, str) for t in texts):
+            raise ModelError("malformed", "unreadable response: a text block's text is not a string")
         if not texts:
-            raise ModelError("empty_response", f"reply has no text (stop_reason={stop})")
+            raise ModelError("empty_response", f"reply has no text (stop_reason={str(stop)[:40]})")
         usage = getattr(out, "usage", None)
-        finish = {"end_turn": "stop", "max_tokens": "length"}.get(stop, stop)
-        return Response(text="".join(texts), finish_reason=finish,
+        finish = {"end_turn": "stop", "max_tokens": "length"}.get(stop, stop) if isinstance(stop, str) else None
+        return Response(text=scrub("".join(texts), self._secrets), finish_reason=finish,
                         prompt_tokens=getattr(usage, "input_tokens", None),
                         completion_tokens=getattr(usage, "output_tokens", None), latency_s=latency)
 

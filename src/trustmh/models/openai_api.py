@@ -11,21 +11,22 @@ Three transports post the same Chat Completions body:
   It capped a run near 650 req/s on 2 cores (bench/throughput.py).
 
 All map failures onto the same typed ModelErrors (models/_errors.py) and build the same Response, and
-none is part of the endpoint's identity: a reply stored through one is reused by the others."""
+none is part of the endpoint's identity: a reply stored through one is reused by the others. All treat the
+server alike (tests/test_openai_transport.py, the conformance matrix): redirects refused, bodies capped on
+the wire and once decompressed (_http.Inflater), --timeout bounding the whole request."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import json
-import os
 import time
 import urllib.request
 from typing import Any
 
 from ..types import ModelError, Request, Response
-from ._errors import body_message, from_status, redact
-from . import endpoint_id
+from ._errors import body_message, from_status, page_message, redact, scrub, sdk_client_options, secrets_with
+from . import _env_value, endpoint_id
 from .base import Model
 
 OFFICIAL = "https://api.openai.com/v1"
@@ -43,6 +44,7 @@ class OpenAIModel(Model):
         self.base_url = base_url
         self.transport = transport
         self._api_key = api_key
+        self._secrets = secrets_with(api_key)  # taken out of reply text (_response)
         self._timeout = timeout
         self._max_connections = max_connections or DEFAULT_CONNECTIONS
         self._client = None
@@ -58,16 +60,18 @@ class OpenAIModel(Model):
                     timeout=timeout,
                     limits=openai._constants.DEFAULT_CONNECTION_LIMITS.__class__(
                         max_connections=self._max_connections,
-                        max_keepalive_connections=self._max_connections)))
+                        max_keepalive_connections=self._max_connections),
+                    **sdk_client_options()))
         else:
             self._url = (base_url or OFFICIAL).rstrip("/") + "/chat/completions"
             self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
                              "Accept": "application/json"}
             # The same optional headers the SDK sends when these variables are set.
-            if os.environ.get("OPENAI_ORG_ID"):
-                self._headers["OpenAI-Organization"] = os.environ["OPENAI_ORG_ID"]
-            if os.environ.get("OPENAI_PROJECT_ID"):
-                self._headers["OpenAI-Project"] = os.environ["OPENAI_PROJECT_ID"]
+            for var, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+                if value := _env_value(var):  # a line break inside is refused, by name
+                    self._headers[header] = value
+            # aiohttp offers br too when brotli is installed; Inflater decodes gzip and deflate only
+            self._aiohttp_headers = {**self._headers, "Accept-Encoding": "gzip, deflate"}
             self._proxy = _env_proxy(self._url)
             if self._proxy and transport == "http":
                 self.transport = "aiohttp"  # the lean client does not speak to proxies
@@ -109,7 +113,11 @@ class OpenAIModel(Model):
         from ._errors import from_sdk_error
         t0 = time.perf_counter()
         try:
-            out = await self._client.chat.completions.create(**kwargs)
+            # The SDK's timeout bounds each wait for bytes, so a server sending one byte a second never
+            # times out; --timeout bounds the whole request, as on the other transports.
+            out = await asyncio.wait_for(self._client.chat.completions.create(**kwargs), self._timeout)
+        except asyncio.TimeoutError:
+            raise ModelError("timeout", "request timed out") from None
         except Exception as exc:  # noqa: BLE001 - every failure becomes a typed, counted error
             raise from_sdk_error(openai, exc, secret=self._client.api_key) from None
         latency = time.perf_counter() - t0
@@ -124,7 +132,7 @@ class OpenAIModel(Model):
         text = choice.message.content if choice.message is not None else None
         usage = out.usage
         return _response(text, finish, getattr(usage, "prompt_tokens", None),
-                         getattr(usage, "completion_tokens", None), latency)
+                         getattr(usage, "completion_tokens", None), latency, self._secrets)
 
     # --------------------------------------------------------------------------------------- http
 
@@ -137,7 +145,7 @@ class OpenAIModel(Model):
             self._http_loop = loop
         try:
             return await self._http.post(data)
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError:  # before ConnectionError and OSError: a TimeoutError is an OSError
             raise ModelError("timeout", "request timed out") from None
         except ConnectionError as exc:
             raise ModelError("connection", f"connection failed: {redact(str(exc), self._api_key)}") from None
@@ -154,6 +162,8 @@ class OpenAIModel(Model):
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._max_connections, limit_per_host=0, ttl_dns_cache=300),
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
+                # Decoded by _http.Inflater in _post_aiohttp, capped; aiohttp's own decoder has no cap.
+                auto_decompress=False,
                 # Not trust_env: with it aiohttp looks up ~/.netrc in a thread on every request. Proxies
                 # from the environment are resolved once in __init__ instead.
                 trust_env=False)
@@ -162,15 +172,21 @@ class OpenAIModel(Model):
 
     async def _post_aiohttp(self, data: bytes) -> tuple[int, Any, bytes]:
         import aiohttp
+
+        from ._http import HTTPProtocolError, Inflater
         session = self._get_session()
         secret = self._api_key
         try:
-            async with session.post(self._url, data=data, headers=self._headers,
+            async with session.post(self._url, data=data, headers=self._aiohttp_headers,
                                     proxy=self._proxy, allow_redirects=False) as r:
-                return r.status, r.headers, await r.read()
+                inflater = Inflater(r.headers.get("Content-Encoding", ""))
+                parts = [inflater.feed(chunk) async for chunk in r.content.iter_chunked(1 << 16)]
+                return r.status, r.headers, b"".join(parts) + inflater.finish()
         # TimeoutError first: aiohttp's ServerTimeoutError is also a ClientConnectionError.
         except asyncio.TimeoutError:
             raise ModelError("timeout", "request timed out") from None
+        except HTTPProtocolError as exc:  # over the body cap, or not valid gzip/deflate
+            raise ModelError("malformed", f"unreadable response: {exc}") from None
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError) as exc:
             raise ModelError("connection", f"connection failed: {type(exc).__name__}") from None
         except aiohttp.ClientResponseError as exc:  # the server's bytes were not valid HTTP
@@ -180,19 +196,19 @@ class OpenAIModel(Model):
 
     def _read_reply(self, status: int, headers, raw: bytes, latency: float) -> Response:
         secret = self._api_key
-        if status >= 400:
+        if status >= 300:  # errors, and redirects, which are refused (from_status)
             try:
                 message = body_message(json.loads(raw))
-            except ValueError:
+            except (ValueError, RecursionError):
                 message = ""
-            if not message:  # a gateway's HTML or plain-text page: its first line
-                message = raw.decode("utf-8", "replace").strip().split("\n", 1)[0] or "no error message"
+            if not message:  # a gateway's HTML or plain-text page: its title or text, on one line
+                message = page_message(raw[:65536].decode("utf-8", "replace")) or "no error message"
             raise from_status(status, headers, redact(message, secret))
         if not 200 <= status < 300:
             raise ModelError("other", f"HTTP {status}", status=status)
         try:
             data = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
             raise ModelError("malformed", f"unreadable response: {type(exc).__name__}") from None
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list):
@@ -209,7 +225,7 @@ class OpenAIModel(Model):
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         return _response(text, choice.get("finish_reason"), usage.get("prompt_tokens"),
-                         usage.get("completion_tokens"), latency)
+                         usage.get("completion_tokens"), latency, self._secrets)
 
     async def aclose(self) -> None:
         if self._client is not None:
@@ -220,13 +236,17 @@ class OpenAIModel(Model):
             await self._http.close()
 
 
-def _response(text: str | None, finish: str | None, prompt_tokens, completion_tokens, latency: float) -> Response:
-    """The checks all transports share, so a filtered or empty reply is the same error whichever is used."""
+def _response(text: str | None, finish: str | None, prompt_tokens, completion_tokens, latency: float,
+              secrets: tuple[str, ...]) -> Response:
+    """The checks all transports share, so a filtered or empty reply is the same error whichever is used.
+    Response checks the types; a key the server echoed into the text is removed before it is stored."""
     if finish == "content_filter":
         raise ModelError("content_filter", "provider content filter blocked the reply")
     if text is None:
-        raise ModelError("empty_response", f"reply has no text (finish_reason={finish})")
-    return Response(text=text, finish_reason=finish, prompt_tokens=prompt_tokens,
+        raise ModelError("empty_response", f"reply has no text (finish_reason={str(finish)[:40]})")
+    if not isinstance(text, str):
+        raise ModelError("malformed", "unreadable response: content is not a string")
+    return Response(text=scrub(text, secrets), finish_reason=finish, prompt_tokens=prompt_tokens,
                     completion_tokens=completion_tokens, latency_s=latency)
 
 

@@ -62,8 +62,18 @@ class ReplayModel(Model):
         self.records[key] = (rec["response"], lineno)
 
     def check_ids(self, known: dict[str, set[str]]) -> None:
-        """Fail on records for a selected task whose item id does not exist in that task's data."""
+        """Fail on the first record (by line) whose task id no registered or selected task has (a typo would
+        leave its task unanswered: `not_recorded`), or, for a selected task, whose item id does not exist
+        in that task's data. Records for registered tasks not selected in this run are fine."""
+        import difflib
+
+        from ..tasks import TASKS
+        tasks = set(TASKS) | set(known)
         for (task, item_id, _variant), (_resp, lineno) in self.records.items():
+            if task not in tasks:
+                close = difflib.get_close_matches(task, sorted(tasks), n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise DataError(self.path, f"unknown task id {task[:80]!r}{hint}", lineno)
             if task in known and item_id not in known[task]:
                 raise DataError(self.path, f"unknown item id {item_id!r} for task {task}", lineno)
 

@@ -22,19 +22,29 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import email.utils
+import gzip
 import hashlib
 import json
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 from aiohttp import web
 
-__all__ = ["Fault", "FakeLLMServer", "fault_schedule", "request_key", "FAULT_KINDS"]
+__all__ = ["Fault", "FakeLLMServer", "fault_schedule", "request_key", "FAULT_KINDS", "HOSTILE_KINDS"]
 
-FaultKind = Literal["status", "close", "stall", "malformed", "empty_choices", "length", "content_filter"]
+FaultKind = Literal["status", "close", "stall", "malformed", "empty_choices", "length", "content_filter",
+                    "redirect", "gzip_bomb", "endless_chunked", "bare_lf", "raw_deflate", "trickle", "bad_types",
+                    "html_status"]
 FAULT_KINDS: tuple[str, ...] = ("status", "close", "stall", "malformed", "empty_choices", "length", "content_filter")
+# Hostile replies (issue 14), kept apart so that FAULT_KINDS stays the list the fault campaign draws from.
+HOSTILE_KINDS: tuple[str, ...] = ("redirect", "gzip_bomb", "endless_chunked", "bare_lf", "raw_deflate", "trickle",
+                                  "bad_types", "html_status")
+# A gzip bomb's decompressed size: far over any client cap, ~64 KB on the wire.
+BOMB_BYTES = 64 * 1024 * 1024
 
 _REQUESTS_KEPT = 10_000
 
@@ -51,13 +61,16 @@ class Fault:
     status: int = 500  # for kind="status" (500, 503, 429, 400, 401 ...)
     retry_after: float | None = None  # seconds; sent as Retry-After header when set
     stall_s: float = 30.0
+    # Retry-After sent as an HTTP-date (now + retry_after) instead of seconds.
+    retry_after_date: bool = False
+    location: str = "http://127.0.0.1:1/v1/chat/completions"  # for kind="redirect"
 
     def __post_init__(self) -> None:
         # Literal is not enforced at runtime; a typo would otherwise silently
         # turn into a normal reply and make a fault test pass vacuously.
-        if self.kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {FAULT_KINDS}")
-        if self.kind == "status" and not 400 <= self.status <= 599:
+        if self.kind not in FAULT_KINDS + HOSTILE_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {FAULT_KINDS + HOSTILE_KINDS}")
+        if self.kind in ("status", "html_status") and not 400 <= self.status <= 599:
             raise ValueError(f"fault status must be an HTTP error status (400-599), got {self.status}")
 
 
@@ -380,7 +393,8 @@ class FakeLLMServer:
             return None
         return (1.0 - self._tokens) / self._rps
 
-    def _error(self, provider: str, status: int, message: str, retry_after: float | None = None) -> web.Response:
+    def _error(self, provider: str, status: int, message: str, retry_after: float | None = None,
+               retry_after_date: bool = False) -> web.Response:
         if provider == "anthropic":
             etype = _ANTHROPIC_ERR_TYPES.get(status, "api_error")
             payload: dict = {"type": "error", "error": {"type": etype, "message": message}}
@@ -389,6 +403,8 @@ class FakeLLMServer:
             code = "rate_limit_exceeded" if status == 429 else ("invalid_api_key" if status == 401 else None)
             payload = {"error": {"message": message, "type": etype, "param": None, "code": code}}
         headers = {"Retry-After": _fmt_seconds(retry_after)} if retry_after is not None else None
+        if retry_after is not None and retry_after_date:
+            headers = {"Retry-After": email.utils.formatdate(time.time() + retry_after, usegmt=True)}
         return web.Response(status=status, body=json.dumps(payload).encode(), content_type=_JSON, headers=headers)
 
     async def _handle_openai(self, request: web.Request) -> web.StreamResponse:
@@ -525,7 +541,10 @@ class FakeLLMServer:
     ) -> web.StreamResponse:
         kind = fault.kind
         if kind == "status":
-            return self._error(provider, fault.status, f"injected fault: HTTP {fault.status}", fault.retry_after)
+            return self._error(provider, fault.status, f"injected fault: HTTP {fault.status}", fault.retry_after,
+                               fault.retry_after_date)
+        if kind in HOSTILE_KINDS:
+            return await self._hostile_response(request, provider, fault, n, body)
         if kind == "malformed":
             # Valid headers and status, truncated JSON: the body cannot be parsed.
             return web.Response(body=b'{"id": "fake", "object": "chat.completion", "choices": [{"index": 0, "mess',
@@ -557,3 +576,56 @@ class FakeLLMServer:
         else:  # content_filter
             payload = self._completion(provider, n, body, None, "content_filter")
         return web.Response(body=json.dumps(payload).encode(), content_type=_JSON)
+
+    async def _hostile_response(
+        self, request: web.Request, provider: str, fault: Fault, n: int, body: dict
+    ) -> web.StreamResponse:
+        """Replies a broken or hostile server sends (issue 14). Those a client must read as a normal reply
+        (bare_lf, raw_deflate) carry the reply text; the others never end in a normal reply."""
+        kind = fault.kind
+        text = self._reply(body) if self._reply is not None else "OK"
+        full = json.dumps(self._completion(provider, n, body, text, "normal")).encode()
+        if kind == "redirect":
+            return web.Response(status=307, headers={"Location": fault.location}, text="moved")
+        if kind == "html_status":  # nginx's own error page (limit_req answers 503 with it)
+            page = (f"<html>\r\n<head><title>{fault.status} Service Temporarily Unavailable</title></head>\r\n"
+                    f"<body>\r\n<center><h1>{fault.status} Service Temporarily Unavailable</h1></center>\r\n"
+                    f"<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+            return web.Response(status=fault.status, text=page, content_type="text/html")
+        if kind == "bad_types":  # JSON a typed client would refuse, which SQLite cannot store as it is
+            payload = self._completion(provider, n, body, text + " \ud800", "normal")
+            if provider == "anthropic":
+                payload["usage"] = {"input_tokens": {"n": 1}, "output_tokens": 2**63}
+            else:
+                payload["usage"] = {"prompt_tokens": {"n": 1}, "completion_tokens": 2**63, "total_tokens": 2**64}
+                payload["choices"][0]["finish_reason"] = {"reason": "stop"}
+            return web.Response(body=json.dumps(payload).encode(), content_type=_JSON)
+        if kind == "gzip_bomb":
+            bomb = gzip.compress(b"\0" * BOMB_BYTES, compresslevel=9)
+            return web.Response(body=bomb, content_type=_JSON, headers={"Content-Encoding": "gzip"})
+        if kind == "raw_deflate":  # "deflate" as many servers send it: no zlib header
+            squeeze = zlib.compressobj(wbits=-15)
+            raw = squeeze.compress(full) + squeeze.flush()
+            return web.Response(body=raw, content_type=_JSON, headers={"Content-Encoding": "deflate"})
+        transport = request.transport
+        if kind == "bare_lf":  # a head whose lines end in LF alone, which RFC 9112 lets a client accept
+            head = f"HTTP/1.1 200 OK\nContent-Type: application/json\nContent-Length: {len(full)}\n\n"
+            if transport is not None:
+                transport.write(head.encode() + full)
+                transport.close()
+            return web.Response()  # never sent: the transport is closed
+        resp = web.StreamResponse(status=200)
+        resp.content_type = _JSON
+        if kind == "endless_chunked":
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            block = b" " * 65536  # JSON whitespace, forever, until the client gives up
+            while True:
+                await resp.write(block)
+        # trickle: a valid reply, one byte every 50 ms, so no gap between reads is long
+        resp.content_length = len(full)
+        await resp.prepare(request)
+        for i in range(len(full)):
+            await resp.write(full[i:i + 1])
+            await asyncio.sleep(0.05)
+        return resp
