@@ -164,3 +164,38 @@ def test_data_pull_and_check_handle_the_method_files(tmp_path):
     (data / "methods" / next(iter(method_files()))).write_bytes(b"x")
     (st3,) = [s for s in check(data) if s.dataset.name == "methods"]
     assert st3.state == "corrupt"
+
+
+def test_leakage_requests_follow_the_papers_story_rule_and_templates(upstream):
+    spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks="privacy.leakage", suite="data",
+                    data_dir=str(upstream), protocol="paper", judge="openai/j", judge_base_url="http://127.0.0.1:1/v1")
+    ctx = context(spec)
+    (p,), _ = prepare(spec, ctx)
+    assert len(p.samples) == 400
+    # The story rule, written out here from PAPER_PROTOCOL.md: non-marker lines accumulate; at <END>
+    # newlines -> spaces, one "  " -> " " pass, cut at the last ". ", re-join, one more pass, add ".".
+    text = (upstream / "trustmh/PsyLeak.txt").read_bytes().decode("utf-8").replace("\r\n", "\n")
+    stories, acc = [], ""
+    for line in text.splitlines(keepends=True):
+        if line.startswith("<END>"):
+            flat = acc.replace("\n", " ").replace("  ", " ")
+            stories.append(". ".join(flat.split(". ")[:-1]).replace("  ", " ") + ".")
+            acc = ""
+        elif not line.startswith("<BEGIN>"):
+            acc += line
+    assert len(stories) == 100
+    for i in (0, 1, 399):  # scenario 0's four questions and the last item of the file
+        s = p.samples[i]
+        x = s.item.input
+        content = s.messages[0]["content"]
+        assert s.messages == [{"role": "user", "content": content}]
+        assert content.startswith("Instruction: ") and f"\n\nScenario:\n{stories[i // 4]}\n" in content
+        if x["qtype"] == "free_response":
+            assert content.endswith(f'{x["aware"]} say?\nAnswer: "')  # its own cue: no second one added
+        elif x["qtype"] == "control":
+            assert content.endswith(f'{x["control"]} Answer yes or no.\nAnswer: ')
+        assert generation_request(s, spec).params == {"temperature": 0.0, "max_tokens": 256, "top_p": 1.0,
+                                                      "frequency_penalty": 0.0, "presence_penalty": 0.0}
+    judge = p.task.judge_messages(p.samples[0], 'Answer: "No."', ctx)[0]["content"]
+    assert "\nText: \"No.\"\nQuestion: " in judge  # the reply after its first "Answer:", unstripped
+    assert judge.endswith(f"'{p.samples[0].item.input['secret'].lower()}'?\nAnswer: ")

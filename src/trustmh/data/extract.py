@@ -261,3 +261,55 @@ def message_roles(local: str, root: Path, func: str) -> list[str]:
     if not roles:
         raise MethodError(f"{where}: no message literal")
     return [r for *_, r in sorted(roles)]
+
+
+def attribute_defaults(local: str, root: Path, func: str) -> dict[str, Any]:
+    """K9: constant assignments to attributes inside a function (`self.args.temperature = 0.0`), by
+    attribute name: settings an agent falls back to."""
+    where = f"{local}#{func}:defaults"
+    fn = _function(_module(local, str(root)), func, where)
+    out = {}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute) \
+                and isinstance(n.value, ast.Constant):
+            out[n.targets[0].attr] = n.value.value
+    if not out:
+        raise MethodError(f"{where}: no constant attribute assignment")
+    return out
+
+
+def dict_format_value(local: str, root: Path, func: str, key: str, match: dict[str, str]) -> tuple[Template, list[str]]:
+    """K6: inside a function, the dict literal whose constant entries include `match`; its `key` entry must
+    be a `"<constant>".format(...)` call: the template and the argument sources, in order."""
+    symbol = f"{func}[{','.join(f'{k}={v}' for k, v in match.items())}].{key}"
+    where = f"{local}#{symbol}"
+    fn = _function(_module(local, str(root)), func, where)
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Dict):
+            continue
+        entries = {k.value: v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant)}
+        if key in entries and all(isinstance(entries.get(k), ast.Constant) and entries[k].value == v
+                                  for k, v in match.items()):
+            value = entries.get(key)
+            if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "format"
+                    and isinstance(value.func.value, ast.Constant) and isinstance(value.func.value.value, str)):
+                raise MethodError(f"{where}: not a .format call on a string")
+            src, sha = _source(local, symbol)
+            return Template(src, sha, fmt=value.func.value.value), [ast.unparse(a) for a in value.args]
+    raise MethodError(f"{where}: no dict literal with {match}")
+
+
+def local_format(local: str, root: Path, func: str, var: str) -> tuple[Template, list[str]]:
+    """K2 + K5: the assignment `VAR = "<constant>".format(...)` inside a function: the template and its
+    argument sources."""
+    symbol = f"{func}.{var}"
+    where = f"{local}#{symbol}"
+    fn = _function(_module(local, str(root)), func, where)
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id == var and isinstance(n.value, ast.Call) \
+                and isinstance(n.value.func, ast.Attribute) and n.value.func.attr == "format" \
+                and isinstance(n.value.func.value, ast.Constant) and isinstance(n.value.func.value.value, str):
+            src, sha = _source(local, symbol)
+            return Template(src, sha, fmt=n.value.func.value.value), [ast.unparse(a) for a in n.value.args]
+    raise MethodError(f"{where}: no '{var} = \"...\".format(...)' assignment")

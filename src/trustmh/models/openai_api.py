@@ -89,6 +89,9 @@ class OpenAIModel(Model):
             kwargs["top_p"] = p["top_p"]
         if p.get("seed") is not None:
             kwargs["seed"] = p["seed"]
+        for name in ("frequency_penalty", "presence_penalty"):  # sent only when a protocol sets them
+            if p.get(name) is not None:
+                kwargs[name] = p[name]
         if p.get("max_tokens") is not None:
             # OpenAI's newer models reject max_tokens; compatible servers may not know the new name.
             kwargs["max_completion_tokens" if not self.base_url else "max_tokens"] = p["max_tokens"]
