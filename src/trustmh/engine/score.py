@@ -87,6 +87,7 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
     rows, clusters, labels = _Columns(), [], collections.defaultdict(list)
     errors, judge_errors = collections.Counter(), collections.Counter()
     unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
+    no_answer, judge_failed = collections.Counter(), collections.Counter()
     primary = task.primary_value
     for s in p.samples:
         parts = linked.get((s.item.id, s.variant), {})
@@ -109,12 +110,17 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
                 unscored_by_value[name][reason] += 1
             if primary not in score.values:
                 unscored_primary[score.unscored.get(primary, "not scored")] += 1
+            if score.no_answer is not None:
+                no_answer[score.no_answer] += 1
+            if score.judge_failed is not None:
+                judge_failed[score.judge_failed] += 1
             first = next(iter(judged.values())) if judged else None
             line.update(response=resp.text, finish_reason=resp.finish_reason, latency_s=resp.latency_s,
                         tokens={"prompt": resp.prompt_tokens, "completion": resp.completion_tokens},
                         attempts=resp.attempts,
                         judge={"text": first.text, "reason": first.reason} if first else None,
                         parsed=score.parsed, values=score.values, unscored=score.unscored, notes=score.notes,
+                        no_answer=score.no_answer, judge_failed=score.judge_failed,
                         # cluster and labels let `trustmh compare` rebuild the task's Table per item
                         cluster=clusters[-1], labels=sample_labels)
             if judged is not None and len(judged) > 1:
@@ -141,6 +147,8 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
                       unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
                       n_errors=sum(errors.values()), error_kinds=dict(errors),
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
+                      n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer),
+                      n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
                       n_stale_judgements=sc.stale.get(task.id, 0), metrics=metrics, **base)
 
 
