@@ -89,6 +89,9 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
     unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
     no_answer, judge_failed = collections.Counter(), collections.Counter()
     primary = task.primary_value
+    # A verdict the offline rules judge cannot give is "not judged" (unscored, with its reason); a judge
+    # failure is a judge model's or classifier's verdict that is missing or unusable.
+    judged_by_model = any(r.role in sc.judges for r in rubrics)
     for s in p.samples:
         parts = linked.get((s.item.id, s.variant), {})
         resp: Response | None = parts.get("", (None, None))[1]
@@ -112,7 +115,7 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
                 unscored_primary[score.unscored.get(primary, "not scored")] += 1
             if score.no_answer is not None:
                 no_answer[score.no_answer] += 1
-            if score.judge_failed is not None:
+            if score.judge_failed is not None and judged_by_model:
                 judge_failed[score.judge_failed] += 1
             first = next(iter(judged.values())) if judged else None
             line.update(response=resp.text, finish_reason=resp.finish_reason, latency_s=resp.latency_s,
