@@ -452,10 +452,18 @@ def gate_cmd(
     alpha: Optional[float] = typer.Option(None, help="Significance level for --baseline (default 0.05)."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples for --baseline."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
+    max_unscored: float = typer.Option(0.05, "--max-unscored",
+                                       help="Fail a checked task with more than this share of its samples left "
+                                            "out of its metric (API errors, judge failures) or judge-failed."),
+    allow_partial: bool = typer.Option(False, "--allow-partial",
+                                       help="Accept a checked pillar or overall score measured on fewer rows or "
+                                            "pillars than the paper has."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from .compare import load_run
-    from .gate import GateConfig, check_baseline, check_thresholds, load_config, parse_threshold
+    from .gate import GateConfig, check_baseline, check_coverage, check_thresholds, load_config, parse_threshold
+    if not 0 <= max_unscored <= 1:
+        raise UserError("--max-unscored must be between 0 and 1")
     cfg = load_config(config) if config else GateConfig([])
     thresholds = cfg.thresholds + [parse_threshold(t, "min") for t in min_] + [parse_threshold(t, "max") for t in max_]
     base_path = baseline or (Path(cfg.baseline) if cfg.baseline else None)
@@ -466,6 +474,7 @@ def gate_cmd(
         raise UserError("nothing to check: give --min/--max thresholds, --config or --baseline")
     run = load_run(run_dir)
     failures, n = check_thresholds(run, thresholds)
+    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial)
     if base_path is not None:
         more, warnings, m = check_baseline(run, load_run(base_path), alpha=level, n_boot=n_boot, seed=seed)
         for w in warnings:
