@@ -187,7 +187,8 @@ def _pillar_summary(mr) -> None:
 def _summary(results) -> None:
     for model, mr in results.models.items():
         table = RichTable(title=f"{model}", title_justify="left")
-        for col in ("task", "metric", "value", "95% CI", "n", "unscored", "errors", "trust"):
+        for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
+                    "trust"):
             # Task ids are what users copy into --tasks and gate thresholds: never cut or wrap them.
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
                              no_wrap=col in ("task", "value", "95% CI", "trust"))
@@ -196,15 +197,26 @@ def _summary(results) -> None:
                 # The full how-to-get text is in results.json and `trustmh data check`; keep the table readable.
                 short = (t.reason or "").split(" — ")[0]
                 table.add_row(t.task, t.metric, "[yellow]not run[/]", f"{short} (see `trustmh data check`)",
-                              "", "", "", "")
+                              "", "", "", "", "", "")
                 continue
             val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
             ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
             arrow = "↑" if t.higher_is_better else "↓"
-            table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_unscored),
+            if t.base_metric:  # a relative measure: its base task's own value beside it
+                val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
+            table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_no_answer), str(t.n_unscored),
+                          f"[red]{t.n_judge_failed}[/]" if t.n_judge_failed else "0",
                           f"[red]{t.n_errors}[/]" if t.n_errors else "0",
                           "-" if t.trust_score is None else f"{t.trust_score:.1f}")
         out.print(table)
+        out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
+                  "failed: left out of the value, not the model's doing", markup=False, highlight=False)
+        relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
+        if relative:
+            out.print("relative measures (base): a model that gives the same reply to everything scores near "
+                      "perfect on them; read them beside the base value ("
+                      + ", ".join(f"{t.task}: {t.base_metric}" for t in relative) + ")",
+                      markup=False, highlight=False)
         _pillar_summary(mr)
     for note in results.notes:
         out.print(f"[yellow]note:[/] {escape(note)}")

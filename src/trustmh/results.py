@@ -54,6 +54,11 @@ class TaskResult(BaseModel):
     judge_failed_reasons: dict[str, int] = {}
     n_stale_judgements: int = Field(0, description="stored verdicts made with another version of their rubric, "
                                                    "left out unless scored with --accept-stored")
+    base_metric: str | None = Field(None, description="for a relative measure (robustness drop, fairness gap): "
+                                                      "the metric holding the base task's own value on the same "
+                                                      "replies; a model that gives one reply to everything is "
+                                                      "near perfect on the relative measure, not on this")
+    base_value: float | None = None
     metrics: dict[str, MetricValue] = {}
 
 

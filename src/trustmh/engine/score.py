@@ -152,7 +152,8 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
                       n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer),
                       n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
-                      n_stale_judgements=sc.stale.get(task.id, 0), metrics=metrics, **base)
+                      n_stale_judgements=sc.stale.get(task.id, 0), metrics=metrics,
+                      base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")), **base)
 
 
 def _clean(v: float | None) -> float | None:

@@ -76,6 +76,10 @@ class Task:
     primary_value: ClassVar[str]  # the per-sample value behind the primary metric (n, unscored count)
     metric_columns: ClassVar[dict[str, str]] = {}  # metric name -> per-sample value it is computed from
     rubrics: ClassVar[tuple[Rubric, ...]] = ()  # the judgements this task makes of a reply (judges/rubric.py)
+    # For a relative measure (a drop, a gap between groups): the metric holding the base task's own value on
+    # the same replies. A model that gives one reply to everything scores near perfect on the relative
+    # measure; the base value beside it shows what was kept stable.
+    base_metric: ClassVar[str | None] = None
     gen_params: ClassVar[dict[str, Any]] = {}
     upstream_gen_params: ClassVar[dict[str, Any]] = {}  # the paper's settings, used by --upstream-compat
 
