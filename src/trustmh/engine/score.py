@@ -114,6 +114,8 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
             if primary not in score.values:
                 unscored_primary[score.unscored.get(primary, "not scored")] += 1
             if score.no_answer is not None:
+                if resp.finish_reason == "length":  # still the model's answer, but say why it has none
+                    score.no_answer += " (reply cut off at the token limit)"
                 no_answer[score.no_answer] += 1
             if score.judge_failed is not None and judged_by_model:
                 judge_failed[score.judge_failed] += 1
