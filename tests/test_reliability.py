@@ -146,6 +146,11 @@ def test_knowledge_dodging_does_not_pay(upstream, tmp_path):
     assert t.metrics["answer_rate"].value == 0.5 and t.metrics["accuracy_answered"].value == 1.0
     assert t.n == 10 and t.n_unscored == 0 and t.n_no_answer == 5
     assert t.no_answer_reasons == {"no option letter or option text found in reply": 5}
+    # the report shows the dodges as their own column and marks the samples
+    from trustmh.report.html import write_report
+    html = write_report([tmp_path / "run"], tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<th>no answer</th>" in html and html.count('"st":"no_answer"') == 5
+    assert "no answer: no option letter or option text found in reply" in html
 
 
 def test_knowledge_out_of_range_letter_reason(upstream):
