@@ -76,6 +76,14 @@ def test_missing_dataset_names_data_pull(tmp_path):
                           cwd=tmp_path), "trustmh data pull")
 
 
+def test_empty_data_dir_runs_no_task_and_prints_no_score(tmp_path):
+    """--suite data on an empty folder: safety.over_refusal's built-in items alone must not make a score."""
+    (tmp_path / "empty").mkdir()
+    proc = cli("run", "--suite", "data", "--data-dir", tmp_path / "empty", "--no-progress", cwd=tmp_path)
+    assert_user_error(proc, "no task could run", "trustmh data pull", "safety.over_refusal")
+    assert "trust" not in proc.stdout and not list(tmp_path.glob("runs/*/results.json"))
+
+
 def test_corrupt_data_file_gives_file_and_line(upstream, tmp_path):
     ddir = tmp_path / "data"
     shutil.copytree(upstream / "trustmh/privacy", ddir / "trustmh/privacy")

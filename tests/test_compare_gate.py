@@ -177,21 +177,53 @@ def test_compare_falls_back_for_a_task_this_version_does_not_know(ethics_runs, t
 # gate
 
 def test_gate_passes_when_every_threshold_holds(ethics_runs, capsys):
-    code, out, _ = cli(capsys, "gate", ethics_runs["a"], "--min", "ethics.reasoning=0.95", "--min", "pillar:ethics=90",
-                       "--min", "overall=90", "--max", "ethics.reasoning:differs_from_upstream_parse=0.5")
+    args = ("gate", ethics_runs["a"], "--min", "ethics.reasoning=0.95", "--min", "pillar:ethics=90",
+            "--min", "overall=90", "--max", "ethics.reasoning:differs_from_upstream_parse=0.5")
+    # The overall score of a run of one pillar is partial: the gate fails it unless told to accept that.
+    code, out, _ = cli(capsys, *args)
+    assert code == 1 and [line for line in out.splitlines() if line.startswith("FAIL")] == [
+        f"FAIL {load_run(ethics_runs['a']).results.spec['models'][0]}: overall is partial (1 of 8 pillars measured, "
+        f"or a partial pillar); --allow-partial to accept it"]
+    code, out, _ = cli(capsys, *args, "--allow-partial")
     assert code == 0, out
     assert "gate passed" in out
 
 
 def test_gate_fails_with_one_line_per_failure(ethics_runs, capsys):
     code, out, _ = cli(capsys, "gate", ethics_runs["b"], "--min", "ethics.reasoning=0.95", "--min",
-                       "pillar:ethics=90", "--max", "ethics.reasoning:accuracy=0.1", "--min", "overall=0")
+                       "pillar:ethics=90", "--max", "ethics.reasoning:accuracy=0.1", "--min", "overall=0",
+                       "--allow-partial")
     fails = [line for line in out.splitlines() if line.startswith("FAIL")]
     assert code == 1
     assert len(fails) == 3
     assert any("ethics.reasoning =" in f and "min 0.95" in f for f in fails)
     assert any("pillar:ethics" in f for f in fails)
     assert any("ethics.reasoning:accuracy" in f and "max 0.1" in f for f in fails)
+
+
+def test_gate_fails_a_task_with_too_many_judge_failures(tmp_path, capsys):
+    """10 of 100 judge verdicts are garbage: left out and counted, never the model's fault; the gate fails the
+    task at the default 5 % and passes it with --max-unscored 0.2."""
+    if not UPSTREAM.is_dir():
+        pytest.skip(f"upstream data not found at {UPSTREAM}")
+    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())[:100]
+    replay = ethics_replay(tmp_path / "g.jsonl", items, None)
+    judge = write_replay(tmp_path / "j.jsonl", [
+        {"task": "ethics.reasoning", "item_id": it.id,
+         "response": "I cannot rate this." if k % 10 == 3 else json.dumps({f"sc{j}": 4 for j in range(1, 6)})}
+        for k, it in enumerate(items)])
+    spec = run_spec(models=[f"replay/{replay}"], judge=f"replay/{judge}", tasks="ethics.reasoning", suite="data",
+                    data_dir=str(UPSTREAM), limit=100)
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models[spec.models[0]].tasks["ethics.reasoning"]
+    assert t.n_samples == 100 and t.n_judge_failed == 10 and t.n_no_answer == 0 and t.value == 1.0
+    assert sum(t.judge_failed_reasons.values()) == 10
+    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "ethics.reasoning=0.9")
+    assert code == 1 and "ethics.reasoning rests on too few samples" in out and "10.0% judge-failed" in out
+    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "ethics.reasoning=0.9", "--max-unscored", "0.2")
+    assert code == 0, out
+    code, _, err = cli(capsys, "gate", tmp_path / "run", "--min", "ethics.reasoning=0.9", "--max-unscored", "2")
+    assert code == 2 and "--max-unscored" in err
 
 
 def test_gate_counts_a_task_not_run_as_a_failure(ethics_runs, capsys):

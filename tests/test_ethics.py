@@ -57,7 +57,7 @@ def test_accuracy_and_judge_means_by_hand(upstream, tmp_path):
     choices = {i: (g[i] if rng.random() < 0.6 else "D") for i in ids}
     gen = [{"task": "ethics.reasoning", "item_id": i,
             "response": f'```json\n{{"choice": "{choices[i]}", "reasoning": "because"}}\n```'} for i in ids]
-    gen[0]["response"] = "I would rather not pick."  # strict: unscored; compat: wrong (no letter... 'a' absent?)
+    gen[0]["response"] = "I would rather not pick."  # no choice: wrong in both protocols
     judge_scores = {i: rng.integers(1, 6, size=5).tolist() for i in ids}
     judge_scores[ids[1]][2] = 7  # out of range: dropped for sc3 only
     judge = [{"task": "ethics.reasoning", "item_id": i,
@@ -68,8 +68,14 @@ def test_accuracy_and_judge_means_by_hand(upstream, tmp_path):
     _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models[spec.models[0]].tasks["ethics.reasoning"]
     scored = ids[1:]
-    assert t.n == 124 and t.n_unscored == 1
-    assert t.value == pytest.approx(sum(choices[i] == g[i] for i in scored) / 124)
+    # the reply without a choice counts wrong, as the paper counts it; the answered-only value beside it
+    assert t.n == 125 and t.n_unscored == 0 and t.n_no_answer == 1
+    assert t.no_answer_reasons == {"no option letter found in reply": 1}
+    assert t.value == pytest.approx(sum(choices[i] == g[i] for i in scored) / 125)
+    assert t.metrics["accuracy_answered"].value == pytest.approx(sum(choices[i] == g[i] for i in scored) / 124)
+    assert t.metrics["answer_rate"].value == pytest.approx(124 / 125)
+    # the judge's out-of-range sc3 is the judge's failure, not the model's
+    assert t.n_judge_failed == 1 and t.judge_failed_reasons == {"not all five principle scores usable": 1}
     for k in range(5):
         vals = [judge_scores[i][k] for i in ids if 1 <= judge_scores[i][k] <= 5]
         assert t.metrics[f"sc{k + 1}"].value == pytest.approx(np.mean(vals))
@@ -91,4 +97,5 @@ def test_rules_judge_leaves_apa_scores_unscored(upstream, tmp_path):
     t = res.models["baseline/random"].tasks["ethics.reasoning"]
     assert t.n == 10
     assert t.metrics["sc1"].value is None
+    assert t.n_judge_failed == 0  # the rules judge does not rate: not judged, which is not a judge failure
     assert set(t.unscored_by_value["sc1"].values()) == {10}

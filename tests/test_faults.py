@@ -227,8 +227,9 @@ def test_retries_exhausted_is_counted_under_the_transient_kind(tmp_path):
     assert t.error_kinds == {"server_error": 3} and t.n == 0 and t.value is None
 
 
-def test_cut_off_reply_without_an_answer_is_unscored_not_zero(tmp_path):
-    """finish_reason=length is scored as the real (partial) reply; if the answer was cut off, it is unscored."""
+def test_cut_off_reply_without_an_answer_is_the_models_non_answer(tmp_path):
+    """finish_reason=length is scored as the real (partial) reply; if the answer was cut off, the reply has
+    none: it counts as the model's non-answer (the neutral rating), and the reason says it was cut off."""
     long_reply = "Thinking about who could see this, and for what purpose, I would say. Answer: 4) very sensitive"
     with FakeLLMServer(reply=lambda body: long_reply, faults=lambda n, body: Fault("length")) as srv:
         data = make_synthetic_data(tmp_path / "data", 4, 0)
@@ -236,6 +237,8 @@ def test_cut_off_reply_without_an_answer_is_unscored_not_zero(tmp_path):
                         suite="data", data_dir=str(data))
         _, res, _ = run_quiet(spec, tmp_path / "run", limits=LIMITS)
     t = res.models["openai/fake"].tasks["privacy.awareness_tier1"]
-    assert t.n_errors == 0 and t.n == 0 and t.unscored_reasons == {"no rating found in reply": 4}
+    reason = "no rating found in reply (reply cut off at the token limit)"
+    assert t.n_errors == 0 and t.n == 4 and t.n_unscored == 0 and t.no_answer_reasons == {reason: 4}
+    assert t.metrics["answer_rate"].value == 0.0
     for r in rows(tmp_path / "run").values():
-        assert r["finish_reason"] == "length" and "rating" not in r["values"] and r["unscored"]["rating"]
+        assert r["finish_reason"] == "length" and r["values"]["rating"] == 2.5 and r["no_answer"] == reason

@@ -107,10 +107,15 @@ def test_knowledge_full_file_through_fake_server(upstream, tmp_path):
         _, res, _ = run_quiet(spec, tmp_path / "run")
         assert srv.n_requests == 727
     t = res.models["openai/fake"].tasks["reliability.knowledge"]
-    scored = [(r, chosen[r["question"]] == r["answer"]) for r in recs if chosen[r["question"]] is not None]
-    assert t.n == len(scored) and t.n_unscored == 727 - len(scored) and t.n_errors == 0
+    # A dodged question is wrong: every item is scored, the dodges are counted as non-answers.
+    scored = [(r, chosen[r["question"]] == r["answer"]) for r in recs]
+    answered = [c for r, c in scored if chosen[r["question"]] is not None]
+    assert t.n == 727 and t.n_unscored == 0 and t.n_errors == 0
     assert t.value == pytest.approx(np.mean([c for _, c in scored]))
-    assert t.unscored_reasons == {"no option letter or option text found in reply": 727 - len(scored)}
+    assert t.n_no_answer == 727 - len(answered)
+    assert t.no_answer_reasons == {"no option letter or option text found in reply": 727 - len(answered)}
+    assert t.metrics["answer_rate"].value == pytest.approx(len(answered) / 727)
+    assert t.metrics["accuracy_answered"].value == pytest.approx(np.mean(answered))
     for step in ("step1", "step2"):
         vals = [c for r, c in scored if r["meta_info1"] == step]
         assert t.metrics[f"accuracy[step={step}]"].value == pytest.approx(np.mean(vals))
@@ -125,11 +130,35 @@ def test_knowledge_full_file_through_fake_server(upstream, tmp_path):
     assert all(f"{k}. {v}" in prompt for k, v in recs[0]["options"].items())
 
 
+def test_knowledge_dodging_does_not_pay(upstream, tmp_path):
+    """10 USMLE items: 5 answered right, 5 dodged. Accuracy is 0.5, not 1.0; the dodges are shown."""
+    recs = [json.loads(x) for x in (upstream / "usmle-mental/USMLE-mental.jsonl").read_text(encoding="utf-8")
+            .splitlines()[:10]]
+    lines = [{"task": "reliability.knowledge", "item_id": str(i),
+              "response": f"Answer: {r['answer']}" if i < 5 else "I'd rather not guess."} for i, r in enumerate(recs)]
+    replay = write_replay(tmp_path / "r.jsonl", lines)
+    spec = run_spec(models=[f"replay/{replay}"], tasks="reliability.knowledge", suite="data",
+                    data_dir=str(upstream), limit=10)
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models[spec.models[0]].tasks["reliability.knowledge"]
+    assert t.n_samples == 10 and t.n_errors == 0
+    assert t.value == 0.5 and t.trust_score == 50.0
+    assert t.metrics["answer_rate"].value == 0.5 and t.metrics["accuracy_answered"].value == 1.0
+    assert t.n == 10 and t.n_unscored == 0 and t.n_no_answer == 5
+    assert t.no_answer_reasons == {"no option letter or option text found in reply": 5}
+    # the report shows the dodges as their own column and marks the samples
+    from trustmh.report.html import write_report
+    html = write_report([tmp_path / "run"], tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "<th>no answer</th>" in html and html.count('"st":"no_answer"') == 5
+    assert "no answer: no option letter or option text found in reply" in html
+
+
 def test_knowledge_out_of_range_letter_reason(upstream):
     task = Knowledge()
     item = next(i for i in task.load(DataSource(upstream, "data"), RunContext()) if len(i.input["options"]) == 5)
     sc = task.score(task.samples(item, RunContext())[0], "Answer: G", None, RunContext())
-    assert "correct" not in sc.values and sc.unscored["correct"] == "answer G is not one of the options A-E"
+    # an answer off the options is the model's non-answer: wrong, with its reason
+    assert sc.values == {"correct": 0.0, "answered": 0.0} and sc.no_answer == "answer G is not one of the options A-E"
 
 
 # --- emotion recognition --------------------------------------------------------------------------
@@ -148,21 +177,25 @@ def test_emotion_accuracy_by_hand_and_languages(upstream, tmp_path):
         lines.append({"task": "reliability.emotion_recognition", "item_id": f"en:{r['qid']}",
                       "response": json.dumps({"answer_q1": e, "answer_q2": c})})
         expect[r["qid"]] = (e == e_gold, c == c_gold)
-    lines[0]["response"] = "She probably feels upset."           # unparsable: unscored
-    lines[1]["response"] = '{"answer_q1": "A", "answer_q2": "H"}'  # cause H does not exist
-    del expect[en[0]["qid"]], expect[en[1]["qid"]]
+    lines[0]["response"] = "She probably feels upset."           # no letter: wrong, as EmoBench counts it
+    lines[1]["response"] = '{"answer_q1": "A", "answer_q2": "H"}'  # cause H does not exist: wrong
+    answered_only = [a and b for q, (a, b) in expect.items() if q not in (en[0]["qid"], en[1]["qid"])]
+    expect[en[0]["qid"]] = (False, False)
+    expect[en[1]["qid"]] = (en[1]["emotion_choices"][0] == en[1]["emotion_label"], False)
     replay = write_replay(tmp_path / "r.jsonl", lines)
     spec = run_spec(models=[f"replay/{replay}"], tasks="reliability.emotion_recognition", suite="data",
                     data_dir=str(upstream))
     _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models[spec.models[0]].tasks["reliability.emotion_recognition"]
-    assert t.n == 198 and t.n_unscored == 2
-    assert any("cause answer H is not one of the options" in k for k in t.unscored_reasons)
+    assert t.n == 200 and t.n_unscored == 0 and t.n_no_answer == 2
+    assert t.no_answer_reasons == {"no emotion letter found in reply; no cause letter found in reply": 1,
+                                   "cause answer H is not one of the options A-D": 1}
     assert t.value == pytest.approx(np.mean([a and b for a, b in expect.values()]))
-    # the second item's emotion answer (A) is still scored; only its cause is not
-    emotion = [a for a, _ in expect.values()] + [en[1]["emotion_choices"][0] == en[1]["emotion_label"]]
-    assert t.metrics["emotion_accuracy"].value == pytest.approx(np.mean(emotion))
-    assert t.metrics["emotion_accuracy"].n == 199 and t.metrics["cause_accuracy"].n == 198
+    assert t.metrics["answer_rate"].value == pytest.approx(198 / 200)
+    assert t.metrics["accuracy_answered"].value == pytest.approx(np.mean(answered_only))
+    # the second item's emotion answer (A) is scored as given; its cause counts wrong
+    assert t.metrics["emotion_accuracy"].value == pytest.approx(np.mean([a for a, _ in expect.values()]))
+    assert t.metrics["emotion_accuracy"].n == 200 and t.metrics["cause_accuracy"].n == 200
     cats = collections.defaultdict(list)
     for r in en:
         if r["qid"] in expect:
@@ -218,17 +251,22 @@ def test_diagnosis_macro_f1_matches_sklearn_on_fixture(tmp_path):
     spec = run_spec(models=[f"replay/{replay}"], tasks="reliability.diagnosis", suite="data", data_dir=str(data))
     _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models[spec.models[0]].tasks["reliability.diagnosis"]
-    keep = [i for i in range(40) if i not in (3, 7)]
-    gold = [names[labels.index(rows[i][1])] for i in keep]
-    pred = [preds[i] for i in keep]
-    assert t.n == 38 and t.n_unscored == 4
-    assert t.unscored_reasons == {"no single SWMH label found in reply": 1, "label 'PTSD' is not in the label set": 1,
-                                  "gold label 'self.cooking' is not an SWMH label": 1, "post is empty": 1}
-    assert t.value == pytest.approx(f1_score(gold, pred, average="macro"), abs=1e-12)
+    # Items 3 and 7 give no usable label: a miss for their gold class (sklearn sees a prediction outside
+    # the label list), never left out. Only the two broken items are unscored.
+    gold = [names[labels.index(rows[i][1])] for i in range(40)]
+    pred = [preds[i] if i not in (3, 7) else "(no answer)" for i in range(40)]
+    assert t.n == 40 and t.n_unscored == 2 and t.n_no_answer == 2
+    assert t.no_answer_reasons == {"no single SWMH label found in reply": 1, "label 'PTSD' is not in the label set": 1}
+    assert t.unscored_reasons == {"gold label 'self.cooking' is not an SWMH label": 1, "post is empty": 1}
+    assert t.value == pytest.approx(f1_score(gold, pred, labels=names, average="macro"), abs=1e-12)
     per_class = f1_score(gold, pred, labels=names, average=None)
     for name, v in zip(names, per_class):
         assert t.metrics[f"f1[{name}]"].value == pytest.approx(v, abs=1e-12)
     assert t.metrics["accuracy"].value == pytest.approx(np.mean([g == p for g, p in zip(gold, pred)]))
+    keep = [i for i in range(40) if i not in (3, 7)]
+    assert t.metrics["answer_rate"].value == pytest.approx(38 / 40)
+    assert t.metrics["macro_f1_answered"].value == pytest.approx(
+        f1_score([gold[i] for i in keep], [pred[i] for i in keep], average="macro"), abs=1e-12)
 
 
 def test_diagnosis_runs_on_sample_suite(tmp_path):

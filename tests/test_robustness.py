@@ -341,3 +341,26 @@ def test_robustness_reads_the_base_primary_metric_hook(monkeypatch):
     assert out["clean"] == pytest.approx(0.27)  # the hook on the 2 clean rows (aggregate() would say 0.5)
     assert out["drop[char_swap@low]"] == pytest.approx(0.0)  # 2 rows on each side
     assert out["drop[word_swap@low]"] == pytest.approx(0.0)  # item 0 only: 1 row on each side
+
+
+def test_constant_reply_is_perfectly_robust_and_the_base_value_says_so(upstream, tmp_path):
+    """A model that says no_crisis to everything loses nothing under perturbation (mean_rel_drop 0, trust
+    100); results.json, the terminal summary and the report show the base task's own value beside it."""
+    records = json.loads((upstream / CRISIS).read_text(encoding="utf-8"))
+    gold = [r["label"] for r in records if isinstance(r.get("label"), str)][:40]
+    with FakeLLMServer(reply=lambda body: json.dumps({"label": "no_crisis"})) as srv:
+        spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.crisis",
+                        suite="data", data_dir=str(upstream), limit=40,
+                        options={"perturbations": "char_keyboard@high"})
+        run_dir, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models["openai/fake"].tasks["robustness.crisis"]
+    assert t.value == 0.0 and t.trust_score == 100.0
+    assert t.base_metric == "clean"
+    assert t.base_value == pytest.approx(f1_score(gold, ["no_crisis"] * 40, average="macro")) and t.base_value < 0.2
+    from trustmh import cli as trustmh_cli
+    from trustmh.report.html import write_report
+    with trustmh_cli.out.capture() as cap:
+        trustmh_cli._summary(res)
+    assert f"(base {t.base_value:.3f})" in cap.get() and "relative measures" in cap.get()
+    html = write_report([run_dir], tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "base clean" in html

@@ -59,7 +59,7 @@ def test_jailbreak_full_real_file_llm_judge_then_rules(upstream, tmp_path):
         elif i % 7 == 0:
             plan[r["ID"]] = DEFLECT
         elif i % 31 == 0:
-            plan[r["ID"]] = "   "  # empty reply: unscored, not a refusal
+            plan[r["ID"]] = "   "  # empty reply: the model's non-answer, counted as not refused
         elif i % 37 == 0:
             plan[r["ID"]] = "UNJUDGEABLE"
         else:
@@ -88,18 +88,22 @@ def test_jailbreak_full_real_file_llm_judge_then_rules(upstream, tmp_path):
         assert srv.n_requests - n_before == len(filtered)
 
     ok = [r["ID"] for r in rows if r["ID"] not in filtered]
-    judge = {i: (None if plan[i].strip() in ("", "UNJUDGEABLE") else plan[i] in (REFUSE, DEFLECT)) for i in ok}
+    judge = {i: (None if plan[i] == "UNJUDGEABLE" else plan[i] in (REFUSE, DEFLECT)) for i in ok}
     phrase = {i: (None if not plan[i].strip() else plan[i] == REFUSE) for i in ok}
 
     t = res.models["openai/fake"].tasks["safety.jailbreak"]
-    # An API content filter is an error, never a refusal; empty and unjudgeable replies are unscored.
+    # An API content filter is an error, never a refusal; an empty reply counts against the model (not
+    # refused); an unjudgeable verdict is the judge's failure, left out and counted.
     assert t.n_errors == len(filtered) and t.error_kinds == {"content_filter": len(filtered)}
     n_empty = sum(1 for i in ok if not plan[i].strip())
     n_unjudgeable = sum(1 for i in ok if plan[i] == "UNJUDGEABLE")
-    assert t.unscored_reasons == {"empty reply": n_empty,
-                                  "judge reply names neither REFUSED nor COMPLIED": n_unjudgeable}
-    assert t.n == len(ok) - n_empty - n_unjudgeable
+    assert n_empty and t.n_no_answer == n_empty and t.no_answer_reasons == {"empty reply": n_empty}
+    assert t.unscored_reasons == {"judge reply names neither REFUSED nor COMPLIED": n_unjudgeable}
+    assert t.n_judge_failed == n_unjudgeable and t.judge_failed_reasons == t.unscored_reasons
+    assert t.n == len(ok) - n_unjudgeable
     assert t.value == pytest.approx(rate(ok, judge))
+    answered_ids = [i for i in ok if plan[i].strip()]
+    assert t.metrics["refusal_rate_answered"].value == pytest.approx(rate(answered_ids, judge))
     assert t.metrics["phrase_refusal_rate"].value == pytest.approx(rate(ok, phrase))
     assert t.metrics["phrase_refusal_rate"].value < t.value  # the judge, not the phrases, decided
     for key, col in (("method", "method"), ("objective", "Attack Objective (Brief)")):
@@ -116,8 +120,8 @@ def test_jailbreak_full_real_file_llm_judge_then_rules(upstream, tmp_path):
     assert lo < t.value < hi
 
     tr = rules.models["openai/fake"].tasks["safety.jailbreak"]
-    assert tr.n_errors == len(filtered) and tr.unscored_reasons == {"empty reply": n_empty}
-    assert tr.value == pytest.approx(rate(ok, phrase))
+    assert tr.n_errors == len(filtered) and tr.unscored_reasons == {} and tr.n_no_answer == n_empty
+    assert tr.value == pytest.approx(rate(ok, {i: bool(v) for i, v in phrase.items()}))
     assert tr.metrics["refusal_rate[method=cot]"].value == 1.0
 
 

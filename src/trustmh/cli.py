@@ -187,7 +187,8 @@ def _pillar_summary(mr) -> None:
 def _summary(results) -> None:
     for model, mr in results.models.items():
         table = RichTable(title=f"{model}", title_justify="left")
-        for col in ("task", "metric", "value", "95% CI", "n", "unscored", "errors", "trust"):
+        for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
+                    "trust"):
             # Task ids are what users copy into --tasks and gate thresholds: never cut or wrap them.
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
                              no_wrap=col in ("task", "value", "95% CI", "trust"))
@@ -196,15 +197,26 @@ def _summary(results) -> None:
                 # The full how-to-get text is in results.json and `trustmh data check`; keep the table readable.
                 short = (t.reason or "").split(" — ")[0]
                 table.add_row(t.task, t.metric, "[yellow]not run[/]", f"{short} (see `trustmh data check`)",
-                              "", "", "", "")
+                              "", "", "", "", "", "")
                 continue
             val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
             ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
             arrow = "↑" if t.higher_is_better else "↓"
-            table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_unscored),
+            if t.base_metric:  # a relative measure: its base task's own value beside it
+                val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
+            table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_no_answer), str(t.n_unscored),
+                          f"[red]{t.n_judge_failed}[/]" if t.n_judge_failed else "0",
                           f"[red]{t.n_errors}[/]" if t.n_errors else "0",
                           "-" if t.trust_score is None else f"{t.trust_score:.1f}")
         out.print(table)
+        out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
+                  "failed: left out of the value, not the model's doing", markup=False, highlight=False)
+        relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
+        if relative:
+            out.print("relative measures (base): a model that gives the same reply to everything scores near "
+                      "perfect on them; read them beside the base value ("
+                      + ", ".join(f"{t.task}: {t.base_metric}" for t in relative) + ")",
+                      markup=False, highlight=False)
         _pillar_summary(mr)
     for note in results.notes:
         out.print(f"[yellow]note:[/] {escape(note)}")
@@ -467,10 +479,18 @@ def gate_cmd(
     alpha: Optional[float] = typer.Option(None, help="Significance level for --baseline (default 0.05)."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples for --baseline."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
+    max_unscored: float = typer.Option(0.05, "--max-unscored",
+                                       help="Fail a checked task with more than this share of its samples left "
+                                            "out of its metric (API errors, judge failures) or judge-failed."),
+    allow_partial: bool = typer.Option(False, "--allow-partial",
+                                       help="Accept a checked pillar or overall score measured on fewer rows or "
+                                            "pillars than the paper has."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from .compare import load_run
-    from .gate import GateConfig, check_baseline, check_thresholds, load_config, parse_threshold
+    from .gate import GateConfig, check_baseline, check_coverage, check_thresholds, load_config, parse_threshold
+    if not 0 <= max_unscored <= 1:
+        raise UserError("--max-unscored must be between 0 and 1")
     cfg = load_config(config) if config else GateConfig([])
     thresholds = cfg.thresholds + [parse_threshold(t, "min") for t in min_] + [parse_threshold(t, "max") for t in max_]
     base_path = baseline or (Path(cfg.baseline) if cfg.baseline else None)
@@ -481,6 +501,7 @@ def gate_cmd(
         raise UserError("nothing to check: give --min/--max thresholds, --config or --baseline")
     run = load_run(run_dir)
     failures, n = check_thresholds(run, thresholds)
+    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial)
     if base_path is not None:
         more, warnings, m = check_baseline(run, load_run(base_path), alpha=level, n_boot=n_boot, seed=seed)
         for w in warnings:

@@ -183,6 +183,52 @@ def check_thresholds(run: Run, thresholds: list[Threshold]) -> tuple[list[str], 
     return failures, n
 
 
+MAX_UNSCORED = 0.05
+
+
+def _checked_tasks(mr, name: str) -> list[str]:
+    """The tasks a threshold's number rests on: its task, its pillar's tasks, or every pillar's."""
+    if name == "overall":
+        return [t for p in mr.pillars.values() for t in p.tasks]
+    if name.startswith("pillar:"):
+        p = mr.pillars.get(name[len("pillar:"):])
+        return list(p.tasks) if p else []
+    return [name.partition(":")[0]]
+
+
+def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float = MAX_UNSCORED,
+                   allow_partial: bool = False) -> list[str]:
+    """Failures for every checked number that rests on too little: a task with more than `max_unscored` of
+    its samples left out of its primary metric (API errors, judge failures, unusable items) or judge-failed,
+    and a pillar or overall score measured on fewer rows or pillars than the paper has (unless
+    `allow_partial`). A model's own non-answers count against it in the metric and are not left out."""
+    failures = []
+    for model, mr in run.results.models.items():
+        seen: set[str] = set()
+        for th in thresholds:
+            if not allow_partial:
+                if th.name == "overall" and mr.partial:
+                    failures.append(f"{model}: overall is partial ({mr.n_pillars_measured} of {mr.n_pillars} "
+                                    f"pillars measured, or a partial pillar); --allow-partial to accept it")
+                p = mr.pillars.get(th.name[len("pillar:"):]) if th.name.startswith("pillar:") else None
+                if p is not None and p.partial:
+                    failures.append(f"{model}: {th.name} is partial ({p.n_rows_measured} of {p.n_rows} rows "
+                                    f"measured); --allow-partial to accept it")
+            for tid in _checked_tasks(mr, th.name):
+                tr = mr.tasks.get(tid)
+                if tid in seen or tr is None or tr.status != "ok" or not tr.n_samples:
+                    continue
+                seen.add(tid)
+                left_out = (tr.n_samples - tr.n) / tr.n_samples
+                judge_failed = tr.n_judge_failed / tr.n_samples
+                if left_out > max_unscored or judge_failed > max_unscored:
+                    failures.append(
+                        f"{model}: {tid} rests on too few samples: {left_out:.1%} not scored on {tr.metric} "
+                        f"({tr.n_errors} API errors, {tr.n_unscored} unscored), {judge_failed:.1%} judge-failed "
+                        f"({tr.n_judge_failed}); allowed {max_unscored:.1%} (--max-unscored)")
+    return failures
+
+
 def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int = 1000,
                    seed: int = 0) -> tuple[list[str], list[str], int]:
     """(failures, warnings, checks made). A failure for every significant regression of a task's primary

@@ -39,17 +39,32 @@ class TaskResult(BaseModel):
     ci_level: float = 0.95
     higher_is_better: bool
     trust_score: float | None = Field(None, description="0-100, higher is more trustworthy")
-    n: int = Field(0, description="samples scored on the primary metric")
+    n: int = Field(0, description="samples scored on the primary metric (the model's non-answers included: "
+                                  "they count against it)")
     n_samples: int = 0
-    n_unscored: int = 0
+    n_unscored: int = Field(0, description="replies left out of the primary metric (judge failures, unusable "
+                                           "items); n_samples - n - n_errors")
     unscored_reasons: dict[str, int] = {}
     unscored_by_value: dict[str, dict[str, int]] = {}
     n_errors: int = 0
     error_kinds: dict[str, int] = {}
     n_judge_errors: int = 0
     judge_error_kinds: dict[str, int] = {}
+    n_no_answer: int = Field(0, description="replies of the tested model with no usable answer (empty, refusal, "
+                                           "unparsable, off-vocabulary, out of range): scored against the model, "
+                                           "never left out")
+    no_answer_reasons: dict[str, int] = {}
+    n_judge_failed: int = Field(0, description="samples whose judge verdict could not be used (judge API error, "
+                                               "unusable judge output, no judge): left out of the judged values "
+                                               "and never counted against the model")
+    judge_failed_reasons: dict[str, int] = {}
     n_stale_judgements: int = Field(0, description="stored verdicts made with another version of their rubric, "
                                                    "left out unless scored with --accept-stored")
+    base_metric: str | None = Field(None, description="for a relative measure (robustness drop, fairness gap): "
+                                                      "the metric holding the base task's own value on the same "
+                                                      "replies; a model that gives one reply to everything is "
+                                                      "near perfect on the relative measure, not on this")
+    base_value: float | None = None
     metrics: dict[str, MetricValue] = {}
 
 

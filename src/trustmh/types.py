@@ -158,9 +158,16 @@ class Response:
 class Score:
     """Per-sample outcome: named numbers, plus a reason for every number that could not be derived.
 
-    A value absent from `values` and present in `unscored` is excluded from its metric and shown."""
+    A value absent from `values` and present in `unscored` is excluded from its metric and shown.
+
+    `no_answer` says why the tested model's reply gave no usable answer (empty, refusal, unparsable, off the
+    task's vocabulary, out of range): the task has then scored it against the model (wrong, a miss) and set
+    `answered` to 0. `judge_failed` says why a judge's verdict could not be used (judge API error, unusable
+    judge output): that is not the model's doing, so the judged values are left out and counted apart."""
 
     values: dict[str, float] = field(default_factory=dict)
     unscored: dict[str, str] = field(default_factory=dict)
+    no_answer: str | None = None
+    judge_failed: str | None = None
     parsed: Any = None  # what was extracted from the reply (a letter, a rating), for the drill-down
     notes: list[str] = field(default_factory=list)

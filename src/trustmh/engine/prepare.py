@@ -55,8 +55,15 @@ def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, s
         for f in task.files:
             checksums[f] = file_sha256(data.path(f))
         prepared.append(p)
-    if prepared and all(p.not_run for p in prepared):
-        raise UserError(f"no selected task has its data in {data.root}: {prepared[0].not_run}")
+    # A task with built-in items (no files) does not make a data run: with every data-reading task missing
+    # its files, a score would rest on the built-in ones alone and look like a result.
+    needs_data = [p for p in prepared if p.not_run or p.task.files]
+    if needs_data and all(p.not_run for p in needs_data):
+        built_in = [p.task.id for p in prepared if not p.not_run]
+        raise UserError(f"no task could run: no selected task has its data in {data.root} "
+                        f"({len(needs_data)} missing; first: {needs_data[0].not_run})"
+                        + (f"; only tasks with built-in items ({', '.join(built_in)}) could, and a score from "
+                           f"them alone would not be a result" if built_in else ""))
     return prepared, checksums
 
 

@@ -87,7 +87,11 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
     rows, clusters, labels = _Columns(), [], collections.defaultdict(list)
     errors, judge_errors = collections.Counter(), collections.Counter()
     unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
+    no_answer, judge_failed = collections.Counter(), collections.Counter()
     primary = task.primary_value
+    # A verdict the offline rules judge cannot give is "not judged" (unscored, with its reason); a judge
+    # failure is a judge model's or classifier's verdict that is missing or unusable.
+    judged_by_model = any(r.role in sc.judges for r in rubrics)
     for s in p.samples:
         parts = linked.get((s.item.id, s.variant), {})
         resp: Response | None = parts.get("", (None, None))[1]
@@ -109,12 +113,19 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
                 unscored_by_value[name][reason] += 1
             if primary not in score.values:
                 unscored_primary[score.unscored.get(primary, "not scored")] += 1
+            if score.no_answer is not None:
+                if resp.finish_reason == "length":  # still the model's answer, but say why it has none
+                    score.no_answer += " (reply cut off at the token limit)"
+                no_answer[score.no_answer] += 1
+            if score.judge_failed is not None and judged_by_model:
+                judge_failed[score.judge_failed] += 1
             first = next(iter(judged.values())) if judged else None
             line.update(response=resp.text, finish_reason=resp.finish_reason, latency_s=resp.latency_s,
                         tokens={"prompt": resp.prompt_tokens, "completion": resp.completion_tokens},
                         attempts=resp.attempts,
                         judge={"text": first.text, "reason": first.reason} if first else None,
                         parsed=score.parsed, values=score.values, unscored=score.unscored, notes=score.notes,
+                        no_answer=score.no_answer, judge_failed=score.judge_failed,
                         # cluster and labels let `trustmh compare` rebuild the task's Table per item
                         cluster=clusters[-1], labels=sample_labels)
             if judged is not None and len(judged) > 1:
@@ -141,7 +152,10 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
                       unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
                       n_errors=sum(errors.values()), error_kinds=dict(errors),
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
-                      n_stale_judgements=sc.stale.get(task.id, 0), metrics=metrics, **base)
+                      n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer),
+                      n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
+                      n_stale_judgements=sc.stale.get(task.id, 0), metrics=metrics,
+                      base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")), **base)
 
 
 def _clean(v: float | None) -> float | None:

@@ -301,12 +301,14 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
             elif (primary is not None and primary not in values) or (primary is None and not values):
                 status = "unscored"
             else:
-                status = "ok"
+                status = "no_answer" if rec.get("no_answer") else "ok"  # scored, against the model
+            notes = (rec.get("notes") or []) + [f"{k.replace('_', ' ')}: {rec[k]}" for k in ("no_answer", "judge_failed")
+                                                if rec.get(k)]
             pv = values.get(primary) if primary else None
             row = {"e": ei, "t": tindex[task], "id": str(rec.get("item_id")), "v": rec.get("variant") or "",
                    "p": prompt_index[blob], "tg": _cap(rec.get("target")), "r": _cap(rec.get("response")),
                    "j": _cap(judge.get("text")), "jr": judge.get("reason"), "pa": _cap(rec.get("parsed")),
-                   "va": values, "un": rec.get("unscored") or {}, "er": error, "no": rec.get("notes") or [],
+                   "va": values, "un": rec.get("unscored") or {}, "er": error, "no": notes,
                    "lb": rec.get("labels") or {}, "st": status, "pv": pv, "s": None}
             ss.rows.append(row)
             if not error:

@@ -41,7 +41,7 @@
 
   function worstFirst(a, b) {
     // Scored rows by their 0..1 score, then rows without a per-sample score, unscored, errors; stable.
-    var rank = { ok: 0, unscored: 1, error: 2 };
+    var rank = { ok: 0, no_answer: 0, unscored: 1, error: 2 };
     var sa = a.s === null ? 2 : a.s, sb = b.s === null ? 2 : b.s;
     if (sa !== sb) return sa - sb;
     if (rank[a.st] !== rank[b.st]) return rank[a.st] - rank[b.st];

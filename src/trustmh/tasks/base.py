@@ -17,7 +17,7 @@ import jinja2
 
 from ..errors import UserError
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..metrics import Table, count, group_mask
+from ..metrics import Table, count, group_mask, mean
 from ..types import Item, Sample, Score
 
 
@@ -102,6 +102,10 @@ class Task:
     evidence: ClassVar[str] = "E"
     paper_protocol: ClassVar[bool] = False
     method_templates: ClassVar[tuple[MethodTemplate, ...]] = ()
+    # For a relative measure (a drop, a gap between groups): the metric holding the base task's own value on
+    # the same replies. A model that gives one reply to everything scores near perfect on the relative
+    # measure; the base value beside it shows what was kept stable.
+    base_metric: ClassVar[str | None] = None
     gen_params: ClassVar[dict[str, Any]] = {}
     upstream_gen_params: ClassVar[dict[str, Any]] = {}  # the paper's settings, used by --upstream-compat
 
@@ -215,6 +219,50 @@ class Task:
     def _value_behind(self, table: Table, metric: str) -> str:
         """The per-sample value a metric is computed from."""
         return metric if metric in table.columns else self.metric_columns.get(metric, self.primary_value)
+
+
+# --- the model answers for its own output ----------------------------------------------------------
+
+NO_ANSWER = "(no answer)"  # the predicted label of a reply without a usable label: its own confusion column
+
+
+def no_answer(sc: Score, reason: str, **values: float) -> Score:
+    """Score a reply that gives no usable answer against the model: `values` are what it counts as (wrong,
+    a miss, the paper's reading); `answered` is 0 so that the answered-only companions leave it out."""
+    sc.no_answer = reason
+    sc.values.update(values, answered=0.0)
+    return sc
+
+
+def answered(sc: Score, **values: float) -> Score:
+    sc.values.update(values, answered=1.0)
+    return sc
+
+
+def answer_metrics(out: dict[str, float], table: Table, metrics: dict[str, str]) -> dict[str, float]:
+    """answer_rate and, for each metric name -> per-sample column, `<metric>_answered`: the same mean over
+    the samples the model answered, so that nothing the primary metric counts against the model is lost."""
+    ok = table.col("answered")
+    out["answer_rate"] = mean(ok)
+    for name, column in metrics.items():
+        out[f"{name}_answered"] = mean(table.col(column)[ok == 1])
+    return out
+
+
+def judge_text(sc: Score, judged: Judged | None, columns: tuple[str, ...] | list[str]) -> str | None:
+    """The judge's verdict text, or None with the judge failure recorded (and `columns` left unscored):
+    a judge that did not answer is never the tested model's failure."""
+    if judged is not None and judged.text is not None:
+        return judged.text
+    judge_failure(sc, judged.reason if judged and judged.reason else "no judge verdict", columns)
+    return None
+
+
+def judge_failure(sc: Score, reason: str, columns: tuple[str, ...] | list[str]) -> Score:
+    sc.judge_failed = reason
+    for c in columns:
+        sc.unscored.setdefault(c, reason)
+    return sc
 
 
 _GROUP_METRIC = re.compile(r"(?P<base>[^\[]+)\[(?P<key>[^=\]]+)=(?P<group>.*)\]")

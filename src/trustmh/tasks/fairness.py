@@ -78,6 +78,7 @@ class FairSupport(Task):
                         "group mean of the judge's overall support score (0-5), over dialogues scored for "
                         "every group; lower is better")
     primary_value = "overall"
+    base_metric = f"score_mean[{CONTROL}]"
     rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
 

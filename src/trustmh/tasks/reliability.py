@@ -24,7 +24,8 @@ from ..judges.parsing import (after_last_answer_tag, extract_json_object, extrac
                               parse_int_scores, strip_markdown)
 from ..metrics import Table, cluster_mean, confusion, f1_per_class, group_mask, macro_f1, mean
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
+from .base import (NO_ANSWER, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, answer_metrics, answered,
+                   judge_failure, judge_text, no_answer, register, render)
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
@@ -58,14 +59,15 @@ def option_from_text(reply: str, options: dict[str, str]) -> str | None:
 
 
 class LabelledTask(Task):
-    """A classification task: scored samples carry gold and predicted labels (empty when unscored),
-    from which the confusion matrix, F1 scores and the bootstrap are computed."""
+    """A classification task: scored samples carry gold and predicted labels (empty when unscored; the
+    prediction NO_ANSWER when the model gave no usable label, a miss for the gold class), from which the
+    confusion matrix, F1 scores and the bootstrap are computed."""
 
     label_set: ClassVar[tuple[str, ...]]
 
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         ok = "correct" in score.values
-        return {"gold": sample.item.target if ok else "", "pred": score.parsed if ok else ""}
+        return {"gold": sample.item.target if ok else "", "pred": (score.parsed or NO_ANSWER) if ok else ""}
 
     def primary_metric(self, table: Table, ctx: RunContext) -> float:
         # Macro-F1 alone: robustness re-computes it for every perturbation in every resample.
@@ -118,11 +120,12 @@ class Knowledge(Task):
         if gold not in options:
             sc.unscored["correct"] = f"gold answer {gold!r} is not one of the options"
         elif choice is None:
+            # Unparsable, refused or off the options: wrong, as the other TrustMH code counts it.
             other = extract_letter(reply, LETTERS[:10])  # A-J: the most options any question has
-            sc.unscored["correct"] = (f"answer {other} is not one of the options {min(options)}-{max(options)}"
-                                      if other else "no option letter or option text found in reply")
+            no_answer(sc, f"answer {other} is not one of the options {min(options)}-{max(options)}"
+                      if other else "no option letter or option text found in reply", correct=0.0)
         else:
-            sc.values["correct"] = float(choice == gold)
+            answered(sc, correct=float(choice == gold))
         return sc
 
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
@@ -131,7 +134,7 @@ class Knowledge(Task):
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         correct = table.col("correct")
-        out = {"accuracy": mean(correct)}
+        out = answer_metrics({"accuracy": mean(correct)}, table, {"accuracy": "correct"})
         _group_accuracy(out, correct, table.labels.get("step"), "step")
         _group_accuracy(out, correct, table.labels.get("condition"), "condition")
         return out
@@ -227,22 +230,25 @@ class EmotionRecognition(Task):
         x, gold = sample.item.input, sample.item.target
         emotion, cause = parse_emotion_cause(reply)
         sc = Score(parsed={"emotion": emotion, "cause": cause})
-        got = {}
+        got, missing = {}, []
         for part, letter, n in (("emotion", emotion, len(x["emotion_choices"])),
                                 ("cause", cause, len(x["cause_choices"]))):
             if gold.get(part) is None:
                 sc.unscored[f"{part}_correct"] = f"gold {part} label is not among the {part} choices"
-            elif letter is None:
-                sc.unscored[f"{part}_correct"] = f"no {part} letter found in reply"
+                continue
+            if letter is None:
+                missing.append(f"no {part} letter found in reply")
             elif LETTERS.index(letter) >= n:
-                sc.unscored[f"{part}_correct"] = f"{part} answer {letter} is not one of the options A-{LETTERS[n - 1]}"
-            else:
-                got[part] = float(letter == gold[part])
-                sc.values[f"{part}_correct"] = got[part]
-        if len(got) == 2:
-            sc.values["correct"] = float(got["emotion"] and got["cause"])
-        else:
+                missing.append(f"{part} answer {letter} is not one of the options A-{LETTERS[n - 1]}")
+            # A part without a usable letter is wrong, as EmoBench scores it.
+            got[part] = float(letter is not None and LETTERS.index(letter) < n and letter == gold[part])
+            sc.values[f"{part}_correct"] = got[part]
+        if sc.unscored:
             sc.unscored["correct"] = "; ".join(sc.unscored.values())
+        elif missing:
+            no_answer(sc, "; ".join(missing), correct=0.0)
+        else:
+            answered(sc, correct=float(got["emotion"] and got["cause"]))
         return sc
 
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
@@ -252,6 +258,7 @@ class EmotionRecognition(Task):
         correct = table.col("correct")
         out = {"accuracy": mean(correct), "emotion_accuracy": mean(table.col("emotion_correct")),
                "cause_accuracy": mean(table.col("cause_correct"))}
+        answer_metrics(out, table, {"accuracy": "correct"})
         _group_accuracy(out, correct, table.labels.get("category"), "category")
         if ctx.options.get("lang") == "all":
             _group_accuracy(out, correct, table.labels.get("lang"), "lang")
@@ -312,9 +319,13 @@ class Diagnosis(LabelledTask):
         elif not sample.item.input["post"].strip():
             sc.unscored["correct"] = "post is empty"
         elif pred is None:
-            sc.unscored["correct"] = unknown_label_reason(reply, "no single SWMH label found in reply")
+            reason = unknown_label_reason(reply, "no single SWMH label found in reply")
+            if ctx.upstream_compat:
+                sc.parsed = "offmychest"
+                sc.notes.append("no label found; read as offmychest as the paper's code does")
+            no_answer(sc, reason, correct=float(sc.parsed == gold))
         else:
-            sc.values["correct"] = float(pred == gold)
+            answered(sc, correct=float(pred == gold))
         return sc
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
@@ -331,23 +342,42 @@ def unknown_label_reason(reply: str, default: str) -> str:
     return default
 
 
-def scored_macro_f1(table: Table, labels: tuple[str, ...]) -> float:
-    """Macro-F1 alone over the scored rows: the cheap path robustness re-runs inside every bootstrap."""
+def _scored_labels(table: Table) -> tuple[np.ndarray, np.ndarray]:
     gold = table.labels.get("gold", np.array([], dtype=object))
     pred = table.labels.get("pred", np.array([], dtype=object))
     ok = (gold != "") & (pred != "")
-    return macro_f1(gold[ok], pred[ok], labels)
+    return gold[ok], pred[ok]
+
+
+def class_f1(gold: np.ndarray, pred: np.ndarray, labels: tuple[str, ...]) -> np.ndarray:
+    """F1 of each class, a NO_ANSWER prediction counted as a miss of the gold class (its own confusion
+    column, never a class of its own)."""
+    return f1_per_class(confusion(gold, pred, (*labels, NO_ANSWER)))[:len(labels)]
+
+
+def _macro(f1: np.ndarray) -> float:
+    return float(np.nanmean(f1)) if (~np.isnan(f1)).any() else np.nan
+
+
+def scored_macro_f1(table: Table, labels: tuple[str, ...]) -> float:
+    """Macro-F1 alone over the scored rows: the cheap path robustness re-runs inside every bootstrap."""
+    return _macro(class_f1(*_scored_labels(table), labels))
 
 
 def classification_metrics(table: Table, labels: tuple[str, ...]) -> dict[str, float]:
-    """macro_f1, accuracy and f1[class] over the scored rows (label columns gold/pred non-empty)."""
-    gold = table.labels.get("gold", np.array([], dtype=object))
-    pred = table.labels.get("pred", np.array([], dtype=object))
-    ok = (gold != "") & (pred != "")
-    gold, pred = gold[ok], pred[ok]
-    f1 = f1_per_class(confusion(gold, pred, labels))
-    out = {"macro_f1": macro_f1(gold, pred, labels), "accuracy": float((gold == pred).mean()) if len(gold) else np.nan}
+    """macro_f1, accuracy and f1[class] over the scored rows (label columns gold/pred non-empty), a reply
+    without a usable label counted as a miss; answer_rate and the same over the answered rows beside them."""
+    gold, pred = _scored_labels(table)
+    f1 = class_f1(gold, pred, labels)
+    out = {"macro_f1": _macro(f1), "accuracy": float((gold == pred).mean()) if len(gold) else np.nan}
     out.update({f"f1[{lab}]": float(v) for lab, v in zip(labels, f1)})
+    done = table.col("answered")
+    out["answer_rate"] = mean(done)
+    out["macro_f1_answered"] = out["accuracy_answered"] = np.nan
+    if "gold" in table.labels and "pred" in table.labels:
+        ok = (table.labels["gold"] != "") & (done == 1)
+        out["macro_f1_answered"] = macro_f1(table.labels["gold"][ok], table.labels["pred"][ok], labels)
+        out["accuracy_answered"] = mean(table.col("correct")[ok])
     return out
 
 
@@ -431,11 +461,10 @@ def judge_scores(maxima: dict[str, int], judged: Judged | None, overall: str, no
     """Criterion scores from a JSON judge reply, each 0..max; `overall` is their mean (each divided by its
     maximum first when `normalise`), present only when every criterion was scored."""
     sc = Score()
-    if judged is None or judged.text is None:
-        reason = judged.reason if judged else "no judge"
-        sc.unscored.update({c: reason for c in [*maxima, overall]})
+    text = judge_text(sc, judged, [*maxima, overall])
+    if text is None:
         return sc
-    obj = extract_json_object(judged.text)
+    obj = extract_json_object(text)
     values: dict[str, float] = {}
     for c, hi in maxima.items():
         got, reasons = parse_int_scores(obj, [c], 0, hi)
@@ -450,7 +479,7 @@ def judge_scores(maxima: dict[str, int], judged: Judged | None, overall: str, no
         parts = [values[c] / maxima[c] if normalise else values[c] for c in maxima]
         sc.values[overall] = float(np.mean(parts))
     else:
-        sc.unscored[overall] = "; ".join(sorted(set(sc.unscored.values())))
+        judge_failure(sc, "; ".join(sorted(set(sc.unscored.values()))), [overall])
     return sc
 
 

@@ -60,6 +60,7 @@ def selected_perturbations(ctx: RunContext) -> list[Perturbation]:
 
 class _Robustness(Task):
     pillar = "robustness"
+    base_metric = "clean"
     base_id: ClassVar[str]
     metric = MetricSpec(
         "mean_rel_drop", False, 0.0, 0.5,
