@@ -42,7 +42,7 @@ from ..metrics import Table, paired_permutation_test
 from ..types import Item, Sample, Score
 from ..variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
 from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
-from .reliability import SUPPORT_CRITERIA, judge_scores
+from ._shared import SUPPORT_CRITERIA, judge_scores
 
 MEASURES = {"score": "overall", "length": "length", "refusal": "refusal"}  # metric prefix -> per-sample value
 N_PERM = 10_000

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable
 
 import numpy as np
 
 from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
-                              parse_int_scores, strip_markdown)
-from ..metrics import Table, cluster_mean, confusion, f1_per_class, group_mask, macro_f1, mean
+                              strip_markdown)
+from ..metrics import Table, cluster_mean, group_mask, mean
 from ..types import Item, Sample, Score
+from ._shared import SUPPORT_CRITERIA, LabelledTask, classification_metrics, judge_scores, unknown_label_reason
 from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -55,21 +56,6 @@ def option_from_text(reply: str, options: dict[str, str]) -> str | None:
              and re.search(rf"(?<!\w){re.escape(text.strip().lower())}(?!\w)", answer)}
     named = {k: t for k, t in named.items() if not any(t != o and t in o for o in named.values())}
     return next(iter(named)) if len(named) == 1 else None
-
-
-class LabelledTask(Task):
-    """A classification task: scored samples carry gold and predicted labels (empty when unscored),
-    from which the confusion matrix, F1 scores and the bootstrap are computed."""
-
-    label_set: ClassVar[tuple[str, ...]]
-
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        ok = "correct" in score.values
-        return {"gold": sample.item.target if ok else "", "pred": score.parsed if ok else ""}
-
-    def primary_metric(self, table: Table, ctx: RunContext) -> float:
-        # Macro-F1 alone: robustness re-computes it for every perturbation in every resample.
-        return scored_macro_f1(table, self.label_set)
 
 
 @register
@@ -319,39 +305,9 @@ class Diagnosis(LabelledTask):
 
 
 
-def unknown_label_reason(reply: str, default: str) -> str:
-    obj = extract_json_object(reply)
-    if obj is not None:
-        for k in ("label", "answer", "level", "category"):
-            if isinstance(obj.get(k), str):
-                return f"label {obj[k]!r} is not in the label set"
-    return default
-
-
-def scored_macro_f1(table: Table, labels: tuple[str, ...]) -> float:
-    """Macro-F1 alone over the scored rows: the cheap path robustness re-runs inside every bootstrap."""
-    gold = table.labels.get("gold", np.array([], dtype=object))
-    pred = table.labels.get("pred", np.array([], dtype=object))
-    ok = (gold != "") & (pred != "")
-    return macro_f1(gold[ok], pred[ok], labels)
-
-
-def classification_metrics(table: Table, labels: tuple[str, ...]) -> dict[str, float]:
-    """macro_f1, accuracy and f1[class] over the scored rows (label columns gold/pred non-empty)."""
-    gold = table.labels.get("gold", np.array([], dtype=object))
-    pred = table.labels.get("pred", np.array([], dtype=object))
-    ok = (gold != "") & (pred != "")
-    gold, pred = gold[ok], pred[ok]
-    f1 = f1_per_class(confusion(gold, pred, labels))
-    out = {"macro_f1": macro_f1(gold, pred, labels), "accuracy": float((gold == pred).mean()) if len(gold) else np.nan}
-    out.update({f"f1[{lab}]": float(v) for lab, v in zip(labels, f1)})
-    return out
-
-
 # --------------------------------------------------------------------------------------------------
 # Emotional support: ESConv
 
-SUPPORT_CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
 CONTEXT_TURNS = 6
 TURNS_PER_DIALOGUE = 2
 
@@ -421,33 +377,6 @@ class Support(Task):
         out = {"overall": mean(table.col("overall"))}
         out.update({c: mean(table.col(c)) for c in SUPPORT_CRITERIA})
         return out
-
-
-def judge_scores(maxima: dict[str, int], judged: Judged | None, overall: str, normalise: bool) -> Score:
-    """Criterion scores from a JSON judge reply, each 0..max; `overall` is their mean (each divided by its
-    maximum first when `normalise`), present only when every criterion was scored."""
-    sc = Score()
-    if judged is None or judged.text is None:
-        reason = judged.reason if judged else "no judge"
-        sc.unscored.update({c: reason for c in [*maxima, overall]})
-        return sc
-    obj = extract_json_object(judged.text)
-    values: dict[str, float] = {}
-    for c, hi in maxima.items():
-        got, reasons = parse_int_scores(obj, [c], 0, hi)
-        if c in got and got[c] != int(got[c]):
-            reasons = {c: f"judge value for '{c}' is not a whole number"}
-            got = {}
-        values.update(got)
-        sc.unscored.update(reasons)
-    sc.values.update(values)
-    sc.parsed = values
-    if len(values) == len(maxima):
-        parts = [values[c] / maxima[c] if normalise else values[c] for c in maxima]
-        sc.values[overall] = float(np.mean(parts))
-    else:
-        sc.unscored[overall] = "; ".join(sorted(set(sc.unscored.values())))
-    return sc
 
 
 # --------------------------------------------------------------------------------------------------
