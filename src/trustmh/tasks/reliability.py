@@ -304,7 +304,6 @@ class Diagnosis(LabelledTask):
         return classification_metrics(table, SWMH_LABELS)
 
 
-
 # --------------------------------------------------------------------------------------------------
 # Emotional support: ESConv
 
