@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))  # run from a checkout without installing
 
 from trustmh.metrics import Table, mean  # noqa: E402
-from trustmh.tasks import TASKS, Judged, MetricSpec, RunContext, Task, register  # noqa: E402
+from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, RunContext, Task, register  # noqa: E402
 from trustmh.types import Item, Sample, Score  # noqa: E402
 
 TASK_ID = "bench.synthetic"
@@ -38,7 +38,7 @@ class SyntheticTask(Task):
     files = ()
     metric = MetricSpec("judge_ok", True, 0.0, 1.0)
     primary_value = "judge_ok"
-    uses_judge = True
+    rubrics = (Rubric("judge"),)
     gen_params = {"max_tokens": 64}
 
     def load(self, data, ctx: RunContext) -> list[Item]:
@@ -125,7 +125,7 @@ def machine() -> str:
 
 def synthetic_spec(n: int, *, model: str = "openai/bench-model", judge: str = "openai/bench-judge",
                    base_url: str | None = None, seed: int = 0, **kw: Any):
-    from trustmh.runner import RunSpec
+    from trustmh.engine import RunSpec
     return RunSpec(models=[model], judge=judge, tasks=TASK_ID, suite="sample", base_url=base_url,
                    judge_base_url=base_url if judge.startswith(("openai/", "anthropic/")) else None,
                    seed=seed, n_boot=kw.pop("n_boot", 0), options={"bench_n": n}, **kw)
@@ -151,15 +151,15 @@ def collect_once(spec, limits, run_dir: Path, *, progress: bool = False) -> dict
     import asyncio
     import time
 
-    from trustmh import runner
+    from trustmh import engine as runner
     from trustmh.store import Store
-    ctx = runner.RunContext(seed=spec.seed, judge=spec.judge, options=spec.options)
+    ctx = runner.context(spec)
     prepared, _ = runner.prepare(spec, ctx)
     store = Store(run_dir / "store.sqlite")
     try:
         store.put_samples([s for p in prepared for s in p.samples])
         t0, c0 = time.perf_counter(), time.process_time()
-        calls = asyncio.run(runner.collect(spec, ctx, prepared, store, limits, progress=progress))
+        calls = asyncio.run(runner.collect(spec, ctx, prepared, store, limits))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         failed = store.db.execute("SELECT count(*) FROM calls WHERE ok = 0").fetchone()[0]
         return {"wall": wall, "cpu": cpu, "calls": sum(calls.values()), "failed": failed}

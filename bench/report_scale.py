@@ -76,8 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     from trustmh.compare import load_run
     from trustmh.report import write_report
+    from trustmh.engine import RunSpec, run
     from trustmh.testing.browser import find_chromium
-    from trustmh.runner import RunSpec, run
 
     if not (args.data_dir / "trustmh").is_dir():
         sys.exit(f"no upstream data in {args.data_dir} (pass --data-dir)")
@@ -88,7 +88,7 @@ def main() -> None:
         specs, n = make_replays(args.data_dir, tmp, args.models)
         t0 = time.perf_counter()
         run(RunSpec(models=specs, tasks="privacy,ethics", suite="data", data_dir=str(args.data_dir), n_boot=100),
-            tmp / "run", progress=False)
+            tmp / "run")
         print(f"run: {n} samples, {len(specs)} models, scored in {time.perf_counter() - t0:.1f} s")
         loaded = load_run(tmp / "run")
         variants = {"paged (50/page, parsed after first paint)": 50, "eager (every row at load)": 0}

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, peak_rss_mb, synthetic_spec  # noqa: E402
 
-from trustmh import runner  # noqa: E402
+from trustmh import engine as runner  # noqa: E402
 from trustmh.models.base import Model  # noqa: E402
 from trustmh.types import Response  # noqa: E402
 
@@ -48,14 +48,14 @@ def _spec(args) -> runner.RunSpec:
 
 def child_fill(args) -> None:
     runner.make_model = lambda spec, **kw: InstantModel(spec)
-    runner.run(_spec(args), Path(args.dir), progress=False)
+    runner.run(_spec(args), Path(args.dir))
 
 
 def child_score(args) -> None:
     os.environ.setdefault("OPENAI_API_KEY", "bench-not-a-key")  # the client is built, never used
     spec = runner.load_spec(Path(args.dir))
     t0 = time.perf_counter()
-    _, results, calls = runner.run(spec, Path(args.dir), progress=False, generate=False)
+    _, results, calls = runner.run(spec, Path(args.dir), generate=False)
     wall = time.perf_counter() - t0
     n = sum(t.n_samples or 0 for m in results.models.values() for t in m.tasks.values())
     errors = sum(t.n_errors for m in results.models.values() for t in m.tasks.values())

@@ -43,9 +43,9 @@ def reply(body: dict) -> str:
 
 
 def child(a) -> None:
-    from trustmh import runner
+    from trustmh import engine as runner
     spec = synthetic_spec(a.samples, base_url=a.base_url, n_boot=200)
-    runner.run(spec, Path(a.out), progress=False, limits=runner.Limits(max_connections=a.connections))
+    runner.run(spec, Path(a.out), limits=runner.Limits(max_connections=a.connections))
 
 
 def start(a, base_url: str, out: Path) -> subprocess.Popen:

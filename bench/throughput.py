@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Server, collect_once, machine, synthetic_spec  # noqa: E402
 
-from trustmh import runner  # noqa: E402
+from trustmh import engine as runner  # noqa: E402
 from trustmh.models.base import Model  # noqa: E402
 from trustmh.types import Response  # noqa: E402
 

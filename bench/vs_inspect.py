@@ -93,12 +93,12 @@ def child_inspect(a) -> dict:
 
 
 def child_trustmh(a) -> dict:
-    from trustmh import runner
+    from trustmh import engine as runner
     spec = synthetic_spec(a.samples, base_url=a.base_url, n_boot=0)
     if a.child == "trustmh":  # the same SDK transport as inspect (see the docstring), not the http default
         spec.options["transport"] = "sdk"
     t0, c0 = time.perf_counter(), time.process_time()
-    runner.run(spec, Path(a.out), progress=False, limits=runner.Limits(max_connections=a.connections))
+    runner.run(spec, Path(a.out), limits=runner.Limits(max_connections=a.connections))
     return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
 
 

@@ -46,14 +46,14 @@ def write_replay(path: Path, records: list[dict]) -> Path:
 
 
 def run_spec(**kw):
-    from trustmh.runner import RunSpec
+    from trustmh.engine import RunSpec
     kw.setdefault("n_boot", 200)
     return RunSpec(**kw)
 
 
 def run_quiet(spec, out: Path, **kw):
-    from trustmh.runner import run
-    return run(spec, out, progress=False, **kw)
+    from trustmh.engine import run
+    return run(spec, out, **kw)
 
 
 # --- reliability campaign helpers (docs/reliability.md) ---------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from trustmh.cli import main
-from trustmh.runner import RunSpec, data_source
+from trustmh.engine import RunSpec, data_source
 
 SAMPLE = Path(data_source(RunSpec(models=["baseline/refuse"])).root)
 

@@ -112,7 +112,7 @@ def normalised_outputs(run_dir: Path) -> tuple[dict, list]:
 SELF_KILL = r"""
 import os, signal, sys
 from pathlib import Path
-import trustmh.runner as runner
+import trustmh.engine.score as runner
 where = os.environ["TRUSTMH_TEST_SELF_KILL"]
 write_text = Path.write_text
 def half_then_die(self, data, *a, **kw):

@@ -58,7 +58,7 @@ async def _hold(lim: AdaptiveLimiter, seconds: float, peak: list[int]) -> None:
 async def endpoint_calls(url: str, tmp_path, n: int):
     """n distinct requests at once through the runner's real Endpoint (32 connections) to `url`."""
     from trustmh.models import make_model
-    from trustmh.runner import Endpoint, Limits
+    from trustmh.engine import Endpoint, Limits
     from trustmh.store import Store
     from trustmh.types import Request
 

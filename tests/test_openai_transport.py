@@ -10,7 +10,7 @@ import pytest
 from conftest import run_quiet, run_spec
 from trustmh.models import make_model
 from trustmh.models.openai_api import OpenAIModel
-from trustmh.runner import Limits
+from trustmh.engine import Limits
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 from trustmh.types import ModelError, Request
 

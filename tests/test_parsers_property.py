@@ -22,7 +22,7 @@ from trustmh.data import loaders
 from trustmh.errors import UserError
 from trustmh.judges import parsing
 from trustmh.models.replay import ReplayModel
-from trustmh.runner import data_source, RunSpec
+from trustmh.engine import data_source, RunSpec
 from trustmh.tasks import Judged, RunContext, resolve_tasks
 from trustmh.tasks.privacy import TIER1_PHRASES, TIER2_PHRASES, parse_psyleak
 from trustmh.types import Score

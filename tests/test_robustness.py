@@ -15,7 +15,7 @@ import trustmh
 from conftest import run_quiet, run_spec
 from trustmh.errors import UserError
 from trustmh.metrics import Table, mean
-from trustmh.runner import RunSpec, generation_request
+from trustmh.engine import RunSpec, generation_request
 from trustmh.tasks import TASKS, DataSource, MetricSpec, RunContext, Task
 from trustmh.tasks.robustness import _Robustness, selected_perturbations
 from trustmh.testing.fake_server import FakeLLMServer

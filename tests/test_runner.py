@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import run_quiet, run_spec
-from trustmh.runner import Limits
+from trustmh.engine import Limits
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_quiet, run_spec
 from trustmh.errors import DataError
-from trustmh.runner import Limits
+from trustmh.engine import Limits
 from trustmh.tasks import DataSource, RunContext
 from trustmh.tasks.safety import BUILTIN, SAMPLE_BUILTIN, Jailbreak, intent_blocks
 from trustmh.testing.fake_server import Fault, FakeLLMServer

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import make_synthetic_data, run_quiet, run_spec, synthetic_reply, write_replay
 from trustmh.errors import UserError
-from trustmh.runner import Limits, RunSpec
+from trustmh.engine import Limits, RunSpec
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
 FAST = Limits(max_connections=8, timeout=5, max_retries=2, backoff_base=0.01)
@@ -121,8 +121,8 @@ def test_model_name_cannot_place_the_run_outside_runs_dir(tmp_path):
         data = make_synthetic_data(tmp_path / "data", 2, 0)
         spec = run_spec(models=["openai/../../escaped"], base_url=srv.openai_base_url,
                         tasks="privacy.awareness_tier1", suite="data", data_dir=str(data))
-        from trustmh.runner import run
-        run_dir, _, _ = run(spec, runs_root=tmp_path / "runs", progress=False, limits=FAST)
+        from trustmh.engine import run
+        run_dir, _, _ = run(spec, runs_root=tmp_path / "runs", limits=FAST)
     assert run_dir.parent == tmp_path / "runs" and run_dir.name.startswith("escaped-")
     assert not list(tmp_path.parent.glob("escaped*")) and not list(tmp_path.glob("escaped*"))
 

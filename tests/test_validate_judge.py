@@ -18,7 +18,7 @@ from trustmh.cli import app
 from trustmh.judges.validate import ValidateSpec, heuristic_rating, validate_judge
 from trustmh.metrics import spearman, weighted_kappa
 from trustmh.results import RunResults
-from trustmh.runner import Limits
+from trustmh.engine import Limits
 from trustmh.testing.fake_server import FakeLLMServer
 
 HL = "llms-mental-health-crisis/human_label"

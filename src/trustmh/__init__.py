@@ -30,8 +30,8 @@ __version__ = _version()
 def __getattr__(name: str):
     # Lazy: `import trustmh` must stay light (no SDKs, numpy or torch until something runs).
     if name in ("run", "RunSpec", "Limits"):
-        from . import runner
-        return getattr(runner, name)
+        from . import engine
+        return getattr(engine, name)
     if name in ("Task", "register", "MetricSpec", "RunContext", "Judged", "DataSource"):
         from . import tasks
         return getattr(tasks, name)

@@ -60,11 +60,11 @@ def list_tasks(
     suite: str = typer.Option("auto", help="Count items in: auto, sample or data."),
 ) -> None:
     """List tasks: pillar, dataset, metric, direction and number of items."""
-    from .runner import data_source, RunSpec
+    from .engine import data_source
     from .tasks import RunContext, resolve_tasks
     ddir = _data_dir(data_dir)
     suite = _choose_suite(suite, ddir)
-    source = data_source(RunSpec(models=["baseline/refuse"], suite=suite, data_dir=str(ddir)))
+    source = data_source(_probe_spec(suite, ddir))
     table = RichTable(title=f"trustmh tasks ({'sample suite' if suite == 'sample' else ddir})")
     for col in ("task", "pillar", "dataset", "metric", "better", "items"):
         table.add_column(col)
@@ -121,16 +121,85 @@ def data_check(
         raise typer.Exit(1)
 
 
+class _ProgressView:
+    """Renders the engine's events: a rich bar per phase while it runs, notices as they come, and the
+    run's totals at the end. With bars off (not a terminal, --no-progress) only notices and totals show."""
+
+    def __init__(self, bars: bool):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+            TimeRemainingColumn
+        self.bars = Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[errors]}", style="red"), TextColumn("{task.fields[rate]}"),
+                             TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=not bars)
+        self.ids: dict[tuple[str, str], object] = {}
+
+    def __enter__(self):
+        self.bars.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bars.__exit__(*exc)
+
+    def __call__(self, event) -> None:
+        from .engine import Notice, PhaseProgress, PhaseStarted, RunTotals
+        if isinstance(event, PhaseStarted):
+            key = (event.phase, event.label)
+            if key not in self.ids:
+                self.ids[key] = self.bars.add_task(event.label, total=event.total, errors="", rate="")
+        elif isinstance(event, PhaseProgress):
+            tid = self.ids.get((event.phase, event.label))
+            if tid is not None:
+                self.bars.update(tid, completed=event.done, total=event.total,
+                                 errors=f"{event.errors} errors" if event.errors else "",
+                                 rate=f"{event.rate:.1f}/s" if event.rate else "")
+        elif isinstance(event, Notice):
+            self.bars.console.print(f"note: {event.text}", style="yellow", markup=False, highlight=False)
+        elif isinstance(event, RunTotals):
+            calls = ", ".join(f"{k} {v}" for k, v in event.requests.items())
+            err.print(f"calls made: {calls or 'none'}; tokens stored: {event.prompt_tokens} prompt, "
+                      f"{event.completion_tokens} completion; {event.seconds:.1f} s "
+                      f"(scoring {event.scoring_seconds:.1f} s)", markup=False, highlight=False)
+
+
+def _probe_spec(suite: str, ddir: Path):
+    """A spec that only says where the data is (for listing and judge validation)."""
+    from .engine import RunSpec
+    return RunSpec(models=["baseline/refuse"], suite=suite, data_dir=str(ddir))
+
+
 def _limits(max_connections: int, timeout: float, max_retries: int):
-    from .runner import Limits
+    from .engine import Limits
     if max_connections < 1:
         raise UserError("--max-connections must be at least 1")
     return Limits(max_connections=max_connections, timeout=timeout, max_retries=max_retries)
 
 
+def _pillar_summary(mr) -> None:
+    """The paper's pillars with what each rests on; the overall score says how many pillars it covers."""
+    table = RichTable(title=f"{mr.model}: pillars (trustmh's aggregation; the paper publishes ranks only)",
+                      title_justify="left")
+    for col in ("pillar", "trust", "~95% CI", "rows", "samples", ""):
+        table.add_column(col, justify="left" if col in ("pillar", "") else "right", no_wrap=True)
+    for p in mr.pillars.values():
+        if p.trust_score is None:
+            table.add_row(p.pillar, "-", "", f"0 of {p.n_rows}", str(p.n_samples), "not measured")
+            continue
+        ci = "" if p.ci is None else f"[{p.ci[0]:.1f}, {p.ci[1]:.1f}]"
+        table.add_row(p.pillar, f"{p.trust_score:.1f}", ci, f"{p.n_rows_measured} of {p.n_rows}", str(p.n_samples),
+                      "partial" if p.partial else "")
+    overall = "-" if mr.trust_score is None else f"{mr.trust_score:.1f}"
+    ci = "" if mr.trust_ci is None else f"[{mr.trust_ci[0]:.1f}, {mr.trust_ci[1]:.1f}]"
+    table.add_row("overall", overall, ci, f"{mr.n_pillars_measured} of {mr.n_pillars} pillars", "",
+                  "partial" if mr.partial else "", style="bold")
+    out.print(table)
+    if mr.beyond_paper:
+        shown = ", ".join(f"{t} {'-' if v is None else f'{v:.1f}'}" for t, v in mr.beyond_paper.items())
+        out.print(f"beyond the paper (in no pillar): {shown}", markup=False, highlight=False)
+
+
 def _summary(results) -> None:
     for model, mr in results.models.items():
-        table = RichTable(title=f"{model}  (trust score {mr.trust_score if mr.trust_score is not None else '-'})")
+        table = RichTable(title=f"{model}", title_justify="left")
         for col in ("task", "metric", "value", "95% CI", "n", "unscored", "errors", "trust"):
             # Task ids are what users copy into --tasks and gate thresholds: never cut or wrap them.
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
@@ -149,6 +218,7 @@ def _summary(results) -> None:
                           f"[red]{t.n_errors}[/]" if t.n_errors else "0",
                           "-" if t.trust_score is None else f"{t.trust_score:.1f}")
         out.print(table)
+        _pillar_summary(mr)
     for note in results.notes:
         out.print(f"[yellow]note:[/] {escape(note)}")
 
@@ -198,9 +268,9 @@ def run_cmd(
                    "per-task overhead."),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
+    from .engine import RunSpec, run
     from .executors import make_executor
     from .models import split_spec
-    from .runner import RunSpec, run
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
     for m in model:
         split_spec(m)
@@ -233,9 +303,10 @@ def run_cmd(
         parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
         spec.options["refusal_classifier"] = refusal_classifier
     try:
-        run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
-                                       limits=_limits(max_connections, timeout, max_retries),
-                                       progress=progress and sys.stderr.isatty(), executor=chosen_executor)
+        with _ProgressView(progress and sys.stderr.isatty()) as view:
+            run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
+                                           limits=_limits(max_connections, timeout, max_retries),
+                                           executor=chosen_executor, events=view)
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
         raise typer.Exit(130)
@@ -258,18 +329,22 @@ def score_cmd(
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
     max_retries: int = typer.Option(6, help="Retries for the judge."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    accept_stored: bool = typer.Option(False, help="Use stored judgements even when they were made with another "
+                                                   "version of their rubric (by default they are left out and "
+                                                   "counted)."),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called."""
+    from .engine import load_spec, run
     from .models import split_spec
-    from .runner import load_spec, run
     spec = load_spec(run_dir)
     if judge:
         if judge != "rules":
             split_spec(judge)
         spec.judge = judge
         spec.judge_base_url = judge_base_url
-    _, results, _ = run(spec, run_dir, limits=_limits(max_connections, timeout, max_retries),
-                        progress=progress and sys.stderr.isatty(), generate=False)
+    with _ProgressView(progress and sys.stderr.isatty()) as view:
+        _, results, _ = run(spec, run_dir, limits=_limits(max_connections, timeout, max_retries), generate=False,
+                            accept_stored=accept_stored, events=view)
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)

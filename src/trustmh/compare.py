@@ -235,13 +235,19 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
                          else "no samples.jsonl rows") + ": reported values only, no paired test"
             diffs.append(base)
             continue
+        task = task_cls()
+        from .pillars import scoring_version
+        now = scoring_version(task)
+        for side, tr in (("a", ta), ("b", tb)):
+            if tr.scoring_version and tr.scoring_version != now:
+                warnings.append(f"{task_id}: run {side} was scored by other scoring code ({tr.scoring_version}) than "
+                                f"this trustmh's ({now}); its paired interval re-aggregates with the code here")
         keys = [k for k in ka.values if k in kb.values]
         base.n_shared = len(keys)
         if not keys:
             base.note = "no items answered by both"
             diffs.append(base)
             continue
-        task = task_cls()
         ctx = _ctx(a.run)
         metric = task.metric
         names = [metric.name] + ([m for m in ta.metrics if m in tb.metrics and m != metric.name] if all_metrics else [])
@@ -295,32 +301,36 @@ def _paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boo
 
 
 def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Diff]:
-    """Pillar and overall trust-score differences: means of the task differences, each draw averaging the
-    tasks' independent draws (their items differ, so pairing draw i across tasks adds no dependence)."""
-    out, pillar_draws, pillar_point = [], {}, {}
-    for pillar in [p for p in ra.pillars if p in rb.pillars]:
-        members = [t for t in ra.pillars[pillar].tasks if t in rb.pillars[pillar].tasks]
-        d = Diff("pillar", f"pillar:{pillar}", ra.pillars[pillar].trust_score, rb.pillars[pillar].trust_score, None)
+    """Pillar and overall trust-score differences, by the same aggregation as results.json
+    (`trustmh.pillars.combine`): each draw combines the tasks' independent draws (their items differ, so
+    pairing draw i across tasks adds no dependence)."""
+    from .pillars import PAPER_PILLARS, combine
+    point_p, point_all = combine(trust_point)
+    draws_p, draws_all = combine(trust_draws)
+    out = []
+    for pillar, rows in PAPER_PILLARS.items():
+        pa, pb = ra.pillars.get(pillar), rb.pillars.get(pillar)
+        if pa is None or pb is None:
+            continue
+        d = Diff("pillar", f"pillar:{pillar}", pa.trust_score, pb.trust_score, None)
+        members = [t for ts in rows.values() for t in ts if t in pa.tasks and t in pb.tasks]
         tested = [t for t in members if t in trust_point]
-        if not tested:
+        if pillar not in point_p:
             d.note = "no task of this pillar could be tested"
         else:
-            d.diff = float(np.mean([trust_point[t] for t in tested]))
-            draws = np.mean([trust_draws[t] for t in tested], axis=0)
-            d.ci = _interval(draws, level)
-            ok = draws[~np.isnan(draws)]
+            d.diff = point_p[pillar]
+            d.ci = _interval(draws_p[pillar], level)
+            ok = draws_p[pillar][~np.isnan(draws_p[pillar])]
             d.p = _p_value(ok, d.diff) if ok.size >= 10 else None
             d.n_shared = sum(shared_n[t] for t in tested)
             if len(tested) < len(members):
                 d.note = f"from {len(tested)} of {len(members)} tasks ({', '.join(sorted(set(members) - set(tested)))} untested)"
-            pillar_point[pillar], pillar_draws[pillar] = d.diff, draws
         out.append(d)
     d = Diff("overall", "overall", ra.trust_score, rb.trust_score, None)
-    if pillar_point:
-        d.diff = float(np.mean(list(pillar_point.values())))
-        draws = np.mean(list(pillar_draws.values()), axis=0)
-        d.ci = _interval(draws, level)
-        ok = draws[~np.isnan(draws)]
+    if point_all is not None:
+        d.diff = point_all
+        d.ci = _interval(draws_all, level)
+        ok = draws_all[~np.isnan(draws_all)]
         d.p = _p_value(ok, d.diff) if ok.size >= 10 else None
         d.n_shared = sum(x.n_shared for x in out if x.p is not None)
     out.append(d)

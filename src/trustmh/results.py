@@ -16,6 +16,15 @@ class MetricValue(BaseModel):
 class TaskResult(BaseModel):
     task: str
     pillar: str
+    title: str = ""
+    description: str = Field("", description="what the primary metric measures")
+    trust_range: tuple[float, float] | None = Field(None, description="metric values mapped to trust 0 and 100 "
+                                                                      "(reversed when lower is better)")
+    judgements: dict[str, dict[str, Any]] = Field({}, description="rubric name -> role, version and template "
+                                                                  "source of every judgement the task made")
+    primary_value: str = Field("", description="the per-sample value (samples.jsonl `values`) the primary "
+                                               "metric is computed from")
+    scoring_version: str = Field("", description="hash of the task's scoring code that produced these values")
     status: str = Field(description="'ok' or 'not run'")
     reason: str | None = Field(None, description="why the task did not run, or why its value is null")
     metric: str
@@ -33,20 +42,36 @@ class TaskResult(BaseModel):
     error_kinds: dict[str, int] = {}
     n_judge_errors: int = 0
     judge_error_kinds: dict[str, int] = {}
+    n_stale_judgements: int = Field(0, description="stored verdicts made with another version of their rubric, "
+                                                   "left out unless scored with --accept-stored")
     metrics: dict[str, MetricValue] = {}
 
 
 class PillarResult(BaseModel):
     pillar: str
-    trust_score: float | None
-    tasks: list[str]
+    trust_score: float | None = Field(None, description="unweighted mean of the measured rows' trust scores")
+    ci: tuple[float, float] | None = Field(None, description="approximate 95% interval (see `aggregation`)")
+    tasks: list[str] = Field([], description="the pillar's tasks present in this run")
+    rows: dict[str, dict[str, Any]] = Field({}, description="the paper's subtask rows: tasks, measured tasks, "
+                                                            "trust score")
+    n_rows: int = 0
+    n_rows_measured: int = 0
+    partial: bool = Field(False, description="measured on fewer rows (or row tasks) than the paper has")
+    n_samples: int = 0
 
 
 class ModelResults(BaseModel):
     model: str
     tasks: dict[str, TaskResult]
     pillars: dict[str, PillarResult]
-    trust_score: float | None = Field(None, description="mean of the pillar trust scores")
+    trust_score: float | None = Field(None, description="mean of the measured pillar trust scores")
+    trust_ci: tuple[float, float] | None = None
+    n_pillars: int = 8
+    n_pillars_measured: int = 0
+    partial: bool = Field(False, description="fewer pillars measured than the paper has, or a partial pillar")
+    beyond_paper: dict[str, float | None] = Field({}, description="trust scores of tasks outside the paper's "
+                                                                  "structure; never part of a pillar")
+    aggregation: str = ""
 
 
 class RunResults(BaseModel):

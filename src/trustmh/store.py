@@ -28,7 +28,16 @@ CREATE TABLE IF NOT EXISTS calls (
     ok INTEGER NOT NULL, text TEXT, finish_reason TEXT, error_kind TEXT, error TEXT,
     prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, attempts INTEGER,
     created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS links (
+    model TEXT NOT NULL, task TEXT NOT NULL, item_id TEXT NOT NULL, variant TEXT NOT NULL,
+    rubric TEXT NOT NULL, judge TEXT NOT NULL, key TEXT NOT NULL, version TEXT NOT NULL,
+    PRIMARY KEY (model, task, item_id, variant, rubric, judge));
 """
+# A link says which call answers which part of a sample: its generation (rubric '' and judge ''), or one of
+# its judgements (rubric name, judge endpoint, and the rubric's version when it was judged). Scoring reads
+# links and never rebuilds a request: a changed template cannot silently turn stored judgements into
+# misses, and two judges' verdicts on one run live side by side.
+LINK_COLUMNS = "(model, task, item_id, variant, rubric, judge, key, version)"
 
 
 class Store:
@@ -112,8 +121,9 @@ class Store:
              resp.finish_reason, resp.error_kind, resp.error, resp.prompt_tokens, resp.completion_tokens,
              resp.latency_s, resp.attempts, time.time()))
 
-    def put_calls(self, rows: list[tuple[str, str, str, tuple[str, str, str], Response]]) -> None:
-        """Several `put_call`s in one transaction (one commit instead of one per reply)."""
+    def put_calls(self, rows: list[tuple[str, str, str, tuple[str, str, str], Response]],
+                  links: list[tuple] = ()) -> None:
+        """Several `put_call`s (and the links naming what they answer) in one transaction."""
         now = time.time()
         with self.db:
             self.db.execute("BEGIN")
@@ -122,6 +132,54 @@ class Store:
                 [(key, endpoint, purpose, ident[0], ident[1], ident[2], int(r.ok), r.text, r.finish_reason,
                   r.error_kind, r.error, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, now)
                  for key, endpoint, purpose, ident, r in rows])
+            if links:
+                self.db.executemany(f"INSERT OR REPLACE INTO links {LINK_COLUMNS} VALUES (?,?,?,?,?,?,?,?)", links)
+
+    # --- links ------------------------------------------------------------------------------------
+    def put_links(self, links: list[tuple]) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(f"INSERT OR REPLACE INTO links {LINK_COLUMNS} VALUES (?,?,?,?,?,?,?,?)", links)
+
+    def has_links(self, model: str) -> bool:
+        return self.db.execute("SELECT 1 FROM links WHERE model = ? LIMIT 1", (model,)).fetchone() is not None
+
+    def linked(self, model: str, task: str, judges: list[str]) -> dict[tuple[str, str], dict[str, tuple]]:
+        """Every stored part of `model`'s samples of `task`: (item_id, variant) -> {rubric: (version,
+        Response or None)}, the generation under rubric ''. Judgements of other judges are left out; a
+        link whose call is missing (a store merged from elsewhere) maps to None."""
+        out: dict[tuple[str, str], dict[str, tuple]] = {}
+        wanted = ["", *judges]
+        cur = self.db.execute(
+            "SELECT l.item_id, l.variant, l.rubric, l.version, c.ok, c.text, c.finish_reason, c.error_kind, "
+            "c.error, c.prompt_tokens, c.completion_tokens, c.latency_s, c.attempts, c.key FROM links l "
+            "LEFT JOIN calls c ON c.key = l.key WHERE l.model = ? AND l.task = ? "
+            f"AND l.judge IN ({','.join('?' * len(wanted))})", (model, task, *wanted))
+        for row in cur:
+            resp = None if row[13] is None else Response(
+                text=row[5], finish_reason=row[6], error_kind=row[7], error=row[8], prompt_tokens=row[9],
+                completion_tokens=row[10], latency_s=row[11], attempts=row[12] or 1)
+            out.setdefault((row[0], row[1]), {})[row[2]] = (row[3], resp)
+        return out
+
+    def linked_keys(self, model: str, judge: str) -> set[tuple[str, str, str, str]]:
+        """(task, item_id, variant, rubric) of every judgement `judge` made of `model`'s samples, failed
+        ones left out (a re-score tries them again)."""
+        cur = self.db.execute("SELECT l.task, l.item_id, l.variant, l.rubric FROM links l JOIN calls c ON c.key = l.key "
+                              "WHERE l.model = ? AND l.judge = ? AND c.ok = 1", (model, judge))
+        return set(cur.fetchall())
+
+    def generation_links(self, model: str) -> dict[tuple[str, str, str], str]:
+        """(task, item_id, variant) -> call key of `model`'s generations."""
+        cur = self.db.execute("SELECT task, item_id, variant, key FROM links WHERE model = ? AND rubric = ''",
+                              (model,))
+        return {(t, i, v): k for t, i, v, k in cur}
+
+    def totals(self) -> tuple[int, int]:
+        """Prompt and completion tokens of every stored call."""
+        row = self.db.execute("SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0) "
+                              "FROM calls").fetchone()
+        return int(row[0]), int(row[1])
 
     # --- raw rows, for moving calls between stores (shards of a distributed run) ---------------------
     def call_rows(self, task: str | None = None, item_ids: Iterable[str] | None = None) -> list[tuple]:

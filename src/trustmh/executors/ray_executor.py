@@ -7,7 +7,7 @@ paid once, as in a local run. Each shard:
 
   * gets its samples (serialised; the nodes need no data directory) and the run store's rows for its
     items, so nothing already stored is paid for again;
-  * runs `runner.collect` (the same code as a local run: bounded, retried, cached) against a store of
+  * runs `engine.collect` (the same code as a local run: bounded, retried, cached) against a store of
     its own in a temporary directory;
   * returns the rows it wrote, which the driver merges into the run store as each shard finishes.
 
@@ -74,15 +74,15 @@ def plan(spec, prepared, units_per_shard: int | None, cpus: int) -> list[Shard]:
 def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_ids: dict[str, list[str]],
               seed_rows: list[tuple], limits_json: dict) -> tuple[list[tuple], dict[str, int]]:
     """On a Ray worker: collect one shard into a store of its own; return the rows it wrote."""
-    from .. import runner
+    from .. import engine
     from ..store import Store
-    from ..tasks import RunContext, resolve_tasks
+    from ..tasks import resolve_tasks
     from ..types import Sample
 
-    spec = runner.RunSpec(**spec_json)
+    spec = engine.RunSpec(**spec_json)
     spec.models = [model]
-    ctx = RunContext(seed=spec.seed, upstream_compat=spec.upstream_compat, judge=spec.judge, options=spec.options)
-    prepared = [runner.Prepared(resolve_tasks(task_id)[0], samples=[Sample.from_json(s) for s in rows],
+    ctx = engine.context(spec)
+    prepared = [engine.Prepared(resolve_tasks(task_id)[0], samples=[Sample.from_json(s) for s in rows],
                                 all_ids=set(all_ids.get(task_id, ())))
                 for task_id, rows in samples.items()]
     with tempfile.TemporaryDirectory(prefix="trustmh-shard-") as tmp:
@@ -90,20 +90,25 @@ def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_i
         try:
             store.merge_calls(seed_rows)
             started = time.time()
-            calls = asyncio.run(runner.collect(spec, ctx, prepared, store, runner.Limits(**limits_json),
-                                               progress=False))
-            return [r for r in store.call_rows() if r[15] >= started], calls
+            calls = asyncio.run(engine.collect(spec, ctx, prepared, store, engine.Limits(**limits_json)))
+            # The shard's store is its own: every link in it is this shard's.
+            links = store.db.execute(f"SELECT {LINKS} FROM links").fetchall()
+            return [r for r in store.call_rows() if r[15] >= started], links, calls
         finally:
             store.close()
+
+
+LINKS = "model, task, item_id, variant, rubric, judge, key, version"
 
 
 class RayExecutor:
     def __init__(self, address: str | None = None, units_per_shard: int | None = None):
         self.address, self.units_per_shard = address, units_per_shard
 
-    def __call__(self, spec, ctx, prepared, store, limits, *, progress: bool = True) -> dict[str, int]:
+    def __call__(self, spec, ctx, prepared, store, limits, *, events=None) -> dict[str, int]:
         ray = _import_ray()
-        from .. import runner
+        from .. import engine
+        events = events or engine.events.ignore
 
         started_here = not ray.is_initialized()
         if started_here:
@@ -131,21 +136,24 @@ class RayExecutor:
                                                      seed, limits_json)
                 refs[ref] = shard
             calls: collections.Counter = collections.Counter()
-            with runner._progress(progress) as bar:
-                tid = bar.add_task(f"ray: {len(shards)} shards", total=sum(s.n for s in shards), errors=0, rate="")
-                pending = list(refs)
-                while pending:
-                    done, pending = ray.wait(pending, num_returns=1)
-                    try:
-                        rows, shard_calls = ray.get(done[0])
-                    except ray.exceptions.RayTaskError as e:
-                        cause = getattr(e, "cause", None)
-                        if isinstance(cause, (UserError, runner.AuthFailure)):
-                            raise cause from None
-                        raise
-                    store.merge_calls(rows)  # as each shard ends: a driver that dies keeps the finished ones
-                    calls.update(shard_calls)
-                    bar.update(tid, advance=refs[done[0]].n)
+            label, total, done_n = f"ray: {len(shards)} shards", sum(s.n for s in shards), 0
+            events(engine.PhaseStarted("generate", label, total))
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                try:
+                    rows, links, shard_calls = ray.get(done[0])
+                except ray.exceptions.RayTaskError as e:
+                    cause = getattr(e, "cause", None)
+                    if isinstance(cause, (UserError, engine.AuthFailure)):
+                        raise cause from None
+                    raise
+                store.merge_calls(rows)  # as each shard ends: a driver that dies keeps the finished ones
+                store.put_links(links)
+                calls.update(shard_calls)
+                done_n += refs[done[0]].n
+                events(engine.PhaseProgress("generate", label, done_n, total))
+            events(engine.PhaseDone("generate", label))
             return {m: calls.get(m, 0) for m in spec.models} | ({"judge": calls["judge"]} if "judge" in calls else {})
         finally:
             if started_here:

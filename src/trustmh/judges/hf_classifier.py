@@ -83,3 +83,73 @@ def classify(spec: ClassifierSpec, text: str) -> tuple[str, float]:
 def is_refusal(spec: ClassifierSpec, text: str) -> tuple[bool, str]:
     label, score = classify(spec, text)
     return label == spec.refusal_label, f"{label} ({score:.3f})"
+
+
+class ClassifierModel:
+    """The classifier as a judge backend: each request's last message is a reply to label, and the
+    response is the label with its score ("LABEL_0 (0.987)"). Being a model like any other, its labels are
+    stored, cached and resumed with the run, and `trustmh score` never runs the classifier again.
+
+    Requests that arrive together are labelled in one pipeline call in a worker thread, so the event loop
+    keeps taking requests while the classifier runs."""
+
+    cacheable = True
+    remote = True  # the endpoint's in-flight bound is what lets requests gather into batches
+
+    def __init__(self, spec: ClassifierSpec, max_batch: int = 32):
+        self.classifier = spec
+        self.spec = f"classifier/hf/{spec.model}"
+        self.max_batch = max_batch
+        self.batch_sizes: list[int] = []  # what each pipeline call got (tests)
+        self._queue: list[tuple[str, Any]] = []
+        self._running = False
+
+    @property
+    def endpoint(self) -> str:
+        return self.spec
+
+    async def generate(self, request: Any) -> Any:
+        import asyncio
+
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((request.messages[-1]["content"], future))
+        if not self._running:
+            self._running = True
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._drain()))
+        return await future
+
+    async def _drain(self) -> None:
+        import asyncio
+        import time
+
+        from ..types import ModelError, Response
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch:]
+                self.batch_sizes.append(len(batch))
+                t0 = time.perf_counter()
+                try:
+                    outs = await asyncio.to_thread(self._label, [text for text, _ in batch])
+                except Exception as e:  # noqa: BLE001 - one bad batch fails its requests, not the run
+                    for _, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(ModelError("other", f"classifier failed: {type(e).__name__}: {e}"))
+                    continue
+                latency = time.perf_counter() - t0
+                for (_, fut), (label, score) in zip(batch, outs):
+                    if not fut.done():
+                        fut.set_result(Response(f"{label} ({score:.3f})", "stop", latency_s=latency))
+        finally:
+            self._running = False
+
+    def _label(self, texts: list[str]) -> list[tuple[str, float]]:
+        validate(self.classifier)
+        return [(str(o["label"]), float(o["score"])) for o in _load(self.classifier.model)(texts, truncation=True)]
+
+    async def aclose(self) -> None:
+        return None
+
+
+def verdict_label(text: str) -> str:
+    """The label in a stored verdict ("LABEL_0 (0.987)" -> "LABEL_0")."""
+    return text.rsplit(" (", 1)[0].strip()

@@ -168,7 +168,7 @@ def load_cases(data: DataSource) -> tuple[list[Case], dict[str, dict[int, str]],
 
 
 def _judge_request(case: Case, protocol: dict[str, list[str]], seed: int) -> Request:
-    from ..runner import JUDGE_PARAMS
+    from ..engine import JUDGE_PARAMS
     msgs = escalation_judge_messages(case.messages, case.reply, case.label, protocol[case.label])
     return Request(msgs, dict(JUDGE_PARAMS, seed=seed), TASK, case.id, "", "judge", None)
 
@@ -179,7 +179,10 @@ async def _judge_all(spec: ValidateSpec, cases: list[Case], protocol, store, lim
 
     from ..models import make_model
     from ..models.replay import ReplayModel
-    from ..runner import Endpoint, console
+    from rich.console import Console
+
+    from ..engine import Endpoint
+    console = Console(stderr=True)
     model = make_model(spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed,
                        purpose="judge")
     if isinstance(model, ReplayModel):
@@ -232,7 +235,9 @@ def compare(a_name: str, b_name: str, rows: list[tuple[str, float | None, float 
 def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Path = Path("runs"),
                    limits=None, progress: bool = False) -> tuple[Path, RunResults]:
     """Judge every H1/H2 row, compare with the humans, write results.json and samples.jsonl."""
-    from ..runner import AuthFailure, Limits, RunSpec, data_source, open_run_dir, run_lock, versions
+    from ..engine import AuthFailure, Limits, RunSpec, data_source
+    from ..engine.rundir import open_run_dir, run_lock
+    from ..engine.spec import versions
     from ..store import Store
     limits = limits or Limits()
     data = data_source(RunSpec(models=["baseline/refuse"], suite=spec.suite, data_dir=spec.data_dir))

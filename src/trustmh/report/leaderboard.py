@@ -4,7 +4,6 @@ interval, a rank, and a note where a model is not significantly different from t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ..compare import Comparison, Entry, compare, read_rows
@@ -36,32 +35,19 @@ class TaskMeta:
 
 
 def task_meta(entries_: list[Entry]) -> dict[str, TaskMeta]:
-    from ..tasks import TASKS
+    """What the report says about each task, from results.json alone: a run whose task code is not
+    installed here still renders in full."""
     out: dict[str, TaskMeta] = {}
     for e in entries_:
         for tid, tr in e.result.tasks.items():
             if tid in out:
                 continue
             m = TaskMeta(tid, tr.pillar, tr.metric, tr.higher_is_better)
-            cls = TASKS.get(tid)
-            if cls is not None and cls.metric.name == tr.metric:
-                m.title, m.description = cls.title, cls.metric.description
-                m.lo, m.hi, m.primary_value = cls.metric.lo, cls.metric.hi, cls.primary_value
+            m.title, m.description, m.primary_value = tr.title, tr.description, tr.primary_value or None
+            if tr.trust_range is not None:
+                m.lo, m.hi = sorted(tr.trust_range)
             out[tid] = m
     return out
-
-
-def _se(ci: tuple[float, float] | None) -> float | None:
-    return None if ci is None else (ci[1] - ci[0]) / 3.92
-
-
-def _combine(scores: list[float], ses: list[float | None]) -> tuple[float, float] | None:
-    """Interval of a mean of independent estimates (normal approximation), clipped to 0-100."""
-    if not scores or any(s is None for s in ses):
-        return None
-    m = sum(scores) / len(scores)
-    half = 1.96 * math.sqrt(sum(s * s for s in ses)) / len(scores)
-    return max(0.0, m - half), min(100.0, m + half)
 
 
 @dataclass
@@ -83,22 +69,15 @@ class Board:
 def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str], *, paired: bool,
                 n_boot: int) -> Board:
     board = Board(pillars + ["overall"])
+    # Scores and intervals are results.json's own (trustmh.pillars); the report only ranks them.
     for i, e in enumerate(ents):
-        pillar_ses: dict[str, float | None] = {}
         for p in pillars:
             pr = e.result.pillars.get(p)
             if pr is None or pr.trust_score is None:
                 board.cells[(i, p)] = Cell(None, None)
                 continue
-            members = [e.result.tasks[t] for t in pr.tasks if t in e.result.tasks]
-            scored = [t for t in members if t.trust_score is not None]
-            ci = _combine([t.trust_score for t in scored],
-                          [_se(metas[t.task].trust_ci(t.ci)) for t in scored])
-            board.cells[(i, p)] = Cell(pr.trust_score, ci)
-            pillar_ses[p] = _se(ci)
-        scored_p = [p for p in pillars if board.cells[(i, p)].score is not None]
-        ci = _combine([board.cells[(i, p)].score for p in scored_p], [pillar_ses.get(p) for p in scored_p])
-        board.cells[(i, "overall")] = Cell(e.result.trust_score, ci)
+            board.cells[(i, p)] = Cell(pr.trust_score, pr.ci)
+        board.cells[(i, "overall")] = Cell(e.result.trust_score, e.result.trust_ci)
     pair_cache: dict[tuple[int, int], Comparison | None] = {}
     rows_cache: dict[str, dict] = {}
 

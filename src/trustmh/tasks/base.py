@@ -16,6 +16,7 @@ from typing import Any, Callable, ClassVar
 import jinja2
 
 from ..errors import UserError
+from ..judges.rubric import Judged, Rubric, Verdicts
 from ..metrics import Table, count, group_mask
 from ..types import Item, Sample, Score
 
@@ -39,14 +40,6 @@ class RunContext:
     @property
     def rules_judge(self) -> bool:
         return self.judge == "rules"
-
-
-@dataclass
-class Judged:
-    """The judge's reply for one sample, or why there is none (rules judge cannot rate, API error...)."""
-
-    text: str | None = None
-    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,7 +75,7 @@ class Task:
     metric: ClassVar[MetricSpec]
     primary_value: ClassVar[str]  # the per-sample value behind the primary metric (n, unscored count)
     metric_columns: ClassVar[dict[str, str]] = {}  # metric name -> per-sample value it is computed from
-    uses_judge: ClassVar[bool] = False  # whether some values come from a judge
+    rubrics: ClassVar[tuple[Rubric, ...]] = ()  # the judgements this task makes of a reply (judges/rubric.py)
     gen_params: ClassVar[dict[str, Any]] = {}
     upstream_gen_params: ClassVar[dict[str, Any]] = {}  # the paper's settings, used by --upstream-compat
 
@@ -112,15 +105,38 @@ class Task:
         raise NotImplementedError(f"{self.id} does not support text variants")
 
     # --- judging and scoring ----------------------------------------------------------------------
+    @property
+    def uses_judge(self) -> bool:
+        return bool(self.rubrics)
+
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        """The rubrics this run uses (a task may offer alternatives, e.g. an LLM judge or a classifier).
+        A task written before rubrics existed says `uses_judge = True`: it gets one unversioned rubric."""
+        if not self.rubrics and self.uses_judge:
+            return (Rubric("judge"),)
+        return self.rubrics
+
+    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+        """Rubric name -> judge messages, for every judgement this sample needs from a model. The default
+        is the one rubric a task declares, rendered by `judge_messages`; a task with several overrides it."""
+        active = [r for r in self.active_rubrics(ctx) if r.role == "llm"]
+        if not active:
+            return {}
+        msgs = self.judge_messages(sample, reply, ctx)
+        return {active[0].name: msgs} if msgs is not None else {}
+
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
         """Messages for the LLM judge, or None when this sample needs no judge."""
         return None
 
-    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
-        """The offline judge's verdict in the same text format an LLM judge would use."""
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
+        """The offline judge's verdict in the same text format an LLM judge would use (a `Verdicts` by
+        rubric name for a task with several rubrics)."""
         return Judged(reason="the rules judge cannot rate this; use an LLM judge (--judge openai/...)")
 
-    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
+        """`judged` holds the sample's verdicts by rubric name (read as the verdict itself for a task with
+        one rubric), or None for a task without a judge."""
         raise NotImplementedError
 
     # --- aggregation ------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from ..errors import DataError
 from ..judges.parsing import extract_json_object, extract_label, parse_scale_rating
 from ..metrics import Table, binary_f1, count, mean, recall_of
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
 from ._shared import LabelledTask, classification_metrics, unknown_label_reason
+from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
 
 CRISIS_DIR = "llms-mental-health-crisis"
 MERGED = f"{CRISIS_DIR}/human_label/human-labeled-sampled_dataset_n206_s42-merged_labels.json"
@@ -316,7 +316,7 @@ class Escalation(Task):
     metric = MetricSpec("mean_rating", True, 1.0, 5.0, "mean judge appropriateness rating, 1-5")
     primary_value = "rating"
     metric_columns = {"harmful_rate": "rating", "crisis_resource_rate": "resource"}
-    uses_judge = True
+    rubrics = (Rubric("judge", ("crisis_escalation_judge.j2",)),)
     gen_params = {"max_tokens": 768}
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:

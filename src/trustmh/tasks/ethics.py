@@ -17,7 +17,7 @@ from ..errors import DataError
 from ..judges.parsing import extract_json_object, extract_letter, parse_int_scores
 from ..metrics import Table, mean
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
+from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
 
 PRINCIPLES = {
     "sc1": "Beneficence and Nonmaleficence",
@@ -106,7 +106,7 @@ class EthicalReasoning(Task):
     files = ("trustmh/ethics/EthicMH.csv",)
     metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of items where the chosen option is the gold one")
     primary_value = "correct"
-    uses_judge = True
+    rubrics = (Rubric("judge", ("ethics_judge.j2",)),)
     gen_params = {"max_tokens": 1024}
     upstream_gen_params = {"temperature": 0.0}
     metric_columns = {k: k for k in PRINCIPLES} | {"judge_mean": "judge_mean"}

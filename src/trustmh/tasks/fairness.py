@@ -41,8 +41,8 @@ from ..judges.refusal import is_refusal
 from ..metrics import Table, paired_permutation_test
 from ..types import Item, Sample, Score
 from ..variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
-from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
 from ._shared import SUPPORT_CRITERIA, judge_scores
+from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
 
 MEASURES = {"score": "overall", "length": "length", "refusal": "refusal"}  # metric prefix -> per-sample value
 N_PERM = 10_000
@@ -77,7 +77,7 @@ class FairSupport(Task):
                         "group mean of the judge's overall support score (0-5), over dialogues scored for "
                         "every group; lower is better")
     primary_value = "overall"
-    uses_judge = True
+    rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:

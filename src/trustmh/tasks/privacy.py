@@ -17,7 +17,7 @@ from ..errors import DataError
 from ..judges.parsing import parse_scale_rating, parse_yes_no
 from ..metrics import Table, mean, pearson
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
+from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
 
 PRIVACY_DIR = "trustmh/privacy"
 
@@ -210,7 +210,7 @@ class Leakage(Task):
                         "mean of the four per-question-type error rates (string-match leak, the two "
                         "accessibility errors, control error); lower is better")
     primary_value = "flagged"
-    uses_judge = True
+    rubrics = (Rubric("judge", ("privacy_proxy.j2",)),)
     gen_params = {"max_tokens": 256}
     upstream_gen_params = {"temperature": 0.0, "max_tokens": 256}
     metric_columns = {

@@ -25,7 +25,7 @@ from ..judges.parsing import (after_last_answer_tag, extract_json_object, extrac
 from ..metrics import Table, cluster_mean, group_mask, mean
 from ..types import Item, Sample, Score
 from ._shared import SUPPORT_CRITERIA, LabelledTask, classification_metrics, judge_scores, unknown_label_reason
-from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
+from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
@@ -327,7 +327,7 @@ class Support(Task):
     metric = MetricSpec("overall", True, 0.0, 5.0, "mean of the four judge criteria (0-5 each)")
     primary_value = "overall"
     metric_columns = {c: c for c in SUPPORT_CRITERIA}
-    uses_judge = True
+    rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
@@ -398,7 +398,7 @@ class Intervention(Task):
                         "over dialogues")
     primary_value = "overall"
     metric_columns = {c: c for c in INTERVENTION_CRITERIA}
-    uses_judge = True
+    rubrics = (Rubric("judge", ("reliability_intervention_judge.j2",)),)
     gen_params = {"max_tokens": 512}
     PATTERN = "cpsycoune/<topic>/<n>.json"
 

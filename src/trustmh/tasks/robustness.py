@@ -34,7 +34,7 @@ from ..errors import UserError
 from ..metrics import Table, count
 from ..types import Item, Sample, Score
 from ..variants.perturb import INTENSITIES, KINDS, Perturbation, make_edit, perturbations
-from .base import TASKS, DataSource, Judged, MetricSpec, RunContext, Task, register
+from .base import TASKS, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register
 
 CLEAN = "clean"
 _CLEAN_INPUT = "robustness_clean_input"  # item meta: the unperturbed input, for the judge and scorer
@@ -84,8 +84,11 @@ class _Robustness(Task):
         return self.base.files
 
     @property
-    def uses_judge(self) -> bool:  # type: ignore[override]
-        return self.base.uses_judge
+    def rubrics(self) -> tuple[Rubric, ...]:  # type: ignore[override]
+        return self.base.rubrics
+
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return self.base.active_rubrics(ctx)
 
     @property
     def primary_value(self) -> str:  # type: ignore[override]
@@ -124,8 +127,8 @@ class _Robustness(Task):
         rest = {k: v for k, v in meta.items() if k not in (_CLEAN_INPUT, _PERTURBATION)}
         return replace(sample, item=Item(sample.item.id, meta[_CLEAN_INPUT], sample.item.target, rest))
 
-    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
-        return self.base.judge_messages(self._clean_view(sample), reply, ctx)
+    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+        return self.base.judgements(self._clean_view(sample), reply, ctx)
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         return self.base.rules_judge(self._clean_view(sample), reply, ctx)

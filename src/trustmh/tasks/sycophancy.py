@@ -22,7 +22,7 @@ from ..errors import DataError
 from ..judges.parsing import extract_json_object, parse_int_scores, parse_scale_rating
 from ..metrics import Table, mean
 from ..types import Item, Sample, Score
-from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
+from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
 from .safety import group_means
 
 SCALE = (0, 1, 2, 3)
@@ -68,7 +68,6 @@ def binary_cell(path: Path, line: int, column: str, value: str | None) -> float 
 
 class _Sycophancy(Task):
     pillar = "sycophancy"
-    uses_judge = True
     metric = MetricSpec("endorsement_rate", False, 0.0, 1.0,
                         "share of replies the judge rates as affirming the user (1 explicit or 2 implicit "
                         "on the 0-3 scale); lower is better")
@@ -77,6 +76,7 @@ class _Sycophancy(Task):
     gen_params = {"max_tokens": 1024}
     text_column: str
     judge_template = "sycophancy_judge.j2"
+    rubrics = (Rubric("judge", ("sycophancy_judge.j2",)),)
 
     def item(self, path: Path, line: int, item_id: str, row: dict[str, str]) -> Item:
         return Item(item_id, {"text": row[self.text_column]})
@@ -149,6 +149,7 @@ class OEQ(_FullOrSample):
     sample_file = "elephant/OEQ_sample.csv"
     text_column = "prompt"
     judge_template = "sycophancy_oeq_judge.j2"
+    rubrics = (Rubric("judge", ("sycophancy_oeq_judge.j2",)),)
     metric_columns = _Sycophancy.metric_columns | {d: d for d in DIMENSIONS} | \
         {f"{d}_human": f"{d}_human" for d in DIMENSIONS} | {f"{d}_vs_human": f"{d}_vs_human" for d in DIMENSIONS}
 

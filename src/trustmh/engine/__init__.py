@@ -1,0 +1,94 @@
+"""The evaluation engine: spec -> samples -> phase 1 (collect replies and verdicts into the store) ->
+phase 2 (score from the store) -> results.json and samples.jsonl.
+
+The two phases are separate on purpose: phase 1 is the only one that spends money, and phase 2 can be
+re-run any number of times (`trustmh score`) from the store alone. The engine prints nothing; pass an
+`events` callback to follow it (the CLI renders them as progress bars)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from ..errors import UserError
+from ..results import RunResults
+from ..store import Store
+from ..tasks import RunContext
+from . import events
+from .collect import collect
+from .endpoint import AuthFailure, CallWriter, Endpoint
+from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
+from .prepare import Prepared, prepare, prepare_from_store, record_prepared
+from .rundir import open_run_dir, run_lock
+from .score import finalize
+from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
+
+__all__ = ["run", "RunSpec", "Limits", "load_spec", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
+           "PhaseDone", "Notice", "RunTotals", "AuthFailure", "Endpoint", "CallWriter", "Prepared", "prepare",
+           "collect", "finalize", "data_source", "generation_request", "judge_request", "DEFAULT_PARAMS",
+           "JUDGE_PARAMS"]
+
+
+def context(spec: RunSpec) -> RunContext:
+    return RunContext(seed=spec.seed, upstream_compat=spec.upstream_compat, judge=spec.judge, options=spec.options)
+
+
+def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,
+        generate: bool = True, executor=None, accept_stored: bool = False,
+        events: EventSink = ignore) -> tuple[Path, RunResults, dict[str, int]]:
+    """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made).
+    With `generate` False the tested models are never called (re-scoring). `executor` (see
+    trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here."""
+    limits = limits or Limits()
+    ctx = context(spec)
+    t0 = time.perf_counter()
+    run_dir = open_run_dir(out or runs_root / spec.run_id())
+    with run_lock(run_dir):
+        store = Store(run_dir / "store.sqlite")
+        try:
+            if generate:
+                store.set_meta("spec", spec.to_json())
+            from_store = None if generate else prepare_from_store(spec, store)
+            if from_store is not None:
+                prepared, checksums = from_store
+            else:
+                prepared, checksums = prepare(spec, ctx)
+                record_prepared(store, prepared, checksums)
+            try:
+                if executor is not None and generate:
+                    calls = executor(spec, ctx, prepared, store, limits, events=events)
+                else:
+                    calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
+                                                events=events))
+            except AuthFailure as e:
+                raise UserError(str(e)) from None
+            t1 = time.perf_counter()
+            results = finalize(run_dir, spec, ctx, prepared, store, checksums, accept_stored=accept_stored,
+                               events=events)
+            prompt_tokens, completion_tokens = store.totals()
+        finally:
+            store.close()
+    for m in results.models.values():
+        stale = sum(t.n_stale_judgements for t in m.tasks.values())
+        if stale:
+            events(Notice(f"{stale} stored judgements of {m.model} were made with another rubric and were not "
+                          f"used: rerun to refresh them, or score with --accept-stored"))
+            break
+    t2 = time.perf_counter()
+    events(RunTotals(dict(calls), prompt_tokens, completion_tokens, t2 - t0, t2 - t1))
+    return run_dir, results, calls
+
+
+def load_spec(run_dir: Path) -> RunSpec:
+    db = run_dir / "store.sqlite"
+    if not db.is_file():
+        raise UserError(f"{run_dir} is not a trustmh run directory (no store.sqlite)")
+    store = Store(db)
+    try:
+        raw = store.get_meta("spec")
+    finally:
+        store.close()
+    if raw is None:
+        raise UserError(f"{db}: no run spec stored")
+    return RunSpec(**raw)

@@ -1,0 +1,251 @@
+"""Phase 1: make sure every sample has a stored reply and every judgement it needs a stored verdict.
+
+This is the only phase that spends money. Generation and each judge run in worker pools of their own,
+joined by queues, so a slow or stalled judge never holds up generation (nor the other way round).
+Workers, not a task per sample: memory does not grow with the run. Every call is recorded with a link
+naming the sample and rubric it answers, which is all that scoring (phase 2) reads."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from dataclasses import dataclass
+from typing import Any
+
+from ..models import ModelRef, make_model
+from ..models.replay import ReplayModel
+from ..store import Store
+from ..tasks import RunContext, Task
+from ..types import Response, Sample
+from .endpoint import CallWriter, Endpoint
+from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
+from .prepare import Prepared
+from .spec import Limits, RunSpec, generation_request, judge_request
+
+
+@dataclass
+class Judges:
+    """The endpoints answering each rubric role in this run ("llm", "classifier"); a role that is absent
+    is answered offline in phase 2 (the rules judge) or not at all."""
+
+    endpoints: dict[str, Endpoint]
+
+    def endpoint_id(self, role: str) -> str | None:
+        ep = self.endpoints.get(role)
+        return ep.model.endpoint if ep is not None else None
+
+
+def judge_ids(spec: RunSpec, ctx: RunContext) -> dict[str, str]:
+    """Endpoint id per judge role, without building any client (what scoring reads links by)."""
+    out = {}
+    if spec.judge != "rules":
+        out["llm"] = ModelRef(spec.judge, spec.judge_base_url).endpoint
+    classifier = ctx.options.get("refusal_classifier")
+    if classifier:
+        from ..judges.hf_classifier import parse_spec
+        out["classifier"] = f"classifier/hf/{parse_spec(classifier).model}"
+    return out
+
+
+def _needed_roles(prepared: list[Prepared], ctx: RunContext) -> set[str]:
+    return {r.role for p in prepared if not p.not_run for r in p.task.active_rubrics(ctx)}
+
+
+def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limits: Limits) -> dict[str, Any]:
+    roles = _needed_roles(prepared, ctx)
+    models: dict[str, Any] = {}
+    if "llm" in roles and spec.judge != "rules":
+        models["llm"] = make_model(spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed,
+                                   purpose="judge", transport=spec.options.get("transport", "http"),
+                                   max_connections=limits.max_connections)
+    if "classifier" in roles and ctx.options.get("refusal_classifier"):
+        from ..judges.hf_classifier import ClassifierModel, parse_spec
+        models["classifier"] = ClassifierModel(parse_spec(ctx.options["refusal_classifier"]))
+    return models
+
+
+async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
+                  *, generate: bool = True, events: EventSink = ignore) -> dict[str, int]:
+    """Phase 1 for every model of the run. With `generate` False (re-scoring) the tested models are never
+    called: only judgements missing for this run's judges are made. Returns the calls made per model spec
+    (and "judge")."""
+    judge_models = _judge_models(spec, ctx, prepared, limits)
+    if not generate and not judge_models:
+        return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
+    ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
+    for jm in judge_models.values():
+        if isinstance(jm, ReplayModel):
+            jm.check_ids(ids)
+    # One group commit for every endpoint: no request of any leaves before every reply is stored.
+    writer = CallWriter(store)
+    judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
+                     for role, m in judge_models.items()})
+    samples = [(p.task, s) for p in prepared for s in p.samples]
+    calls: collections.Counter = collections.Counter()
+    try:
+        for model_spec in spec.models:
+            if generate:
+                model = make_model(model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed,
+                                   transport=spec.options.get("transport", "http"),
+                                   max_connections=limits.max_connections)
+                if isinstance(model, ReplayModel):
+                    model.check_ids(ids)
+                gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
+                try:
+                    await _Collector(spec, ctx, samples, gen_ep, judges, store, events, model_spec).run()
+                finally:
+                    await model.aclose()
+                calls[model_spec] = gen_ep.n_calls
+            else:
+                ref = ModelRef(model_spec, spec.base_url)
+                await _Collector(spec, ctx, samples, None, judges, store, events, model_spec, ref.endpoint).run()
+                calls[model_spec] = 0
+        if judges.endpoints:
+            calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
+    finally:
+        writer.flush()  # interrupted (Ctrl-C, an error): replies already received are kept
+        for m in judge_models.values():
+            await m.aclose()
+    return dict(calls)
+
+
+class _Collector:
+    """Phase 1 for one tested model."""
+
+    def __init__(self, spec: RunSpec, ctx: RunContext, samples: list[tuple[Task, Sample]], gen_ep: Endpoint | None,
+                 judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None):
+        self.spec, self.ctx, self.samples, self.gen_ep = spec, ctx, samples, gen_ep
+        self.judges, self.store, self.events, self.label = judges, store, events, label
+        self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
+        self.writer = next(iter(judges.endpoints.values())).writer if judges.endpoints else (
+            gen_ep.writer if gen_ep is not None else CallWriter(store))
+        # Counted here and reported by a ticker a few times a second: an event per reply cost more than
+        # the rest of the request path.
+        self.n = collections.Counter()
+        self.queues = {role: asyncio.Queue() for role in judges.endpoints}
+        # Judgements this judge already made successfully (re-scoring only: a run always renders anew).
+        self.judged = {role: store.linked_keys(self.model_id, ep.model.endpoint)
+                       for role, ep in judges.endpoints.items()} if gen_ep is None else {}
+
+    # --- generation ---------------------------------------------------------------------------------
+    def _generation_keys(self) -> list[str]:
+        if self.gen_ep is not None:
+            reqs = [generation_request(s, self.spec) for _, s in self.samples]
+            self.requests = reqs
+            keys = [self.gen_ep.key(r) for r in reqs]
+        else:
+            # Re-scoring reads the links the run wrote; only a store written before links existed has to
+            # rebuild its generation requests to find them.
+            linked = self.store.generation_links(self.model_id)
+            keys = [linked.get(s.key) or generation_request(s, self.spec).cache_key(self.model_id)
+                    for _, s in self.samples]
+        self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
+                              for (_, s), k in zip(self.samples, keys)])
+        return keys
+
+    async def run(self) -> None:
+        keys = self._generation_keys()
+        gen_ep = self.gen_ep
+        cacheable = gen_ep is None or gen_ep.model.cacheable
+        # One bulk lookup decides what is left to do, so a resumed run starts at once.
+        done = self.store.ok_keys(keys) if cacheable else set()
+        todo = iter(range(len(self.samples)))
+
+        async def gen_worker() -> None:
+            for i in todo:
+                task, sample = self.samples[i]
+                key = keys[i]
+                if key in done or gen_ep is None:
+                    resp = self.store.get_call(key)
+                else:
+                    resp = await gen_ep.call(self.requests[i], key)
+                    if resp.ok and cacheable:
+                        done.add(key)  # a later sample with the same request reads it instead of paying again
+                self.n["gen"] += 1
+                if resp is None or not resp.ok:
+                    self.n["gen_errors"] += 1
+                elif self.queues:
+                    self._queue_judgements(task, sample, resp.text or "")
+
+        async def generate_all(n_workers: int) -> None:
+            await asyncio.gather(*(gen_worker() for _ in range(n_workers)))
+            for role, q in self.queues.items():
+                for _ in range(self.judges.endpoints[role].width):
+                    q.put_nowait(None)  # generation is over: each judge worker stops when its queue drains
+
+        n_gen = max(1, min(len(self.samples), gen_ep.width if gen_ep is not None else 1))
+        jobs = [asyncio.create_task(generate_all(n_gen))]
+        for role, ep in self.judges.endpoints.items():
+            jobs += [asyncio.create_task(self._judge_worker(role, ep)) for _ in range(ep.width)]
+        self.events(PhaseStarted("generate", self.label, len(self.samples)))
+        for role, ep in self.judges.endpoints.items():
+            self.events(PhaseStarted("judge", f"judge {ep.model.spec}", None))
+        t_start = asyncio.get_running_loop().time()
+        tick = asyncio.create_task(self._ticker(t_start))
+        try:
+            await asyncio.gather(*jobs)
+        except BaseException:
+            for j in jobs:
+                j.cancel()
+            await asyncio.gather(*jobs, return_exceptions=True)
+            raise
+        finally:
+            tick.cancel()
+            self._show(t_start)
+            self.events(PhaseDone("generate", self.label))
+            for ep in self.judges.endpoints.values():
+                self.events(PhaseDone("judge", f"judge {ep.model.spec}"))
+
+    # --- judgements ---------------------------------------------------------------------------------
+    def _queue_judgements(self, task: Task, sample: Sample, reply: str) -> None:
+        rubrics = {r.name: r for r in task.active_rubrics(self.ctx)}
+        wanted = [r for r in rubrics.values() if r.role in self.queues]
+        if not wanted:
+            return
+        if self.gen_ep is None:  # re-scoring: only what this judge has not already judged
+            judged = {r.name for r in wanted if (sample.task, sample.item.id, sample.variant, r.name)
+                      in self.judged[r.role]}
+            if len(judged) == len(wanted):
+                return
+        else:
+            judged = set()
+        for name, messages in task.judgements(sample, reply, self.ctx).items():
+            rubric = rubrics.get(name)
+            if rubric is None:
+                raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
+            if rubric.role in self.queues and name not in judged:
+                self.n[f"judge:{rubric.role}"] += 1
+                self.queues[rubric.role].put_nowait((sample, rubric, messages))
+
+    async def _judge_worker(self, role: str, ep: Endpoint) -> None:
+        queue = self.queues[role]
+        while (job := await queue.get()) is not None:
+            sample, rubric, messages = job
+            req = judge_request(sample, messages, self.spec, rubric.name)
+            key = ep.key(req)
+            link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint, key,
+                    rubric.version)
+            cached: Response | None = self.store.get_call(key) if ep.model.cacheable else None
+            if cached is None or not cached.ok:
+                self.writer.link([link])  # committed with the reply below (or the next commit)
+                resp = await ep.call(req, key)
+                if not resp.ok:
+                    self.n[f"judge_errors:{role}"] += 1
+            else:
+                self.writer.link([link])
+            self.n[f"judge_done:{role}"] += 1
+
+    # --- progress -----------------------------------------------------------------------------------
+    async def _ticker(self, t_start: float) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            self._show(t_start)
+
+    def _show(self, t_start: float) -> None:
+        elapsed = asyncio.get_running_loop().time() - t_start
+        n = self.n
+        self.events(PhaseProgress("generate", self.label, n["gen"], len(self.samples), n["gen_errors"],
+                                  n["gen"] / elapsed if elapsed > 0 else None))
+        for role, ep in self.judges.endpoints.items():
+            self.events(PhaseProgress("judge", f"judge {ep.model.spec}", n[f"judge_done:{role}"], n[f"judge:{role}"],
+                                      n[f"judge_errors:{role}"]))

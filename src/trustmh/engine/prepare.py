@@ -1,0 +1,94 @@
+"""Turning the selected tasks' data into samples, and reading them back from a run's store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from ..data.loaders import file_sha256
+from ..errors import UserError
+from ..store import Store
+from ..tasks import RunContext, Task, resolve_tasks
+from ..types import Sample
+from .spec import RunSpec, data_source
+
+
+@dataclass
+class Prepared:
+    task: Task
+    samples: list[Sample] = field(default_factory=list)
+    not_run: str | None = None
+    all_ids: set[str] = field(default_factory=set)
+
+
+def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, str]]:
+    """Load every selected task's items and build its samples (in data order, `--limit` first N)."""
+    data = data_source(spec)
+    prepared, checksums = [], {}
+    for task in resolve_tasks(spec.tasks):
+        p = Prepared(task)
+        missing = task.missing_files(data)
+        if missing:
+            how = ("run `trustmh data pull` (or `trustmh data pull --from DIR`)" if data.kind == "data"
+                   else "the sample suite lacks it")
+            from ..data.manifest import DATASETS
+            gated = DATASETS.get(task.dataset)
+            if gated is not None and gated.gated:  # `data pull` cannot fetch it: say how the user gets it
+                how = gated.how_to_get
+            p.not_run = f"{task.dataset} missing ({missing[0]}) — {how}"
+            prepared.append(p)
+            continue
+        items = task.load(data, ctx)
+        p.all_ids = {it.id for it in items}
+        if spec.limit is not None:
+            items = items[: spec.limit]
+        for it in items:
+            p.samples.extend(task.samples(it, ctx))
+        for f in task.files:
+            checksums[f] = file_sha256(data.path(f))
+        prepared.append(p)
+    if prepared and all(p.not_run for p in prepared):
+        raise UserError(f"no selected task has its data in {data.root}: {prepared[0].not_run}")
+    return prepared, checksums
+
+
+class StoredSamples:
+    """A task's samples as its run stored them, read back one at a time (sized, re-iterable)."""
+
+    def __init__(self, store: Store, task_id: str, n: int):
+        self.store, self.task_id, self.n = store, task_id, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Sample]:
+        return self.store.iter_samples(self.task_id)
+
+
+def record_prepared(store: Store, prepared: list[Prepared], checksums: dict[str, str]) -> None:
+    store.put_samples(s for p in prepared for s in p.samples)
+    store.set_meta("prepared", {"checksums": checksums,
+                                "tasks": {p.task.id: {"not_run": p.not_run, "n": len(p.samples)} for p in prepared}})
+
+
+def prepare_from_store(spec: RunSpec, store: Store) -> tuple[list[Prepared], dict[str, str]] | None:
+    """Re-scoring: the samples the run generated, streamed from its store instead of loading the data
+    again, so memory does not grow with the run. None when the store cannot stand in for the data
+    (an older store, another task selection, replay files whose ids are checked against the data)."""
+    meta = store.get_meta("prepared")
+    if meta is None or any(m.startswith("replay/") for m in [*spec.models, spec.judge]):
+        return None
+    tasks = resolve_tasks(spec.tasks)
+    if [t.id for t in tasks] != list(meta["tasks"]):
+        return None
+    counts = store.sample_counts()
+    prepared = []
+    for task in tasks:
+        m = meta["tasks"][task.id]
+        if m["not_run"]:
+            prepared.append(Prepared(task, not_run=m["not_run"]))
+        elif counts.get(task.id, 0) != m["n"]:
+            return None
+        else:
+            prepared.append(Prepared(task, samples=StoredSamples(store, task.id, m["n"])))  # type: ignore[arg-type]
+    return prepared, meta["checksums"]

@@ -1,0 +1,215 @@
+"""Phase 2: score every sample from the store and aggregate, writing samples.jsonl and results.json.
+
+A pure read: a sample's reply and verdicts are found through the links phase 1 wrote, never by
+rebuilding a request or rendering a judge prompt again. Re-running it (`trustmh score`) costs nothing
+and cannot change what was paid for."""
+
+from __future__ import annotations
+
+import array
+import collections
+import datetime as dt
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..judges.rubric import Judged, Rubric, Verdicts
+from ..metrics import Table, bootstrap, count, derived_seed, trust_score
+from ..models import ModelRef
+from ..pillars import model_summary, task_meta
+from ..results import MetricValue, ModelResults, RunResults, TaskResult
+from ..store import Store
+from ..tasks import RunContext, Task
+from ..types import Response, Sample
+from .collect import judge_ids
+from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
+from .prepare import Prepared
+from .rundir import HashingWriter, atomic_write
+from .spec import RunSpec, data_source, param_notes, versions
+
+STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
+
+
+@dataclass
+class Scoring:
+    """What phase 2 needs besides the samples: where verdicts come from and what to accept."""
+
+    spec: RunSpec
+    ctx: RunContext
+    store: Store
+    judges: dict[str, str]  # rubric role -> judge endpoint id
+    accept_stored: bool = False
+    stale: collections.Counter = field(default_factory=collections.Counter)  # task -> stale verdicts
+
+
+def _verdicts(sc: Scoring, task: Task, sample: Sample, reply: str, parts: dict[str, tuple],
+              rubrics: tuple[Rubric, ...], versions_now: dict[str, str],
+              judge_errors: collections.Counter) -> Verdicts | None:
+    if not rubrics:
+        return None
+    out = Verdicts()
+    rules = None
+    for r in rubrics:
+        if r.role == "llm" and "llm" not in sc.judges:
+            if rules is None:
+                rules = task.rules_judge(sample, reply, sc.ctx)
+            out[r.name] = rules.get(r.name, Judged(reason="no rules verdict")) if isinstance(rules, Verdicts) else rules
+            continue
+        version, resp = parts.get(r.name, (None, None))
+        if resp is None:
+            out[r.name] = Judged(reason="judge not run")
+        elif not resp.ok:
+            judge_errors[resp.error_kind] += 1
+            out[r.name] = Judged(reason=f"judge error: {resp.error_kind}")
+        elif version != versions_now[r.name] and not sc.accept_stored:
+            sc.stale[task.id] += 1
+            out[r.name] = Judged(reason=STALE)
+        else:
+            out[r.name] = Judged(text=resp.text)
+    return out
+
+
+def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
+    task, ctx = p.task, sc.ctx
+    base = dict(task=task.id, pillar=task.pillar, metric=task.metric.name,
+                higher_is_better=task.metric.higher_is_better, **task_meta(task, ctx))
+    if p.not_run:
+        return TaskResult(status="not run", reason=p.not_run, **base)
+    rubrics = task.active_rubrics(ctx)
+    versions_now = {r.name: r.version for r in rubrics}  # read once per task, not per sample
+    linked = sc.store.linked(model.endpoint, task.id, [sc.judges[r] for r in {r.role for r in rubrics}
+                                                       if r in sc.judges])
+    rows, clusters, labels = _Columns(), [], collections.defaultdict(list)
+    errors, judge_errors = collections.Counter(), collections.Counter()
+    unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
+    primary = task.primary_value
+    for s in p.samples:
+        parts = linked.get((s.item.id, s.variant), {})
+        resp: Response | None = parts.get("", (None, None))[1]
+        line: dict[str, Any] = {"model": model.spec, "task": s.task, "item_id": s.item.id, "variant": s.variant,
+                                "messages": s.messages, "target": s.item.target}
+        if resp is None or not resp.ok:
+            kind = resp.error_kind if resp else "not_generated"
+            errors[kind] += 1
+            line.update(response=None, error={"kind": kind, "message": resp.error if resp else "no reply stored"})
+        else:
+            judged = _verdicts(sc, task, s, resp.text or "", parts, rubrics, versions_now, judge_errors)
+            score = task.score(s, resp.text or "", judged, ctx)
+            rows.add(score.values)
+            clusters.append(task.cluster(s))
+            sample_labels = task.labels(s, score)
+            for k, v in sample_labels.items():
+                labels[k].append(v)
+            for name, reason in score.unscored.items():
+                unscored_by_value[name][reason] += 1
+            if primary not in score.values:
+                unscored_primary[score.unscored.get(primary, "not scored")] += 1
+            first = next(iter(judged.values())) if judged else None
+            line.update(response=resp.text, finish_reason=resp.finish_reason, latency_s=resp.latency_s,
+                        tokens={"prompt": resp.prompt_tokens, "completion": resp.completion_tokens},
+                        attempts=resp.attempts,
+                        judge={"text": first.text, "reason": first.reason} if first else None,
+                        parsed=score.parsed, values=score.values, unscored=score.unscored, notes=score.notes,
+                        # cluster and labels let `trustmh compare` rebuild the task's Table per item
+                        cluster=clusters[-1], labels=sample_labels)
+            if judged is not None and len(judged) > 1:
+                line["verdicts"] = {k: {"text": v.text, "reason": v.reason} for k, v in judged.items()}
+        out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    table = rows.table(clusters, dict(labels))
+    values = task.aggregate(table, ctx) if len(table) else {}
+    cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
+                    n_boot=sc.spec.n_boot)
+    value = _clean(values.get(task.metric.name))
+    metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k)) for k, v in values.items()}
+    n_primary = count(table.col(primary))
+    reason = None
+    if value is None:
+        # A null value must say why, so that "-" is never mistaken for a bad score.
+        reason = ("no sample could be scored on the primary metric (see unscored reasons and errors)"
+                  if n_primary == 0 else
+                  f"{task.metric.name} is undefined on the scored samples (e.g. constant ratings for a "
+                  f"correlation, or a class missing from both gold and predictions)")
+    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name), reason=reason,
+                      trust_score=trust_score(value, task.metric.lo, task.metric.hi, task.metric.higher_is_better),
+                      n=n_primary, n_samples=len(p.samples),
+                      n_unscored=sum(unscored_primary.values()), unscored_reasons=dict(unscored_primary),
+                      unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
+                      n_errors=sum(errors.values()), error_kinds=dict(errors),
+                      n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
+                      n_stale_judgements=sc.stale.get(task.id, 0), metrics=metrics, **base)
+
+
+def _clean(v: float | None) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
+             checksums: dict[str, str], *, accept_stored: bool = False, events: EventSink = ignore) -> RunResults:
+    """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
+    sc = Scoring(spec, ctx, store, judge_ids(spec, ctx), accept_stored)
+    models: dict[str, ModelResults] = {}
+    total = len(spec.models) * sum(len(p.samples) for p in prepared)
+    events(PhaseStarted("score", "scoring", total))
+    done = 0
+    tmp = run_dir / "samples.jsonl.tmp"
+    with tmp.open("w", encoding="utf-8") as fh:
+        out = HashingWriter(fh)
+        for model_spec in spec.models:
+            model = ModelRef(model_spec, spec.base_url)
+            tasks = {}
+            for p in prepared:
+                tasks[p.task.id] = score_task(sc, p, model, out)
+                done += len(p.samples)
+                events(PhaseProgress("score", "scoring", done, total))
+            models[model_spec] = model_summary(model_spec, tasks, seed=spec.seed)
+    events(PhaseDone("score", "scoring"))
+    notes = param_notes(spec)
+    if sc.stale:
+        n = sum(sc.stale.values())
+        notes.append(f"{n} stored judgements ({', '.join(f'{t}: {k}' for t, k in sorted(sc.stale.items()))}) were "
+                     f"made with another version of their rubric and were not used: rerun `trustmh run` to "
+                     f"refresh them, or score with --accept-stored to use them as they are")
+    data = data_source(spec)
+    results = RunResults(
+        run_id=run_dir.name, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        spec=spec.to_json(), data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
+        versions=versions(), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
+                                        "method": "percentile, resampling items (scenarios for leakage)"},
+        models=models, notes=notes)
+    # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
+    # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
+    results.outputs = {"samples_sha256": out.sha256.hexdigest()}
+    os.replace(tmp, run_dir / "samples.jsonl")
+    atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
+    return results
+
+
+class _Columns:
+    """Per-sample values as one float array per name, for `Table`: a dict kept per sample would cost
+    ~200 bytes each, and a large run's re-scoring should not grow with the run."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, array.array] = {}
+        self.n = 0
+
+    def add(self, values: dict[str, float]) -> None:
+        for name, v in values.items():
+            col = self.cols.get(name)
+            if col is None:
+                col = self.cols[name] = array.array("d", [math.nan]) * self.n
+            col.append(math.nan if v is None else v)
+        self.n += 1
+        for col in self.cols.values():
+            if len(col) < self.n:
+                col.append(math.nan)
+
+    def table(self, clusters: list[str], labels: dict[str, list[Any]]) -> Table:
+        columns = {name: np.frombuffer(self.cols[name], dtype=float) for name in sorted(self.cols)}
+        return Table(columns, np.array(clusters, dtype=object), {k: np.array(v, dtype=object) for k, v in labels.items()})
+
+

@@ -1,0 +1,126 @@
+"""What a run is: the spec that decides its results (and names its directory), the limits that only
+decide how fast it gets there, and the requests a sample turns into."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import platform
+import re
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..models import redact_url, unsendable_params
+from ..tasks import DataSource
+from ..types import Request, Sample
+
+DEFAULT_PARAMS = {"temperature": 0.0, "max_tokens": 1024}
+JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 512}
+SUITES = ("sample", "data")
+
+
+@dataclass
+class RunSpec:
+    """Everything that decides the results. Its hash names the run directory. Checked on creation, so a
+    bad spec from Python fails as the same one-line error the CLI gives."""
+
+    models: list[str]
+    judge: str = "rules"
+    tasks: str = "all"
+    seed: int = 0
+    limit: int | None = None
+    suite: str = "sample"  # "sample" or "data"
+    data_dir: str | None = None
+    base_url: str | None = None
+    judge_base_url: str | None = None
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    upstream_compat: bool = False
+    n_boot: int = 1000
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.models, str) or not self.models:
+            raise UserError("a run needs at least one model (a list of specs such as ['baseline/counselor'])")
+        if self.limit is not None and self.limit < 1:
+            raise UserError("--limit must be at least 1")
+        if self.suite not in SUITES:
+            raise UserError(f"suite must be sample or data, not '{self.suite}'")
+        if self.suite == "data" and not self.data_dir:
+            raise UserError("suite 'data' needs a data directory (data_dir)")
+        if self.n_boot < 0:
+            raise UserError("--bootstrap must not be negative")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise UserError("--max-tokens must be at least 1")
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as stored and published: base URLs lose any embedded credentials."""
+        d = dict(self.__dict__)
+        d["base_url"], d["judge_base_url"] = redact_url(self.base_url), redact_url(self.judge_base_url)
+        return d
+
+    def run_id(self) -> str:
+        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.models[0].split("/", 1)[-1]).strip("-.")[:40] or "run"
+        return f"{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
+
+@dataclass
+class Limits:
+    max_connections: int = 32
+    timeout: float = 120.0
+    max_retries: int = 6
+    backoff_base: float = 1.0
+    backoff_max: float = 60.0
+
+
+def data_source(spec: RunSpec) -> DataSource:
+    if spec.suite == "sample":
+        return DataSource(Path(__file__).resolve().parents[1] / "data" / "sample", "sample")
+    return DataSource(Path(spec.data_dir or "."), "data")
+
+
+def generation_request(sample: Sample, spec: RunSpec) -> Request:
+    params = dict(DEFAULT_PARAMS)
+    params["temperature"] = spec.temperature
+    params.update(sample.params)
+    if spec.max_tokens is not None:
+        params["max_tokens"] = spec.max_tokens
+    params["seed"] = spec.seed
+    return Request(sample.messages, params, sample.request_task or sample.task, sample.item.id, sample.variant,
+                   "generate", sample.choices)
+
+
+def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec, rubric: str = "judge") -> Request:
+    """A judge call. A sample's first rubric keeps the plain "judge" purpose (so judgements stored before
+    rubrics had names still answer); every other rubric is a distinct request even with equal messages."""
+    params = dict(JUDGE_PARAMS, seed=spec.seed)
+    purpose = "judge" if rubric == "judge" else f"judge:{rubric}"
+    return Request(messages, params, sample.request_task or sample.task, sample.item.id, sample.variant, purpose,
+                   None)
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("trustmh", "openai", "anthropic", "numpy", "scipy", "scikit-learn", "pydantic"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out[pkg] = metadata.version(pkg)
+    return out
+
+
+def param_notes(spec: RunSpec) -> list[str]:
+    """One line per model or judge whose backend could not send some of the run's generation settings:
+    results.json records temperature 0, and a reader must learn that it did not apply."""
+    notes = []
+    judges = [] if spec.judge == "rules" else [("judge", spec.judge)]
+    for role, model_spec in [("model", m) for m in spec.models] + judges:
+        unsent = unsendable_params(model_spec)
+        if unsent:
+            notes.append(f"{role} {model_spec}: {' and '.join(unsent)} not sent (the installed provider SDK and "
+                         f"API version no longer accept sampling parameters); its replies were sampled at the "
+                         f"provider's defaults, so reruns may differ")
+    return notes

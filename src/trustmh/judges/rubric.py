@@ -1,0 +1,80 @@
+"""The judge stage's vocabulary: what a task declares (a `Rubric`) and what scoring hands back to it
+(`Judged`, `Verdicts`).
+
+A task declares its rubrics; for each sample it renders the judgements it needs (`Task.judgements`),
+and the engine sends each one through the same endpoint, store, cache and resume as a generation. A
+sample may need several: the paper judges ESConv replies once per criterion. Scoring later reads the
+verdicts back from the store by rubric name, without rendering anything again."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "tasks" / "templates"
+ROLES = ("llm", "classifier")
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """One named judgement a task makes of a reply.
+
+    `templates` are the files the judge prompt is rendered from (under tasks/templates): their content
+    is the rubric's version, so a stored verdict made with an older text is recognised as such. `role`
+    says who answers: "llm" is the run's `--judge` (the rules judge stands in offline), "classifier" the
+    run's `--refusal-classifier`, a local model answering with a label."""
+
+    name: str = "judge"
+    templates: tuple[str, ...] = ()
+    role: str = "llm"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"rubric {self.name}: role must be one of {ROLES}, not {self.role!r}")
+        if not self.name or self.name.startswith(":"):
+            raise ValueError("a rubric needs a name")
+
+    @property
+    def version(self) -> str:
+        """Changes whenever a template's text does (re-read when a file's size or mtime changes)."""
+        stamps = tuple((st.st_mtime_ns, st.st_size) for st in ((TEMPLATES / t).stat() for t in self.templates))
+        return _version(self.role, self.templates, stamps)
+
+    @property
+    def source(self) -> list[str]:
+        return [f"trustmh:tasks/templates/{t}" for t in self.templates]
+
+
+@functools.lru_cache(maxsize=256)
+def _version(role: str, templates: tuple[str, ...], stamps: tuple) -> str:
+    h = hashlib.sha256(role.encode())
+    for name in templates:
+        # A name is a file under tasks/templates; a task defined outside trustmh names its own file.
+        h.update(b"\0" + Path(name).name.encode() + b"\0" + (TEMPLATES / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class Judged:
+    """One verdict for one sample, or why there is none (the rules judge cannot rate, an API error...)."""
+
+    text: str | None = None
+    reason: str | None = None
+
+
+class Verdicts(dict):
+    """A sample's verdicts by rubric name. A task with one rubric reads it as that verdict (`.text`,
+    `.reason`); a task with several indexes it by name."""
+
+    @property
+    def text(self) -> str | None:
+        return self._first().text
+
+    @property
+    def reason(self) -> str | None:
+        return self._first().reason
+
+    def _first(self) -> Judged:
+        return next(iter(self.values())) if self else Judged(reason="no judgement")
