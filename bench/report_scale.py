@@ -1,6 +1,7 @@
 """How the HTML report copes with a 10,000-sample run: generation time, file size, and in headless
-Chromium the time to first paint, to a usable sample table and to apply a filter, for the paged
-drill-down (50 rows a page, samples parsed after the first frame) against rendering every row at once.
+Chromium (the system one, driven by Playwright from the dev extra) the time to first paint, to a usable
+sample table and to apply a filter, for the paged drill-down (50 rows a page, samples parsed after the
+first frame) against rendering every row at once.
 
     python bench/report_scale.py [--data-dir DIR] [--models 14] [--repeat 3]
 
@@ -11,7 +12,6 @@ so the ratios printed are measured side by side on one machine in one process.""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import statistics
@@ -45,24 +45,26 @@ def make_replays(data_dir: Path, out: Path, n_models: int) -> tuple[list[str], i
     return specs, len(samples) * n_models
 
 
-async def measure(path: Path, repeat: int) -> dict[str, float]:
-    from trustmh.report.browser import Chromium
+def measure(path: Path, repeat: int) -> dict[str, float]:
+    from trustmh.testing.browser import chromium_tab
     runs: dict[str, list[float]] = {"first_paint_ms": [], "samples_ready_ms": [], "filter_ms": [], "rows_in_dom": []}
-    async with Chromium() as page:
+    with chromium_tab() as tab:
+        page = tab.page
         for _ in range(repeat):
-            await page.goto(path.as_uri(), timeout=300)
-            await page.wait_for("document.body.getAttribute('data-samples-ready') === '1'", timeout=300)
-            fcp = await page.eval("(performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime")
-            ready = await page.eval("performance.getEntriesByName('trustmh-samples-ready')[0].startTime")
+            page.goto(path.as_uri(), timeout=300_000)
+            # A locator wait: the report's CSP forbids the eval behind wait_for_function.
+            page.locator("body[data-samples-ready='1']").wait_for(state="attached", timeout=300_000)
+            fcp = page.evaluate("(performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime")
+            ready = page.evaluate("performance.getEntriesByName('trustmh-samples-ready')[0].startTime")
             # A filter change is applied synchronously: time it inside the page.
-            took = await page.eval("""(() => { const s = document.getElementById('f-status');
+            took = page.evaluate("""(() => { const s = document.getElementById('f-status');
                 const t0 = performance.now(); s.value = 'ok'; s.dispatchEvent(new Event('change'));
                 return performance.now() - t0; })()""")
             runs["first_paint_ms"].append(fcp)
             runs["samples_ready_ms"].append(ready)
             runs["filter_ms"].append(took)
-            runs["rows_in_dom"].append(await page.eval("document.querySelectorAll('#sample-rows tr').length"))
-        assert not page.errors, page.errors
+            runs["rows_in_dom"].append(page.locator("#sample-rows tr").count())
+        assert not tab.errors, tab.errors
     return {k: statistics.median(v) for k, v in runs.items()}
 
 
@@ -74,8 +76,8 @@ def main() -> None:
     args = ap.parse_args()
     from trustmh.compare import load_run
     from trustmh.report import write_report
-    from trustmh.report.browser import find_chromium
     from trustmh.engine import RunSpec, run
+    from trustmh.testing.browser import find_chromium
 
     if not (args.data_dir / "trustmh").is_dir():
         sys.exit(f"no upstream data in {args.data_dir} (pass --data-dir)")
@@ -97,7 +99,7 @@ def main() -> None:
               f"({(tmp / 'warm-up.html').stat().st_size / 1e6:.1f} MB)")
         for name, size in variants.items():
             path = write_report([loaded], tmp / f"report-{size}.html", page_size=size, paired=False)
-            results[name] = {"size_mb": path.stat().st_size / 1e6, **asyncio.run(measure(path, args.repeat))}
+            results[name] = {"size_mb": path.stat().st_size / 1e6, **measure(path, args.repeat)}
         (paged, p), (eager, e) = results.items()
         print(f"\n{'':34}{'paged':>12}{'eager':>12}{'eager/paged':>14}")
         for key, label in (("size_mb", "file size (MB)"),

@@ -5,6 +5,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
 
 
 from conftest import write_replay
@@ -22,6 +25,23 @@ def assert_user_error(proc, *needles):
     assert "Traceback" not in proc.stderr + proc.stdout
     for n in needles:
         assert n in proc.stderr, proc.stderr
+
+
+def test_version_and_python_m(monkeypatch):
+    import trustmh
+    declared = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    for argv in (["-m", "trustmh", "--version"], ["-m", "trustmh.cli", "--version"]):
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip() == f"trustmh {declared}"
+    # `python -m trustmh` is the full command line, not just --version.
+    proc = subprocess.run([sys.executable, "-m", "trustmh", "nonsense"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Usage: trustmh" in proc.stderr
+    # Without installed metadata (a bare source tree) the version says it is unknown instead of guessing.
+    def missing(name):
+        raise metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(metadata, "version", missing)
+    assert trustmh._version() == "0+unknown"
 
 
 def test_offline_default_run_uses_sample_suite(tmp_path):

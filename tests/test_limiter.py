@@ -2,7 +2,6 @@
 
 import asyncio
 import selectors
-import time
 
 import pytest
 
@@ -10,7 +9,41 @@ from trustmh.limiter import AdaptiveLimiter
 
 
 def run(coro):
+    """Real time: only for the tests that talk to the fake server over loopback HTTP."""
     return asyncio.run(coro)
+
+
+# Everything about pacing, pauses, ordering or time runs on an event loop whose clock is virtual: where
+# the loop would wait for its next timer, the clock jumps there. The outcome is exact and the same on any
+# machine, and no test sleeps for real.
+
+class _JumpingSelector(selectors.DefaultSelector):
+    def __init__(self):
+        super().__init__()
+        self.now = 0.0
+
+    def select(self, timeout=None):
+        if timeout is None:
+            raise RuntimeError("simulation stuck: nothing ready and no timer scheduled")
+        self.now += timeout
+        return super().select(0)
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    def __init__(self):
+        self._jumping = _JumpingSelector()
+        super().__init__(self._jumping)
+
+    def time(self):
+        return self._jumping.now
+
+
+def run_virtual(coro):
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
 
 
 async def _hold(lim: AdaptiveLimiter, seconds: float, peak: list[int]) -> None:
@@ -56,7 +89,7 @@ def test_without_429_it_is_a_fifo_semaphore():
         await asyncio.gather(*(job(i) for i in range(10)))
         return order, max(peak), lim.in_flight
 
-    order, peak, left = run(main())
+    order, peak, left = run_virtual(main())
     assert order == list(range(10)) and peak == 3 and left == 0
 
 
@@ -70,7 +103,7 @@ def test_429s_of_one_round_cut_once_and_later_ones_cut_again():
         lim.on_rate_limit(lim.epoch, None)  # one sent after the cut: the new limit is still too high
         return first, lim.limit, lim.n_cuts
 
-    first, second, cuts = run(main())
+    first, second, cuts = run_virtual(main())
     assert (first, second, cuts) == (8.0, 4.0, 2)
 
 
@@ -86,7 +119,7 @@ def test_limit_never_drops_below_min_and_grows_back_to_max_only():
             grown.append(lim.limit)
         return low, grown
 
-    low, grown = run(main())
+    low, grown = run_virtual(main())
     assert low == 2.0
     # additive increase: +increase/limit per success, i.e. `increase` more slots per round of `limit` replies
     assert grown[:2] == [2.5, 2.9]
@@ -113,22 +146,23 @@ def test_after_a_cut_sending_restarts_from_one_and_doubles_per_round():
         await asyncio.gather(*jobs)
         return rounds, lim.limit
 
-    rounds, limit = run(main())
+    rounds, limit = run_virtual(main())
     assert rounds == [1, 2, 4, 8]
     assert 32 < limit < 33  # and the limit itself only grew by +1/limit per success
 
 
 def test_retry_after_pauses_new_requests():
     async def main():
+        loop = asyncio.get_running_loop()
         lim = AdaptiveLimiter(4)
         lim.on_rate_limit(lim.epoch, 0.15)
-        t0 = time.monotonic()
+        t0 = loop.time()
         await lim.acquire()
-        waited = time.monotonic() - t0
+        waited = loop.time() - t0
         lim.release()
         return waited
 
-    assert run(main()) >= 0.14
+    assert run_virtual(main()) == pytest.approx(0.15)
 
 
 def test_cancelled_waiter_does_not_leak_a_slot():
@@ -144,7 +178,7 @@ def test_cancelled_waiter_does_not_leak_a_slot():
         await asyncio.wait_for(lim.acquire(), 1)  # the slot is free again
         return lim.in_flight
 
-    assert run(main()) == 1
+    assert run_virtual(main()) == 1
 
 
 def test_bad_arguments_are_refused():
@@ -170,37 +204,6 @@ def test_endpoint_backs_off_on_429_and_loses_no_sample(tmp_path):
 
 
 # --- rate pacing --------------------------------------------------------------------------------------
-# Pacing is about time, so its tests run on an event loop whose clock is virtual: where the loop would
-# wait for its next timer, the clock jumps there. The outcome is exact and the same on any machine.
-
-class _JumpingSelector(selectors.DefaultSelector):
-    def __init__(self):
-        super().__init__()
-        self.now = 0.0
-
-    def select(self, timeout=None):
-        if timeout is None:
-            raise RuntimeError("simulation stuck: nothing ready and no timer scheduled")
-        self.now += timeout
-        return super().select(0)
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    def __init__(self):
-        self._jumping = _JumpingSelector()
-        super().__init__(self._jumping)
-
-    def time(self):
-        return self._jumping.now
-
-
-def run_virtual(coro):
-    loop = VirtualTimeLoop()
-    try:
-        return loop.run_until_complete(coro)
-    finally:
-        loop.close()
-
 
 class _Bucket:
     """The server's quota: a token bucket of `rate` req/s holding one second's worth, as bench/_server.py."""
@@ -266,7 +269,7 @@ def test_without_429_pacing_stays_off():
             lim.on_success(lim.epoch)
         return lim
 
-    lim = run(main())
+    lim = run_virtual(main())
     assert lim.base_rate is None and lim.rate is None and lim.n_paced == 0 and lim.paused_until == 0.0
 
 

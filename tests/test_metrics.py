@@ -1,9 +1,14 @@
-"""The bootstrap against a naive reference implementation, and the trust-score mapping."""
+"""The bootstrap against a naive reference implementation, the trust-score mapping, and weighted kappa
+against hand-computed values and sklearn."""
 
 import numpy as np
 import pytest
 
-from trustmh.metrics import Table, bootstrap, mean, pearson, trust_score
+import math
+
+from sklearn.metrics import cohen_kappa_score
+
+from trustmh.metrics import Table, bootstrap, mean, pearson, trust_score, weighted_kappa
 
 
 def naive_bootstrap(values, clusters, seed, n_boot, level=0.95):
@@ -47,7 +52,7 @@ def test_trust_score(value, lo, hi, higher, expected):
 def test_cheap_primary_metric_equals_full_aggregate():
     """Classification tasks override primary_metric for speed; it must agree with aggregate()."""
     from trustmh.tasks import TASKS, RunContext
-    from trustmh.tasks.reliability import LabelledTask
+    from trustmh.tasks._shared import LabelledTask
     rng = np.random.default_rng(5)
     checked = 0
     for cls in TASKS.values():
@@ -64,3 +69,42 @@ def test_cheap_primary_metric_equals_full_aggregate():
         assert task.primary_metric(table, ctx) == pytest.approx(task.aggregate(table, ctx)[task.metric.name])
         checked += 1
     assert checked >= 3
+
+
+# --- weighted kappa ------------------------------------------------------------------------------------
+# a = [1, 2, 3, 3], b = [1, 3, 3, 2] over labels 1..3. Observed counts (rows a, columns b):
+# [[1,0,0],[0,0,1],[0,1,1]]; both marginals are (1, 1, 2), so expected = outer / 4 =
+# [[.25,.25,.5],[.25,.25,.5],[.5,.5,1]]. Quadratic weights (i-j)^2: observed disagreement 1 + 1 = 2,
+# expected 2.25 + 0.75 + 2.5 = 5.5, kappa = 1 - 2/5.5 = 7/11. Linear |i-j|: 2 vs 1.25 + 0.75 + 1.5 = 3.5,
+# kappa = 1 - 2/3.5 = 3/7.
+HAND_A, HAND_B = [1, 2, 3, 3], [1, 3, 3, 2]
+
+
+@pytest.mark.parametrize("weights, expected", [("quadratic", 7 / 11), ("linear", 3 / 7)])
+def test_weighted_kappa_hand_computed(weights, expected):
+    a, b = np.array(HAND_A, float), np.array(HAND_B, float)
+    assert weighted_kappa(a, b, (1, 2, 3), weights) == pytest.approx(expected, abs=1e-12)
+    # Missing ratings and ratings outside the label set are left out, not counted as disagreement.
+    a2, b2 = np.append(a, [np.nan, 2.0, 9.0]), np.append(b, [1.0, np.nan, 1.0])
+    assert weighted_kappa(a2, b2, (1, 2, 3), weights) == pytest.approx(expected, abs=1e-12)
+
+
+def test_weighted_kappa_edge_cases():
+    same = np.array([1.0, 2.0, 3.0, 2.0])
+    assert weighted_kappa(same, same, (1, 2, 3)) == 1.0
+    # Complete reversal of two categories: observed = 2 disagreements of weight 1, expected = 1 -> -1.
+    assert weighted_kappa(np.array([1.0, 2.0]), np.array([2.0, 1.0]), (1, 2)) == pytest.approx(-1.0)
+    assert math.isnan(weighted_kappa(np.array([3.0]), np.array([3.0]), (1, 2, 3)))  # one row
+    assert math.isnan(weighted_kappa(np.array([3.0, 3.0]), np.array([3.0, 3.0]), (1, 2, 3)))  # one category
+    with pytest.raises(ValueError):
+        weighted_kappa(same, same, (1, 2, 3), "cubic")
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("weights", ["linear", "quadratic"])
+def test_weighted_kappa_matches_sklearn(seed, weights):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, 6, 80)
+    b = np.clip(a + rng.integers(-2, 3, 80), 1, 5)  # correlated raters, as real ones are
+    ours = weighted_kappa(a.astype(float), b.astype(float), (1, 2, 3, 4, 5), weights)
+    assert ours == pytest.approx(cohen_kappa_score(a, b, labels=[1, 2, 3, 4, 5], weights=weights), abs=1e-12)

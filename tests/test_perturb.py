@@ -226,3 +226,15 @@ def test_synonym_table_is_well_formed():
     assert len(SYNONYMS) >= 300
     for head, syns in SYNONYMS.items():
         assert head == head.lower().strip() and syns and all(s and s != head for s in syns)
+
+
+def test_word_lists_are_package_resources_read_on_first_use():
+    # Importing the module reads no word file; the first synonym edit reads synonyms.txt only.
+    code = ("from trustmh.variants import perturb as p; assert p._word_file.cache_info().currsize == 0; "
+            "p.perturb_text('I am sad today.', 'word_synonym', 'high', p.stable_rng(0)); "
+            "print(p._word_file.cache_info().currsize)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "1"
+    assert len(IRRELEVANT_SENTENCES) == 24 and "I had pasta for lunch." in IRRELEVANT_SENTENCES
+    assert SYNONYMS["sad"] == ("unhappy", "down", "sorrowful")

@@ -11,7 +11,7 @@ from conftest import UPSTREAM, run_quiet, run_spec, write_replay
 from test_compare_gate import cli, ethics_replay
 from trustmh.compare import load_run
 from trustmh.report import build_context, render, write_report
-from trustmh.report.html import radar_svg
+from trustmh.report.charts import radar_svg
 from trustmh.results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
 from trustmh.tasks import TASKS, DataSource, RunContext
 

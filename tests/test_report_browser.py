@@ -1,19 +1,20 @@
-"""The report in a real headless Chromium (the Debian `chromium`): it loads without console errors,
-shows the leaderboard and radar, its filters and pages work, and a reply carrying script runs nothing.
-A full-page screenshot is kept in test-artifacts/report.png."""
+"""The report in a real headless Chromium (the Debian `chromium`, driven by Playwright): it loads without
+console errors, shows the leaderboard and radar, its filters and pages work, and a reply carrying script
+runs nothing. A full-page screenshot is kept in test-artifacts/report.png."""
 
-import asyncio
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from conftest import run_quiet, run_spec, write_replay
 from test_report import EVIL, sample_items
 from trustmh.compare import load_run
 from trustmh.report import write_report
-from trustmh.report.browser import Chromium, find_chromium
+from trustmh.testing.browser import chromium_tab, find_chromium
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 PAGE_SIZE = 4
@@ -48,59 +49,56 @@ def report(tmp_path_factory):
 
 
 def run_page(chromium, path: Path, check):
-    async def go():
-        async with Chromium(chromium) as page:
-            await page.goto(path.as_uri())
-            return await check(page)
-    return asyncio.run(go())
+    with chromium_tab(chromium) as tab:
+        tab.page.goto(path.as_uri())
+        return check(tab)
+
+
+def texts(page, selector):
+    return page.eval_on_selector_all(selector, "nodes => nodes.map(n => n.textContent)")
 
 
 def test_report_in_chromium(chromium, report):
     path, per_model, n_ethics = report
     total = 2 * per_model
 
-    async def check(page):
-        await page.wait_for("document.body.getAttribute('data-samples-ready') === '1'")
-        assert await page.eval("document.querySelectorAll('table.board tbody tr').length") == 2
-        assert await page.eval("document.querySelectorAll('#radar g.series').length") == 2
-        assert await page.eval("document.querySelectorAll('#sample-rows tr.sample').length") == PAGE_SIZE
+    def check(tab):
+        page = tab.page
+        # Waits go through locators: the report's CSP forbids the eval that wait_for_function uses.
+        page.locator("body[data-samples-ready='1']").wait_for(state="attached")
+        assert page.locator("table.board tbody tr").count() == 2
+        assert page.locator("#radar g.series").count() == 2
+        assert page.locator("#sample-rows tr.sample").count() == PAGE_SIZE
         pages = -(-total // PAGE_SIZE)
-        assert await page.eval("document.getElementById('page-info').textContent") == f"page 1 of {pages}"
-        await page.click("#next")
-        assert await page.eval("document.getElementById('page-info').textContent") == f"page 2 of {pages}"
+        assert page.text_content("#page-info") == f"page 1 of {pages}"
+        page.click("#next")
+        assert page.text_content("#page-info") == f"page 2 of {pages}"
 
         # Filter by task: only that task's rows, and the count says how many of all.
-        await page.eval("""(() => { const s = document.getElementById('f-task');
-            s.value = [...s.options].find(o => o.textContent === 'ethics.reasoning').value;
-            s.dispatchEvent(new Event('change')); })()""")
-        tasks = await page.eval("[...document.querySelectorAll('#sample-rows tr.sample td:nth-child(4)')]"
-                                ".map(td => td.textContent)")
+        page.select_option("#f-task", label="ethics.reasoning")
+        tasks = texts(page, "#sample-rows tr.sample td:nth-child(4)")
         assert tasks and set(tasks) == {"ethics.reasoning"}
-        assert await page.eval("document.getElementById('f-count').textContent") == \
-            f"{2 * n_ethics} of {total} samples"
+        assert page.text_content("#f-count") == f"{2 * n_ethics} of {total} samples"
 
         # Search for the injected reply, open it: it shows as text and nothing ran.
-        await page.eval("""(() => { const q = document.getElementById('f-search'); q.value = '__pwned';
-            q.dispatchEvent(new Event('input')); })()""")
-        await page.wait_for("document.getElementById('f-count').textContent.startsWith('1 of')")
-        await page.click("#sample-rows tr.sample")
-        reply = await page.eval("document.querySelector('#sample-rows .detail pre.reply').textContent")
-        assert reply == EVIL
-        assert await page.eval("typeof window.__pwned") == "undefined"
-        assert await page.eval("document.querySelectorAll('#samples img, #samples a[href], #samples script')"
-                               ".length") == 0
+        page.fill("#f-search", "__pwned")
+        expect(page.locator("#f-count")).to_have_text(re.compile(r"^1 of "))
+        page.click("#sample-rows tr.sample")
+        assert page.text_content("#sample-rows .detail pre.reply") == EVIL
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert page.locator("#samples img, #samples a[href], #samples script").count() == 0
         # The artifact shows the page with the injected reply opened, as text.
-        shot = await page.screenshot(ARTIFACTS / "report.png")
-        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = page.screenshot(path=ARTIFACTS / "report.png", full_page=True)
+        assert shot[:8] == b"\x89PNG\r\n\x1a\n"
 
         # The "show samples" button of a task sets the task filter.
-        await page.eval("document.getElementById('f-search').value = ''")
-        await page.click("button[data-task-id='privacy.awareness_tier1']")
-        tasks = await page.eval("[...document.querySelectorAll('#sample-rows tr.sample td:nth-child(4)')]"
-                                ".map(td => td.textContent)")
+        page.evaluate("document.getElementById('f-search').value = ''")
+        page.click("button[data-task-id='privacy.awareness_tier1']")
+        tasks = texts(page, "#sample-rows tr.sample td:nth-child(4)")
         assert tasks and set(tasks) == {"privacy.awareness_tier1"}
-        assert await page.eval("typeof window.__pwned") == "undefined"
-        assert page.errors == []
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert tab.errors == []
 
     run_page(chromium, path, check)
 
@@ -112,8 +110,8 @@ def test_the_marker_check_detects_running_script(chromium, tmp_path):
     bad.write_text(f"<!doctype html><html><body><div id='x'></div><script>"
                    f"document.getElementById('x').innerHTML = {payload};</script></body></html>")
 
-    async def check(page):
-        await page.wait_for("window.__pwned === 1", timeout=10)
+    def check(tab):
+        tab.page.wait_for_function("window.__pwned === 1", timeout=10_000)
         return True
 
     assert run_page(chromium, bad, check)

@@ -1,10 +1,12 @@
 """The runner against loopback fake OpenAI and Anthropic servers, through the real SDK code paths."""
 
+import asyncio
 import json
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -73,19 +75,31 @@ def test_anthropic_run_and_llm_judge(upstream, tmp_path):
         assert page.count("judge anthropic/judge-fake: temperature and top_p not sent") == 2  # top and spec
 
 
-def test_retry_after_is_honoured(upstream, tmp_path):
-    arrivals = []
+def test_retry_after_is_honoured(upstream, tmp_path, monkeypatch):
+    """The retry waits for the server's Retry-After (0.6 s), not the 0.01 s back-off. Checked by order, not
+    by the clock: the 429, then the client asking to sleep 0.6 s, then the retry."""
+    events = []
+    real_sleep = asyncio.sleep
+
+    async def recording_sleep(delay, *args, **kw):
+        if delay > 0:
+            events.append(("sleep", delay))
+        return await real_sleep(delay, *args, **kw)
+
+    monkeypatch.setattr(asyncio, "sleep", recording_sleep)
 
     def faults(n, body):
-        arrivals.append(time.monotonic())
+        events.append(("request", n))
         return Fault("status", status=429, retry_after=0.6) if n == 0 else None
 
     with FakeLLMServer(reply=rating_reply, faults=faults) as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="privacy.awareness_tier1",
                         suite="data", data_dir=str(upstream), limit=1)
         _, res, _ = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=1, backoff_base=0.01))
-    assert len(arrivals) == 2
-    assert arrivals[1] - arrivals[0] >= 0.55  # waited for Retry-After, not the 0.01 s back-off
+    first, retry = events.index(("request", 0)), events.index(("request", 1))
+    between = [d for kind, d in events[first:retry] if kind == "sleep"]
+    assert between and max(between) == pytest.approx(0.6, abs=0.01), events
+    assert not any(d < 0.1 for d in between), events  # no back-off-sized wait before the retry
     t = res.models["openai/fake"].tasks["privacy.awareness_tier1"]
     assert t.n_errors == 0 and t.n == 1
 
@@ -189,22 +203,31 @@ def test_an_untyped_backend_failure_is_an_error_not_a_crash(tmp_path, monkeypatc
 
 
 def test_slow_judge_does_not_hold_up_generation(upstream, tmp_path):
-    """Generation and judging have their own workers: with a judge taking 1 s per call, every
-    generation is answered before the first judgement comes back."""
-    gen_times = []
+    """Generation and judging have their own workers: every judge call is held at the judge server until all
+    16 generations have been answered, which only happens if no generation waits for a judge worker.
+    (A pool shared by both would fill with held judge calls and stall: the judge server gives up waiting
+    after 60 s and the test fails.)"""
+    generated = []
+    all_generated = threading.Event()
+    judge_waits = []
 
     def gen_reply(body):
-        gen_times.append(time.monotonic())
+        generated.append(1)
+        if len(generated) == 16:
+            all_generated.set()
         return '{"choice": "A", "reasoning": "x"}'
 
-    with FakeLLMServer(reply=gen_reply, latency_s=0.01) as gen_srv, \
-            FakeLLMServer(reply=lambda b: '{"sc1":3,"sc2":3,"sc3":3,"sc4":3,"sc5":3}', latency_s=1.0) as judge_srv:
+    def judge_reply(body):
+        # Runs on the judge server's own thread: holding it here holds every judge reply, not generation.
+        judge_waits.append(all_generated.wait(timeout=60))
+        return '{"sc1":3,"sc2":3,"sc3":3,"sc4":3,"sc5":3}'
+
+    with FakeLLMServer(reply=gen_reply, latency_s=0.01) as gen_srv, FakeLLMServer(reply=judge_reply) as judge_srv:
         spec = run_spec(models=["openai/fake"], base_url=gen_srv.openai_base_url, judge="openai/judge",
                         judge_base_url=judge_srv.openai_base_url, tasks="ethics", suite="data",
                         data_dir=str(upstream), limit=16)
-        t0 = time.monotonic()
         _, res, _ = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=4))
-    assert len(gen_times) == 16
-    assert max(gen_times) - t0 < 0.9  # a pool shared by both needed > 1 s: its 8 workers sat in judge calls
+    assert len(generated) == 16
+    assert len(judge_waits) == 16 and all(judge_waits)  # no judge call had to give up waiting
     t = res.models["openai/fake"].tasks["ethics.reasoning"]
     assert t.n == 16 and t.metrics["sc1"].n == 16

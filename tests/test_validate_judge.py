@@ -1,5 +1,6 @@
 """`trustmh validate-judge` on the real H1/H2 rating files: human-vs-human and judge-vs-human agreement,
-checked against scipy/sklearn computed here from the files; an LLM judge through the fake server."""
+checked against scipy/sklearn computed here from the files and, on the sample suite, against values
+worked out by hand; an LLM judge through the fake server."""
 
 import json
 import math
@@ -70,6 +71,29 @@ def test_agreement_functions_match_scipy_sklearn(upstream):
         cohen_kappa_score(h1[ok].astype(int), h2[ok].astype(int), weights="quadratic"), abs=1e-12)
     assert math.isnan(spearman(np.array([3.0, 3.0, 3.0]), np.array([1.0, 2.0, 3.0])))
     assert math.isnan(weighted_kappa(np.array([5.0, 5.0]), np.array([5.0, 5.0]), (1, 2, 3, 4, 5)))
+
+
+# The sample suite's 7 doubly-rated rows (the 8th is unrated), worked by hand:
+#   H1 = 5 5 4 1 4 5 3      H2 = 4 5 5 1 3 5 4
+# Spearman: average ranks H1 = 6 6 3.5 1 3.5 6 2, H2 = 3.5 6 6 1 2 6 3.5, both with mean 4; deviation
+#   products sum to -1+4-1+9+1+4+1 = 17, each sum of squares is 25.5, so rho = 17/25.5 = 2/3.
+# Quadratic kappa: observed squared disagreements (5,4) (4,5) (4,3) (3,4) = 4. Both marginals are
+#   {1:1, 3:1, 4:2, 5:3}; sum over i,j of r_i c_j (i-j)^2 = 70 + 18 + 26 + 66 = 180, so expected = 180/7 and
+#   kappa = 1 - 4 / (180/7) = 38/45.
+# Exact agreement 3/7 ((5,5), (1,1), (5,5)); every pair is within 1.
+HAND_H1_VS_H2 = {"spearman": 2 / 3, "kappa_quadratic": 38 / 45, "exact_agreement": 3 / 7,
+                 "within_1_agreement": 1.0}
+
+
+def test_h1_vs_h2_on_the_sample_suite_equals_hand_computed_values(tmp_path):
+    _, res = validate_judge(ValidateSpec(suite="sample", n_boot=100), tmp_path / "vj")
+    pair = res.models["rules-heuristic"].tasks["validate_judge.H1_vs_H2"]
+    assert pair.n == 7
+    for k, v in HAND_H1_VS_H2.items():
+        assert pair.metrics[k].value == pytest.approx(v, abs=1e-12), k
+    h1, h2 = np.array([5, 5, 4, 1, 4, 5, 3, np.nan]), np.array([4, 5, 5, 1, 3, 5, 4, np.nan])
+    assert spearman(h1, h2) == pytest.approx(2 / 3, abs=1e-12)
+    assert weighted_kappa(h1, h2, (1, 2, 3, 4, 5)) == pytest.approx(38 / 45, abs=1e-12)
 
 
 def test_rules_heuristic_on_real_files(upstream, tmp_path):

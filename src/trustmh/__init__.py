@@ -12,7 +12,19 @@ from .types import Item, Sample, Score
 
 __all__ = ["run", "RunSpec", "Limits", "Task", "register", "MetricSpec", "RunContext", "Judged", "DataSource",
            "Item", "Sample", "Score", "UserError"]
-__version__ = "0.1.0"
+
+
+def _version() -> str:
+    # The installed distribution's metadata is the one source of the version (pyproject.toml sets it); a
+    # source tree used without installing (PYTHONPATH=src) has none, and says so rather than guess.
+    from importlib import metadata
+    try:
+        return metadata.version("trustmh")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()
 
 
 def __getattr__(name: str):

@@ -22,6 +22,19 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from . import __version__
+        out.print(f"trustmh {__version__}", markup=False, highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method)."""
+
+
 def _data_dir(data_dir: Optional[Path]) -> Path:
     from .data.fetch import default_data_dir
     return data_dir or default_data_dir()
@@ -516,7 +529,9 @@ def gate_cmd(
 
 def main() -> None:
     try:
-        app()  # standalone mode: typer handles usage errors (exit 2) and --help itself
+        # standalone mode: typer handles usage errors (exit 2) and --help itself. The name is fixed so that
+        # `python -m trustmh` prints the same usage lines as the `trustmh` script.
+        app(prog_name="trustmh")
     except UserError as e:
         err.print(f"[red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)

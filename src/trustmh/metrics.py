@@ -191,18 +191,30 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 def weighted_kappa(a: np.ndarray, b: np.ndarray, labels: list[int] | tuple[int, ...],
                    weights: str = "quadratic") -> float:
-    """Cohen's weighted kappa (sklearn) over rows where both ratings are present; NaN when undefined
-    (fewer than 2 rows, or chance agreement is total because both raters used one category)."""
-    from sklearn.metrics import cohen_kappa_score
+    """Cohen's weighted kappa over rows where both ratings are present (ratings outside `labels` are
+    ignored, as sklearn's cohen_kappa_score does): 1 - sum(w * observed) / sum(w * expected), with the
+    disagreement weight w = |i - j| ("linear") or (i - j)^2 ("quadratic") between category positions and
+    the expected counts from the two raters' marginals. NaN when undefined (fewer than 2 rows, or no
+    expected disagreement because both raters used one category). numpy, not sklearn: sklearn is a test
+    dependency only (the tests compare with it and with hand-computed values)."""
+    if weights not in ("linear", "quadratic"):
+        raise ValueError(f"weights must be 'linear' or 'quadratic', not {weights!r}")
+    a, b = np.asarray(a, float), np.asarray(b, float)
     ok = ~(np.isnan(a) | np.isnan(b))
-    a, b = a[ok], b[ok]
-    if a.size < 2:
+    index = {float(lab): i for i, lab in enumerate(labels)}
+    i = np.array([index.get(x, -1) for x in a[ok]], dtype=int)
+    j = np.array([index.get(x, -1) for x in b[ok]], dtype=int)
+    keep = (i >= 0) & (j >= 0)
+    i, j = i[keep], j[keep]
+    if i.size < 2:
         return math.nan
-    import warnings
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore")  # the undefined case is reported as NaN below
-        k = cohen_kappa_score(a, b, labels=list(labels), weights=weights)
-    return float(k) if np.isfinite(k) else math.nan
+    k = len(labels)
+    observed = np.bincount(i * k + j, minlength=k * k).reshape(k, k).astype(float)
+    expected = np.outer(observed.sum(axis=1), observed.sum(axis=0)) / observed.sum()
+    dist = np.abs(np.arange(k)[:, None] - np.arange(k)[None, :]).astype(float)
+    w = dist if weights == "linear" else dist ** 2
+    chance = float((w * expected).sum())
+    return 1 - float((w * observed).sum()) / chance if chance > 0 else math.nan
 
 
 # --- paired comparisons across conditions (fairness) ----------------------------------------------

@@ -15,7 +15,6 @@ from ..errors import UserError
 from ..results import RunResults
 from ..store import Store
 from ..tasks import RunContext
-from . import events
 from .collect import collect
 from .endpoint import AuthFailure, CallWriter, Endpoint
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
@@ -24,7 +23,7 @@ from .rundir import open_run_dir, run_lock
 from .score import finalize
 from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
 
-__all__ = ["run", "RunSpec", "Limits", "load_spec", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
+__all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
            "PhaseDone", "Notice", "RunTotals", "AuthFailure", "Endpoint", "CallWriter", "Prepared", "prepare",
            "collect", "finalize", "data_source", "generation_request", "judge_request", "DEFAULT_PARAMS",
            "JUDGE_PARAMS"]

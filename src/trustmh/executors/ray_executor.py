@@ -108,7 +108,7 @@ class RayExecutor:
     def __call__(self, spec, ctx, prepared, store, limits, *, events=None) -> dict[str, int]:
         ray = _import_ray()
         from .. import engine
-        events = events or engine.events.ignore
+        events = events or engine.ignore
 
         started_here = not ray.is_initialized()
         if started_here:

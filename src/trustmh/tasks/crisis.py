@@ -21,9 +21,9 @@ from ..errors import DataError
 from ..judges.parsing import extract_json_object, extract_label, parse_scale_rating
 from ..metrics import Table, binary_f1, count, mean, recall_of
 from ..types import Item, Sample, Score
+from ._shared import LabelledTask, classification_metrics, unknown_label_reason
 from .base import (NO_ANSWER, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, answered, judge_failure,
                    judge_text, no_answer, register, render)
-from .reliability import LabelledTask, classification_metrics, unknown_label_reason
 
 CRISIS_DIR = "llms-mental-health-crisis"
 MERGED = f"{CRISIS_DIR}/human_label/human-labeled-sampled_dataset_n206_s42-merged_labels.json"

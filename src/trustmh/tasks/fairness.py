@@ -41,8 +41,8 @@ from ..judges.refusal import is_refusal
 from ..metrics import Table, paired_permutation_test
 from ..types import Item, Sample, Score
 from ..variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
+from ._shared import SUPPORT_CRITERIA, judge_scores
 from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
-from .reliability import SUPPORT_CRITERIA, judge_scores
 
 MEASURES = {"score": "overall", "length": "length", "refusal": "refusal"}  # metric prefix -> per-sample value
 N_PERM = 10_000

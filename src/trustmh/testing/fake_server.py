@@ -9,10 +9,11 @@ Endpoints:
     POST /v1/messages           Anthropic Messages (non-streaming)
     GET  /v1/models             model list, readable by both SDKs
 
-Faults (see :class:`Fault`) let tests inject the failure modes real providers
-show: error statuses with Retry-After, dropped connections, stalls, broken JSON,
-empty / truncated / filtered completions.  A token bucket (``rate_limit_rps``)
-emulates provider rate limits.
+Faults (see :class:`Fault`, in faults.py) let tests inject the failure modes real
+providers show: error statuses with Retry-After, dropped connections, stalls,
+broken JSON, empty / truncated / filtered completions.  A token bucket
+(``rate_limit_rps``) emulates provider rate limits.  The reply and error bodies
+of both providers are built in wire.py; this module is the server.
 
 Counters are kept so tests can assert on client behaviour, most importantly
 "no call was paid twice" (:meth:`FakeLLMServer.duplicate_paid_calls`).
@@ -24,165 +25,23 @@ import asyncio
 import collections
 import email.utils
 import gzip
-import hashlib
 import json
 import threading
 import time
 import zlib
-from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Callable
 
 from aiohttp import web
 
-__all__ = ["Fault", "FakeLLMServer", "fault_schedule", "request_key", "FAULT_KINDS", "HOSTILE_KINDS"]
+from .faults import FAULT_KINDS, HOSTILE_KINDS, Fault, fault_schedule
+from .wire import JSON, MALFORMED_BODY, completion, error_body, fmt_seconds, request_key
 
-FaultKind = Literal["status", "close", "stall", "malformed", "empty_choices", "length", "content_filter",
-                    "redirect", "gzip_bomb", "endless_chunked", "bare_lf", "raw_deflate", "trickle", "bad_types",
-                    "html_status"]
-FAULT_KINDS: tuple[str, ...] = ("status", "close", "stall", "malformed", "empty_choices", "length", "content_filter")
-# Hostile replies (issue 14), kept apart so that FAULT_KINDS stays the list the fault campaign draws from.
-HOSTILE_KINDS: tuple[str, ...] = ("redirect", "gzip_bomb", "endless_chunked", "bare_lf", "raw_deflate", "trickle",
-                                  "bad_types", "html_status")
+# Fault, fault_schedule and request_key are re-exported: tests and benchmarks import them from here.
+__all__ = ["Fault", "FakeLLMServer", "fault_schedule", "request_key", "FAULT_KINDS", "HOSTILE_KINDS"]
 # A gzip bomb's decompressed size: far over any client cap, ~64 KB on the wire.
 BOMB_BYTES = 64 * 1024 * 1024
 
-_REQUESTS_KEPT = 10_000
-
-
-@dataclass(frozen=True)
-class Fault:
-    """What to do for one request instead of a normal reply.
-
-    Frozen because one instance is typically shared by many requests (e.g. the
-    ``kinds`` list given to :func:`fault_schedule`).
-    """
-
-    kind: FaultKind
-    status: int = 500  # for kind="status" (500, 503, 429, 400, 401 ...)
-    retry_after: float | None = None  # seconds; sent as Retry-After header when set
-    stall_s: float = 30.0
-    # Retry-After sent as an HTTP-date (now + retry_after) instead of seconds.
-    retry_after_date: bool = False
-    location: str = "http://127.0.0.1:1/v1/chat/completions"  # for kind="redirect"
-
-    def __post_init__(self) -> None:
-        # Literal is not enforced at runtime; a typo would otherwise silently
-        # turn into a normal reply and make a fault test pass vacuously.
-        if self.kind not in FAULT_KINDS + HOSTILE_KINDS:
-            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {FAULT_KINDS + HOSTILE_KINDS}")
-        if self.kind in ("status", "html_status") and not 400 <= self.status <= 599:
-            raise ValueError(f"fault status must be an HTTP error status (400-599), got {self.status}")
-
-
-def request_key(body: dict) -> str:
-    """sha256 of the canonical JSON of a request body (messages + model + params).
-
-    SDK retries resend the identical body, so equal keys mean "the same call".
-    """
-    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
-
-
-# --------------------------------------------------------------------------- #
-# deterministic fault schedule
-
-_M64 = (1 << 64) - 1
-
-
-def _splitmix64(x: int) -> int:
-    # A stateless integer hash: the fault for request n depends only on (seed, n),
-    # never on how many times the schedule was called or from which thread.
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
-def fault_schedule(seed: int, rate: float, kinds: list[Fault]) -> Callable[[int, dict], Fault | None]:
-    """Return ``faults(n, body)`` that faults about ``rate`` of requests, chosen by index.
-
-    Request ``n`` gets a fault iff a hash of (seed, n) falls below ``rate``; the
-    fault is then one of ``kinds``, uniformly.  Same seed -> same schedule.
-    Note: under client concurrency, *which* request arrives as index n depends on
-    arrival order; the number and kinds of faults over N requests do not.
-    """
-    if not 0.0 <= rate <= 1.0:
-        raise ValueError(f"rate must be in [0, 1], got {rate}")
-    kinds = list(kinds)
-    if rate > 0 and not kinds:
-        raise ValueError("kinds must be non-empty when rate > 0")
-    seed_h = _splitmix64(seed & _M64)
-    n_kinds = len(kinds)
-
-    def schedule(n: int, body: dict) -> Fault | None:
-        u = (_splitmix64(seed_h ^ (n & _M64)) >> 11) * (1.0 / (1 << 53))  # uniform in [0, 1)
-        if u >= rate:
-            return None
-        # Reuse u: conditioned on u < rate, u / rate is uniform in [0, 1).
-        return kinds[min(int(u / rate * n_kinds), n_kinds - 1)]
-
-    return schedule
-
-
-# --------------------------------------------------------------------------- #
-# payload helpers
-
-_OPENAI_ERR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "conflict_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-}
-_ANTHROPIC_ERR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    529: "overloaded_error",
-}
-
-
-def _words(content: Any) -> int:
-    """Whitespace word count of a message content (string or list of text blocks)."""
-    if content is None:
-        return 0
-    if isinstance(content, str):
-        return len(content.split())
-    if isinstance(content, list):
-        total = 0
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text")
-                if isinstance(text, str):
-                    total += len(text.split())
-            elif isinstance(part, str):
-                total += len(part.split())
-        return total
-    return 0
-
-
-def _prompt_words(body: dict) -> int:
-    total = _words(body.get("system"))  # Anthropic top-level system prompt
-    for msg in body.get("messages") or ():
-        if isinstance(msg, dict):
-            total += _words(msg.get("content"))
-    return total
-
-
-def _fmt_seconds(s: float) -> str:
-    # Integral values as plain integers (RFC 9110 delay-seconds); fractional ones
-    # as a decimal, which both SDKs' Retry-After parsers accept via float().
-    if s == int(s):
-        return str(int(s))
-    return f"{s:.3f}".rstrip("0").rstrip(".")
-
-
-_JSON = "application/json"
+REQUESTS_KEPT = 10_000
 
 
 class FakeLLMServer:
@@ -224,7 +83,7 @@ class FakeLLMServer:
         self._n_rate_limited = 0
         self._calls: collections.Counter[str] = collections.Counter()
         self._fault_counts: collections.Counter[str] = collections.Counter()
-        self._requests: collections.deque[dict] = collections.deque(maxlen=_REQUESTS_KEPT)
+        self._requests: collections.deque[dict] = collections.deque(maxlen=REQUESTS_KEPT)
         self._in_flight = 0
         self._max_in_flight = 0
 
@@ -395,17 +254,11 @@ class FakeLLMServer:
 
     def _error(self, provider: str, status: int, message: str, retry_after: float | None = None,
                retry_after_date: bool = False) -> web.Response:
-        if provider == "anthropic":
-            etype = _ANTHROPIC_ERR_TYPES.get(status, "api_error")
-            payload: dict = {"type": "error", "error": {"type": etype, "message": message}}
-        else:
-            etype = _OPENAI_ERR_TYPES.get(status, "server_error")
-            code = "rate_limit_exceeded" if status == 429 else ("invalid_api_key" if status == 401 else None)
-            payload = {"error": {"message": message, "type": etype, "param": None, "code": code}}
-        headers = {"Retry-After": _fmt_seconds(retry_after)} if retry_after is not None else None
+        headers = {"Retry-After": fmt_seconds(retry_after)} if retry_after is not None else None
         if retry_after is not None and retry_after_date:
             headers = {"Retry-After": email.utils.formatdate(time.time() + retry_after, usegmt=True)}
-        return web.Response(status=status, body=json.dumps(payload).encode(), content_type=_JSON, headers=headers)
+        return web.Response(status=status, body=json.dumps(error_body(provider, status, message)).encode(),
+                            content_type=JSON, headers=headers)
 
     async def _handle_openai(self, request: web.Request) -> web.StreamResponse:
         return await self._handle(request, "openai")
@@ -432,7 +285,7 @@ class FakeLLMServer:
             }
         ]
         payload = {"object": "list", "data": data, "has_more": False, "first_id": "fake-model", "last_id": "fake-model"}
-        return web.Response(body=json.dumps(payload).encode(), content_type=_JSON)
+        return web.Response(body=json.dumps(payload).encode(), content_type=JSON)
 
     async def _handle(self, request: web.Request, provider: str) -> web.StreamResponse:
         with self._lock:
@@ -477,8 +330,8 @@ class FakeLLMServer:
                 text = self._reply(body) if self._reply is not None else "OK"
             except Exception as e:  # a broken test callable should be visible, not hang the client
                 return self._error(provider, 500, f"reply callable raised {type(e).__name__}: {e}")
-            payload = self._completion(provider, n, body, text, "normal")
-            resp = web.Response(body=json.dumps(payload).encode(), content_type=_JSON)
+            payload = completion(provider, n, body, text, "normal")
+            resp = web.Response(body=json.dumps(payload).encode(), content_type=JSON)
             # Send it here (not after returning) so we only count replies whose
             # bytes actually went out; a disconnected client raises or cancels us.
             await resp.prepare(request)
@@ -492,50 +345,6 @@ class FakeLLMServer:
             with self._lock:
                 self._in_flight -= 1
 
-    def _completion(self, provider: str, n: int, body: dict, text: str | None, mode: str) -> dict:
-        """Build a reply; mode is 'normal' or one of the 200-status fault kinds."""
-        model = body.get("model") or "fake-model"
-        prompt_tokens = _prompt_words(body)
-        completion_tokens = len(text.split()) if text else 0
-        if provider == "anthropic":
-            stop_reason = {"normal": "end_turn", "length": "max_tokens", "content_filter": "refusal"}.get(mode, "end_turn")
-            content = [] if (mode in ("empty_choices", "content_filter") or text is None) else [{"type": "text", "text": text}]
-            return {
-                "id": f"msg_fake_{n}",
-                "type": "message",
-                "role": "assistant",
-                "model": model,
-                "content": content,
-                "stop_reason": stop_reason,
-                "stop_sequence": None,
-                "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
-            }
-        finish = {"normal": "stop", "length": "length", "content_filter": "content_filter"}.get(mode, "stop")
-        choices = (
-            []
-            if mode == "empty_choices"
-            else [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text, "refusal": None},
-                    "finish_reason": finish,
-                    "logprobs": None,
-                }
-            ]
-        )
-        return {
-            "id": f"chatcmpl-fake-{n}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
-
     async def _fault_response(
         self, request: web.Request, provider: str, fault: Fault, n: int, body: dict
     ) -> web.StreamResponse:
@@ -547,12 +356,11 @@ class FakeLLMServer:
             return await self._hostile_response(request, provider, fault, n, body)
         if kind == "malformed":
             # Valid headers and status, truncated JSON: the body cannot be parsed.
-            return web.Response(body=b'{"id": "fake", "object": "chat.completion", "choices": [{"index": 0, "mess',
-                                content_type=_JSON)
+            return web.Response(body=MALFORMED_BODY, content_type=JSON)
         if kind == "close":
-            full = json.dumps(self._completion(provider, n, body, "OK", "normal")).encode()
+            full = json.dumps(completion(provider, n, body, "OK", "normal")).encode()
             resp = web.StreamResponse(status=200)
-            resp.content_type = _JSON
+            resp.content_type = JSON
             resp.content_length = len(full)  # promise the full body, deliver half
             await resp.prepare(request)
             await resp.write(full[: len(full) // 2])
@@ -563,7 +371,7 @@ class FakeLLMServer:
             # which it treats as "client went away" and does not log.
             return resp
         if kind == "empty_choices":
-            payload = self._completion(provider, n, body, None, "empty_choices")
+            payload = completion(provider, n, body, None, "empty_choices")
         elif kind == "length":
             try:
                 text = self._reply(body) if self._reply is not None else "OK"
@@ -572,19 +380,19 @@ class FakeLLMServer:
             words = text.split()
             # Truncate to the first half of the words: what a max_tokens cut looks like.
             text = " ".join(words[: max(1, (len(words) + 1) // 2)]) if words else text
-            payload = self._completion(provider, n, body, text, "length")
+            payload = completion(provider, n, body, text, "length")
         else:  # content_filter
-            payload = self._completion(provider, n, body, None, "content_filter")
-        return web.Response(body=json.dumps(payload).encode(), content_type=_JSON)
+            payload = completion(provider, n, body, None, "content_filter")
+        return web.Response(body=json.dumps(payload).encode(), content_type=JSON)
 
     async def _hostile_response(
         self, request: web.Request, provider: str, fault: Fault, n: int, body: dict
     ) -> web.StreamResponse:
-        """Replies a broken or hostile server sends (issue 14). Those a client must read as a normal reply
-        (bare_lf, raw_deflate) carry the reply text; the others never end in a normal reply."""
+        """Replies a broken or hostile server sends. Those a client must read as a normal reply (bare_lf,
+        raw_deflate) carry the reply text; the others never end in a normal reply."""
         kind = fault.kind
         text = self._reply(body) if self._reply is not None else "OK"
-        full = json.dumps(self._completion(provider, n, body, text, "normal")).encode()
+        full = json.dumps(completion(provider, n, body, text, "normal")).encode()
         if kind == "redirect":
             return web.Response(status=307, headers={"Location": fault.location}, text="moved")
         if kind == "html_status":  # nginx's own error page (limit_req answers 503 with it)
@@ -593,20 +401,20 @@ class FakeLLMServer:
                     f"<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
             return web.Response(status=fault.status, text=page, content_type="text/html")
         if kind == "bad_types":  # JSON a typed client would refuse, which SQLite cannot store as it is
-            payload = self._completion(provider, n, body, text + " \ud800", "normal")
+            payload = completion(provider, n, body, text + " \ud800", "normal")
             if provider == "anthropic":
                 payload["usage"] = {"input_tokens": {"n": 1}, "output_tokens": 2**63}
             else:
                 payload["usage"] = {"prompt_tokens": {"n": 1}, "completion_tokens": 2**63, "total_tokens": 2**64}
                 payload["choices"][0]["finish_reason"] = {"reason": "stop"}
-            return web.Response(body=json.dumps(payload).encode(), content_type=_JSON)
+            return web.Response(body=json.dumps(payload).encode(), content_type=JSON)
         if kind == "gzip_bomb":
             bomb = gzip.compress(b"\0" * BOMB_BYTES, compresslevel=9)
-            return web.Response(body=bomb, content_type=_JSON, headers={"Content-Encoding": "gzip"})
+            return web.Response(body=bomb, content_type=JSON, headers={"Content-Encoding": "gzip"})
         if kind == "raw_deflate":  # "deflate" as many servers send it: no zlib header
             squeeze = zlib.compressobj(wbits=-15)
             raw = squeeze.compress(full) + squeeze.flush()
-            return web.Response(body=raw, content_type=_JSON, headers={"Content-Encoding": "deflate"})
+            return web.Response(body=raw, content_type=JSON, headers={"Content-Encoding": "deflate"})
         transport = request.transport
         if kind == "bare_lf":  # a head whose lines end in LF alone, which RFC 9112 lets a client accept
             head = f"HTTP/1.1 200 OK\nContent-Type: application/json\nContent-Length: {len(full)}\n\n"
@@ -615,7 +423,7 @@ class FakeLLMServer:
                 transport.close()
             return web.Response()  # never sent: the transport is closed
         resp = web.StreamResponse(status=200)
-        resp.content_type = _JSON
+        resp.content_type = JSON
         if kind == "endless_chunked":
             resp.enable_chunked_encoding()
             await resp.prepare(request)

@@ -9,7 +9,7 @@ pandas. Its synonym augmenter needs NLTK's WordNet, which cannot be downloaded h
 needs is small, so it is written here: every operation draws from its own `random.Random`, seeded by a
 stable hash of (run seed, item id, kind, intensity, text) - never Python's salted `hash()` - and leaves
 every character it does not edit exactly as it was. Synonyms come from a small project-authored table of
-words common in mental-health conversations (`SYNONYMS`, bottom of this module) instead of WordNet.
+words common in mental-health conversations (`words/synonyms.txt`) instead of WordNet.
 
 Kinds (variant key `<kind>@<intensity>`, e.g. `char_swap@low`):
 
@@ -34,6 +34,7 @@ turn) are still perturbed; the intensities then differ only on longer ones."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -41,6 +42,7 @@ import random
 import re
 import string
 from dataclasses import dataclass
+from importlib import resources
 from typing import Callable
 
 KINDS = ("char_swap", "char_insert", "char_delete", "char_keyboard",
@@ -77,6 +79,45 @@ class Perturbation:
         if not sep:
             raise ValueError(f"not a perturbation key: {key!r} (expected kind@intensity)")
         return cls(kind, intensity)
+
+
+# --- word lists (project-authored package resources in words/, read on first use) ------------------
+
+@functools.cache
+def _word_file(name: str) -> tuple[str, ...]:
+    """Non-blank, non-comment lines of words/<name>."""
+    text = resources.files(__package__).joinpath("words", name).read_text(encoding="utf-8")
+    return tuple(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+
+
+@functools.cache
+def synonyms() -> dict[str, tuple[str, ...]]:
+    """head word -> its synonyms, from lines `word: synonym, synonym, ...`."""
+    table = {}
+    for line in _word_file("synonyms.txt"):
+        head, sep, rest = line.partition(":")
+        if not sep:
+            raise ValueError(f"variants/words/synonyms.txt: no ':' in {line!r}")
+        table[head.strip()] = tuple(w.strip() for w in rest.split(","))
+    return table
+
+
+def irrelevant_sentences() -> tuple[str, ...]:
+    return _word_file("irrelevant_sentences.txt")
+
+
+@functools.cache
+def _linking() -> frozenset[str]:
+    return frozenset(_word_file("linking_words.txt"))
+
+
+def __getattr__(name: str):
+    # The lists as module constants too (the tests and older callers read them so), still loaded lazily.
+    if name == "SYNONYMS":
+        return synonyms()
+    if name == "IRRELEVANT_SENTENCES":
+        return irrelevant_sentences()
+    raise AttributeError(name)
 
 
 def perturbations(kinds: tuple[str, ...] = KINDS, intensities: tuple[str, ...] = INTENSITIES) -> list[Perturbation]:
@@ -188,9 +229,10 @@ def _word_level(text: str, kind: str, rate: float, rng: random.Random) -> str:
     words = list(range(1, len(parts), 2))
     n = _how_many(rate, len(words))
     if kind == "word_synonym":
-        eligible = [i for i in words if parts[i].lower() in SYNONYMS]
+        table = synonyms()
+        eligible = [i for i in words if parts[i].lower() in table]
         for i in sorted(rng.sample(eligible, min(n, len(eligible)))):
-            new = _case_like(parts[i], rng.choice(SYNONYMS[parts[i].lower()]))
+            new = _case_like(parts[i], rng.choice(table[parts[i].lower()]))
             parts[i] = new
             if i >= 3 and parts[i - 2].lower() in ("a", "an") and parts[i - 1].isspace():
                 article = "an" if new[0].lower() in "aeiou" else "a"
@@ -226,10 +268,6 @@ def _word_level(text: str, kind: str, rate: float, rng: random.Random) -> str:
 
 # A sentence ends at . ! ? or an ellipsis followed by whitespace, or at a line break.
 _SENTENCE_GAP = re.compile(r"((?<=[.!?…])\s+|\s*\n\s*)")
-# A sentence opening with one of these leans on the previous one and moves with it.
-_LINKING = {"and", "but", "so", "because", "then", "also", "however", "although", "though", "or", "plus",
-            "yet", "still", "which", "therefore", "anyway", "besides", "otherwise", "instead", "meanwhile",
-            "afterwards", "later", "thus", "hence", "since", "too", "even"}
 
 
 def _split_sentences(text: str) -> tuple[str, list[str], list[str], str]:
@@ -245,7 +283,7 @@ def _insert_irrelevant(text: str, count: int, rng: random.Random) -> str:
     lead, sents, gaps, trail = _split_sentences(text)
     # A text written one sentence per line gets its new sentences on lines of their own.
     joint = "\n" if gaps and all("\n" in g for g in gaps) else " "
-    for extra in rng.sample(IRRELEVANT_SENTENCES, count):
+    for extra in rng.sample(irrelevant_sentences(), count):
         j = rng.randrange(len(sents) + 1)
         sents.insert(j, extra)
         gaps.insert(min(j, len(gaps)), joint)
@@ -258,7 +296,7 @@ def _shuffle_sentences(text: str, rate: float, rng: random.Random) -> str:
     blocks: list[list[int]] = []
     for i, s in enumerate(sents):
         first = _WORD.search(s)
-        if blocks and first is not None and first.start() == 0 and first.group(1).lower() in _LINKING:
+        if blocks and first is not None and first.start() == 0 and first.group(1).lower() in _linking():
             blocks[-1].append(i)
         else:
             blocks.append([i])
@@ -274,417 +312,3 @@ def _shuffle_sentences(text: str, rate: float, rng: random.Random) -> str:
         rng.shuffle(order)
     texts[start:start + width] = [texts[start + i] for i in order]
     return lead + "".join(t + g for t, g in zip(texts, outer + [""])) + trail
-
-
-# --------------------------------------------------------------------------------------------------
-# Project-authored data. Neutral everyday sentences with no bearing on anyone's problem.
-
-IRRELEVANT_SENTENCES = [
-    "The weather was grey and windy this afternoon.",
-    "My neighbour repainted his front door last weekend.",
-    "There is a new bakery two streets away from my flat.",
-    "The train was ten minutes late this morning.",
-    "I watched a documentary about octopuses yesterday.",
-    "The library closes early on Sundays.",
-    "Someone left a blue umbrella at the bus stop.",
-    "My phone needs a software update.",
-    "The supermarket moved the cereal to a different aisle.",
-    "There were a lot of pigeons in the park today.",
-    "I bought a new pair of socks on Tuesday.",
-    "The kettle in our kitchen is quite loud.",
-    "A film about space travel came out last month.",
-    "The road outside was resurfaced over the summer.",
-    "My cousin collects old postcards.",
-    "The clocks go forward next weekend.",
-    "I had pasta for lunch.",
-    "The lift in my building was being serviced.",
-    "There is a crossword in the newspaper every day.",
-    "The garden centre had a sale on tulip bulbs.",
-    "The moon was very bright last night.",
-    "The printer at the office ran out of toner.",
-    "A squirrel ran across the road in front of me.",
-    "The café on the corner changed its opening hours.",
-]
-
-# Synonyms of words common in emotional-support and mental-health posts, chosen so that the replacement
-# fits the same slot in a sentence (same part of speech and inflection). Words with a very different
-# second use (like, mean, kind, work, feel, just) are left out on purpose.
-_SYNONYM_TABLE = """
-sad: unhappy, down, sorrowful
-unhappy: sad, miserable, discontented
-happy: glad, cheerful, content
-glad: happy, pleased, relieved
-depressed: low, downcast, despondent
-anxious: nervous, worried, uneasy
-nervous: anxious, jittery, tense
-worried: concerned, anxious, troubled
-scared: afraid, frightened, fearful
-afraid: scared, frightened, fearful
-frightened: scared, afraid, terrified
-terrified: petrified, horrified, frightened
-angry: furious, cross, irate
-upset: distressed, troubled, hurt
-annoyed: irritated, bothered, irked
-irritated: annoyed, irked, aggravated
-frustrated: exasperated, annoyed, fed up
-lonely: isolated, lonesome, alone
-isolated: alone, cut off, secluded
-tired: exhausted, weary, worn out
-exhausted: drained, worn out, spent
-stressed: tense, strained, overwhelmed
-overwhelmed: swamped, overloaded, snowed under
-hopeless: despairing, desperate, defeated
-helpless: powerless, defenceless, lost
-confused: puzzled, unsure, bewildered
-ashamed: embarrassed, humiliated, mortified
-embarrassed: ashamed, awkward, humiliated
-guilty: remorseful, regretful, sorry
-jealous: envious, resentful, covetous
-calm: relaxed, peaceful, composed
-relaxed: calm, at ease, rested
-miserable: wretched, unhappy, dejected
-desperate: hopeless, despairing, frantic
-furious: enraged, livid, irate
-tense: strained, on edge, uptight
-devastated: crushed, shattered, heartbroken
-heartbroken: devastated, crushed, brokenhearted
-disappointed: let down, dismayed, disheartened
-discouraged: disheartened, demoralised, deflated
-insecure: unsure, uncertain, self-doubting
-awkward: uncomfortable, clumsy, uneasy
-uncomfortable: uneasy, awkward, ill at ease
-comfortable: at ease, relaxed, cosy
-confident: sure, self-assured, assured
-shy: timid, reserved, bashful
-bitter: resentful, embittered, sour
-resentful: bitter, aggrieved, indignant
-empty: hollow, vacant, void
-numb: deadened, unfeeling, blank
-hopeful: optimistic, positive, encouraged
-positive: optimistic, upbeat, hopeful
-negative: pessimistic, gloomy, downbeat
-grateful: thankful, appreciative, obliged
-thankful: grateful, appreciative, obliged
-proud: pleased, gratified, satisfied
-bored: uninterested, restless, weary
-ignored: neglected, overlooked, disregarded
-rejected: turned down, spurned, rebuffed
-betrayed: deceived, let down, double-crossed
-abandoned: deserted, forsaken, left behind
-trapped: stuck, cornered, confined
-stuck: trapped, bogged down, cornered
-motivated: driven, inspired, energised
-fine: okay, alright, well
-okay: fine, alright, all right
-alright: okay, fine, all right
-good: fine, nice, decent
-bad: awful, terrible, poor
-great: wonderful, excellent, terrific
-terrible: awful, horrible, dreadful
-awful: terrible, horrible, dreadful
-horrible: awful, terrible, dreadful
-awesome: great, fantastic, amazing
-amazing: wonderful, incredible, fantastic
-wonderful: great, marvellous, lovely
-fantastic: great, wonderful, terrific
-lovely: nice, pleasant, delightful
-nice: pleasant, lovely, agreeable
-perfect: ideal, flawless, excellent
-hard: difficult, tough, rough
-difficult: hard, tough, challenging
-tough: hard, difficult, rough
-easy: simple, effortless, straightforward
-important: significant, crucial, vital
-serious: grave, severe, significant
-big: large, huge, major
-small: little, minor, slight
-huge: enormous, massive, vast
-whole: entire, complete, full
-normal: usual, ordinary, typical
-strange: odd, weird, peculiar
-weird: strange, odd, bizarre
-different: distinct, dissimilar, unlike
-sure: certain, positive, confident
-certain: sure, positive, confident
-unsure: uncertain, doubtful, undecided
-uncertain: unsure, doubtful, undecided
-true: correct, accurate, right
-sick: ill, unwell, poorly
-ill: sick, unwell, poorly
-healthy: well, fit, sound
-busy: occupied, swamped, hectic
-quiet: silent, calm, peaceful
-loud: noisy, booming, deafening
-scary: frightening, terrifying, alarming
-strong: tough, resilient, sturdy
-weak: frail, feeble, fragile
-helpful: useful, valuable, beneficial
-useful: helpful, handy, valuable
-useless: worthless, pointless, futile
-pointless: useless, futile, meaningless
-worthless: useless, valueless, no good
-caring: kind, compassionate, thoughtful
-supportive: encouraging, helpful, caring
-gentle: kind, mild, soft
-honest: truthful, sincere, frank
-distant: remote, aloof, detached
-toxic: harmful, poisonous, damaging
-abusive: cruel, violent, harmful
-rude: impolite, disrespectful, insulting
-unfair: unjust, unreasonable, undeserved
-annoying: irritating, bothersome, tiresome
-boring: dull, tedious, monotonous
-interesting: engaging, fascinating, intriguing
-beautiful: lovely, gorgeous, pretty
-smart: clever, bright, intelligent
-stupid: foolish, silly, dumb
-silly: foolish, daft, stupid
-lazy: idle, sluggish, unmotivated
-safe: secure, protected, sheltered
-dangerous: risky, unsafe, hazardous
-impossible: hopeless, unachievable, unworkable
-possible: feasible, achievable, doable
-ready: prepared, set, willing
-willing: ready, prepared, inclined
-expensive: costly, pricey, dear
-cheap: inexpensive, affordable, low-cost
-rich: wealthy, affluent, well-off
-wealthy: rich, affluent, well-off
-unemployed: jobless, out of work, between jobs
-stressful: demanding, taxing, nerve-racking
-exhausting: draining, tiring, wearing
-tiring: exhausting, draining, wearying
-upsetting: distressing, troubling, disturbing
-painful: hurtful, agonising, distressing
-disappointing: discouraging, dispiriting, unsatisfying
-really: truly, genuinely, very
-very: extremely, really, truly
-quite: rather, fairly, pretty
-extremely: very, incredibly, exceptionally
-incredibly: extremely, remarkably, unbelievably
-always: constantly, forever, all the time
-often: frequently, regularly, repeatedly
-sometimes: occasionally, at times, now and then
-maybe: perhaps, possibly
-perhaps: maybe, possibly
-probably: likely, most likely, presumably
-recently: lately, of late
-lately: recently, of late
-suddenly: abruptly, all of a sudden, unexpectedly
-completely: totally, entirely, utterly
-totally: completely, entirely, utterly
-especially: particularly, notably, specially
-actually: really, in fact, truly
-honestly: frankly, truthfully, genuinely
-definitely: certainly, surely, absolutely
-absolutely: completely, totally, definitely
-basically: essentially, fundamentally
-usually: normally, typically, generally
-mostly: largely, mainly, chiefly
-quickly: rapidly, swiftly, fast
-slowly: gradually, sluggishly
-soon: shortly, before long, presently
-finally: eventually, at last
-currently: presently, at the moment
-also: additionally, as well
-however: nonetheless, nevertheless, still
-because: since, as
-although: though, even though
-anyway: anyhow, regardless
-again: once more, anew
-friend: pal, buddy, companion
-friends: pals, buddies, companions
-partner: companion, significant other, mate
-boyfriend: partner
-girlfriend: partner
-husband: spouse, partner
-wife: spouse, partner
-parents: folks, mother and father
-mom: mother, mum
-mum: mother, mom
-dad: father
-mother: mom, mum
-father: dad
-family: relatives, kin, household
-kids: children, little ones
-children: kids, little ones
-child: kid, youngster
-baby: infant, newborn
-people: folks, individuals
-everyone: everybody
-everybody: everyone
-someone: somebody
-somebody: someone
-anyone: anybody
-nobody: no one
-boss: manager, supervisor, employer
-manager: boss, supervisor
-colleague: coworker, associate
-colleagues: coworkers, associates
-coworker: colleague
-coworkers: colleagues
-job: position, post, role
-career: profession, vocation, occupation
-company: firm, business, employer
-salary: pay, wages, income
-income: earnings, salary, pay
-money: cash, funds, finances
-bills: expenses, payments
-expenses: costs, outgoings, bills
-house: home, place
-home: house, place
-problem: issue, difficulty, trouble
-problems: issues, difficulties, troubles
-issue: problem, matter, concern
-issues: problems, matters, concerns
-situation: circumstance, position, predicament
-things: matters, affairs
-life: existence, living
-idea: notion, thought, concept
-thoughts: ideas, notions, reflections
-feelings: emotions, sentiments
-emotions: feelings, sentiments
-fear: dread, worry
-pain: hurt, suffering, ache
-stress: pressure, strain, tension
-pressure: stress, strain, tension
-anxiety: worry, unease, nervousness
-depression: despondency, low mood, melancholy
-sadness: sorrow, unhappiness, grief
-anger: rage, fury, irritation
-grief: sorrow, mourning, heartache
-advice: guidance, counsel, suggestions
-therapist: counsellor, counselor
-counselor: therapist, counsellor
-counsellor: therapist, counselor
-therapy: counselling, treatment
-doctor: physician, medic
-medication: medicine, meds, pills
-pills: tablets, medication
-treatment: therapy, care, remedy
-illness: sickness, disease, ailment
-symptoms: signs, indications
-recovery: healing, recuperation, improvement
-progress: improvement, headway, advancement
-health: wellbeing, well-being
-mental: psychological, emotional
-mood: spirits, frame of mind
-energy: vigour, strength, drive
-motivation: drive, energy, will
-confidence: self-belief, assurance, self-assurance
-chance: opportunity, possibility
-opportunity: chance, opening
-choice: option, alternative
-decision: choice, judgement
-reason: cause, motive
-mistake: error, blunder, slip
-mistakes: errors, blunders, slips
-failure: flop, disappointment, letdown
-success: achievement, triumph
-relationship: bond, partnership, connection
-marriage: partnership, union
-argument: quarrel, row, dispute
-arguments: quarrels, rows, disputes
-breakup: split, separation
-divorce: separation, split
-pandemic: outbreak, epidemic
-lockdown: quarantine, confinement
-goal: aim, target, objective
-goals: aims, targets, objectives
-purpose: meaning, aim, point
-meaning: significance, sense, purpose
-memories: recollections, reminders
-conversation: talk, discussion, chat
-discussion: conversation, talk, debate
-phone: telephone, mobile
-university: college, uni
-college: university, school
-student: pupil, learner
-students: pupils, learners
-grades: marks, results, scores
-exam: test, examination
-exams: tests, examinations
-homework: assignments, coursework
-deadline: due date, cutoff
-deadlines: due dates, cutoffs
-degree: qualification, diploma
-holiday: vacation, break
-vacation: holiday, break, trip
-trip: journey, outing, excursion
-party: gathering, celebration, get-together
-hobby: pastime, interest
-hobbies: pastimes, interests
-session: meeting, appointment
-appointment: session, meeting
-death: passing, loss, demise
-nightmares: bad dreams
-hello: hi, hey
-hi: hello, hey
-yes: yeah, yep
-yeah: yes, yep
-bye: goodbye, farewell
-talk: chat, speak
-speak: talk, chat
-said: stated, mentioned, remarked
-told: informed
-want: wish, desire
-wanted: wished, desired
-wants: wishes, desires
-need: require
-needed: required
-try: attempt
-tried: attempted
-trying: attempting, striving
-tries: attempts
-start: begin, commence
-started: began, commenced
-begin: start, commence
-stop: quit, cease, halt
-stopped: quit, ceased, halted
-hate: detest, loathe, despise
-love: adore, cherish
-enjoy: relish, appreciate
-enjoyed: relished, appreciated
-understand: comprehend, grasp, see
-understood: comprehended, grasped
-believe: think, trust
-cope: deal, manage
-handle: manage, tackle
-manage: handle, cope
-struggle: battle, strive, flounder
-struggling: battling, floundering, labouring
-cry: weep, sob
-crying: weeping, sobbing
-cried: wept, sobbed
-argue: quarrel, bicker
-fighting: quarrelling, arguing, bickering
-yelled: shouted, screamed
-yelling: shouting, screaming
-shouting: yelling, screaming
-fired: dismissed, sacked, let go
-relax: unwind, calm down
-help: aid, support
-appreciate: value, welcome
-remember: recall, recollect
-realized: recognized, understood, saw
-noticed: observed, spotted, saw
-decided: chose, resolved, determined
-happened: occurred, took place, came about
-happen: occur, take place
-seem: appear
-seems: appears
-seemed: appeared
-bothers: troubles, disturbs
-bothered: troubled, disturbed
-hurts: aches, stings
-sleep: rest, slumber
-moved: relocated
-died: passed away, passed on
-grieving: mourning, sorrowing
-lied: fibbed
-"""
-
-SYNONYMS: dict[str, list[str]] = {
-    head.strip(): [w.strip() for w in rest.split(",")]
-    for head, _, rest in (ln.partition(":") for ln in _SYNONYM_TABLE.strip().splitlines())
-}

@@ -1,0 +1,133 @@
+"""The wire formats the fake LLM server speaks: OpenAI Chat Completions and Anthropic Messages reply and
+error bodies (non-streaming), the token counts it reports, and the request key that identifies a call."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+JSON = "application/json"
+# Valid headers and status, truncated JSON: what the "malformed" fault sends.
+MALFORMED_BODY = b'{"id": "fake", "object": "chat.completion", "choices": [{"index": 0, "mess'
+
+
+def request_key(body: dict) -> str:
+    """sha256 of the canonical JSON of a request body (messages + model + params).
+
+    SDK retries resend the identical body, so equal keys mean "the same call".
+    """
+    canon = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()
+
+
+_OPENAI_ERR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_ANTHROPIC_ERR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def _words(content: Any) -> int:
+    """Whitespace word count of a message content (string or list of text blocks)."""
+    if content is None:
+        return 0
+    if isinstance(content, str):
+        return len(content.split())
+    if isinstance(content, list):
+        total = 0
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                if isinstance(text, str):
+                    total += len(text.split())
+            elif isinstance(part, str):
+                total += len(part.split())
+        return total
+    return 0
+
+
+def prompt_words(body: dict) -> int:
+    total = _words(body.get("system"))  # Anthropic top-level system prompt
+    for msg in body.get("messages") or ():
+        if isinstance(msg, dict):
+            total += _words(msg.get("content"))
+    return total
+
+
+def fmt_seconds(s: float) -> str:
+    # Integral values as plain integers (RFC 9110 delay-seconds); fractional ones
+    # as a decimal, which both SDKs' Retry-After parsers accept via float().
+    if s == int(s):
+        return str(int(s))
+    return f"{s:.3f}".rstrip("0").rstrip(".")
+
+
+def error_body(provider: str, status: int, message: str) -> dict:
+    """The JSON error body each provider sends with an error status."""
+    if provider == "anthropic":
+        etype = _ANTHROPIC_ERR_TYPES.get(status, "api_error")
+        return {"type": "error", "error": {"type": etype, "message": message}}
+    etype = _OPENAI_ERR_TYPES.get(status, "server_error")
+    code = "rate_limit_exceeded" if status == 429 else ("invalid_api_key" if status == 401 else None)
+    return {"error": {"message": message, "type": etype, "param": None, "code": code}}
+
+
+def completion(provider: str, n: int, body: dict, text: str | None, mode: str) -> dict:
+    """A reply body; mode is 'normal' or one of the 200-status fault kinds (empty_choices, length,
+    content_filter)."""
+    model = body.get("model") or "fake-model"
+    prompt_tokens = prompt_words(body)
+    completion_tokens = len(text.split()) if text else 0
+    if provider == "anthropic":
+        stop_reason = {"normal": "end_turn", "length": "max_tokens", "content_filter": "refusal"}.get(mode, "end_turn")
+        content = [] if (mode in ("empty_choices", "content_filter") or text is None) else [{"type": "text", "text": text}]
+        return {
+            "id": f"msg_fake_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
+        }
+    finish = {"normal": "stop", "length": "length", "content_filter": "content_filter"}.get(mode, "stop")
+    choices = (
+        []
+        if mode == "empty_choices"
+        else [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "finish_reason": finish,
+                "logprobs": None,
+            }
+        ]
+    )
+    return {
+        "id": f"chatcmpl-fake-{n}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }

@@ -1,0 +1,60 @@
+"""The suite's own guards in CI: missing upstream data stops the run with one line instead of letting every
+real-data test skip, and hypothesis draws fixed examples. Checked on a copy of conftest.py in a folder
+that has no ../shared beside it."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROBE = '''
+from hypothesis import settings
+
+def test_probe():
+    assert {check}
+'''
+
+
+def run_copy(tmp_path: Path, ci: str | None, check: str) -> subprocess.CompletedProcess:
+    tests = tmp_path / "repo" / "tests"
+    tests.mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path(__file__).with_name("conftest.py"), tests / "conftest.py")
+    (tests / "test_probe.py").write_text(PROBE.format(check=check))
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci is not None:
+        env["CI"] = ci
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=tests.parent, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_ci_without_upstream_data_fails_with_one_line(tmp_path):
+    assert not (tmp_path / "shared").exists()
+    proc = run_copy(tmp_path, "true", "True")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines == [f"ERROR: CI: upstream data missing: {tmp_path / 'shared/data/upstream'} "
+                     f"(../shared/data/upstream) not found"]
+    assert "passed" not in proc.stdout
+
+
+def test_outside_ci_hypothesis_explores(tmp_path):
+    proc = run_copy(tmp_path, None, "settings.default.derandomize is False")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+
+
+@pytest.mark.parametrize("ci", ["", "0", "false"])
+def test_ci_set_to_false_does_not_stop_the_run(tmp_path, ci):
+    proc = run_copy(tmp_path, ci, "True")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+
+
+def test_ci_with_data_runs_and_derandomises(tmp_path):
+    (tmp_path / "shared/data/upstream").mkdir(parents=True)
+    proc = run_copy(tmp_path, "true", "settings.default.derandomize is True and settings.default.database is None")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
