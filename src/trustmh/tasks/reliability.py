@@ -22,7 +22,8 @@ from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
                               parse_int_scores, strip_markdown)
-from ..metrics import Table, cluster_mean, confusion, f1_per_class, group_mask, macro_f1, mean
+from ..metrics import (Resamples, Table, cluster_mean, confusion, f1_per_class, group_mask, macro_f1,
+                       macro_f1_many, mean)
 from ..types import Item, Sample, Score
 from .base import DataSource, Judged, MetricSpec, RunContext, Task, register, render
 
@@ -70,6 +71,12 @@ class LabelledTask(Task):
     def primary_metric(self, table: Table, ctx: RunContext) -> float:
         # Macro-F1 alone: robustness re-computes it for every perturbation in every resample.
         return scored_macro_f1(table, self.label_set)
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
+        # Unscored rows carry empty labels, which are outside the label set and so left out, as above.
+        empty = np.array([], dtype=object)
+        return macro_f1_many(table.labels.get("gold", empty), table.labels.get("pred", empty), self.label_set,
+                             resamples)
 
 
 @register
@@ -421,6 +428,9 @@ class Support(Task):
         out = {"overall": mean(table.col("overall"))}
         out.update({c: mean(table.col(c)) for c in SUPPORT_CRITERIA})
         return out
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
+        return resamples.mean(table.col("overall"))
 
 
 def judge_scores(maxima: dict[str, int], judged: Judged | None, overall: str, normalise: bool) -> Score:
