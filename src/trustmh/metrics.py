@@ -188,7 +188,9 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
             many = {}
             for b, pick in enumerate(picks):
                 for name, v in aggregate(table.take(_rows_of(pick, order, size, start))).items():
-                    many.setdefault(name, np.full(m, math.nan))[b] = v
+                    if name not in many:
+                        many[name] = np.full(m, math.nan)
+                    many[name][b] = v
         for name, values in many.items():
             draws.setdefault(name, []).append(np.asarray(values, dtype=float))
     alpha = (1 - level) / 2
