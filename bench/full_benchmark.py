@@ -14,6 +14,10 @@ time back to back, N / (C / L) s, plus one L for the first replies to arrive bef
 start and one L for the last judgement after the last generation: N / (C / L) + 2L. The server counts
 calls per endpoint so N is what was actually sent. Printed ratio = ideal / wall.
 
+With --baseline-src DIR (the src/ folder of another checkout, e.g. from `git archive <commit> src`),
+`trustmh score` is also timed with that code on the same run directory, alternating with this
+checkout's, so the two score times are measured side by side under the same machine load.
+
 "after last reply" is the time between the server writing its last reply and the run's process
 exiting: scoring, writing results and the report, and interpreter exit. Peak RSS is the largest
 resident set of any finished child (getrusage RUSAGE_CHILDREN, read before the server is stopped)."""
@@ -37,16 +41,16 @@ from _common import Server, machine  # noqa: E402
 SRC = Path(__file__).resolve().parent.parent / "src"
 
 
-def child_env() -> dict[str, str]:
+def child_env(src: Path = SRC) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(SRC) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = str(src) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["OPENAI_API_KEY"] = "bench-not-a-key"  # loopback server only; never checked
     return env
 
 
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str], src: Path = SRC) -> float:
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(cmd, env=child_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd[:4])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -59,6 +63,9 @@ def main() -> None:
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--baseline-src", type=Path, default=None,
+                    help="also time `trustmh score` with this src/ folder, alternating with this checkout's")
+    ap.add_argument("--repeat", type=int, default=3, help="score timings per code version with --baseline-src")
     ap.add_argument("--keep", default=None, help="keep the run directory here (default: a temporary one)")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trustmh-full-"))
@@ -76,6 +83,10 @@ def main() -> None:
             run_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             stats = server.stats()
             score_wall = timed(cli + ["score", str(run_dir), "--no-progress"])
+            pairs = []
+            for _ in range(a.repeat if a.baseline_src else 0):
+                pairs.append((timed(cli + ["score", str(run_dir), "--no-progress"], a.baseline_src.resolve()),
+                              timed(cli + ["score", str(run_dir), "--no-progress"])))
             peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             extra_calls = server.stats()["requests"] - stats["requests"]
     finally:
@@ -90,6 +101,10 @@ def main() -> None:
     print(f"run wall      {run_wall:7.1f} s   ideal {ideal:6.1f} s   ratio {ideal / run_wall:.2f}")
     print(f"after last reply {after:5.1f} s   ({after / run_wall:.0%} of the run: scoring, results, report, exit)")
     print(f"score wall    {score_wall:7.1f} s   (trustmh score on the same run; {extra_calls} calls made)")
+    if pairs:
+        base, this = (sorted(x)[len(x) // 2] for x in zip(*pairs))
+        print(f"score, side by side (median of {len(pairs)} alternating): baseline {base:.1f} s, this checkout "
+              f"{this:.1f} s, baseline / this {base / this:.2f}")
     print(f"peak RSS      {run_rss:7.0f} MiB (run)   {peak_rss:.0f} MiB (run and score)")
 
 
