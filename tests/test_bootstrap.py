@@ -184,3 +184,29 @@ def test_without_a_batched_form_the_loop_gives_the_reference_intervals():
     agg = lambda t: {"m": mean(t.col("v")), "max": float(t.col("v").max())}  # noqa: E731
     got = bootstrap(table, agg, seed=4, n_boot=200, aggregate_many=lambda t, r: None)
     assert got == reference_bootstrap(table, agg, seed=4, n_boot=200)
+
+
+@pytest.mark.parametrize("root", roots())
+def test_leakage_rates_are_the_papers_mean_of_scenario_means(root):
+    """The plain means privacy.leakage computes equal the paper's per-scenario means averaged over scenarios."""
+    table = scored_table("privacy.leakage", root, n_items=400, seed=2)
+    got = TASKS["privacy.leakage"]().aggregate(table, RunContext())
+    qtype = table.labels["qtype"]
+    for name, qt, col in [("free_response_leak_rate_proxy", "free_response", "proxy_leak"),
+                          ("info_accessibility_has_z", "info_accessibility", "has_z"), ("control_error", "control", "flagged")]:
+        per_scenario = collections.defaultdict(list)
+        for c, q, v in zip(table.clusters, qtype, table.col(col)):
+            if q == qt and not math.isnan(v):
+                per_scenario[c].append(v)
+        assert got[name] == pytest.approx(np.mean([np.mean(v) for v in per_scenario.values()]), abs=1e-12)
+
+
+def test_leakage_counts_a_scenario_drawn_twice_twice():
+    # scenarios a (leaks), b and c (do not); a resample drawing a, a, b: 2 of 3 scenarios leak
+    rows = [{"flagged": 1.0}, {"flagged": 0.0}, {"flagged": 0.0}]
+    table = Table.from_rows(rows, ["a", "b", "c"], {"qtype": ["free_response"] * 3})
+    task, ctx = TASKS["privacy.leakage"](), RunContext()
+    many = task.aggregate_many(table, Resamples(np.array([0, 1, 2]), np.array([[2.0, 1, 0]])), ctx)
+    assert many["free_response_leak_rate_string_match"][0] == pytest.approx(2 / 3)
+    assert task.aggregate(table.take(np.array([0, 0, 1])), ctx)["free_response_leak_rate_string_match"] == \
+        pytest.approx(2 / 3)
