@@ -25,7 +25,6 @@ resident set of any finished child (getrusage RUSAGE_CHILDREN, read before the s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -48,13 +47,16 @@ def child_env(src: Path = SRC) -> dict[str, str]:
     return env
 
 
-def timed(cmd: list[str], src: Path = SRC) -> float:
+def timed(cmd: list[str], src: Path = SRC) -> tuple[float, float]:
+    """(wall s, CPU s) of a child; CPU time is the steadier figure when other jobs share the machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(cmd, env=child_env(src), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         sys.exit(f"{' '.join(cmd[:4])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def main() -> None:
@@ -75,14 +77,14 @@ def main() -> None:
         with Server(a.latency) as server:
             url = f"http://127.0.0.1:{server.port}"
             cli = [sys.executable, "-m", "trustmh.cli"]
-            run_wall = timed(cli + ["run", "--model", "openai/x", "--base-url", f"{url}/v1", "--judge", "openai/j",
+            run_wall, run_cpu = timed(cli + ["run", "--model", "openai/x", "--base-url", f"{url}/v1", "--judge", "openai/j",
                                     "--judge-base-url", f"{url}/judge/v1", "--max-connections", str(a.connections),
                                     "--suite", "data", "--data-dir", a.data_dir, "--bootstrap", str(a.bootstrap),
                                     "--out", str(run_dir), "--no-progress"])
             run_end = time.monotonic()
             run_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             stats = server.stats()
-            score_wall = timed(cli + ["score", str(run_dir), "--no-progress"])
+            score_wall, score_cpu = timed(cli + ["score", str(run_dir), "--no-progress"])
             pairs = []
             for _ in range(a.repeat if a.baseline_src else 0):
                 pairs.append((timed(cli + ["score", str(run_dir), "--no-progress"], a.baseline_src.resolve()),
@@ -98,13 +100,16 @@ def main() -> None:
     after = run_end - stats["last_answer"]
     print(f"calls: model {by.get('', 0)}, judge {by.get('/judge', 0)}; {a.connections} connections per "
           f"endpoint, {a.latency * 1000:.0f} ms latency, {a.bootstrap} bootstrap resamples")
-    print(f"run wall      {run_wall:7.1f} s   ideal {ideal:6.1f} s   ratio {ideal / run_wall:.2f}")
+    print(f"run wall      {run_wall:7.1f} s   ({run_cpu:.1f} s CPU)   ideal {ideal:6.1f} s   ratio {ideal / run_wall:.2f}")
     print(f"after last reply {after:5.1f} s   ({after / run_wall:.0%} of the run: scoring, results, report, exit)")
-    print(f"score wall    {score_wall:7.1f} s   (trustmh score on the same run; {extra_calls} calls made)")
+    print(f"score wall    {score_wall:7.1f} s   ({score_cpu:.1f} s CPU; trustmh score on the same run; {extra_calls} calls made)")
     if pairs:
-        base, this = (sorted(x)[len(x) // 2] for x in zip(*pairs))
-        print(f"score, side by side (median of {len(pairs)} alternating): baseline {base:.1f} s, this checkout "
-              f"{this:.1f} s, baseline / this {base / this:.2f}")
+        def median(i: int, j: int) -> float:  # i: 0 baseline, 1 this checkout; j: 0 wall, 1 CPU
+            return sorted(p[i][j] for p in pairs)[len(pairs) // 2]
+        base, base_cpu, this, this_cpu = median(0, 0), median(0, 1), median(1, 0), median(1, 1)
+        print(f"score, side by side (medians of {len(pairs)} alternating): baseline {base:.1f} s ({base_cpu:.1f} s CPU), "
+              f"this checkout {this:.1f} s ({this_cpu:.1f} s CPU); baseline / this: {base / this:.2f} wall, "
+              f"{base_cpu / this_cpu:.2f} CPU")
     print(f"peak RSS      {run_rss:7.0f} MiB (run)   {peak_rss:.0f} MiB (run and score)")
 
 
