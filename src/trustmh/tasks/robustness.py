@@ -225,6 +225,8 @@ class _Robustness(Task):
             return cache[tag]
 
         out: dict[str, np.ndarray] = {"clean": value((pert == clean) & scored)}
+        if out["clean"] is None:
+            return None
         drops: dict[Perturbation, np.ndarray] = {}
         rel: list[np.ndarray] = []
         for p in perturbations():
@@ -233,13 +235,11 @@ class _Robustness(Task):
             k = names.index(p.key)
             rows = self._complete(pert, pair, scored, clean, k)
             c, v = value(rows & (pert == clean)), value(rows & (pert == k))
-            if c is None or v is None or out["clean"] is None:
+            if c is None or v is None:
                 return None
             drops[p] = out[f"drop[{p.key}]"] = sign * (c - v)
             with np.errstate(invalid="ignore", divide="ignore"):
                 rel.append(np.where(c != 0, drops[p] / np.abs(c), math.nan))  # NaN c gives NaN too
-        if out["clean"] is None:
-            return None
         out["mean_rel_drop"] = _nanmean_many(rel, nan)
         out["mean_drop"] = _nanmean_many(list(drops.values()), nan)
         for level in ("char", "word", "sentence"):
