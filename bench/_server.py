@@ -10,7 +10,12 @@ keep-alive, no pipelining beyond one request at a time per connection).
 Optional token bucket (--rate-limit R): over it, answer 429 with Retry-After at once, like a gateway.
 
 Run: python bench/_server.py --latency 0.05 [--rate-limit R] ; it prints "PORT <n>" then serves.
-It counts requests and answers b"GET /stats" with JSON {"requests", "ok", "rate_limited"}."""
+It counts requests and answers b"GET /stats" with JSON {"requests", "ok", "rate_limited", "max_in_flight",
+"by_endpoint", "last_answer"}: `by_endpoint` counts requests by the path before "/v1/" ("" for a plain
+base URL, "/judge" for http://host:port/judge/v1), so one server can stand for the model and the judge
+and still say which endpoint was busier; `last_answer` is time.monotonic() (system-wide on Linux, so
+comparable with another process's) when the last reply was written.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,8 @@ class Stats:
     rate_limited = 0
     in_flight = 0
     max_in_flight = 0
+    by_endpoint: dict[str, int] = {}
+    last_answer = 0.0
 
 
 class Bucket:
@@ -89,10 +96,13 @@ class Conn(asyncio.Protocol):
     def handle(self, head: bytes) -> None:
         if head.startswith(b"get /stats"):
             body = json.dumps({"requests": Stats.requests, "ok": Stats.ok, "rate_limited": Stats.rate_limited,
-                               "max_in_flight": Stats.max_in_flight}).encode()
+                               "max_in_flight": Stats.max_in_flight, "by_endpoint": Stats.by_endpoint,
+                               "last_answer": Stats.last_answer}).encode()
             self.transport.write(_http("200 OK", body))
             return
         Stats.requests += 1
+        endpoint = head[head.find(b" ") + 1:max(head.find(b"/v1/"), 0)].decode("latin-1")
+        Stats.by_endpoint[endpoint] = Stats.by_endpoint.get(endpoint, 0) + 1
         if self.bucket is not None:
             wait = self.bucket.take()
             if wait is not None:
@@ -110,6 +120,7 @@ class Conn(asyncio.Protocol):
         if not self.transport.is_closing():  # a client killed mid-request was never answered: not paid
             self.transport.write(OK)
             Stats.ok += 1
+            Stats.last_answer = time.monotonic()
 
 
 async def serve(latency: float, rate_limit: float | None, port: int, jitter: float = 0.0) -> None:

@@ -78,38 +78,125 @@ def derived_seed(seed: int, name: str) -> int:
     return seed * 1_000_003 + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
 
 
+class Resamples:
+    """A block of bootstrap resamples of a table's clusters, as counts: `weights[b, c]` is how often
+    cluster c is drawn in resample b, `inverse[i]` is the cluster of row i.
+
+    A resample holds every row of a drawn cluster as many times as the cluster is drawn, so a statistic
+    that is a sum over rows is, in resample b, sum_c weights[b, c] * (its sum over cluster c). Metrics
+    built from such sums (means, counts, confusion matrices) are thus computed for every resample with
+    one matrix product, instead of building and aggregating a table per resample."""
+
+    def __init__(self, inverse: np.ndarray, weights: np.ndarray):
+        self.inverse = inverse
+        self.weights = weights
+
+    def __len__(self) -> int:
+        return self.weights.shape[0]
+
+    def rows(self, mask: np.ndarray) -> "Resamples":
+        """The same resamples seen from `table.where(mask)`."""
+        return Resamples(self.inverse[mask], self.weights)
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Per-resample sums of per-row values (no NaN): shape (n,) gives (resamples,), (n, m) gives
+        (resamples, m)."""
+        k = self.weights.shape[1]
+        if values.ndim == 1:
+            return self.weights @ np.bincount(self.inverse, weights=values, minlength=k)
+        per_cluster = np.stack([np.bincount(self.inverse, weights=v, minlength=k) for v in values.T], axis=1)
+        return self.weights @ per_cluster
+
+    def counts(self, codes: np.ndarray, n: int) -> np.ndarray:
+        """counts[b, j] = rows with code j in resample b (codes outside 0..n-1 are ignored)."""
+        k = self.weights.shape[1]
+        ok = (codes >= 0) & (codes < n)
+        per_cluster = np.bincount(self.inverse[ok] * n + codes[ok], minlength=k * n).reshape(k, n)
+        return self.weights @ per_cluster
+
+    def mean(self, values: np.ndarray) -> np.ndarray:
+        """`mean` (NaN rows skipped) in every resample; NaN where a resample has no value."""
+        ok = ~np.isnan(values)
+        total = self.sums(np.stack([np.where(ok, values, 0.0), ok.astype(float)], axis=1))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return total[:, 0] / total[:, 1]
+
+
+AggregateMany = Callable[[Table, Resamples], "dict[str, np.ndarray] | None"]
+
+# Resamples per block: the block's weights (resamples x clusters) stay near 16 MB whatever the table's size.
+_BLOCK_CELLS = 2_000_000
+
+
+def _cluster_layout(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(cluster code per row, rows grouped by cluster, each cluster's row count, its first position in
+    that grouping). Stable, so each cluster keeps data order: cluster c is order[start[c] : start[c] + size[c]]."""
+    _, inverse = np.unique(clusters.astype(str), return_inverse=True)
+    inverse = inverse.ravel()
+    order = np.argsort(inverse, kind="stable")
+    size = np.bincount(inverse)
+    start = np.concatenate(([0], np.cumsum(size)[:-1]))
+    return inverse, order, size, start
+
+
+def _pick_blocks(k: int, rng: np.random.Generator, n_boot: int) -> Iterator[np.ndarray]:
+    """Cluster picks, one row per resample, in blocks. rng.integers(0, k, (m, k)) consumes the stream
+    exactly as m calls of rng.integers(0, k, k) do (numpy draws the cells in row-major order, each from
+    the bit generator's running state), so the resamples, and every interval, are those of one call per
+    resample; tests/test_bootstrap.py checks it."""
+    block = max(1, min(n_boot, _BLOCK_CELLS // max(k, 1)))
+    for done in range(0, n_boot, block):
+        yield rng.integers(0, k, (min(block, n_boot - done), k))
+
+
+def _rows_of(pick: np.ndarray, order: np.ndarray, size: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Row indices of one resample: all rows of each picked cluster, in pick order. O(rows)."""
+    if (size == 1).all():
+        return order[pick]
+    lengths = size[pick]
+    first = np.repeat(start[pick] - np.cumsum(lengths) + lengths, lengths)
+    return order[first + np.arange(lengths.sum())]
+
+
 def cluster_resamples(clusters: np.ndarray, rng: np.random.Generator, n_boot: int) -> Iterator[np.ndarray]:
     """Row indices of `n_boot` resamples drawing clusters with replacement (all rows of a drawn cluster)."""
-    uniq, inverse = np.unique(clusters.astype(str), return_inverse=True)
-    # Rows grouped by cluster (stable, so each cluster keeps data order): cluster k is
-    # order[start[k] : start[k] + size[k]]. Building the index this way is O(rows) per resample.
-    order = np.argsort(inverse, kind="stable")
-    size = np.bincount(inverse, minlength=len(uniq))
-    start = np.concatenate(([0], np.cumsum(size)[:-1]))
-    single = bool((size == 1).all())
-    for _ in range(n_boot):
-        pick = rng.integers(0, len(uniq), len(uniq))
-        if single:
-            yield order[pick]
-        else:
-            lengths = size[pick]
-            first = np.repeat(start[pick] - np.cumsum(lengths) + lengths, lengths)
-            yield order[first + np.arange(lengths.sum())]
+    inverse, order, size, start = _cluster_layout(clusters)
+    for picks in _pick_blocks(len(size), rng, n_boot):
+        for pick in picks:
+            yield _rows_of(pick, order, size, start)
 
 
-def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000,
-              level: float = 0.95) -> dict[str, tuple[float, float]]:
-    """Percentile bootstrap intervals for every metric `aggregate` returns, resampling clusters."""
+def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000, level: float = 0.95,
+              aggregate_many: AggregateMany | None = None) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap intervals for every metric `aggregate` returns, resampling clusters.
+
+    `aggregate_many(table, resamples)`, when given and not None for this table, returns those same
+    metrics for a whole block of resamples at once (an array per metric, NaN where undefined, a metric
+    missing where a resample would not report it); otherwise `aggregate` runs on each resampled table."""
     if len(table) == 0 or n_boot <= 0:
         return {}
-    draws: dict[str, list[float]] = {}
-    for idx in cluster_resamples(table.clusters, np.random.default_rng(seed), n_boot):
-        for name, v in aggregate(table.take(idx)).items():
-            draws.setdefault(name, []).append(v)
+    inverse, order, size, start = _cluster_layout(table.clusters)
+    k = len(size)
+    draws: dict[str, list[np.ndarray]] = {}
+    for picks in _pick_blocks(k, np.random.default_rng(seed), n_boot):
+        m = len(picks)
+        many = None
+        if aggregate_many is not None:
+            weights = np.bincount((np.arange(m)[:, None] * k + picks).ravel(), minlength=m * k)
+            many = aggregate_many(table, Resamples(inverse, weights.reshape(m, k).astype(float)))
+        if many is None:
+            many = {}
+            for b, pick in enumerate(picks):
+                for name, v in aggregate(table.take(_rows_of(pick, order, size, start))).items():
+                    if name not in many:
+                        many[name] = np.full(m, math.nan)
+                    many[name][b] = v
+        for name, values in many.items():
+            draws.setdefault(name, []).append(np.asarray(values, dtype=float))
     alpha = (1 - level) / 2
     out = {}
-    for name, vals in draws.items():
-        arr = np.array(vals, dtype=float)
+    for name, parts in draws.items():
+        arr = np.concatenate(parts)
         arr = arr[~np.isnan(arr)]
         if arr.size < max(10, n_boot // 10):  # too few defined resamples to say anything
             continue
@@ -133,19 +220,25 @@ def trust_score(value: float | None, lo: float, hi: float, higher_is_better: boo
 def confusion(gold: Any, pred: Any, labels: list[str] | tuple[str, ...]) -> np.ndarray:
     """counts[i, j] = rows with gold labels[i] and prediction labels[j] (rows outside `labels` are ignored),
     the layout of sklearn.metrics.confusion_matrix(gold, pred, labels=labels)."""
-    index = {lab: i for i, lab in enumerate(labels)}
     k = len(labels)
+    codes = _cell_codes(gold, pred, labels)
+    return np.bincount(codes[codes >= 0], minlength=k * k).reshape(k, k)
+
+
+def _cell_codes(gold: Any, pred: Any, labels: list[str] | tuple[str, ...]) -> np.ndarray:
+    """Each row's confusion cell as gold index * len(labels) + predicted index; -1 outside `labels`."""
+    index = {lab: i for i, lab in enumerate(labels)}
     g = np.array([index.get(x, -1) for x in gold], dtype=int)
     p = np.array([index.get(x, -1) for x in pred], dtype=int)
-    ok = (g >= 0) & (p >= 0)
-    return np.bincount(g[ok] * k + p[ok], minlength=k * k).reshape(k, k)
+    return np.where((g >= 0) & (p >= 0), g * len(labels) + p, -1)
 
 
 def f1_per_class(cm: np.ndarray) -> np.ndarray:
     """F1 of each class of a confusion matrix: 2TP / (gold count + predicted count). NaN for a class that
-    is neither in the gold labels nor predicted (undefined, rather than sklearn's zero_division=0)."""
-    tp = np.diag(cm).astype(float)
-    denom = cm.sum(axis=0) + cm.sum(axis=1)
+    is neither in the gold labels nor predicted (undefined, rather than sklearn's zero_division=0).
+    A stack of matrices (..., k, k) gives (..., k)."""
+    tp = np.diagonal(cm, axis1=-2, axis2=-1).astype(float)
+    denom = cm.sum(axis=-2) + cm.sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(denom > 0, 2 * tp / denom, math.nan)
 
@@ -155,6 +248,19 @@ def macro_f1(gold: Any, pred: Any, labels: list[str] | tuple[str, ...]) -> float
     what sklearn's f1_score(average='macro') averages over when it is not given a label list."""
     f1 = f1_per_class(confusion(gold, pred, labels))
     return float(np.nanmean(f1)) if (~np.isnan(f1)).any() else math.nan
+
+
+def macro_f1_many(gold: Any, pred: Any, labels: list[str] | tuple[str, ...], resamples: Resamples,
+                  n_classes: int | None = None) -> np.ndarray:
+    """`macro_f1` in every resample at once, from the resampled confusion matrices. With `n_classes`, only
+    the first n labels are averaged: the rest are columns of their own (a "no answer" prediction, a miss
+    for the gold class) that are never classes."""
+    k = len(labels)
+    f1 = f1_per_class(resamples.counts(_cell_codes(gold, pred, labels), k * k).reshape(-1, k, k))
+    f1 = f1[:, :n_classes] if n_classes is not None else f1
+    defined = (~np.isnan(f1)).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(defined > 0, np.nansum(f1, axis=1) / defined, math.nan)
 
 
 def binary_f1(gold_pos: np.ndarray, pred_pos: np.ndarray) -> float:

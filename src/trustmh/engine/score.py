@@ -134,7 +134,7 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
     table = rows.table(clusters, dict(labels))
     values = task.aggregate(table, ctx) if len(table) else {}
     cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
-                    n_boot=sc.spec.n_boot)
+                    n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: task.aggregate_many(t, r, ctx))
     value = _clean(values.get(task.metric.name))
     metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k)) for k, v in values.items()}
     n_primary = count(table.col(primary))

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..judges.parsing import extract_json_object, parse_int_scores
-from ..metrics import Table, confusion, f1_per_class, macro_f1, mean
+from ..metrics import Resamples, Table, confusion, f1_per_class, macro_f1, macro_f1_many, mean
 from ..types import Sample, Score
 from .base import NO_ANSWER, Judged, RunContext, Task, judge_failure, judge_text
 
@@ -31,6 +31,13 @@ class LabelledTask(Task):
     def primary_metric(self, table: Table, ctx: RunContext) -> float:
         # Macro-F1 alone: robustness re-computes it for every perturbation in every resample.
         return scored_macro_f1(table, self.label_set)
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
+        # Unscored rows carry empty labels, outside every column, and so are left out, as above; a
+        # NO_ANSWER prediction has its own column and is a miss for its gold class.
+        empty = np.array([], dtype=object)
+        return macro_f1_many(table.labels.get("gold", empty), table.labels.get("pred", empty),
+                             (*self.label_set, NO_ANSWER), resamples, n_classes=len(self.label_set))
 
 
 

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import jinja2
+import numpy as np
 
 from ..errors import UserError
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..metrics import Table, count, group_mask, mean
+from ..metrics import Resamples, Table, count, group_mask, mean
 from ..types import Item, Sample, Score
 
 
@@ -207,6 +208,20 @@ class Task:
         """The primary metric alone. Robustness tasks compute it for all 31 perturbation subsets inside every
         bootstrap resample, so a task whose aggregate() computes much more can override this cheaply."""
         return float(self.aggregate(table, ctx).get(self.metric.name, float("nan")))
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
+        """Optional batched aggregate() for the bootstrap: every metric aggregate() reports, for all of
+        `resamples` at once (one array per metric, NaN where a resample leaves it undefined), built from
+        `resamples`' sums and counts instead of a table per resample. None, the default, means "no batched
+        form": the bootstrap then runs aggregate() on each resampled table. tests/test_bootstrap.py checks
+        every override against that per-resample path."""
+        return None
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray | None:
+        """Optional batched primary_metric(): its value in each of `resamples` (robustness computes it for
+        every perturbation subset). By default taken from aggregate_many(); None when there is neither."""
+        many = self.aggregate_many(table, resamples, ctx)
+        return None if many is None else many.get(self.metric.name)
 
     def metric_n(self, table: Table, metric: str) -> int:
         """How many samples a metric rests on; for a per-group metric `name[key=group]`, those of that group."""

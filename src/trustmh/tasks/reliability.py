@@ -22,7 +22,7 @@ from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
                               strip_markdown)
-from ..metrics import Table, cluster_mean, group_mask, mean
+from ..metrics import Resamples, Table, cluster_mean, group_mask, mean
 from ..types import Item, Sample, Score
 from ._shared import SUPPORT_CRITERIA, LabelledTask, classification_metrics, judge_scores, unknown_label_reason
 from .base import (DataSource, Judged, MetricSpec, Rubric, RunContext, Task, answer_metrics, answered, no_answer,
@@ -390,6 +390,9 @@ class Support(Task):
         out = {"overall": mean(table.col("overall"))}
         out.update({c: mean(table.col(c)) for c in SUPPORT_CRITERIA})
         return out
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
+        return resamples.mean(table.col("overall"))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,212 @@
+"""The blocked, batched bootstrap against the one-resample-at-a-time loop it replaced (kept below as
+`reference_bootstrap`), on tables scored by the real tasks: same draws, same intervals to 1e-12, and
+every task's aggregate_many equal to its aggregate() resample by resample."""
+
+import collections
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import f1_score
+
+import trustmh
+from conftest import UPSTREAM
+from trustmh import metrics
+from trustmh.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
+from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task
+from trustmh.tasks.reliability import SUPPORT_CRITERIA, LabelledTask
+
+SAMPLE_ROOT = Path(trustmh.__file__).parent / "data" / "sample"
+BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "privacy.leakage")
+BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
+
+
+def reference_bootstrap(table, aggregate, seed, n_boot, level=0.95):
+    """metrics.bootstrap as it was at 45ea93e: one rng.integers call and one aggregate() per resample."""
+    rng = np.random.default_rng(seed)
+    uniq, inverse = np.unique(table.clusters.astype(str), return_inverse=True)
+    members = [np.flatnonzero(inverse == i) for i in range(len(uniq))]
+    draws = {}
+    for _ in range(n_boot):
+        pick = rng.integers(0, len(uniq), len(uniq))
+        for name, v in aggregate(table.take(np.concatenate([members[i] for i in pick]))).items():
+            draws.setdefault(name, []).append(v)
+    alpha, out = (1 - level) / 2, {}
+    for name, vals in draws.items():
+        arr = np.array(vals, dtype=float)
+        arr = arr[~np.isnan(arr)]
+        if arr.size >= max(10, n_boot // 10):
+            out[name] = (float(np.quantile(arr, alpha)), float(np.quantile(arr, 1 - alpha)))
+    return out
+
+
+def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
+    """A plausible reply (and judgement) for one sample: mostly right, worse when perturbed, some unscorable."""
+    perturbed = "@" in sample.variant
+    base = getattr(task, "base", task)
+    if isinstance(base, LabelledTask):
+        r = rng.random()
+        if r < 0.08:
+            return "I cannot tell from this.", None
+        return str(sample.item.target if r < (0.5 if perturbed else 0.7) else rng.choice(base.label_set)), None
+    if base.id == "reliability.support":
+        if rng.random() < 0.06:
+            return "ok", Judged(text="I will not rate this.")
+        scores = {c: int(max(0, rng.integers(1, 6) - perturbed * rng.integers(0, 2))) for c in SUPPORT_CRITERIA}
+        return "ok", Judged(text=json.dumps(scores))
+    if base.id == "privacy.leakage":
+        x = sample.item.input
+        if x["qtype"] == "control":
+            return str(rng.choice(["Yes.", "No.", "Hard to say."], p=[0.3, 0.6, 0.1])), None
+        names = [n for n in (x["subject"], x["aware"], x["oblivious"]) if rng.random() < 0.4]
+        judged = Judged(text=f"Answer: {x['subject'] if rng.random() < 0.3 else 'nobody'}") \
+            if rng.random() < 0.9 else Judged(reason="judge failed")
+        return "I would say: " + ", ".join(names), judged
+    raise AssertionError(f"no fake replies for {task.id}")
+
+
+def scored_table(task_id: str, root: Path, n_items: int, seed: int = 0) -> Table:
+    """The task's own samples, scores, clusters and labels (as runner.score_task builds them) for fake replies."""
+    task, ctx, rng = TASKS[task_id](), RunContext(seed=0), np.random.default_rng(seed)
+    source = DataSource(root, "data")
+    if task.missing_files(source):
+        pytest.skip(f"{task_id} data not in {root}")
+    rows, clusters, labels = [], [], collections.defaultdict(list)
+    for item in task.load(source, ctx)[:n_items]:
+        for s in task.samples(item, ctx):
+            reply, judged = fake_reply(task, s, rng)
+            sc = task.score(s, reply, judged, ctx)
+            rows.append(sc.values)
+            clusters.append(task.cluster(s))
+            for k, v in task.labels(s, sc).items():
+                labels[k].append(v)
+    return Table.from_rows(rows, clusters, dict(labels))
+
+
+def roots():
+    return [pytest.param(SAMPLE_ROOT, id="sample"),
+            pytest.param(UPSTREAM, id="upstream", marks=pytest.mark.skipif(not UPSTREAM.is_dir(), reason="no upstream data"))]
+
+
+@pytest.mark.parametrize("k, n_boot, block", [(1, 5, 100), (7, 13, 21), (90, 50, 1000), (101, 40, 303)])
+def test_blocked_matrix_draws_are_one_call_per_resample(monkeypatch, k, n_boot, block):
+    monkeypatch.setattr(metrics, "_BLOCK_CELLS", block)  # blocks of block // k resamples
+    got = np.concatenate(list(metrics._pick_blocks(k, np.random.default_rng(3), n_boot)))
+    rng = np.random.default_rng(3)
+    assert np.array_equal(got, np.stack([rng.integers(0, k, k) for _ in range(n_boot)]))
+
+
+def test_resamples_sums_means_and_counts_by_hand():
+    # clusters: a = rows 0, 1 (values 1, 2); b = row 2 (4); c = row 3 (NaN)
+    r = Resamples(np.array([0, 0, 1, 2]), np.array([[2.0, 0, 1], [0, 1, 1], [0, 0, 3], [1, 1, 1]]))
+    got = r.mean(np.array([1.0, 2.0, 4.0, math.nan]))
+    assert got[:2].tolist() == [1.5, 4.0] and math.isnan(got[2]) and got[3] == pytest.approx(7 / 3)
+    assert r.counts(np.array([1, 0, 1, -1]), 2).tolist() == [[2, 2], [0, 1], [0, 0], [1, 2]]
+    assert r.rows(np.array([False, True, True, False])).sums(np.array([2.0, 4.0])).tolist() == [4, 4, 0, 6]
+
+
+def test_macro_f1_many_equals_sklearn_on_each_resample():
+    rng = np.random.default_rng(1)
+    labels = ("a", "b", "c", "d")
+    gold = rng.choice(labels, 80).astype(object)
+    pred = np.where(rng.random(80) < 0.6, gold, rng.choice(labels[:3], 80)).astype(object)
+    clusters = np.array([str(i // 2) for i in range(80)], dtype=object)
+    inverse = np.unique(clusters.astype(str), return_inverse=True)[1]
+    picks = rng.integers(0, 40, (30, 40))
+    weights = np.stack([np.bincount(p, minlength=40) for p in picks]).astype(float)
+    got = macro_f1_many(gold, pred, labels, Resamples(inverse, weights))
+    for b, p in enumerate(picks):
+        rows = np.concatenate([np.flatnonzero(inverse == c) for c in p])
+        assert got[b] == pytest.approx(f1_score(list(gold[rows]), list(pred[rows]), average="macro"), abs=1e-12)
+
+
+@pytest.mark.parametrize("root", roots())
+@pytest.mark.parametrize("task_id", BATCHED)
+def test_batched_aggregate_equals_per_resample_aggregate(task_id, root):
+    table = scored_table(task_id, root, n_items=40)
+    task, ctx = TASKS[task_id](), RunContext(seed=0)
+    inverse, order, size, start = metrics._cluster_layout(table.clusters)
+    picks = np.random.default_rng(7).integers(0, len(size), (60, len(size)))
+    weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
+    many = task.aggregate_many(table, Resamples(inverse, weights), ctx)
+    assert many is not None
+    point = task.aggregate(table, ctx)
+    assert set(many) <= set(point) and task.metric.name in many
+    defined = 0
+    for b, pick in enumerate(picks):
+        one = task.aggregate(table.take(metrics._rows_of(pick, order, size, start)), ctx)
+        for name in point:  # a metric a resample does not report counts as NaN, in both paths
+            want, got = one.get(name, math.nan), many.get(name, np.full(len(picks), math.nan))[b]
+            assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, abs=1e-12), (name, b)
+            defined += not math.isnan(want)
+    assert defined > len(picks) * len(point) / 2  # realistic: most metrics are defined in most resamples
+
+
+def test_every_batched_form_is_checked_here():
+    overriding = {tid for tid, cls in TASKS.items() if cls.aggregate_many is not Task.aggregate_many
+                  or cls.primary_metric_many is not Task.primary_metric_many}
+    assert overriding <= set(BATCHED) | set(BATCHED_PRIMARY)
+
+
+@pytest.mark.parametrize("root", roots())
+@pytest.mark.parametrize("task_id", BATCHED_PRIMARY)
+def test_batched_primary_metric_equals_per_resample_primary_metric(task_id, root):
+    table = scored_table(task_id, root, n_items=60)
+    task, ctx = TASKS[task_id](), RunContext(seed=0)
+    inverse, order, size, start = metrics._cluster_layout(table.clusters)
+    picks = np.random.default_rng(8).integers(0, len(size), (80, len(size)))
+    weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
+    many = task.primary_metric_many(table, Resamples(inverse, weights), ctx)
+    want = [task.primary_metric(table.take(metrics._rows_of(p, order, size, start)), ctx) for p in picks]
+    assert not np.isnan(want).all()
+    np.testing.assert_allclose(many, want, rtol=0, atol=1e-12)  # NaN where NaN
+
+
+@pytest.mark.parametrize("root", roots())
+@pytest.mark.parametrize("task_id", BATCHED)
+def test_intervals_equal_the_one_resample_at_a_time_loop(task_id, root, monkeypatch):
+    monkeypatch.setattr(metrics, "_BLOCK_CELLS", 4000)  # several blocks, so block edges are crossed
+    table = scored_table(task_id, root, n_items=40, seed=1)
+    task, ctx = TASKS[task_id](), RunContext(seed=0)
+    ref = reference_bootstrap(table, lambda t: task.aggregate(t, ctx), seed=5, n_boot=300)
+    got = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=5, n_boot=300,
+                    aggregate_many=lambda t, r: task.aggregate_many(t, r, ctx))
+    assert task.metric.name in ref and set(got) == set(ref)
+    for name, (lo, hi) in ref.items():
+        assert got[name] == pytest.approx((lo, hi), abs=1e-12), name
+
+
+def test_without_a_batched_form_the_loop_gives_the_reference_intervals():
+    rng = np.random.default_rng(2)
+    table = Table.from_rows([{"v": float(v)} for v in rng.normal(size=120)], [str(i % 37) for i in range(120)])
+    agg = lambda t: {"m": mean(t.col("v")), "max": float(t.col("v").max())}  # noqa: E731
+    got = bootstrap(table, agg, seed=4, n_boot=200, aggregate_many=lambda t, r: None)
+    assert got == reference_bootstrap(table, agg, seed=4, n_boot=200)
+
+
+@pytest.mark.parametrize("root", roots())
+def test_leakage_rates_are_the_papers_mean_of_scenario_means(root):
+    """The plain means privacy.leakage computes equal the paper's per-scenario means averaged over scenarios."""
+    table = scored_table("privacy.leakage", root, n_items=400, seed=2)
+    got = TASKS["privacy.leakage"]().aggregate(table, RunContext())
+    qtype = table.labels["qtype"]
+    for name, qt, col in [("free_response_leak_rate_proxy", "free_response", "proxy_leak"),
+                          ("info_accessibility_has_z", "info_accessibility", "has_z"), ("control_error", "control", "flagged")]:
+        per_scenario = collections.defaultdict(list)
+        for c, q, v in zip(table.clusters, qtype, table.col(col)):
+            if q == qt and not math.isnan(v):
+                per_scenario[c].append(v)
+        assert got[name] == pytest.approx(np.mean([np.mean(v) for v in per_scenario.values()]), abs=1e-12)
+
+
+def test_leakage_counts_a_scenario_drawn_twice_twice():
+    # scenarios a (leaks), b and c (do not); a resample drawing a, a, b: 2 of 3 scenarios leak
+    rows = [{"flagged": 1.0}, {"flagged": 0.0}, {"flagged": 0.0}]
+    table = Table.from_rows(rows, ["a", "b", "c"], {"qtype": ["free_response"] * 3})
+    task, ctx = TASKS["privacy.leakage"](), RunContext()
+    many = task.aggregate_many(table, Resamples(np.array([0, 1, 2]), np.array([[2.0, 1, 0]])), ctx)
+    assert many["free_response_leak_rate_string_match"][0] == pytest.approx(2 / 3)
+    assert task.aggregate(table.take(np.array([0, 0, 1])), ctx)["free_response_leak_rate_string_match"] == \
+        pytest.approx(2 / 3)
