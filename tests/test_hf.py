@@ -108,5 +108,60 @@ def test_hf_model_in_a_run_is_stored_and_not_asked_again(tiny_model, tmp_path):
 
 def test_missing_model_is_a_user_error(tmp_path):
     from trustmh.errors import UserError
-    with pytest.raises(UserError, match="cannot load"):
+    with pytest.raises(UserError, match="no such folder"):
         make(tmp_path / "nothing-here")
+
+
+# --- identity: the model is its files ---------------------------------------------------------------------
+
+def copy_model(src, dst, reseed=None):
+    """A copy of the tiny model; with `reseed`, new random weights saved over the copy's."""
+    import shutil
+    shutil.copytree(src, dst)
+    if reseed is not None:
+        torch.manual_seed(reseed)
+        cfg = transformers.AutoConfig.from_pretrained(dst)
+        transformers.LlamaForCausalLM(cfg).save_pretrained(dst)
+    return dst
+
+
+def test_fingerprint_follows_content_not_path_and_is_cached(tiny_model, tmp_path, monkeypatch):
+    from trustmh.models import ModelRef, hf_files
+    same = copy_model(tiny_model, tmp_path / "same")
+    assert ModelRef(f"hf/{same}").endpoint == ModelRef(f"hf/{tiny_model}").endpoint
+    hashed = []
+    real = hf_files._sha256
+    monkeypatch.setattr(hf_files, "_sha256", lambda p: hashed.append(p.name) or real(p))
+    fp = hf_files.fingerprint(same)
+    assert hashed == []  # every file was hashed above: the cache answers by size, mtime and inode
+    assert "model.safetensors" in fp.files and "tokenizer.json" in fp.files and "config.json" in fp.files
+    copy_model(tiny_model, tmp_path / "new", reseed=1)
+    (tmp_path / "new" / "model.safetensors").replace(same / "model.safetensors")  # new weights, same folder
+    new = hf_files.fingerprint(same)
+    assert hashed == ["model.safetensors"]  # only the file that changed is read again
+    assert new.digest != fp.digest and new.changes(fp.files) == ["model.safetensors"]
+    assert not any((tmp_path / "same").glob("*hash*"))  # nothing written into the model folder
+
+
+def test_new_weights_in_the_same_folder_are_a_new_model(tiny_model, tmp_path):
+    folder = copy_model(tiny_model, tmp_path / "m")
+    spec = run_spec(models=[f"hf/{folder}"], tasks="privacy.awareness_tier1", limit=2)
+    _, _, calls = run_quiet(spec, tmp_path / "run")
+    before = make(folder)
+    assert calls[f"hf/{folder}"] == 2
+    copy_model(tiny_model, tmp_path / "m2", reseed=7)
+    for f in (tmp_path / "m2").iterdir():
+        f.replace(folder / f.name)
+    after = make(folder)
+    assert after.endpoint != before.endpoint and after.endpoint.startswith("hf@")
+    _, _, again = run_quiet(spec, tmp_path / "run")
+    assert again[f"hf/{folder}"] == 2  # the old replies are not served for the new weights
+
+
+def test_identity_records_fingerprint_and_versions(tiny_model):
+    model = make(tiny_model)
+    ident = model.identity()
+    assert model.endpoint == f"hf@{ident['fingerprint']}"
+    assert ident["versions"]["torch"] == torch.__version__.split("+")[0] or ident["versions"]["torch"] == torch.__version__
+    assert ident["versions"]["transformers"] == transformers.__version__
+    assert ident["chat_template"] is True and model.chat_template_missing is False

@@ -49,11 +49,23 @@ def endpoint_id(spec: str, base_url: str | None) -> str:
 
 
 class ModelRef:
-    """Spec and endpoint id of a model, without building a client (for scoring from the store)."""
+    """Spec and endpoint id of a model, without building a client (for scoring from the store).
 
-    def __init__(self, spec: str, base_url: str | None = None):
+    An hf/ model's endpoint is its content fingerprint (models/hf_files.py): pass the one recorded when
+    the replies were made (`fingerprint`), or it is taken from the files now (a few stats once hashed),
+    which needs the model folder, or the hub's cached snapshot, to be here."""
+
+    def __init__(self, spec: str, base_url: str | None = None, *, fingerprint: str | None = None):
         self.spec = spec
-        self.endpoint = endpoint_id(spec, base_url)
+        self.fingerprint = fingerprint
+        if spec.startswith("hf/"):
+            from . import hf_files
+            from .hf import hf_endpoint
+            if self.fingerprint is None:
+                self.fingerprint = hf_files.fingerprint(hf_files.model_dir(split_spec(spec)[1])).digest
+            self.endpoint = hf_endpoint(self.fingerprint)
+        else:
+            self.endpoint = endpoint_id(spec, base_url)
 
 
 KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
@@ -75,10 +87,12 @@ def _env_key(name: str) -> str | None:
 
 
 def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0, seed: int = 0,
-               purpose: str = "model", transport: str = "http", max_connections: int | None = None) -> Model:
+               purpose: str = "model", transport: str = "http", max_connections: int | None = None,
+               batch_size: int | None = None) -> Model:
     """Build the backend for a spec. API keys come from the environment only. `transport` (http, aiohttp or sdk)
-    and `max_connections` (the HTTP pool's size) apply to openai/ models; neither is part of the
-    endpoint's identity, so they never change a cache key."""
+    and `max_connections` (the HTTP pool's size) apply to openai/ models, `batch_size` (None: adapted to
+    measured throughput) to hf/ models; none is part of the endpoint's identity, so they never change a
+    cache key."""
     provider, name = split_spec(spec)
     if base_url and redact_url(base_url) != base_url:
         # Bearer-key APIs cannot also take user:password@ credentials (aiohttp and httpx refuse both), and
@@ -107,7 +121,7 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
         return AnthropicModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
     if provider == "hf":
         from .hf import HFModel  # torch and transformers load here, only for hf/ models
-        return HFModel(spec, name)
+        return HFModel(spec, name, batch_size=batch_size)
     raise AssertionError(provider)
 
 
