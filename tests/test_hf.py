@@ -165,3 +165,97 @@ def test_identity_records_fingerprint_and_versions(tiny_model):
     assert ident["versions"]["torch"] == torch.__version__.split("+")[0] or ident["versions"]["torch"] == torch.__version__
     assert ident["versions"]["transformers"] == transformers.__version__
     assert ident["chat_template"] is True and model.chat_template_missing is False
+
+
+# --- batching ---------------------------------------------------------------------------------------------
+
+def test_prompts_are_batched_by_length_bucket(tiny_model):
+    from trustmh.models.hf import bucket
+    short = ["help", "I feel sad", "yes no"]
+    long = [" ".join(["one two three four"] * k) for k in (14, 15, 16)]  # 59-67 tokens with the template
+
+    async def main():
+        model = make(tiny_model)
+        try:
+            replies = await asyncio.gather(*(model.generate(req(p, 4)) for p in short + long + short))
+            return model, replies
+        finally:
+            await model.aclose()
+
+    model, replies = asyncio.run(main())
+    assert all(r.text is not None for r in replies) and sum(model.batch_sizes) == 9
+    assert len(model.batch_sizes) == 2  # one batch per bucket, the later short ones joining the first
+    for lo, hi in model.batch_widths:
+        assert bucket(lo) == bucket(hi) and hi < 1.5 * lo + 16  # nobody padded past its bucket
+
+
+def test_cpu_out_of_memory_halves_the_batch_and_completes(tiny_model):
+    model = make(tiny_model)
+    real = model.model.generate
+
+    def tight(**kw):  # a machine that holds 2 rows at a time
+        if kw["input_ids"].shape[0] > 2:
+            raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: "
+                               "you tried to allocate 1073741824 bytes")
+        return real(**kw)
+
+    model.model.generate = tight
+
+    async def main():
+        try:
+            return await asyncio.gather(*(model.generate(req(p)) for p in PROMPTS))
+        finally:
+            await model.aclose()
+
+    replies = asyncio.run(main())
+    assert all(r.text is not None for r in replies)
+    assert model.batch_sizes[:3] == [8, 4, 2] and sum(model.batch_sizes[2:]) == len(PROMPTS)
+    assert model.max_batch == 2
+
+
+def test_one_request_too_large_fails_typed_not_the_run(tiny_model):
+    from trustmh.types import ModelError
+    model = make(tiny_model)
+    model.model.generate = lambda **kw: (_ for _ in ()).throw(MemoryError())
+
+    async def main():
+        try:
+            return await asyncio.gather(model.generate(req("help")), return_exceptions=True)
+        finally:
+            await model.aclose()
+
+    (err,) = asyncio.run(main())
+    assert isinstance(err, ModelError) and err.kind == "other" and "out of memory" in str(err)
+
+
+def test_a_closed_model_stops_after_the_current_step(tiny_model):
+    model = make(tiny_model)
+    job = type("J", (), {})()
+    job.ids, job.max_new_tokens, job.sampling, job.seed = model.tokenizer("help please")["input_ids"], 50, (0.0, 1.0), 0
+    steps = []
+    model.model.register_forward_hook(lambda *a: steps.append(1))
+    model._generate_batch([job])
+    n_full, steps[:] = len(steps), []
+    model._stop.set()
+    model._generate_batch([job])
+    assert len(steps) == 1 < n_full  # one decoding step, then the stop flag ends the batch
+
+
+def test_batch_size_follows_measured_throughput():
+    from trustmh.models.hf import _Sizer
+    rates = {1: 100, 2: 180, 4: 300, 8: 250, 16: 200, 32: 150}  # peaks at 4
+    sizer = _Sizer(32, fixed=False)
+    seen = []
+    for _ in range(12):
+        n = sizer.size(0)
+        seen.append(n)
+        sizer.record(0, n, rates[n])
+    assert seen[-3:] == [4, 4, 4] and seen[0] == 32
+    long = _Sizer(32, fixed=False)  # long prompts on a CPU: batch size 1 is fastest
+    for _ in range(12):
+        n = long.size(3)
+        long.record(3, n, 100 / n ** 0.2)
+    assert long.size(3) == 1 and long.size(0) == 32  # buckets are measured separately
+    fixed = _Sizer(5, fixed=True)
+    fixed.record(0, 5, 1.0)
+    assert fixed.size(0) == 5
