@@ -259,3 +259,69 @@ def test_batch_size_follows_measured_throughput():
     fixed = _Sizer(5, fixed=True)
     fixed.record(0, 5, 1.0)
     assert fixed.size(0) == 5
+
+
+# --- clear errors -----------------------------------------------------------------------------------------
+
+def cli_run(capsys, model_spec, out):
+    import sys
+    from trustmh import cli as trustmh_cli
+    old = sys.argv
+    sys.argv = ["trustmh", "run", "-m", model_spec, "-t", "privacy.awareness_tier1", "--limit", "1",
+                "--out", str(out), "--no-progress", "--suite", "sample"]
+    try:
+        trustmh_cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = old
+    return code, capsys.readouterr().err
+
+
+def one_line_error(code, err, *needles):
+    assert code == 2 and "Traceback" not in err
+    text = " ".join(err.split())  # rich wraps long lines to the terminal's width
+    assert text.startswith("error:") and all(n in text for n in needles), text
+
+
+def test_nonexistent_path_is_one_clear_line(tmp_path, capsys):
+    code, err = cli_run(capsys, f"hf/{tmp_path / 'nothing-here'}", tmp_path / "run")
+    one_line_error(code, err, "no such folder")
+
+
+def test_a_folder_that_is_not_a_model_is_named_as_such(tiny_model, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("hello")
+    code, err = cli_run(capsys, f"hf/{empty}", tmp_path / "run")
+    one_line_error(code, err, "is not a model folder", "config.json")
+    assert "sentencepiece" not in err
+    no_weights = copy_model(tiny_model, tmp_path / "no-weights")
+    (no_weights / "model.safetensors").unlink()
+    code, err = cli_run(capsys, f"hf/{no_weights}", tmp_path / "run2")
+    one_line_error(code, err, "no weights")
+
+
+def test_offline_hub_id_fails_at_once(tmp_path, capsys, monkeypatch):
+    import time
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    t0 = time.monotonic()
+    code, err = cli_run(capsys, "hf/some-org/some-model-not-cached", tmp_path / "run")
+    one_line_error(code, err, "HF_HUB_OFFLINE", "not in the local Hugging Face cache")
+    assert time.monotonic() - t0 < 10
+
+
+def test_missing_chat_template_warns_once_and_is_recorded(tiny_model, tmp_path, capsys):
+    plain = copy_model(tiny_model, tmp_path / "plain")
+    for f in plain.glob("chat_template*"):
+        f.unlink()
+    cfg = json.loads((plain / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (plain / "tokenizer_config.json").write_text(json.dumps(cfg))
+    first, second = make(plain), make(plain)
+    err = capsys.readouterr().err
+    assert err.count("has no chat template") == 1
+    assert first.chat_template_missing and second.identity()["chat_template"] is False
+    assert first.render([{"role": "user", "content": "help"}]) == "user: help\nassistant:"
+    assert make(tiny_model).chat_template_missing is False
