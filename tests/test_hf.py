@@ -20,7 +20,11 @@ TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} </s> 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-llama")
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def build_tiny_model(path):
+    """A one-layer Llama with a 26-word vocabulary and a chat template, saved to `path` (also used by test_ray)."""
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
@@ -308,7 +312,7 @@ def test_offline_hub_id_fails_at_once(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     t0 = time.monotonic()
     code, err = cli_run(capsys, "hf/some-org/some-model-not-cached", tmp_path / "run")
-    one_line_error(code, err, "HF_HUB_OFFLINE", "not in the local Hugging Face cache")
+    one_line_error(code, err, "HF_HUB_OFFLINE", "not in the local Hugging Face cache", "no folder")
     assert time.monotonic() - t0 < 10
 
 

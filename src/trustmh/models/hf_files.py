@@ -98,16 +98,18 @@ def _hub_snapshot(repo_id: str, download: bool) -> Path:
         pass
     except Exception as e:  # noqa: BLE001 - a malformed id and the like: one line, not a traceback
         raise UserError(f"hf/{repo_id}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    # A relative folder and a hub id are spelt alike (models/tiny): say that both were looked for.
+    nowhere = f"hf/{repo_id}: no folder {repo_id} in {Path.cwd()}, and"
     if hub_offline():
-        raise UserError(f"hf/{repo_id}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+        raise UserError(f"{nowhere} not in the local Hugging Face cache with HF_HUB_OFFLINE set; "
                         f"download it first or give the path of a local folder")
     if not download:
-        raise UserError(f"hf/{repo_id}: not in the local Hugging Face cache")
+        raise UserError(f"{nowhere} not in the local Hugging Face cache")
     try:
         path = huggingface_hub.snapshot_download(repo_id, allow_patterns=list(MODEL_FILES), etag_timeout=5)
     except Exception as e:  # noqa: BLE001 - no network, no such repo, gated: say which, once
         msg = str(e).splitlines()[0] if str(e) else ""
-        raise UserError(f"hf/{repo_id}: cannot download from the Hugging Face hub ({type(e).__name__}: {msg[:200]}); "
+        raise UserError(f"{nowhere} cannot download it from the Hugging Face hub ({type(e).__name__}: {msg[:200]}); "
                         f"set HF_HUB_OFFLINE=1 to use the local cache only, or give a local folder") from None
     return Path(path)
 
