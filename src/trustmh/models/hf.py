@@ -90,29 +90,40 @@ class _Job:
 
 
 class _Sizer:
-    """Batch size per length bucket from measured throughput: the best size seen, after probing its
-    neighbours (half and double) once each."""
+    """Batch size per length bucket from measured throughput. It starts at 1 and doubles while throughput
+    grows, so a bucket where batching does not pay (long prompts on a CPU) costs one batch of 2 to learn
+    it; then it stays at the best size seen, every PROBE_EVERY batches trying a neighbour (double and half
+    in turn), because the first measurements are noisy and the machine's load changes."""
+
+    PROBE_EVERY = 8
 
     def __init__(self, cap: int, fixed: bool):
         self.cap, self.fixed = cap, fixed
         self.rate: dict[int, dict[int, float]] = {}  # bucket -> batch size -> tokens/s (moving average)
+        self.runs: dict[int, int] = {}  # bucket -> batches taken since its last probe
 
     def size(self, b: int) -> int:
+        """The size for the next batch of bucket `b` (called once per batch taken)."""
         if self.fixed:
             return self.cap
         seen = {n: r for n, r in self.rate.get(b, {}).items() if n <= self.cap}
         if not seen:
-            return self.cap
+            return 1
         best = max(seen, key=seen.get)
-        for n in (best // 2, best * 2):
-            if 1 <= n <= self.cap and n not in seen:
-                return n
+        if best * 2 <= self.cap and best * 2 not in seen:
+            return best * 2  # still climbing
+        self.runs[b] = self.runs.get(b, 0) + 1
+        if self.runs[b] % self.PROBE_EVERY == 0:
+            up = (self.runs[b] // self.PROBE_EVERY) % 2 == 1
+            probe = best * 2 if up else best // 2
+            if 1 <= probe <= self.cap:
+                return probe
         return best
 
     def record(self, b: int, n: int, tokens_per_s: float) -> None:
         n = 1 << (n.bit_length() - 1)  # a short queue gives odd sizes; file them under a power of two
-        old = self.rate.setdefault(b, {}).get(n)
-        self.rate[b][n] = tokens_per_s if old is None else 0.7 * old + 0.3 * tokens_per_s
+        rates = self.rate.setdefault(b, {})
+        rates[n] = tokens_per_s if n not in rates else 0.7 * rates[n] + 0.3 * tokens_per_s
 
 
 class HFModel(Model):
