@@ -336,3 +336,18 @@ def test_batch_size_below_one_is_refused(tiny_model):
     from trustmh.errors import UserError
     with pytest.raises(UserError, match="--batch-size must be at least 1"):
         make(tiny_model, batch_size=0)
+
+
+def test_a_changed_model_is_refused_with_the_files_that_changed(tiny_model, tmp_path):
+    from trustmh.errors import UserError
+    from trustmh.models import hf_files, model_identity
+    folder = copy_model(tiny_model, tmp_path / "m")
+    recorded = model_identity(f"hf/{folder}")
+    assert recorded["chat_template"] is True and recorded["versions"]["transformers"] == transformers.__version__
+    hf_files.check_unchanged(f"hf/{folder}", recorded, model_identity(f"hf/{folder}"))  # same files: fine
+    hf_files.check_unchanged(f"hf/{folder}", None, recorded)  # nothing recorded: a new run
+    copy_model(tiny_model, tmp_path / "new", reseed=3)
+    (tmp_path / "new" / "model.safetensors").replace(folder / "model.safetensors")
+    with pytest.raises(UserError, match=r"not the model this run was made with: model.safetensors changed.*--force"):
+        hf_files.check_unchanged(f"hf/{folder}", recorded, model_identity(f"hf/{folder}"))
+    assert model_identity("openai/gpt-4o-mini") is None

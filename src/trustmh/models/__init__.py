@@ -68,6 +68,17 @@ class ModelRef:
             self.endpoint = endpoint_id(spec, base_url)
 
 
+def model_identity(spec: str) -> dict | None:
+    """For an hf/ model, what identifies it beyond its spec (hf_files.identity(): fingerprint, files,
+    chat template, torch/transformers versions), without loading it; None for other providers. A run
+    records it per model and refuses to continue with a different one (hf_files.check_unchanged)."""
+    provider, name = split_spec(spec)
+    if provider != "hf":
+        return None
+    from . import hf_files
+    return hf_files.identity(hf_files.model_dir(name))
+
+
 KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
@@ -134,5 +145,5 @@ def unsendable_params(spec: str) -> tuple[str, ...]:
     return ()
 
 
-__all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "split_spec", "unsendable_params",
-           "PROVIDERS"]
+__all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "model_identity", "split_spec",
+           "unsendable_params", "PROVIDERS"]

@@ -186,11 +186,9 @@ class HFModel(Model):
         return self._sizer.cap
 
     def identity(self) -> dict[str, Any]:
-        """What results.json should record about this model (see hf_files.Fingerprint)."""
-        return {"fingerprint": self.fingerprint.digest, "path": str(self.path),
-                "files": {n: {"size": s, "sha256": h} for n, (s, h) in self.fingerprint.files.items()},
-                "chat_template": not self.chat_template_missing, "device": self.device,
-                "dtype": str(self.model.dtype).removeprefix("torch."), "versions": hf_files.library_versions()}
+        """hf_files.identity() of the loaded model, with the device and dtype it runs in."""
+        return {**hf_files.identity(self.path), "chat_template": not self.chat_template_missing,
+                "device": self.device, "dtype": str(self.model.dtype).removeprefix("torch.")}
 
     # --- prompting --------------------------------------------------------------------------------
     def render(self, messages: list[dict[str, str]]) -> str:

@@ -175,6 +175,39 @@ def fingerprint(folder: Path) -> Fingerprint:
     return Fingerprint(hashlib.sha256(blob.encode()).hexdigest(), files)
 
 
+def has_chat_template(folder: Path) -> bool:
+    """Whether the tokenizer saved in `folder` has a chat template (a chat_template.* file, or the key in
+    tokenizer_config.json), read without transformers."""
+    if any(folder.glob("chat_template.*")):
+        return True
+    try:
+        return bool(json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("chat_template"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def identity(folder: Path) -> dict:
+    """What results.json and the run's store should record about the model in `folder`: its fingerprint,
+    files, whether it has a chat template, and the library versions it runs under."""
+    fp = fingerprint(folder)
+    return {"fingerprint": fp.digest, "path": str(folder),
+            "files": {n: {"size": size, "sha256": h} for n, (size, h) in fp.files.items()},
+            "chat_template": has_chat_template(folder), "versions": library_versions()}
+
+
+def check_unchanged(spec: str, recorded: dict | None, current: dict) -> None:
+    """Refuse to add replies of a model whose files changed to a run made with the old ones. `recorded`
+    and `current` are identity() dicts (None: nothing recorded yet, a new run)."""
+    if not recorded or recorded.get("fingerprint") == current["fingerprint"]:
+        return
+    old = {n: (f["size"], f["sha256"]) for n, f in (recorded.get("files") or {}).items()}
+    new = {n: (f["size"], f["sha256"]) for n, f in current["files"].items()}
+    changed = Fingerprint(current["fingerprint"], new).changes(old)
+    raise UserError(f"{spec} is not the model this run was made with: {', '.join(changed) or 'its files'} changed "
+                    f"(fingerprint {recorded['fingerprint'][:12]} then, {current['fingerprint'][:12]} now); "
+                    f"use another --out, or --force to start a new run here")
+
+
 def library_versions() -> dict[str, str]:
     """torch and transformers versions as installed (without importing them): results.json records them,
     because the same weights can reply differently under another version."""
