@@ -351,3 +351,22 @@ def test_a_changed_model_is_refused_with_the_files_that_changed(tiny_model, tmp_
     with pytest.raises(UserError, match=r"not the model this run was made with: model.safetensors changed.*--force"):
         hf_files.check_unchanged(f"hf/{folder}", recorded, model_identity(f"hf/{folder}"))
     assert model_identity("openai/gpt-4o-mini") is None
+
+
+def test_cancelling_a_run_stops_generation_after_the_current_step(tiny_model):
+    # What asyncio.run does on Ctrl-C: cancel the main task; the runner then closes the model.
+    model = make(tiny_model)
+    model.model.generation_config.eos_token_id = None  # nothing ends the reply early but the stop flag
+    steps = []
+    model.model.register_forward_hook(lambda *a: steps.append(1))
+
+    async def main():
+        task = asyncio.ensure_future(model.generate(req("help please", 200)))
+        while len(steps) < 3:
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await model.aclose()
+        return task
+
+    task = asyncio.run(main())  # returns once the worker thread has returned
+    assert task.cancelled() and 3 <= len(steps) < 50
