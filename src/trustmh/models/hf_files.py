@@ -170,7 +170,8 @@ def fingerprint(folder: Path) -> Fingerprint:
             dirty = True
         files[p.name] = (st.st_size, entry["sha256"])
     if dirty:
-        _save_cache(cache_path, cache)
+        # Entries of files that are gone (an old snapshot, a deleted checkpoint) are dropped as we go.
+        _save_cache(cache_path, {k: v for k, v in cache.items() if os.path.exists(k)})
     blob = "".join(f"{n}\0{s}\0{h}\n" for n, (s, h) in sorted(files.items()))
     return Fingerprint(hashlib.sha256(blob.encode()).hexdigest(), files)
 
