@@ -6,9 +6,9 @@ for old weights are never served for new ones, and `identity()` gives what resul
 
 Batching. Every generate() call is tokenised and joins a queue; one loop takes a batch from it and runs
 `model.generate` in a worker thread, so the event loop keeps taking requests while the model runs.
-  * A batch holds prompts of one length bucket (edges grow by 1.5x: a row is padded by less than half its
-    length), so long and short prompts never share a batch and nothing is padded to the longest prompt
-    of the queue.
+  * A batch holds prompts of one length bucket (up to 32 tokens, then edges growing by 1.5x: a row is
+    padded by less than half its length), so long and short prompts never share a batch and nothing is
+    padded to the longest prompt of the queue.
   * Each row stops at its own end: its eos or its own max_tokens (a per-row stopping criterion), and the
     batch ends when every row has.
   * The batch size follows measured throughput (prompt plus generated tokens per second), separately
@@ -60,8 +60,9 @@ def pick_device(torch: Any) -> str:
 
 
 def bucket(n_tokens: int) -> int:
-    """Length bucket of a prompt: 0 for up to 16 tokens, then one per 1.5x (16-24, 24-36, ...)."""
-    return 0 if n_tokens <= 16 else 1 + int(math.log(n_tokens / 16, 1.5) - 1e-9)
+    """Length bucket of a prompt: 0 for up to 32 tokens (padding that little costs less than splitting
+    short prompts into batches of their own), then one per 1.5x (32-48, 48-72, ...)."""
+    return 0 if n_tokens <= 32 else 1 + int(math.log(n_tokens / 32, 1.5) - 1e-9)
 
 
 def is_out_of_memory(e: BaseException) -> bool:
