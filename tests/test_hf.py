@@ -370,3 +370,21 @@ def test_cancelling_a_run_stops_generation_after_the_current_step(tiny_model):
 
     task = asyncio.run(main())  # returns once the worker thread has returned
     assert task.cancelled() and 3 <= len(steps) < 50
+
+
+def test_a_hub_that_does_not_answer_fails_within_seconds(tmp_path, capsys, monkeypatch):
+    import socket
+    import time
+    import huggingface_hub
+    silent = socket.socket()  # accepts connections and never replies: a network that drops packets
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    t0 = time.monotonic()
+    try:
+        code, err = cli_run(capsys, "hf/some-org/some-model-not-cached", tmp_path / "run")
+    finally:
+        silent.close()
+    one_line_error(code, err, "the Hugging Face hub did not answer", "HF_HUB_OFFLINE=1")
+    assert time.monotonic() - t0 < 30

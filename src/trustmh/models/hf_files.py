@@ -105,6 +105,16 @@ def _hub_snapshot(repo_id: str, download: bool) -> Path:
                         f"download it first or give the path of a local folder")
     if not download:
         raise UserError(f"{nowhere} not in the local Hugging Face cache")
+    # One short question first: the download retries a hub that does not answer for minutes (5 tries per
+    # file), which is how a machine without network looks.
+    try:
+        huggingface_hub.HfApi().repo_info(repo_id, timeout=5)
+    except huggingface_hub.errors.RepositoryNotFoundError:
+        raise UserError(f"{nowhere} no model of that name on the Hugging Face hub (a private or gated one "
+                        f"needs HF_TOKEN)") from None
+    except Exception as e:  # noqa: BLE001 - no network, a proxy, a timeout: one line saying so
+        raise UserError(f"{nowhere} the Hugging Face hub did not answer ({type(e).__name__}); set HF_HUB_OFFLINE=1 "
+                        f"to use the local cache only, or give a local folder") from None
     try:
         path = huggingface_hub.snapshot_download(repo_id, allow_patterns=list(MODEL_FILES), etag_timeout=5)
     except Exception as e:  # noqa: BLE001 - no network, no such repo, gated: say which, once
