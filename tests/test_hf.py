@@ -261,6 +261,9 @@ def test_batch_size_follows_measured_throughput():
         n = long.size(3)
         long.record(3, n, 100 / n ** 0.2)
     assert long.size(3) == 1 and long.size(0) == 1  # buckets are measured separately
+    short = _Sizer(32, fixed=False)
+    short.record(0, 16, 500.0)
+    assert short.size(2) == 8  # a new bucket of longer prompts starts at half the shorter ones' best
     fixed = _Sizer(5, fixed=True)
     fixed.record(0, 5, 1.0)
     assert fixed.size(0) == 5

@@ -12,9 +12,9 @@ Batching. Every generate() call is tokenised and joins a queue; one loop takes a
   * Each row stops at its own end: its eos or its own max_tokens (a per-row stopping criterion), and the
     batch ends when every row has.
   * The batch size follows measured throughput (prompt plus generated tokens per second), separately
-    for each bucket: it starts at the cap and probes half and double the best size seen, settling where
-    throughput peaks. On long prompts on a CPU that is often 1; on short ones, or on a GPU, it is large.
-    `batch_size` fixes it instead (--batch-size).
+    for each length bucket: it starts small and moves (double or half) while throughput grows (_Sizer),
+    so it does not settle where batching is slower than batch size 1. `batch_size` fixes it instead
+    (--batch-size).
   * Out of memory (CUDA, MPS or CPU) halves the batch and retries it; a single request that does not fit
     fails with a typed error.
   * aclose() (Ctrl-C, the end of the run) stops a batch in progress after the current decoding step.
@@ -91,32 +91,41 @@ class _Job:
 
 
 class _Sizer:
-    """Batch size per length bucket from measured throughput. It starts at 1 and doubles while throughput
-    grows, so a bucket where batching does not pay (long prompts on a CPU) costs one batch of 2 to learn
-    it; then it stays at the best size seen, every PROBE_EVERY batches trying a neighbour (double and half
-    in turn), because the first measurements are noisy and the machine's load changes."""
+    """Batch size per length bucket from measured throughput. The first bucket starts at 1; a new one
+    starts from the best size of the nearest bucket measured (halved when that bucket's prompts are
+    shorter: a longer row costs more). From there the size moves to an untried neighbour of the best
+    (double, then half) while that is faster, so a bucket where batching does not pay (long prompts on a
+    CPU) gets back to 1 after a batch or two. Settled, it tries a neighbour every PROBE_EVERY batches,
+    because first measurements are noisy and the machine's load changes."""
 
     PROBE_EVERY = 8
 
     def __init__(self, cap: int, fixed: bool):
         self.cap, self.fixed = cap, fixed
         self.rate: dict[int, dict[int, float]] = {}  # bucket -> batch size -> tokens/s (moving average)
-        self.runs: dict[int, int] = {}  # bucket -> batches taken since its last probe
+        self.runs: dict[int, int] = {}  # bucket -> batches taken at its best size
+
+    def best(self, b: int) -> int | None:
+        seen = {n: r for n, r in self.rate.get(b, {}).items() if n <= self.cap}
+        return max(seen, key=seen.get) if seen else None
 
     def size(self, b: int) -> int:
         """The size for the next batch of bucket `b` (called once per batch taken)."""
         if self.fixed:
             return self.cap
-        seen = {n: r for n, r in self.rate.get(b, {}).items() if n <= self.cap}
-        if not seen:
-            return 1
-        best = max(seen, key=seen.get)
-        if best * 2 <= self.cap and best * 2 not in seen:
-            return best * 2  # still climbing
+        best = self.best(b)
+        if best is None:
+            near = sorted((abs(o - b), o > b, o) for o in self.rate if self.best(o) is not None)
+            if not near:
+                return 1
+            other = near[0][2]
+            return max(1, self.best(other) // (2 if other < b else 1))
+        for n in (best * 2, best // 2):
+            if 1 <= n <= self.cap and n not in self.rate[b]:
+                return n  # an untried neighbour of the best
         self.runs[b] = self.runs.get(b, 0) + 1
         if self.runs[b] % self.PROBE_EVERY == 0:
-            up = (self.runs[b] // self.PROBE_EVERY) % 2 == 1
-            probe = best * 2 if up else best // 2
+            probe = best * 2 if (self.runs[b] // self.PROBE_EVERY) % 2 else best // 2
             if 1 <= probe <= self.cap:
                 return probe
         return best
