@@ -166,7 +166,7 @@ def test_identity_records_fingerprint_and_versions(tiny_model):
     model = make(tiny_model)
     ident = model.identity()
     assert model.endpoint == f"hf@{ident['fingerprint']}"
-    assert ident["versions"]["torch"] == torch.__version__.split("+")[0] or ident["versions"]["torch"] == torch.__version__
+    assert ident["versions"]["torch"] == torch.__version__
     assert ident["versions"]["transformers"] == transformers.__version__
     assert ident["chat_template"] is True and model.chat_template_missing is False
 

@@ -20,8 +20,8 @@ Nodes need trustmh installed and, for API models, their keys in the environment;
 model paths must exist on every node. A relative hf/ path is made absolute here, on the driver: Ray
 workers run in the directory their `ray start` ran in, not the driver's (the model's identity is its
 content, so the cache keys do not change). A --ray-address is tried with one TCP connection first:
-ray.init would retry an address where nothing listens for minutes. --max-connections bounds each shard: with K shards running at
-once an endpoint sees up to K times that many requests."""
+ray.init would retry an address where nothing listens for minutes. --max-connections bounds each
+shard: with K shards running at once an endpoint sees up to K times that many requests."""
 
 from __future__ import annotations
 

@@ -14,7 +14,8 @@ Batching. Every generate() call is tokenised and joins a queue; one loop takes a
   * The batch size follows measured throughput (prompt plus generated tokens per second), separately
     for each length bucket: it starts small and moves (double or half) while throughput grows (_Sizer),
     so it does not settle where batching is slower than batch size 1. `batch_size` fixes it instead
-    (--batch-size).
+    (--batch-size). Batches form from the requests in flight (--max-connections, 32 by default), which
+    mixed prompt lengths share out across buckets: more in flight, larger batches.
   * Out of memory (CUDA, MPS or CPU) halves the batch and retries it; a single request that does not fit
     fails with a typed error.
   * aclose() (Ctrl-C, the end of the run) stops a batch in progress after the current decoding step.
@@ -167,7 +168,8 @@ class HFModel(Model):
                 self.path, dtype=dtype, local_files_only=True).to(self.device)
         except Exception as e:  # noqa: BLE001 - any load failure is the folder's problem: one line, no traceback
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise UserError(f"{spec}: cannot load the model in {self.path}: {type(e).__name__}: {first[:300]}") from None
+            raise UserError(f"{spec}: cannot load the model in {self.path}: {type(e).__name__}: "
+                            f"{first[:300]}") from None
         self.model.eval()
         # Decoder-only models continue from the right: pad on the left.
         self.tokenizer.padding_side = "left"
