@@ -112,7 +112,8 @@ def measure(path: str, workload: str, way: str, n: int, max_new: int, inflight: 
 
         elapsed = asyncio.run(run())
         sizes = model.batch_sizes
-    return {"samples_s": n / elapsed, "tokens": generated / n, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    return {"samples_s": n / elapsed, "tokens": generated / n,
+            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "batches": sizes}
 
 
