@@ -391,3 +391,53 @@ def test_a_hub_that_does_not_answer_fails_within_seconds(tmp_path, capsys, monke
         silent.close()
     one_line_error(code, err, "the Hugging Face hub did not answer", "HF_HUB_OFFLINE=1")
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_stops_at_the_current_step_exits_130_and_the_run_resumes(tiny_model, tmp_path, capsys, monkeypatch,
+                                                                        presses):
+    import os
+    import signal
+    import threading
+    import time
+    from trustmh.models import hf
+    steps = []
+    built = hf.HFModel.__init__
+
+    def slow_init(self, *a, **kw):  # every decoding step takes 20 ms, and no reply ends before max_tokens
+        built(self, *a, **kw)
+        self.model.generation_config.eos_token_id = None
+        self.model.register_forward_hook(lambda *_: steps.append(time.sleep(0.02)))
+
+    monkeypatch.setattr(hf.HFModel, "__init__", slow_init)
+
+    def press():  # a second press lands 5 ms after the first, while the current 20 ms step still runs
+        while not steps:
+            time.sleep(0.005)
+        for _ in range(presses):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.005)
+
+    presser = threading.Thread(target=press, daemon=True)
+    presser.start()
+    t0 = time.monotonic()
+    import sys
+    old = sys.argv
+    sys.argv = ["trustmh", "run", "-m", f"hf/{tiny_model}", "-t", "privacy.awareness_tier1", "--limit", "3",
+                "--max-tokens", "200", "--out", str(tmp_path / "run"), "--no-progress", "--suite", "sample"]
+    from trustmh import cli as trustmh_cli
+    try:
+        trustmh_cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.argv = old
+    elapsed, n_steps = time.monotonic() - t0, len(steps)
+    presser.join()
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err and "interrupted" in err
+    assert n_steps < 50 and elapsed < 60  # a whole batch would be 200 steps of 20 ms
+    monkeypatch.setattr(hf.HFModel, "__init__", built)
+    code, err = cli_run(capsys, f"hf/{tiny_model}", tmp_path / "run")  # the store is intact: the run resumes
+    assert code == 0, err
