@@ -441,3 +441,23 @@ def test_ctrl_c_stops_at_the_current_step_exits_130_and_the_run_resumes(tiny_mod
     monkeypatch.setattr(hf.HFModel, "__init__", built)
     code, err = cli_run(capsys, f"hf/{tiny_model}", tmp_path / "run")  # the store is intact: the run resumes
     assert code == 0, err
+
+
+def test_a_cached_hub_id_loads_offline_and_is_the_same_model_as_its_files(tiny_model, tmp_path, monkeypatch, capsys):
+    import shutil
+    import huggingface_hub
+    from trustmh.models import ModelRef
+    cache = tmp_path / "hub"
+    snap = cache / "models--some-org--tiny" / "snapshots" / ("a" * 40)
+    shutil.copytree(tiny_model, snap)
+    (cache / "models--some-org--tiny" / "refs").mkdir()
+    (cache / "models--some-org--tiny" / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = make("some-org/tiny")
+    assert model.path == snap.resolve() and model.endpoint == ModelRef(f"hf/{tiny_model}").endpoint
+    for f in snap.iterdir():  # a snapshot with only a config, as AutoConfig alone leaves: not a cached model
+        if f.name != "config.json":
+            f.unlink()
+    code, err = cli_run(capsys, "hf/some-org/tiny", tmp_path / "run")
+    one_line_error(code, err, "not in the local Hugging Face cache")

@@ -78,7 +78,8 @@ def check_model_dir(path: Path, spec: str) -> None:
                         f"tokenizer files and *.safetensors or *.bin weights)")
     if not any(fnmatch.fnmatch(n, pat) for n in names for pat in WEIGHT_FILES):
         raise UserError(f"{spec}: {path} has a config.json but no weights (*.safetensors or *.bin)")
-    if not any(n.startswith("tokenizer") or n in ("vocab.json", "vocab.txt") or n.endswith(".model") for n in names):
+    if not any(n.startswith("tokenizer") or n in ("vocab.json", "vocab.txt") or n.endswith((".model", ".tiktoken"))
+               for n in names):
         raise UserError(f"{spec}: {path} has no tokenizer files (save the tokenizer into the same folder)")
 
 
@@ -92,9 +93,13 @@ def _hub_snapshot(repo_id: str, download: bool) -> Path:
 
     try:
         # The cache first: a model already downloaded needs no network, and its snapshot is what the
-        # fingerprint is taken of.
-        return Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True, allow_patterns=list(MODEL_FILES)))
-    except LocalEntryNotFoundError:
+        # fingerprint is taken of. A snapshot holding only some files (a config fetched on its own)
+        # counts as not cached.
+        cached = Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True,
+                                                        allow_patterns=list(MODEL_FILES)))
+        check_model_dir(cached, f"hf/{repo_id}")
+        return cached
+    except (LocalEntryNotFoundError, UserError):
         pass
     except Exception as e:  # noqa: BLE001 - a malformed id and the like: one line, not a traceback
         raise UserError(f"hf/{repo_id}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
@@ -113,14 +118,16 @@ def _hub_snapshot(repo_id: str, download: bool) -> Path:
         raise UserError(f"{nowhere} no model of that name on the Hugging Face hub (a private or gated one "
                         f"needs HF_TOKEN)") from None
     except Exception as e:  # noqa: BLE001 - no network, a proxy, a timeout: one line saying so
-        raise UserError(f"{nowhere} the Hugging Face hub did not answer ({type(e).__name__}); set HF_HUB_OFFLINE=1 "
-                        f"to use the local cache only, or give a local folder") from None
+        raise UserError(f"{nowhere} the Hugging Face hub did not answer ({type(e).__name__}); set "
+                        f"HF_HUB_OFFLINE=1 to use the local cache only, or give a local folder") from None
     try:
         path = huggingface_hub.snapshot_download(repo_id, allow_patterns=list(MODEL_FILES), etag_timeout=5)
     except Exception as e:  # noqa: BLE001 - no network, no such repo, gated: say which, once
         msg = str(e).splitlines()[0] if str(e) else ""
-        raise UserError(f"{nowhere} cannot download it from the Hugging Face hub ({type(e).__name__}: {msg[:200]}); "
-                        f"set HF_HUB_OFFLINE=1 to use the local cache only, or give a local folder") from None
+        raise UserError(f"{nowhere} cannot download it from the Hugging Face hub ({type(e).__name__}: "
+                        f"{msg[:200]}); set HF_HUB_OFFLINE=1 to use the local cache only, or give a local "
+                        f"folder") from None
+    check_model_dir(Path(path), f"hf/{repo_id}")  # a repo that is not a causal LM's files
     return Path(path)
 
 
