@@ -461,3 +461,15 @@ def test_a_cached_hub_id_loads_offline_and_is_the_same_model_as_its_files(tiny_m
             f.unlink()
     code, err = cli_run(capsys, "hf/some-org/tiny", tmp_path / "run")
     one_line_error(code, err, "not in the local Hugging Face cache")
+
+
+def test_torch_threads_follow_the_cpu_quota(tmp_path):
+    import os
+    from trustmh.models.hf import cpu_budget
+    cores = len(os.sched_getaffinity(0))
+    quota = tmp_path / "cpu.max"
+    quota.write_text("50000 100000\n")  # docker --cpus 0.5
+    assert cpu_budget(str(quota)) == 1
+    quota.write_text("max 100000\n")
+    assert cpu_budget(str(quota)) == cores
+    assert cpu_budget(str(tmp_path / "absent")) == cores

@@ -60,6 +60,19 @@ def pick_device(torch: Any) -> str:
     return "cpu"
 
 
+def cpu_budget(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (docker --cpus)."""
+    n = len(os.sched_getaffinity(0))
+    try:
+        with open(cpu_max, encoding="ascii") as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max":
+            n = min(n, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota here
+    return max(1, n)
+
+
 def bucket(n_tokens: int) -> int:
     """Length bucket of a prompt: 0 for up to 32 tokens (padding that little costs less than splitting
     short prompts into batches of their own), then one per 1.5x (32-48, 48-72, ...)."""
@@ -160,7 +173,7 @@ class HFModel(Model):
         if self.device == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
             # One intra-op thread per core this process may use: torch counts the host's cores, which in a
             # container or under taskset oversubscribes and runs slower than fewer threads.
-            torch.set_num_threads(max(1, min(torch.get_num_threads(), len(os.sched_getaffinity(0)))))
+            torch.set_num_threads(min(torch.get_num_threads(), cpu_budget()))
         try:
             self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, local_files_only=True)
             dtype = torch.float32 if self.device == "cpu" else "auto"
