@@ -332,6 +332,9 @@ def test_missing_chat_template_warns_once_and_is_recorded(tiny_model, tmp_path, 
     assert err.count("has no chat template") == 1
     assert first.chat_template_missing and second.identity()["chat_template"] is False
     assert first.render([{"role": "user", "content": "help"}]) == "user: help\nassistant:"
+    from trustmh.models import hf_files, model_identity
+    (note,) = hf_files.identity_notes(f"hf/{plain}", model_identity(f"hf/{plain}"))
+    assert "no chat template" in note and not hf_files.identity_notes("x", model_identity(f"hf/{tiny_model}"))
     assert make(tiny_model).chat_template_missing is False
 
 

@@ -213,6 +213,15 @@ def identity(folder: Path) -> dict:
             "chat_template": has_chat_template(folder), "versions": library_versions()}
 
 
+def identity_notes(spec: str, ident: dict) -> list[str]:
+    """Lines for results.json's notes about an hf/ model's identity() that a reader must know."""
+    if ident.get("chat_template", True):
+        return []
+    return [f"model {spec}: its tokenizer has no chat template, so prompts were sent as a plain "
+            f"'role: content' transcript ending in 'assistant:'; an instruction-tuned model may answer "
+            f"differently than through its own template"]
+
+
 def check_unchanged(spec: str, recorded: dict | None, current: dict) -> None:
     """Refuse to add replies of a model whose files changed to a run made with the old ones. `recorded`
     and `current` are identity() dicts (None: nothing recorded yet, a new run)."""
