@@ -119,3 +119,34 @@ def test_shard_size_cuts_request_families_not_samples():
                     where.setdefault((shard.model, d["request_task"] or d["task"], d["item"]["id"]), set()).add(i)
         # a robustness item and the base task's clean request it shares are never split across shards
         assert len(where) == len(MODELS) * len(families) and all(len(v) == 1 for v in where.values())
+
+
+def test_a_relative_hf_path_works_on_workers_started_elsewhere(local_ray, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from test_hf import build_tiny_model
+    from trustmh.executors.ray_executor import RayExecutor
+    # The Ray instance was started in pytest's directory, so its workers run there; the driver is elsewhere.
+    build_tiny_model(tmp_path / "models" / "tiny")
+    monkeypatch.chdir(tmp_path)
+    spec = run_spec(models=["hf/models/tiny"], tasks="privacy.awareness_tier1", limit=2)
+    _, res, calls = run_quiet(spec, tmp_path / "run", executor=RayExecutor(units_per_shard=1))
+    t = res.models["hf/models/tiny"].tasks["privacy.awareness_tier1"]
+    assert calls["hf/models/tiny"] == 2 and t.n_samples == 2 and t.n_errors == 0
+
+
+def test_an_unreachable_ray_address_fails_within_seconds():
+    import socket
+    import time
+    from trustmh.errors import UserError
+    from trustmh.executors import make_executor
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(UserError, match="cannot reach a Ray cluster"):
+            make_executor("ray", ray_address=address)
+    with pytest.raises(UserError, match="host:port"):
+        make_executor("ray", ray_address="not an address")
+    assert time.monotonic() - t0 < 10

@@ -167,11 +167,13 @@ def _probe_spec(suite: str, ddir: Path):
     return RunSpec(models=["baseline/refuse"], suite=suite, data_dir=str(ddir))
 
 
-def _limits(max_connections: int, timeout: float, max_retries: int):
+def _limits(max_connections: int, timeout: float, max_retries: int, batch_size: int | None = None):
     from .engine import Limits
     if max_connections < 1:
         raise UserError("--max-connections must be at least 1")
-    return Limits(max_connections=max_connections, timeout=timeout, max_retries=max_retries)
+    if batch_size is not None and batch_size < 1:
+        raise UserError("--batch-size must be at least 1")
+    return Limits(max_connections=max_connections, timeout=timeout, max_retries=max_retries, batch_size=batch_size)
 
 
 def _pillar_summary(mr) -> None:
@@ -276,6 +278,11 @@ def run_cmd(
         None, help="Decide refusals (safety.jailbreak, safety.over_refusal) with a local Hugging Face "
                    "classifier: hf/<path>, or hf/<path>#refusal_label=<label> when the refusal class is not "
                    "LABEL_0 (needs the hf extra)."),
+    batch_size: Optional[int] = typer.Option(
+        None, help="hf/ models: requests per generate() call, fixed (default: adapted to measured throughput, "
+                   "per prompt-length bucket). Never part of the run's identity."),
+    force: bool = typer.Option(False, help="Start a new run in --out even though a local (hf/) model's files "
+                                           "changed since it began (refused otherwise)."),
     executor: str = typer.Option("local", help="Where replies are fetched: local (this process) or ray (shards "
                                                "as Ray tasks; needs the ray extra; see docs/scale.md)."),
     ray_address: Optional[str] = typer.Option(None, help="With --executor ray: a cluster to join (auto, or "
@@ -332,8 +339,8 @@ def run_cmd(
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
-                                           limits=_limits(max_connections, timeout, max_retries),
-                                           executor=chosen_executor, events=view)
+                                           limits=_limits(max_connections, timeout, max_retries, batch_size),
+                                           executor=chosen_executor, force=force, events=view)
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
         raise typer.Exit(130)

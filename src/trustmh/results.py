@@ -93,6 +93,8 @@ class ModelResults(BaseModel):
     beyond_paper: dict[str, float | None] = Field({}, description="trust scores of tasks outside the paper's "
                                                                   "structure; never part of a pillar")
     aggregation: str = ""
+    identity: dict[str, Any] | None = Field(None, description="a local model's content fingerprint, files, chat "
+                                                                "template and library versions (hf/ models)")
 
 
 class RunResults(BaseModel):

@@ -37,10 +37,11 @@ def context(spec: RunSpec) -> RunContext:
 
 
 def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,
-        generate: bool = True, executor=None, accept_stored: bool = False,
+        generate: bool = True, executor=None, accept_stored: bool = False, force: bool = False,
         events: EventSink = ignore) -> tuple[Path, RunResults, dict[str, int]]:
     """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made).
-    With `generate` False the tested models are never called (re-scoring). `executor` (see
+    With `generate` False the tested models are never called (re-scoring). `force` starts a new run over
+    one whose local (hf/) model files have changed. `executor` (see
     trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here."""
     limits = limits or Limits()
     ctx = context(spec)
@@ -63,7 +64,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
                 else:
                     calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
-                                                events=events))
+                                                force=force, events=events))
             except AuthFailure as e:
                 raise UserError(str(e)) from None
             t1 = time.perf_counter()

@@ -12,12 +12,14 @@ import collections
 from dataclasses import dataclass
 from typing import Any
 
-from ..models import ModelRef, make_model
+from ..models import make_model
 from ..models.replay import ReplayModel
 from ..store import Store
 from ..tasks import RunContext, Task
 from ..types import Response, Sample
 from .endpoint import CallWriter, Endpoint
+from . import identity
+from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import Prepared
 from .spec import Limits, RunSpec, generation_request, judge_request
@@ -35,11 +37,11 @@ class Judges:
         return ep.model.endpoint if ep is not None else None
 
 
-def judge_ids(spec: RunSpec, ctx: RunContext) -> dict[str, str]:
+def judge_ids(spec: RunSpec, ctx: RunContext, store: Store | None = None) -> dict[str, str]:
     """Endpoint id per judge role, without building any client (what scoring reads links by)."""
     out = {}
     if spec.judge != "rules":
-        out["llm"] = ModelRef(spec.judge, spec.judge_base_url).endpoint
+        out["llm"] = model_ref(spec.judge, spec.judge_base_url, store).endpoint
     classifier = ctx.options.get("refusal_classifier")
     if classifier:
         from ..judges.hf_classifier import parse_spec
@@ -65,11 +67,13 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
 
 
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
-                  *, generate: bool = True, events: EventSink = ignore) -> dict[str, int]:
+                  *, generate: bool = True, force: bool = False, events: EventSink = ignore) -> dict[str, int]:
     """Phase 1 for every model of the run. With `generate` False (re-scoring) the tested models are never
     called: only judgements missing for this run's judges are made. Returns the calls made per model spec
     (and "judge")."""
     judge_models = _judge_models(spec, ctx, prepared, limits)
+    if "llm" in judge_models:
+        identity.record(spec.judge, judge_models["llm"], store, force=force)
     if not generate and not judge_models:
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
@@ -87,9 +91,11 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
             if generate:
                 model = make_model(model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed,
                                    transport=spec.options.get("transport", "http"),
-                                   max_connections=limits.max_connections)
+                                   max_connections=limits.max_connections, batch_size=limits.batch_size)
                 if isinstance(model, ReplayModel):
                     model.check_ids(ids)
+                # A local model whose files changed since this run began is refused (--force: a new run).
+                identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
                 try:
                     await _Collector(spec, ctx, samples, gen_ep, judges, store, events, model_spec).run()
@@ -97,7 +103,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                     await model.aclose()
                 calls[model_spec] = gen_ep.n_calls
             else:
-                ref = ModelRef(model_spec, spec.base_url)
+                ref = model_ref(model_spec, spec.base_url, store)
                 await _Collector(spec, ctx, samples, None, judges, store, events, model_spec, ref.endpoint).run()
                 calls[model_spec] = 0
         if judges.endpoints:

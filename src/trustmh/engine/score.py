@@ -27,6 +27,7 @@ from ..store import Store
 from ..tasks import RunContext, Task
 from ..types import Response, Sample
 from .collect import judge_ids
+from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import Prepared
 from .rundir import HashingWriter, atomic_write
@@ -165,7 +166,7 @@ def _clean(v: float | None) -> float | None:
 def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
              checksums: dict[str, str], *, accept_stored: bool = False, events: EventSink = ignore) -> RunResults:
     """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
-    sc = Scoring(spec, ctx, store, judge_ids(spec, ctx), accept_stored)
+    sc = Scoring(spec, ctx, store, judge_ids(spec, ctx, store), accept_stored)
     models: dict[str, ModelResults] = {}
     total = len(spec.models) * sum(len(p.samples) for p in prepared)
     events(PhaseStarted("score", "scoring", total))
@@ -174,15 +175,18 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
     with tmp.open("w", encoding="utf-8") as fh:
         out = HashingWriter(fh)
         for model_spec in spec.models:
-            model = ModelRef(model_spec, spec.base_url)
+            model = model_ref(model_spec, spec.base_url, store)
             tasks = {}
             for p in prepared:
                 tasks[p.task.id] = score_task(sc, p, model, out)
                 done += len(p.samples)
                 events(PhaseProgress("score", "scoring", done, total))
             models[model_spec] = model_summary(model_spec, tasks, seed=spec.seed)
+            models[model_spec].identity = recorded(model_spec, store)
     events(PhaseDone("score", "scoring"))
     notes = param_notes(spec)
+    from ..models.hf_files import identity_notes
+    notes += [n for m in spec.models if (ident := recorded(m, store)) for n in identity_notes(m, ident)]
     if sc.stale:
         n = sum(sc.stale.values())
         notes.append(f"{n} stored judgements ({', '.join(f'{t}: {k}' for t, k in sorted(sc.stale.items()))}) were "
@@ -192,7 +196,7 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
     results = RunResults(
         run_id=run_dir.name, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         spec=spec.to_json(), data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
-        versions=versions(), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
+        versions=versions(spec), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                                         "method": "percentile, resampling items (scenarios for leakage)"},
         models=models, notes=notes)
     # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it

@@ -89,6 +89,7 @@ class Limits:
     max_retries: int = 6
     backoff_base: float = 1.0
     backoff_max: float = 60.0
+    batch_size: int | None = None  # hf/ models: requests per generate() call (None: adapted to throughput)
 
 
 def data_source(spec: RunSpec) -> DataSource:
@@ -125,11 +126,14 @@ def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec,
                    None)
 
 
-def versions() -> dict[str, str]:
+def versions(spec: RunSpec | None = None) -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for pkg in ("trustmh", "openai", "anthropic", "numpy", "scipy", "scikit-learn", "pydantic"):
+    for pkg in ("trustmh", "openai", "anthropic", "numpy", "scipy", "pydantic"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
+    if spec is not None and any(m.startswith("hf/") for m in [*spec.models, spec.judge]):
+        from ..models.hf_files import library_versions  # the same weights can answer differently under another
+        out.update(library_versions())
     return out
 
 

@@ -17,14 +17,18 @@ driver that dies loses only the shards still running: rerunning the command resu
 on the driver from the merged store, exactly as after a local run.
 
 Nodes need trustmh installed and, for API models, their keys in the environment; replay files and hf/
-model paths must exist on every node. --max-connections bounds each shard: with K shards running at
-once an endpoint sees up to K times that many requests."""
+model paths must exist on every node. A relative hf/ path is made absolute here, on the driver: Ray
+workers run in the directory their `ray start` ran in, not the driver's (the model's identity is its
+content, so the cache keys do not change). A --ray-address is tried with one TCP connection first:
+ray.init would retry an address where nothing listens for minutes. --max-connections bounds each
+shard: with K shards running at once an endpoint sees up to K times that many requests."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import math
+import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -101,8 +105,33 @@ def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_i
 LINKS = "model, task, item_id, variant, rubric, judge, key, version"
 
 
+def check_address(address: str | None, timeout: float = 3.0) -> None:
+    """A UserError within `timeout` seconds when nothing listens at a host:port or ray://host:port address
+    ("auto" and no address are left to Ray, which answers those at once)."""
+    if not address or address in ("auto", "local"):
+        return
+    host, sep, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UserError(f"--ray-address must be auto, host:port or ray://host:port, not '{address}'")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise UserError(f"cannot reach a Ray cluster at {address}: {e.strerror or e} (is `ray start --head` "
+                        f"running there, and is the port open?)") from None
+
+
+def absolute_spec(model: str) -> str:
+    """hf/<relative folder> as hf/<absolute folder>, for workers whose working directory is not ours."""
+    from ..models.hf_files import is_local
+    provider, _, name = model.partition("/")
+    if provider == "hf" and is_local(name):
+        return f"hf/{Path(name).expanduser().resolve()}"
+    return model
+
+
 class RayExecutor:
     def __init__(self, address: str | None = None, units_per_shard: int | None = None):
+        check_address(address)
         self.address, self.units_per_shard = address, units_per_shard
 
     def __call__(self, spec, ctx, prepared, store, limits, *, events=None) -> dict[str, int]:
@@ -124,6 +153,8 @@ class RayExecutor:
             all_ids = {p.task.id: sorted(p.all_ids) for p in prepared if replay and not p.not_run}
             limits_json = dict(limits.__dict__)
             spec_json = spec.to_json()
+            spec_json["judge"] = absolute_spec(spec.judge)
+            shipped = {m: absolute_spec(m) for m in spec.models}
             task = ray.remote(run_shard)
             refs = {}
             for shard in shards:
@@ -131,7 +162,7 @@ class RayExecutor:
                 options = {"num_cpus": 1, "max_retries": 3}
                 if shard.model.startswith("hf/") and gpus:
                     options["num_gpus"] = 1
-                ref = task.options(**options).remote(spec_json, shard.model, shard.samples,
+                ref = task.options(**options).remote(spec_json, shipped[shard.model], shard.samples,
                                                      {t: all_ids[t] for t in shard.samples if t in all_ids},
                                                      seed, limits_json)
                 refs[ref] = shard
@@ -150,7 +181,8 @@ class RayExecutor:
                     raise
                 store.merge_calls(rows)  # as each shard ends: a driver that dies keeps the finished ones
                 store.put_links(links)
-                calls.update(shard_calls)
+                model = refs[done[0]].model
+                calls.update({model if k == shipped[model] else k: v for k, v in shard_calls.items()})
                 done_n += refs[done[0]].n
                 events(engine.PhaseProgress("generate", label, done_n, total))
             events(engine.PhaseDone("generate", label))

@@ -92,11 +92,34 @@ def resolve_base_url(spec: str, base_url: str | None) -> str | None:
 
 
 class ModelRef:
-    """Spec and endpoint id of a model, without building a client (for scoring from the store)."""
+    """Spec and endpoint id of a model, without building a client (for scoring from the store).
 
-    def __init__(self, spec: str, base_url: str | None = None):
+    An hf/ model's endpoint is its content fingerprint (models/hf_files.py): pass the one recorded when
+    the replies were made (`fingerprint`), or it is taken from the files now (a few stats once hashed),
+    which needs the model folder, or the hub's cached snapshot, to be here."""
+
+    def __init__(self, spec: str, base_url: str | None = None, *, fingerprint: str | None = None):
         self.spec = spec
-        self.endpoint = endpoint_id(spec, resolve_base_url(spec, base_url))
+        self.fingerprint = fingerprint
+        if spec.startswith("hf/"):
+            from . import hf_files
+            from .hf import hf_endpoint
+            if self.fingerprint is None:
+                self.fingerprint = hf_files.fingerprint(hf_files.model_dir(split_spec(spec)[1])).digest
+            self.endpoint = hf_endpoint(self.fingerprint)
+        else:
+            self.endpoint = endpoint_id(spec, resolve_base_url(spec, base_url))
+
+
+def model_identity(spec: str) -> dict | None:
+    """For an hf/ model, what identifies it beyond its spec (hf_files.identity(): fingerprint, files,
+    chat template, torch/transformers versions), without loading it; None for other providers. A run
+    records it per model and refuses to continue with a different one (hf_files.check_unchanged)."""
+    provider, name = split_spec(spec)
+    if provider != "hf":
+        return None
+    from . import hf_files
+    return hf_files.identity(hf_files.model_dir(name))
 
 
 KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
@@ -124,10 +147,12 @@ HEADER_VARS = ("OPENAI_ORG_ID", "OPENAI_PROJECT_ID")
 
 
 def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0, seed: int = 0,
-               purpose: str = "model", transport: str = "http", max_connections: int | None = None) -> Model:
+               purpose: str = "model", transport: str = "http", max_connections: int | None = None,
+               batch_size: int | None = None) -> Model:
     """Build the backend for a spec. API keys come from the environment only. `transport` (http, aiohttp or sdk)
-    and `max_connections` (the HTTP pool's size) apply to openai/ models; neither is part of the
-    endpoint's identity, so they never change a cache key."""
+    and `max_connections` (the HTTP pool's size) apply to openai/ models, `batch_size` (None: adapted to
+    measured throughput) to hf/ models; none is part of the endpoint's identity, so they never change a
+    cache key."""
     provider, name = split_spec(spec)
     base_url = resolve_base_url(spec, base_url)
     if base_url and _has_userinfo(base_url):
@@ -159,7 +184,7 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
         return AnthropicModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
     if provider == "hf":
         from .hf import HFModel  # torch and transformers load here, only for hf/ models
-        return HFModel(spec, name)
+        return HFModel(spec, name, batch_size=batch_size)
     raise AssertionError(provider)
 
 
@@ -172,5 +197,5 @@ def unsendable_params(spec: str) -> tuple[str, ...]:
     return ()
 
 
-__all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "normalize_url", "redact_url",
-           "resolve_base_url", "split_spec", "unsendable_params", "PROVIDERS"]
+__all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "model_identity", "normalize_url",
+           "redact_url", "resolve_base_url", "split_spec", "unsendable_params", "PROVIDERS"]

@@ -1,16 +1,29 @@
 """Local Hugging Face causal LMs: `hf/<hub id or local path>` (the `hf` extra: transformers + torch).
 
-Requests are batched: every generate() call joins a queue, and one loop takes whatever is waiting
-(up to the batch cap) as one `model.generate` call in a worker thread, so the event loop keeps taking
-requests while the model runs. The batch size therefore follows the load: the runner keeps up to
---max-connections requests in flight, and that many can share a batch. On out-of-memory the cap is
-halved and the batch retried, down to one request.
+Identity. The model is its files (see hf_files.py): `endpoint` is `hf@<fingerprint>`, so replies stored
+for old weights are never served for new ones, and `identity()` gives what results.json should record
+(fingerprint, files, torch and transformers versions, whether a chat template was used).
 
-The prompt is the tokenizer's chat template (add_generation_prompt); a tokenizer without one gets a
-plain "role: content" transcript. Decoding is greedy unless the request sets a temperature above 0.
-Requests that differ only in max_tokens share a batch: it runs to the largest, and each reply is cut
-at its own limit (for greedy decoding that equals generating with that limit). Device: cuda, else
-mps, else cpu; TRUSTMH_HF_DEVICE overrides it.
+Batching. Every generate() call is tokenised and joins a queue; one loop takes a batch from it and runs
+`model.generate` in a worker thread, so the event loop keeps taking requests while the model runs.
+  * A batch holds prompts of one length bucket (up to 32 tokens, then edges growing by 1.5x: a row is
+    padded by less than half its length), so long and short prompts never share a batch and nothing is
+    padded to the longest prompt of the queue.
+  * Each row stops at its own end: its eos or its own max_tokens (a per-row stopping criterion), and the
+    batch ends when every row has.
+  * The batch size follows measured throughput (prompt plus generated tokens per second), separately
+    for each length bucket: it starts small and moves (double or half) while throughput grows (_Sizer),
+    so it does not settle where batching is slower than batch size 1. `batch_size` fixes it instead
+    (--batch-size). Batches form from the requests in flight (--max-connections, 32 by default), which
+    mixed prompt lengths share out across buckets: more in flight, larger batches.
+  * Out of memory (CUDA, MPS or CPU) halves the batch and retries it; a single request that does not fit
+    fails with a typed error.
+  * aclose() (Ctrl-C, the end of the run) stops a batch in progress after the current decoding step.
+
+The prompt is the tokenizer's chat template (add_generation_prompt). A tokenizer without one gets a plain
+"role: content" transcript, with a warning and `chat_template_missing` set for results.json. Decoding is
+greedy unless the request sets a temperature above 0. Device: cuda, else mps, else cpu;
+TRUSTMH_HF_DEVICE overrides it.
 
 torch and transformers are imported when such a model is built, never by `import trustmh`."""
 
@@ -18,14 +31,21 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import math
 import os
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UserError
 from ..types import ModelError, Request, Response
+from . import hf_files
 from .base import Model
+
+DEFAULT_MAX_BATCH = 32
+_warned: set[str] = set()  # models already warned about (once per process, not once per shard or rerun)
 
 
 def pick_device(torch: Any) -> str:
@@ -40,24 +60,109 @@ def pick_device(torch: Any) -> str:
     return "cpu"
 
 
+def cpu_budget(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (docker --cpus)."""
+    n = len(os.sched_getaffinity(0))
+    try:
+        with open(cpu_max, encoding="ascii") as fh:
+            quota, period = fh.read().split()[:2]
+        if quota != "max":
+            n = min(n, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota here
+    return max(1, n)
+
+
+def bucket(n_tokens: int) -> int:
+    """Length bucket of a prompt: 0 for up to 32 tokens (padding that little costs less than splitting
+    short prompts into batches of their own), then one per 1.5x (32-48, 48-72, ...)."""
+    return 0 if n_tokens <= 32 else 1 + int(math.log(n_tokens / 32, 1.5) - 1e-9)
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """CUDA raises torch.OutOfMemoryError; the CPU allocator a RuntimeError (or MemoryError) that says so."""
+    if isinstance(e, MemoryError):
+        return True
+    if not isinstance(e, RuntimeError):
+        return False
+    if type(e).__name__ == "OutOfMemoryError":
+        return True
+    text = str(e).lower()
+    return "out of memory" in text or "can't allocate memory" in text or "not enough memory" in text
+
+
 @dataclass
 class _Job:
-    prompt: str
+    ids: list[int]
     max_new_tokens: int
     sampling: tuple[float, float]  # (temperature, top_p); 0 temperature = greedy
     seed: int
     future: asyncio.Future = field(repr=False)
+
+    @property
+    def group(self) -> tuple:
+        return (self.sampling, bucket(len(self.ids)))
+
+
+class _Sizer:
+    """Batch size per length bucket from measured throughput. The first bucket starts at 1; a new one
+    starts from the best size of the nearest bucket measured (halved when that bucket's prompts are
+    shorter: a longer row costs more). From there the size moves to an untried neighbour of the best
+    (double, then half) while that is faster, so a bucket where batching does not pay (long prompts on a
+    CPU) gets back to 1 after a batch or two. Settled, it tries a neighbour every PROBE_EVERY batches,
+    because first measurements are noisy and the machine's load changes."""
+
+    PROBE_EVERY = 8
+
+    def __init__(self, cap: int, fixed: bool):
+        self.cap, self.fixed = cap, fixed
+        self.rate: dict[int, dict[int, float]] = {}  # bucket -> batch size -> tokens/s (moving average)
+        self.runs: dict[int, int] = {}  # bucket -> batches taken at its best size
+
+    def best(self, b: int) -> int | None:
+        seen = {n: r for n, r in self.rate.get(b, {}).items() if n <= self.cap}
+        return max(seen, key=seen.get) if seen else None
+
+    def size(self, b: int) -> int:
+        """The size for the next batch of bucket `b` (called once per batch taken)."""
+        if self.fixed:
+            return self.cap
+        best = self.best(b)
+        if best is None:
+            near = sorted((abs(o - b), o > b, o) for o in self.rate if self.best(o) is not None)
+            if not near:
+                return 1
+            other = near[0][2]
+            return max(1, self.best(other) // (2 if other < b else 1))
+        for n in (best * 2, best // 2):
+            if 1 <= n <= self.cap and n not in self.rate[b]:
+                return n  # an untried neighbour of the best
+        self.runs[b] = self.runs.get(b, 0) + 1
+        if self.runs[b] % self.PROBE_EVERY == 0:
+            probe = best * 2 if (self.runs[b] // self.PROBE_EVERY) % 2 else best // 2
+            if 1 <= probe <= self.cap:
+                return probe
+        return best
+
+    def record(self, b: int, n: int, tokens_per_s: float) -> None:
+        n = 1 << (n.bit_length() - 1)  # a short queue gives odd sizes; file them under a power of two
+        rates = self.rate.setdefault(b, {})
+        rates[n] = tokens_per_s if n not in rates else 0.7 * rates[n] + 0.3 * tokens_per_s
 
 
 class HFModel(Model):
     cacheable = True  # local generation is slow: store replies like an API's
     remote = True  # the runner's in-flight bound is what lets requests gather into batches
 
-    def __init__(self, spec: str, name: str, *, max_batch: int = 64):
+    def __init__(self, spec: str, name: str, *, batch_size: int | None = None, max_batch: int = DEFAULT_MAX_BATCH):
         super().__init__(spec)
+        if batch_size is not None and batch_size < 1:
+            raise UserError(f"--batch-size must be at least 1, not {batch_size}")
         missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
         if missing:
             raise UserError(f"{spec} needs {' and '.join(missing)}: pip install 'trustmh[hf]'")
+        self.path = hf_files.model_dir(name, download=True)  # one clear line for a bad path or hub id
+        self.fingerprint = hf_files.fingerprint(self.path)
         import torch
         import transformers
 
@@ -65,33 +170,62 @@ class HFModel(Model):
         transformers.utils.logging.disable_progress_bar()
         self.torch = torch
         self.device = pick_device(torch)
+        if self.device == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
+            # One intra-op thread per core this process may use: torch counts the host's cores, which in a
+            # container or under taskset oversubscribes and runs slower than fewer threads.
+            torch.set_num_threads(min(torch.get_num_threads(), cpu_budget()))
         try:
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(name)
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, local_files_only=True)
             dtype = torch.float32 if self.device == "cpu" else "auto"
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(name, dtype=dtype).to(self.device)
-        except (OSError, ValueError) as e:
-            raise UserError(f"{spec}: cannot load '{name}': {e}") from None
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                self.path, dtype=dtype, local_files_only=True).to(self.device)
+        except Exception as e:  # noqa: BLE001 - any load failure is the folder's problem: one line, no traceback
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise UserError(f"{spec}: cannot load the model in {self.path}: {type(e).__name__}: "
+                            f"{first[:300]}") from None
         self.model.eval()
         # Decoder-only models continue from the right: pad on the left.
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.max_batch = max_batch
+        self.chat_template_missing = not getattr(self.tokenizer, "chat_template", None)
+        if self.chat_template_missing and self.fingerprint.digest not in _warned:
+            _warned.add(self.fingerprint.digest)
+            print(f"warning: {spec} has no chat template; prompts are sent as a plain 'role: content' transcript "
+                  f"(recorded in results.json)", file=sys.stderr)
+        self._sizer = _Sizer(batch_size or max_batch, fixed=batch_size is not None)
         self.batch_sizes: list[int] = []  # what each model.generate call got (for tests and benchmarks)
+        self.batch_widths: list[tuple[int, int]] = []  # (shortest, longest) prompt of each call, in tokens
+        self._stop = threading.Event()  # set by aclose(): a batch in progress ends after its current step
         self._queue: list[_Job] = []
         self._wakeup: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
 
+    # --- identity ---------------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        return hf_endpoint(self.fingerprint)
+
+    @property
+    def max_batch(self) -> int:
+        return self._sizer.cap
+
+    def identity(self) -> dict[str, Any]:
+        """hf_files.identity() of the loaded model, with the device and dtype it runs in."""
+        return {**hf_files.identity(self.path), "chat_template": not self.chat_template_missing,
+                "device": self.device, "dtype": str(self.model.dtype).removeprefix("torch.")}
+
     # --- prompting --------------------------------------------------------------------------------
     def render(self, messages: list[dict[str, str]]) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
+        if not self.chat_template_missing:
             return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
 
     async def generate(self, request: Request) -> Response:
         p = request.params
         temperature = float(p.get("temperature") or 0.0)
-        job = _Job(self.render(request.messages), int(p.get("max_tokens") or 256),
+        ids = self.tokenizer(self.render(request.messages), add_special_tokens=False)["input_ids"]
+        job = _Job(ids, int(p.get("max_tokens") or 256),
                    (temperature, float(p.get("top_p") or 1.0) if temperature > 0 else 1.0),
                    int(p.get("seed") or 0), asyncio.get_running_loop().create_future())
         self._queue.append(job)
@@ -102,39 +236,53 @@ class HFModel(Model):
         return await job.future
 
     # --- batching ---------------------------------------------------------------------------------
+    def _take(self) -> list[_Job]:
+        """The next batch: requests of the oldest request's sampling setting and length bucket."""
+        group = self._queue[0].group
+        batch = [j for j in self._queue if j.group == group][: self._sizer.size(group[1])]
+        taken = set(map(id, batch))
+        self._queue = [j for j in self._queue if id(j) not in taken]
+        return [j for j in batch if not j.future.done()]  # a caller that gave up
+
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._queue:
-                # One sampling setting per batch; the oldest request decides which.
-                sampling = self._queue[0].sampling
-                batch = [j for j in self._queue if j.sampling == sampling][: self.max_batch]
-                taken = set(map(id, batch))
-                self._queue = [j for j in self._queue if id(j) not in taken]
-                batch = [j for j in batch if not j.future.done()]  # a caller that gave up
+                batch = self._take()
                 if not batch:
                     continue
                 t0 = time.perf_counter()
                 try:
                     outs = await loop.run_in_executor(None, self._generate_batch, batch)
-                except self.torch.cuda.OutOfMemoryError:
-                    if len(batch) == 1:
-                        self._fail(batch, ModelError("other", "out of memory for a single request"))
-                        continue
-                    self.max_batch = max(1, len(batch) // 2)
-                    self._queue = batch + self._queue  # retry them first, in smaller batches
-                    if self.device == "cuda":
-                        self.torch.cuda.empty_cache()
-                    continue
+                except asyncio.CancelledError:
+                    self._stop.set()  # the thread cannot be cancelled: make it return after this step
+                    raise
                 except Exception as e:  # noqa: BLE001 - one bad batch fails its requests, not the run
-                    self._fail(batch, ModelError("other", f"generation failed: {type(e).__name__}: {e}"))
+                    if is_out_of_memory(e):
+                        self._out_of_memory(batch)
+                    else:
+                        self._fail(batch, ModelError("other", f"generation failed: {type(e).__name__}: {e}"))
+                    continue
+                if self._stop.is_set():
+                    self._fail(batch, ModelError("other", "model closed during generation"))
                     continue
                 latency = time.perf_counter() - t0
+                self._sizer.record(batch[0].group[1], len(batch), sum(o[2] + o[3] for o in outs) / max(latency, 1e-9))
                 for job, (text, finish, n_prompt, n_out) in zip(batch, outs):
                     if not job.future.done():
                         job.future.set_result(Response(text, finish, n_prompt, n_out, latency))
+
+    def _out_of_memory(self, batch: list[_Job]) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()
+        if len(batch) == 1:
+            self._fail(batch, ModelError("other", f"out of memory for a single request of {len(batch[0].ids)} "
+                                                  f"prompt tokens on {self.device}"))
+            return
+        self._sizer.cap = max(1, len(batch) // 2)  # for every bucket: longer prompts need more, not less
+        self._queue = batch + self._queue  # retried first, in smaller batches
 
     @staticmethod
     def _fail(batch: list[_Job], err: ModelError) -> None:
@@ -145,11 +293,24 @@ class HFModel(Model):
     def _generate_batch(self, batch: list[_Job]) -> list[tuple[str, str, int, int]]:
         torch, tok = self.torch, self.tokenizer
         self.batch_sizes.append(len(batch))
-        enc = tok([j.prompt for j in batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        self.batch_widths.append((min(len(j.ids) for j in batch), max(len(j.ids) for j in batch)))
+        enc = tok.pad({"input_ids": [j.ids for j in batch]}, return_tensors="pt")
         enc = {k: v.to(self.device) for k, v in enc.items()}
-        longest = max(j.max_new_tokens for j in batch)
+        width = enc["input_ids"].shape[1]
+        limits = torch.tensor([j.max_new_tokens for j in batch], device=self.device)
+        stop = self._stop
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        class _RowLimits(StoppingCriteria):
+            # Each row ends at its own max_tokens (generate's max_new_tokens is the batch's largest);
+            # every row ends at once when the model is closed.
+            def __call__(self, input_ids, scores, **kwargs):
+                done = (input_ids.shape[1] - width) >= limits
+                return done | stop.is_set()
+
         temperature, top_p = batch[0].sampling
-        kwargs: dict[str, Any] = {"max_new_tokens": longest, "pad_token_id": tok.pad_token_id}
+        kwargs: dict[str, Any] = {"max_new_tokens": int(limits.max()), "pad_token_id": tok.pad_token_id,
+                                  "stopping_criteria": StoppingCriteriaList([_RowLimits()])}
         if temperature > 0:
             torch.manual_seed(batch[0].seed)  # seeded, but a sampled reply still depends on its batch
             kwargs.update(do_sample=True, temperature=temperature, top_p=top_p)
@@ -157,20 +318,20 @@ class HFModel(Model):
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with torch.inference_mode():
             out = self.model.generate(**enc, **kwargs)
-        width = enc["input_ids"].shape[1]
         eos = set(_as_list(self.model.generation_config.eos_token_id) or _as_list(tok.eos_token_id))
         results = []
-        for row, job, mask in zip(out, batch, enc["attention_mask"]):
+        for row, job in zip(out, batch):
             new = row[width:].tolist()
             cut = next((i for i, t in enumerate(new) if t in eos), None)
             if cut is not None and cut < job.max_new_tokens:
                 new, finish = new[:cut], "stop"
             else:
                 new, finish = new[: job.max_new_tokens], "length"
-            results.append((tok.decode(new, skip_special_tokens=True), finish, int(mask.sum()), len(new)))
+            results.append((tok.decode(new, skip_special_tokens=True), finish, len(job.ids), len(new)))
         return results
 
     async def aclose(self) -> None:
+        self._stop.set()
         if self._worker is not None:
             self._worker.cancel()
             try:
@@ -180,6 +341,11 @@ class HFModel(Model):
             self._worker = None
         self._fail(self._queue, ModelError("other", "model closed"))
         self._queue = []
+
+
+def hf_endpoint(fp: hf_files.Fingerprint | str) -> str:
+    """The cache-key identity of an hf/ model: its content, whatever path or hub id named it."""
+    return f"hf@{fp.digest if isinstance(fp, hf_files.Fingerprint) else fp}"
 
 
 def _as_list(x: Any) -> list[int]:
