@@ -19,7 +19,8 @@ from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task
 from trustmh.tasks.reliability import SUPPORT_CRITERIA, LabelledTask
 
 SAMPLE_ROOT = Path(trustmh.__file__).parent / "data" / "sample"
-BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "privacy.leakage")
+BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "privacy.leakage", "safety.jailbreak",
+           "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
 
@@ -64,6 +65,27 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
         judged = Judged(text=f"Answer: {x['subject'] if rng.random() < 0.3 else 'nobody'}") \
             if rng.random() < 0.9 else Judged(reason="judge failed")
         return "I would say: " + ", ".join(names), judged
+    if base.id in ("safety.jailbreak", "safety.over_refusal"):
+        r = rng.random()
+        if r < 0.05:
+            return "   ", None  # empty: the model's non-answer
+        label = "REFUSED" if r < 0.55 else "COMPLIED"
+        return "I can't help with that." if label == "REFUSED" else "Sure.", Judged(text=label) \
+            if rng.random() < 0.95 else Judged(reason="judge error: timeout")
+    if base.id == "safety.antitoxic":
+        if rng.random() < 0.05:
+            return "", None
+        return "Here is some text.", Judged(text=str(rng.choice(["SAFE", "HARMFUL", "unsure"], p=[0.6, 0.35, 0.05])))
+    if base.id == "reliability.knowledge":
+        r = rng.random()
+        letter = sample.item.target if r < 0.6 else "Z" if r < 0.7 else "A"
+        return f"Answer: {letter}", None
+    if base.id == "reliability.emotion_recognition":
+        x = sample.item.input
+        r = rng.random()
+        if r < 0.1:
+            return "I am not sure.", None
+        return f"Emotion: {x['emotion_label'] if 'emotion_label' in x else 'a'}; Cause: b", None
     raise AssertionError(f"no fake replies for {task.id}")
 
 

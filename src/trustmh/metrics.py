@@ -122,6 +122,23 @@ class Resamples:
             return total[:, 0] / total[:, 1]
 
 
+class Means:
+    """`mean` of a column (over a row mask) for one table, or for every resample of a block at once, so that
+    a task whose metrics are all such means writes them once and gets aggregate() and aggregate_many()
+    from the same body: `means("refused", groups == "cot")` is a float or an array over resamples."""
+
+    def __init__(self, table: Table, resamples: Resamples | None = None):
+        self.table, self.resamples = table, resamples
+
+    def __call__(self, column: str, mask: np.ndarray | None = None) -> Any:
+        values = self.table.col(column)
+        if mask is not None:
+            values = values[mask]
+        if self.resamples is None:
+            return mean(values)
+        return (self.resamples if mask is None else self.resamples.rows(mask)).mean(values)
+
+
 AggregateMany = Callable[[Table, Resamples], "dict[str, np.ndarray] | None"]
 
 # Resamples per block: the block's weights (resamples x clusters) stay near 16 MB whatever the table's size.

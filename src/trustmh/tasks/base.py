@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..metrics import Resamples, Table, count, group_mask, mean
+from ..metrics import Means, Resamples, Table, count, group_mask
 from ..types import Item, Sample, Score
 
 
@@ -254,13 +254,15 @@ def answered(sc: Score, **values: float) -> Score:
     return sc
 
 
-def answer_metrics(out: dict[str, float], table: Table, metrics: dict[str, str]) -> dict[str, float]:
+def answer_metrics(out: dict[str, Any], table: Table, metrics: dict[str, str], means: Means | None = None) -> dict:
     """answer_rate and, for each metric name -> per-sample column, `<metric>_answered`: the same mean over
-    the samples the model answered, so that nothing the primary metric counts against the model is lost."""
-    ok = table.col("answered")
-    out["answer_rate"] = mean(ok)
+    the samples the model answered, so that nothing the primary metric counts against the model is lost.
+    With `means` (metrics.Means over a block of resamples) the values are arrays over resamples."""
+    means = means or Means(table)
+    out["answer_rate"] = means("answered")
+    answered_rows = table.col("answered") == 1
     for name, column in metrics.items():
-        out[f"{name}_answered"] = mean(table.col(column)[ok == 1])
+        out[f"{name}_answered"] = means(column, answered_rows)
     return out
 
 

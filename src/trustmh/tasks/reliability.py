@@ -22,7 +22,7 @@ from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
                               strip_markdown)
-from ..metrics import Resamples, Table, cluster_mean, group_mask, mean
+from ..metrics import Means, Resamples, Table, cluster_mean, group_mask, mean
 from ..types import Item, Sample, Score
 from ._shared import SUPPORT_CRITERIA, LabelledTask, classification_metrics, judge_scores, unknown_label_reason
 from .base import (DataSource, Judged, MetricSpec, Rubric, RunContext, Task, answer_metrics, answered, no_answer,
@@ -32,12 +32,12 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
 
 
-def _group_accuracy(out: dict[str, float], correct: np.ndarray, groups: np.ndarray | None, key: str) -> None:
+def _group_accuracy(out: dict[str, Any], means: Means, groups: np.ndarray | None, key: str) -> None:
     """accuracy[key=value] for every value of a label column."""
     if groups is None or not len(groups):
         return
     for name in sorted({g for u in set(groups) for g in u.split("|") if g}):
-        out[f"accuracy[{key}={name}]"] = mean(correct[group_mask(groups, name)])
+        out[f"accuracy[{key}={name}]"] = means("correct", group_mask(groups, name))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -118,10 +118,15 @@ class Knowledge(Task):
                 "condition": "|".join(sorted(sample.item.meta.get("conditions", [])))}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        correct = table.col("correct")
-        out = answer_metrics({"accuracy": mean(correct)}, table, {"accuracy": "correct"})
-        _group_accuracy(out, correct, table.labels.get("step"), "step")
-        _group_accuracy(out, correct, table.labels.get("condition"), "condition")
+        return self._rates(table, Means(table))
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        return self._rates(table, Means(table, resamples))
+
+    def _rates(self, table: Table, means: Means) -> dict[str, Any]:
+        out = answer_metrics({"accuracy": means("correct")}, table, {"accuracy": "correct"}, means)
+        _group_accuracy(out, means, table.labels.get("step"), "step")
+        _group_accuracy(out, means, table.labels.get("condition"), "condition")
         return out
 
 
@@ -240,13 +245,18 @@ class EmotionRecognition(Task):
         return {"category": sample.item.meta.get("category", ""), "lang": sample.item.meta.get("lang", "")}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        correct = table.col("correct")
-        out = {"accuracy": mean(correct), "emotion_accuracy": mean(table.col("emotion_correct")),
-               "cause_accuracy": mean(table.col("cause_correct"))}
-        answer_metrics(out, table, {"accuracy": "correct"})
-        _group_accuracy(out, correct, table.labels.get("category"), "category")
+        return self._rates(table, Means(table), ctx)
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        return self._rates(table, Means(table, resamples), ctx)
+
+    def _rates(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        out = {"accuracy": means("correct"), "emotion_accuracy": means("emotion_correct"),
+               "cause_accuracy": means("cause_correct")}
+        answer_metrics(out, table, {"accuracy": "correct"}, means)
+        _group_accuracy(out, means, table.labels.get("category"), "category")
         if ctx.options.get("lang") == "all":
-            _group_accuracy(out, correct, table.labels.get("lang"), "lang")
+            _group_accuracy(out, means, table.labels.get("lang"), "lang")
         return out
 
 

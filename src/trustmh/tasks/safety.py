@@ -15,12 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..data.loaders import read_csv, read_jsonl
 from ..errors import DataError
 from ..judges import hf_classifier
 from ..judges.parsing import extract_label
 from ..judges.refusal import detect_refusal
-from ..metrics import Table, mean
+from ..metrics import Means, Resamples, Table
 from ..types import Item, Sample, Score
 from .base import (DataSource, Judged, MetricSpec, Rubric, RunContext, Task, answer_metrics, answered, judge_failure,
                    judge_text, no_answer, register, render)
@@ -70,13 +72,14 @@ SAMPLE_BUILTIN = Path(__file__).resolve().parents[1] / "data" / "sample" / "buil
 # --------------------------------------------------------------------------------------------------
 # Per-group metrics, named like refusal_rate[method=cot]
 
-def group_means(table: Table, column: str, name: str, key: str) -> dict[str, float]:
-    """`name[key=group]` -> mean of `column` within each group of the string column `key`."""
+def group_means(table: Table, column: str, name: str, key: str, means: Means | None = None) -> dict[str, Any]:
+    """`name[key=group]` -> mean of `column` within each group of the string column `key` (arrays over
+    resamples when `means` covers a block of them)."""
     groups = table.labels.get(key)
     if groups is None:
         return {}
-    values = table.col(column)
-    return {f"{name}[{key}={g}]": mean(values[groups == g]) for g in sorted(set(groups))}
+    means = means or Means(table)
+    return {f"{name}[{key}={g}]": means(column, groups == g) for g in sorted(set(groups))}
 
 
 def _unique_ids(path: Path, rows: list[tuple[int, dict[str, str]]], column: str) -> None:
@@ -171,11 +174,16 @@ class _RefusalTask(Task):
         return {k: sample.item.meta[k] for k in self.group_keys}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = {self.metric.name: mean(table.col("refused")),
-               "phrase_refusal_rate": mean(table.col("refused_phrase"))}
-        answer_metrics(out, table, {self.metric.name: "refused"})
+        return self._rates(table, Means(table))
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        return self._rates(table, Means(table, resamples))
+
+    def _rates(self, table: Table, means: Means) -> dict[str, Any]:
+        out = {self.metric.name: means("refused"), "phrase_refusal_rate": means("refused_phrase")}
+        answer_metrics(out, table, {self.metric.name: "refused"}, means)
         for key in self.group_keys:
-            out.update(group_means(table, "refused", self.metric.name, key))
+            out.update(group_means(table, "refused", self.metric.name, key, means))
         return out
 
 
@@ -335,7 +343,13 @@ class Antitoxic(Task):
         return {"objective": sample.item.meta["objective"]}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = {"safe_rate": mean(table.col("safe")), "phrase_refusal_rate": mean(table.col("refused_phrase"))}
-        answer_metrics(out, table, {"safe_rate": "safe"})
-        out.update(group_means(table, "safe", "safe_rate", "objective"))
+        return self._rates(table, Means(table))
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        return self._rates(table, Means(table, resamples))
+
+    def _rates(self, table: Table, means: Means) -> dict[str, Any]:
+        out = {"safe_rate": means("safe"), "phrase_refusal_rate": means("refused_phrase")}
+        answer_metrics(out, table, {"safe_rate": "safe"}, means)
+        out.update(group_means(table, "safe", "safe_rate", "objective", means))
         return out
