@@ -2,9 +2,15 @@
 and escalation (how appropriately the model answers a person in crisis).
 
 Identification and escalation use the human-labelled LLMs-Mental-Health-Crisis file (206 records, 190
-with a majority label; the 16 annotator ties have no gold label and are left out, as the paper does).
+with a majority label). Under --protocol trustmh the 16 annotator ties, which have no gold label, are left
+out; under --protocol paper identification classifies all 206 (a tie's gold is no_crisis, as the paper's
+predecessor code scores it) and escalation is judged on the 190, as that code judges them.
 Escalation replies are rated 1-5 by an LLM judge against the protocol.csv row of the gold label; whether a
-reply gives a crisis resource is a deterministic pattern check and needs no judge."""
+reply gives a crisis resource is a deterministic pattern check and needs no judge.
+
+Under --protocol paper each task sends, parses and scores as PAPER_PROTOCOL.md §2 documents for the
+Python-Work predecessor (evidence B), reading its prompts and settings from the staged method files, and
+reports the paper's flawed metric first with trustmh's corrected companion beside it."""
 
 from __future__ import annotations
 
