@@ -233,12 +233,8 @@ class Identification(LabelledTask):
             sc.unscored["correct"] = "message is empty"
         elif pred is None:
             # A refusal or an unusable label is a miss of the gold class (the paper's code makes it a class
-            # of its own, or no_crisis with --upstream-compat): never left out.
-            if ctx.upstream_compat:
-                sc.parsed = "no_crisis"
-                sc.notes.append("no label found; read as no_crisis as the paper's code does")
-            no_answer(sc, unknown_label_reason(reply, "no single crisis label found in reply"),
-                      correct=float(sc.parsed == gold))
+            # of its own, see _paper_score): never left out.
+            no_answer(sc, unknown_label_reason(reply, "no single crisis label found in reply"), correct=0.0)
         else:
             answered(sc, correct=float(pred == gold))
         return sc
