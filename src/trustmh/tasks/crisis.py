@@ -359,7 +359,8 @@ def budget_posts(posts: list[str], budget: int = POST_BUDGET_CHARS) -> tuple[lis
     return kept[::-1], len(posts) - len(kept)
 
 
-_PAPER_LEVEL_ALIASES = {lev.lower(): lev for lev in LEVELS} | dict.fromkeys(("no-risk", "no_risk", "nrisk"), "Supportive")
+_PAPER_LEVEL_ALIASES = ({lev.lower(): lev for lev in LEVELS}
+                        | dict.fromkeys(("no-risk", "no_risk", "nrisk"), "Supportive"))
 
 
 def paper_level(raw: Any) -> str | None:
