@@ -622,7 +622,7 @@ def paper_protocol_scales(path, columns: dict[str, str]) -> dict[str, dict[str, 
     scales = {}
     for row in csv.DictReader(io.StringIO(read_text(path), newline="")):
         if row.get("label"):
-            scales[row["label"]] = {k: row.get(c) or "" for k, c in columns.items()}
+            scales[row["label"]] = {k: row.get(c, "") for k, c in columns.items()}  # a short row: None, as there
     if not scales:
         raise DataError(path, "no label rows")
     return scales
