@@ -158,24 +158,35 @@ def test_identification_refusing_suicidal_ideation_is_a_miss(upstream, tmp_path)
     assert t.metrics["answer_rate"].value == pytest.approx(1 - n_si / 190)
 
 
-def test_identification_upstream_compat_reads_unparsable_as_no_crisis(upstream, tmp_path):
+def test_identification_unparsable_reply_trustmh_miss_paper_junk_class(upstream, tmp_path):
+    recs = json.loads((upstream / MERGED).read_text(encoding="utf-8"))
     items = labelled(upstream)
-    lines = [{"task": "crisis.identification", "item_id": i, "response": json.dumps({"label": r["label"]})}
-             for i, r in items]
     j = next(k for k, (_, r) in enumerate(items) if r["label"] != "no_crisis")
-    lines[j]["response"] = "Not sure."
-    replay = write_replay(tmp_path / "r.jsonl", lines)
-    common = dict(models=[f"replay/{replay}"], tasks="crisis.identification", suite="data", data_dir=str(upstream))
-    _, strict, _ = run_quiet(run_spec(**common), tmp_path / "a")
-    _, compat, _ = run_quiet(run_spec(upstream_compat=True, **common), tmp_path / "b")
-    ts, tc = (r.models[common["models"][0]].tasks["crisis.identification"] for r in (strict, compat))
+    dodge = items[j][0]
+
+    def replay(name, ids):
+        return write_replay(tmp_path / name, [
+            {"task": "crisis.identification", "item_id": i,
+             "response": "Not sure." if i == dodge else json.dumps({"label": recs[i]["label"] or "no_crisis"})}
+            for i in ids])
+    strict_replay = replay("a.jsonl", [i for i, _ in items])
+    paper_replay = replay("b.jsonl", range(len(recs)))
+    common = dict(tasks="crisis.identification", suite="data", data_dir=str(upstream))
+    _, strict, _ = run_quiet(run_spec(models=[f"replay/{strict_replay}"], **common), tmp_path / "a")
+    _, paper, _ = run_quiet(run_spec(models=[f"replay/{paper_replay}"], protocol="paper", **common), tmp_path / "b")
+    ts = strict.models[f"replay/{strict_replay}"].tasks["crisis.identification"]
+    tp = paper.models[f"replay/{paper_replay}"].tasks["crisis.identification"]
     gold = [r["label"] for _, r in items]
     dodged = gold[:j] + [NA] + gold[j + 1:]
     assert ts.n == 190 and ts.n_no_answer == 1
     assert ts.value == pytest.approx(f1_score(gold, dodged, labels=sorted(set(gold)), average="macro"))
     assert ts.metrics["macro_f1_answered"].value == pytest.approx(1.0)
-    pred = gold[:j] + ["no_crisis"] + gold[j + 1:]
-    assert tc.n == 190 and tc.value == pytest.approx(f1_score(gold, pred, average="macro"))
+    # The paper: all 206 records, a tied one is no_crisis, and the reply text is a class of its own.
+    gold206 = [r["label"] or "no_crisis" for r in recs]
+    pred206 = ["Not sure." if i == dodge else g for i, g in enumerate(gold206)]
+    assert tp.n == 206 and tp.n_no_answer == 1
+    assert tp.value == pytest.approx(f1_score(gold206, pred206, average="macro", zero_division=0))
+    assert tp.metrics["n_classes"].value == len(set(gold206)) + 1
 
 
 def test_identification_bad_gold_and_empty_message_are_unscored(tmp_path):
@@ -299,7 +310,7 @@ def test_escalation_judged_through_fake_server(upstream, tmp_path):
             text = re.search(r"The person wrote:\n<<<\n(.*?)\n>>>", prompt, re.S).group(1)
             v = judge_value(text)
             return "It is fine." if v is None else f'{{"appropriateness": {v}, "explanation": "x"}}'
-        assert body["messages"][0]["role"] == "system"
+        assert [m["role"] for m in body["messages"]] == ["user"]  # the person's words only (issue 16)
         return model_reply(body["messages"][-1]["content"])
 
     with FakeLLMServer(reply=reply) as srv:

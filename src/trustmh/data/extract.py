@@ -313,3 +313,53 @@ def local_format(local: str, root: Path, func: str, var: str) -> tuple[Template,
             src, sha = _source(local, symbol)
             return Template(src, sha, fmt=n.value.func.value.value), [ast.unparse(a) for a in n.value.args]
     raise MethodError(f"{where}: no '{var} = \"...\".format(...)' assignment")
+
+
+def argument_defaults(local: str, root: Path, func: str) -> dict[str, Any]:
+    """K9: a function's parameter defaults by parameter name (`temperature: float = 0.0`), literals only:
+    the settings a caller that passes nothing sends."""
+    where = f"{local}#{func}:defaults"
+    fn = _function(_module(local, str(root)), func, where)
+    a = fn.args
+    pairs = list(zip((a.posonlyargs + a.args)[len(a.posonlyargs + a.args) - len(a.defaults):], a.defaults))
+    pairs += [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    out = {}
+    for p, d in pairs:
+        try:
+            out[p.arg] = ast.literal_eval(d)
+        except ValueError:
+            continue  # not a literal: no setting can be read from it
+    return out
+
+
+def sent_settings(local: str, root: Path, func: str, callee: str, nth: int = 0) -> dict[str, Any]:
+    """K9: what the nth `*.callee(...)` call inside a function sends besides model and messages: each
+    keyword's constant, or the default of the function parameter it passes on. Any other expression
+    fails closed, since its value cannot be known without running the code."""
+    kw = call_keywords(local, root, func, callee, nth)
+    defaults = argument_defaults(local, root, func)
+    out = {}
+    for k, v in kw.items():
+        if k in ("model", "messages"):
+            continue
+        if isinstance(v, str) and v.isidentifier() and v in defaults:
+            v = defaults[v]
+        elif isinstance(v, str):  # a constant string setting is unknown here; an expression unreadable
+            raise MethodError(f"{local}#{func}:{callee}(): setting {k}={v} is not a literal or a parameter default")
+        out[k] = v
+    return out
+
+
+def join_separator(local: str, root: Path, func: str) -> str:
+    """K3 for a function whose only return is `"<sep>".join(<its parameter>)`: the separator."""
+    where = f"{local}#{func}:return"
+    fn = _function(_module(local, str(root)), func, where)
+    values = [n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
+    params = {a.arg for a in fn.args.args}
+    if len(values) == 1:
+        v = values[0]
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "join" \
+                and isinstance(v.func.value, ast.Constant) and isinstance(v.func.value.value, str) \
+                and len(v.args) == 1 and not v.keywords and isinstance(v.args[0], ast.Name) and v.args[0].id in params:
+            return v.func.value.value
+    raise MethodError(f"{where}: not a single 'return \"<sep>\".join(<parameter>)'")
