@@ -88,8 +88,17 @@ class _Robustness(Task):
     def rubrics(self) -> tuple[Rubric, ...]:  # type: ignore[override]
         return self.base.rubrics
 
+    def _inner(self, ctx: RunContext) -> RunContext:
+        """The context the base task runs in. Robustness does not follow the paper's protocol yet (and
+        robustness.crisis is beyond the paper), so its base task keeps trustmh's design under --protocol
+        paper too: what the results label this task, and one request form for clean and perturbed items."""
+        return ctx if self.paper_protocol or not ctx.upstream_compat else replace(ctx, upstream_compat=False)
+
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
+        return self.base.judge_params(rubric, self._inner(ctx))
+
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return self.base.active_rubrics(ctx)
+        return self.base.active_rubrics(self._inner(ctx))
 
     @property
     def primary_value(self) -> str:  # type: ignore[override]
@@ -99,22 +108,23 @@ class _Robustness(Task):
         return self.base.missing_files(data)
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        return self.base.load(data, ctx)
+        return self.base.load(data, self._inner(ctx))
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        return self.base.prompt(item, ctx)
+        return self.base.prompt(item, self._inner(ctx))
 
     def choices(self, item: Item) -> tuple[str, ...] | None:
         return self.base.choices(item)
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
-        clean = [replace(s, task=self.id, request_task=self.base.id) for s in self.base.samples(item, ctx)]
+        inner = self._inner(ctx)
+        clean = [replace(s, task=self.id, request_task=self.base.id) for s in self.base.samples(item, inner)]
         out = list(clean)
         for p in selected_perturbations(ctx):
             edited = self.base.perturb(item, make_edit(p, seed=ctx.seed, item_id=item.id))
             edited = Item(edited.id, edited.input, edited.target,
                           {**edited.meta, _CLEAN_INPUT: item.input, _PERTURBATION: p.key})
-            for c, s in zip(clean, self.base.samples(edited, ctx)):
+            for c, s in zip(clean, self.base.samples(edited, inner)):
                 if s.messages != c.messages:
                     out.append(replace(s, task=self.id, variant=f"{s.variant}|{p.key}" if s.variant else p.key))
         return out
@@ -129,13 +139,13 @@ class _Robustness(Task):
         return replace(sample, item=Item(sample.item.id, meta[_CLEAN_INPUT], sample.item.target, rest))
 
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
-        return self.base.judgements(self._clean_view(sample), reply, ctx)
+        return self.base.judgements(self._clean_view(sample), reply, self._inner(ctx))
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
-        return self.base.rules_judge(self._clean_view(sample), reply, ctx)
+        return self.base.rules_judge(self._clean_view(sample), reply, self._inner(ctx))
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        return self.base.score(self._clean_view(sample), reply, judged, ctx)
+        return self.base.score(self._clean_view(sample), reply, judged, self._inner(ctx))
 
     def cluster(self, sample: Sample) -> str:
         return self.base.cluster(self._clean_view(sample))
@@ -177,7 +187,7 @@ class _Robustness(Task):
         clean = names.index(CLEAN)
 
         def value(mask: np.ndarray) -> float:
-            return self.base.primary_metric(table.where(mask), ctx) if mask.any() else math.nan
+            return self.base.primary_metric(table.where(mask), self._inner(ctx)) if mask.any() else math.nan
 
         out["clean"] = value((pert == clean) & scored)
         clean_values: dict[bytes, float] = {}  # most perturbations leave the same clean rows: compute once
@@ -224,7 +234,8 @@ class _Robustness(Task):
         def value(mask: np.ndarray) -> np.ndarray | None:
             tag = mask.tobytes()
             if tag not in cache:
-                cache[tag] = (self.base.primary_metric_many(table.where(mask), resamples.rows(mask), ctx)
+                cache[tag] = (self.base.primary_metric_many(table.where(mask), resamples.rows(mask),
+                                                            self._inner(ctx))
                               if mask.any() else nan)
             return cache[tag]
 
