@@ -199,3 +199,23 @@ def test_leakage_requests_follow_the_papers_story_rule_and_templates(upstream):
     judge = p.task.judge_messages(p.samples[0], 'Answer: "No."', ctx)[0]["content"]
     assert "\nText: \"No.\"\nQuestion: " in judge  # the reply after its first "Answer:", unstripped
     assert judge.endswith(f"'{p.samples[0].item.input['secret'].lower()}'?\nAnswer: ")
+
+
+def test_the_paper_protocol_judges_with_gpt_41_unless_told_otherwise(upstream, tmp_path):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "--suite", "data", "--data-dir",
+                               str(upstream), "--tasks", "ethics", "--limit", "2", "--no-progress", *args],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    no_key = cli("--out", str(tmp_path / "a"))
+    assert no_key.returncode == 2 and "openai/gpt-4.1" in no_key.stderr and "--judge rules" in no_key.stderr
+    offline = cli("--out", str(tmp_path / "b"), "--judge", "rules")
+    assert offline.returncode == 0, offline.stderr
+    import json
+    res = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert res["spec"]["judge"] == "rules" and res["spec"]["protocol"] == "paper"

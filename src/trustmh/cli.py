@@ -13,6 +13,8 @@ from rich.markup import escape
 
 from .errors import UserError
 
+PAPER_JUDGE = "openai/gpt-4.1"  # the LLM judge the paper names (PAPER_PROTOCOL.md §3)
+
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
                   help="Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method).")
 data_app = typer.Typer(add_completion=False, help="Get and verify the upstream datasets.")
@@ -241,7 +243,9 @@ def _summary(results) -> None:
 def run_cmd(
     model: list[str] = typer.Option(["baseline/counselor"], "--model", "-m",
                                     help="Model spec provider/name; repeat for several models."),
-    judge: str = typer.Option("rules", help="Judge: rules (offline) or a model spec."),
+    judge: Optional[str] = typer.Option(
+        None, help=f"Judge: a model spec, or rules (offline heuristics; judge-rated metrics then stay unscored). "
+                   f"Default: {PAPER_JUDGE}, the paper's judge, under --protocol paper; rules otherwise."),
     tasks: str = typer.Option("all", "--tasks", "-t", help="Comma-separated task ids and/or pillar names."),
     limit: Optional[int] = typer.Option(None, help="First N items of each task, in data order."),
     seed: int = typer.Option(0, help="Seed for sampling, variants, baselines and the bootstrap."),
@@ -300,10 +304,15 @@ def run_cmd(
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
     for m in model:
         split_spec(m)
-    if judge != "rules":
-        split_spec(judge)
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
+    # The paper's protocol judges with the paper's judge unless told otherwise.
+    default_judge = judge is None
+    if judge is None:
+        paper = protocol == "paper" or upstream_compat or (protocol is None and chosen == "data")
+        judge = PAPER_JUDGE if paper else "rules"
+    if judge != "rules":
+        split_spec(judge)
     if limit is not None and limit < 1:
         raise UserError("--limit must be at least 1")
     from .models import resolve_base_url
@@ -344,6 +353,11 @@ def run_cmd(
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
         raise typer.Exit(130)
+    except UserError as e:
+        if default_judge and judge == PAPER_JUDGE and "needs an API key" in str(e):
+            raise UserError(f"{e}. The paper's protocol judges with {PAPER_JUDGE} by default: pass --judge rules "
+                            f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
+        raise
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
