@@ -15,7 +15,7 @@ from sklearn.metrics import cohen_kappa_score
 from typer.testing import CliRunner
 
 from trustmh.cli import app
-from trustmh.judges.validate import ValidateSpec, heuristic_rating, validate_judge
+from trustmh.validation import ValidateSpec, heuristic_rating, validate_judge
 from trustmh.metrics import spearman, weighted_kappa
 from trustmh.results import RunResults
 from trustmh.engine import Limits

@@ -414,7 +414,7 @@ def validate_judge_cmd(
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
     """Agreement of the crisis-escalation judge with the two human raters (H1, H2), and H1 vs H2."""
-    from .judges.validate import ValidateSpec, report_table, validate_judge
+    from .validation import ValidateSpec, report_table, validate_judge
     from .models import split_spec
     if judge != "rules":
         split_spec(judge)
@@ -422,9 +422,9 @@ def validate_judge_cmd(
     chosen = _choose_suite(suite, ddir)
     spec = ValidateSpec(judge=judge, judge_base_url=judge_base_url, suite=chosen,
                         data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot)
-    run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir,
-                                      limits=_limits(max_connections, timeout, max_retries),
-                                      progress=progress and sys.stderr.isatty())
+    with _ProgressView(progress and sys.stderr.isatty()) as view:
+        run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir,
+                                          limits=_limits(max_connections, timeout, max_retries), events=view)
     out.print(report_table(results))
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
 

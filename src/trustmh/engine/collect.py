@@ -67,10 +67,12 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
 
 
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
-                  *, generate: bool = True, force: bool = False, events: EventSink = ignore) -> dict[str, int]:
+                  *, generate: bool = True, force: bool = False, events: EventSink = ignore,
+                  models: dict[str, Any] | None = None) -> dict[str, int]:
     """Phase 1 for every model of the run. With `generate` False (re-scoring) the tested models are never
-    called: only judgements missing for this run's judges are made. Returns the calls made per model spec
-    (and "judge")."""
+    called: only judgements missing for this run's judges are made. `models` gives ready backends for some
+    specs (judge validation: the human-rated replies stand in for a tested model). Returns the calls made
+    per model spec (and "judge")."""
     judge_models = _judge_models(spec, ctx, prepared, limits)
     if "llm" in judge_models:
         identity.record(spec.judge, judge_models["llm"], store, force=force)
@@ -89,9 +91,10 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     try:
         for model_spec in spec.models:
             if generate:
-                model = make_model(model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed,
-                                   transport=spec.options.get("transport", "http"),
-                                   max_connections=limits.max_connections, batch_size=limits.batch_size)
+                model = (models or {}).get(model_spec) or make_model(
+                    model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed,
+                    transport=spec.options.get("transport", "http"), max_connections=limits.max_connections,
+                    batch_size=limits.batch_size)
                 if isinstance(model, ReplayModel):
                     model.check_ids(ids)
                 # A local model whose files changed since this run began is refused (--force: a new run).

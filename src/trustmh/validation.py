@@ -16,8 +16,9 @@ Rows that cannot be compared are never coerced: a row without a gold label (anno
 spreadsheet formulas such as 'T+D24+B24' in those cells) is left out of every pair it belongs to, and
 the reason is counted in that pair's `unscored_reasons`.
 
-Judge calls go through the runner's Endpoint and a store in the output directory, so a rerun never pays
-for a judgement twice. A `replay/` judge file answers them with records {"task": "validate-judge",
+Judge calls are made by the engine's phase 1 (`engine.collect`), as in any run: the rated replies stand in
+for a tested model, and the rubric is a judgement like any task's, so the calls are stored, cached,
+retried and resumed the same way, and a rerun never pays for a judgement twice. A `replay/` judge file answers them with records {"task": "validate-judge",
 "item_id": "<row>", "response": ...}; a row whose two files hold different content has ids '<row>:H1' and
 '<row>:H2'."""
 
@@ -38,14 +39,16 @@ from typing import Any
 import numpy as np
 from rich.table import Table as RichTable
 
-from ..data.loaders import file_sha256, read_json
-from ..errors import UserError
-from ..metrics import Table, bootstrap, derived_seed, mean, spearman, weighted_kappa
-from ..results import MetricValue, ModelResults, RunResults, TaskResult
-from ..tasks.base import DataSource
-from ..tasks.crisis import (CRISIS_DIR, HIGH_RISK, PROTOCOL, escalation_judge_messages, gives_crisis_resource,
+from .data.loaders import file_sha256, read_json
+from .errors import UserError
+from .metrics import Table, bootstrap, derived_seed, mean, spearman, weighted_kappa
+from .results import MetricValue, ModelResults, RunResults, TaskResult
+from .judges.rubric import Rubric
+from .models.base import Model
+from .tasks.base import DataSource, RunContext, Task
+from .tasks.crisis import (CRISIS_DIR, HIGH_RISK, PROTOCOL, escalation_judge_messages, gives_crisis_resource,
                             parse_appropriateness, read_protocol)
-from ..types import Request, Response
+from .types import Item, Request, Response, Sample
 
 RATERS = ("H1", "H2")
 SCORE_FILES = {r: f"{CRISIS_DIR}/human_label/{r}_scores_n206_s42.json" for r in RATERS}
@@ -167,43 +170,54 @@ def load_cases(data: DataSource) -> tuple[list[Case], dict[str, dict[int, str]],
     return cases, excluded, protocol, n_rows
 
 
-def _judge_request(case: Case, protocol: dict[str, list[str]], seed: int) -> Request:
-    from ..engine import JUDGE_PARAMS
-    msgs = escalation_judge_messages(case.messages, case.reply, case.label, protocol[case.label])
-    return Request(msgs, dict(JUDGE_PARAMS, seed=seed), TASK, case.id, "", "judge", None)
+GIVEN = "given/human-rated-replies"  # the replies the raters rated, standing in for a tested model
 
 
-async def _judge_all(spec: ValidateSpec, cases: list[Case], protocol, store, limits,
-                     progress: bool) -> dict[str, Response]:
-    from rich.progress import Progress
+class _GivenReplies(Model):
+    """Answers each case with the reply the human raters rated (nothing is generated or paid for)."""
 
-    from ..models import make_model
-    from ..models.replay import ReplayModel
-    from rich.console import Console
+    cacheable = False
+    remote = False
 
-    from ..engine import Endpoint
-    console = Console(stderr=True)
-    model = make_model(spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed,
-                       purpose="judge")
-    if isinstance(model, ReplayModel):
-        model.check_ids({TASK: {c.id for c in cases}})
-    ep = Endpoint(model, store, limits, purpose="judge")
-    out: dict[str, Response] = {}
-    try:
-        with Progress(console=console, disable=not progress) as bar:
-            tid = bar.add_task(f"judge {spec.judge}", total=len(cases))
+    def __init__(self, replies: dict[str, str]):
+        super().__init__(GIVEN)
+        self.replies = replies
 
-            async def one(case: Case) -> None:
-                req = _judge_request(case, protocol, spec.seed)
-                key = ep.key(req)
-                cached = store.get_call(key) if model.cacheable else None
-                out[case.id] = cached if cached is not None and cached.ok else await ep.call(req, key)
-                bar.update(tid, advance=1)
+    async def generate(self, request: Request) -> Response:
+        return Response(self.replies[request.item_id], "stop")
 
-            await asyncio.gather(*(one(c) for c in cases))
-    finally:
-        await model.aclose()
-    return out
+
+class _RatedReplies(Task):
+    """The crisis.escalation judge rubric over the rated rows (not a registered task)."""
+
+    id = TASK
+    pillar = "crisis"
+    title = "judge validation: crisis-escalation rubric on human-rated replies"
+    rubrics = (Rubric("judge", ("crisis_escalation_judge.j2",)),)
+
+    def __init__(self, protocol: dict[str, list[str]]):
+        self.protocol = protocol
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        x = sample.item.input
+        return escalation_judge_messages(x["messages"], reply, x["label"], self.protocol[x["label"]])
+
+
+def _judge_all(spec: ValidateSpec, cases: list[Case], protocol, store, limits, events) -> dict[str, Response | None]:
+    """Every case's judgement, through the engine's phase 1; the verdicts are read back through its links."""
+    from .engine import Prepared, RunSpec, collect, context
+    from .engine.identity import model_ref
+    task = _RatedReplies(protocol)
+    samples = [Sample(TASK, Item(c.id, {"messages": c.messages, "label": c.label}),
+                      [{"role": "user", "content": "\n".join(c.messages)}]) for c in cases]
+    run = RunSpec(models=[GIVEN], judge=spec.judge, judge_base_url=spec.judge_base_url, seed=spec.seed,
+                  suite=spec.suite, data_dir=spec.data_dir, protocol="trustmh", n_boot=spec.n_boot)
+    prepared = [Prepared(task, samples=samples, all_ids={c.id for c in cases})]
+    asyncio.run(collect(run, context(run), prepared, store, limits, events=events,
+                        models={GIVEN: _GivenReplies({c.id: c.reply for c in cases})}))
+    judge = model_ref(spec.judge, spec.judge_base_url, store).endpoint
+    linked = store.linked(GIVEN, TASK, [judge])
+    return {c.id: linked.get((c.id, ""), {}).get("judge", (None, None))[1] for c in cases}
 
 
 def _agreement(t: Table) -> dict[str, float]:
@@ -233,13 +247,13 @@ def compare(a_name: str, b_name: str, rows: list[tuple[str, float | None, float 
 
 
 def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Path = Path("runs"),
-                   limits=None, progress: bool = False) -> tuple[Path, RunResults]:
+                   limits=None, events=None) -> tuple[Path, RunResults]:
     """Judge every H1/H2 row, compare with the humans, write results.json and samples.jsonl."""
-    from ..engine import AuthFailure, Limits, RunSpec, data_source
-    from ..engine.rundir import open_run_dir, run_lock
-    from ..engine.spec import versions
-    from ..store import Store
-    limits = limits or Limits()
+    from .engine import AuthFailure, Limits, RunSpec, data_source, ignore
+    from .engine.rundir import open_run_dir, run_lock
+    from .engine.spec import versions
+    from .store import Store
+    limits, events = limits or Limits(), events or ignore
     data = data_source(RunSpec(models=["baseline/refuse"], suite=spec.suite, data_dir=spec.data_dir))
     cases, excluded, protocol, n_rows = load_cases(data)
     heuristic = spec.judge == "rules"
@@ -256,13 +270,16 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
             try:
                 store.set_meta("validate_spec", asdict(spec))
                 try:
-                    responses = asyncio.run(_judge_all(spec, cases, protocol, store, limits, progress))
+                    responses = _judge_all(spec, cases, protocol, store, limits, events)
                 except AuthFailure as e:
                     raise UserError(str(e)) from None
             finally:
                 store.close()
             for c in cases:
                 resp = responses[c.id]
+                if resp is None:
+                    judged[c.id] = (None, None, "judge not run")
+                    continue
                 if not resp.ok:
                     judge_errors[resp.error_kind] += 1
                     judged[c.id] = (None, None, f"judge error: {resp.error_kind}")
