@@ -313,3 +313,56 @@ def local_format(local: str, root: Path, func: str, var: str) -> tuple[Template,
             src, sha = _source(local, symbol)
             return Template(src, sha, fmt=n.value.func.value.value), [ast.unparse(a) for a in n.value.args]
     raise MethodError(f"{where}: no '{var} = \"...\".format(...)' assignment")
+
+
+def message_contents(local: str, root: Path, func: str) -> list[tuple[str, str | None]]:
+    """K9: (role, content) of the message literals inside a function, in source order; the content is
+    the constant text (a fixed system message), or None where it is an expression (the prompt)."""
+    where = f"{local}#{func}:messages"
+    fn = _function(_module(local, str(root)), func, where)
+    found = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Dict):
+            entries = {k.value: v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant)}
+            if "role" in entries and "content" in entries and isinstance(entries["role"], ast.Constant):
+                c = entries["content"]
+                text = c.value if isinstance(c, ast.Constant) and isinstance(c.value, str) else None
+                found.append((n.lineno, n.col_offset, entries["role"].value, text))
+    if not found:
+        raise MethodError(f"{where}: no message literal")
+    return [(role, text) for *_, role, text in sorted(found)]
+
+
+def conditional_local(local: str, root: Path, func: str, var: str) -> tuple[str, Any, Any]:
+    """K2 for `VAR = <constant> if <test> else <constant>` inside a function: (the test's source, the
+    value when true, the value when false); the caller checks the test is the one it implements."""
+    where = f"{local}#{func}.{var}"
+    fn = _function(_module(local, str(root)), func, where)
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id == var and isinstance(n.value, ast.IfExp) \
+                and isinstance(n.value.body, ast.Constant) and isinstance(n.value.orelse, ast.Constant):
+            return ast.unparse(n.value.test), n.value.body.value, n.value.orelse.value
+    raise MethodError(f"{where}: no '{var} = <constant> if ... else <constant>' assignment")
+
+
+def argparse_defaults(local: str, root: Path) -> dict[str, Any]:
+    """K10: the literal `default=` of every `add_argument("--name", ...)` call in a file, by dest
+    (`--max-tokens` -> max_tokens, or its `dest=`): what the original runs with unless told otherwise."""
+    out = {}
+    for n in ast.walk(_module(local, str(root))):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument"):
+            continue
+        kw = {k.arg: k.value for k in n.keywords if k.arg}
+        flags = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if "default" not in kw or not flags:
+            continue
+        dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else \
+            next((f for f in flags if f.startswith("--")), flags[0]).lstrip("-").replace("-", "_")
+        try:
+            out[dest] = ast.literal_eval(kw["default"])
+        except ValueError:  # an expression such as Path("data/x.json"): its source
+            out[dest] = ast.unparse(kw["default"])
+    if not out:
+        raise MethodError(f"{local}: no add_argument(..., default=...) call")
+    return out

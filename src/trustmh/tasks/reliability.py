@@ -25,8 +25,8 @@ from ..judges.parsing import (after_last_answer_tag, extract_json_object, extrac
 from ..metrics import Resamples, Table, cluster_mean, group_mask, mean
 from ..types import Item, Sample, Score
 from ._shared import SUPPORT_CRITERIA, LabelledTask, classification_metrics, judge_scores, unknown_label_reason
-from .base import (DataSource, Judged, MetricSpec, Rubric, RunContext, Task, answer_metrics, answered, no_answer,
-                   register, render)
+from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts,
+                   answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
@@ -330,6 +330,63 @@ def pick_turns(candidates: list[int], seed: int, dialogue: int, k: int = TURNS_P
     return sorted(rng.sample(candidates, min(k, len(candidates))))
 
 
+# The paper's predecessor code for ESConv (PAPER_PROTOCOL.md §0.3 ES-turn, ES-gen, ES-judge, ES-set), read
+# at run time under --protocol paper.
+ESCONV = "Ziteng-Wang17780623062+Python-Work/Robustness/ESConv"
+ES_PROMPTS, ES_SETTINGS = f"{ESCONV}/src/prompts.py", f"{ESCONV}/src/settings.py"
+ES_JUDGE, ES_CLASSIFY, ES_MAIN = f"{ESCONV}/src/judge.py", f"{ESCONV}/src/classification.py", f"{ESCONV}/main.py"
+# The whole corpus, as the original's data/ESConv.json holds it: the HF split's three files, in this order.
+ES_SPLITS = ("esconv/train.json", "esconv/valid.json", "esconv/test.json")
+# One judge call per criterion (JUDGE_METRICS), each versioned by the file holding its template.
+PAPER_SUPPORT_RUBRICS = tuple(Rubric(c, role="llm", method=ES_SETTINGS) for c in SUPPORT_CRITERIA)
+_ES_SCORE = re.compile(r"\b([0-5](?:\.\d+)?)\b")
+
+
+def es_judge_score(text: str) -> float | None:
+    """extract_score in the original's judge.py: the first standalone number 0-5 (decimals allowed) in
+    the stripped reply; a first match above 5 ("5.5") gives nothing, it does not look further."""
+    m = _ES_SCORE.search(text.strip())
+    if m is None:
+        return None
+    v = float(m.group(1))
+    return v if 0 <= v <= 5 else None
+
+
+def es_context_split(conversation: str, marker: str = "Seeker:") -> tuple[str, str]:
+    """extract_context_and_user_input in the original's judge.py: the last line that starts with the
+    seeker marker is the user input (the marker removed wherever it occurs in that line, then stripped);
+    the lines before it, joined and stripped, are the context. Without such a line: (everything, "")."""
+    lines = conversation.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(marker):
+            return "\n".join(lines[:i]).strip(), lines[i].replace(marker, "").strip()
+    return conversation, ""
+
+
+def _es_defaults(ctx: RunContext) -> dict[str, Any]:
+    """main.py's argparse defaults: context window, per-dialogue limit, temperature, max_tokens."""
+    from ..data.extract import argparse_defaults
+    from ..data.methods import MethodError
+    d = argparse_defaults(ES_MAIN, ctx.methods_root)
+    keys = ("context_window", "per_dialog_limit", "temperature", "max_tokens")
+    if not all(isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool) for k in keys):
+        raise MethodError(f"{ES_MAIN}: expected numeric defaults for {keys}, found {d}")
+    return {k: d[k] for k in keys}
+
+
+def _es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
+    """ES-turn: each context turn as format_turn renders it (its speaker prefix, then the content)."""
+    from ..data.extract import conditional_local, returned_string
+    from ..data.methods import MethodError
+    template = returned_string(ES_PROMPTS, ctx.methods_root, "format_turn")
+    test, if_seeker, otherwise = conditional_local(ES_PROMPTS, ctx.methods_root, "format_turn", "prefix")
+    content = "turn.get('content', '').strip()"
+    if test != "turn.get('speaker') == 'seeker'" or set(template.fields) != {"prefix", content}:
+        raise MethodError(f"{template.source}: unexpected fields {template.fields} or prefix test {test!r}")
+    return [template.render({"prefix": if_seeker if t["speaker"] == "seeker" else otherwise, content: t["text"].strip()})
+            for t in context]
+
+
 @register
 class Support(Task):
     id = "reliability.support"
@@ -343,30 +400,89 @@ class Support(Task):
     metric_columns = {c: c for c in SUPPORT_CRITERIA}
     rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
+    paper_protocol = True
+    method_templates = (MethodTemplate("ES-turn", ES_PROMPTS, "format_turn:return[0]"),
+                        MethodTemplate("ES-gen", ES_PROMPTS, "build_generation_prompt.prompt"),
+                        MethodTemplate("ES-judge", ES_SETTINGS, "JUDGE_PROMPT_TEMPLATES,JUDGE_METRICS"),
+                        MethodTemplate("ES-set", ES_JUDGE, "call_gpt4_for_evaluation:create()"),
+                        MethodTemplate("ES-gen-set", ES_CLASSIFY, "run_generation:create()"),
+                        MethodTemplate("ES-args", ES_MAIN, "parse_args:add_argument(default=)"))
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        if ctx.protocol == "paper":
+            return self._paper_load(data, ctx)
         path = data.path(self.files[0])
-        speakers = {"usr": "seeker", "sys": "supporter"}
         items = []
-        for d, (line, rec) in enumerate(read_jsonl(path)):
-            dialog = rec.get("dialog")
-            if not isinstance(dialog, list) or not all(
-                    isinstance(t, dict) and t.get("speaker") in speakers and isinstance(t.get("text"), str)
-                    for t in dialog):
-                raise DataError(path, "'dialog' must be a list of {text, speaker: usr|sys} turns", line)
+        for d, dialog, rec in self._dialogues(path):
             # A supporter turn that answers a seeker turn; the turns before it are the context.
             candidates = [t for t in range(1, len(dialog))
                           if dialog[t]["speaker"] == "sys" and dialog[t - 1]["speaker"] == "usr"]
             for t in pick_turns(candidates, ctx.seed, d):
-                context = [{"speaker": speakers[x["speaker"]], "text": x["text"]}
-                           for x in dialog[max(0, t - CONTEXT_TURNS):t]]
-                items.append(Item(f"{d}:{t}", {"context": context}, target=dialog[t]["text"],
-                                  meta={"dialogue": d, "turn": t, "strategy": dialog[t].get("strategy", ""),
-                                        "problem_type": rec.get("problem_type", "")}))
+                items.append(self._item(f"{d}:{t}", dialog, rec, d, t, CONTEXT_TURNS))
+        return items
+
+    @staticmethod
+    def _dialogues(path) -> list[tuple[int, list[dict], dict]]:
+        out = []
+        for d, (line, rec) in enumerate(read_jsonl(path)):
+            dialog = rec.get("dialog")
+            if not isinstance(dialog, list) or not all(
+                    isinstance(t, dict) and t.get("speaker") in ("usr", "sys") and isinstance(t.get("text"), str)
+                    for t in dialog):
+                raise DataError(path, "'dialog' must be a list of {text, speaker: usr|sys} turns", line)
+            out.append((d, dialog, rec))
+        return out
+
+    @staticmethod
+    def _item(item_id: str, dialog: list[dict], rec: dict, d: Any, t: int, window: int) -> Item:
+        speakers = {"usr": "seeker", "sys": "supporter"}
+        context = [{"speaker": speakers[x["speaker"]], "text": x["text"]} for x in dialog[max(0, t - window):t]]
+        return Item(item_id, {"context": context}, target=dialog[t]["text"],
+                    meta={"dialogue": d, "turn": t, "strategy": dialog[t].get("strategy", ""),
+                          "problem_type": rec.get("problem_type", "")})
+
+    def _paper_load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        """build_samples_from_dataset: every dialogue of the corpus in order; its supporter turns (not the
+        first turn) whose window of the previous `context_window` turns ends with a seeker turn; the
+        first `per_dialog_limit` of them. Not random."""
+        missing = [f for f in ES_SPLITS if not data.has(f)]
+        if missing:
+            raise UserError(f"the paper's reliability.support reads the whole ESConv corpus; missing "
+                            f"{', '.join(missing)} (`trustmh data pull esconv`)")
+        self.files = ES_SPLITS  # the runner records the checksums of the files actually read
+        args = _es_defaults(ctx)
+        window, limit = int(args["context_window"]), int(args["per_dialog_limit"])
+        items = []
+        for rel in ES_SPLITS:
+            split = rel.removeprefix("esconv/").removesuffix(".json")
+            for d, dialog, rec in self._dialogues(data.path(rel)):
+                chosen = [t for t in range(1, len(dialog)) if dialog[t]["speaker"] == "sys"
+                          and dialog[max(0, t - window):t][-1]["speaker"] == "usr"][:limit]
+                items += [self._item(f"{split}/{d}:{t}", dialog, rec, f"{split}/{d}", t, window) for t in chosen]
         return items
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        if ctx.protocol == "paper":
+            from ..data.extract import local_string, message_roles
+            from ..data.methods import MethodError
+            template = local_string(ES_PROMPTS, ctx.methods_root, "build_generation_prompt", "prompt")
+            roles = message_roles(ES_CLASSIFY, ctx.methods_root, "run_generation")
+            if template.fields != ["context"] or len(roles) != 1:
+                raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
+            turns = _es_turns(item.input["context"], ctx)
+            return [{"role": roles[0], "content": template.render({"context": "\n".join(turns) if turns else ""})}]
         return [{"role": "user", "content": render("reliability_support.j2", context=item.input["context"])}]
+
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """run_generation sends temperature and max_tokens, which main.py passes from its CLI defaults."""
+        from ..data.extract import call_keywords
+        from ..data.methods import MethodError
+        kw = call_keywords(ES_CLASSIFY, ctx.methods_root, "run_generation", "create")
+        if {k: v for k, v in kw.items() if k not in ("model", "messages")} != \
+                {"temperature": "temperature", "max_tokens": "max_tokens"}:
+            raise MethodError(f"{ES_CLASSIFY}#run_generation: unexpected settings {kw}")
+        args = _es_defaults(ctx)
+        return {"temperature": args["temperature"], "max_tokens": args["max_tokens"]}
 
     def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
         context = [{**t, "text": edit(t["text"]) if t["speaker"] == "seeker" else t["text"]}
@@ -376,22 +492,85 @@ class Support(Task):
     def cluster(self, sample: Sample) -> str:
         return str(sample.item.meta["dialogue"])
 
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return PAPER_SUPPORT_RUBRICS if ctx.protocol == "paper" else self.rubrics
+
+    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+        if ctx.protocol != "paper":
+            return super().judgements(sample, reply, ctx)
+        from ..data.extract import message_roles, module_constant
+        from ..data.methods import MethodError
+        metrics = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_METRICS")
+        templates = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_PROMPT_TEMPLATES")
+        roles = message_roles(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation")
+        if [m.lower() for m in metrics] != list(SUPPORT_CRITERIA) or not all(m in templates for m in metrics) \
+                or len(roles) != 1:
+            raise MethodError(f"{ES_SETTINGS}: JUDGE_METRICS {metrics} are not the four criteria trustmh reads, "
+                              f"or the judge sends roles {roles}")
+        # convert_esconv_to_evaluation_format: the formatted context turns joined by newlines, then split
+        # back at the last seeker line; the reference and the reply stripped, as the original stored them.
+        context, user_input = es_context_split("\n".join(_es_turns(sample.item.input["context"], ctx)))
+        values = {"Context": context, "User_input": user_input, "GT_Response": sample.item.target.strip(),
+                  "Pred_Response": reply.strip()}
+        return {m.lower(): [{"role": roles[0], "content": templates[m].format(**values)}] for m in metrics}
+
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
+        if ctx.protocol != "paper":
+            return None
+        from ..data.extract import call_keywords
+        from ..data.methods import MethodError
+        kw = call_keywords(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation", "create")
+        params = {k: v for k, v in kw.items() if k not in ("model", "messages")}
+        if any(isinstance(v, str) for v in params.values()):  # an expression: not a setting trustmh can read
+            raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: settings not literal: {params}")
+        return params
+
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
         return [{"role": "user", "content": render("reliability_support_judge.j2", context=sample.item.input["context"],
                                                    reference=sample.item.target, reply=reply)}]
 
-    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
-        return Judged(reason=NO_RULES.format(what="fluency, professionalism, empathy and helpfulness"))
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
+        reason = NO_RULES.format(what="fluency, professionalism, empathy and helpfulness")
+        if ctx.protocol == "paper":
+            return Verdicts({c: Judged(reason=reason) for c in SUPPORT_CRITERIA})
+        return Judged(reason=reason)
 
-    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        return judge_scores({c: 5 for c in SUPPORT_CRITERIA}, judged, "overall", normalise=False)
+    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
+        if ctx.protocol != "paper":
+            return judge_scores({c: 5 for c in SUPPORT_CRITERIA}, judged, "overall", normalise=False)
+        # The paper: each criterion its own call; a verdict without a score is dropped from that
+        # criterion's mean (and counted), the others stand.
+        sc = Score()
+        for c in SUPPORT_CRITERIA:
+            text = judge_text(sc, (judged or {}).get(c), [c])
+            if text is None:
+                continue
+            v = es_judge_score(text)
+            if v is None:
+                judge_failure(sc, f"{c}: no score 0-5 in the judge reply", [c])
+            else:
+                sc.values[c] = v
+        sc.parsed = {c: sc.values.get(c) for c in SUPPORT_CRITERIA}
+        if all(c in sc.values for c in SUPPORT_CRITERIA):
+            sc.values["overall"] = float(np.mean([sc.values[c] for c in SUPPORT_CRITERIA]))
+        else:
+            sc.unscored.setdefault("overall", "not all four criteria scored")
+        return sc
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = {"overall": mean(table.col("overall"))}
-        out.update({c: mean(table.col(c)) for c in SUPPORT_CRITERIA})
+        out = {c: mean(table.col(c)) for c in SUPPORT_CRITERIA}
+        if ctx.protocol == "paper":
+            # Each criterion's mean over its own scored samples, as the original reports them; the paper's
+            # single number is not in its code: the mean of the four is the natural reading (a guess).
+            out["overall"] = float(np.mean([out[c] for c in SUPPORT_CRITERIA]))
+            out["overall_all_four"] = mean(table.col("overall"))
+        else:
+            out["overall"] = mean(table.col("overall"))
         return out
 
     def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
+        if ctx.protocol == "paper":
+            return np.mean([resamples.mean(table.col(c)) for c in SUPPORT_CRITERIA], axis=0)
         return resamples.mean(table.col("overall"))
 
 
