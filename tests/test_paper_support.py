@@ -1,0 +1,136 @@
+"""--protocol paper for reliability.support, the sycophancy sets and reliability.diagnosis: the requests
+rendered from the authors' staged files equal requests built here by hand from the rules PAPER_PROTOCOL.md
+documents, reach an OpenAI-compatible server exactly so, and the replies are read as the originals read
+them."""
+
+import ast
+import json
+import math
+
+import pytest
+
+from conftest import METHODS, run_quiet, run_spec
+from trustmh.engine import context, generation_request, prepare
+from trustmh.testing.fake_server import FakeLLMServer
+
+ESCONV = METHODS / "Ziteng-Wang17780623062+Python-Work/Robustness/ESConv"
+CRITERIA = ("Fluency", "Professionalism", "Empathy", "Helpfulness")
+
+
+def staged_constant(path, name):
+    """A module constant of a staged file, read with ast only (the file builds an API client on import)."""
+    tree = ast.parse(path.read_bytes())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == name)
+    return ast.literal_eval(node.value)
+
+
+def paper_spec(upstream, tasks, **kw):
+    return run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks=tasks, suite="data",
+                    data_dir=str(upstream), protocol="paper", judge="openai/j",
+                    judge_base_url="http://127.0.0.1:1/v1", **kw)
+
+
+# --- reliability.support ----------------------------------------------------------------------------
+
+def esconv_samples(upstream):
+    """PAPER_PROTOCOL.md reliability.support, written out here: dialogues in file order (train, valid,
+    test); a supporter turn at index > 0 whose previous <= 6 turns end with a seeker turn; the first 2
+    per dialogue. Each: (formatted context turns, reference)."""
+    out = []
+    for split in ("train", "valid", "test"):
+        for line in (upstream / f"esconv/{split}.json").read_text(encoding="utf-8").splitlines():
+            dialog = json.loads(line)["dialog"]
+            used = 0
+            for i, turn in enumerate(dialog):
+                if i == 0 or turn["speaker"] != "sys" or used == 2:
+                    continue
+                window = dialog[max(0, i - 6):i]
+                if window[-1]["speaker"] != "usr":
+                    continue
+                turns = [("Seeker: " if t["speaker"] == "usr" else "Supporter: ") + t["text"].strip() for t in window]
+                out.append((turns, turn["text"].strip()))
+                used += 1
+    return out
+
+
+def test_support_requests_render_from_the_method_files(upstream):
+    spec = paper_spec(upstream, "reliability.support")
+    ctx = context(spec)
+    (p,), _ = prepare(spec, ctx)
+    assert p.not_run is None
+    want = esconv_samples(upstream)
+    assert len(p.samples) == len(want) == 2600  # the count PAPER_PROTOCOL.md gives for the whole corpus
+    templates = staged_constant(ESCONV / "src/settings.py", "JUDGE_PROMPT_TEMPLATES")
+    single_line = [i for i, (turns, _) in enumerate(want) if not any("\n" in t for t in turns)]
+    for i in (0, 1, 2, single_line[len(single_line) // 2], len(want) - 1):  # the last of the file too
+        turns, reference = want[i]
+        s = p.samples[i]
+        req = generation_request(s, spec)
+        assert req.messages == [{"role": "user", "content": "\n".join(turns) + "\nSupporter:"}]
+        assert req.params == {"temperature": 0.0, "max_tokens": 512}  # ES-set: nothing else is sent
+        judged = p.task.judgements(s, "  I hear you.\n", ctx)
+        assert list(judged) == ["fluency", "professionalism", "empathy", "helpfulness"]
+        if i in single_line:  # one line per turn: the user input is the last seeker turn, the context before it
+            last = max(k for k, t in enumerate(turns) if t.startswith("Seeker: "))
+            context_text, user = "\n".join(turns[:last]).strip(), turns[last][len("Seeker: "):].strip()
+            for c in CRITERIA:
+                expected = templates[c].format(Context=context_text, User_input=user, GT_Response=reference,
+                                               Pred_Response="I hear you.")
+                assert judged[c.lower()] == [{"role": "user", "content": expected}]
+                assert f"### Seeker's Input: {user}\n" in expected and expected.endswith(f"{c} score (The number only)")
+    for r in p.task.active_rubrics(ctx):
+        assert p.task.judge_params(r, ctx) == {"temperature": 0.0, "max_tokens": 50}
+        assert r.method.endswith("ESConv/src/settings.py")
+
+
+def test_support_judge_split_and_score_parse_follow_the_original():
+    from trustmh.tasks.reliability import es_context_split, es_judge_score
+    conv = "Seeker: hi\nSupporter: hello\nSeeker: I lost my job\nand my flat\nSupporter: oh no"
+    # The last line starting "Seeker:" is the input (only its own line), everything before it the context.
+    assert es_context_split(conv) == ("Seeker: hi\nSupporter: hello", "I lost my job")
+    assert es_context_split("Supporter: only me") == ("Supporter: only me", "")
+    assert es_context_split("Seeker: I said Seeker: twice") == ("", "I said  twice")
+    cases = {"4": 4.0, " 3.5 ": 3.5, "Score: 5": 5.0, "Empathy score: 2/5": 2.0, "(0-5): 4": 0.0,
+             "10": None, "5.5": None, "N/A": None, "": None, "score 7 then 3": 3.0, "3.": 3.0}
+    for text, want in cases.items():
+        assert es_judge_score(text) == want, text
+
+
+def support_reply(body):
+    """The tested model answers with spaces around; each criterion's judge with its own reply."""
+    text = body["messages"][-1]["content"]
+    if text.startswith("# System"):
+        for c, r in {"Fluency": "4", "Professionalism": "Score: 3.5", "Empathy": "2", "Helpfulness": "N/A"}.items():
+            if f"**{c}**" in text:
+                return r
+    return "  I am here for you.  "
+
+
+def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upstream, tmp_path):
+    with FakeLLMServer(reply=support_reply) as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, judge="openai/j",
+                        judge_base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
+                        tasks="reliability.support", limit=3, protocol="paper")
+        _, res, calls = run_quiet(spec, tmp_path / "run")
+        sent = srv.requests
+    assert calls == {"openai/m": 3, "judge": 12}
+    gen = [b for b in sent if b["model"] == "m"]
+    judge = [b for b in sent if b["model"] == "j"]
+    assert len(gen) == 3 and len(judge) == 12
+    assert all({k: v for k, v in b.items() if k not in ("model", "messages")} == {"temperature": 0.0, "max_tokens": 512}
+               for b in gen)
+    assert all({k: v for k, v in b.items() if k not in ("model", "messages")} == {"temperature": 0.0, "max_tokens": 50}
+               for b in judge)
+    assert all(len(b["messages"]) == 1 and b["messages"][0]["role"] == "user" for b in sent)
+    # Each criterion judged once per sample; the reply is sent stripped.
+    for c in CRITERIA:
+        assert sum(f"**{c}**" in b["messages"][0]["content"] for b in judge) == 3
+    assert all("Model's Response: I am here for you.\n" in b["messages"][0]["content"] for b in judge)
+    t = res.models["openai/m"].tasks["reliability.support"]
+    assert t.protocol == "paper" and t.evidence == "B"
+    m = {k: v.value for k, v in t.metrics.items()}
+    assert m["fluency"] == 4.0 and m["professionalism"] == 3.5 and m["empathy"] == 2.0
+    assert math.isnan(m["helpfulness"]) if isinstance(m["helpfulness"], float) else m["helpfulness"] is None
+    # Helpfulness never parsed: dropped from its mean and counted, never read as 0.
+    assert t.n_judge_failed == 3
+    assert {d["id"] for d in t.templates} >= {"ES-turn", "ES-gen", "ES-judge", "ES-set"}
