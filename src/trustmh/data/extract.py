@@ -366,3 +366,42 @@ def argparse_defaults(local: str, root: Path) -> dict[str, Any]:
     if not out:
         raise MethodError(f"{local}: no add_argument(..., default=...) call")
     return out
+
+
+def branch_return(local: str, root: Path, func: str, var: str, value: str) -> Template:
+    """K4: inside a function, the `if VAR == '<value>':` branch (an `elif` too) and its first return
+    value, as segments (ELEPHANT's create_prompt picks its prompt by metric this way)."""
+    symbol = f"{func}[{var}=={value!r}]:return"
+    where = f"{local}#{symbol}"
+    fn = _function(_module(local, str(root)), func, where)
+    for n in ast.walk(fn):
+        t = n.test if isinstance(n, ast.If) else None
+        if isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == var and len(t.ops) == 1 \
+                and isinstance(t.ops[0], ast.Eq) and isinstance(t.comparators[0], ast.Constant) \
+                and t.comparators[0].value == value:
+            ret = next((s for s in n.body if isinstance(s, ast.Return) and s.value is not None), None)
+            if ret is None or not _is_stringish(ret.value):
+                raise MethodError(f"{where}: the branch does not return a string")
+            src, sha = _source(local, symbol)
+            return Template(src, sha, segments=tuple(segments(ret.value, fn)))
+    raise MethodError(f"{where}: no branch 'if {var} == {value!r}'")
+
+
+def partial_dict(local: str, root: Path, name: str) -> dict[str, Any]:
+    """K1': a top-level dict whose values mix literals and expressions (`DATA_DIR / 'x.csv'`): its
+    constant entries only, nested dicts kept with their own constant entries."""
+    def constants(d: ast.Dict) -> dict[str, Any]:
+        out = {}
+        for k, v in zip(d.keys, d.values):
+            if not isinstance(k, ast.Constant):
+                continue
+            if isinstance(v, ast.Dict):
+                out[k.value] = constants(v)
+            elif isinstance(v, ast.Constant):
+                out[k.value] = v.value
+        return out
+    for n in _module(local, str(root)).body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets) \
+                and isinstance(n.value, ast.Dict):
+            return constants(n.value)
+    raise MethodError(f"{local}#{name}: no module dict '{name}'")
