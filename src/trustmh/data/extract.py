@@ -405,3 +405,21 @@ def partial_dict(local: str, root: Path, name: str) -> dict[str, Any]:
                 and isinstance(n.value, ast.Dict):
             return constants(n.value)
     raise MethodError(f"{local}#{name}: no module dict '{name}'")
+
+
+def argument_defaults(local: str, root: Path, func: str) -> dict[str, Any]:
+    """K9: a function's parameters that have a literal default, by name (settings a caller that does not
+    pass them gets)."""
+    where = f"{local}#{func}:defaults"
+    fn = _function(_module(local, str(root)), func, where)
+    a = fn.args
+    positional = a.posonlyargs + a.args
+    pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+    pairs += [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+    out = {}
+    for p, d in pairs:
+        try:
+            out[p.arg] = ast.literal_eval(d)
+        except ValueError:
+            continue  # not a literal: not a setting trustmh can read
+    return out

@@ -12,6 +12,7 @@ data usage agreement and its file format is not known to this project."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from typing import Any, Callable
@@ -265,6 +266,44 @@ def swmh_label(raw: str) -> str | None:
     return next((lab for lab in SWMH_LABELS if lab.lower() == name.lower()), None)
 
 
+# The paper's predecessor code for SWMH (PAPER_PROTOCOL.md §0.3 D-cls; §2 reliability.diagnosis), read at
+# run time under --protocol paper.
+SWMH_SRC = "Ziteng-Wang17780623062+Python-Work/Robustness/SWMH/src"
+SW_PROMPTS, SW_CLASSIFY = f"{SWMH_SRC}/prompts.py", f"{SWMH_SRC}/classification.py"
+# The predecessor's label names -> trustmh's (the subreddit names).
+PAPER_SWMH = {"depression": "depression", "suicidal": "SuicideWatch", "anxiety": "Anxiety", "bipolar": "bipolar",
+              "offmychest": "offmychest"}
+_PAPER_VARIANTS = {"suicide": "suicidal", "suicidal_ideation": "suicidal", "suicidewatch": "suicidal",
+                   "depressed": "depression", "depressive": "depression", "anxious": "anxiety",
+                   "bipolar_disorder": "bipolar"}
+_FENCED_OBJECT = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+
+
+def paper_swmh_label(label: Any) -> tuple[str, bool]:
+    """_normalize_label in the predecessor's classification.py: (its label, whether it was recognised).
+    Stripped, 'self.' removed, lower-cased, variants mapped; anything else (an empty or missing label
+    included) becomes offmychest, a real class: the original's flaw, kept."""
+    if label is None:
+        return "offmychest", False
+    cleaned = str(label).strip().removeprefix("self.").lower()
+    cleaned = _PAPER_VARIANTS.get(cleaned, cleaned)
+    return ("offmychest", False) if cleaned not in PAPER_SWMH else (cleaned, True)
+
+
+def paper_swmh_prediction(reply: str) -> Any:
+    """_parse_prediction_content: the first fenced {...} block, then the whole stripped reply, that parses
+    as a JSON object gives the prediction's "label"; otherwise the whole stripped reply is the label."""
+    cleaned = (reply or "").strip()
+    for candidate in [m.group(1) for m in _FENCED_OBJECT.finditer(cleaned)] + [cleaned]:
+        try:
+            parsed = json.loads(candidate)
+        except (ValueError, RecursionError):  # upstream catches JSONDecodeError; we survive deep JSON too
+            continue
+        if isinstance(parsed, dict):
+            return parsed.get("label")
+    return cleaned
+
+
 @register
 class Diagnosis(LabelledTask):
     label_set = SWMH_LABELS
@@ -277,17 +316,48 @@ class Diagnosis(LabelledTask):
     metric = MetricSpec("macro_f1", True, 0.0, 1.0, "macro-F1 over the five SWMH classes")
     primary_value = "correct"
     gen_params = {"max_tokens": 256}
+    paper_protocol = True
+    method_templates = (MethodTemplate("D-cls", SW_PROMPTS, "build_classification_prompt.prompt"),
+                        MethodTemplate("D-set", SW_CLASSIFY, "run_classification:create()"))
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         path = data.path(self.files[0])
         items = []
         for i, (_line, row) in enumerate(read_csv(path, ["text", "label"])):
             raw = (row["label"] or "").strip()
-            items.append(Item(str(i), {"post": row["text"] or ""}, target=swmh_label(raw) or raw))
+            if ctx.protocol != "paper":
+                items.append(Item(str(i), {"post": row["text"] or ""}, target=swmh_label(raw) or raw))
+            elif (row["text"] or "").strip() and raw:  # load_dataset drops rows with an empty text or label
+                # The gold label goes through the same normaliser as a prediction (an unknown one is offmychest).
+                gold, _ = paper_swmh_label(raw)
+                items.append(Item(str(i), {"post": row["text"], "dataset_id": path.stem}, target=PAPER_SWMH[gold]))
         return items
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        if ctx.protocol == "paper":
+            from ..data.extract import local_string, message_roles
+            from ..data.methods import MethodError
+            template = local_string(SW_PROMPTS, ctx.methods_root, "build_classification_prompt", "prompt")
+            roles = message_roles(SW_CLASSIFY, ctx.methods_root, "run_classification")
+            if set(template.fields) != {"dataset_id", "text"} or roles != ["user"]:
+                raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
+            # The inputs list is the one stripped post, joined by newlines; dataset_id is the file's stem.
+            text = item.input["post"].strip()
+            return [{"role": "user", "content": template.render({"text": text, "dataset_id": item.input["dataset_id"]})}]
         return [{"role": "user", "content": render("reliability_diagnosis.j2", post=item.input["post"])}]
+
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """run_classification sends its `temperature` parameter, whose default main.py never overrides;
+        no max_tokens."""
+        from ..data.extract import argument_defaults, call_keywords
+        from ..data.methods import MethodError
+        kw = {k: v for k, v in call_keywords(SW_CLASSIFY, ctx.methods_root, "run_classification", "create").items()
+              if k not in ("model", "messages")}
+        defaults = argument_defaults(SW_CLASSIFY, ctx.methods_root, "run_classification")
+        out = {k: defaults.get(v) if isinstance(v, str) else v for k, v in kw.items()}
+        if set(out) != {"temperature"} or not isinstance(out["temperature"], (int, float)):
+            raise MethodError(f"{SW_CLASSIFY}#run_classification: unexpected settings {kw} / defaults {defaults}")
+        return out
 
     def choices(self, item: Item) -> tuple[str, ...]:
         return ("SuicideWatch", "depression", "Anxiety", "bipolar", "offmychest")
@@ -297,6 +367,14 @@ class Diagnosis(LabelledTask):
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         gold = sample.item.target
+        if ctx.protocol == "paper":
+            raw = paper_swmh_prediction(reply)
+            label, known = paper_swmh_label(raw)
+            sc = Score(parsed=PAPER_SWMH[label])
+            if known:
+                return answered(sc, correct=float(sc.parsed == gold))
+            sc.notes.append("no known label; read as offmychest as the paper's code does")
+            return no_answer(sc, f"label {str(raw)[:80]!r} is not an SWMH label", correct=float(sc.parsed == gold))
         pred = extract_label(reply, SWMH_VOCAB)
         sc = Score(parsed=pred)
         if gold not in SWMH_LABELS:
