@@ -263,3 +263,103 @@ def test_sycophancy_judges_reach_the_server_with_the_papers_settings(upstream, t
     assert m["emotional_validation"] == 1.0 and m["indirect_language"] == 0.0
     # The two unusable ELEPHANT verdicts per item are left out and counted.
     assert t.n_judge_failed == 10
+
+
+# --- reliability.diagnosis -----------------------------------------------------------------------------
+
+SWMH = METHODS / "Ziteng-Wang17780623062+Python-Work/Robustness/SWMH/src"
+SAMPLE_SWMH = __import__("pathlib").Path(__file__).resolve().parents[1] / "src/trustmh/data/sample/swmh/test.csv"
+
+
+def build_classification_prompt():
+    """The predecessor's own prompt builder as the oracle, compiled alone after checking that its only
+    call is a constant's str.join (no import, no other call or attribute)."""
+    tree = ast.parse((SWMH / "prompts.py").read_bytes())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "build_classification_prompt")
+    for n in ast.walk(fn):
+        assert not isinstance(n, (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.Lambda))
+        if isinstance(n, ast.Call):
+            assert isinstance(n.func, ast.Attribute) and n.func.attr == "join" and isinstance(n.func.value, ast.Constant)
+    fn.returns = None
+    for a in fn.args.args:
+        a.annotation = None
+    namespace: dict = {}
+    exec(compile(ast.Module([fn], []), "prompts.py", "exec"), {"__builtins__": {}}, namespace)  # noqa: S102
+    return namespace["build_classification_prompt"]
+
+
+def swmh_dir(tmp_path, text=None):
+    """The sample suite's SWMH posts (or `text`) in a data dir: the paper protocol is refused on the sample
+    suite itself."""
+    (tmp_path / "swmh").mkdir()
+    if text is None:
+        text = SAMPLE_SWMH.read_text(encoding="utf-8")
+    (tmp_path / "swmh/test.csv").write_text(text, encoding="utf-8")
+    return tmp_path
+
+
+def test_diagnosis_requests_render_from_the_method_files(tmp_path):
+    import csv
+    data = swmh_dir(tmp_path)
+    rows = list(csv.DictReader(open(data / "swmh/test.csv", newline="", encoding="utf-8")))
+    spec = paper_spec(data, "reliability.diagnosis")
+    (p,), _ = prepare(spec, context(spec))
+    build = build_classification_prompt()
+    assert len(p.samples) == len(rows) == 10
+    for i in (0, 1, 9):
+        req = generation_request(p.samples[i], spec)
+        # dataset_id is the file's stem (main.py), the inputs the one stripped post
+        assert req.messages == [{"role": "user", "content": build([rows[i]["text"].strip()], "test")}]
+        assert req.messages[0]["content"].endswith(f"Post:\n{rows[i]['text'].strip()}\n")
+        assert req.params == {"temperature": 0.0}  # run_classification's default; no max_tokens
+
+
+def test_diagnosis_drops_rows_without_text_or_label_and_normalises_gold(tmp_path):
+    data = swmh_dir(tmp_path, 'text,label\n"  ",self.depression\nA post.,\nAnother post.,self.SomethingElse\n'
+                              'Third post.,self.SuicideWatch\n')
+    spec = paper_spec(data, "reliability.diagnosis")
+    (p,), _ = prepare(spec, context(spec))
+    assert [(s.item.id, s.item.target) for s in p.samples] == [("2", "offmychest"), ("3", "SuicideWatch")]
+
+
+def test_diagnosis_replies_are_read_as_the_original_reads_them():
+    from trustmh.tasks.reliability import paper_swmh_label, paper_swmh_prediction
+    cases = {'{"label": "suicidal", "explanation": "x"}': ("suicidal", True),
+             'Sure:\n```json\n{"label": "Anxiety"}\n```': ("anxiety", True),
+             "depression": ("depression", True),
+             "  self.bipolar \n": ("bipolar", True),
+             "I think it is depression": ("offmychest", False),
+             '{"label": "normal"}': ("offmychest", False),
+             '{"label": null}': ("offmychest", False),
+             '{"category": "depression"}': ("offmychest", False),
+             '["depression"]': ("offmychest", False),
+             "": ("offmychest", False),
+             '{"label": "SuicideWatch"}': ("suicidal", True),
+             '{"label": "depressed"}': ("depression", True)}
+    for reply, want in cases.items():
+        assert paper_swmh_label(paper_swmh_prediction(reply)) == want, reply
+
+
+def test_diagnosis_macro_f1_over_the_labels_seen(tmp_path):
+    data = swmh_dir(tmp_path, "text,label\npost-dep,self.depression\npost-sui,self.SuicideWatch\n"
+                              "post-anx,self.Anxiety\npost-off,self.offmychest\n")
+    replies = {"post-dep": '{"label": "depression"}', "post-sui": '```json\n{"label": "suicidal"}\n```',
+               "post-anx": "I cannot say.", "post-off": '{"label": "offmychest"}'}
+
+    def reply(body):
+        text = body["messages"][0]["content"]
+        return next(r for k, r in replies.items() if text.endswith(f"Post:\n{k}\n"))
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(data),
+                        tasks="reliability.diagnosis", protocol="paper")
+        _, res, _ = run_quiet(spec, tmp_path / "run")
+        sent = srv.requests
+    assert len(sent) == 4 and all(set(b) == {"model", "messages", "temperature"} and b["temperature"] == 0.0
+                                  for b in sent)
+    t = res.models["openai/m"].tasks["reliability.diagnosis"]
+    # By hand: the anxiety post is read as offmychest. F1: depression 1, suicidal 1, anxiety 0,
+    # offmychest 2*1/(2*1+1) = 2/3; macro over the four labels seen = (1 + 1 + 0 + 2/3) / 4.
+    assert t.value == pytest.approx((2 + 2 / 3) / 4)
+    assert t.metrics["accuracy"].value == pytest.approx(3 / 4)
+    assert t.n_no_answer == 1 and t.protocol == "paper"
