@@ -363,3 +363,31 @@ def test_diagnosis_macro_f1_over_the_labels_seen(tmp_path):
     assert t.value == pytest.approx((2 + 2 / 3) / 4)
     assert t.metrics["accuracy"].value == pytest.approx(3 / 4)
     assert t.n_no_answer == 1 and t.protocol == "paper"
+
+
+def test_support_paper_overall_batched_equals_per_resample():
+    """Under the paper the overall is the mean of the four criterion means, each over its own scored
+    samples: the bootstrap's batched form must equal aggregate() on each resampled table."""
+    import numpy as np
+    from trustmh import metrics
+    from trustmh.metrics import Resamples, Table
+    from trustmh.tasks import TASKS
+    from trustmh.tasks.base import RunContext
+    rng = np.random.default_rng(3)
+    rows, clusters = [], []
+    for i in range(40):
+        row = {c: float(rng.integers(0, 6)) for c in ("fluency", "professionalism", "empathy", "helpfulness")
+               if rng.random() > 0.2}  # about a fifth of the verdicts unparsed, each criterion on its own
+        rows.append(row)
+        clusters.append(f"d{i // 2}")
+    table = Table.from_rows(rows, clusters)
+    task, ctx = TASKS["reliability.support"](), RunContext(seed=0, upstream_compat=True)
+    # By hand on the whole table: the four means, then their mean.
+    means = [np.mean([r[c] for r in rows if c in r]) for c in ("fluency", "professionalism", "empathy", "helpfulness")]
+    assert task.aggregate(table, ctx)["overall"] == pytest.approx(sum(means) / 4)
+    inverse, order, size, start = metrics._cluster_layout(table.clusters)
+    picks = rng.integers(0, len(size), (50, len(size)))
+    weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
+    many = task.primary_metric_many(table, Resamples(inverse, weights), ctx)
+    want = [task.primary_metric(table.take(metrics._rows_of(p, order, size, start)), ctx) for p in picks]
+    np.testing.assert_allclose(many, want, rtol=0, atol=1e-12)
