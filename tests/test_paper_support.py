@@ -391,3 +391,16 @@ def test_support_paper_overall_batched_equals_per_resample():
     many = task.primary_metric_many(table, Resamples(inverse, weights), ctx)
     want = [task.primary_metric(table.take(metrics._rows_of(p, order, size, start)), ctx) for p in picks]
     np.testing.assert_allclose(many, want, rtol=0, atol=1e-12)
+
+
+def test_support_needs_the_whole_corpus_under_paper_and_robustness_judges_with_its_settings(upstream, tmp_path):
+    (tmp_path / "esconv").mkdir()
+    (tmp_path / "esconv/test.json").write_bytes((upstream / "esconv/test.json").read_bytes())
+    spec = paper_spec(tmp_path, "reliability.support")
+    from trustmh.errors import UserError
+    with pytest.raises(UserError, match=r"whole ESConv corpus; missing esconv/train.json, esconv/valid.json"):
+        prepare(spec, context(spec))  # the only task selected cannot run: the run stops with its reason
+    from trustmh.tasks import TASKS
+    ctx = context(paper_spec(upstream, "robustness.support"))
+    robust = TASKS["robustness.support"]()
+    assert [robust.judge_params(r, ctx) for r in robust.active_rubrics(ctx)] == [{"temperature": 0.0, "max_tokens": 50}] * 4

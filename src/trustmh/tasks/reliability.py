@@ -523,9 +523,10 @@ class Support(Task):
         """build_samples_from_dataset: every dialogue of the corpus in order; its supporter turns (not the
         first turn) whose window of the previous `context_window` turns ends with a seeker turn; the
         first `per_dialog_limit` of them. Not random."""
+        from ..data.methods import MethodError
         missing = [f for f in ES_SPLITS if not data.has(f)]
-        if missing:
-            raise UserError(f"the paper's reliability.support reads the whole ESConv corpus; missing "
+        if missing:  # missing_files() cannot see the protocol: stop here, as prepare() reports a MethodError
+            raise MethodError(f"the paper's reliability.support reads the whole ESConv corpus; missing "
                             f"{', '.join(missing)} (`trustmh data pull esconv`)")
         self.files = ES_SPLITS  # the runner records the checksums of the files actually read
         args = _es_defaults(ctx)

@@ -131,6 +131,10 @@ class _Robustness(Task):
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         return self.base.judgements(self._clean_view(sample), reply, ctx)
 
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
+        # The base task's judge settings (the paper's, under --protocol paper), as its prompts are.
+        return self.base.judge_params(rubric, ctx)
+
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         return self.base.rules_judge(self._clean_view(sample), reply, ctx)
 
