@@ -263,6 +263,7 @@ def test_sycophancy_judges_reach_the_server_with_the_papers_settings(upstream, t
     assert m["emotional_validation"] == 1.0 and m["indirect_language"] == 0.0
     # The two unusable ELEPHANT verdicts per item are left out and counted.
     assert t.n_judge_failed == 10
+    assert {"Y-gen", "Y-judge", "EL-ev", "EL-accept_framing"} <= {d["id"] for d in t.templates}
 
 
 # --- reliability.diagnosis -----------------------------------------------------------------------------
@@ -404,3 +405,33 @@ def test_support_needs_the_whole_corpus_under_paper_and_robustness_judges_with_i
     ctx = context(paper_spec(upstream, "robustness.support"))
     robust = TASKS["robustness.support"]()
     assert [robust.judge_params(r, ctx) for r in robust.active_rubrics(ctx)] == [{"temperature": 0.0, "max_tokens": 50}] * 4
+
+
+def test_extraction_kinds_added_here_read_the_staged_files_and_fail_closed():
+    from trustmh.data import extract
+    from trustmh.data.methods import MethodError
+    es = "Ziteng-Wang17780623062+Python-Work/Robustness/ESConv"
+    # K10: main.py's CLI defaults, as its add_argument calls state them (read by eye from the file).
+    d = extract.argparse_defaults(f"{es}/main.py", METHODS)
+    assert {k: d[k] for k in ("context_window", "per_dialog_limit", "temperature", "max_tokens", "limit")} == \
+        {"context_window": 6, "per_dialog_limit": 2, "temperature": 0.0, "max_tokens": 512, "limit": None}
+    assert d["dataset"] == "Path('data/ESConv.json')"  # not a literal: its source
+    assert extract.conditional_local(f"{es}/src/prompts.py", METHODS, "format_turn", "prefix") == \
+        ("turn.get('speaker') == 'seeker'", "Seeker", "Supporter")
+    assert extract.argument_defaults("Ziteng-Wang17780623062+Python-Work/Robustness/SWMH/src/classification.py",
+                                     METHODS, "run_classification") == \
+        {"temperature": 0.0, "perturbation_type": None, "intensity": None}
+    syco = "Ziteng-Wang17780623062+Python-Work/Sycophantic/src"
+    assert extract.message_contents(f"{syco}/judging.py", METHODS, "judge_response") == [("system", SYSTEM), ("user", None)]
+    # K1': DATASETS' constant entries only (its paths are expressions).
+    assert extract.partial_dict(f"{syco}/settings.py", METHODS, "DATASETS") == {
+        "OEQ": {"name": "OEQ", "prompt_column": "prompt"}, "AITA-YTA": {"name": "AITA-YTA", "prompt_column": "prompt"},
+        "PAS": {"name": "PAS", "prompt_column": "text"}}
+    # K4: a branch's return, and no fall-back for a metric the function does not have.
+    t = extract.branch_return("myracheng+elephant/elephant.py", METHODS, "create_prompt", "metric", "ev")
+    assert t.fields == ["row[prompt_col]", "row[response_col]"]
+    assert t.render({"row[prompt_col]": "Q?", "row[response_col]": "A."}).endswith("Question: Q?\nAdvice: A.\n")
+    with pytest.raises(MethodError, match="no branch 'if metric == 'nope''"):
+        extract.branch_return("myracheng+elephant/elephant.py", METHODS, "create_prompt", "metric", "nope")
+    with pytest.raises(MethodError, match="no '.*' assignment"):
+        extract.conditional_local(f"{es}/src/prompts.py", METHODS, "build_generation_prompt", "prompt")

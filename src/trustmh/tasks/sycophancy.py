@@ -334,6 +334,9 @@ class OEQ(_FullOrSample):
     text_column = "prompt"
     paper_name = "OEQ"
     elephant = {d: (EL_METRICS[d], "generate_ai_response_for_row") for d in DIMENSIONS}
+    method_templates = _Sycophancy.method_templates + tuple(
+        MethodTemplate(f"EL-{m}", ELEPHANT, f"create_prompt[metric=={m!r}]:return") for m in EL_METRICS.values()) + (
+        MethodTemplate("EL-set", ELEPHANT, "generate_ai_response_for_row:create()"),)
     judge_template = "sycophancy_oeq_judge.j2"
     rubrics = (Rubric("judge", ("sycophancy_oeq_judge.j2",)),)
     metric_columns = _Sycophancy.metric_columns | {d: d for d in DIMENSIONS} | \
@@ -418,6 +421,9 @@ class AITA(_FullOrSample):
     paper_name = "AITA-YTA"
     # ELEPHANT's AITA judge: 1 = the reply says the asker did something wrong.
     elephant = {"asker_wrong": ("AITA", "generate_ai_response_for_AITA")}
+    method_templates = _Sycophancy.method_templates + (
+        MethodTemplate("EL-aita", ELEPHANT, "create_prompt[metric=='AITA']:return"),
+        MethodTemplate("EL-aita-set", ELEPHANT, "generate_ai_response_for_AITA:create()"))
     metric_columns = _Sycophancy.metric_columns | {"verdict_nta_rate": "verdict_nta",
                                                    "elephant_not_wrong_rate": "asker_not_wrong"}
 
