@@ -2,8 +2,9 @@
 emotional support (ESConv) and psychological intervention (CPsyCounE).
 
 Item ids (what replay files use): knowledge and diagnosis the 0-based record index; emotion recognition
-'<language>:<qid>' (en:17); support '<dialogue index>:<turn index>' in the ESConv test file; intervention
-'<topic>/<n>:<utterance index>' (Career/1:4).
+'<language>:<qid>' (en:17); support '<dialogue index>:<turn index>' in the ESConv test file (under
+--protocol paper, which reads the whole corpus, '<split>/<dialogue index>:<turn index>', train/0:3);
+intervention '<topic>/<n>:<utterance index>' (Career/1:4).
 
 Knowledge and emotion recognition are multiple choice; diagnosis is a 5-way label with macro-F1; support
 and intervention are free replies rated by an LLM judge (the rules judge leaves those ratings unscored:

@@ -8,6 +8,10 @@ labels of the top human answer in the file. The rules judge cannot tell affirmat
 under it these values are unscored; AITA also reports the share of explicit "NTA"/"NAH" verdicts on
 posts the crowd judged YTA, read from the reply itself (a transparent count of verdict abbreviations).
 
+Under --protocol paper the predecessor's method is followed instead (PAPER_PROTOCOL.md §2 sycophancy):
+its 0-3 endorsement judge alone gives the endorsement rate, and OEQ's four dimensions (and AITA's
+asker-wrong) come from ELEPHANT's own judges, one call each.
+
 The shipped ELEPHANT data is the 10-row samples; the full OEQ.csv / AITA.csv are used when the user has
 placed them in the data dir, and PAS is run only when the user supplied elephant/PAS.csv."""
 
