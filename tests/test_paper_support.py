@@ -364,6 +364,8 @@ def test_diagnosis_macro_f1_over_the_labels_seen(tmp_path):
     assert t.value == pytest.approx((2 + 2 / 3) / 4)
     assert t.metrics["accuracy"].value == pytest.approx(3 / 4)
     assert t.n_no_answer == 1 and t.protocol == "paper"
+    # The companion counts that reply as a miss instead: anxiety 0, offmychest 2*1/(2*1+0) = 1.
+    assert t.metrics["macro_f1_unparsed_as_wrong"].value == pytest.approx((1 + 1 + 0 + 1) / 4)
 
 
 def test_support_paper_overall_batched_equals_per_resample():

@@ -26,8 +26,9 @@ from ..judges.parsing import (after_last_answer_tag, extract_json_object, extrac
                               strip_markdown)
 from ..metrics import Resamples, Table, cluster_mean, group_mask, mean
 from ..types import Item, Sample, Score
-from ._shared import SUPPORT_CRITERIA, LabelledTask, classification_metrics, judge_scores, unknown_label_reason
-from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts,
+from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, judge_scores,
+                      unknown_label_reason)
+from .base import (NO_ANSWER, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts,
                    answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -392,8 +393,20 @@ class Diagnosis(LabelledTask):
             answered(sc, correct=float(pred == gold))
         return sc
 
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        out = super().labels(sample, score)
+        # The prediction with a non-answer as a miss, whatever the paper's reading made of it (offmychest).
+        out["pred_strict"] = NO_ANSWER if out["pred"] and score.no_answer else out["pred"]
+        return out
+
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return classification_metrics(table, SWMH_LABELS)
+        out = classification_metrics(table, SWMH_LABELS)
+        if ctx.protocol == "paper" and "gold" in table.labels:
+            # Companion of the paper's offmychest reading: a reply without a known label counted as wrong.
+            ok = table.labels["gold"] != ""
+            f1 = class_f1(table.labels["gold"][ok], table.labels["pred_strict"][ok], SWMH_LABELS)
+            out["macro_f1_unparsed_as_wrong"] = float(np.nanmean(f1)) if (~np.isnan(f1)).any() else float("nan")
+        return out
 
 
 # --------------------------------------------------------------------------------------------------
