@@ -130,7 +130,7 @@ def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upst
     assert t.protocol == "paper" and t.evidence == "B"
     m = {k: v.value for k, v in t.metrics.items()}
     assert m["fluency"] == 4.0 and m["professionalism"] == 3.5 and m["empathy"] == 2.0
-    assert math.isnan(m["helpfulness"]) if isinstance(m["helpfulness"], float) else m["helpfulness"] is None
+    assert m["helpfulness"] is None or math.isnan(m["helpfulness"])
     # Helpfulness never parsed: dropped from its mean and counted, never read as 0.
     assert t.n_judge_failed == 3
     assert {d["id"] for d in t.templates} >= {"ES-turn", "ES-gen", "ES-judge", "ES-set"}
