@@ -315,20 +315,113 @@ def local_format(local: str, root: Path, func: str, var: str) -> tuple[Template,
     raise MethodError(f"{where}: no '{var} = \"...\".format(...)' assignment")
 
 
+def message_contents(local: str, root: Path, func: str) -> list[tuple[str, str | None]]:
+    """K9: (role, content) of the message literals inside a function, in source order; the content is
+    the constant text (a fixed system message), or None where it is an expression (the prompt)."""
+    where = f"{local}#{func}:messages"
+    fn = _function(_module(local, str(root)), func, where)
+    found = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Dict):
+            entries = {k.value: v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant)}
+            if "role" in entries and "content" in entries and isinstance(entries["role"], ast.Constant):
+                c = entries["content"]
+                text = c.value if isinstance(c, ast.Constant) and isinstance(c.value, str) else None
+                found.append((n.lineno, n.col_offset, entries["role"].value, text))
+    if not found:
+        raise MethodError(f"{where}: no message literal")
+    return [(role, text) for *_, role, text in sorted(found)]
+
+
+def conditional_local(local: str, root: Path, func: str, var: str) -> tuple[str, Any, Any]:
+    """K2 for `VAR = <constant> if <test> else <constant>` inside a function: (the test's source, the
+    value when true, the value when false); the caller checks the test is the one it implements."""
+    where = f"{local}#{func}.{var}"
+    fn = _function(_module(local, str(root)), func, where)
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id == var and isinstance(n.value, ast.IfExp) \
+                and isinstance(n.value.body, ast.Constant) and isinstance(n.value.orelse, ast.Constant):
+            return ast.unparse(n.value.test), n.value.body.value, n.value.orelse.value
+    raise MethodError(f"{where}: no '{var} = <constant> if ... else <constant>' assignment")
+
+
+def argparse_defaults(local: str, root: Path) -> dict[str, Any]:
+    """K10: the literal `default=` of every `add_argument("--name", ...)` call in a file, by dest
+    (`--max-tokens` -> max_tokens, or its `dest=`): what the original runs with unless told otherwise."""
+    out = {}
+    for n in ast.walk(_module(local, str(root))):
+        if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "add_argument"):
+            continue
+        kw = {k.arg: k.value for k in n.keywords if k.arg}
+        flags = [a.value for a in n.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if "default" not in kw or not flags:
+            continue
+        dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else \
+            next((f for f in flags if f.startswith("--")), flags[0]).lstrip("-").replace("-", "_")
+        try:
+            out[dest] = ast.literal_eval(kw["default"])
+        except ValueError:  # an expression such as Path("data/x.json"): its source
+            out[dest] = ast.unparse(kw["default"])
+    if not out:
+        raise MethodError(f"{local}: no add_argument(..., default=...) call")
+    return out
+
+
+def branch_return(local: str, root: Path, func: str, var: str, value: str) -> Template:
+    """K4: inside a function, the `if VAR == '<value>':` branch (an `elif` too) and its first return
+    value, as segments (ELEPHANT's create_prompt picks its prompt by metric this way)."""
+    symbol = f"{func}[{var}=={value!r}]:return"
+    where = f"{local}#{symbol}"
+    fn = _function(_module(local, str(root)), func, where)
+    for n in ast.walk(fn):
+        t = n.test if isinstance(n, ast.If) else None
+        if isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == var and len(t.ops) == 1 \
+                and isinstance(t.ops[0], ast.Eq) and isinstance(t.comparators[0], ast.Constant) \
+                and t.comparators[0].value == value:
+            ret = next((s for s in n.body if isinstance(s, ast.Return) and s.value is not None), None)
+            if ret is None or not _is_stringish(ret.value):
+                raise MethodError(f"{where}: the branch does not return a string")
+            src, sha = _source(local, symbol)
+            return Template(src, sha, segments=tuple(segments(ret.value, fn)))
+    raise MethodError(f"{where}: no branch 'if {var} == {value!r}'")
+
+
+def partial_dict(local: str, root: Path, name: str) -> dict[str, Any]:
+    """K1': a top-level dict whose values mix literals and expressions (`DATA_DIR / 'x.csv'`): its
+    constant entries only, nested dicts kept with their own constant entries."""
+    def constants(d: ast.Dict) -> dict[str, Any]:
+        out = {}
+        for k, v in zip(d.keys, d.values):
+            if not isinstance(k, ast.Constant):
+                continue
+            if isinstance(v, ast.Dict):
+                out[k.value] = constants(v)
+            elif isinstance(v, ast.Constant):
+                out[k.value] = v.value
+        return out
+    for n in _module(local, str(root)).body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets) \
+                and isinstance(n.value, ast.Dict):
+            return constants(n.value)
+    raise MethodError(f"{local}#{name}: no module dict '{name}'")
+
+
 def argument_defaults(local: str, root: Path, func: str) -> dict[str, Any]:
-    """K9: a function's parameter defaults by parameter name (`temperature: float = 0.0`), literals only:
-    the settings a caller that passes nothing sends."""
+    """K9: a function's parameters that have a literal default, by name (settings a caller that does not
+    pass them gets)."""
     where = f"{local}#{func}:defaults"
     fn = _function(_module(local, str(root)), func, where)
     a = fn.args
-    pairs = list(zip((a.posonlyargs + a.args)[len(a.posonlyargs + a.args) - len(a.defaults):], a.defaults))
+    positional = a.posonlyargs + a.args
+    pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
     pairs += [(p, d) for p, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
     out = {}
     for p, d in pairs:
         try:
             out[p.arg] = ast.literal_eval(d)
         except ValueError:
-            continue  # not a literal: no setting can be read from it
+            continue  # not a literal: not a setting trustmh can read
     return out
 
 
