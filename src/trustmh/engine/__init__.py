@@ -58,6 +58,8 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
             else:
                 prepared, checksums = prepare(spec, ctx)
                 record_prepared(store, prepared, checksums)
+                if generate:
+                    store.set_meta("task_origins", task_origins(prepared))
             try:
                 if executor is not None and generate:
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
@@ -83,15 +85,27 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     return run_dir, results, calls
 
 
+def task_origins(prepared: list[Prepared]) -> dict[str, dict[str, str]]:
+    """Where each task not built into trustmh came from, so that re-scoring can import it again."""
+    from ..plugins import task_origin
+    return {p.task.id: o for p in prepared if (o := task_origin(type(p.task))) is not None}
+
+
 def load_spec(run_dir: Path) -> RunSpec:
+    """A run's spec, with the tasks it ran from plugins, --include files or scripts imported again (or a
+    one-line error naming the file to --include)."""
     db = run_dir / "store.sqlite"
     if not db.is_file():
         raise UserError(f"{run_dir} is not a trustmh run directory (no store.sqlite)")
     store = Store(db)
     try:
         raw = store.get_meta("spec")
+        origins = store.get_meta("task_origins") or {}
     finally:
         store.close()
     if raw is None:
         raise UserError(f"{db}: no run spec stored")
+    if origins:
+        from ..plugins import restore
+        restore(origins)
     return RunSpec(**raw)

@@ -297,7 +297,10 @@ PILLARS = ("reliability", "crisis", "safety", "fairness", "privacy", "robustness
 
 
 def resolve_tasks(selection: str | None) -> list[Task]:
-    """Task instances for a comma-separated list of task ids and/or pillar names ('all' or None: every task)."""
+    """Task instances for a comma-separated list of task ids and/or pillar names ('all' or None: every task).
+    Installed task plugins (entry points) are loaded first, so they are part of 'all' and of their pillars."""
+    from ..plugins import load_task_plugins
+    load_task_plugins()
     if not selection or selection.strip() == "all":
         return [TASKS[k]() for k in sorted(TASKS)]
     chosen: list[str] = []
