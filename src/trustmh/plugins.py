@@ -126,6 +126,6 @@ def restore(origins: dict[str, dict[str, str]]) -> None:
         elif module != "__main__" and Path(file).is_file():
             include(file)  # a file the run itself was given with --include
         if task_id not in TASKS:
-            where = f"--include {file}" if file else f"install the package providing module '{module}'"
-            raise UserError(f"this run has task '{task_id}', defined in {file or module}, which is not loaded: "
+            where = f"pass --include {file}" if file else f"install the package that provides module '{module}'"
+            raise UserError(f"this run has task '{task_id}', defined in {file or module}, which is not loaded; "
                             f"{where}")
