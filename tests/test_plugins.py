@@ -220,3 +220,47 @@ def test_register_model_refuses_a_second_provider_of_one_name():
         register_model("openai")(lambda name, **o: None)
     assert PROVIDERS["openai"].__name__ == "_openai"
     assert make_model("baseline/refuse").spec == "baseline/refuse"
+
+
+def readme_example() -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("## Use from Python", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_example_runs_and_its_run_is_scorable_with_include(tmp_path):
+    script = tmp_path / "my_eval.py"
+    script.write_text(readme_example())
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    assert proc.returncode == 0, proc.stderr
+    assert "help_rate 1.0" in proc.stdout
+    run = tmp_path / "runs" / "mine"
+    assert task_result(run, "kind/v1", "mine.reassurance")["value"] == 1.0
+    # The task lived in a script that ran the evaluation itself: score does not run it again, it says what to do.
+    user_error(cli("score", run, cwd=tmp_path), "mine.reassurance", f"--include {script}")
+    ok(cli("score", run, "--include", script, cwd=tmp_path))
+    assert task_result(run, "kind/v1", "mine.reassurance")["value"] == 1.0
+    ok(cli("report", run, "--include", script, cwd=tmp_path))
+
+
+def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
+    from trustmh.testing.fake_server import FakeLLMServer
+    run = tmp_path / "run"
+    with FakeLLMServer() as srv:
+        args = ["run", "--model", "openai/fake", "--base-url", srv.openai_base_url, "--judge", "openai/judge",
+                "--judge-base-url", srv.openai_base_url, "--tasks", "ethics", "--suite", "sample", "--out", run,
+                "--bootstrap", "100"]
+        dry = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
+        assert srv.n_requests == 0 and not run.exists()
+        row = next(line for line in dry.splitlines() if "ethics.reasoning" in line).split("│")
+        samples, model_calls, model_tokens, judge_calls = (int(c) for c in row[3:7])
+        assert samples > 0 and model_calls == samples and judge_calls == samples and model_tokens > 0
+        assert "estimate (characters / 4)" in " ".join(dry.split())
+        ok(cli(*args, cwd=tmp_path))
+        made = srv.n_requests
+        assert made == model_calls + judge_calls  # what the dry run announced is what the run asked for
+        again = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
+        assert srv.n_requests == made  # still nothing sent
+        row = next(line for line in again.splitlines() if "ethics.reasoning" in line).split("│")
+        assert [int(c) for c in row[4:8]] == [0, 0, 0, 0]
