@@ -110,6 +110,8 @@ def test_installed_plugin_runs_scores_lists_and_reports(tmp_path, plugin_path):
     # The plugin's model answered and the plugin's task scored it: upper-casing echo shouts, plain does not.
     assert task_result(run, "echo/upper", "demo.shout")["value"] == 1.0
     assert task_result(run, "echo/plain", "demo.shout")["value"] == 0.0
+    spec = json.loads((run / "results.json").read_text())["spec"]
+    assert spec["task_origins"] == {"demo.shout": {"module": "trustmh_demo_plugin.tasks"}}
     (run / "report.html").unlink()
     ok(cli("score", run, cwd=tmp_path, extra_path=plugin_path))
     assert task_result(run, "echo/upper", "demo.shout")["value"] == 1.0 and (run / "report.html").is_file()
@@ -183,6 +185,8 @@ def test_include_on_every_command_and_recorded_for_score(tmp_path):
     ok(cli("run", "--include", f, "--model", "terse/x", "--tasks", "mine", "--out", run, "--bootstrap", "100",
            cwd=tmp_path))
     assert task_result(run, "terse/x", "mine.short")["value"] == 1.0
+    origin = json.loads((run / "results.json").read_text())["spec"]["task_origins"]["mine.short"]
+    assert origin["file"] == str(f.resolve())
     # The run recorded the included file: score imports it again without being told.
     ok(cli("score", run, cwd=tmp_path))
     ok(cli("report", run, "--include", f, cwd=tmp_path))

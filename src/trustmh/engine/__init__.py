@@ -20,7 +20,7 @@ from .endpoint import AuthFailure, CallWriter, Endpoint
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
 from .prepare import Prepared, prepare, prepare_from_store, record_prepared
 from .rundir import open_run_dir, run_lock
-from .score import finalize
+from .score import finalize, task_origins
 from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
 
 __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
@@ -59,7 +59,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 prepared, checksums = prepare(spec, ctx)
                 record_prepared(store, prepared, checksums)
                 if generate:
-                    store.set_meta("task_origins", task_origins(prepared))
+                    store.set_meta("task_origins", task_origins(prepared))  # what `score` imports again
             try:
                 if executor is not None and generate:
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
@@ -83,12 +83,6 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     t2 = time.perf_counter()
     events(RunTotals(dict(calls), prompt_tokens, completion_tokens, t2 - t0, t2 - t1))
     return run_dir, results, calls
-
-
-def task_origins(prepared: list[Prepared]) -> dict[str, dict[str, str]]:
-    """Where each task not built into trustmh came from, so that re-scoring can import it again."""
-    from ..plugins import task_origin
-    return {p.task.id: o for p in prepared if (o := task_origin(type(p.task))) is not None}
 
 
 def load_spec(run_dir: Path) -> RunSpec:
