@@ -576,8 +576,9 @@ def _dry_run(spec, run_dir: Path) -> None:
                   str(sum(r.judge_tokens for r in rows)), "", style="bold")
     out.print(table)
     judge = "rules judge: no judge calls" if spec.judge == "rules" else f"judge {spec.judge}"
-    out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); judge prompts for replies not "
-              f"stored yet are counted without the reply; {judge}", markup=False, highlight=False)
+    out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
+              f"judge calls assume every reply is judged and judge prompts leave out the reply's text; {judge}",
+              markup=False, highlight=False)
 
 
 def _pull_swmh(ddir: Path) -> None:
