@@ -253,7 +253,8 @@ def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
     run = tmp_path / "run"
     with FakeLLMServer() as srv:
         args = ["run", "--model", "openai/fake", "--base-url", srv.openai_base_url, "--judge", "openai/judge",
-                "--judge-base-url", srv.openai_base_url, "--tasks", "ethics", "--suite", "sample", "--out", run,
+                "--judge-base-url", srv.openai_base_url, "--tasks", "ethics,sycophancy,reliability,robustness.support",
+                "--suite", "sample", "--out", run,
                 "--bootstrap", "100"]
         dry = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
         assert srv.n_requests == 0 and not run.exists()
@@ -261,9 +262,11 @@ def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
         samples, model_calls, model_tokens, judge_calls = (int(c) for c in row[3:7])
         assert samples > 0 and model_calls == samples and judge_calls == samples and model_tokens > 0
         assert "estimate (characters / 4)" in " ".join(dry.split())
+        total = next(line for line in dry.splitlines() if "total" in line).split("│")
         ok(cli(*args, cwd=tmp_path))
         made = srv.n_requests
-        assert made == model_calls + judge_calls  # what the dry run announced is what the run asked for
+        # What the dry run announced is what the run asked for (robustness shares its base task's requests).
+        assert made == int(total[4]) + int(total[6]) and int(total[4]) < int(total[3])
         again = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
         assert srv.n_requests == made  # still nothing sent
         row = next(line for line in again.splitlines() if "ethics.reasoning" in line).split("│")
