@@ -97,7 +97,7 @@ def data_pull(
     """Download (or import) the upstream datasets and verify every file's sha256."""
     from .data.fetch import pull
     ddir = _data_dir(data_dir)
-    if datasets and "swmh" in datasets:  # gated: fetched through the Hugging Face Hub with the user's own token
+    if datasets and "swmh" in datasets and from_dir is None:  # gated: from the Hub, with the user's own token
         _pull_swmh(ddir)
         datasets = [d for d in datasets if d != "swmh"]
         if not datasets:
