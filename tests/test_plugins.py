@@ -271,3 +271,32 @@ def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
         assert srv.n_requests == made  # still nothing sent
         row = next(line for line in again.splitlines() if "ethics.reasoning" in line).split("│")
         assert [int(c) for c in row[4:8]] == [0, 0, 0, 0]
+
+
+def test_rescoring_needs_no_plugin_for_the_tested_model(tmp_path):
+    """The tested model is never called by `score`: a provider registered only in the script that ran the
+    evaluation is not needed to re-score its built-in tasks."""
+    script = tmp_path / "run_it.py"
+    script.write_text(textwrap.dedent('''
+        from pathlib import Path
+        import trustmh
+        from trustmh import Model, Response, register_model
+
+        class Fixed(Model):
+            remote = False
+            cacheable = False
+            async def generate(self, request):
+                return Response(text="B", finish_reason="stop")
+
+        @register_model("fixed")
+        def fixed(name, **options):
+            return Fixed(options["spec"])
+
+        trustmh.run(trustmh.RunSpec(models=["fixed/b"], tasks="ethics", n_boot=100), Path("run"))
+    '''))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    assert proc.returncode == 0, proc.stderr
+    before = task_result(tmp_path / "run", "fixed/b", "ethics.reasoning")
+    ok(cli("score", tmp_path / "run", cwd=tmp_path))
+    assert task_result(tmp_path / "run", "fixed/b", "ethics.reasoning")["value"] == before["value"]

@@ -207,8 +207,9 @@ def _hf(name: str, *, spec: str, **_: object) -> Model:
 
 def unsendable_params(spec: str) -> tuple[str, ...]:
     """Generation parameters the backend for `spec` cannot pass to its provider (so the run's settings
-    did not apply to it). Only anthropic/ has any today."""
-    if split_spec(spec)[0] == "anthropic":
+    did not apply to it). Only anthropic/ has any today. Read from the spec's prefix alone: re-scoring a run
+    whose model came from a plugin that is not loaded now must not need that plugin."""
+    if spec.partition("/")[0] == "anthropic":
         from .anthropic_api import unsendable_params as anthropic_unsendable
         return anthropic_unsendable()
     return ()
