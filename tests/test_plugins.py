@@ -300,3 +300,13 @@ def test_rescoring_needs_no_plugin_for_the_tested_model(tmp_path):
     before = task_result(tmp_path / "run", "fixed/b", "ethics.reasoning")
     ok(cli("score", tmp_path / "run", cwd=tmp_path))
     assert task_result(tmp_path / "run", "fixed/b", "ethics.reasoning")["value"] == before["value"]
+
+
+def test_included_task_and_model_reach_ray_workers(tmp_path):
+    pytest.importorskip("ray")
+    f = tmp_path / "mine.py"
+    f.write_text(INCLUDED)
+    run = tmp_path / "run"
+    ok(cli("run", "--include", f, "--model", "terse/x", "--tasks", "mine", "--out", run, "--bootstrap", "100",
+           "--executor", "ray", "--shard-size", "1", cwd=tmp_path, env_extra={"RAY_num_cpus": "1"}))
+    assert task_result(run, "terse/x", "mine.short")["value"] == 1.0

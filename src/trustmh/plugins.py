@@ -87,7 +87,12 @@ def include(path: str | Path) -> str:
     return name
 
 
-def load(includes: list[Path] | tuple[Path, ...] = ()) -> None:
+def included() -> list[str]:
+    """The files imported with --include in this process (what a Ray worker must import too)."""
+    return [str(p) for p in _INCLUDED]
+
+
+def load(includes: list[Path] | list[str] | tuple[Path, ...] = ()) -> None:
     """What every command that reads task ids does first: installed task plugins, then --include files."""
     load_task_plugins()
     for path in includes:
