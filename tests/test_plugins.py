@@ -310,3 +310,18 @@ def test_included_task_and_model_reach_ray_workers(tmp_path):
     ok(cli("run", "--include", f, "--model", "terse/x", "--tasks", "mine", "--out", run, "--bootstrap", "100",
            "--executor", "ray", "--shard-size", "1", cwd=tmp_path, env_extra={"RAY_num_cpus": "1"}))
     assert task_result(run, "terse/x", "mine.short")["value"] == 1.0
+
+
+def test_render_and_rubric_take_a_task_s_own_template(tmp_path):
+    from trustmh import Rubric, render
+    t = tmp_path / "judge.j2"
+    t.write_text("Rate this reply: {{ reply }}\n")
+    assert render(t, reply="hi") == "Rate this reply: hi"
+    assert render("safety_refusal_judge.j2", request="q", reply="r").count("r") > 0  # trustmh's own still work
+    with pytest.raises(Exception, match="reply"):
+        render(t)  # a missing value is an error, not an empty string
+    rubric = Rubric("mine", (str(t),))
+    before = rubric.version
+    t.write_text("Rate this reply from 1 to 5: {{ reply }}\n")
+    assert rubric.version != before  # a changed rubric text is a new version: stored verdicts are not reused
+    assert rubric.source == [str(t)]

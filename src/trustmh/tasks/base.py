@@ -83,9 +83,12 @@ def _templates() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
-def render(template: str, **values: Any) -> str:
-    """Render a prompt or rubric template from tasks/templates (plain text, not HTML)."""
-    return _templates().get_template(template).render(**values).strip()
+def render(template: str | Path, **values: Any) -> str:
+    """Render a prompt or rubric template (plain text, not HTML): a name under tasks/templates, or the
+    absolute path of a task's own file (a task from outside trustmh; `Rubric` accepts such paths too)."""
+    if Path(template).is_absolute():
+        return _templates().from_string(Path(template).read_text(encoding="utf-8")).render(**values).strip()
+    return _templates().get_template(str(template)).render(**values).strip()
 
 
 class Task:
