@@ -325,3 +325,19 @@ def test_render_and_rubric_take_a_task_s_own_template(tmp_path):
     t.write_text("Rate this reply from 1 to 5: {{ reply }}\n")
     assert rubric.version != before  # a changed rubric text is a new version: stored verdicts are not reused
     assert rubric.source == [str(t)]
+
+
+def test_include_takes_a_module_name(tmp_path):
+    pkg = tmp_path / "lib" / "my_tasks"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "short.py").write_text(INCLUDED)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "lib"), SRC])}
+    assert "mine.short" in ok(cli("list", "--suite", "sample", "--include", "my_tasks.short", cwd=tmp_path,
+                                  env_extra=env)).stdout
+    user_error(cli("list", "--include", "my_tasks.nope", cwd=tmp_path, env_extra=env),
+               "--include my_tasks.nope failed: ModuleNotFoundError")
+    run = tmp_path / "run"
+    ok(cli("run", "--include", "my_tasks.short", "--model", "terse/x", "--tasks", "mine", "--out", run,
+           "--bootstrap", "100", cwd=tmp_path, env_extra=env))
+    ok(cli("score", run, cwd=tmp_path, env_extra=env))  # recorded by module name: imported again by itself

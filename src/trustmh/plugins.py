@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -61,12 +62,21 @@ def model_plugin_names() -> list[str]:
 
 
 _INCLUDED: dict[Path, str] = {}  # resolved path -> module name, so that a file is imported once
+_MODULES: list[str] = []  # modules included by name
 
 
 def include(path: str | Path) -> str:
     """Import a Python file by path (`--include FILE`) under a name of its own, never as __main__: a
-    script's `if __name__ == "__main__":` block does not run again. Returns the module name."""
+    script's `if __name__ == "__main__":` block does not run again. A dotted name that is not a file
+    (`--include my_package.tasks`) is imported as a module. Returns the module name."""
     p = Path(path).expanduser()
+    if not p.is_file() and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", str(path)) and p.suffix != ".py":
+        try:
+            importlib.import_module(str(path))
+        except Exception as e:  # noqa: BLE001 - as for a file: one line
+            raise UserError(f"--include {path} failed: {type(e).__name__}: {e}") from None
+        _MODULES.append(str(path))
+        return str(path)
     if not p.is_file():
         raise UserError(f"--include {path}: no such file")
     p = p.resolve()
@@ -88,8 +98,8 @@ def include(path: str | Path) -> str:
 
 
 def included() -> list[str]:
-    """The files imported with --include in this process (what a Ray worker must import too)."""
-    return [str(p) for p in _INCLUDED]
+    """The files and modules included in this process (what a Ray worker must import too)."""
+    return [str(p) for p in _INCLUDED] + list(dict.fromkeys(_MODULES))
 
 
 def load(includes: list[Path] | list[str] | tuple[Path, ...] = ()) -> None:
