@@ -20,8 +20,9 @@ app.add_typer(data_app, name="data")
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-_INCLUDE_HELP = ("A Python file defining tasks (@register) or model providers (@register_model) to load first; "
-                 "repeatable. Installed plugins (entry points trustmh.tasks, trustmh.models) load by themselves.")
+_INCLUDE_HELP = ("A Python file (or importable module name) defining tasks (@register) or model providers "
+                 "(@register_model) to load first; repeatable. Installed plugins (entry points trustmh.tasks, "
+                 "trustmh.models) load by themselves.")
 
 
 def _show_version(value: bool) -> None:
