@@ -25,8 +25,9 @@ MODEL_GROUP = "trustmh.models"
 
 
 def entry_points(group: str) -> list[metadata.EntryPoint]:
-    # One entry per name: a distribution seen twice on sys.path (an editable install and a copy) is one plugin.
-    return list({ep.name: ep for ep in metadata.entry_points(group=group)}.values())
+    # A distribution seen twice on sys.path (an editable install and a copy) is one plugin; two packages
+    # that happen to use one entry-point name for their tasks are two.
+    return list({(ep.name, ep.value): ep for ep in metadata.entry_points(group=group)}.values())
 
 
 def _load(ep: metadata.EntryPoint) -> Any:
