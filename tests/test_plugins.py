@@ -341,3 +341,11 @@ def test_include_takes_a_module_name(tmp_path):
     ok(cli("run", "--include", "my_tasks.short", "--model", "terse/x", "--tasks", "mine", "--out", run,
            "--bootstrap", "100", cwd=tmp_path, env_extra=env))
     ok(cli("score", run, cwd=tmp_path, env_extra=env))  # recorded by module name: imported again by itself
+
+
+def test_a_broken_plugin_is_named_in_one_line(tmp_path, plugin_path):
+    info = plugin_path / "trustmh_demo_plugin-0.1.dist-info" / "entry_points.txt"
+    info.write_text(info.read_text().replace("trustmh_demo_plugin.tasks", "trustmh_demo_plugin.gone"))
+    proc = user_error(cli("list", "--suite", "sample", cwd=tmp_path, extra_path=plugin_path),
+                      "plugin 'demo' (trustmh.tasks = trustmh_demo_plugin.gone) failed to load: ModuleNotFoundError")
+    assert len(proc.stderr.strip().splitlines()) == 1
