@@ -1,17 +1,28 @@
 """trustmh: measure how far a large language model can be trusted in mental-health use.
 
-Public API (everything else is private and may change):
-    run, RunSpec, Limits      - run or resume an evaluation programmatically
-    Task, register, MetricSpec, RunContext, Judged, DataSource - define a task
-    Item, Sample, Score       - pipeline records
-    UserError                 - raised for bad input
+Public API (everything else is private and may change); README "Use from Python" shows it at work:
+    run, RunSpec, Limits               - run or resume an evaluation programmatically
+    Task, register, MetricSpec, RunContext, DataSource, Item, Sample, Score - define a task
+    Rubric, Judged, Verdicts           - the judgements a task asks of a judge, and their verdicts
+    Table, mean, count, answered, no_answer, answer_metrics, render - scoring and prompting helpers
+    Model, register_model, Request, Response - define a model provider
+    UserError, DataError               - raised for bad input / bad data (one line, no traceback on the CLI)
 """
 
-from .errors import UserError
-from .types import Item, Sample, Score
+from .errors import DataError, UserError
+from .types import Item, Request, Response, Sample, Score
 
-__all__ = ["run", "RunSpec", "Limits", "Task", "register", "MetricSpec", "RunContext", "Judged", "DataSource",
-           "Item", "Sample", "Score", "UserError"]
+# Where each lazily loaded name lives: `import trustmh` stays light (no SDKs, numpy or torch until used).
+_LAZY = {
+    "run": "engine", "RunSpec": "engine", "Limits": "engine",
+    "Task": "tasks", "register": "tasks", "MetricSpec": "tasks", "RunContext": "tasks", "DataSource": "tasks",
+    "Rubric": "tasks", "Judged": "tasks", "Verdicts": "tasks",
+    "render": "tasks.base", "answered": "tasks.base", "no_answer": "tasks.base", "answer_metrics": "tasks.base",
+    "Table": "metrics", "mean": "metrics", "count": "metrics",
+    "Model": "models", "register_model": "models",
+}
+
+__all__ = sorted([*_LAZY, "DataError", "UserError", "Item", "Request", "Response", "Sample", "Score"])
 
 
 def _version() -> str:
@@ -28,11 +39,11 @@ __version__ = _version()
 
 
 def __getattr__(name: str):
-    # Lazy: `import trustmh` must stay light (no SDKs, numpy or torch until something runs).
-    if name in ("run", "RunSpec", "Limits"):
-        from . import engine
-        return getattr(engine, name)
-    if name in ("Task", "register", "MetricSpec", "RunContext", "Judged", "DataSource"):
-        from . import tasks
-        return getattr(tasks, name)
-    raise AttributeError(name)
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'trustmh' has no attribute '{name}'")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

@@ -22,6 +22,9 @@ app.add_typer(data_app, name="data")
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+_INCLUDE_HELP = ("A Python file (or importable module name) defining tasks (@register) or model providers "
+                 "(@register_model) to load first; repeatable. Installed plugins (entry points trustmh.tasks, "
+                 "trustmh.models) load by themselves.")
 
 
 def _show_version(value: bool) -> None:
@@ -60,8 +63,10 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
 def list_tasks(
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="Count items in: auto, sample or data."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """List tasks: pillar, dataset, metric, direction and number of items."""
+    _load_plugins(include)
     from .engine import data_source
     from .tasks import RunContext, resolve_tasks
     ddir = _data_dir(data_dir)
@@ -95,6 +100,11 @@ def data_pull(
     """Download (or import) the upstream datasets and verify every file's sha256."""
     from .data.fetch import pull
     ddir = _data_dir(data_dir)
+    if datasets and "swmh" in datasets and from_dir is None:  # gated: from the Hub, with the user's own token
+        _pull_swmh(ddir)
+        datasets = [d for d in datasets if d != "swmh"]
+        if not datasets:
+            return
     statuses = pull(ddir, datasets=datasets or None, url_base=url_base, from_dir=from_dir,
                     progress=sys.stderr.isatty(), force=force)
     fetched = sum(1 for s in statuses if s.detail != "already present")
@@ -296,8 +306,13 @@ def run_cmd(
                    "and judged variants). Default: the work cut into about 4 shards per cluster CPU, at "
                    "least 10 items each. Smaller shards lose less to a failed node; larger ones pay less "
                    "per-task overhead."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the model and judge calls this run would make "
+                                                          "(minus those stored in --out) with an estimate of their "
+                                                          "prompt tokens, and exit without calling anything."),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
+    _load_plugins(include)
     from .engine import RunSpec, run
     from .executors import make_executor
     from .models import split_spec
@@ -345,6 +360,9 @@ def run_cmd(
         from .judges.hf_classifier import parse_spec
         parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
         spec.options["refusal_classifier"] = refusal_classifier
+    if dry_run:
+        _dry_run(spec, out_dir or runs_dir / spec.run_id())
+        return
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
@@ -380,8 +398,10 @@ def score_cmd(
     accept_stored: bool = typer.Option(False, help="Use stored judgements even when they were made with another "
                                                    "version of their rubric (by default they are left out and "
                                                    "counted)."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called."""
+    _load_plugins(include)
     from .engine import load_spec, run
     from .models import split_spec
     spec = load_spec(run_dir)
@@ -456,10 +476,12 @@ def report_cmd(
     page_size: int = typer.Option(50, help="Samples per page in the drill-down (0: all on one page)."),
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
     from .compare import load_run
     from .report import write_report
+    _load_plugins(include)
     loaded = [load_run(r) for r in runs]
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
     path = write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
@@ -476,8 +498,10 @@ def compare_cmd(
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
     alpha: float = typer.Option(0.05, help="Significance level for the verdict column."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Differences between models per task, pillar and overall: paired bootstrap CI over shared items, p-value."""
+    _load_plugins(include)
     from .compare import compare_runs, load_run, rich_tables, to_csv, to_json, to_markdown
     if fmt not in ("table", "json", "markdown", "csv"):
         raise UserError(f"--format must be table, json, markdown or csv, not '{fmt}'")
@@ -546,6 +570,44 @@ def gate_cmd(
     if failures:
         raise typer.Exit(1)
     out.print(f"gate passed: {n} checks on {len(run.results.models)} model(s)", markup=False, highlight=False)
+
+
+# --- plugins, dry runs, gated data ---------------------------------------------------------------
+
+def _load_plugins(include: list[Path]) -> None:
+    from .plugins import load
+    load(include)
+
+
+def _dry_run(spec, run_dir: Path) -> None:
+    """Per task and model, the calls `run` would make (stored ones left out) and their estimated size."""
+    from .engine import context, prepare
+    from .engine.plan import CHARS_PER_TOKEN, plan
+    ctx = context(spec)
+    prepared, _ = prepare(spec, ctx)
+    rows = plan(spec, ctx, prepared, run_dir)
+    table = RichTable(title=f"dry run: calls a run into {run_dir} would make (nothing was called)",
+                      title_justify="left")
+    for col in ("task", "model", "samples", "model calls", "~prompt tokens", "judge calls", "~judge tokens", ""):
+        table.add_column(col, justify="left" if col in ("task", "model", "") else "right", no_wrap=col == "task")
+    for r in rows:
+        table.add_row(r.task, r.model, str(r.samples), str(r.model_calls), str(r.model_tokens), str(r.judge_calls),
+                      str(r.judge_tokens), escape(r.note))
+    table.add_row("total", "", str(sum(r.samples for r in rows)), str(sum(r.model_calls for r in rows)),
+                  str(sum(r.model_tokens for r in rows)), str(sum(r.judge_calls for r in rows)),
+                  str(sum(r.judge_tokens for r in rows)), "", style="bold")
+    out.print(table)
+    judge = "rules judge: no judge calls" if spec.judge == "rules" else f"judge {spec.judge}"
+    out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
+              f"judge calls assume every reply is judged and judge prompts leave out the reply's text; {judge}",
+              markup=False, highlight=False)
+
+
+def _pull_swmh(ddir: Path) -> None:
+    from .data.swmh import pull_swmh
+    rows = pull_swmh(ddir)
+    out.print(f"swmh: {', '.join(f'{k} {v} rows' for k, v in sorted(rows.items()))} in {ddir / 'swmh'}",
+              markup=False, highlight=False)
 
 
 def main() -> None:

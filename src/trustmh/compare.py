@@ -209,7 +209,9 @@ def _clean(v: Any) -> float | None:
 def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dict[tuple[str, str], Rows], *,
             n_boot: int = 1000, seed: int = 0, level: float = 0.95, all_metrics: bool = False) -> Comparison:
     """b against a: every task both ran, their pillars and the overall trust score."""
+    from .plugins import load_task_plugins
     from .tasks import TASKS
+    load_task_plugins()  # a task from an installed plugin is compared like a built-in one
     ra, rb = a.result, b.result
     diffs: list[Diff] = []
     warnings: list[str] = []

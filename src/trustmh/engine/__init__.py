@@ -20,7 +20,7 @@ from .endpoint import AuthFailure, CallWriter, Endpoint
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
 from .prepare import Prepared, prepare, prepare_from_store, record_prepared
 from .rundir import open_run_dir, run_lock
-from .score import finalize
+from .score import finalize, task_origins
 from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
 
 __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
@@ -59,6 +59,8 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
             else:
                 prepared, checksums = prepare(spec, ctx)
                 record_prepared(store, prepared, checksums)
+                if generate:
+                    store.set_meta("task_origins", task_origins(prepared))  # what `score` imports again
             try:
                 if executor is not None and generate:
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
@@ -85,14 +87,20 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
 
 
 def load_spec(run_dir: Path) -> RunSpec:
+    """A run's spec, with the tasks it ran from plugins, --include files or scripts imported again (or a
+    one-line error naming the file to --include)."""
     db = run_dir / "store.sqlite"
     if not db.is_file():
         raise UserError(f"{run_dir} is not a trustmh run directory (no store.sqlite)")
     store = Store(db)
     try:
         raw = store.get_meta("spec")
+        origins = store.get_meta("task_origins") or {}
     finally:
         store.close()
     if raw is None:
         raise UserError(f"{db}: no run spec stored")
+    if origins:
+        from ..plugins import restore
+        restore(origins)
     return RunSpec(**raw)

@@ -163,6 +163,12 @@ def _clean(v: float | None) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
+def task_origins(prepared: list[Prepared]) -> dict[str, dict[str, str]]:
+    """Where each task not built into trustmh came from (module, and file for a script or --include)."""
+    from ..plugins import task_origin
+    return {p.task.id: o for p in prepared if (o := task_origin(type(p.task))) is not None}
+
+
 def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
              checksums: dict[str, str], *, accept_stored: bool = False, events: EventSink = ignore) -> RunResults:
     """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
@@ -193,9 +199,13 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
                      f"made with another version of their rubric and were not used: rerun `trustmh run` to "
                      f"refresh them, or score with --accept-stored to use them as they are")
     data = data_source(spec)
+    published = spec.to_json()
+    origins = task_origins(prepared)
+    if origins:  # tasks from plugins, --include files or scripts: where a reader (and `score`) finds their code
+        published["task_origins"] = origins
     results = RunResults(
         run_id=run_dir.name, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        spec=spec.to_json(), data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
+        spec=published, data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
         versions=versions(spec), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                                         "method": "percentile, resampling items (scenarios for leakage)"},
         models=models, notes=notes)

@@ -76,9 +76,12 @@ def plan(spec, prepared, units_per_shard: int | None, cpus: int) -> list[Shard]:
 
 
 def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_ids: dict[str, list[str]],
-              seed_rows: list[tuple], limits_json: dict) -> tuple[list[tuple], dict[str, int]]:
-    """On a Ray worker: collect one shard into a store of its own; return the rows it wrote."""
+              seed_rows: list[tuple], limits_json: dict, includes: list[str] = ()) -> tuple[list[tuple], dict[str, int]]:
+    """On a Ray worker: collect one shard into a store of its own; return the rows it wrote. `includes`: the
+    --include files of the run, whose tasks and providers the worker's own process must import too."""
     from .. import engine
+    from ..plugins import load
+    load(includes)
     from ..store import Store
     from ..tasks import resolve_tasks
     from ..types import Sample
@@ -137,6 +140,7 @@ class RayExecutor:
     def __call__(self, spec, ctx, prepared, store, limits, *, events=None) -> dict[str, int]:
         ray = _import_ray()
         from .. import engine
+        from ..plugins import included
         events = events or engine.ignore
 
         started_here = not ray.is_initialized()
@@ -164,7 +168,7 @@ class RayExecutor:
                     options["num_gpus"] = 1
                 ref = task.options(**options).remote(spec_json, shipped[shard.model], shard.samples,
                                                      {t: all_ids[t] for t in shard.samples if t in all_ids},
-                                                     seed, limits_json)
+                                                     seed, limits_json, included())
                 refs[ref] = shard
             calls: collections.Counter = collections.Counter()
             label, total, done_n = f"ray: {len(shards)} shards", sum(s.n for s in shards), 0

@@ -51,7 +51,7 @@ class Rubric:
         if self.method is not None:
             from ..data.methods import method_files
             return [method_files()[self.method].source]
-        return [f"trustmh:tasks/templates/{t}" for t in self.templates]
+        return [t if Path(t).is_absolute() else f"trustmh:tasks/templates/{t}" for t in self.templates]
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,17 +1,36 @@
-"""Model backends, selected by a `provider/name` spec. Providers are imported lazily so that
-`import trustmh` stays light (no SDKs, no torch)."""
+"""Model backends, selected by a `provider/name` spec. Each provider is a small function registered with
+`@register_model("name")` that imports its backend (and SDK) only when called, so that `import trustmh`
+stays light (no SDKs, no torch). Other packages add providers the same way, through the `trustmh.models`
+entry-point group (see plugins.py)."""
 
 from __future__ import annotations
 
 import difflib
 import os
 import urllib.parse
+from typing import Callable
 
 from ..errors import UserError
 from .base import Model
 
-PROVIDERS = ("openai", "anthropic", "replay", "baseline", "hf")
+# provider name -> factory(name, *, spec, base_url, timeout, seed, purpose, transport, max_connections) -> Model
+PROVIDERS: dict[str, Callable[..., Model]] = {}
 BASELINES = ("refuse", "random", "counselor")
+
+
+def register_model(provider: str) -> Callable:
+    """Register a model provider: `@register_model("echo")` on a function that takes the part of the spec
+    after `echo/` and keyword options (spec, base_url, timeout, seed, purpose, transport,
+    max_connections; accept **options) and returns a Model. Import SDKs inside the function."""
+    if not provider or "/" in provider:
+        raise ValueError(f"a provider name is one word without '/', not '{provider}'")
+
+    def decorate(factory: Callable[..., Model]) -> Callable[..., Model]:
+        if PROVIDERS.get(provider, factory) is not factory:
+            raise ValueError(f"model provider registered twice: {provider}")
+        PROVIDERS[provider] = factory
+        return factory
+    return decorate
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -20,10 +39,14 @@ def split_spec(spec: str) -> tuple[str, str]:
         raise UserError(f"model spec '{spec}' must look like provider/name, e.g. openai/gpt-4o-mini, "
                         f"baseline/counselor, replay/outputs.jsonl")
     if provider not in PROVIDERS:
-        close = difflib.get_close_matches(provider, PROVIDERS, n=2, cutoff=0.4)
+        from ..plugins import load_model_plugin, model_plugin_names
+        if load_model_plugin(provider):
+            return provider, name
+        known = list(dict.fromkeys([*PROVIDERS, *model_plugin_names()]))
+        close = difflib.get_close_matches(provider, known, n=2, cutoff=0.4)
         hint = f" (did you mean {close[0]}/{name}?)" if close else ""
         raise UserError(f"unknown model provider '{provider}' in '{spec}'{hint}; "
-                        f"providers: {', '.join(PROVIDERS)}")
+                        f"providers: {', '.join(known)}")
     return provider, name
 
 
@@ -160,42 +183,62 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
         # a URL with a password in it would end up in shell history and logs.
         raise UserError(f"the base URL for {spec} contains credentials ({redact_url(base_url)} with user:password@); "
                         f"remove them and put the key in the provider's environment variable")
-    if provider == "baseline":
-        from .baselines import make_baseline
-        return make_baseline(spec, name, seed=seed)
-    if provider == "replay":
-        from .replay import ReplayModel
-        return ReplayModel(spec, name)
-    if provider == "openai":
-        for var in HEADER_VARS:
-            _env_value(var)  # refused now, by name, rather than as a broken request later
-        key = _env_key("OPENAI_API_KEY")
-        if not key and not base_url:
-            raise UserError(f"{purpose} {spec} needs an API key: set OPENAI_API_KEY (or pass --base-url for "
-                            f"a local OpenAI-compatible server)")
-        from .openai_api import OpenAIModel
-        return OpenAIModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout,
-                           transport=transport, max_connections=max_connections)
-    if provider == "anthropic":
-        key = _env_key("ANTHROPIC_API_KEY")
-        if not key and not base_url:
-            raise UserError(f"{purpose} {spec} needs an API key: set ANTHROPIC_API_KEY")
-        from .anthropic_api import AnthropicModel
-        return AnthropicModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
-    if provider == "hf":
-        from .hf import HFModel  # torch and transformers load here, only for hf/ models
-        return HFModel(spec, name, batch_size=batch_size)
-    raise AssertionError(provider)
+    return PROVIDERS[provider](name, spec=spec, base_url=base_url, timeout=timeout, seed=seed, purpose=purpose,
+                               transport=transport, max_connections=max_connections, batch_size=batch_size)
+
+
+# --- the built-in providers --------------------------------------------------------------------------
+
+@register_model("openai")
+def _openai(name: str, *, spec: str, base_url: str | None, timeout: float, purpose: str, transport: str,
+            max_connections: int | None, **_: object) -> Model:
+    for var in HEADER_VARS:
+        _env_value(var)  # refused now, by name, rather than as a broken request later
+    key = _env_key("OPENAI_API_KEY")
+    if not key and not base_url:
+        raise UserError(f"{purpose} {spec} needs an API key: set OPENAI_API_KEY (or pass --base-url for "
+                        f"a local OpenAI-compatible server)")
+    from .openai_api import OpenAIModel
+    return OpenAIModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout,
+                       transport=transport, max_connections=max_connections)
+
+
+@register_model("anthropic")
+def _anthropic(name: str, *, spec: str, base_url: str | None, timeout: float, purpose: str, **_: object) -> Model:
+    key = _env_key("ANTHROPIC_API_KEY")
+    if not key and not base_url:
+        raise UserError(f"{purpose} {spec} needs an API key: set ANTHROPIC_API_KEY")
+    from .anthropic_api import AnthropicModel
+    return AnthropicModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
+
+
+@register_model("replay")
+def _replay(name: str, *, spec: str, **_: object) -> Model:
+    from .replay import ReplayModel
+    return ReplayModel(spec, name)
+
+
+@register_model("baseline")
+def _baseline(name: str, *, spec: str, seed: int, **_: object) -> Model:
+    from .baselines import make_baseline
+    return make_baseline(spec, name, seed=seed)
+
+
+@register_model("hf")
+def _hf(name: str, *, spec: str, batch_size: int | None = None, **_: object) -> Model:
+    from .hf import HFModel  # torch and transformers load here, only for hf/ models
+    return HFModel(spec, name, batch_size=batch_size)
 
 
 def unsendable_params(spec: str) -> tuple[str, ...]:
     """Generation parameters the backend for `spec` cannot pass to its provider (so the run's settings
-    did not apply to it). Only anthropic/ has any today."""
-    if split_spec(spec)[0] == "anthropic":
+    did not apply to it). Only anthropic/ has any today. Read from the spec's prefix alone: re-scoring a run
+    whose model came from a plugin that is not loaded now must not need that plugin."""
+    if spec.partition("/")[0] == "anthropic":
         from .anthropic_api import unsendable_params as anthropic_unsendable
         return anthropic_unsendable()
     return ()
 
 
 __all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "model_identity", "normalize_url",
-           "redact_url", "resolve_base_url", "split_spec", "unsendable_params", "PROVIDERS"]
+           "redact_url", "register_model", "resolve_base_url", "split_spec", "unsendable_params", "PROVIDERS"]

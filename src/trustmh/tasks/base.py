@@ -83,9 +83,12 @@ def _templates() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
-def render(template: str, **values: Any) -> str:
-    """Render a prompt or rubric template from tasks/templates (plain text, not HTML)."""
-    return _templates().get_template(template).render(**values).strip()
+def render(template: str | Path, **values: Any) -> str:
+    """Render a prompt or rubric template (plain text, not HTML): a name under tasks/templates, or the
+    absolute path of a task's own file (a task from outside trustmh; `Rubric` accepts such paths too)."""
+    if Path(template).is_absolute():
+        return _templates().from_string(Path(template).read_text(encoding="utf-8")).render(**values).strip()
+    return _templates().get_template(str(template)).render(**values).strip()
 
 
 class Task:
@@ -299,7 +302,10 @@ PILLARS = ("reliability", "crisis", "safety", "fairness", "privacy", "robustness
 
 
 def resolve_tasks(selection: str | None) -> list[Task]:
-    """Task instances for a comma-separated list of task ids and/or pillar names ('all' or None: every task)."""
+    """Task instances for a comma-separated list of task ids and/or pillar names ('all' or None: every task).
+    Installed task plugins (entry points) are loaded first, so they are part of 'all' and of their pillars."""
+    from ..plugins import load_task_plugins
+    load_task_plugins()
     if not selection or selection.strip() == "all":
         return [TASKS[k]() for k in sorted(TASKS)]
     chosen: list[str] = []

@@ -1,0 +1,89 @@
+"""`trustmh run --dry-run`: the calls a run would make, and their size, without making any.
+
+Nothing here builds a model client: the cache keys come from the spec alone (as re-scoring finds them), so
+an API key, a server or a paid call is never needed to see what a run would cost. Prompt tokens are an
+estimate (characters / 4) of what would be sent. For a reply not stored yet, the judge calls assume it is
+judged (a task may skip some replies, e.g. empty ones) and its prompt is sized without the reply's text."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..models import ModelRef
+from ..store import Store
+from ..tasks import RunContext
+from .prepare import Prepared
+from .spec import RunSpec, generation_request, judge_request
+
+CHARS_PER_TOKEN = 4
+PLACEHOLDER = "(reply)"
+
+
+@dataclass
+class PlanRow:
+    task: str
+    model: str
+    samples: int
+    model_calls: int  # generation requests not already stored
+    model_tokens: int  # estimated prompt tokens of those
+    judge_calls: int  # LLM-judge requests not already stored (for stored replies: exactly; else one per rubric)
+    judge_tokens: int
+    note: str = ""
+
+
+def _tokens(messages: list[dict[str, str]]) -> int:
+    return sum(len(m.get("content") or "") for m in messages) // CHARS_PER_TOKEN
+
+
+def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path) -> list[PlanRow]:
+    db = run_dir / "store.sqlite"
+    store = Store(db) if db.is_file() else None  # an absent run directory is not created by a dry run
+    llm_judge = spec.judge != "rules"
+    judge_id = ModelRef(spec.judge, spec.judge_base_url).endpoint if llm_judge else None
+    rows = []
+    try:
+        for model_spec in spec.models:
+            model_id = ModelRef(model_spec, spec.base_url).endpoint
+            seen: set[str] = set()  # one request asked twice (robustness shares its base task's) is one call
+            for p in prepared:
+                if p.not_run:
+                    rows.append(PlanRow(p.task.id, model_spec, 0, 0, 0, 0, 0, f"not run: {p.not_run}"))
+                    continue
+                rows.append(_task_row(spec, ctx, p, model_spec, model_id, judge_id, store, seen))
+    finally:
+        if store is not None:
+            store.close()
+    return rows
+
+
+def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, model_id: str, judge_id: str | None,
+              store: Store | None, seen: set[str]) -> PlanRow:
+    reqs = [generation_request(s, spec) for s in p.samples]
+    keys = [r.cache_key(model_id) for r in reqs]
+    stored = store.ok_keys(keys) if store is not None else set()
+    row = PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0)
+    for req, key in zip(reqs, keys):
+        if key not in stored and key not in seen:
+            seen.add(key)
+            row.model_calls += 1
+            row.model_tokens += _tokens(req.messages)
+    llm = {r.name: r for r in p.task.active_rubrics(ctx) if r.role == "llm"}
+    if judge_id is None or not llm:
+        return row
+    for sample, key in zip(p.samples, keys):
+        reply = store.get_call(key) if key in stored else None
+        # A reply not there yet stands in as a placeholder (tasks skip judging an empty reply), so the judge
+        # estimate assumes every reply gets judged and leaves its text out of the prompt size.
+        judgements = p.task.judgements(sample, (reply.text or "") if reply else PLACEHOLDER, ctx)
+        for name, messages in judgements.items():
+            if name not in llm:
+                continue
+            exact = p.task.judge_params(llm[name], ctx)
+            jkey = judge_request(sample, messages, spec, name, exact).cache_key(judge_id)
+            if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
+                continue
+            seen.add(jkey)
+            row.judge_calls += 1
+            row.judge_tokens += _tokens(messages)
+    return row

@@ -1,0 +1,351 @@
+"""Tasks and models from outside trustmh: an installed plugin package (entry points), files given with
+--include, a script that ran through `trustmh.run`, and the package-root API they are written against."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+PLUGIN_TASKS = '''
+from trustmh import Item, MetricSpec, Score, Task, mean, register
+
+
+@register
+class Shout(Task):
+    id = "demo.shout"
+    pillar = "demo"
+    title = "Repeat the text in capitals"
+    dataset = "built-in"
+    files = ()
+    metric = MetricSpec("shouted", higher_is_better=True, lo=0.0, hi=1.0)
+    primary_value = "shouted"
+
+    def load(self, data, ctx):
+        return [Item(id=str(i), input={"text": t}) for i, t in enumerate(["calm down", "it is fine", "ok"])]
+
+    def prompt(self, item, ctx):
+        return [{"role": "user", "content": item.input["text"]}]
+
+    def score(self, sample, reply, judged, ctx):
+        return Score(values={"shouted": float(reply == sample.item.input["text"].upper())}, parsed=reply)
+
+    def aggregate(self, table, ctx):
+        return {"shouted": mean(table.col("shouted"))}
+'''
+
+PLUGIN_MODELS = '''
+from trustmh import Model, Response
+
+
+class Echo(Model):
+    remote = False
+    cacheable = False
+
+    async def generate(self, request):
+        text = request.messages[-1]["content"]
+        return Response(text=text.upper() if self.spec == "echo/upper" else text, finish_reason="stop")
+
+
+def echo(name, **options):  # registered by trustmh under its entry point's name
+    return Echo(options["spec"])
+'''
+
+
+@pytest.fixture
+def plugin_path(tmp_path):
+    """A plugin 'installed' the way importlib.metadata finds one: a package and its dist-info with
+    entry_points.txt, in a directory on PYTHONPATH."""
+    root = tmp_path / "site"
+    pkg = root / "trustmh_demo_plugin"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tasks.py").write_text(PLUGIN_TASKS)
+    (pkg / "models.py").write_text(PLUGIN_MODELS)
+    info = root / "trustmh_demo_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: trustmh-demo-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[trustmh.tasks]\ndemo = trustmh_demo_plugin.tasks\n\n"
+                                           "[trustmh.models]\necho = trustmh_demo_plugin.models:echo\n")
+    return root
+
+
+def cli(*args, cwd, extra_path=None, env_extra=None):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*([str(extra_path)] if extra_path else []), SRC])
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "trustmh", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+
+
+def ok(proc):
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    return proc
+
+
+def user_error(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stdout + proc.stderr
+    for n in needles:
+        assert n in proc.stderr, proc.stderr
+    return proc
+
+
+def task_result(run_dir: Path, model: str, task: str) -> dict:
+    return json.loads((run_dir / "results.json").read_text())["models"][model]["tasks"][task]
+
+
+def test_installed_plugin_runs_scores_lists_and_reports(tmp_path, plugin_path):
+    listed = ok(cli("list", "--suite", "sample", cwd=tmp_path, extra_path=plugin_path)).stdout
+    assert "demo.shout" in listed
+    run = tmp_path / "run"
+    ok(cli("run", "--model", "echo/upper", "--model", "echo/plain", "--tasks", "demo", "--out", run,
+           "--bootstrap", "100", cwd=tmp_path, extra_path=plugin_path))
+    # The plugin's model answered and the plugin's task scored it: upper-casing echo shouts, plain does not.
+    assert task_result(run, "echo/upper", "demo.shout")["value"] == 1.0
+    assert task_result(run, "echo/plain", "demo.shout")["value"] == 0.0
+    spec = json.loads((run / "results.json").read_text())["spec"]
+    assert spec["task_origins"] == {"demo.shout": {"module": "trustmh_demo_plugin.tasks"}}
+    (run / "report.html").unlink()
+    ok(cli("score", run, cwd=tmp_path, extra_path=plugin_path))
+    assert task_result(run, "echo/upper", "demo.shout")["value"] == 1.0 and (run / "report.html").is_file()
+    report = tmp_path / "r.html"
+    ok(cli("report", run, "-o", report, cwd=tmp_path, extra_path=plugin_path))
+    assert "demo.shout" in report.read_text()
+    compared = ok(cli("compare", run, "--format", "json", cwd=tmp_path, extra_path=plugin_path)).stdout
+    assert "demo.shout" in compared and "unknown to this trustmh" not in compared
+    # Without the plugin, the run's task is named with what provides it.
+    user_error(cli("score", run, cwd=tmp_path), "demo.shout", "trustmh_demo_plugin.tasks")
+
+
+def test_unknown_provider_lists_plugin_providers(tmp_path, plugin_path):
+    proc = user_error(cli("run", "--model", "ecoh/x", "--dry-run", cwd=tmp_path, extra_path=plugin_path),
+                      "did you mean echo/x?", "providers: openai, anthropic, replay, baseline, hf, echo")
+    assert "\n" not in proc.stderr.strip()
+
+
+INCLUDED = '''
+from trustmh import Item, MetricSpec, Model, Response, Score, Task, mean, register, register_model
+
+
+@register
+class Short(Task):
+    id = "mine.short"
+    pillar = "mine"
+    title = "Short replies"
+    dataset = "built-in"
+    files = ()
+    metric = MetricSpec("short_rate", higher_is_better=True, lo=0.0, hi=1.0)
+    primary_value = "short"
+
+    def load(self, data, ctx):
+        return [Item(id="a", input={"text": "hi"}), Item(id="b", input={"text": "hello"})]
+
+    def prompt(self, item, ctx):
+        return [{"role": "user", "content": item.input["text"]}]
+
+    def score(self, sample, reply, judged, ctx):
+        return Score(values={"short": float(len(reply) < 10)})
+
+    def aggregate(self, table, ctx):
+        return {"short_rate": mean(table.col("short"))}
+
+
+class Terse(Model):
+    remote = False
+    cacheable = False
+
+    async def generate(self, request):
+        return Response(text="ok", finish_reason="stop")
+
+
+@register_model("terse")
+def terse(name, **options):
+    return Terse(options["spec"])
+
+
+if __name__ == "__main__":
+    raise SystemExit("an --include must not run the file's main block")
+'''
+
+
+def test_include_on_every_command_and_recorded_for_score(tmp_path):
+    f = tmp_path / "mine.py"
+    f.write_text(INCLUDED)
+    run = tmp_path / "run"
+    assert "mine.short" not in ok(cli("list", "--suite", "sample", cwd=tmp_path)).stdout
+    assert "mine.short" in ok(cli("list", "--suite", "sample", "--include", f, cwd=tmp_path)).stdout
+    user_error(cli("run", "--model", "terse/x", "--tasks", "mine", cwd=tmp_path), "unknown model provider 'terse'")
+    ok(cli("run", "--include", f, "--model", "terse/x", "--tasks", "mine", "--out", run, "--bootstrap", "100",
+           cwd=tmp_path))
+    assert task_result(run, "terse/x", "mine.short")["value"] == 1.0
+    origin = json.loads((run / "results.json").read_text())["spec"]["task_origins"]["mine.short"]
+    assert origin["file"] == str(f.resolve())
+    # The run recorded the included file: score imports it again without being told.
+    ok(cli("score", run, cwd=tmp_path))
+    ok(cli("report", run, "--include", f, cwd=tmp_path))
+    assert "mine.short" in ok(cli("compare", run, run, "--include", f, "--format", "csv", cwd=tmp_path)).stdout
+    moved = tmp_path / "elsewhere.py"
+    shutil.move(f, moved)
+    user_error(cli("score", run, cwd=tmp_path), "mine.short", f"--include {f}")
+    ok(cli("score", run, "--include", moved, cwd=tmp_path))
+
+
+def test_include_mistakes_are_one_line(tmp_path):
+    user_error(cli("list", "--include", tmp_path / "nope.py", cwd=tmp_path), "--include", "no such file")
+    bad = tmp_path / "bad.py"
+    bad.write_text("import not_a_module_anywhere_xyz\n")
+    user_error(cli("run", "--include", bad, "--dry-run", cwd=tmp_path), "bad.py failed: ModuleNotFoundError")
+
+
+def test_package_root_exports_are_lazy_and_complete():
+    code = ("import sys, trustmh\n"
+            "heavy = [m for m in ('numpy', 'torch', 'ray', 'openai', 'anthropic', 'jinja2') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "missing = [n for n in trustmh.__all__ if getattr(trustmh, n, None) is None]\n"
+            "assert not missing, missing\n"
+            "for n in ('Table', 'mean', 'render', 'DataError', 'Rubric', 'Verdicts', 'Judged', 'register_model'):\n"
+            "    assert n in trustmh.__all__, n\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ,
+                          "PYTHONPATH": SRC}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_register_model_refuses_a_second_provider_of_one_name():
+    from trustmh import register_model
+    from trustmh.models import PROVIDERS, make_model
+    with pytest.raises(ValueError, match="registered twice: openai"):
+        register_model("openai")(lambda name, **o: None)
+    assert PROVIDERS["openai"].__name__ == "_openai"
+    assert make_model("baseline/refuse").spec == "baseline/refuse"
+
+
+def readme_example() -> str:
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("## Use from Python", 1)[1]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_example_runs_and_its_run_is_scorable_with_include(tmp_path):
+    script = tmp_path / "my_eval.py"
+    script.write_text(readme_example())
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    assert proc.returncode == 0, proc.stderr
+    assert "help_rate 1.0" in proc.stdout
+    run = tmp_path / "runs" / "mine"
+    assert task_result(run, "kind/v1", "mine.reassurance")["value"] == 1.0
+    # The task lived in a script that ran the evaluation itself: score does not run it again, it says what to do.
+    user_error(cli("score", run, cwd=tmp_path), "mine.reassurance", f"--include {script}")
+    ok(cli("score", run, "--include", script, cwd=tmp_path))
+    assert task_result(run, "kind/v1", "mine.reassurance")["value"] == 1.0
+    ok(cli("report", run, "--include", script, cwd=tmp_path))
+
+
+def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
+    from trustmh.testing.fake_server import FakeLLMServer
+    run = tmp_path / "run"
+    with FakeLLMServer() as srv:
+        args = ["run", "--model", "openai/fake", "--base-url", srv.openai_base_url, "--judge", "openai/judge",
+                "--judge-base-url", srv.openai_base_url, "--tasks", "ethics,sycophancy,reliability,robustness.support",
+                "--suite", "sample", "--out", run,
+                "--bootstrap", "100"]
+        dry = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
+        assert srv.n_requests == 0 and not run.exists()
+        row = next(line for line in dry.splitlines() if "ethics.reasoning" in line).split("│")
+        samples, model_calls, model_tokens, judge_calls = (int(c) for c in row[3:7])
+        assert samples > 0 and model_calls == samples and judge_calls == samples and model_tokens > 0
+        assert "estimate (characters / 4)" in " ".join(dry.split())
+        total = next(line for line in dry.splitlines() if "total" in line).split("│")
+        ok(cli(*args, cwd=tmp_path))
+        made = srv.n_requests
+        # What the dry run announced is what the run asked for (robustness shares its base task's requests).
+        assert made == int(total[4]) + int(total[6]) and int(total[4]) < int(total[3])
+        again = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
+        assert srv.n_requests == made  # still nothing sent
+        row = next(line for line in again.splitlines() if "ethics.reasoning" in line).split("│")
+        assert [int(c) for c in row[4:8]] == [0, 0, 0, 0]
+
+
+def test_rescoring_needs_no_plugin_for_the_tested_model(tmp_path):
+    """The tested model is never called by `score`: a provider registered only in the script that ran the
+    evaluation is not needed to re-score its built-in tasks."""
+    script = tmp_path / "run_it.py"
+    script.write_text(textwrap.dedent('''
+        from pathlib import Path
+        import trustmh
+        from trustmh import Model, Response, register_model
+
+        class Fixed(Model):
+            remote = False
+            cacheable = False
+            async def generate(self, request):
+                return Response(text="B", finish_reason="stop")
+
+        @register_model("fixed")
+        def fixed(name, **options):
+            return Fixed(options["spec"])
+
+        trustmh.run(trustmh.RunSpec(models=["fixed/b"], tasks="ethics", n_boot=100), Path("run"))
+    '''))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    assert proc.returncode == 0, proc.stderr
+    before = task_result(tmp_path / "run", "fixed/b", "ethics.reasoning")
+    ok(cli("score", tmp_path / "run", cwd=tmp_path))
+    assert task_result(tmp_path / "run", "fixed/b", "ethics.reasoning")["value"] == before["value"]
+
+
+def test_included_task_and_model_reach_ray_workers(tmp_path):
+    pytest.importorskip("ray")
+    f = tmp_path / "mine.py"
+    f.write_text(INCLUDED)
+    run = tmp_path / "run"
+    ok(cli("run", "--include", f, "--model", "terse/x", "--tasks", "mine", "--out", run, "--bootstrap", "100",
+           "--executor", "ray", "--shard-size", "1", cwd=tmp_path, env_extra={"RAY_num_cpus": "1"}))
+    assert task_result(run, "terse/x", "mine.short")["value"] == 1.0
+
+
+def test_render_and_rubric_take_a_task_s_own_template(tmp_path):
+    from trustmh import Rubric, render
+    t = tmp_path / "judge.j2"
+    t.write_text("Rate this reply: {{ reply }}\n")
+    assert render(t, reply="hi") == "Rate this reply: hi"
+    assert render("safety_refusal_judge.j2", request="q", reply="r").count("r") > 0  # trustmh's own still work
+    with pytest.raises(Exception, match="reply"):
+        render(t)  # a missing value is an error, not an empty string
+    rubric = Rubric("mine", (str(t),))
+    before = rubric.version
+    t.write_text("Rate this reply from 1 to 5: {{ reply }}\n")
+    assert rubric.version != before  # a changed rubric text is a new version: stored verdicts are not reused
+    assert rubric.source == [str(t)]
+
+
+def test_include_takes_a_module_name(tmp_path):
+    pkg = tmp_path / "lib" / "my_tasks"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "short.py").write_text(INCLUDED)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path / "lib"), SRC])}
+    assert "mine.short" in ok(cli("list", "--suite", "sample", "--include", "my_tasks.short", cwd=tmp_path,
+                                  env_extra=env)).stdout
+    user_error(cli("list", "--include", "my_tasks.nope", cwd=tmp_path, env_extra=env),
+               "--include my_tasks.nope failed: ModuleNotFoundError")
+    run = tmp_path / "run"
+    ok(cli("run", "--include", "my_tasks.short", "--model", "terse/x", "--tasks", "mine", "--out", run,
+           "--bootstrap", "100", cwd=tmp_path, env_extra=env))
+    ok(cli("score", run, cwd=tmp_path, env_extra=env))  # recorded by module name: imported again by itself
+
+
+def test_a_broken_plugin_is_named_in_one_line(tmp_path, plugin_path):
+    info = plugin_path / "trustmh_demo_plugin-0.1.dist-info" / "entry_points.txt"
+    info.write_text(info.read_text().replace("trustmh_demo_plugin.tasks", "trustmh_demo_plugin.gone"))
+    proc = user_error(cli("list", "--suite", "sample", cwd=tmp_path, extra_path=plugin_path),
+                      "plugin 'demo' (trustmh.tasks = trustmh_demo_plugin.gone) failed to load: ModuleNotFoundError")
+    assert len(proc.stderr.strip().splitlines()) == 1
