@@ -182,8 +182,22 @@ def load_paper_crisis_items(data: DataSource) -> list[Item]:
 
 # --------------------------------------------------------------------------------------------------
 
+class _PaperMacroF1(LabelledTask):
+    """A classification task whose paper protocol averages F1 over the classes present (junk labels of its
+    own for identification, the levels among the kept samples for severity): that depends on what a
+    resample holds, so under the paper it has no batched form and is computed per resample."""
+
+    def primary_metric(self, table: Table, ctx: RunContext) -> float:
+        if ctx.protocol == "paper":
+            return self.aggregate(table, ctx)["macro_f1"]
+        return super().primary_metric(table, ctx)
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray | None:
+        return None if ctx.protocol == "paper" else super().primary_metric_many(table, resamples, ctx)
+
+
 @register
-class Identification(LabelledTask):
+class Identification(_PaperMacroF1):
     label_set = CRISIS_LABELS
     id = "crisis.identification"
     evidence = "B"
@@ -260,15 +274,6 @@ class Identification(LabelledTask):
             if out["pred"] != "" and score.values.get("answered") != 1.0:
                 out["pred"] = NO_ANSWER  # the companion: no usable label is a miss of the gold class
         return out
-
-    def primary_metric(self, table: Table, ctx: RunContext) -> float:
-        if ctx.protocol == "paper":
-            return self.aggregate(table, ctx)["macro_f1"]
-        return super().primary_metric(table, ctx)
-
-    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray | None:
-        # The paper's classes depend on which junk labels a resample holds: computed per resample instead.
-        return None if ctx.protocol == "paper" else super().primary_metric_many(table, resamples, ctx)
 
     def _paper_aggregate(self, table: Table) -> dict[str, float]:
         """Macro-F1 as the predecessor scores it (over every label in gold or predictions, junk included),
@@ -390,7 +395,7 @@ def paper_posts(cell: str) -> list[str] | None:
 
 
 @register
-class Severity(LabelledTask):
+class Severity(_PaperMacroF1):
     label_set = LEVELS
     id = "crisis.severity"
     evidence = "B"
@@ -515,15 +520,6 @@ class Severity(LabelledTask):
                 out["pred"] = NO_ANSWER  # the companion: no usable level is a miss of the gold class
         return out
 
-    def primary_metric(self, table: Table, ctx: RunContext) -> float:
-        if ctx.protocol == "paper":
-            return self.aggregate(table, ctx)["macro_f1"]
-        return super().primary_metric(table, ctx)
-
-    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray | None:
-        # The paper averages over the levels present among the kept samples: computed per resample.
-        return None if ctx.protocol == "paper" else super().primary_metric_many(table, resamples, ctx)
-
     def _paper_aggregate(self, table: Table) -> dict[str, float]:
         """The predecessor's scores over the samples it keeps (macro over the levels present, binary F1 of
         Ideation/Behavior/Attempt); beside them, a dropped sample counted as wrong and as Supportive."""
@@ -620,7 +616,11 @@ def paper_protocol_scales(path, columns: dict[str, str]) -> dict[str, dict[str, 
 
     from ..data.loaders import read_text
     scales = {}
-    for row in csv.DictReader(io.StringIO(read_text(path), newline="")):
+    try:
+        rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
+    except csv.Error as e:  # e.g. a cell over the csv module's field limit: bad data, not a crash
+        raise DataError(path, f"not readable as CSV: {e}") from None
+    for row in rows:
         if row.get("label"):
             scales[row["label"]] = {k: row.get(c, "") for k, c in columns.items()}  # a short row: None, as there
     if not scales:
