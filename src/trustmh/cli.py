@@ -171,6 +171,8 @@ def _limits(max_connections: int, timeout: float, max_retries: int):
     from .engine import Limits
     if max_connections < 1:
         raise UserError("--max-connections must be at least 1")
+    if not 0 < timeout < float("inf"):  # 0 or less would fail every request, after its retries
+        raise UserError(f"--timeout must be a positive number of seconds, not {timeout}")
     return Limits(max_connections=max_connections, timeout=timeout, max_retries=max_retries)
 
 

@@ -16,7 +16,7 @@ from ..results import RunResults
 from ..store import Store
 from ..tasks import RunContext
 from .collect import collect
-from .endpoint import AuthFailure, CallWriter, Endpoint
+from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
 from .prepare import Prepared, prepare, prepare_from_store, record_prepared
 from .rundir import open_run_dir, run_lock
@@ -64,7 +64,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 else:
                     calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
                                                 events=events))
-            except AuthFailure as e:
+            except (AuthFailure, EndpointDown) as e:
                 raise UserError(str(e)) from None
             t1 = time.perf_counter()
             results = finalize(run_dir, spec, ctx, prepared, store, checksums, accept_stored=accept_stored,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import UserError
 from ..models import redact_url, unsendable_params
@@ -69,6 +70,8 @@ class RunSpec:
             raise UserError("--bootstrap must not be negative")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UserError("--max-tokens must be at least 1")
+        for flag, url in (("--base-url", self.base_url), ("--judge-base-url", self.judge_base_url)):
+            check_url(flag, url)
 
     def to_json(self) -> dict[str, Any]:
         """The spec as stored and published: base URLs lose any embedded credentials."""
@@ -82,6 +85,21 @@ class RunSpec:
         return f"{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
 
 
+def check_url(flag: str, url: str | None) -> None:
+    """A base URL that cannot be an API root is refused at start-up: otherwise every request fails alone,
+    after its retries, and the run learns it only at the end."""
+    if url is None:
+        return
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{flag} must be an http:// or https:// URL such as http://localhost:8000/v1, not "
+                        f"'{redact_url(url)}'")
+
+
 @dataclass
 class Limits:
     max_connections: int = 32
@@ -89,6 +107,8 @@ class Limits:
     max_retries: int = 6
     backoff_base: float = 1.0
     backoff_max: float = 60.0
+    # Stop an endpoint after this many connection failures or 404s in a row (0: never); see Endpoint.
+    stop_after: int = 5
 
 
 def data_source(spec: RunSpec) -> DataSource:
