@@ -86,3 +86,71 @@ def test_bad_url_or_timeout_refused_at_start(args, needle, tmp_path):
                cwd=tmp_path, env_extra=KEY, timeout=120)
     assert_user_error(proc, needle)
     assert not (tmp_path / "run").exists()
+
+
+# --- failed samples -------------------------------------------------------------------------------
+
+def _replay_one(tmp_path):
+    from conftest import write_replay
+    return write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}])
+
+
+def test_failed_share_over_max_exits_2_and_names_the_kinds(tmp_path):
+    rep = _replay_one(tmp_path)
+    args = ("run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks", "privacy.awareness_tier1",
+            "--no-progress", "--out", tmp_path / "run")
+    proc = cli(*args, cwd=tmp_path)
+    # Today: exit 0, and the kinds are not named.
+    assert_user_error(proc, "not_recorded", "more than 5% of a task's samples failed", "--max-failed")
+    assert (tmp_path / "run" / "results.json").exists()  # the results are written all the same
+    assert cli(*args, "--max-failed", "1", cwd=tmp_path).returncode == 0
+    assert cli(*args, "--max-failed", "1", "--fail-on-error", cwd=tmp_path).returncode == 1
+    assert_user_error(cli(*args, "--max-failed", "1.5", cwd=tmp_path), "--max-failed must be between 0 and 1")
+
+
+# --- the terminal ---------------------------------------------------------------------------------
+
+def test_messages_are_text_not_markup(tmp_path):
+    # Today: rich.errors.MarkupError traceback.
+    assert_user_error(cli("run", "--suite", "sample", "--tasks", "foo[/]", cwd=tmp_path), "foo[/]")
+
+
+def test_install_hint_keeps_its_extra(capsys, monkeypatch):
+    from trustmh import cli as cli_mod
+    from trustmh.errors import UserError
+
+    def app(**kw):
+        raise UserError("hf/x needs torch: pip install 'trustmh[hf]'")
+    monkeypatch.setattr(cli_mod, "app", app)
+    with pytest.raises(SystemExit) as exc:
+        cli_mod.main()
+    assert exc.value.code == 2
+    assert "pip install 'trustmh[hf]'" in capsys.readouterr().err  # today: pip install 'trustmh'
+
+
+def test_gate_help_keeps_brackets(tmp_path):
+    proc = cli("gate", "--help", cwd=tmp_path, env_extra={"COLUMNS": "200"})
+    assert proc.returncode == 0
+    assert "[min] and [max]" in proc.stdout  # today: "with  and  tables"
+
+
+@pytest.mark.parametrize("columns", ["80", "120"])
+def test_summary_keeps_its_columns_with_a_not_run_task(tmp_path, columns):
+    from conftest import make_synthetic_data
+    data = make_synthetic_data(tmp_path / "data", 3, 3)
+    proc = cli("run", "--suite", "data", "--data-dir", data, "--tasks",
+               "privacy.awareness_tier1,privacy.leakage", "--no-progress", "--protocol", "trustmh",
+               "--out", tmp_path / "run", cwd=tmp_path, env_extra={"COLUMNS": columns})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert all(len(line) <= int(columns) for line in lines)
+    i = next(i for i, line in enumerate(lines) if " task " in line and " metric " in line)
+    head = "\n".join(lines[i - 2:i + 1])
+    assert "…" not in head, proc.stdout  # today: headers cut to "metr…", "unsc…", "erro…"
+    for col in ("task", "metric", "value", "CI", "trust"):
+        assert col in head, proc.stdout
+    row = next(line for line in lines if "privacy.awareness_tier1" in line)
+    following = lines[lines.index(row) + 1].replace("│", " ").split()
+    assert "…" not in row and following[0] == "privacy.leakage", proc.stdout  # no wrapped second line
+    # the reason is on a line of its own, below the table, not in a cell
+    assert any(line.startswith("  privacy.leakage: not run:") for line in lines), proc.stdout

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.markup import escape
+from rich.text import Text
 
 from .errors import UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+# Help texts are plain text (rich_markup_mode None): "[min]" and "trustmh[hf]" show as written.
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method).")
 data_app = typer.Typer(add_completion=False, help="Get and verify the upstream datasets.")
 app.add_typer(data_app, name="data")
-# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead, unless
+# COLUMNS says how wide the reader is (rich reads it when width is None).
+_WIDE = None if os.environ.get("COLUMNS") else 160
+out = Console(width=None if sys.stdout.isatty() else _WIDE)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else _WIDE)
 
 
 def _show_version(value: bool) -> None:
@@ -48,7 +54,7 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
     from .data.manifest import DATASETS
     present = any((data_dir / f.path).is_file() for d in DATASETS.values() for f in d.files)
     if not present:
-        err.print(f"[yellow]No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
+        err.print(f"[yellow]No datasets in {escape(str(data_dir))}: using the built-in sample suite (a few items per task). "
                   f"Run `trustmh data pull` for the full benchmark.[/]")
         return "sample"
     return "data"
@@ -199,20 +205,32 @@ def _pillar_summary(mr) -> None:
         out.print(f"beyond the paper (in no pillar): {shown}", markup=False, highlight=False)
 
 
+# Short headers under 120 columns (each explained below the table), so all ten columns fit at 80.
+_NARROW = {"95% CI": "95%\nCI", "no answer": "no\nans", "unscored": "unsc", "judge failed": "judge\nfail",
+           "errors": "err"}
+
+
 def _summary(results) -> None:
     for model, mr in results.models.items():
-        table = RichTable(title=f"{model}", title_justify="left")
+        # Under 120 columns the frame goes (lines between columns only) so that all ten columns still fit
+        # at 80 without any header cut to an ellipsis.
+        narrow = out.width < 120
+        table = RichTable(title=f"{model}", title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+                          pad_edge=not narrow, padding=(0, 0 if narrow else 1))
         for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
                     "trust"):
             # Task ids are what users copy into --tasks and gate thresholds: never cut or wrap them.
-            table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
-                             no_wrap=col in ("task", "value", "95% CI", "trust"))
+            table.add_column(_NARROW.get(col, col) if narrow else col,
+                             justify="right" if col not in ("task", "metric") else "left",
+                             no_wrap=col in ("task", "value", "95% CI", "trust"),
+                             min_width=max(map(len, (_NARROW.get(col, col) if narrow else col).split())))
+        not_run = []
         for t in mr.tasks.values():
             if t.status != "ok":
-                # The full how-to-get text is in results.json and `trustmh data check`; keep the table readable.
-                short = (t.reason or "").split(" — ")[0]
-                table.add_row(t.task, t.metric, "[yellow]not run[/]", f"{short} (see `trustmh data check`)",
-                              "", "", "", "", "", "")
+                # The reason goes on its own line below the table: in a cell it squeezed every other
+                # column to a sliver at 80 or 120 columns. It is text, never markup ('trustmh[hf]').
+                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "")
+                not_run.append(f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}")
                 continue
             val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
             ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
@@ -224,6 +242,12 @@ def _summary(results) -> None:
                           f"[red]{t.n_errors}[/]" if t.n_errors else "0",
                           "-" if t.trust_score is None else f"{t.trust_score:.1f}")
         out.print(table)
+        if not_run:
+            out.print("\n".join(not_run) + "\n  (how to get the data: `trustmh data check`)", style="yellow",
+                      markup=False, highlight=False, soft_wrap=True)
+        if narrow:
+            out.print("  ".join(f"{v.replace(chr(10), ' ')} = {k}" for k, v in _NARROW.items() if k != "95% CI"),
+                      markup=False, highlight=False)
         out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
                   "failed: left out of the value, not the model's doing", markup=False, highlight=False)
         relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
@@ -234,7 +258,7 @@ def _summary(results) -> None:
                       markup=False, highlight=False)
         _pillar_summary(mr)
     for note in results.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}")
+        out.print(f"note: {note}", style="yellow", markup=False, highlight=False)
 
 
 @app.command("run")
@@ -269,6 +293,8 @@ def run_cmd(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
     fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    max_failed: float = typer.Option(0.05, "--max-failed", help="Exit 2 when more than this share of a task's "
+                                                               "samples failed with API errors (0 to 1)."),
     lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
     perturbations: Optional[str] = typer.Option(
         None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence, "
@@ -292,6 +318,8 @@ def run_cmd(
     from .engine import RunSpec, run
     from .executors import make_executor
     from .models import split_spec
+    if not 0 <= max_failed <= 1:
+        raise UserError("--max-failed must be between 0 and 1")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
     for m in model:
         split_spec(m)
@@ -342,11 +370,33 @@ def run_cmd(
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
-    n_err = sum(t.n_errors for mr in results.models.values() for t in mr.tasks.values())
-    if n_err:
-        err.print(f"[red]{n_err} samples failed with errors (not scored); rerun the same command to retry them[/]")
-        if fail_on_error:
-            raise typer.Exit(1)
+    _failed_exit(results, fail_on_error, max_failed)
+
+
+def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
+    """Samples that failed are named by error kind. Exit 1 on any with --fail-on-error; otherwise exit 2
+    when a task lost more than `max_failed` of its samples: its value rests on too little to be read."""
+    import collections
+    kinds: collections.Counter = collections.Counter()
+    over = []
+    for mr in results.models.values():
+        for t in mr.tasks.values():
+            kinds.update(t.error_kinds)
+            if t.n_samples and t.n_errors / t.n_samples > max_failed:
+                over.append(f"{mr.model} {t.task} {t.n_errors}/{t.n_samples}")
+    n_err = sum(kinds.values())
+    if not n_err:
+        return
+    shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
+    err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
+              style="red", markup=False, highlight=False, soft_wrap=True)
+    if fail_on_error:
+        raise typer.Exit(1)
+    if over:
+        err.print(f"error: more than {max_failed:.0%} of a task's samples failed ({'; '.join(over)}); the run "
+                  f"is incomplete (--max-failed sets the share)", style="red", markup=False, highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(2)
 
 
 @app.command("score")
@@ -535,7 +585,8 @@ def main() -> None:
         # `python -m trustmh` prints the same usage lines as the `trustmh` script.
         app(prog_name="trustmh")
     except UserError as e:
-        err.print(f"[red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        # Plain text: a message quotes user input (--tasks 'foo[/]') and install hints ('trustmh[hf]').
+        err.print(f"error: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
 
 
