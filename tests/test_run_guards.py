@@ -154,3 +154,51 @@ def test_summary_keeps_its_columns_with_a_not_run_task(tmp_path, columns):
     assert "…" not in row and following[0] == "privacy.leakage", proc.stdout  # no wrapped second line
     # the reason is on a line of its own, below the table, not in a cell
     assert any(line.startswith("  privacy.leakage: not run:") for line in lines), proc.stdout
+
+
+# --- --out never harms what it did not create -----------------------------------------------------
+
+RUN = ("run", "--suite", "sample", "--tasks", "privacy.awareness_tier1", "--no-progress")
+
+
+def test_out_refuses_a_non_empty_folder_that_is_not_a_run(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("years of work")
+    before = sorted(p.name for p in home.iterdir())
+    # Today: the run writes store.sqlite, results.json... into it.
+    assert_user_error(cli(*RUN, "--out", home, cwd=tmp_path), "not empty and not a trustmh run directory")
+    assert sorted(p.name for p in home.iterdir()) == before
+
+
+def test_out_leaves_permissions_of_an_existing_folder_alone(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o755)
+    proc = cli(*RUN, "--out", shared, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert oct(shared.stat().st_mode & 0o777) == "0o755"  # today: chmod to 0700
+    created = tmp_path / "new" / "run"
+    assert cli(*RUN, "--out", created, cwd=tmp_path).returncode == 0
+    assert oct(created.stat().st_mode & 0o777) == "0o700"  # a folder the run made is private
+
+
+def test_out_empty_string_is_refused(tmp_path):
+    # Today: --out "" is the current folder, and the run fills it.
+    assert_user_error(cli(*RUN, "--out", "", cwd=tmp_path), "--out is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_dir_refuses_another_spec_unless_forced(tmp_path):
+    out = tmp_path / "run"
+    assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0
+    results = (out / "results.json").read_text()
+    other = ("run", "--suite", "sample", "--tasks", "privacy", "--no-progress", "--out", out)
+    # Today: the subset run silently replaces the results of the first.
+    assert_user_error(cli(*other, cwd=tmp_path), "holds a run with another spec", "tasks", "--force")
+    assert (out / "results.json").read_text() == results
+    assert cli(*RUN, "-m", "baseline/refuse", "--out", out, cwd=tmp_path).returncode == 2
+    assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0  # the same spec resumes
+    forced = cli(*other, "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads((out / "results.json").read_text())["spec"]["tasks"] == "privacy"

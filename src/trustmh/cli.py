@@ -290,7 +290,10 @@ def run_cmd(
         None, help="The authors' method files (default: $TRUSTMH_METHODS_DIR, else <data dir>/methods; "
                    "`trustmh data pull methods` fetches them)."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for confidence intervals."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>)."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>): a new "
+                                                              "or empty folder, or a run of the same spec."),
+    force: bool = typer.Option(False, help="Run into an --out that holds a run of another spec (its results are "
+                                           "replaced)."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
     fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
     max_failed: float = typer.Option(0.05, "--max-failed", help="Exit 2 when more than this share of a task's "
@@ -320,6 +323,8 @@ def run_cmd(
     from .models import split_spec
     if not 0 <= max_failed <= 1:
         raise UserError("--max-failed must be between 0 and 1")
+    if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
+        raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
     for m in model:
         split_spec(m)
@@ -361,9 +366,9 @@ def run_cmd(
         spec.options["refusal_classifier"] = refusal_classifier
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
-            run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
+            run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
                                            limits=_limits(max_connections, timeout, max_retries),
-                                           executor=chosen_executor, events=view)
+                                           executor=chosen_executor, force=force, events=view)
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
         raise typer.Exit(130)

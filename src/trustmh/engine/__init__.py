@@ -8,6 +8,7 @@ re-run any number of times (`trustmh score`) from the store alone. The engine pr
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -37,11 +38,12 @@ def context(spec: RunSpec) -> RunContext:
 
 
 def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,
-        generate: bool = True, executor=None, accept_stored: bool = False,
+        generate: bool = True, executor=None, accept_stored: bool = False, force: bool = False,
         events: EventSink = ignore) -> tuple[Path, RunResults, dict[str, int]]:
     """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made).
     With `generate` False the tested models are never called (re-scoring). `executor` (see
-    trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here."""
+    trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here. A run directory
+    holding another spec is refused unless `force` (its results would be overwritten by a different run)."""
     limits = limits or Limits()
     ctx = context(spec)
     t0 = time.perf_counter()
@@ -51,6 +53,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
         try:
             store.check_integrity()  # a damaged store is refused, with how to recover
             if generate:
+                check_same_spec(run_dir, store.get_meta("spec"), spec, force)
                 store.set_meta("spec", spec.to_json())
             from_store = None if generate else prepare_from_store(spec, store)
             if from_store is not None:
@@ -81,6 +84,18 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     t2 = time.perf_counter()
     events(RunTotals(dict(calls), prompt_tokens, completion_tokens, t2 - t0, t2 - t1))
     return run_dir, results, calls
+
+
+def check_same_spec(run_dir: Path, stored: dict | None, spec: RunSpec, force: bool) -> None:
+    """A run directory belongs to one spec: running another (a --tasks subset, other models) into it
+    would replace its results with a different run's."""
+    if stored is None or force:
+        return
+    new = json.loads(json.dumps(spec.to_json()))  # as stored: tuples become lists
+    diff = sorted(k for k in stored.keys() | new.keys() if stored.get(k) != new.get(k))
+    if diff:
+        raise UserError(f"{run_dir} holds a run with another spec ({', '.join(diff)} differ); use another --out, "
+                        f"or --force to replace its results with this run's")
 
 
 def load_spec(run_dir: Path) -> RunSpec:

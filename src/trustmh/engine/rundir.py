@@ -27,10 +27,24 @@ def run_lock(run_dir: Path):
         fh.close()
 
 
+# What makes a folder a trustmh run directory (the lock is there from a run's first moment).
+RUN_MARKERS = ("store.sqlite", "run.lock")
+
+
 def open_run_dir(path: Path) -> Path:
+    """The run directory, created 0700 when it does not exist. A folder that exists is used only when it
+    is empty or already a run, and its permissions are left as they are: --out must never harm (or
+    fill with files) a folder the run did not create."""
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path, 0o700)
+        if path.exists() and not path.is_dir():
+            raise UserError(f"--out {path} is a file, not a directory")
+        if path.is_dir():
+            if any(path.iterdir()) and not any((path / m).exists() for m in RUN_MARKERS):
+                raise UserError(f"refusing to use {path}: it is not empty and not a trustmh run directory; "
+                                f"give --out a new or empty folder")
+        else:
+            path.mkdir(parents=True, mode=0o700)
+            os.chmod(path, 0o700)  # ours: mkdir's mode is cut by the umask
         probe = path / ".write-test"
         probe.write_text("")
         probe.unlink()
