@@ -202,3 +202,98 @@ def test_run_dir_refuses_another_spec_unless_forced(tmp_path):
     forced = cli(*other, "--force", cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr
     assert json.loads((out / "results.json").read_text())["spec"]["tasks"] == "privacy"
+
+
+# --- the machine fails: one line, exit 2, nothing damaged -----------------------------------------
+
+def _main(monkeypatch, capsys, *argv):
+    from trustmh import cli as cli_mod
+    monkeypatch.setattr(sys, "argv", ["trustmh", *map(str, argv)])
+    with pytest.raises(SystemExit) as exc:
+        cli_mod.main()
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def _store_ok(run_dir):
+    import sqlite3
+    con = sqlite3.connect(run_dir / "store.sqlite")
+    try:
+        return con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        con.close()
+
+
+def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, capsys):
+    import errno
+    from trustmh.engine import rundir
+    out = tmp_path / "run"
+    code, _, _ = _main(monkeypatch, capsys, *RUN, "--out", out)
+    assert code in (0, None)
+    before = (out / "results.json").read_text()
+
+    class Full:
+        def __init__(self, fd, *a, **kw):
+            os.close(fd)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(rundir.os, "fdopen", Full)
+    code, _, err = _main(monkeypatch, capsys, *RUN, "--out", out)
+    assert code == 2 and "No space left on device" in err and "Traceback" not in err  # today: a traceback
+    assert len(err.strip().splitlines()) <= 2, err
+    assert (out / "results.json").read_text() == before
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # no half-written file left behind
+    assert _store_ok(out)
+
+
+def test_store_write_refused_is_one_line(tmp_path, monkeypatch, capsys):
+    """A read-only run directory (as a non-root user sees it) makes SQLite refuse the write."""
+    import sqlite3
+    from trustmh.store import Store
+
+    def refuse(self, *a, **kw):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+    monkeypatch.setattr(Store, "put_calls", refuse)
+    code, _, err = _main(monkeypatch, capsys, *RUN, "--out", tmp_path / "run")
+    assert code == 2 and "attempt to write a readonly database" in err and "Traceback" not in err
+
+
+def test_two_reports_at_once_do_not_collide(tmp_path, monkeypatch):
+    from trustmh.report import write_report
+    out = tmp_path / "run"
+    assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0
+    real = os.replace
+    entered = []
+
+    def replace(src, dst, *a, **kw):  # the second report runs whole while the first is about to rename
+        if not entered:
+            entered.append(1)
+            write_report([out], tmp_path / "r.html", paired=False)
+        return real(src, dst, *a, **kw)
+    monkeypatch.setattr(os, "replace", replace)
+    # Today both write r.html.tmp: the first rename then finds it gone (FileNotFoundError).
+    write_report([out], tmp_path / "r.html", paired=False)
+    assert "<html" in (tmp_path / "r.html").read_text().lower()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("r.html", ".r.html"))) == ["r.html"]
+
+
+@pytest.mark.parametrize("line,needle", [
+    ("[1, 2]", "not a sample record"),
+    ('{"task": "privacy.awareness_tier1", "model": "baseline/counselor", "values": [1]}', "field 'values'"),
+    ('{"task": "privacy.awareness_tier1", "model": "baseline/counselor", "messages": "hi"}', "field 'messages'"),
+])
+def test_crafted_samples_jsonl_is_one_line(tmp_path, line, needle):
+    out = tmp_path / "run"
+    assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0
+    res = json.loads((out / "results.json").read_text())
+    res["outputs"].pop("samples_sha256", None)  # crafted together with its results.json
+    (out / "results.json").write_text(json.dumps(res))
+    (out / "samples.jsonl").write_text(line + "\n")
+    assert_user_error(cli("report", out, "-o", tmp_path / "r.html", cwd=tmp_path), f"samples.jsonl:1: {needle}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Optional
@@ -593,6 +594,14 @@ def main() -> None:
         # Plain text: a message quotes user input (--tasks 'foo[/]') and install hints ('trustmh[hf]').
         err.print(f"error: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
+    except (OSError, sqlite3.Error) as e:
+        # The machine, not trustmh: disk full, a read-only folder, too many open files. Every write is
+        # atomic or a transaction, so what is on disk is as before; say what failed, on one line.
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        what = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        err.print(f"error: {what}{where}; nothing stored was damaged, rerun when this is fixed", style="red",
+                  markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
