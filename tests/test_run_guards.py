@@ -226,25 +226,20 @@ def _store_ok(run_dir):
 
 def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, capsys):
     import errno
-    from trustmh.engine import rundir
     out = tmp_path / "run"
     code, _, _ = _main(monkeypatch, capsys, *RUN, "--out", out)
     assert code in (0, None)
     before = (out / "results.json").read_text()
 
-    class Full:
-        def __init__(self, fd, *a, **kw):
-            os.close(fd)
+    from pathlib import Path
+    real = Path.write_text
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-        def write(self, text):
+    def full(self, data, *a, **kw):  # the disk fills while results.json is written
+        if self.name.startswith("results.json"):
+            real(self, data[:10], *a, **kw)
             raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(rundir.os, "fdopen", Full)
+        return real(self, data, *a, **kw)
+    monkeypatch.setattr(Path, "write_text", full)
     code, _, err = _main(monkeypatch, capsys, *RUN, "--out", out)
     assert code == 2 and "No space left on device" in err and "Traceback" not in err  # today: a traceback
     assert len(err.strip().splitlines()) <= 2, err
@@ -297,3 +292,16 @@ def test_crafted_samples_jsonl_is_one_line(tmp_path, line, needle):
     (out / "results.json").write_text(json.dumps(res))
     (out / "samples.jsonl").write_text(line + "\n")
     assert_user_error(cli("report", out, "-o", tmp_path / "r.html", cwd=tmp_path), f"samples.jsonl:1: {needle}")
+
+
+def test_out_of_file_descriptors_says_so(tmp_path):
+    import resource
+    with FakeLLMServer(latency_s=0.05) as srv:
+        env = dict(os.environ, **KEY)
+        proc = subprocess.run(
+            [sys.executable, "-m", "trustmh.cli", "run", "-m", "openai/m", "--base-url", srv.openai_base_url,
+             "--suite", "sample", "--no-progress", "--out", str(tmp_path / "run"), "--max-connections", "64"],
+            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
+    assert_user_error(proc, "Too many open files", "ulimit -n")
+    assert _store_ok(tmp_path / "run")

@@ -91,7 +91,10 @@ def check_same_spec(run_dir: Path, stored: dict | None, spec: RunSpec, force: bo
     would replace its results with a different run's."""
     if stored is None or force:
         return
-    new = json.loads(json.dumps(spec.to_json()))  # as stored: tuples become lists
+    def deciding(d: dict) -> dict:  # the transport only decides how replies travel, never what they are
+        d = dict(d, options={k: v for k, v in (d.get("options") or {}).items() if k != "transport"})
+        return d
+    stored, new = deciding(stored), deciding(json.loads(json.dumps(spec.to_json())))  # as stored: lists
     diff = sorted(k for k in stored.keys() | new.keys() if stored.get(k) != new.get(k))
     if diff:
         raise UserError(f"{run_dir} holds a run with another spec ({', '.join(diff)} differ); use another --out, "

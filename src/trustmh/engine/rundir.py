@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 from ..errors import UserError
@@ -55,24 +55,17 @@ def open_run_dir(path: Path) -> Path:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Replace `path` whole or not at all. The temporary file has a name of its own, so two writers (two
-    `trustmh report` at once) never rename each other's, and a failed write (disk full) leaves none."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Replace `path` whole or not at all. The temporary file has a name of its own (NAME.<random>.tmp),
+    so two writers (two `trustmh report` at once) never rename each other's, and a failed write (disk
+    full) leaves none behind."""
+    tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644 & ~_umask())  # mkstemp makes 0600; keep what a plain write would have made
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            tmp.unlink()
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 class HashingWriter:
