@@ -305,3 +305,31 @@ def test_out_of_file_descriptors_says_so(tmp_path):
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
     assert_user_error(proc, "Too many open files", "ulimit -n")
     assert _store_ok(tmp_path / "run")
+
+
+def test_missing_data_dir_is_an_error(tmp_path):
+    # Today: a typo falls back to the sample suite and the run exits 0 with sample-suite numbers.
+    assert_user_error(cli(*RUN, "--suite", "auto", "--data-dir", tmp_path / "nosuch", "--out", tmp_path / "run",
+                          cwd=tmp_path), "--data-dir", "is not a directory")
+    assert not (tmp_path / "run").exists()
+
+
+def test_score_out_writes_beside_the_original(tmp_path):
+    import hashlib
+    from conftest import write_replay
+    orig = tmp_path / "run"
+    assert cli(*RUN, "--out", orig, cwd=tmp_path).returncode == 0
+    judge = write_replay(tmp_path / "j.jsonl", [])
+
+    def snapshot():
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(orig.iterdir()) if p.is_file()}
+    before = snapshot()
+    new = tmp_path / "rejudged"
+    # Today: no such option, and `score` rewrites the run in place.
+    proc = cli("score", orig, "--judge", f"replay/{judge}", "--out", new, "--no-progress", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot() == before  # the original: store, results, samples and report untouched
+    assert json.loads((new / "results.json").read_text())["spec"]["judge"] == f"replay/{judge}"
+    assert json.loads((orig / "results.json").read_text())["spec"]["judge"] == "rules"
+    assert_user_error(cli("score", orig, "--out", new, cwd=tmp_path), "must be a new or empty folder")
+    assert_user_error(cli("score", orig, "--out", "", cwd=tmp_path), "--out is empty")

@@ -331,6 +331,9 @@ def run_cmd(
         split_spec(m)
     if judge != "rules":
         split_spec(judge)
+    if data_dir is not None and not data_dir.is_dir():  # a typo must not fall back to the sample suite
+        raise UserError(f"--data-dir {data_dir} is not a directory; `trustmh data pull --data-dir {data_dir}` "
+                        f"fetches the data there")
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     if limit is not None and limit < 1:
@@ -417,11 +420,18 @@ def score_cmd(
     accept_stored: bool = typer.Option(False, help="Use stored judgements even when they were made with another "
                                                    "version of their rubric (by default they are left out and "
                                                    "counted)."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Write the re-scored run to this new folder (a copy "
+                                                              "of the store) and leave RUN_DIR as it is."),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called."""
     from .engine import load_spec, run
     from .models import split_spec
     spec = load_spec(run_dir)
+    if out_dir is not None:
+        if not out_dir.strip():
+            raise UserError("--out is empty; give a directory")
+        from .engine.rundir import copy_run
+        run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
     if judge:
         if judge != "rules":
             split_spec(judge)

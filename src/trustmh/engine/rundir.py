@@ -54,6 +54,33 @@ def open_run_dir(path: Path) -> Path:
     return path
 
 
+def copy_run(src: Path, dest: Path) -> Path:
+    """A new run directory `dest` holding a copy of `src`'s store, for re-scoring beside the original.
+    The original is read under its lock and through a read-only connection: it is never written."""
+    import sqlite3
+    db = src / "store.sqlite"
+    if not db.is_file():
+        raise UserError(f"{src} is not a trustmh run directory (no store.sqlite)")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UserError(f"--out {dest} must be a new or empty folder (it receives a copy of {src})")
+    if dest.resolve() == src.resolve():
+        raise UserError("--out is the run itself; leave --out out to re-score in place")
+    open_run_dir(dest)
+    with run_lock(src):
+        # Closed cleanly (no -wal file) the store is one file that no one writes while we hold the lock:
+        # immutable=1 then reads it without leaving -wal/-shm files beside the original.
+        flags = "?mode=ro" + ("" if db.with_name(db.name + "-wal").exists() else "&immutable=1")
+        source = sqlite3.connect(db.resolve().as_uri() + flags, uri=True)
+        target = sqlite3.connect(dest / "store.sqlite")
+        try:
+            os.chmod(dest / "store.sqlite", 0o600)
+            source.backup(target)  # consistent, and includes anything still in the WAL
+        finally:
+            target.close()
+            source.close()
+    return dest
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Replace `path` whole or not at all. The temporary file has a name of its own (NAME.<random>.tmp),
     so two writers (two `trustmh report` at once) never rename each other's, and a failed write (disk
