@@ -333,3 +333,23 @@ def test_score_out_writes_beside_the_original(tmp_path):
     assert json.loads((orig / "results.json").read_text())["spec"]["judge"] == "rules"
     assert_user_error(cli("score", orig, "--out", new, cwd=tmp_path), "must be a new or empty folder")
     assert_user_error(cli("score", orig, "--out", "", cwd=tmp_path), "--out is empty")
+
+
+def test_sample_suite_results_carry_a_banner(tmp_path):
+    out = tmp_path / "run"
+    proc = cli(*RUN, "--out", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    banner = json.loads((out / "results.json").read_text())["banner"]  # today: no such field
+    assert banner.startswith("SAMPLE SUITE") and "not benchmark results" in banner
+    assert proc.stdout.count("SAMPLE SUITE") == 2  # above and below the tables
+    assert "SAMPLE SUITE" in (out / "report.html").read_text()
+
+
+def test_data_suite_results_carry_no_banner(tmp_path):
+    from conftest import make_synthetic_data
+    data = make_synthetic_data(tmp_path / "data", 3, 3)
+    proc = cli("run", "--suite", "data", "--data-dir", data, "--tasks", "privacy.awareness_tier1", "--no-progress",
+               "--protocol", "trustmh", "--out", tmp_path / "run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["banner"] is None
+    assert "SAMPLE SUITE" not in proc.stdout + (tmp_path / "run" / "report.html").read_text()

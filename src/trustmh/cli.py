@@ -212,6 +212,8 @@ _NARROW = {"95% CI": "95%\nCI", "no answer": "no\nans", "unscored": "unsc", "jud
 
 
 def _summary(results) -> None:
+    if results.banner:  # above and below: the tables between are long, and either end may be all one reads
+        out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
     for model, mr in results.models.items():
         # Under 120 columns the frame goes (lines between columns only) so that all ten columns still fit
         # at 80 without any header cut to an ellipsis.
@@ -260,6 +262,8 @@ def _summary(results) -> None:
         _pillar_summary(mr)
     for note in results.notes:
         out.print(f"note: {note}", style="yellow", markup=False, highlight=False)
+    if results.banner:
+        out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("run")

@@ -162,6 +162,10 @@ def _clean(v: float | None) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
+SAMPLE_BANNER = ("SAMPLE SUITE: a few built-in items per task, to try trustmh out; these numbers are not benchmark "
+                 "results (run `trustmh data pull`, then `trustmh run --suite data`)")
+
+
 def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
              checksums: dict[str, str], *, accept_stored: bool = False, events: EventSink = ignore) -> RunResults:
     """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
@@ -194,7 +198,7 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
         spec=spec.to_json(), data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
         versions=versions(), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                                         "method": "percentile, resampling items (scenarios for leakage)"},
-        models=models, notes=notes)
+        models=models, notes=notes, banner=SAMPLE_BANNER if data.kind == "sample" else None)
     # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
     # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
     results.outputs = {"samples_sha256": out.sha256.hexdigest()}
