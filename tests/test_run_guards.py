@@ -353,3 +353,30 @@ def test_data_suite_results_carry_no_banner(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads((tmp_path / "run" / "results.json").read_text())["banner"] is None
     assert "SAMPLE SUITE" not in proc.stdout + (tmp_path / "run" / "report.html").read_text()
+
+
+# --- per-model base URLs --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["at", "paired"])
+def test_each_model_is_asked_at_its_own_server(tmp_path, form):
+    with FakeLLMServer() as a, FakeLLMServer() as b:
+        if form == "at":  # today: "openai/one@http..." is sent as the model name to the default server
+            args = ["-m", f"openai/one@{a.openai_base_url}", "-m", f"openai/two@{b.openai_base_url}"]
+        else:  # today: a second --base-url silently replaces the first
+            args = ["-m", "openai/one", "-m", "openai/two", "--base-url", a.openai_base_url,
+                    "--base-url", b.openai_base_url]
+        proc = cli("run", *args, "--suite", "sample", "--tasks", "privacy.awareness_tier1", "--limit", "2",
+                   "--no-progress", "--out", tmp_path / "run", cwd=tmp_path, env_extra=KEY)
+        assert proc.returncode == 0, proc.stderr
+        assert {r["model"] for r in a.requests} == {"one"} and {r["model"] for r in b.requests} == {"two"}
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert set(res["models"]) == {"openai/one", "openai/two"}
+    assert res["spec"]["options"]["base_urls"] == {"openai/one": a.openai_base_url, "openai/two": b.openai_base_url}
+
+
+def test_base_urls_must_pair_with_models(tmp_path):
+    assert_user_error(cli("run", "-m", "openai/a", "-m", "openai/b", "-m", "openai/c", "--base-url", "http://x/v1",
+                          "--base-url", "http://y/v1", "--suite", "sample", cwd=tmp_path, env_extra=KEY),
+                      "2 --base-url for 3 --model")
+    assert_user_error(cli("run", "-m", "openai/a@ftp://x", "--suite", "sample", cwd=tmp_path, env_extra=KEY),
+                      "--base-url must be an http:// or https:// URL")

@@ -266,6 +266,30 @@ def _summary(results) -> None:
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
 
 
+def _model_urls(models: list[str], base_urls: list[str]) -> tuple[list[str], dict[str, str], str | None]:
+    """Model specs, each model's own base URL (`spec@http...`, or the --base-url paired with it when
+    there is one per --model) and the URL shared by the others (a single --base-url)."""
+    import re
+    specs, own = [], {}
+    for m in models:
+        # Only '@' before a URL splits: a model name may hold one (Vertex's claude-3-5-sonnet@20240620).
+        found = re.fullmatch(r"(.+?)@([A-Za-z][A-Za-z0-9+.-]*://.*)", m)
+        spec, url = (found.group(1), found.group(2)) if found else (m, None)
+        if spec in specs:
+            raise UserError(f"--model {spec} is given twice; a run names each model once")
+        specs.append(spec)
+        if url:
+            own[spec] = url
+    if len(base_urls) > 1:
+        if len(base_urls) != len(specs):
+            raise UserError(f"{len(base_urls)} --base-url for {len(specs)} --model: give one for every model, "
+                            f"paired in order, or a single one for all")
+        for spec, url in zip(specs, base_urls):
+            own.setdefault(spec, url)
+        return specs, own, None
+    return specs, own, base_urls[0] if base_urls else None
+
+
 @app.command("run")
 def run_cmd(
     model: list[str] = typer.Option(["baseline/counselor"], "--model", "-m",
@@ -276,7 +300,9 @@ def run_cmd(
     seed: int = typer.Option(0, help="Seed for sampling, variants, baselines and the bootstrap."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
-    base_url: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible or Anthropic server."),
+    base_url: Optional[list[str]] = typer.Option(
+        None, help="Base URL of an OpenAI-compatible or Anthropic server: once for every model, or once per "
+                   "--model, paired in order (or give a model its own: --model openai/NAME@URL)."),
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
     max_connections: int = typer.Option(32, help="Concurrent requests per endpoint."),
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
@@ -331,6 +357,7 @@ def run_cmd(
     if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
         raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
+    model, own_urls, shared_url = _model_urls(model, base_url or [])
     for m in model:
         split_spec(m)
     if judge != "rules":
@@ -345,7 +372,7 @@ def run_cmd(
     from .models import resolve_base_url
     # A server named only by OPENAI_BASE_URL / ANTHROPIC_BASE_URL is recorded in the spec, so that results
     # say where replies came from and a later `score` in another environment finds the same stored calls.
-    base_url = resolve_base_url(model[0], base_url)
+    base_url = resolve_base_url(model[0], shared_url)
     if judge != "rules":
         judge_base_url = resolve_base_url(judge, judge_base_url)
     spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
@@ -357,6 +384,9 @@ def run_cmd(
     from .models.openai_api import TRANSPORTS  # light: the SDK is imported only by the sdk transport
     if transport not in TRANSPORTS:
         raise UserError(f"--transport must be {', '.join(TRANSPORTS[:-1])} or {TRANSPORTS[-1]}, not '{transport}'")
+    if own_urls:  # set only when given, so runs without them keep their run id
+        spec.options["base_urls"] = own_urls
+        RunSpec.__post_init__(spec)  # check them as every URL is checked
     if transport != "http":  # set only when not the default, so default runs keep their run id
         spec.options["transport"] = transport
     if lang not in ("en", "zh", "all"):

@@ -85,7 +85,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     try:
         for model_spec in spec.models:
             if generate:
-                model = make_model(model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed,
+                model = make_model(model_spec, base_url=spec.model_base_url(model_spec), timeout=limits.timeout, seed=spec.seed,
                                    transport=spec.options.get("transport", "http"),
                                    max_connections=limits.max_connections)
                 if isinstance(model, ReplayModel):
@@ -97,7 +97,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                     await model.aclose()
                 calls[model_spec] = gen_ep.n_calls
             else:
-                ref = ModelRef(model_spec, spec.base_url)
+                ref = ModelRef(model_spec, spec.model_base_url(model_spec))
                 await _Collector(spec, ctx, samples, None, judges, store, events, model_spec, ref.endpoint).run()
                 calls[model_spec] = 0
         if judges.endpoints:

@@ -178,7 +178,7 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
     with tmp.open("w", encoding="utf-8") as fh:
         out = HashingWriter(fh)
         for model_spec in spec.models:
-            model = ModelRef(model_spec, spec.base_url)
+            model = ModelRef(model_spec, spec.model_base_url(model_spec))
             tasks = {}
             for p in prepared:
                 tasks[p.task.id] = score_task(sc, p, model, out)

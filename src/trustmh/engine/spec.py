@@ -70,13 +70,21 @@ class RunSpec:
             raise UserError("--bootstrap must not be negative")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UserError("--max-tokens must be at least 1")
-        for flag, url in (("--base-url", self.base_url), ("--judge-base-url", self.judge_base_url)):
+        for flag, url in (("--base-url", self.base_url), ("--judge-base-url", self.judge_base_url),
+                          *(("--base-url", u) for u in (self.options.get("base_urls") or {}).values())):
             check_url(flag, url)
+
+    def model_base_url(self, model: str) -> str | None:
+        """The server `model` is asked at: its own (`--model spec@URL`, or a --base-url paired with it), else
+        the run's. Kept in options, and only when given, so that runs without them keep their run id."""
+        return (self.options.get("base_urls") or {}).get(model) or self.base_url
 
     def to_json(self) -> dict[str, Any]:
         """The spec as stored and published: base URLs lose any embedded credentials."""
         d = dict(self.__dict__)
         d["base_url"], d["judge_base_url"] = redact_url(self.base_url), redact_url(self.judge_base_url)
+        if self.options.get("base_urls"):
+            d["options"] = dict(self.options, base_urls={m: redact_url(u) for m, u in self.options["base_urls"].items()})
         return d
 
     def run_id(self) -> str:
