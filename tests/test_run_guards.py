@@ -294,7 +294,9 @@ def test_crafted_samples_jsonl_is_one_line(tmp_path, line, needle):
     assert_user_error(cli("report", out, "-o", tmp_path / "r.html", cwd=tmp_path), f"samples.jsonl:1: {needle}")
 
 
-def test_out_of_file_descriptors_says_so(tmp_path):
+def test_out_of_file_descriptors_is_not_a_dead_server(tmp_path):
+    """EMFILE is this process, not the endpoint: the early stop must not take it for a server that is down
+    (connections freed by finished requests let the retries through)."""
     import resource
     with FakeLLMServer(latency_s=0.05) as srv:
         env = dict(os.environ, **KEY)
@@ -303,7 +305,8 @@ def test_out_of_file_descriptors_says_so(tmp_path):
              "--suite", "sample", "--no-progress", "--out", str(tmp_path / "run"), "--max-connections", "64"],
             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
-    assert_user_error(proc, "Too many open files", "ulimit -n")
+    assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr, proc.stderr
+    assert "errors in a row" not in proc.stderr, proc.stderr
     assert _store_ok(tmp_path / "run")
 
 

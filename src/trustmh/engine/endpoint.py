@@ -158,16 +158,15 @@ class Endpoint:
         if e.kind not in _DOWN_KINDS:
             self.down_run = 0
             return
+        if "Too many open files" in e.message:  # this process, not the endpoint: retries get through
+            return
         if self.answered and not final:
             return
         self.down_run += 1
         if self.limits.stop_after and self.down_run >= self.limits.stop_after:
             where = f" at {redact_url(self.model.base_url)}" if getattr(self.model, "base_url", None) else ""
-            advice = _DOWN_KINDS[e.kind]
-            if "Too many open files" in e.message:  # this machine, not the server
-                advice = "raise the open-file limit (ulimit -n) or lower --max-connections"
             raise EndpointDown(f"{self.purpose} {self.model.spec}{where}: stopped after {self.down_run} "
-                               f"{e.kind} errors in a row ({e.message}); {advice}")
+                               f"{e.kind} errors in a row ({e.message}); {_DOWN_KINDS[e.kind]}")
 
     async def _with_retries(self, request: Request) -> Response:
         attempt = 0
