@@ -383,3 +383,10 @@ def test_base_urls_must_pair_with_models(tmp_path):
                       "2 --base-url for 3 --model")
     assert_user_error(cli("run", "-m", "openai/a@ftp://x", "--suite", "sample", cwd=tmp_path, env_extra=KEY),
                       "--base-url must be an http:// or https:// URL")
+
+
+def test_validate_judge_stops_on_a_dead_judge(dead_url, tmp_path):
+    # The judge endpoint stops early too, and validate-judge says so on one line.
+    proc = cli("validate-judge", "--judge", "openai/j", "--judge-base-url", dead_url, "--suite", "sample",
+               "--no-progress", "--out", tmp_path / "v", cwd=tmp_path, env_extra=KEY, timeout=120)
+    assert_user_error(proc, "judge openai/j", "connection errors in a row")

@@ -55,8 +55,8 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
     from .data.manifest import DATASETS
     present = any((data_dir / f.path).is_file() for d in DATASETS.values() for f in d.files)
     if not present:
-        err.print(f"[yellow]No datasets in {escape(str(data_dir))}: using the built-in sample suite (a few items per task). "
-                  f"Run `trustmh data pull` for the full benchmark.[/]")
+        err.print(f"No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
+                  f"Run `trustmh data pull` for the full benchmark.", style="yellow", markup=False, highlight=False)
         return "sample"
     return "data"
 

@@ -25,7 +25,8 @@ from .score import finalize
 from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
 
 __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
-           "PhaseDone", "Notice", "RunTotals", "AuthFailure", "Endpoint", "CallWriter", "Prepared", "prepare",
+           "PhaseDone", "Notice", "RunTotals", "AuthFailure", "EndpointDown", "Endpoint", "CallWriter", "Prepared",
+           "prepare",
            "collect", "finalize", "data_source", "generation_request", "judge_request", "DEFAULT_PARAMS",
            "JUDGE_PARAMS"]
 

@@ -85,8 +85,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     try:
         for model_spec in spec.models:
             if generate:
-                model = make_model(model_spec, base_url=spec.model_base_url(model_spec), timeout=limits.timeout, seed=spec.seed,
-                                   transport=spec.options.get("transport", "http"),
+                model = make_model(model_spec, base_url=spec.model_base_url(model_spec), timeout=limits.timeout,
+                                   seed=spec.seed, transport=spec.options.get("transport", "http"),
                                    max_connections=limits.max_connections)
                 if isinstance(model, ReplayModel):
                     model.check_ids(ids)

@@ -84,7 +84,8 @@ class RunSpec:
         d = dict(self.__dict__)
         d["base_url"], d["judge_base_url"] = redact_url(self.base_url), redact_url(self.judge_base_url)
         if self.options.get("base_urls"):
-            d["options"] = dict(self.options, base_urls={m: redact_url(u) for m, u in self.options["base_urls"].items()})
+            own = self.options["base_urls"]
+            d["options"] = dict(self.options, base_urls={m: redact_url(u) for m, u in own.items()})
         return d
 
     def run_id(self) -> str:

@@ -235,7 +235,7 @@ def compare(a_name: str, b_name: str, rows: list[tuple[str, float | None, float 
 def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Path = Path("runs"),
                    limits=None, progress: bool = False) -> tuple[Path, RunResults]:
     """Judge every H1/H2 row, compare with the humans, write results.json and samples.jsonl."""
-    from ..engine import AuthFailure, Limits, RunSpec, data_source
+    from ..engine import AuthFailure, EndpointDown, Limits, RunSpec, data_source
     from ..engine.rundir import open_run_dir, run_lock
     from ..engine.spec import versions
     from ..store import Store
@@ -257,7 +257,7 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
                 store.set_meta("validate_spec", asdict(spec))
                 try:
                     responses = asyncio.run(_judge_all(spec, cases, protocol, store, limits, progress))
-                except AuthFailure as e:
+                except (AuthFailure, EndpointDown) as e:
                     raise UserError(str(e)) from None
             finally:
                 store.close()
