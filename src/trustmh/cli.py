@@ -385,8 +385,10 @@ def run_cmd(
     if transport not in TRANSPORTS:
         raise UserError(f"--transport must be {', '.join(TRANSPORTS[:-1])} or {TRANSPORTS[-1]}, not '{transport}'")
     if own_urls:  # set only when given, so runs without them keep their run id
+        from .engine.spec import check_url
+        for url in own_urls.values():
+            check_url("--base-url", url)
         spec.options["base_urls"] = own_urls
-        RunSpec.__post_init__(spec)  # check them as every URL is checked
     if transport != "http":  # set only when not the default, so default runs keep their run id
         spec.options["transport"] = transport
     if lang not in ("en", "zh", "all"):
@@ -461,18 +463,19 @@ def score_cmd(
     from .engine import load_spec, run
     from .models import split_spec
     spec = load_spec(run_dir)
-    if out_dir is not None:
-        if not out_dir.strip():
-            raise UserError("--out is empty; give a directory")
-        from .engine.rundir import copy_run
-        run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
     if judge:
         if judge != "rules":
             split_spec(judge)
         spec.judge = judge
         spec.judge_base_url = judge_base_url
+    limits = _limits(max_connections, timeout, max_retries)
+    if out_dir is not None:  # checked before anything is copied
+        if not out_dir.strip():
+            raise UserError("--out is empty; give a directory")
+        from .engine.rundir import copy_run
+        run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
     with _ProgressView(progress and sys.stderr.isatty()) as view:
-        _, results, _ = run(spec, run_dir, limits=_limits(max_connections, timeout, max_retries), generate=False,
+        _, results, _ = run(spec, run_dir, limits=limits, generate=False,
                             accept_stored=accept_stored, events=view)
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
