@@ -83,7 +83,7 @@ def list_tasks(
             try:
                 n = str(len(task.load(source, RunContext())))
             except UserError as e:
-                n = f"[red]error: {e}[/]"
+                n = Text(f"error: {e}", style="red")  # text: a message may hold brackets ('trustmh[hf]')
         table.add_row(task.id, task.pillar, task.dataset, task.metric.name,
                       "higher" if task.metric.higher_is_better else "lower", n)
     out.print(table)
