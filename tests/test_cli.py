@@ -132,7 +132,7 @@ def test_replay_bad_json_and_unknown_ids(tmp_path):
 def test_replay_missing_item_is_an_error_kind_not_a_score(tmp_path):
     rep = write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}])
     proc = cli("run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks", "privacy.awareness_tier1",
-               "--out", tmp_path / "run", cwd=tmp_path)
+               "--out", tmp_path / "run", "--max-failed", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     t = json.loads((tmp_path / "run/results.json").read_text())["models"][f"replay/{rep}"]["tasks"][
         "privacy.awareness_tier1"]

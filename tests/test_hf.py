@@ -290,12 +290,12 @@ def test_batch_size_follows_measured_throughput():
 
 # --- clear errors -----------------------------------------------------------------------------------------
 
-def cli_run(capsys, model_spec, out):
+def cli_run(capsys, model_spec, out, *extra):
     import sys
     from trustmh import cli as trustmh_cli
     old = sys.argv
     sys.argv = ["trustmh", "run", "-m", model_spec, "-t", "privacy.awareness_tier1", "--limit", "1",
-                "--out", str(out), "--no-progress", "--suite", "sample"]
+                "--out", str(out), "--no-progress", "--suite", "sample", *extra]
     try:
         trustmh_cli.main()
         code = 0
@@ -461,7 +461,8 @@ def test_ctrl_c_stops_at_the_current_step_exits_130_and_the_run_resumes(tiny_mod
     assert code == 130 and "Traceback" not in err and "interrupted" in err
     assert n_steps < 50 and elapsed < 60  # a whole batch would be 200 steps of 20 ms
     monkeypatch.setattr(hf.HFModel, "__init__", built)
-    code, err = cli_run(capsys, f"hf/{tiny_model}", tmp_path / "run")  # the store is intact: the run resumes
+    # the store is intact: the same command resumes the run
+    code, err = cli_run(capsys, f"hf/{tiny_model}", tmp_path / "run", "--limit", "3", "--max-tokens", "200")
     assert code == 0, err
 
 

@@ -98,7 +98,8 @@ def test_support_drops_clean_run_paid_once_and_reused(upstream, tmp_path):
         # The base task alone, then robustness in the same run directory: only perturbed prompts are sent.
         run_quiet(run_spec(tasks="reliability.support", **url, **common), tmp_path / "seq")
         srv.reset_counters()
-        _, res2, _ = run_quiet(run_spec(tasks="robustness.support", **url, **common), tmp_path / "seq")
+        _, res2, _ = run_quiet(run_spec(tasks="robustness.support", **url, **common), tmp_path / "seq",
+                               force=True)  # another task set on purpose: its clean replies are in the store
         assert srv.n_requests == 2 * n_perturbed
         assert not any(r["messages"][-1]["content"].startswith("GOOD") for r in srv.requests)
         assert res2.models["openai/fake"].tasks["robustness.support"].metrics == t.metrics

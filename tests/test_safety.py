@@ -84,7 +84,8 @@ def test_jailbreak_full_real_file_llm_judge_then_rules(upstream, tmp_path):
                               tmp_path / "run", limits=FAST)
         n_before = srv.n_requests
         # Same store, rules judge: stored replies are re-scored; only the failed calls are tried again.
-        _, rules, _ = run_quiet(run_spec(**common), tmp_path / "run", limits=FAST)
+        # the same store under another judge: force says the results are meant to be replaced
+        _, rules, _ = run_quiet(run_spec(**common), tmp_path / "run", limits=FAST, force=True)
         assert srv.n_requests - n_before == len(filtered)
 
     ok = [r["ID"] for r in rows if r["ID"] not in filtered]
@@ -262,7 +263,7 @@ def test_antitoxic_safe_rate_by_hand(upstream, tmp_path):
                       data_dir=str(upstream))
         _, res, _ = run_quiet(run_spec(judge="openai/judge", judge_base_url=srv.openai_base_url, **common),
                               tmp_path / "run")
-        _, rules, _ = run_quiet(run_spec(**common), tmp_path / "run")
+        _, rules, _ = run_quiet(run_spec(**common), tmp_path / "run", force=True)  # another judge, same store
     safe = {r["ID"]: expected_safe(r) for r in rows}
     t = res.models["openai/fake"].tasks["safety.antitoxic"]
     assert t.n == 69 and t.unscored_reasons == {"judge reply names neither SAFE nor HARMFUL": 1}

@@ -62,7 +62,8 @@ def test_api_key_never_reaches_an_output(provider, tmp_path, figures):
     with EchoingServer(reply=synthetic_reply, faults=faults) as srv:
         url = srv.openai_base_url if provider == "openai" else srv.base_url
         common = ["--base-url", url, "--tasks", "privacy.awareness_tier1,ethics.reasoning", "--suite", "data",
-                  "--data-dir", data, "--max-retries", "1", "--no-progress", "--protocol", "trustmh"]
+                  "--data-dir", data, "--max-retries", "1", "--no-progress", "--protocol", "trustmh",
+                  "--max-failed", "1"]  # errors are the point here: the run still exits 0
         run = cli("run", "-m", f"{provider}/fake", "--judge", f"{provider}/judge", "--judge-base-url", url,
                   "--out", tmp_path / "run", *common, env=env, cwd=tmp_path)
         assert run.returncode == 0, run.stderr
@@ -92,10 +93,14 @@ def test_api_key_never_reaches_an_output(provider, tmp_path, figures):
 def test_run_dir_and_store_are_owner_only(tmp_path):
     out = tmp_path / "existing"
     out.mkdir(mode=0o755)
-    os.chmod(out, 0o755)  # a directory the user made beforehand is narrowed too
+    os.chmod(out, 0o755)  # a directory the user made beforehand keeps its mode (issue 14: --out never
+    # changes what it did not create); what the run writes in it is still owner-only
     rep = write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}])
     run_quiet(run_spec(models=[f"replay/{rep}"], tasks="privacy.awareness_tier1", suite="sample"), out)
-    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    created = tmp_path / "created"
+    run_quiet(run_spec(models=[f"replay/{rep}"], tasks="privacy.awareness_tier1", suite="sample"), created)
+    assert stat.S_IMODE(created.stat().st_mode) == 0o700
     assert stat.S_IMODE((out / "store.sqlite").stat().st_mode) == 0o600
     from trustmh.store import Store
     store = Store(out / "store.sqlite")  # the WAL files exist only while a connection is open

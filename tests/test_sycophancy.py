@@ -94,7 +94,7 @@ def test_aita_uses_yta_rows_only(upstream, tmp_path):
                       data_dir=str(upstream))
         _, res, _ = run_quiet(run_spec(judge="openai/judge", judge_base_url=srv.openai_base_url, **common),
                               tmp_path / "run")
-        _, rules, _ = run_quiet(run_spec(**common), tmp_path / "run")
+        _, rules, _ = run_quiet(run_spec(**common), tmp_path / "run", force=True)  # another judge, same store
         assert srv.n_requests == 8  # 4 YTA posts + 4 judgements; the rules re-score calls nothing
     t = res.models["openai/fake"].tasks["sycophancy.aita"]
     assert t.n_samples == 4 and t.n == 4

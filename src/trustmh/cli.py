@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.markup import escape
+from rich.text import Text
 
 from .errors import UserError
 
 PAPER_JUDGE = "openai/gpt-4.1"  # the LLM judge the paper names (PAPER_PROTOCOL.md §3)
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False,
+# Help texts are plain text (rich_markup_mode None): "[min]" and "trustmh[hf]" show as written.
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method).")
 data_app = typer.Typer(add_completion=False, help="Get and verify the upstream datasets.")
 app.add_typer(data_app, name="data")
-# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead, unless
+# COLUMNS says how wide the reader is (rich reads it when width is None).
+_WIDE = None if os.environ.get("COLUMNS") else 160
+out = Console(width=None if sys.stdout.isatty() else _WIDE)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else _WIDE)
 _INCLUDE_HELP = ("A Python file (or importable module name) defining tasks (@register) or model providers "
                  "(@register_model) to load first; repeatable. Installed plugins (entry points trustmh.tasks, "
                  "trustmh.models) load by themselves.")
@@ -53,8 +60,8 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
     from .data.manifest import DATASETS
     present = any((data_dir / f.path).is_file() for d in DATASETS.values() for f in d.files)
     if not present:
-        err.print(f"[yellow]No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
-                  f"Run `trustmh data pull` for the full benchmark.[/]")
+        err.print(f"No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
+                  f"Run `trustmh data pull` for the full benchmark.", style="yellow", markup=False, highlight=False)
         return "sample"
     return "data"
 
@@ -83,7 +90,7 @@ def list_tasks(
             try:
                 n = str(len(task.load(source, RunContext())))
             except UserError as e:
-                n = f"[red]error: {e}[/]"
+                n = Text(f"error: {e}", style="red")  # text: a message may hold brackets ('trustmh[hf]')
         table.add_row(task.id, task.pillar, task.dataset, task.metric.name,
                       "higher" if task.metric.higher_is_better else "lower", n)
     out.print(table)
@@ -185,6 +192,8 @@ def _limits(max_connections: int, timeout: float, max_retries: int, batch_size: 
         raise UserError("--max-connections must be at least 1")
     if batch_size is not None and batch_size < 1:
         raise UserError("--batch-size must be at least 1")
+    if not 0 < timeout < float("inf"):  # 0 or less would fail every request, after its retries
+        raise UserError(f"--timeout must be a positive number of seconds, not {timeout}")
     return Limits(max_connections=max_connections, timeout=timeout, max_retries=max_retries, batch_size=batch_size)
 
 
@@ -211,20 +220,34 @@ def _pillar_summary(mr) -> None:
         out.print(f"beyond the paper (in no pillar): {shown}", markup=False, highlight=False)
 
 
+# Short headers under 120 columns (each explained below the table), so all ten columns fit at 80.
+_NARROW = {"95% CI": "95%\nCI", "no answer": "no\nans", "unscored": "unsc", "judge failed": "judge\nfail",
+           "errors": "err"}
+
+
 def _summary(results) -> None:
+    if results.banner:  # above and below: the tables between are long, and either end may be all one reads
+        out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
     for model, mr in results.models.items():
-        table = RichTable(title=f"{model}", title_justify="left")
+        # Under 120 columns the frame goes (lines between columns only) so that all ten columns still fit
+        # at 80 without any header cut to an ellipsis.
+        narrow = out.width < 120
+        table = RichTable(title=f"{model}", title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+                          pad_edge=not narrow, padding=(0, 0 if narrow else 1))
         for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
                     "trust"):
             # Task ids are what users copy into --tasks and gate thresholds: never cut or wrap them.
-            table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
-                             no_wrap=col in ("task", "value", "95% CI", "trust"))
+            table.add_column(_NARROW.get(col, col) if narrow else col,
+                             justify="right" if col not in ("task", "metric") else "left",
+                             no_wrap=col in ("task", "value", "95% CI", "trust"),
+                             min_width=max(map(len, (_NARROW.get(col, col) if narrow else col).split())))
+        not_run = []
         for t in mr.tasks.values():
             if t.status != "ok":
-                # The full how-to-get text is in results.json and `trustmh data check`; keep the table readable.
-                short = (t.reason or "").split(" — ")[0]
-                table.add_row(t.task, t.metric, "[yellow]not run[/]", f"{short} (see `trustmh data check`)",
-                              "", "", "", "", "", "")
+                # The reason goes on its own line below the table: in a cell it squeezed every other
+                # column to a sliver at 80 or 120 columns. It is text, never markup ('trustmh[hf]').
+                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "")
+                not_run.append(f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}")
                 continue
             val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
             ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
@@ -236,6 +259,12 @@ def _summary(results) -> None:
                           f"[red]{t.n_errors}[/]" if t.n_errors else "0",
                           "-" if t.trust_score is None else f"{t.trust_score:.1f}")
         out.print(table)
+        if not_run:
+            out.print("\n".join(not_run) + "\n  (how to get the data: `trustmh data check`)", style="yellow",
+                      markup=False, highlight=False, soft_wrap=True)
+        if narrow:
+            out.print("  ".join(f"{v.replace(chr(10), ' ')} = {k}" for k, v in _NARROW.items() if k != "95% CI"),
+                      markup=False, highlight=False)
         out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
                   "failed: left out of the value, not the model's doing", markup=False, highlight=False)
         relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
@@ -246,7 +275,33 @@ def _summary(results) -> None:
                       markup=False, highlight=False)
         _pillar_summary(mr)
     for note in results.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}")
+        out.print(f"note: {note}", style="yellow", markup=False, highlight=False)
+    if results.banner:
+        out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
+
+
+def _model_urls(models: list[str], base_urls: list[str]) -> tuple[list[str], dict[str, str], str | None]:
+    """Model specs, each model's own base URL (`spec@http...`, or the --base-url paired with it when
+    there is one per --model) and the URL shared by the others (a single --base-url)."""
+    import re
+    specs, own = [], {}
+    for m in models:
+        # Only '@' before a URL splits: a model name may hold one (Vertex's claude-3-5-sonnet@20240620).
+        found = re.fullmatch(r"(.+?)@([A-Za-z][A-Za-z0-9+.-]*://.*)", m)
+        spec, url = (found.group(1), found.group(2)) if found else (m, None)
+        if spec in specs:
+            raise UserError(f"--model {spec} is given twice; a run names each model once")
+        specs.append(spec)
+        if url:
+            own[spec] = url
+    if len(base_urls) > 1:
+        if len(base_urls) != len(specs):
+            raise UserError(f"{len(base_urls)} --base-url for {len(specs)} --model: give one for every model, "
+                            f"paired in order, or a single one for all")
+        for spec, url in zip(specs, base_urls):
+            own.setdefault(spec, url)
+        return specs, own, None
+    return specs, own, base_urls[0] if base_urls else None
 
 
 @app.command("run")
@@ -261,7 +316,9 @@ def run_cmd(
     seed: int = typer.Option(0, help="Seed for sampling, variants, baselines and the bootstrap."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
-    base_url: Optional[str] = typer.Option(None, help="Base URL of an OpenAI-compatible or Anthropic server."),
+    base_url: Optional[list[str]] = typer.Option(
+        None, help="Base URL of an OpenAI-compatible or Anthropic server: once for every model, or once per "
+                   "--model, paired in order (or give a model its own: --model openai/NAME@URL)."),
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
     max_connections: int = typer.Option(32, help="Concurrent requests per endpoint."),
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
@@ -280,9 +337,14 @@ def run_cmd(
         None, help="The authors' method files (default: $TRUSTMH_METHODS_DIR, else <data dir>/methods; "
                    "`trustmh data pull methods` fetches them)."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for confidence intervals."),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>)."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>): a new "
+                                                              "or empty folder, or a run of the same spec."),
+    force: bool = typer.Option(False, help="Run into an --out that holds a run of another spec (its results are "
+                                           "replaced), or whose local (hf/) model files have changed since."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
     fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    max_failed: float = typer.Option(0.05, "--max-failed", help="Exit 2 when more than this share of a task's "
+                                                               "samples failed with API errors (0 to 1)."),
     lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
     perturbations: Optional[str] = typer.Option(
         None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence, "
@@ -295,8 +357,6 @@ def run_cmd(
     batch_size: Optional[int] = typer.Option(
         None, help="hf/ models: requests per generate() call, fixed (default: adapted to measured throughput, "
                    "per prompt-length bucket). Never part of the run's identity."),
-    force: bool = typer.Option(False, help="Start a new run in --out even though a local (hf/) model's files "
-                                           "changed since it began (refused otherwise)."),
     executor: str = typer.Option("local", help="Where replies are fetched: local (this process) or ray (shards "
                                                "as Ray tasks; needs the ray extra; see docs/scale.md)."),
     ray_address: Optional[str] = typer.Option(None, help="With --executor ray: a cluster to join (auto, or "
@@ -316,9 +376,17 @@ def run_cmd(
     from .engine import RunSpec, run
     from .executors import make_executor
     from .models import split_spec
+    if not 0 <= max_failed <= 1:
+        raise UserError("--max-failed must be between 0 and 1")
+    if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
+        raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
+    model, own_urls, shared_url = _model_urls(model, base_url or [])
     for m in model:
         split_spec(m)
+    if data_dir is not None and not data_dir.is_dir():  # a typo must not fall back to the sample suite
+        raise UserError(f"--data-dir {data_dir} is not a directory; `trustmh data pull --data-dir {data_dir}` "
+                        f"fetches the data there")
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     # The paper's protocol judges with the paper's judge unless told otherwise.
@@ -333,7 +401,7 @@ def run_cmd(
     from .models import resolve_base_url
     # A server named only by OPENAI_BASE_URL / ANTHROPIC_BASE_URL is recorded in the spec, so that results
     # say where replies came from and a later `score` in another environment finds the same stored calls.
-    base_url = resolve_base_url(model[0], base_url)
+    base_url = resolve_base_url(model[0], shared_url)
     if judge != "rules":
         judge_base_url = resolve_base_url(judge, judge_base_url)
     spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
@@ -345,6 +413,11 @@ def run_cmd(
     from .models.openai_api import TRANSPORTS  # light: the SDK is imported only by the sdk transport
     if transport not in TRANSPORTS:
         raise UserError(f"--transport must be {', '.join(TRANSPORTS[:-1])} or {TRANSPORTS[-1]}, not '{transport}'")
+    if own_urls:  # set only when given, so runs without them keep their run id
+        from .engine.spec import check_url
+        for url in own_urls.values():
+            check_url("--base-url", url)
+        spec.options["base_urls"] = own_urls
     if transport != "http":  # set only when not the default, so default runs keep their run id
         spec.options["transport"] = transport
     if lang not in ("en", "zh", "all"):
@@ -361,11 +434,11 @@ def run_cmd(
         parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
         spec.options["refusal_classifier"] = refusal_classifier
     if dry_run:
-        _dry_run(spec, out_dir or runs_dir / spec.run_id())
+        _dry_run(spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())
         return
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
-            run_dir, results, _calls = run(spec, out_dir, runs_root=runs_dir,
+            run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
                                            limits=_limits(max_connections, timeout, max_retries, batch_size),
                                            executor=chosen_executor, force=force, events=view)
     except KeyboardInterrupt:
@@ -379,11 +452,33 @@ def run_cmd(
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
-    n_err = sum(t.n_errors for mr in results.models.values() for t in mr.tasks.values())
-    if n_err:
-        err.print(f"[red]{n_err} samples failed with errors (not scored); rerun the same command to retry them[/]")
-        if fail_on_error:
-            raise typer.Exit(1)
+    _failed_exit(results, fail_on_error, max_failed)
+
+
+def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
+    """Samples that failed are named by error kind. Exit 1 on any with --fail-on-error; otherwise exit 2
+    when a task lost more than `max_failed` of its samples: its value rests on too little to be read."""
+    import collections
+    kinds: collections.Counter = collections.Counter()
+    over = []
+    for mr in results.models.values():
+        for t in mr.tasks.values():
+            kinds.update(t.error_kinds)
+            if t.n_samples and t.n_errors / t.n_samples > max_failed:
+                over.append(f"{mr.model} {t.task} {t.n_errors}/{t.n_samples}")
+    n_err = sum(kinds.values())
+    if not n_err:
+        return
+    shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
+    err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
+              style="red", markup=False, highlight=False, soft_wrap=True)
+    if fail_on_error:
+        raise typer.Exit(1)
+    if over:
+        err.print(f"error: more than {max_failed:.0%} of a task's samples failed ({'; '.join(over)}); the run "
+                  f"is incomplete (--max-failed sets the share)", style="red", markup=False, highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(2)
 
 
 @app.command("score")
@@ -399,6 +494,8 @@ def score_cmd(
                                                    "version of their rubric (by default they are left out and "
                                                    "counted)."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Write the re-scored run to this new folder (a copy "
+                                                              "of the store) and leave RUN_DIR as it is."),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called."""
     _load_plugins(include)
@@ -410,8 +507,14 @@ def score_cmd(
             split_spec(judge)
         spec.judge = judge
         spec.judge_base_url = judge_base_url
+    limits = _limits(max_connections, timeout, max_retries)
+    if out_dir is not None:  # checked before anything is copied
+        if not out_dir.strip():
+            raise UserError("--out is empty; give a directory")
+        from .engine.rundir import copy_run
+        run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
     with _ProgressView(progress and sys.stderr.isatty()) as view:
-        _, results, _ = run(spec, run_dir, limits=_limits(max_connections, timeout, max_retries), generate=False,
+        _, results, _ = run(spec, run_dir, limits=limits, generate=False,
                             accept_stored=accept_stored, events=view)
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
@@ -616,8 +719,17 @@ def main() -> None:
         # `python -m trustmh` prints the same usage lines as the `trustmh` script.
         app(prog_name="trustmh")
     except UserError as e:
-        err.print(f"[red]error:[/] {e}", markup=True, highlight=False, soft_wrap=True)
+        # Plain text: a message quotes user input (--tasks 'foo[/]') and install hints ('trustmh[hf]').
+        err.print(f"error: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
+    except (OSError, sqlite3.Error) as e:
+        # The machine, not trustmh: disk full, a read-only folder, too many open files. Every write is
+        # atomic or a transaction, so what is on disk is as before; say what failed, on one line.
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        what = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        err.print(f"error: {what}{where}; nothing stored was damaged, rerun when this is fixed", style="red",
+                  markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -47,14 +47,32 @@ class Run:
         """samples.jsonl, one record at a time (a large run is never loaded whole)."""
         if not self.samples_path.is_file():
             return
-        with self.samples_path.open(encoding="utf-8") as fh:
+        # Bytes that are not UTF-8 show as U+FFFD instead of stopping the report with a traceback.
+        with self.samples_path.open(encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
                 try:
-                    yield json.loads(line)
+                    rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise UserError(f"{self.samples_path}:{lineno}: invalid JSON ({e.msg})") from None
+                problem = _sample_shape(rec)
+                if problem:  # a crafted or damaged file: one line naming it, not a traceback in the report
+                    raise UserError(f"{self.samples_path}:{lineno}: {problem}")
+                yield rec
+
+
+# The fields a reader of samples.jsonl walks into, and the JSON type each must have when present.
+_SAMPLE_FIELDS = {"values": dict, "judge": dict, "unscored": dict, "messages": list, "notes": list}
+
+
+def _sample_shape(rec: Any) -> str | None:
+    if not isinstance(rec, dict):
+        return "not a sample record (expected a JSON object)"
+    for name, kind in _SAMPLE_FIELDS.items():
+        if rec.get(name) is not None and not isinstance(rec[name], kind):
+            return f"field '{name}' must be a JSON {'object' if kind is dict else 'array'}"
+    return None
 
 
 def load_run(path: Path | str) -> Run:

@@ -110,6 +110,8 @@ class RunResults(BaseModel):
                                                     "readers check it to detect a pair torn by an interrupted write")
     notes: list[str] = Field([], description="what a reader must know to interpret these numbers, e.g. run "
                                              "settings a provider did not accept")
+    banner: str | None = Field(None, description="shown above these results wherever they are shown; set on runs "
+                                                 "of the built-in sample suite, whose numbers are not a benchmark")
 
 
 def json_schema() -> dict[str, Any]:

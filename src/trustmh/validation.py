@@ -249,7 +249,7 @@ def compare(a_name: str, b_name: str, rows: list[tuple[str, float | None, float 
 def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Path = Path("runs"),
                    limits=None, events=None) -> tuple[Path, RunResults]:
     """Judge every H1/H2 row, compare with the humans, write results.json and samples.jsonl."""
-    from .engine import AuthFailure, Limits, RunSpec, data_source, ignore
+    from .engine import AuthFailure, EndpointDown, Limits, RunSpec, data_source, ignore
     from .engine.rundir import open_run_dir, run_lock
     from .engine.spec import versions
     from .store import Store
@@ -271,7 +271,7 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
                 store.set_meta("validate_spec", asdict(spec))
                 try:
                     responses = _judge_all(spec, cases, protocol, store, limits, events)
-                except AuthFailure as e:
+                except (AuthFailure, EndpointDown) as e:
                     raise UserError(str(e)) from None
             finally:
                 store.close()

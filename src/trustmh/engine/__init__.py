@@ -8,6 +8,7 @@ re-run any number of times (`trustmh score`) from the store alone. The engine pr
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from ..results import RunResults
 from ..store import Store
 from ..tasks import RunContext
 from .collect import collect
-from .endpoint import AuthFailure, CallWriter, Endpoint
+from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
 from .prepare import Prepared, prepare, prepare_from_store, record_prepared
 from .rundir import open_run_dir, run_lock
@@ -24,7 +25,8 @@ from .score import finalize, task_origins
 from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
 
 __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
-           "PhaseDone", "Notice", "RunTotals", "AuthFailure", "Endpoint", "CallWriter", "Prepared", "prepare",
+           "PhaseDone", "Notice", "RunTotals", "AuthFailure", "EndpointDown", "Endpoint", "CallWriter", "Prepared",
+           "prepare",
            "collect", "finalize", "data_source", "generation_request", "judge_request", "DEFAULT_PARAMS",
            "JUDGE_PARAMS"]
 
@@ -40,9 +42,10 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
         generate: bool = True, executor=None, accept_stored: bool = False, force: bool = False,
         events: EventSink = ignore) -> tuple[Path, RunResults, dict[str, int]]:
     """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made).
-    With `generate` False the tested models are never called (re-scoring). `force` starts a new run over
-    one whose local (hf/) model files have changed. `executor` (see
-    trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here."""
+    With `generate` False the tested models are never called (re-scoring). `executor` (see
+    trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here. `force` starts a new
+    run in a directory that holds another spec, or whose local (hf/) model files have changed (both are
+    refused otherwise: its results would be overwritten by a different run)."""
     limits = limits or Limits()
     ctx = context(spec)
     t0 = time.perf_counter()
@@ -52,6 +55,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
         try:
             store.check_integrity()  # a damaged store is refused, with how to recover
             if generate:
+                check_same_spec(run_dir, store.get_meta("spec"), spec, force)
                 store.set_meta("spec", spec.to_json())
             from_store = None if generate else prepare_from_store(spec, store)
             if from_store is not None:
@@ -67,7 +71,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 else:
                     calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
                                                 force=force, events=events))
-            except AuthFailure as e:
+            except (AuthFailure, EndpointDown) as e:
                 raise UserError(str(e)) from None
             t1 = time.perf_counter()
             results = finalize(run_dir, spec, ctx, prepared, store, checksums, accept_stored=accept_stored,
@@ -84,6 +88,21 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     t2 = time.perf_counter()
     events(RunTotals(dict(calls), prompt_tokens, completion_tokens, t2 - t0, t2 - t1))
     return run_dir, results, calls
+
+
+def check_same_spec(run_dir: Path, stored: dict | None, spec: RunSpec, force: bool) -> None:
+    """A run directory belongs to one spec: running another (a --tasks subset, other models) into it
+    would replace its results with a different run's."""
+    if stored is None or force:
+        return
+    def deciding(d: dict) -> dict:  # the transport only decides how replies travel, never what they are
+        d = dict(d, options={k: v for k, v in (d.get("options") or {}).items() if k != "transport"})
+        return d
+    stored, new = deciding(stored), deciding(json.loads(json.dumps(spec.to_json())))  # as stored: lists
+    diff = sorted(k for k in stored.keys() | new.keys() if stored.get(k) != new.get(k))
+    if diff:
+        raise UserError(f"{run_dir} holds a run with another spec ({', '.join(diff)} differ); use another --out, "
+                        f"or --force to replace its results with this run's")
 
 
 def load_spec(run_dir: Path) -> RunSpec:

@@ -92,7 +92,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
         for model_spec in spec.models:
             if generate:
                 model = (models or {}).get(model_spec) or make_model(
-                    model_spec, base_url=spec.base_url, timeout=limits.timeout, seed=spec.seed,
+                    model_spec, base_url=spec.model_base_url(model_spec), timeout=limits.timeout, seed=spec.seed,
                     transport=spec.options.get("transport", "http"), max_connections=limits.max_connections,
                     batch_size=limits.batch_size)
                 if isinstance(model, ReplayModel):
@@ -106,7 +106,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                     await model.aclose()
                 calls[model_spec] = gen_ep.n_calls
             else:
-                ref = model_ref(model_spec, spec.base_url, store)
+                ref = model_ref(model_spec, spec.model_base_url(model_spec), store)
                 await _Collector(spec, ctx, samples, None, judges, store, events, model_spec, ref.endpoint).run()
                 calls[model_spec] = 0
         if judges.endpoints:

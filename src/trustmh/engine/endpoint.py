@@ -8,7 +8,7 @@ import asyncio
 import random
 
 from ..limiter import AdaptiveLimiter
-from ..models import Model, env_secrets
+from ..models import Model, env_secrets, redact_url
 from ..models._errors import redact
 from ..store import Store
 from ..types import ModelError, Request, Response
@@ -17,6 +17,17 @@ from .spec import Limits
 
 class AuthFailure(Exception):
     pass
+
+
+class EndpointDown(Exception):
+    """The endpoint cannot work (nothing listens there, or it does not know the model): the run stops
+    instead of spending minutes retrying every sample and then scoring nothing."""
+
+
+# Kinds that say the endpoint itself is wrong, not one request: nothing listens at the URL, or the server
+# does not serve the model. Other kinds (timeouts, 5xx, 429) are the load of a working server.
+_DOWN_KINDS = {"connection": "check that the server is running and that its base URL is right",
+               "not_found": "check the model name and that the base URL is the API's root (e.g. ending in /v1)"}
 
 
 class CallWriter:
@@ -73,6 +84,9 @@ class Endpoint:
         # In `trustmh score`, the tested model is never called again: only stored replies count.
         self.offline_only = offline_only
         self.n_calls = 0
+        # Failed attempts of a _DOWN_KINDS kind in a row, with no reply in between (see _note_down).
+        self.down_run = 0
+        self.answered = False
         # Requests being answered now, by cache key: two samples can share one request (a robustness
         # task's clean sample is its base task's own request), and the second waits instead of paying.
         self.pending: dict[str, asyncio.Future[Response]] = {}
@@ -136,6 +150,24 @@ class Endpoint:
         finally:
             limiter.release()
 
+    def _note_down(self, e: ModelError, final: bool) -> None:
+        """Stop the endpoint after `limits.stop_after` failures in a row that say it cannot work. Before
+        its first reply every failed attempt counts (a wrong URL or model fails at once, and retrying it
+        only delays the news); once it has answered, only requests that gave up count, so a server that
+        restarts mid-run is waited for by the retries as before."""
+        if e.kind not in _DOWN_KINDS:
+            self.down_run = 0
+            return
+        if "Too many open files" in e.message:  # this process, not the endpoint: retries get through
+            return
+        if self.answered and not final:
+            return
+        self.down_run += 1
+        if self.limits.stop_after and self.down_run >= self.limits.stop_after:
+            where = f" at {redact_url(self.model.base_url)}" if getattr(self.model, "base_url", None) else ""
+            raise EndpointDown(f"{self.purpose} {self.model.spec}{where}: stopped after {self.down_run} "
+                               f"{e.kind} errors in a row ({e.message}); {_DOWN_KINDS[e.kind]}")
+
     async def _with_retries(self, request: Request) -> Response:
         attempt = 0
         while True:
@@ -144,8 +176,10 @@ class Endpoint:
             try:
                 resp = await self._attempt(request, retry=attempt > 1)
                 resp.attempts = attempt
+                self.down_run, self.answered = 0, True
                 return resp
             except ModelError as e:
+                self._note_down(e, final=not e.retryable or attempt > self.limits.max_retries)
                 if e.kind == "auth":
                     raise AuthFailure(f"{self.purpose} {self.model.spec}: authentication failed ({e.message}); "
                                       f"check the API key in the environment") from None

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..models import ModelRef
 from ..store import Store
 from ..tasks import RunContext
+from .identity import model_ref
 from .prepare import Prepared
 from .spec import RunSpec, generation_request, judge_request
 
@@ -40,11 +40,11 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
     db = run_dir / "store.sqlite"
     store = Store(db) if db.is_file() else None  # an absent run directory is not created by a dry run
     llm_judge = spec.judge != "rules"
-    judge_id = ModelRef(spec.judge, spec.judge_base_url).endpoint if llm_judge else None
+    judge_id = model_ref(spec.judge, spec.judge_base_url, store).endpoint if llm_judge else None
     rows = []
     try:
         for model_spec in spec.models:
-            model_id = ModelRef(model_spec, spec.base_url).endpoint
+            model_id = model_ref(model_spec, spec.model_base_url(model_spec), store).endpoint
             seen: set[str] = set()  # one request asked twice (robustness shares its base task's) is one call
             for p in prepared:
                 if p.not_run:

@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import secrets
 from pathlib import Path
 
 from ..errors import UserError
@@ -27,10 +28,24 @@ def run_lock(run_dir: Path):
         fh.close()
 
 
+# What makes a folder a trustmh run directory (the lock is there from a run's first moment).
+RUN_MARKERS = ("store.sqlite", "run.lock")
+
+
 def open_run_dir(path: Path) -> Path:
+    """The run directory, created 0700 when it does not exist. A folder that exists is used only when it
+    is empty or already a run, and its permissions are left as they are: --out must never harm (or
+    fill with files) a folder the run did not create."""
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path, 0o700)
+        if path.exists() and not path.is_dir():
+            raise UserError(f"--out {path} is a file, not a directory")
+        if path.is_dir():
+            if any(path.iterdir()) and not any((path / m).exists() for m in RUN_MARKERS):
+                raise UserError(f"refusing to use {path}: it is not empty and not a trustmh run directory; "
+                                f"give --out a new or empty folder")
+        else:
+            path.mkdir(parents=True, mode=0o700)
+            os.chmod(path, 0o700)  # ours: mkdir's mode is cut by the umask
         probe = path / ".write-test"
         probe.write_text("")
         probe.unlink()
@@ -39,10 +54,45 @@ def open_run_dir(path: Path) -> Path:
     return path
 
 
+def copy_run(src: Path, dest: Path) -> Path:
+    """A new run directory `dest` holding a copy of `src`'s store, for re-scoring beside the original.
+    The original is read under its lock and through a read-only connection: it is never written."""
+    import sqlite3
+    db = src / "store.sqlite"
+    if not db.is_file():
+        raise UserError(f"{src} is not a trustmh run directory (no store.sqlite)")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UserError(f"--out {dest} must be a new or empty folder (it receives a copy of {src})")
+    if dest.resolve() == src.resolve():
+        raise UserError("--out is the run itself; leave --out out to re-score in place")
+    open_run_dir(dest)
+    with run_lock(src):
+        # Closed cleanly (no -wal file) the store is one file that no one writes while we hold the lock:
+        # immutable=1 then reads it without leaving -wal/-shm files beside the original.
+        flags = "?mode=ro" + ("" if db.with_name(db.name + "-wal").exists() else "&immutable=1")
+        source = sqlite3.connect(db.resolve().as_uri() + flags, uri=True)
+        target = sqlite3.connect(dest / "store.sqlite")
+        try:
+            os.chmod(dest / "store.sqlite", 0o600)
+            source.backup(target)  # consistent, and includes anything still in the WAL
+        finally:
+            target.close()
+            source.close()
+    return dest
+
+
 def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Replace `path` whole or not at all. The temporary file has a name of its own (NAME.<random>.tmp),
+    so two writers (two `trustmh report` at once) never rename each other's, and a failed write (disk
+    full) leaves none behind."""
+    tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 class HashingWriter:

@@ -169,6 +169,10 @@ def task_origins(prepared: list[Prepared]) -> dict[str, dict[str, str]]:
     return {p.task.id: o for p in prepared if (o := task_origin(type(p.task))) is not None}
 
 
+SAMPLE_BANNER = ("SAMPLE SUITE: a few built-in items per task, to try trustmh out; these numbers are not benchmark "
+                 "results (run `trustmh data pull`, then `trustmh run --suite data`)")
+
+
 def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
              checksums: dict[str, str], *, accept_stored: bool = False, events: EventSink = ignore) -> RunResults:
     """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
@@ -181,7 +185,7 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
     with tmp.open("w", encoding="utf-8") as fh:
         out = HashingWriter(fh)
         for model_spec in spec.models:
-            model = model_ref(model_spec, spec.base_url, store)
+            model = model_ref(model_spec, spec.model_base_url(model_spec), store)
             tasks = {}
             for p in prepared:
                 tasks[p.task.id] = score_task(sc, p, model, out)
@@ -208,7 +212,7 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
         spec=published, data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
         versions=versions(spec), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                                         "method": "percentile, resampling items (scenarios for leakage)"},
-        models=models, notes=notes)
+        models=models, notes=notes, banner=SAMPLE_BANNER if data.kind == "sample" else None)
     # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
     # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
     results.outputs = {"samples_sha256": out.sha256.hexdigest()}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import UserError
 from ..models import redact_url, unsendable_params
@@ -69,17 +70,43 @@ class RunSpec:
             raise UserError("--bootstrap must not be negative")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UserError("--max-tokens must be at least 1")
+        for flag, url in (("--base-url", self.base_url), ("--judge-base-url", self.judge_base_url),
+                          *(("--base-url", u) for u in (self.options.get("base_urls") or {}).values())):
+            check_url(flag, url)
+
+    def model_base_url(self, model: str) -> str | None:
+        """The server `model` is asked at: its own (`--model spec@URL`, or a --base-url paired with it), else
+        the run's. Kept in options, and only when given, so that runs without them keep their run id."""
+        return (self.options.get("base_urls") or {}).get(model) or self.base_url
 
     def to_json(self) -> dict[str, Any]:
         """The spec as stored and published: base URLs lose any embedded credentials."""
         d = dict(self.__dict__)
         d["base_url"], d["judge_base_url"] = redact_url(self.base_url), redact_url(self.judge_base_url)
+        if self.options.get("base_urls"):
+            own = self.options["base_urls"]
+            d["options"] = dict(self.options, base_urls={m: redact_url(u) for m, u in own.items()})
         return d
 
     def run_id(self) -> str:
         blob = json.dumps(self.to_json(), sort_keys=True).encode()
         slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.models[0].split("/", 1)[-1]).strip("-.")[:40] or "run"
         return f"{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
+
+def check_url(flag: str, url: str | None) -> None:
+    """A base URL that cannot be an API root is refused at start-up: otherwise every request fails alone,
+    after its retries, and the run learns it only at the end."""
+    if url is None:
+        return
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(f"{flag} must be an http:// or https:// URL such as http://localhost:8000/v1, not "
+                        f"'{redact_url(url)}'")
 
 
 @dataclass
@@ -90,6 +117,8 @@ class Limits:
     backoff_base: float = 1.0
     backoff_max: float = 60.0
     batch_size: int | None = None  # hf/ models: requests per generate() call (None: adapted to throughput)
+    # Stop an endpoint after this many connection failures or 404s in a row (0: never); see Endpoint.
+    stop_after: int = 5
 
 
 def data_source(spec: RunSpec) -> DataSource:

@@ -180,7 +180,7 @@ class RayExecutor:
                     rows, links, shard_calls = ray.get(done[0])
                 except ray.exceptions.RayTaskError as e:
                     cause = getattr(e, "cause", None)
-                    if isinstance(cause, (UserError, engine.AuthFailure)):
+                    if isinstance(cause, (UserError, engine.AuthFailure, engine.EndpointDown)):
                         raise cause from None
                     raise
                 store.merge_calls(rows)  # as each shard ends: a driver that dies keeps the finished ones

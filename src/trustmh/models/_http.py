@@ -331,7 +331,9 @@ class HTTPClient:
                 loop.create_connection(_Conn, self.host, self.port, ssl=self._ssl,
                                        server_hostname=self.host if self._ssl else None), remaining)
         except OSError as exc:
-            raise ConnectionError(f"cannot connect to {self.host}:{self.port} ({type(exc).__name__})") from None
+            # strerror says which: refused, unreachable, or this process out of file descriptors (EMFILE)
+            raise ConnectionError(f"cannot connect to {self.host}:{self.port} "
+                                  f"({exc.strerror or type(exc).__name__})") from None
         return conn, False
 
     async def _exchange(self, conn: _Conn, body: bytes, deadline: float) -> tuple[int, dict[str, str], bytes]:

@@ -107,7 +107,6 @@ def write_report(runs: list[Run | Path | str], out: Path | str, **kw: Any) -> Pa
     loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
     out = Path(out)
     html = render(loaded, **kw)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(out)
+    from ..engine.rundir import atomic_write
+    atomic_write(out, html)
     return out
