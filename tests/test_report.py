@@ -174,3 +174,22 @@ def test_radar_places_each_pillar_on_its_axis():
     x4, y4 = map(float, pts[4].split(","))
     # Axis 0 points straight up at full radius, axis 4 straight down at half of it.
     assert x0 == pytest.approx(x4) and (y4 - 220) == pytest.approx((220 - y0) / 2, abs=0.2)
+
+
+def test_partial_pillars_are_marked_and_drawn_hollow_and_tasks_name_their_protocol(tmp_path):
+    # Jailbreak alone: the paper's safety pillar has two rows (Jailbreak Resistance, Antitoxic), so it is
+    # partial; ethics' one row is complete.
+    spec = run_spec(models=["baseline/refuse"], tasks="safety.jailbreak,ethics.reasoning", suite="sample")
+    run_dir, res, _ = run_quiet(spec, tmp_path / "run")
+    mr = res.models["baseline/refuse"]
+    assert mr.pillars["safety"].partial and not mr.pillars["ethics"].partial
+    html = write_report([run_dir], tmp_path / "r.html").read_text()
+    board = html[html.index('id="leaderboard"'):html.index('id="ranks"')]
+    assert board.count('<span class="partial" title="partial: 1 of the paper&#39;s 2 rows">') == 1
+    assert 'title="partial: 2 of 8 pillars, or a partial pillar"' in board  # the overall score
+    radar = html[html.index('<svg id="radar"'):]
+    radar = radar[:radar.index("</svg>")]
+    vertices = re.findall(r'<circle [^>]*fill="([^"]+)"[^>]*><title>[^<]*· (\w+): [0-9.]+( \(partial\))?', radar)
+    assert {(axis, fill == "white", bool(note)) for fill, axis, note in vertices} == {
+        ("safety", True, True), ("ethics", False, False)}
+    assert html.count("protocol: <b>trustmh</b> · evidence") == 2

@@ -33,8 +33,10 @@ def whisker_svg(value: float | None, ci: tuple[float, float] | None, lo: float =
     return Markup("".join(parts))
 
 
-def radar_svg(labels: list[str], series: list[tuple[str, str, list[float | None]]], size: int = 440) -> Markup:
-    """Radar chart on 0-100 axes; one closed outline per model through the axes it has a value for."""
+def radar_svg(labels: list[str], series: list[tuple], size: int = 440) -> Markup:
+    """Radar chart on 0-100 axes; one closed outline per model through the axes it has a value for. A series
+    is (name, color, values) or (name, color, values, partial flags): a partial value's vertex is hollow,
+    so that it is not read as measured like the others."""
     n = len(labels)
     if n < 3:
         return Markup("")
@@ -57,7 +59,8 @@ def radar_svg(labels: list[str], series: list[tuple[str, str, list[float | None]
         anchor = "middle" if abs(lx - cx) < 5 else ("start" if lx > cx else "end")
         out.append(f'<line x1="{cx}" y1="{c}" x2="{x}" y2="{y}" class="spoke"/>')
         out.append(f'<text x="{lx}" y="{ly + 4}" text-anchor="{anchor}" class="axis-label">{escape(lab)}</text>')
-    for name, color, values in series:
+    for name, color, values, *rest in series:
+        partial = rest[0] if rest else [False] * len(values)
         present = [(i, v) for i, v in enumerate(values) if v is not None]
         if not present:
             continue
@@ -67,8 +70,9 @@ def radar_svg(labels: list[str], series: list[tuple[str, str, list[float | None]
                    f'<{shape} points="{pts}" fill="{color}" fill-opacity="0.12" stroke="{color}" stroke-width="2"/>')
         for i, v in present:
             x, y = pt(i, v)
-            out.append(f'<circle cx="{x}" cy="{y}" r="3.5" fill="{color}"><title>{escape(name)} · '
-                       f'{escape(labels[i])}: {v:.1f}</title></circle>')
+            fill, note = ("white", " (partial)") if partial[i] else (color, "")
+            out.append(f'<circle cx="{x}" cy="{y}" r="3.5" fill="{fill}" stroke="{color}" stroke-width="1.5">'
+                       f'<title>{escape(name)} · {escape(labels[i])}: {v:.1f}{note}</title></circle>')
         out.append("</g>")
     out.append("</svg>")
     return Markup("".join(out))

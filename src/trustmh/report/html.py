@@ -67,8 +67,9 @@ def build_context(runs: list[Run], *, comparisons: list[Comparison] | None = Non
     board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot)
     colors = [PALETTE[i % len(PALETTE)] for i in range(len(ents))]
     axes = list(PILLARS) + [p for p in pillars if p not in PILLARS]
-    radar = radar_svg(axes, [(e.label, colors[i], [board.cells[(i, p)].score if p in pillars else None
-                                                 for p in axes]) for i, e in enumerate(ents)])
+    radar = radar_svg(axes, [(e.label, colors[i], [board.cells[(i, p)].score if p in pillars else None for p in axes],
+                              [bool(board.cells[(i, p)].partial) if p in pillars else False for p in axes])
+                             for i, e in enumerate(ents)])
     ss = collect_samples(ents, metas, task_ids, max_samples) if include_samples else SampleSet()
     payload = {"entries": [e.label for e in ents],
                "tasks": [{"id": t, "metric": metas[t].metric, "primary": metas[t].primary_value,

@@ -56,6 +56,7 @@ class Cell:
     ci: tuple[float, float] | None
     rank: int | None = None
     tie_note: str = ""  # set when not significantly different from the model ranked just above
+    partial: str = ""  # what a pillar or overall score rests on when it is fewer rows/pillars than the paper's
 
 
 @dataclass
@@ -76,8 +77,11 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
             if pr is None or pr.trust_score is None:
                 board.cells[(i, p)] = Cell(None, None)
                 continue
-            board.cells[(i, p)] = Cell(pr.trust_score, pr.ci)
-        board.cells[(i, "overall")] = Cell(e.result.trust_score, e.result.trust_ci)
+            board.cells[(i, p)] = Cell(pr.trust_score, pr.ci, partial=(
+                f"partial: {pr.n_rows_measured} of the paper's {pr.n_rows} rows" if pr.partial else ""))
+        r = e.result
+        board.cells[(i, "overall")] = Cell(r.trust_score, r.trust_ci, partial=(
+            f"partial: {r.n_pillars_measured} of {r.n_pillars} pillars, or a partial pillar" if r.partial else ""))
     pair_cache: dict[tuple[int, int], Comparison | None] = {}
     rows_cache: dict[str, dict] = {}
 
