@@ -69,6 +69,9 @@ def main() -> None:
                     help="also time `trustmh score` with this src/ folder, alternating with this checkout's")
     ap.add_argument("--repeat", type=int, default=3, help="score timings per code version with --baseline-src")
     ap.add_argument("--keep", default=None, help="keep the run directory here (default: a temporary one)")
+    ap.add_argument("--protocol", default="trustmh", choices=("trustmh", "paper"),
+                    help="trustmh (default: the figures in bench/README.md were measured so) or paper")
+    ap.add_argument("--methods-dir", default=None, help="the authors' method files, for --protocol paper")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="trustmh-full-"))
     run_dir = Path(a.keep) if a.keep else tmp / "run"
@@ -80,7 +83,8 @@ def main() -> None:
             run_wall, run_cpu = timed(cli + ["run", "--model", "openai/x", "--base-url", f"{url}/v1", "--judge", "openai/j",
                                     "--judge-base-url", f"{url}/judge/v1", "--max-connections", str(a.connections),
                                     "--suite", "data", "--data-dir", a.data_dir, "--bootstrap", str(a.bootstrap),
-                                    "--out", str(run_dir), "--no-progress"])
+                                    "--out", str(run_dir), "--no-progress", "--protocol", a.protocol,
+                                    *(["--methods-dir", a.methods_dir] if a.methods_dir else [])])
             run_end = time.monotonic()
             run_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             stats = server.stats()
