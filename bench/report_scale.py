@@ -87,7 +87,8 @@ def main() -> None:
         tmp = Path(tmp)
         specs, n = make_replays(args.data_dir, tmp, args.models)
         t0 = time.perf_counter()
-        run(RunSpec(models=specs, tasks="privacy,ethics", suite="data", data_dir=str(args.data_dir), n_boot=100),
+        run(RunSpec(models=specs, tasks="privacy,ethics", suite="data", data_dir=str(args.data_dir), n_boot=100,
+                    protocol="trustmh"),
             tmp / "run")
         print(f"run: {n} samples, {len(specs)} models, scored in {time.perf_counter() - t0:.1f} s")
         loaded = load_run(tmp / "run")

@@ -41,7 +41,8 @@ class InstantModel(Model):
 
 def _spec(args) -> runner.RunSpec:
     if args.data_dir:
-        return runner.RunSpec(models=[MODEL], judge="rules", suite="data", data_dir=args.data_dir, n_boot=args.bootstrap)
+        return runner.RunSpec(models=[MODEL], judge="rules", suite="data", data_dir=args.data_dir, n_boot=args.bootstrap,
+                              protocol="trustmh")
     # judge "rules": the re-score reads the stored generations and judges them offline
     return synthetic_spec(args.samples, model=MODEL, judge="rules", n_boot=args.bootstrap)
 
