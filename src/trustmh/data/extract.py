@@ -456,3 +456,21 @@ def join_separator(local: str, root: Path, func: str) -> str:
                 and len(v.args) == 1 and not v.keywords and isinstance(v.args[0], ast.Name) and v.args[0].id in params:
             return v.func.value.value
     raise MethodError(f"{where}: not a single 'return \"<sep>\".join(<parameter>)'")
+
+
+def yaml_value(local: str, root: Path, *keys: str) -> str:
+    """K8: `yaml.safe_load(file)[k1][k2]...`, a string (EmoBench keeps its prompts in YAML block scalars,
+    which only a real YAML parser folds correctly)."""
+    import yaml
+    where = f"{local}#{'.'.join(keys)}"
+    try:
+        node: Any = yaml.safe_load(read(local, root))
+    except yaml.YAMLError as e:
+        raise MethodError(f"method file {local}: not parsable YAML ({e})") from None
+    for k in keys:
+        if not isinstance(node, dict) or k not in node:
+            raise MethodError(f"{where}: no key '{k}'")
+        node = node[k]
+    if not isinstance(node, str):
+        raise MethodError(f"{where}: not a text")
+    return node

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import string
 from typing import Any, Callable
 
 import numpy as np
@@ -165,6 +166,46 @@ def parse_emotion_cause(reply: str) -> tuple[str | None, str | None]:
     return out["emotion"], out["cause"]
 
 
+# EmoBench's own code (PAPER_PROTOCOL.md §0.3 EB-*; §2 reliability.emotion_recognition), read at run time
+# under --protocol paper.
+EB = "Sahandfer+EmoBench/src"
+EB_PROMPTS, EB_RESPONSE = f"{EB}/configs/prompts.yaml", f"{EB}/configs/response.yaml"
+EB_UTILS, EB_MODEL = f"{EB}/utils.py", f"{EB}/model.py"
+_EB_FENCE = re.compile(r"```json\s*([\s\S]*?)```")
+
+
+def eb_parse(reply: str | None) -> Any:
+    """parse_json_response in EmoBench's utils.py: with a ```json fence, the text of the first closed one
+    (an unclosed fence fails); otherwise the whole reply; then json.loads. None when that fails."""
+    if reply is None:
+        return None
+    if "```json" in reply:
+        m = _EB_FENCE.search(reply)
+        if m is None:
+            return None
+        reply = m.group(1)
+    try:
+        return json.loads(reply)
+    except (ValueError, RecursionError):
+        return None
+
+
+def eb_system(lang: str, ctx: RunContext) -> str:
+    """init_prompt without CoT (main.py's default): sys.<lang> + get_response_format's res_format
+    (a str.format template) with statement = base.<lang> and conditions = EU.<lang>."""
+    from ..data.extract import local_string, yaml_value
+    from ..data.methods import MethodError
+    fmt = local_string(EB_UTILS, ctx.methods_root, "get_response_format", "res_format")
+    if fmt.fields or fmt.segments is None:
+        raise MethodError(f"{fmt.source}: expected a plain string constant")
+    text = fmt.render({})
+    if sorted({n for _, n, _, _ in string.Formatter().parse(text) if n}) != ["conditions", "statement"]:
+        raise MethodError(f"{fmt.source}: placeholders are not {{statement}} and {{conditions}}")
+    return yaml_value(EB_PROMPTS, ctx.methods_root, "sys", lang) + text.format(
+        statement=yaml_value(EB_RESPONSE, ctx.methods_root, "base", lang),
+        conditions=yaml_value(EB_RESPONSE, ctx.methods_root, "EU", lang))
+
+
 @register
 class EmotionRecognition(Task):
     id = "reliability.emotion_recognition"
@@ -178,6 +219,12 @@ class EmotionRecognition(Task):
     metric_columns = {"emotion_accuracy": "emotion_correct", "cause_accuracy": "cause_correct"}
     gen_params = {"max_tokens": 256}
     LANGS = ("en", "zh", "all")
+    paper_protocol = True
+    method_templates = (MethodTemplate("EB-sys", EB_PROMPTS, "sys.<lang>"),
+                        MethodTemplate("EB-EU", EB_PROMPTS, "EU.<lang>"),
+                        MethodTemplate("EB-resp", EB_RESPONSE, "base.<lang>,EU.<lang>"),
+                        MethodTemplate("EB-resfmt", EB_UTILS, "get_response_format.res_format"),
+                        MethodTemplate("EB-set", EB_MODEL, "LLM.load_model:ChatOpenAI()"))
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         lang = str(ctx.options.get("lang", "en"))
@@ -210,6 +257,18 @@ class EmotionRecognition(Task):
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         x = item.input
+        if ctx.protocol == "paper":
+            # generate_responses: EU.<lang>.format with the choices as rank_choices renders them ("A) text"
+            # per line), after init_prompt's system message. EB-qwen's "/no_think" prefix is keyed on the
+            # tested model's name, which a request here does not know: it is not sent (README).
+            from ..data.extract import yaml_value
+            lang = item.meta["lang"]
+            ranked = {k: "\n".join(f"{LETTERS[i]}) {c}" for i, c in enumerate(x[f"{k}_choices"]))
+                      for k in ("emotion", "cause")}
+            user = yaml_value(EB_PROMPTS, ctx.methods_root, "EU", lang).format(
+                scenario=x["scenario"], subject=x["subject"], emo_choices=ranked["emotion"],
+                cause_choices=ranked["cause"])
+            return [{"role": "system", "content": eb_system(lang, ctx)}, {"role": "user", "content": user}]
         return [{"role": "user", "content": render(
             "reliability_emotion.j2", scenario=x["scenario"], subject=x["subject"],
             emotions=list(zip(LETTERS, x["emotion_choices"])), causes=list(zip(LETTERS, x["cause_choices"])))}]
@@ -219,7 +278,38 @@ class EmotionRecognition(Task):
         return tuple(f"{e}/{c}" for e in LETTERS[:len(item.input["emotion_choices"])]
                      for c in LETTERS[:len(item.input["cause_choices"])])
 
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """load_model builds ChatOpenAI with temperature 0.6 for both API model types and nothing else
+        (no max_tokens for API models)."""
+        from ..data.extract import call_keywords
+        from ..data.methods import MethodError
+        sets = [{k: v for k, v in call_keywords(EB_MODEL, ctx.methods_root, "LLM.load_model", "ChatOpenAI", n).items()
+                 if k not in ("model", "api_key", "base_url")} for n in (0, 1)]
+        if sets[0] != sets[1] or set(sets[0]) != {"temperature"} or not isinstance(sets[0]["temperature"], float):
+            raise MethodError(f"{EB_MODEL}#LLM.load_model: unexpected ChatOpenAI settings {sets}")
+        return sets[0]
+
+    def _paper_score(self, sample: Sample, reply: str) -> Score:
+        """generate_responses + evaluate_results: the answers are response.get("answer_q1"/"answer_q2", "")
+        of the parsed JSON ("" for both when it does not parse: one try, no retry), compared for exact
+        equality with the gold letters; correct iff both are."""
+        gold = sample.item.target
+        obj = eb_parse(reply)
+        if not isinstance(obj, dict):  # a JSON list or number crashes the original run; counted wrong here
+            sc = Score(parsed={"emotion": "", "cause": ""})
+            return no_answer(sc, "reply is not a JSON object (EmoBench: empty answers, wrong)",
+                             correct=0.0, emotion_correct=0.0, cause_correct=0.0)
+        got = {"emotion": obj.get("answer_q1", ""), "cause": obj.get("answer_q2", "")}
+        sc = Score(parsed=got)
+        values = {f"{p}_correct": float(got[p] == gold[p]) for p in ("emotion", "cause")}
+        values["correct"] = float(values["emotion_correct"] and values["cause_correct"])
+        if not all(isinstance(v, str) and v for v in got.values()):
+            return no_answer(sc, "answer_q1 or answer_q2 missing or not a text", **values)
+        return answered(sc, **values)
+
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        if ctx.protocol == "paper":
+            return self._paper_score(sample, reply)
         x, gold = sample.item.input, sample.item.target
         emotion, cause = parse_emotion_cause(reply)
         sc = Score(parsed={"emotion": emotion, "cause": cause})
