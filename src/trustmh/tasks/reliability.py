@@ -775,6 +775,37 @@ CLIENT, COUNSELLOR = "求助者", "支持者"
 _SPEAKER = re.compile(rf"^\s*({CLIENT}|{COUNSELLOR})\s*[:：]\s*", re.DOTALL)
 
 
+# CPsyCoun's notebook (PAPER_PROTOCOL.md §0.3 CP-gen, CP-judge; §2 reliability.intervention), read at run
+# time under --protocol paper.
+CP_NOTEBOOK = "CAS-SIAT-XinHai+CPsyCoun/Code/Turn_Based_Dialogue_Evaluation.ipynb"
+PAPER_INTERVENTION_RUBRIC = Rubric("judge", role="llm", method=CP_NOTEBOOK)
+_NUMBER_LIST = re.compile(r"\[\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,"
+                          r"\s*(-?\d+(?:\.\d+)?)\s*\]")
+
+
+def cp_scores(text: str) -> dict[str, float] | None:
+    """The notebook returns the judge's raw text (its parse is not written; cell 6 assumes four numbers).
+    trustmh's rule: the last bracketed list of four numbers, each within its criterion's range; else None."""
+    hits = _NUMBER_LIST.findall(text or "")
+    if not hits:
+        return None
+    values = dict(zip(INTERVENTION_CRITERIA, map(float, hits[-1])))
+    return values if all(0 <= v <= INTERVENTION_CRITERIA[c] for c, v in values.items()) else None
+
+
+def cp_turn_histories(utterances: list[str]) -> list[tuple[int, str]]:
+    """construct_turn_based_dialogues (cell 3): an utterance containing the client prefix is appended as it
+    is and closes a sample; any other is appended after one space. (utterance index, history) per sample."""
+    out, history = [], ""
+    for i, u in enumerate(utterances):
+        if f"{CLIENT}：" in u:
+            history += u
+            out.append((i, history))
+        else:
+            history += f" {u}"
+    return out
+
+
 @register
 class Intervention(Task):
     id = "reliability.intervention"
@@ -791,6 +822,10 @@ class Intervention(Task):
     rubrics = (Rubric("judge", ("reliability_intervention_judge.j2",)),)
     gen_params = {"max_tokens": 512}
     PATTERN = "cpsycoune/<topic>/<n>.json"
+    paper_protocol = True
+    method_templates = (MethodTemplate("CP-gen", CP_NOTEBOOK, "model_reply.user_message"),
+                        MethodTemplate("CP-judge", CP_NOTEBOOK, "evaluate_reply.system_message"),
+                        MethodTemplate("CP-judge-set", CP_NOTEBOOK, "evaluate_reply:ChatCompletion.create()"))
 
     def _dialogue_files(self, data: DataSource) -> list[str]:
         root = data.path("cpsycoune")
@@ -812,6 +847,14 @@ class Intervention(Task):
             turns = read_json(path)
             if not isinstance(turns, list) or not all(isinstance(u, str) for u in turns):
                 raise DataError(path, "expected a JSON list of utterances")
+            dialogue = rel.removeprefix("cpsycoune/").removesuffix(".json")
+            if ctx.protocol == "paper":
+                # Files in trustmh's sorted order (the notebook's os.listdir order is the file system's);
+                # order changes no per-dialogue mean.
+                items += [Item(f"{dialogue}:{i}", {"history_text": h}, meta={"dialogue": dialogue,
+                                                                               "topic": dialogue.split("/")[0]})
+                          for i, h in cp_turn_histories(turns)]
+                continue
             history = []
             for i, u in enumerate(turns):
                 m = _SPEAKER.match(u)
@@ -826,13 +869,48 @@ class Intervention(Task):
         return items
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        if ctx.protocol == "paper":
+            from ..data.extract import notebook_local_string, notebook_message_roles
+            from ..data.methods import MethodError
+            template = notebook_local_string(CP_NOTEBOOK, ctx.methods_root, "model_reply", "user_message")
+            roles = notebook_message_roles(CP_NOTEBOOK, ctx.methods_root, "model_reply")
+            if template.fields != ["history"] or roles != [("user", "user_message")]:
+                raise MethodError(f"{template.source}: unexpected fields {template.fields} or messages {roles}")
+            return [{"role": "user", "content": template.render({"history": item.input["history_text"]})}]
         return [{"role": "user", "content": render("reliability_intervention.j2", history=item.input["history"],
                                                    client=CLIENT, counsellor=COUNSELLOR)}]
 
     def cluster(self, sample: Sample) -> str:
         return sample.item.meta["dialogue"]
 
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """model_reply is a stub that leaves the model call to the user: no setting is known, none is sent."""
+        return {}
+
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return (PAPER_INTERVENTION_RUBRIC,) if ctx.protocol == "paper" else self.rubrics
+
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
+        if ctx.protocol != "paper":
+            return None
+        from ..data.extract import notebook_call_keywords
+        from ..data.methods import MethodError
+        kw = notebook_call_keywords(CP_NOTEBOOK, ctx.methods_root, "evaluate_reply", "create")
+        params = {k: v for k, v in kw.items() if k not in ("model", "messages")}
+        if set(params) != {"temperature"} or not isinstance(params["temperature"], float):
+            raise MethodError(f"{CP_NOTEBOOK}#evaluate_reply: unexpected settings {kw}")
+        return params  # the notebook's gpt-4-turbo is not forced: the judge is the run's --judge
+
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        if ctx.protocol == "paper":
+            from ..data.extract import notebook_local_string, notebook_message_roles
+            from ..data.methods import MethodError
+            template = notebook_local_string(CP_NOTEBOOK, ctx.methods_root, "evaluate_reply", "system_message")
+            roles = notebook_message_roles(CP_NOTEBOOK, ctx.methods_root, "evaluate_reply")
+            if template.fields != ["history"] or roles != [("system", "system_message"), ("user", "reply")]:
+                raise MethodError(f"{template.source}: unexpected fields {template.fields} or messages {roles}")
+            return [{"role": "system", "content": template.render({"history": sample.item.input["history_text"]})},
+                    {"role": "user", "content": reply}]
         return [{"role": "user", "content": render("reliability_intervention_judge.j2",
                                                    history=sample.item.input["history"], reply=reply,
                                                    client=CLIENT, counsellor=COUNSELLOR)}]
@@ -841,10 +919,39 @@ class Intervention(Task):
         return Judged(reason=NO_RULES.format(what="comprehensiveness, professionalism, authenticity and safety"))
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
+        if ctx.protocol != "paper":
+            return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
+        cols = [*INTERVENTION_CRITERIA, "overall"]
+        sc = Score()
+        text = judge_text(sc, judged, cols)
+        if text is None:
+            return sc
+        values = cp_scores(text)
+        if values is None:
+            return judge_failure(sc, "no [c, p, a, s] list of four in-range numbers in the judge reply "
+                                     "(trustmh's parse: the notebook has none)", cols)
+        sc.parsed = values
+        sc.values.update(values, overall=float(np.mean([values[c] / m for c, m in INTERVENTION_CRITERIA.items()])))
+        return sc
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        if ctx.protocol == "paper":
+            # write_evaluation_results: per dialogue, each criterion's mean over its turns rounded to 2
+            # decimals; then (unknown in the original) the plain mean over dialogues. `overall` is trustmh's
+            # combination (each criterion divided by its maximum), the paper's single number being unknown.
+            out = {c: _rounded_dialogue_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA}
+            out["overall"] = float(np.mean([out[c] / m for c, m in INTERVENTION_CRITERIA.items()]))
+            return out
         out = {"overall": cluster_mean(table.col("overall"), table.clusters)}
         out.update({c: cluster_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA})
         return out
 
+
+
+def _rounded_dialogue_mean(values: np.ndarray, clusters: np.ndarray) -> float:
+    """Mean over dialogues of each dialogue's mean rounded to 2 decimals (as the notebook writes it)."""
+    ok = ~np.isnan(values)
+    if not ok.any():
+        return float("nan")
+    means = [round(float(np.mean(values[ok][clusters[ok].astype(str) == d])), 2) for d in np.unique(clusters[ok].astype(str))]
+    return float(np.mean(means))
