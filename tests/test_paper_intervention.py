@@ -100,3 +100,24 @@ def test_sends_and_aggregates_as_the_notebook(tmp_path):
     assert t.value == pytest.approx(want)
     assert t.n_judge_failed == 1 and t.protocol == "paper"
     assert not math.isnan(t.value)
+
+
+def test_notebook_extraction_fails_closed_and_trustmh_protocol_is_unchanged(upstream):
+    from conftest import METHODS
+    from trustmh.data import extract
+    from trustmh.data.methods import MethodError
+    nb = "CAS-SIAT-XinHai+CPsyCoun/Code/Turn_Based_Dialogue_Evaluation.ipynb"
+    with pytest.raises(MethodError, match="no code cell defines 'nope'"):
+        extract.notebook_local_string(nb, METHODS, "nope", "user_message")
+    with pytest.raises(MethodError, match="no string assignment"):
+        extract.notebook_local_string(nb, METHODS, "model_reply", "messages")
+    assert extract.notebook_message_roles(nb, METHODS, "evaluate_reply") == [("system", "system_message"),
+                                                                             ("user", "reply")]
+    spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks="reliability.intervention",
+                    suite="data", data_dir=str(upstream), protocol="trustmh")
+    ctx = context(spec)
+    (p,), _ = prepare(spec, ctx)
+    s = p.samples[0]
+    assert "history" in s.item.input and "history_text" not in s.item.input
+    assert [m["role"] for m in p.task.judge_messages(s, "x", ctx)] == ["user"]
+    assert p.task.judge_params(p.task.active_rubrics(ctx)[0], ctx) is None
