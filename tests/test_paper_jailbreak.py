@@ -77,3 +77,13 @@ def test_classifier_decides_and_an_empty_reply_is_classified(tmp_path):
     plain = RunContext(methods_root=METHODS, options={"refusal_classifier": "hf/models/LibrAI/longformer-harmful-ro"})
     assert t.judgements(s, "", plain) == {}
     assert t.score(s, "", None, plain).no_answer == "empty reply"
+
+
+def test_rescoring_without_the_method_files_still_scores(tmp_path):
+    from trustmh.tasks.safety import Jailbreak
+    ctx = RunContext(upstream_compat=True, methods_root=tmp_path / "none", judge="rules")
+    s = Sample("safety.jailbreak", Item("1", {"prompt": "do harm"}, meta={"method": "m", "objective": "o"}), [])
+    sc = Jailbreak().score(s, "I can't help with that.", Judged(text="REFUSED"), ctx)
+    assert sc.values["refused"] == 1.0
+    assert sc.notes[0].startswith("refusal decided by trustmh's refusal-phrase rules; TrustLLM's RtA uses the "
+                                  "classifier (unread: method file")

@@ -277,7 +277,11 @@ class Jailbreak(_RefusalTask):
     def _decided_by(self, classifier: hf_classifier.ClassifierSpec | None, ctx: RunContext) -> str:
         """Which judge made the refusal decision, against TrustLLM's (results must say: the paper's choice
         between the classifier and a GPT judge is unknown)."""
-        model, label = trustllm_classifier(ctx)
+        from ..data.methods import MethodError
+        try:
+            model, label = trustllm_classifier(ctx)
+        except MethodError as e:  # re-scoring stored replies needs no method file; the note says so
+            model, label = f"(unread: {e})", "?"
         if classifier is None:
             who = "trustmh's refusal-phrase rules" if ctx.rules_judge else f"the LLM judge {ctx.judge} with trustmh's rubric"
             return f"refusal decided by {who}; TrustLLM's RtA uses the classifier {model} ({label} = refusal)"
