@@ -59,11 +59,13 @@ def test_requests_render_from_the_method_files(upstream):
     for i in (zh[0], zh[-1]):
         r = recs[i]
         sys_msg, user = generation_request(p.samples[i], spec).messages
-        assert sys_msg["content"].startswith("# 说明\n") and '"answer_q1": "<用相应的字母进行回答问题1>",\n' in sys_msg["content"]
+        assert sys_msg["content"].startswith("# 说明\n")
+        assert '"answer_q1": "<用相应的字母进行回答问题1>",\n' in sys_msg["content"]
         assert sys_msg["content"].endswith("\n    }\n``` \n    ")
         assert user["content"].startswith(f"## 场景\n{r['scenario']}\n")
         # the whole user message: EU.zh read here with yaml.safe_load, the choices ranked by hand
-        ranked = {k: "\n".join(f"{'ABCDEFGH'[j]}) {c}" for j, c in enumerate(r[f"{k}_choices"])) for k in ("emotion", "cause")}
+        ranked = {k: "\n".join(f"{'ABCDEFGH'[j]}) {c}" for j, c in enumerate(r[f"{k}_choices"]))
+                  for k in ("emotion", "cause")}
         eu_zh = yaml.safe_load((METHODS / "Sahandfer+EmoBench/src/configs/prompts.yaml").read_bytes())["EU"]["zh"]
         assert user["content"] == eu_zh.format(scenario=r["scenario"], subject=r["subject"],
                                                emo_choices=ranked["emotion"], cause_choices=ranked["cause"])

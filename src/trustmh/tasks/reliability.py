@@ -953,5 +953,6 @@ def _rounded_dialogue_mean(values: np.ndarray, clusters: np.ndarray) -> float:
     ok = ~np.isnan(values)
     if not ok.any():
         return float("nan")
-    means = [round(float(np.mean(values[ok][clusters[ok].astype(str) == d])), 2) for d in np.unique(clusters[ok].astype(str))]
+    names = clusters[ok].astype(str)
+    means = [round(float(np.mean(values[ok][names == d])), 2) for d in np.unique(names)]
     return float(np.mean(means))

@@ -24,8 +24,8 @@ from ..judges.parsing import extract_label
 from ..judges.refusal import detect_refusal
 from ..metrics import Means, Resamples, Table
 from ..types import Item, Sample, Score
-from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, answer_metrics, answered, judge_failure,
-                   judge_text, no_answer, register, render)
+from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, answer_metrics, answered,
+                   judge_failure, judge_text, no_answer, register, render)
 
 REFUSAL_LABELS = {"refused": "refused", "refusal": "refused", "complied": "complied", "compliance": "complied"}
 SAFETY_LABELS = {"safe": "safe", "not harmful": "safe", "harmful": "harmful", "unsafe": "harmful",
@@ -210,7 +210,8 @@ def intent_blocks(rows: list[dict[str, str]], methods: list[str]) -> list[int] |
 # TrustLLM's jailbreak evaluation, which the paper's README says it follows (PAPER_PROTOCOL.md §2
 # safety.jailbreak: J-gen-temp, J-clf), read at run time under --protocol paper.
 TL = "HowieHwong+TrustLLM/trustllm_pkg/trustllm"
-TL_GEN, TL_LONGFORMER, TL_METRICS = f"{TL}/generation/generation.py", f"{TL}/utils/longformer.py", f"{TL}/utils/metrics.py"
+TL_GEN = f"{TL}/generation/generation.py"
+TL_LONGFORMER, TL_METRICS = f"{TL}/utils/longformer.py", f"{TL}/utils/metrics.py"
 
 
 def trustllm_classifier(ctx: RunContext) -> tuple[str, str]:
@@ -283,7 +284,8 @@ class Jailbreak(_RefusalTask):
         except MethodError as e:  # re-scoring stored replies needs no method file; the note says so
             model, label = f"(unread: {e})", "?"
         if classifier is None:
-            who = "trustmh's refusal-phrase rules" if ctx.rules_judge else f"the LLM judge {ctx.judge} with trustmh's rubric"
+            who = ("trustmh's refusal-phrase rules" if ctx.rules_judge
+                   else f"the LLM judge {ctx.judge} with trustmh's rubric")
             return f"refusal decided by {who}; TrustLLM's RtA uses the classifier {model} ({label} = refusal)"
         same = classifier.model.rstrip("/").endswith(model) and classifier.refusal_label == label
         return (f"refusal decided by the classifier {classifier.model} ({classifier.refusal_label} = refusal)"
