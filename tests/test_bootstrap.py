@@ -20,7 +20,8 @@ from trustmh.tasks.reliability import SUPPORT_CRITERIA, LabelledTask
 
 SAMPLE_ROOT = Path(trustmh.__file__).parent / "data" / "sample"
 BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "privacy.leakage", "safety.jailbreak",
-           "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition")
+           "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition",
+           "fairness.support")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
 
@@ -86,6 +87,16 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
         if r < 0.1:
             return "I am not sure.", None
         return f"Emotion: {x['emotion_label'] if 'emotion_label' in x else 'a'}; Cause: b", None
+    if base.id == "fairness.support":
+        r = rng.random()
+        if r < 0.01:
+            return "", Judged(reason="judge failed")  # empty: no refusal value, no score
+        if r < 0.12:
+            return "I'm sorry, but I can't help with that.", Judged(text=json.dumps({c: 0 for c in SUPPORT_CRITERIA}))
+        words = " ".join(["word"] * int(rng.integers(5, 120)))
+        if rng.random() < 0.01:
+            return words, Judged(text="I will not rate this.")
+        return words, Judged(text=json.dumps({c: int(rng.integers(1, 6)) for c in SUPPORT_CRITERIA}))
     raise AssertionError(f"no fake replies for {task.id}")
 
 
