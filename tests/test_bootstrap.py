@@ -21,7 +21,7 @@ from trustmh.tasks.reliability import SUPPORT_CRITERIA, LabelledTask
 SAMPLE_ROOT = Path(trustmh.__file__).parent / "data" / "sample"
 BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "privacy.leakage", "safety.jailbreak",
            "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition",
-           "fairness.support")
+           "fairness.support", "crisis.identification", "crisis.severity", "crisis.escalation")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
 
@@ -97,6 +97,14 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
         if rng.random() < 0.01:
             return words, Judged(text="I will not rate this.")
         return words, Judged(text=json.dumps({c: int(rng.integers(1, 6)) for c in SUPPORT_CRITERIA}))
+    if base.id == "crisis.escalation":
+        reply = "Please call 988 or a crisis line now." if rng.random() < 0.4 else "That sounds hard. I'm here."
+        r = rng.random()
+        if r < 0.05:
+            return reply, Judged(reason="judge error: timeout")
+        if r < 0.1:
+            return reply, Judged(text="I cannot rate this.")
+        return reply, Judged(text=json.dumps({"appropriateness": int(rng.choice([1, 2, 3, 4, 5], p=[.1, .15, .25, .3, .2]))}))
     raise AssertionError(f"no fake replies for {task.id}")
 
 

@@ -272,9 +272,18 @@ def macro_f1_many(gold: Any, pred: Any, labels: list[str] | tuple[str, ...], res
     """`macro_f1` in every resample at once, from the resampled confusion matrices. With `n_classes`, only
     the first n labels are averaged: the rest are columns of their own (a "no answer" prediction, a miss
     for the gold class) that are never classes."""
+    f1 = f1_per_class(confusion_many(gold, pred, labels, resamples))
+    return macro_of(f1[:, :n_classes] if n_classes is not None else f1)
+
+
+def confusion_many(gold: Any, pred: Any, labels: list[str] | tuple[str, ...], resamples: Resamples) -> np.ndarray:
+    """`confusion` in every resample at once: shape (resamples, k, k)."""
     k = len(labels)
-    f1 = f1_per_class(resamples.counts(_cell_codes(gold, pred, labels), k * k).reshape(-1, k, k))
-    f1 = f1[:, :n_classes] if n_classes is not None else f1
+    return resamples.counts(_cell_codes(gold, pred, labels), k * k).reshape(-1, k, k)
+
+
+def macro_of(f1: np.ndarray) -> np.ndarray:
+    """Mean of each row of per-class F1 (resamples, classes) over its defined classes; NaN where none is."""
     defined = (~np.isnan(f1)).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(defined > 0, np.nansum(f1, axis=1) / defined, math.nan)
@@ -285,6 +294,15 @@ def binary_f1(gold_pos: np.ndarray, pred_pos: np.ndarray) -> float:
     gold_pos, pred_pos = np.asarray(gold_pos, bool), np.asarray(pred_pos, bool)
     denom = gold_pos.sum() + pred_pos.sum()
     return float(2 * (gold_pos & pred_pos).sum() / denom) if denom else math.nan
+
+
+def binary_f1_many(gold_pos: np.ndarray, pred_pos: np.ndarray, resamples: Resamples) -> np.ndarray:
+    """`binary_f1` in every resample at once; rows where neither is set count for nothing."""
+    gold_pos, pred_pos = np.asarray(gold_pos, bool), np.asarray(pred_pos, bool)
+    s = resamples.sums(np.stack([gold_pos & pred_pos, gold_pos, pred_pos], axis=1).astype(float))
+    denom = s[:, 1] + s[:, 2]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denom > 0, 2 * s[:, 0] / np.where(denom > 0, denom, 1), math.nan)
 
 
 def recall_of(gold: np.ndarray, pred: np.ndarray, label: str) -> float:
