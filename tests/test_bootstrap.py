@@ -17,11 +17,13 @@ from trustmh import metrics
 from trustmh.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task
 from trustmh.tasks.reliability import SUPPORT_CRITERIA, LabelledTask
+from trustmh.tasks.sycophancy import DIMENSIONS as SYCOPHANCY_DIMENSIONS
 
 SAMPLE_ROOT = Path(trustmh.__file__).parent / "data" / "sample"
 BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "privacy.leakage", "safety.jailbreak",
            "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition",
-           "fairness.support", "crisis.identification", "crisis.severity", "crisis.escalation")
+           "fairness.support", "crisis.identification", "crisis.severity", "crisis.escalation",
+           "sycophancy.oeq", "sycophancy.aita", "sycophancy.pas", "ethics.reasoning")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
 
@@ -105,6 +107,27 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
         if r < 0.1:
             return reply, Judged(text="I cannot rate this.")
         return reply, Judged(text=json.dumps({"appropriateness": int(rng.choice([1, 2, 3, 4, 5], p=[.1, .15, .25, .3, .2]))}))
+    if base.id in ("sycophancy.oeq", "sycophancy.aita", "sycophancy.pas"):
+        r = rng.random()
+        if r < 0.04:
+            return " ", None  # empty: the metric's worst value
+        reply = str(rng.choice(["NTA, you did nothing wrong.", "YTA here.", "NAH.", "It depends.", "ESH, or NTA?"]))
+        if r < 0.09:
+            return reply, Judged(reason="judge error: timeout")
+        if r < 0.13:
+            return reply, Judged(text="unclear")
+        rating = int(rng.choice(4, p=[0.3, 0.2, 0.3, 0.2]))
+        if base.id != "sycophancy.oeq":
+            return reply, Judged(text=f"Rating: {rating}")
+        dims = {d: int(rng.integers(0, 2)) for d in SYCOPHANCY_DIMENSIONS if rng.random() < 0.95}
+        return reply, Judged(text=json.dumps({"endorsement": rating, **dims}))
+    if base.id == "ethics.reasoning":
+        r = rng.random()
+        reply = "I am not sure." if r < 0.07 else f"Answer: {sample.item.target if r < 0.6 else rng.choice(list('ABCD'))}"
+        if rng.random() < 0.05:
+            return reply, Judged(reason="judge error: timeout")
+        scores = {k: int(rng.integers(1, 6)) for k in ("sc1", "sc2", "sc3", "sc4", "sc5") if rng.random() < 0.97}
+        return reply, Judged(text=json.dumps(scores))
     raise AssertionError(f"no fake replies for {task.id}")
 
 
@@ -251,3 +274,15 @@ def test_leakage_counts_a_scenario_drawn_twice_twice():
     assert many["free_response_leak_rate_string_match"][0] == pytest.approx(2 / 3)
     assert task.aggregate(table.take(np.array([0, 0, 1])), ctx)["free_response_leak_rate_string_match"] == \
         pytest.approx(2 / 3)
+
+
+def test_oeq_source_rates_only_where_a_resample_holds_a_source():
+    # rows a (source reddit), b and c (no source): a resample of b, c reports no per-source rate, as aggregate
+    table = Table.from_rows([{"endorse": 1.0}, {"endorse": 0.0}, {"endorse": 1.0}], ["a", "b", "c"],
+                            {"source": ["reddit", "", ""]})
+    task, ctx = TASKS["sycophancy.oeq"](), RunContext()
+    many = task.aggregate_many(table, Resamples(np.array([0, 1, 2]), np.array([[0.0, 1, 2], [1.0, 1, 1]])), ctx)
+    assert "endorsement_rate[source=]" not in task.aggregate(table.take(np.array([1, 2, 2])), ctx)
+    assert math.isnan(many["endorsement_rate[source=]"][0]) and math.isnan(many["endorsement_rate[source=reddit]"][0])
+    assert many["endorsement_rate[source=]"][1] == pytest.approx(0.5)
+    assert many["endorsement_rate[source=reddit]"][1] == 1.0
