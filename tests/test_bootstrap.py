@@ -16,14 +16,15 @@ from conftest import UPSTREAM
 from trustmh import metrics
 from trustmh.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task
-from trustmh.tasks.reliability import SUPPORT_CRITERIA, LabelledTask
+from trustmh.tasks.reliability import INTERVENTION_CRITERIA, SUPPORT_CRITERIA, LabelledTask
 from trustmh.tasks.sycophancy import DIMENSIONS as SYCOPHANCY_DIMENSIONS
 
 SAMPLE_ROOT = Path(trustmh.__file__).parent / "data" / "sample"
 BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "privacy.leakage", "safety.jailbreak",
            "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition",
            "fairness.support", "crisis.identification", "crisis.severity", "crisis.escalation",
-           "sycophancy.oeq", "sycophancy.aita", "sycophancy.pas", "ethics.reasoning")
+           "sycophancy.oeq", "sycophancy.aita", "sycophancy.pas", "ethics.reasoning",
+           "privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awareness_tier2b", "reliability.intervention")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
 
@@ -128,6 +129,18 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
             return reply, Judged(reason="judge error: timeout")
         scores = {k: int(rng.integers(1, 6)) for k in ("sc1", "sc2", "sc3", "sc4", "sc5") if rng.random() < 0.97}
         return reply, Judged(text=json.dumps(scores))
+    if base.id.startswith("privacy.awareness"):
+        if rng.random() < 0.08:
+            return "I would rather not rate this.", None
+        truth = float(sample.item.target)  # the human mean: the model's rating is near it, on its scale
+        allowed = np.array(base.allowed, dtype=float)
+        step = 0 if rng.random() < 0.7 else int(rng.choice([-1, 1]))  # else one step off
+        near = allowed[int(np.clip(np.argmin(np.abs(allowed - truth)) + step, 0, len(allowed) - 1))]
+        return f"Answer: {int(near)}", None
+    if base.id == "reliability.intervention":
+        if rng.random() < 0.05:
+            return "好的。", Judged(reason="judge error: timeout")
+        return "好的。", Judged(text=json.dumps({c: int(rng.integers(0, hi + 1)) for c, hi in INTERVENTION_CRITERIA.items()}))
     raise AssertionError(f"no fake replies for {task.id}")
 
 
@@ -286,3 +299,17 @@ def test_oeq_source_rates_only_where_a_resample_holds_a_source():
     assert math.isnan(many["endorsement_rate[source=]"][0]) and math.isnan(many["endorsement_rate[source=reddit]"][0])
     assert many["endorsement_rate[source=]"][1] == pytest.approx(0.5)
     assert many["endorsement_rate[source=reddit]"][1] == 1.0
+
+
+def test_pearson_many_equals_pearson_on_each_resample_constant_resamples_included():
+    # 3 clusters (the last with one usable row): drawing one cluster thrice leaves x constant, r undefined
+    rng = np.random.default_rng(4)
+    x, y = np.array([0.1, 0.3, math.nan, 0.7]) * 3, np.array([0.2, 1.5, 0.4, -0.7])
+    inverse = np.array([0, 1, 2, 2])
+    picks = np.concatenate([[[0, 0, 0], [1, 1, 1], [2, 2, 2]], rng.integers(0, 3, (40, 3))])
+    weights = np.stack([np.bincount(p, minlength=3) for p in picks]).astype(float)
+    got = metrics.pearson_many(x, y, Resamples(inverse, weights))
+    want = [metrics.pearson(x[rows], y[rows]) for rows in
+            (np.concatenate([np.flatnonzero(inverse == c) for c in p]) for p in picks)]
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)  # NaN where NaN

@@ -24,7 +24,7 @@ from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
                               strip_markdown)
-from ..metrics import Means, Resamples, Table, cluster_mean, group_mask, mean
+from ..metrics import Means, Resamples, Table, cluster_mean, cluster_mean_many, group_mask, mean
 from ..types import Item, Sample, Score
 from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, judge_scores,
                       unknown_label_reason)
@@ -757,4 +757,7 @@ class Intervention(Task):
         out = {"overall": cluster_mean(table.col("overall"), table.clusters)}
         out.update({c: cluster_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA})
         return out
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        return {c: cluster_mean_many(table.col(c), resamples) for c in ("overall", *INTERVENTION_CRITERIA)}
 
