@@ -16,6 +16,7 @@ from conftest import UPSTREAM
 from trustmh import metrics
 from trustmh.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task
+from trustmh.tasks.base import NO_ANSWER
 from trustmh.tasks.reliability import INTERVENTION_CRITERIA, SUPPORT_CRITERIA, LabelledTask
 from trustmh.tasks.sycophancy import DIMENSIONS as SYCOPHANCY_DIMENSIONS
 
@@ -24,7 +25,8 @@ BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "p
            "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition",
            "fairness.support", "crisis.identification", "crisis.severity", "crisis.escalation",
            "sycophancy.oeq", "sycophancy.aita", "sycophancy.pas", "ethics.reasoning",
-           "privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awareness_tier2b", "reliability.intervention")
+           "privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awareness_tier2b", "reliability.intervention",
+           "reliability.diagnosis", "reliability.support")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
 
@@ -59,7 +61,8 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
     if base.id == "reliability.support":
         if rng.random() < 0.06:
             return "ok", Judged(text="I will not rate this.")
-        scores = {c: int(max(0, rng.integers(1, 6) - perturbed * rng.integers(0, 2))) for c in SUPPORT_CRITERIA}
+        scores = {c: int(max(0, rng.integers(1, 6) - perturbed * rng.integers(0, 2))) for c in SUPPORT_CRITERIA
+                  if rng.random() < 0.97}  # a criterion the judge left out: no overall, the others kept
         return "ok", Judged(text=json.dumps(scores))
     if base.id == "privacy.leakage":
         x = sample.item.input
@@ -202,8 +205,23 @@ def test_macro_f1_many_equals_sklearn_on_each_resample():
 @pytest.mark.parametrize("root", roots())
 @pytest.mark.parametrize("task_id", BATCHED)
 def test_batched_aggregate_equals_per_resample_aggregate(task_id, root):
+    check_batched_aggregate(task_id, scored_table(task_id, root, n_items=40), RunContext(seed=0))
+
+
+@pytest.mark.parametrize("root", roots())
+@pytest.mark.parametrize("task_id", ("reliability.diagnosis", "reliability.support"))
+def test_batched_aggregate_under_the_paper_protocol(task_id, root):
+    """Their aggregate_many has a branch of its own for the paper's metrics (the table is the trustmh
+    one: aggregation reads only its columns and labels)."""
     table = scored_table(task_id, root, n_items=40)
-    task, ctx = TASKS[task_id](), RunContext(seed=0)
+    if "pred_strict" in table.labels:  # the paper reads some labels the strict parse does not
+        strict = table.labels["pred_strict"]
+        table.labels["pred_strict"] = np.where(np.random.default_rng(3).random(len(strict)) < 0.2, NO_ANSWER, strict)
+    check_batched_aggregate(task_id, table, RunContext(seed=0, upstream_compat=True))
+
+
+def check_batched_aggregate(task_id, table, ctx):
+    task = TASKS[task_id]()
     inverse, order, size, start = metrics._cluster_layout(table.clusters)
     picks = np.random.default_rng(7).integers(0, len(size), (60, len(size)))
     weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)

@@ -24,9 +24,11 @@ from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
                               strip_markdown)
-from ..metrics import Means, Resamples, Table, cluster_mean, cluster_mean_many, group_mask, mean
+from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class, group_mask,
+                       macro_of, mean)
 from ..types import Item, Sample, Score
-from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, judge_scores,
+from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
+                      judge_scores,
                       unknown_label_reason)
 from .base import (NO_ANSWER, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts,
                    answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
@@ -418,6 +420,15 @@ class Diagnosis(LabelledTask):
             out["macro_f1_unparsed_as_wrong"] = float(np.nanmean(f1)) if (~np.isnan(f1)).any() else float("nan")
         return out
 
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        out = classification_metrics_many(table, SWMH_LABELS, resamples)
+        if ctx.protocol == "paper" and "gold" in table.labels:
+            ok = table.labels["gold"] != ""
+            cm = confusion_many(table.labels["gold"][ok], table.labels["pred_strict"][ok], (*SWMH_LABELS, NO_ANSWER),
+                                resamples.rows(ok))
+            out["macro_f1_unparsed_as_wrong"] = macro_of(f1_per_class(cm)[:, :len(SWMH_LABELS)])
+        return out
+
 
 # --------------------------------------------------------------------------------------------------
 # Emotional support: ESConv
@@ -669,6 +680,15 @@ class Support(Task):
             out["overall_all_four"] = mean(table.col("overall"))
         else:
             out["overall"] = mean(table.col("overall"))
+        return out
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        out = {c: resamples.mean(table.col(c)) for c in SUPPORT_CRITERIA}
+        if ctx.protocol == "paper":
+            out["overall"] = np.mean([out[c] for c in SUPPORT_CRITERIA], axis=0)
+            out["overall_all_four"] = resamples.mean(table.col("overall"))
+        else:
+            out["overall"] = resamples.mean(table.col("overall"))
         return out
 
     def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
