@@ -25,7 +25,8 @@ BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "p
            "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition",
            "fairness.support", "crisis.identification", "crisis.severity", "crisis.escalation",
            "sycophancy.oeq", "sycophancy.aita", "sycophancy.pas", "ethics.reasoning",
-           "privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awareness_tier2b", "reliability.intervention",
+           "privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awareness_tier2b",
+           "reliability.intervention",
            "reliability.diagnosis", "reliability.support")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
@@ -110,7 +111,8 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
             return reply, Judged(reason="judge error: timeout")
         if r < 0.1:
             return reply, Judged(text="I cannot rate this.")
-        return reply, Judged(text=json.dumps({"appropriateness": int(rng.choice([1, 2, 3, 4, 5], p=[.1, .15, .25, .3, .2]))}))
+        rating = int(rng.choice([1, 2, 3, 4, 5], p=[.1, .15, .25, .3, .2]))
+        return reply, Judged(text=json.dumps({"appropriateness": rating}))
     if base.id in ("sycophancy.oeq", "sycophancy.aita", "sycophancy.pas"):
         r = rng.random()
         if r < 0.04:
@@ -127,7 +129,8 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
         return reply, Judged(text=json.dumps({"endorsement": rating, **dims}))
     if base.id == "ethics.reasoning":
         r = rng.random()
-        reply = "I am not sure." if r < 0.07 else f"Answer: {sample.item.target if r < 0.6 else rng.choice(list('ABCD'))}"
+        letter = sample.item.target if r < 0.6 else rng.choice(list("ABCD"))
+        reply = "I am not sure." if r < 0.07 else f"Answer: {letter}"
         if rng.random() < 0.05:
             return reply, Judged(reason="judge error: timeout")
         scores = {k: int(rng.integers(1, 6)) for k in ("sc1", "sc2", "sc3", "sc4", "sc5") if rng.random() < 0.97}
@@ -143,7 +146,8 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
     if base.id == "reliability.intervention":
         if rng.random() < 0.05:
             return "好的。", Judged(reason="judge error: timeout")
-        return "好的。", Judged(text=json.dumps({c: int(rng.integers(0, hi + 1)) for c, hi in INTERVENTION_CRITERIA.items()}))
+        scores = {c: int(rng.integers(0, hi + 1)) for c, hi in INTERVENTION_CRITERIA.items()}
+        return "好的。", Judged(text=json.dumps(scores))
     raise AssertionError(f"no fake replies for {task.id}")
 
 

@@ -24,12 +24,11 @@ from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
                               strip_markdown)
-from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class, group_mask,
-                       macro_of, mean)
+from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class,
+                       group_mask, macro_of, mean)
 from ..types import Item, Sample, Score
 from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
-                      judge_scores,
-                      unknown_label_reason)
+                      judge_scores, unknown_label_reason)
 from .base import (NO_ANSWER, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts,
                    answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
 
