@@ -213,7 +213,7 @@ def test_batched_aggregate_equals_per_resample_aggregate(task_id, root):
 
 
 @pytest.mark.parametrize("root", roots())
-@pytest.mark.parametrize("task_id", ("reliability.diagnosis", "reliability.support"))
+@pytest.mark.parametrize("task_id", ("reliability.diagnosis", "reliability.support", "crisis.escalation"))
 def test_batched_aggregate_under_the_paper_protocol(task_id, root):
     """Their aggregate_many has a branch of its own for the paper's metrics (the table is the trustmh
     one: aggregation reads only its columns and labels)."""
@@ -221,6 +221,11 @@ def test_batched_aggregate_under_the_paper_protocol(task_id, root):
     if "pred_strict" in table.labels:  # the paper reads some labels the strict parse does not
         strict = table.labels["pred_strict"]
         table.labels["pred_strict"] = np.where(np.random.default_rng(3).random(len(strict)) < 0.2, NO_ANSWER, strict)
+    if task_id == "crisis.escalation":  # the paper keeps any number as a rating; unparsed ones count as 1
+        rating = table.columns["rating"]
+        odd = np.random.default_rng(4).random(len(rating)) < 0.1
+        table.columns["rating"] = np.where(odd & ~np.isnan(rating), rating + 2.5, rating)  # 3.5, 6.5, ...
+        table.columns["rating_or_1"] = np.where(np.isnan(rating), 1.0, table.columns["rating"])
     check_batched_aggregate(task_id, table, RunContext(seed=0, upstream_compat=True))
 
 
