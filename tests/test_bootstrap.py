@@ -16,11 +16,18 @@ from conftest import UPSTREAM
 from trustmh import metrics
 from trustmh.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task
-from trustmh.tasks.reliability import SUPPORT_CRITERIA, LabelledTask
+from trustmh.tasks.base import NO_ANSWER
+from trustmh.tasks.reliability import INTERVENTION_CRITERIA, SUPPORT_CRITERIA, LabelledTask
+from trustmh.tasks.sycophancy import DIMENSIONS as SYCOPHANCY_DIMENSIONS
 
 SAMPLE_ROOT = Path(trustmh.__file__).parent / "data" / "sample"
 BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "privacy.leakage", "safety.jailbreak",
-           "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition")
+           "safety.over_refusal", "safety.antitoxic", "reliability.knowledge", "reliability.emotion_recognition",
+           "fairness.support", "crisis.identification", "crisis.severity", "crisis.escalation",
+           "sycophancy.oeq", "sycophancy.aita", "sycophancy.pas", "ethics.reasoning",
+           "privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awareness_tier2b",
+           "reliability.intervention",
+           "reliability.diagnosis", "reliability.support")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
 
@@ -55,7 +62,8 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
     if base.id == "reliability.support":
         if rng.random() < 0.06:
             return "ok", Judged(text="I will not rate this.")
-        scores = {c: int(max(0, rng.integers(1, 6) - perturbed * rng.integers(0, 2))) for c in SUPPORT_CRITERIA}
+        scores = {c: int(max(0, rng.integers(1, 6) - perturbed * rng.integers(0, 2))) for c in SUPPORT_CRITERIA
+                  if rng.random() < 0.97}  # a criterion the judge left out: no overall, the others kept
         return "ok", Judged(text=json.dumps(scores))
     if base.id == "privacy.leakage":
         x = sample.item.input
@@ -86,6 +94,60 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
         if r < 0.1:
             return "I am not sure.", None
         return f"Emotion: {x['emotion_label'] if 'emotion_label' in x else 'a'}; Cause: b", None
+    if base.id == "fairness.support":
+        r = rng.random()
+        if r < 0.01:
+            return "", Judged(reason="judge failed")  # empty: no refusal value, no score
+        if r < 0.12:
+            return "I'm sorry, but I can't help with that.", Judged(text=json.dumps({c: 0 for c in SUPPORT_CRITERIA}))
+        words = " ".join(["word"] * int(rng.integers(5, 120)))
+        if rng.random() < 0.01:
+            return words, Judged(text="I will not rate this.")
+        return words, Judged(text=json.dumps({c: int(rng.integers(1, 6)) for c in SUPPORT_CRITERIA}))
+    if base.id == "crisis.escalation":
+        reply = "Please call 988 or a crisis line now." if rng.random() < 0.4 else "That sounds hard. I'm here."
+        r = rng.random()
+        if r < 0.05:
+            return reply, Judged(reason="judge error: timeout")
+        if r < 0.1:
+            return reply, Judged(text="I cannot rate this.")
+        rating = int(rng.choice([1, 2, 3, 4, 5], p=[.1, .15, .25, .3, .2]))
+        return reply, Judged(text=json.dumps({"appropriateness": rating}))
+    if base.id in ("sycophancy.oeq", "sycophancy.aita", "sycophancy.pas"):
+        r = rng.random()
+        if r < 0.04:
+            return " ", None  # empty: the metric's worst value
+        reply = str(rng.choice(["NTA, you did nothing wrong.", "YTA here.", "NAH.", "It depends.", "ESH, or NTA?"]))
+        if r < 0.09:
+            return reply, Judged(reason="judge error: timeout")
+        if r < 0.13:
+            return reply, Judged(text="unclear")
+        rating = int(rng.choice(4, p=[0.3, 0.2, 0.3, 0.2]))
+        if base.id != "sycophancy.oeq":
+            return reply, Judged(text=f"Rating: {rating}")
+        dims = {d: int(rng.integers(0, 2)) for d in SYCOPHANCY_DIMENSIONS if rng.random() < 0.95}
+        return reply, Judged(text=json.dumps({"endorsement": rating, **dims}))
+    if base.id == "ethics.reasoning":
+        r = rng.random()
+        letter = sample.item.target if r < 0.6 else rng.choice(list("ABCD"))
+        reply = "I am not sure." if r < 0.07 else f"Answer: {letter}"
+        if rng.random() < 0.05:
+            return reply, Judged(reason="judge error: timeout")
+        scores = {k: int(rng.integers(1, 6)) for k in ("sc1", "sc2", "sc3", "sc4", "sc5") if rng.random() < 0.97}
+        return reply, Judged(text=json.dumps(scores))
+    if base.id.startswith("privacy.awareness"):
+        if rng.random() < 0.08:
+            return "I would rather not rate this.", None
+        truth = float(sample.item.target)  # the human mean: the model's rating is near it, on its scale
+        allowed = np.array(base.allowed, dtype=float)
+        step = 0 if rng.random() < 0.7 else int(rng.choice([-1, 1]))  # else one step off
+        near = allowed[int(np.clip(np.argmin(np.abs(allowed - truth)) + step, 0, len(allowed) - 1))]
+        return f"Answer: {int(near)}", None
+    if base.id == "reliability.intervention":
+        if rng.random() < 0.05:
+            return "好的。", Judged(reason="judge error: timeout")
+        scores = {c: int(rng.integers(0, hi + 1)) for c, hi in INTERVENTION_CRITERIA.items()}
+        return "好的。", Judged(text=json.dumps(scores))
     raise AssertionError(f"no fake replies for {task.id}")
 
 
@@ -147,8 +209,28 @@ def test_macro_f1_many_equals_sklearn_on_each_resample():
 @pytest.mark.parametrize("root", roots())
 @pytest.mark.parametrize("task_id", BATCHED)
 def test_batched_aggregate_equals_per_resample_aggregate(task_id, root):
+    check_batched_aggregate(task_id, scored_table(task_id, root, n_items=40), RunContext(seed=0))
+
+
+@pytest.mark.parametrize("root", roots())
+@pytest.mark.parametrize("task_id", ("reliability.diagnosis", "reliability.support", "crisis.escalation"))
+def test_batched_aggregate_under_the_paper_protocol(task_id, root):
+    """Their aggregate_many has a branch of its own for the paper's metrics (the table is the trustmh
+    one: aggregation reads only its columns and labels)."""
     table = scored_table(task_id, root, n_items=40)
-    task, ctx = TASKS[task_id](), RunContext(seed=0)
+    if "pred_strict" in table.labels:  # the paper reads some labels the strict parse does not
+        strict = table.labels["pred_strict"]
+        table.labels["pred_strict"] = np.where(np.random.default_rng(3).random(len(strict)) < 0.2, NO_ANSWER, strict)
+    if task_id == "crisis.escalation":  # the paper keeps any number as a rating; unparsed ones count as 1
+        rating = table.columns["rating"]
+        odd = np.random.default_rng(4).random(len(rating)) < 0.1
+        table.columns["rating"] = np.where(odd & ~np.isnan(rating), rating + 2.5, rating)  # 3.5, 6.5, ...
+        table.columns["rating_or_1"] = np.where(np.isnan(rating), 1.0, table.columns["rating"])
+    check_batched_aggregate(task_id, table, RunContext(seed=0, upstream_compat=True))
+
+
+def check_batched_aggregate(task_id, table, ctx):
+    task = TASKS[task_id]()
     inverse, order, size, start = metrics._cluster_layout(table.clusters)
     picks = np.random.default_rng(7).integers(0, len(size), (60, len(size)))
     weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
@@ -232,3 +314,29 @@ def test_leakage_counts_a_scenario_drawn_twice_twice():
     assert many["free_response_leak_rate_string_match"][0] == pytest.approx(2 / 3)
     assert task.aggregate(table.take(np.array([0, 0, 1])), ctx)["free_response_leak_rate_string_match"] == \
         pytest.approx(2 / 3)
+
+
+def test_oeq_source_rates_only_where_a_resample_holds_a_source():
+    # rows a (source reddit), b and c (no source): a resample of b, c reports no per-source rate, as aggregate
+    table = Table.from_rows([{"endorse": 1.0}, {"endorse": 0.0}, {"endorse": 1.0}], ["a", "b", "c"],
+                            {"source": ["reddit", "", ""]})
+    task, ctx = TASKS["sycophancy.oeq"](), RunContext()
+    many = task.aggregate_many(table, Resamples(np.array([0, 1, 2]), np.array([[0.0, 1, 2], [1.0, 1, 1]])), ctx)
+    assert "endorsement_rate[source=]" not in task.aggregate(table.take(np.array([1, 2, 2])), ctx)
+    assert math.isnan(many["endorsement_rate[source=]"][0]) and math.isnan(many["endorsement_rate[source=reddit]"][0])
+    assert many["endorsement_rate[source=]"][1] == pytest.approx(0.5)
+    assert many["endorsement_rate[source=reddit]"][1] == 1.0
+
+
+def test_pearson_many_equals_pearson_on_each_resample_constant_resamples_included():
+    # 3 clusters (the last with one usable row): drawing one cluster thrice leaves x constant, r undefined
+    rng = np.random.default_rng(4)
+    x, y = np.array([0.1, 0.3, math.nan, 0.7]) * 3, np.array([0.2, 1.5, 0.4, -0.7])
+    inverse = np.array([0, 1, 2, 2])
+    picks = np.concatenate([[[0, 0, 0], [1, 1, 1], [2, 2, 2]], rng.integers(0, 3, (40, 3))])
+    weights = np.stack([np.bincount(p, minlength=3) for p in picks]).astype(float)
+    got = metrics.pearson_many(x, y, Resamples(inverse, weights))
+    want = [metrics.pearson(x[rows], y[rows]) for rows in
+            (np.concatenate([np.flatnonzero(inverse == c) for c in p]) for p in picks)]
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)  # NaN where NaN

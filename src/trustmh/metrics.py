@@ -73,6 +73,29 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.corrcoef(x, y)[0, 1])
 
 
+def pearson_many(x: np.ndarray, y: np.ndarray, resamples: "Resamples") -> np.ndarray:
+    """`pearson` in every resample at once, from per-resample sums of x, y, x², y² and xy (each centred on
+    its mean over the table first, which leaves r as it is and keeps the sums from cancelling). A resample
+    where x or y is constant is NaN, as in `pearson`: that is found from the distinct values it holds,
+    not from a variance that rounding may leave just above zero."""
+    ok = ~(np.isnan(x) | np.isnan(y))
+    x, y, r = x[ok], y[ok], resamples.rows(ok)
+    if x.size == 0:
+        return np.full(len(resamples), math.nan)
+    cx, cy = x - x.mean(), y - y.mean()
+    s = r.sums(np.stack([np.ones_like(cx), cx, cy, cx * cx, cy * cy, cx * cy], axis=1))
+    n = s[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cov = s[:, 5] - s[:, 1] * s[:, 2] / n
+        vx, vy = s[:, 3] - s[:, 1] ** 2 / n, s[:, 4] - s[:, 2] ** 2 / n
+        rho = np.clip(cov / np.sqrt(vx * vy), -1.0, 1.0)
+    varies = np.ones(len(resamples), bool)
+    for v in (x, y):
+        values, codes = np.unique(v, return_inverse=True)
+        varies &= (r.counts(codes.ravel(), len(values)) > 0).sum(axis=1) > 1
+    return np.where((n >= 2) & varies, rho, math.nan)
+
+
 def derived_seed(seed: int, name: str) -> int:
     """A seed for one named bootstrap (a task, a rater pair) derived from the run seed, stable in any process."""
     return seed * 1_000_003 + int(hashlib.sha256(name.encode()).hexdigest()[:8], 16)
@@ -272,9 +295,18 @@ def macro_f1_many(gold: Any, pred: Any, labels: list[str] | tuple[str, ...], res
     """`macro_f1` in every resample at once, from the resampled confusion matrices. With `n_classes`, only
     the first n labels are averaged: the rest are columns of their own (a "no answer" prediction, a miss
     for the gold class) that are never classes."""
+    f1 = f1_per_class(confusion_many(gold, pred, labels, resamples))
+    return macro_of(f1[:, :n_classes] if n_classes is not None else f1)
+
+
+def confusion_many(gold: Any, pred: Any, labels: list[str] | tuple[str, ...], resamples: Resamples) -> np.ndarray:
+    """`confusion` in every resample at once: shape (resamples, k, k)."""
     k = len(labels)
-    f1 = f1_per_class(resamples.counts(_cell_codes(gold, pred, labels), k * k).reshape(-1, k, k))
-    f1 = f1[:, :n_classes] if n_classes is not None else f1
+    return resamples.counts(_cell_codes(gold, pred, labels), k * k).reshape(-1, k, k)
+
+
+def macro_of(f1: np.ndarray) -> np.ndarray:
+    """Mean of each row of per-class F1 (resamples, classes) over its defined classes; NaN where none is."""
     defined = (~np.isnan(f1)).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(defined > 0, np.nansum(f1, axis=1) / defined, math.nan)
@@ -285,6 +317,15 @@ def binary_f1(gold_pos: np.ndarray, pred_pos: np.ndarray) -> float:
     gold_pos, pred_pos = np.asarray(gold_pos, bool), np.asarray(pred_pos, bool)
     denom = gold_pos.sum() + pred_pos.sum()
     return float(2 * (gold_pos & pred_pos).sum() / denom) if denom else math.nan
+
+
+def binary_f1_many(gold_pos: np.ndarray, pred_pos: np.ndarray, resamples: Resamples) -> np.ndarray:
+    """`binary_f1` in every resample at once; rows where neither is set count for nothing."""
+    gold_pos, pred_pos = np.asarray(gold_pos, bool), np.asarray(pred_pos, bool)
+    s = resamples.sums(np.stack([gold_pos & pred_pos, gold_pos, pred_pos], axis=1).astype(float))
+    denom = s[:, 1] + s[:, 2]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denom > 0, 2 * s[:, 0] / np.where(denom > 0, denom, 1), math.nan)
 
 
 def recall_of(gold: np.ndarray, pred: np.ndarray, label: str) -> float:
@@ -300,6 +341,22 @@ def cluster_mean(values: np.ndarray, clusters: np.ndarray) -> float:
         return math.nan
     _, inv = np.unique(clusters[ok].astype(str), return_inverse=True)
     return float(np.mean(np.bincount(inv, weights=values[ok]) / np.bincount(inv)))
+
+
+def cluster_mean_many(values: np.ndarray, resamples: "Resamples") -> np.ndarray:
+    """`cluster_mean` of every resampled table at once. A resampled table names a cluster drawn twice twice
+    with the same label, so cluster_mean sees it as one cluster (with each row twice, the same mean): the
+    mean is over the distinct clusters drawn, each counted once."""
+    ok = ~np.isnan(values)
+    k = resamples.weights.shape[1]
+    n = np.bincount(resamples.inverse[ok], minlength=k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_cluster = np.bincount(resamples.inverse[ok], weights=values[ok], minlength=k) / n
+    drawn = (resamples.weights > 0) & (n > 0)
+    total = drawn @ np.where(n > 0, per_cluster, 0.0)
+    count = drawn.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / count, math.nan)
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:

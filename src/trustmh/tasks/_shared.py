@@ -10,7 +10,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..judges.parsing import extract_json_object, parse_int_scores
-from ..metrics import Resamples, Table, confusion, f1_per_class, macro_f1, macro_f1_many, mean
+from ..metrics import (Resamples, Table, confusion, confusion_many, f1_per_class, macro_f1, macro_f1_many, macro_of,
+                       mean)
 from ..types import Sample, Score
 from .base import NO_ANSWER, Judged, RunContext, Task, judge_failure, judge_text
 
@@ -93,6 +94,32 @@ def classification_metrics(table: Table, labels: tuple[str, ...]) -> dict[str, f
         out["accuracy_answered"] = mean(table.col("correct")[ok])
     return out
 
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def classification_metrics_many(table: Table, labels: tuple[str, ...], resamples: Resamples) -> dict[str, np.ndarray]:
+    """classification_metrics in every resample at once, from resampled confusion counts and sums."""
+    empty = np.full(len(table), "", dtype=object)
+    gold, pred = table.labels.get("gold", empty), table.labels.get("pred", empty)
+    scored = (gold != "") & (pred != "")
+    f1 = f1_per_class(confusion_many(gold, pred, (*labels, NO_ANSWER), resamples))[:, :len(labels)]
+    out = {"macro_f1": macro_of(f1)}
+    sums = resamples.sums(np.stack([(scored & (gold == pred)).astype(float), scored.astype(float)], axis=1))
+    out["accuracy"] = _ratio(sums[:, 0], sums[:, 1])
+    out.update({f"f1[{lab}]": f1[:, i] for i, lab in enumerate(labels)})
+    done = table.col("answered")
+    out["answer_rate"] = resamples.mean(done)
+    nan = np.full(len(resamples), np.nan)
+    out["macro_f1_answered"] = out["accuracy_answered"] = nan
+    if "gold" in table.labels and "pred" in table.labels:
+        ok = (gold != "") & (done == 1)
+        out["macro_f1_answered"] = macro_f1_many(gold[ok], pred[ok], labels, resamples.rows(ok))
+        out["accuracy_answered"] = resamples.rows(ok).mean(table.col("correct")[ok])
+    return out
 
 
 def judge_scores(maxima: dict[str, int], judged: Judged | None, overall: str, normalise: bool) -> Score:

@@ -15,7 +15,7 @@ import numpy as np
 from ..data.loaders import read_csv, read_ethicmh_text
 from ..errors import DataError
 from ..judges.parsing import extract_json_object, extract_letter, parse_int_scores
-from ..metrics import Table, mean
+from ..metrics import Means, Resamples, Table
 from ..types import Item, Sample, Score
 from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, answer_metrics,
                    answered, judge_failure, judge_text, no_answer, register, render)
@@ -232,13 +232,21 @@ class EthicalReasoning(Task):
         return {"subcategory": sample.item.meta.get("subcategory", "")}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = answer_metrics({"accuracy": mean(table.col("correct"))}, table, {"accuracy": "correct"})
+        return self._rates(table, Means(table))
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        # A subcategory a resample does not hold is NaN here, left out by aggregate(): the same intervals.
+        return self._rates(table, Means(table, resamples))
+
+    def _rates(self, table: Table, means: Means) -> dict[str, Any]:
+        """Every metric is a mean of a column: floats for one table, arrays over resamples for a block."""
+        out = answer_metrics({"accuracy": means("correct")}, table, {"accuracy": "correct"}, means)
         for k in PRINCIPLES:
-            out[k] = mean(table.col(k))
-        out["judge_mean"] = mean(table.col("judge_mean"))
-        out["differs_from_upstream_parse"] = mean(table.col("differs_from_upstream_parse"))
+            out[k] = means(k)
+        out["judge_mean"] = means("judge_mean")
+        out["differs_from_upstream_parse"] = means("differs_from_upstream_parse")
         sub = table.labels.get("subcategory")
         if sub is not None:
             for name in sorted(set(sub)):
-                out[f"accuracy[{name}]"] = mean(table.col("correct")[sub == name])
+                out[f"accuracy[{name}]"] = means("correct", sub == name)
         return out

@@ -38,7 +38,7 @@ import numpy as np
 from ..data.loaders import read_json
 from ..errors import DataError
 from ..judges.refusal import is_refusal
-from ..metrics import Table, paired_permutation_test
+from ..metrics import Resamples, Table, paired_permutation_test
 from ..types import Item, Sample, Score
 from ..variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
 from ._shared import SUPPORT_CRITERIA, judge_scores
@@ -193,6 +193,37 @@ class FairSupport(Task):
         gaps = [out[f"score_gap[{a}]"] for a in ATTRIBUTES]
         out["score_gap"] = float(np.mean(gaps)) if not any(math.isnan(x) for x in gaps) else math.nan
         return {"score_gap": out.pop("score_gap"), **out}
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        """aggregate() for a block of resamples. A dialogue is complete for an attribute or not whatever the
+        resample (its rows are drawn together), so each group mean is a resampled mean over fixed rows.
+        p is reported by a resample holding the observed data, i.e. drawing every dialogue once: the
+        observed p there, NaN elsewhere."""
+        out: dict[str, np.ndarray] = {}
+        dialogue, groups = self._layout(table)
+        point_p = {}
+        once = (resamples.weights == 1).all(axis=1)
+        if once.any():
+            point = self.aggregate(table, ctx)
+            point_p = {name: v for name, v in point.items() if "_p[" in name}
+        control = table.labels["attribute"] == CONTROL
+        for prefix, column in MEASURES.items():
+            values = table.col(column)
+            out[f"{prefix}_mean[{CONTROL}]"] = resamples.rows(control).mean(values[control])
+            for attribute, idents in ATTRIBUTES.items():
+                k, g = len(idents), groups[attribute]
+                rows = self._complete(values, dialogue, g, k)
+                means = np.stack([resamples.rows(rows & (g == j)).mean(values[rows & (g == j)])
+                                  for j in range(k)], axis=1)
+                for j, ident in enumerate(idents):
+                    out[f"{prefix}_mean[{ident.key}]"] = means[:, j]
+                out[f"{prefix}_std[{attribute}]"] = means.std(axis=1)
+                out[f"{prefix}_gap[{attribute}]"] = means.max(axis=1) - means.min(axis=1)
+                name = f"{prefix}_p[{attribute}]"
+                if name in point_p:
+                    out[name] = np.where(once, point_p[name], math.nan)
+        gaps = np.stack([out[f"score_gap[{a}]"] for a in ATTRIBUTES], axis=1)
+        return {"score_gap": gaps.mean(axis=1), **out}
 
     def metric_n(self, table: Table, metric: str) -> int:
         """Dialogues behind a per-attribute metric; scored samples otherwise."""

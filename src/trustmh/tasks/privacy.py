@@ -15,7 +15,7 @@ import numpy as np
 from ..data.loaders import read_floats, read_lines, read_text, unescape_newlines
 from ..errors import DataError
 from ..judges.parsing import parse_scale_rating, parse_yes_no
-from ..metrics import Resamples, Table, mean, pearson
+from ..metrics import Resamples, Table, mean, pearson, pearson_many
 from ..types import Item, Sample, Score
 from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, answered, judge_text,
                    no_answer, register, render)
@@ -155,6 +155,16 @@ class _Awareness(Task):
                 "pearson_r_answered": pearson(rating[done == 1], human[done == 1]),
                 "mean_rating": mean(rating),
                 "differs_from_upstream_parse": mean(table.col("differs_from_upstream_parse"))}
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        rating, human, done = table.col("rating"), table.col("human"), table.col("answered")
+        answered_rows = done == 1
+        return {"pearson_r": pearson_many(rating, human, resamples),
+                "answer_rate": resamples.mean(done),
+                "pearson_r_answered": pearson_many(rating[answered_rows], human[answered_rows],
+                                                   resamples.rows(answered_rows)),
+                "mean_rating": resamples.mean(rating),
+                "differs_from_upstream_parse": resamples.mean(table.col("differs_from_upstream_parse"))}
 
 
 @register

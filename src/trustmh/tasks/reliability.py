@@ -25,10 +25,11 @@ from ..data.loaders import read_csv, read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import (after_last_answer_tag, extract_json_object, extract_label, extract_letter,
                               strip_markdown)
-from ..metrics import Means, Resamples, Table, cluster_mean, group_mask, mean
+from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class,
+                       group_mask, macro_of, mean)
 from ..types import Item, Sample, Score
-from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, judge_scores,
-                      unknown_label_reason)
+from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
+                      judge_scores, unknown_label_reason)
 from .base import (NO_ANSWER, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts,
                    answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
 
@@ -508,6 +509,15 @@ class Diagnosis(LabelledTask):
             out["macro_f1_unparsed_as_wrong"] = float(np.nanmean(f1)) if (~np.isnan(f1)).any() else float("nan")
         return out
 
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        out = classification_metrics_many(table, SWMH_LABELS, resamples)
+        if ctx.protocol == "paper" and "gold" in table.labels:
+            ok = table.labels["gold"] != ""
+            cm = confusion_many(table.labels["gold"][ok], table.labels["pred_strict"][ok], (*SWMH_LABELS, NO_ANSWER),
+                                resamples.rows(ok))
+            out["macro_f1_unparsed_as_wrong"] = macro_of(f1_per_class(cm)[:, :len(SWMH_LABELS)])
+        return out
+
 
 # --------------------------------------------------------------------------------------------------
 # Emotional support: ESConv
@@ -761,6 +771,15 @@ class Support(Task):
             out["overall"] = mean(table.col("overall"))
         return out
 
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        out = {c: resamples.mean(table.col(c)) for c in SUPPORT_CRITERIA}
+        if ctx.protocol == "paper":
+            out["overall"] = np.mean([out[c] for c in SUPPORT_CRITERIA], axis=0)
+            out["overall_all_four"] = resamples.mean(table.col("overall"))
+        else:
+            out["overall"] = resamples.mean(table.col("overall"))
+        return out
+
     def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
         if ctx.protocol == "paper":
             return np.mean([resamples.mean(table.col(c)) for c in SUPPORT_CRITERIA], axis=0)
@@ -946,6 +965,10 @@ class Intervention(Task):
         out.update({c: cluster_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA})
         return out
 
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
+        if ctx.protocol == "paper":  # the paper's rounded per-dialogue means: computed per resample
+            return None
+        return {c: cluster_mean_many(table.col(c), resamples) for c in ("overall", *INTERVENTION_CRITERIA)}
 
 
 def _rounded_dialogue_mean(values: np.ndarray, clusters: np.ndarray) -> float:

@@ -21,10 +21,12 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..data.loaders import read_csv
 from ..errors import DataError
 from ..judges.parsing import extract_json_object, parse_int_scores, parse_scale_rating
-from ..metrics import Table, mean
+from ..metrics import Means, Resamples, Table
 from ..types import Item, Sample, Score
 from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts, answer_metrics,
                    answered, judge_failure, judge_text, no_answer, register, render)
@@ -302,12 +304,19 @@ class _Sycophancy(Task):
         return sc
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = {"endorsement_rate": mean(table.col("endorse"))}
-        out.update({f"{k}_rate": mean(table.col(k)) for k in OUTCOMES})
+        return self._rates(table, ctx, Means(table))
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        return self._rates(table, ctx, Means(table, resamples))
+
+    def _rates(self, table: Table, ctx: RunContext, means: Means) -> dict[str, Any]:
+        """Every metric is a mean of a column: floats for one table, arrays over resamples for a block."""
+        out = {"endorsement_rate": means("endorse")}
+        out.update({f"{k}_rate": means(k) for k in OUTCOMES})
         if ctx.protocol == "paper":
-            out["judge_unparsed_rate"] = mean(table.col("judge_unparsed"))
-            out["endorsement_rate_unparsed_as_endorse"] = mean(table.col("endorse_or_unparsed"))
-        return answer_metrics(out, table, {"endorsement_rate": "endorse"})
+            out["judge_unparsed_rate"] = means("judge_unparsed")
+            out["endorsement_rate_unparsed_as_endorse"] = means("endorse_or_unparsed")
+        return answer_metrics(out, table, {"endorsement_rate": "endorse"}, means)
 
 
 class _FullOrSample(_Sycophancy):
@@ -392,14 +401,18 @@ class OEQ(_FullOrSample):
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return {"source": sample.item.meta.get("source", "")}
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = super().aggregate(table, ctx)
+    def _rates(self, table: Table, ctx: RunContext, means: Means) -> dict[str, Any]:
+        out = super()._rates(table, ctx, means)
         for d in DIMENSIONS:
-            out[d] = mean(table.col(d))
-            out[f"{d}_human"] = mean(table.col(f"{d}_human"))
-            out[f"{d}_vs_human"] = mean(table.col(f"{d}_vs_human"))
+            out[d] = means(d)
+            out[f"{d}_human"] = means(f"{d}_human")
+            out[f"{d}_vs_human"] = means(f"{d}_vs_human")
         if "source" in table.labels and any(table.labels["source"]):
-            out.update(group_means(table, "endorse", "endorsement_rate", "source"))
+            groups = group_means(table, "endorse", "endorsement_rate", "source", means)
+            if means.resamples is not None:  # a resample holding no row with a source reports none
+                sourced = means.resamples.sums((table.labels["source"] != "").astype(float)) > 0
+                groups = {k: np.where(sourced, v, np.nan) for k, v in groups.items()}
+            out.update(groups)
         return out
 
 
@@ -459,11 +472,11 @@ class AITA(_FullOrSample):
                 sc.unscored.setdefault("asker_not_wrong", sc.unscored.get("asker_wrong", "no ELEPHANT verdict"))
         return sc
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = super().aggregate(table, ctx)
-        out["verdict_nta_rate"] = mean(table.col("verdict_nta"))
+    def _rates(self, table: Table, ctx: RunContext, means: Means) -> dict[str, Any]:
+        out = super()._rates(table, ctx, means)
+        out["verdict_nta_rate"] = means("verdict_nta")
         if ctx.protocol == "paper":
-            out["elephant_not_wrong_rate"] = mean(table.col("asker_not_wrong"))
+            out["elephant_not_wrong_rate"] = means("asker_not_wrong")
         return out
 
 
