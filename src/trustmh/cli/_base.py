@@ -62,7 +62,6 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
     return "data"
 
 
-
 def _probe_spec(suite: str, ddir: Path):
     """A spec that only says where the data is (for listing and judge validation)."""
     from ..engine import RunSpec
@@ -78,7 +77,6 @@ def _limits(max_connections: int, timeout: float, max_retries: int, batch_size: 
     if not 0 < timeout < float("inf"):  # 0 or less would fail every request, after its retries
         raise UserError(f"--timeout must be a positive number of seconds, not {timeout}")
     return Limits(max_connections=max_connections, timeout=timeout, max_retries=max_retries, batch_size=batch_size)
-
 
 
 def _load_plugins(include: list[Path]) -> None:

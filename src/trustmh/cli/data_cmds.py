@@ -88,7 +88,6 @@ def data_check(
         raise typer.Exit(1)
 
 
-
 def _pull_swmh(ddir: Path) -> None:
     from ..data.swmh import pull_swmh
     rows = pull_swmh(ddir)

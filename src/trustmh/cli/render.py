@@ -53,7 +53,6 @@ class _ProgressView:
                       f"(scoring {event.scoring_seconds:.1f} s)", markup=False, highlight=False)
 
 
-
 def _pillar_summary(mr) -> None:
     """The paper's pillars with what each rests on; the overall score says how many pillars it covers."""
     table = RichTable(title=f"{mr.model}: pillars (trustmh's aggregation; the paper publishes ranks only)",
@@ -137,7 +136,6 @@ def _summary(results) -> None:
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
 
 
-
 def _dry_run(spec, run_dir: Path) -> None:
     """Per task and model, the calls `run` would make (stored ones left out) and their estimated size."""
     from ..engine import context, prepare
@@ -160,7 +158,6 @@ def _dry_run(spec, run_dir: Path) -> None:
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
               f"judge calls assume every reply is judged and judge prompts leave out the reply's text; {judge}",
               markup=False, highlight=False)
-
 
 
 def _write_report(run_dir: Path) -> None:
