@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..types import Item, Sample, Score
+from ._reliability_read import esconv_dialogues, esconv_item
 from ._shared import SUPPORT_CRITERIA
 from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, judge_failure, judge_text, no_answer
 
@@ -173,10 +174,10 @@ class SupportPaper:
         items = []
         for rel in ES_SPLITS:
             split = rel.removeprefix("esconv/").removesuffix(".json")
-            for d, dialog, rec in self._dialogues(data.path(rel)):
+            for d, dialog, rec in esconv_dialogues(data.path(rel)):
                 chosen = [t for t in range(1, len(dialog)) if dialog[t]["speaker"] == "sys"
                           and dialog[max(0, t - window):t][-1]["speaker"] == "usr"][:limit]
-                items += [self._item(f"{split}/{d}:{t}", dialog, rec, f"{split}/{d}", t, window) for t in chosen]
+                items += [esconv_item(f"{split}/{d}:{t}", dialog, rec, f"{split}/{d}", t, window) for t in chosen]
         return items
 
     def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
