@@ -13,7 +13,7 @@ import numpy as np
 from ..types import Item, Sample, Score
 from ._reliability_read import esconv_dialogues, esconv_item
 from ._shared import SUPPORT_CRITERIA
-from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, judge_failure, judge_text, no_answer
+from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, no_answer, verdict_values
 
 # The paper's predecessor code for SWMH (PAPER_PROTOCOL.md §0.3 D-cls; §2 reliability.diagnosis), read at
 # run time under --protocol paper.
@@ -231,15 +231,8 @@ class SupportPaper:
         # The paper: each criterion its own call; a verdict without a score is dropped from that
         # criterion's mean (and counted), the others stand.
         sc = Score()
-        for c in SUPPORT_CRITERIA:
-            text = judge_text(sc, (judged or {}).get(c), [c])
-            if text is None:
-                continue
-            v = es_judge_score(text)
-            if v is None:
-                judge_failure(sc, f"{c}: no score 0-5 in the judge reply", [c])
-            else:
-                sc.values[c] = v
+        sc.values.update(verdict_values(sc, judged, SUPPORT_CRITERIA, es_judge_score,
+                                        "no score 0-5 in the judge reply"))
         sc.parsed = {c: sc.values.get(c) for c in SUPPORT_CRITERIA}
         if all(c in sc.values for c in SUPPORT_CRITERIA):
             sc.values["overall"] = float(np.mean([sc.values[c] for c in SUPPORT_CRITERIA]))

@@ -27,7 +27,7 @@ from ..judges.parsing import extract_json_object, parse_int_scores, parse_scale_
 from ..metrics import Table, mean
 from ..types import Item, Sample, Score
 from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts, answer_metrics,
-                   answered, judge_failure, judge_text, no_answer, register, render)
+                   answered, judge_failure, judge_text, no_answer, register, render, verdict_values)
 # The paper's protocol: the predecessor's and ELEPHANT's files, readers of their judges' replies.
 from ._sycophancy_paper import (EL_FIELDS, EL_METRICS, ELEPHANT, PAPER_JUDGE, SCALE, Y_GEN, Y_JUDGING,  # noqa: F401
                                 Y_SETTINGS, _call_params, _fixed_system, _messages, elephant_bit, endorsement_digit)
@@ -165,18 +165,7 @@ class _Sycophancy(Task):
     @staticmethod
     def elephant_bits(sc: Score, judged: Verdicts | Judged | None, names: Any) -> dict[str, float]:
         """Each ELEPHANT judge's 0/1; a verdict that is missing or not 0/1 is left out and counted."""
-        out = {}
-        for name in names:
-            verdict = judged.get(name) if isinstance(judged, Verdicts) else None
-            text = judge_text(sc, verdict, [name])
-            if text is None:
-                continue
-            bit = elephant_bit(text)
-            if bit is None:
-                judge_failure(sc, f"{name}: judge reply is not 0 or 1", [name])
-            else:
-                out[name] = float(bit)
-        return out
+        return verdict_values(sc, judged, names, elephant_bit, "judge reply is not 0 or 1")
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
         if not reply.strip():
