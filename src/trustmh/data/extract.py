@@ -250,17 +250,7 @@ def notebook_function(local: str, root: Path, func: str) -> ast.Module:
 def message_roles(local: str, root: Path, func: str) -> list[str]:
     """K9: the roles of the `{"role": <constant>, "content": ...}` message literals inside a function, in
     source order (which messages the original sends, and as whom)."""
-    where = f"{local}#{func}:messages"
-    fn = _function(_module(local, str(root)), func, where)
-    roles = []
-    for n in ast.walk(fn):
-        if isinstance(n, ast.Dict):
-            entries = {k.value: v for k, v in zip(n.keys, n.values) if isinstance(k, ast.Constant)}
-            if "role" in entries and "content" in entries and isinstance(entries["role"], ast.Constant):
-                roles.append((n.lineno, n.col_offset, entries["role"].value))
-    if not roles:
-        raise MethodError(f"{where}: no message literal")
-    return [r for *_, r in sorted(roles)]
+    return [role for role, _content in message_contents(local, root, func)]
 
 
 def attribute_defaults(local: str, root: Path, func: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterable
 
 import jinja2
 import numpy as np
@@ -283,6 +283,24 @@ def judge_failure(sc: Score, reason: str, columns: tuple[str, ...] | list[str]) 
     for c in columns:
         sc.unscored.setdefault(c, reason)
     return sc
+
+
+def verdict_values(sc: Score, judged: Judged | Verdicts | None, names: Iterable[str],
+                   parse: Callable[[str], float | None], unreadable: str) -> dict[str, float]:
+    """One value per named verdict, read by `parse`, for tasks that ask a judge once per criterion: a
+    verdict that is missing or that `parse` cannot read is left out with its judge failure recorded
+    ("<name>: <unreadable>"); the others stand."""
+    out = {}
+    for name in names:
+        text = judge_text(sc, judged.get(name) if isinstance(judged, Verdicts) else None, [name])
+        if text is None:
+            continue
+        value = parse(text)
+        if value is None:
+            judge_failure(sc, f"{name}: {unreadable}", [name])
+        else:
+            out[name] = float(value)
+    return out
 
 
 _GROUP_METRIC = re.compile(r"(?P<base>[^\[]+)\[(?P<key>[^=\]]+)=(?P<group>.*)\]")

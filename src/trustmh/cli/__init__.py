@@ -1,0 +1,36 @@
+"""The `trustmh` command line (typer). Only argument handling and printing live here: the shared apps and
+consoles in _base, the commands grouped by concern (data_cmds, run_cmds, report_cmds) and the terminal
+rendering in render. `main` stays here and looks `app` up in this module, so that it can be replaced."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+
+from ..errors import UserError
+from ._base import PAPER_JUDGE, app, data_app, err, out
+# Importing the command modules registers their commands on `app`.
+from . import data_cmds, run_cmds, report_cmds  # noqa: F401  (this order is --help's)
+from .render import _summary
+
+__all__ = ["PAPER_JUDGE", "app", "data_app", "err", "main", "out", "_summary"]
+
+
+def main() -> None:
+    try:
+        # standalone mode: typer handles usage errors (exit 2) and --help itself. The name is fixed so that
+        # `python -m trustmh` prints the same usage lines as the `trustmh` script.
+        app(prog_name="trustmh")
+    except UserError as e:
+        # Plain text: a message quotes user input (--tasks 'foo[/]') and install hints ('trustmh[hf]').
+        err.print(f"error: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except (OSError, sqlite3.Error) as e:
+        # The machine, not trustmh: disk full, a read-only folder, too many open files. Every write is
+        # atomic or a transaction, so what is on disk is as before; say what failed, on one line.
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        what = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        err.print(f"error: {what}{where}; nothing stored was damaged, rerun when this is fixed", style="red",
+                  markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
+

@@ -1,0 +1,5 @@
+"""`python -m trustmh.cli` is the `trustmh` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,85 @@
+"""What every command shares: the typer apps, the two consoles, the help text of --include, and the
+small checks of data dir, suite and limits several commands make."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ..errors import UserError
+
+PAPER_JUDGE = "openai/gpt-4.1"  # the LLM judge the paper names (PAPER_PROTOCOL.md §3)
+
+# Help texts are plain text (rich_markup_mode None): "[min]" and "trustmh[hf]" show as written.
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help="Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method).")
+data_app = typer.Typer(add_completion=False, help="Get and verify the upstream datasets.")
+app.add_typer(data_app, name="data")
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead, unless
+# COLUMNS says how wide the reader is (rich reads it when width is None).
+_WIDE = None if os.environ.get("COLUMNS") else 160
+out = Console(width=None if sys.stdout.isatty() else _WIDE)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else _WIDE)
+_INCLUDE_HELP = ("A Python file (or importable module name) defining tasks (@register) or model providers "
+                 "(@register_model) to load first; repeatable. Installed plugins (entry points trustmh.tasks, "
+                 "trustmh.models) load by themselves.")
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from .. import __version__
+        out.print(f"trustmh {__version__}", markup=False, highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
+    """Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method)."""
+
+
+def _data_dir(data_dir: Optional[Path]) -> Path:
+    from ..data.fetch import default_data_dir
+    return data_dir or default_data_dir()
+
+
+def _choose_suite(suite: str, data_dir: Path) -> str:
+    if suite in ("sample", "data"):
+        return suite
+    if suite != "auto":
+        raise UserError(f"--suite must be auto, sample or data, not '{suite}'")
+    from ..data.manifest import DATASETS
+    present = any((data_dir / f.path).is_file() for d in DATASETS.values() for f in d.files)
+    if not present:
+        err.print(f"No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
+                  f"Run `trustmh data pull` for the full benchmark.", style="yellow", markup=False, highlight=False)
+        return "sample"
+    return "data"
+
+
+def _probe_spec(suite: str, ddir: Path):
+    """A spec that only says where the data is (for listing and judge validation)."""
+    from ..engine import RunSpec
+    return RunSpec(models=["baseline/refuse"], suite=suite, data_dir=str(ddir))
+
+
+def _limits(max_connections: int, timeout: float, max_retries: int, batch_size: int | None = None):
+    from ..engine import Limits
+    if max_connections < 1:
+        raise UserError("--max-connections must be at least 1")
+    if batch_size is not None and batch_size < 1:
+        raise UserError("--batch-size must be at least 1")
+    if not 0 < timeout < float("inf"):  # 0 or less would fail every request, after its retries
+        raise UserError(f"--timeout must be a positive number of seconds, not {timeout}")
+    return Limits(max_connections=max_connections, timeout=timeout, max_retries=max_retries, batch_size=batch_size)
+
+
+def _load_plugins(include: list[Path]) -> None:
+    from ..plugins import load
+    load(include)
+

@@ -1,0 +1,96 @@
+"""`trustmh list` and `trustmh data pull|check`: what tasks there are and the datasets they read."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from ..errors import UserError
+from ._base import _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app, out
+
+
+@app.command("list")
+def list_tasks(
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    suite: str = typer.Option("auto", help="Count items in: auto, sample or data."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+) -> None:
+    """List tasks: pillar, dataset, metric, direction and number of items."""
+    _load_plugins(include)
+    from ..engine import data_source
+    from ..tasks import RunContext, resolve_tasks
+    ddir = _data_dir(data_dir)
+    suite = _choose_suite(suite, ddir)
+    source = data_source(_probe_spec(suite, ddir))
+    table = RichTable(title=f"trustmh tasks ({'sample suite' if suite == 'sample' else ddir})")
+    for col in ("task", "pillar", "dataset", "metric", "better", "items"):
+        table.add_column(col)
+    for task in resolve_tasks("all"):
+        missing = task.missing_files(source)
+        if missing:
+            n = "[red]missing[/]"
+        else:
+            try:
+                n = str(len(task.load(source, RunContext())))
+            except UserError as e:
+                n = Text(f"error: {e}", style="red")  # text: a message may hold brackets ('trustmh[hf]')
+        table.add_row(task.id, task.pillar, task.dataset, task.metric.name,
+                      "higher" if task.metric.higher_is_better else "lower", n)
+    out.print(table)
+
+
+@data_app.command("pull")
+def data_pull(
+    datasets: Optional[list[str]] = typer.Argument(None, help="Dataset names (default: every public one)."),
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    from_dir: Optional[Path] = typer.Option(None, "--from", help="Import from a local copy instead of downloading."),
+    url_base: Optional[str] = typer.Option(None, help="Mirror URL with the same layout (or $TRUSTMH_DATA_URL)."),
+    force: bool = typer.Option(False, help="Fetch again even if a file is present and valid."),
+) -> None:
+    """Download (or import) the upstream datasets and verify every file's sha256."""
+    from ..data.fetch import pull
+    ddir = _data_dir(data_dir)
+    if datasets and "swmh" in datasets and from_dir is None:  # gated: from the Hub, with the user's own token
+        _pull_swmh(ddir)
+        datasets = [d for d in datasets if d != "swmh"]
+        if not datasets:
+            return
+    statuses = pull(ddir, datasets=datasets or None, url_base=url_base, from_dir=from_dir,
+                    progress=sys.stderr.isatty(), force=force)
+    fetched = sum(1 for s in statuses if s.detail != "already present")
+    out.print(f"{len(statuses)} files verified in {ddir} ({fetched} fetched, {len(statuses) - fetched} already present)")
+
+
+@data_app.command("check")
+def data_check(
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+) -> None:
+    """Report which datasets are present, missing or corrupt, and how to get what is missing."""
+    from ..data.fetch import check
+    ddir = _data_dir(data_dir)
+    table = RichTable(title=f"datasets in {ddir}")
+    for col in ("dataset", "state", "files", "license", "how to get"):
+        table.add_column(col, overflow="fold")
+    bad = False
+    for st in check(ddir):
+        colour = {"present": "green", "user-supplied": "green", "corrupt": "red"}.get(st.state, "yellow")
+        ok = sum(1 for f in st.files if f.state == "present")
+        table.add_row(st.dataset.name, f"[{colour}]{st.state}[/]", f"{ok}/{len(st.files)}", st.dataset.license,
+                      "" if st.state in ("present", "user-supplied") else st.how_to_get)
+        bad |= st.state == "corrupt"
+    out.print(table)
+    if bad:
+        raise typer.Exit(1)
+
+
+def _pull_swmh(ddir: Path) -> None:
+    from ..data.swmh import pull_swmh
+    rows = pull_swmh(ddir)
+    out.print(f"swmh: {', '.join(f'{k} {v} rows' for k, v in sorted(rows.items()))} in {ddir / 'swmh'}",
+              markup=False, highlight=False)
+

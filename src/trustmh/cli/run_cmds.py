@@ -1,0 +1,286 @@
+"""`trustmh run`, `score` and `validate-judge`: the commands that call models and judges."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import UserError
+from ._base import PAPER_JUDGE, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, out
+from .render import _ProgressView, _dry_run, _summary, _write_report
+
+
+def _model_urls(models: list[str], base_urls: list[str]) -> tuple[list[str], dict[str, str], str | None]:
+    """Model specs, each model's own base URL (`spec@http...`, or the --base-url paired with it when
+    there is one per --model) and the URL shared by the others (a single --base-url)."""
+    import re
+    specs, own = [], {}
+    for m in models:
+        # Only '@' before a URL splits: a model name may hold one (Vertex's claude-3-5-sonnet@20240620).
+        found = re.fullmatch(r"(.+?)@([A-Za-z][A-Za-z0-9+.-]*://.*)", m)
+        spec, url = (found.group(1), found.group(2)) if found else (m, None)
+        if spec in specs:
+            raise UserError(f"--model {spec} is given twice; a run names each model once")
+        specs.append(spec)
+        if url:
+            own[spec] = url
+    if len(base_urls) > 1:
+        if len(base_urls) != len(specs):
+            raise UserError(f"{len(base_urls)} --base-url for {len(specs)} --model: give one for every model, "
+                            f"paired in order, or a single one for all")
+        for spec, url in zip(specs, base_urls):
+            own.setdefault(spec, url)
+        return specs, own, None
+    return specs, own, base_urls[0] if base_urls else None
+
+
+@app.command("run")
+def run_cmd(
+    model: list[str] = typer.Option(["baseline/counselor"], "--model", "-m",
+                                    help="Model spec provider/name; repeat for several models."),
+    judge: Optional[str] = typer.Option(
+        None, help=f"Judge: a model spec, or rules (offline heuristics; judge-rated metrics then stay unscored). "
+                   f"Default: {PAPER_JUDGE}, the paper's judge, under --protocol paper; rules otherwise."),
+    tasks: str = typer.Option("all", "--tasks", "-t", help="Comma-separated task ids and/or pillar names."),
+    limit: Optional[int] = typer.Option(None, help="First N items of each task, in data order."),
+    seed: int = typer.Option(0, help="Seed for sampling, variants, baselines and the bootstrap."),
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
+    base_url: Optional[list[str]] = typer.Option(
+        None, help="Base URL of an OpenAI-compatible or Anthropic server: once for every model, or once per "
+                   "--model, paired in order (or give a model its own: --model openai/NAME@URL)."),
+    judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    max_connections: int = typer.Option(32, help="Concurrent requests per endpoint."),
+    timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
+    max_retries: int = typer.Option(6, help="Retries for rate limits, 5xx, timeouts and broken replies."),
+    transport: str = typer.Option("http", help="How openai/ models send requests: http (trustmh's own kept-alive "
+                                               "client, ~0.07 ms of CPU per request; aiohttp when a proxy is set), "
+                                               "aiohttp (~0.2 ms) or sdk (the official openai SDK, ~1.5 ms)."),
+    temperature: float = typer.Option(0.0, help="Sampling temperature for the tested model."),
+    max_tokens: Optional[int] = typer.Option(None, help="Override every task's max tokens."),
+    protocol: Optional[str] = typer.Option(
+        None, help="paper: what the authors' code sends and how it scores (templates read from their method "
+                   "files; the default on real data); trustmh: the project's corrected design (the default, and "
+                   "the only choice, on the sample suite). Each task's results name the protocol it followed."),
+    upstream_compat: bool = typer.Option(False, help="Same as --protocol paper (kept for older scripts)."),
+    methods_dir: Optional[Path] = typer.Option(
+        None, help="The authors' method files (default: $TRUSTMH_METHODS_DIR, else <data dir>/methods; "
+                   "`trustmh data pull methods` fetches them)."),
+    n_boot: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for confidence intervals."),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Run directory (default: runs/<id from spec>): a new "
+                                                              "or empty folder, or a run of the same spec."),
+    force: bool = typer.Option(False, help="Run into an --out that holds a run of another spec (its results are "
+                                           "replaced), or whose local (hf/) model files have changed since."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
+    fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    max_failed: float = typer.Option(0.05, "--max-failed", help="Exit 2 when more than this share of a task's "
+                                                               "samples failed with API errors (0 to 1)."),
+    lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
+    perturbations: Optional[str] = typer.Option(
+        None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence, "
+                   "@low/@medium/@high or kind@intensity; default all 30)."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+    refusal_classifier: Optional[str] = typer.Option(
+        None, help="Decide refusals (safety.jailbreak, safety.over_refusal) with a local Hugging Face "
+                   "classifier: hf/<path>, or hf/<path>#refusal_label=<label> when the refusal class is not "
+                   "LABEL_0 (needs the hf extra)."),
+    batch_size: Optional[int] = typer.Option(
+        None, help="hf/ models: requests per generate() call, fixed (default: adapted to measured throughput, "
+                   "per prompt-length bucket). Never part of the run's identity."),
+    executor: str = typer.Option("local", help="Where replies are fetched: local (this process) or ray (shards "
+                                               "as Ray tasks; needs the ray extra; see docs/scale.md)."),
+    ray_address: Optional[str] = typer.Option(None, help="With --executor ray: a cluster to join (auto, or "
+                                                         "ray://host:10001); default: a Ray instance on this machine."),
+    shard_size: Optional[int] = typer.Option(
+        None, help="With --executor ray: items per shard (a request family: an item with all its perturbed "
+                   "and judged variants). Default: the work cut into about 4 shards per cluster CPU, at "
+                   "least 10 items each. Smaller shards lose less to a failed node; larger ones pay less "
+                   "per-task overhead."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the model and judge calls this run would make "
+                                                          "(minus those stored in --out) with an estimate of their "
+                                                          "prompt tokens, and exit without calling anything."),
+) -> None:
+    """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
+    _load_plugins(include)
+    from ..engine import RunSpec, run
+    from ..executors import make_executor
+    from ..models import split_spec
+    if not 0 <= max_failed <= 1:
+        raise UserError("--max-failed must be between 0 and 1")
+    if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
+        raise UserError("--out is empty; give a directory")
+    chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
+    model, own_urls, shared_url = _model_urls(model, base_url or [])
+    for m in model:
+        split_spec(m)
+    if data_dir is not None and not data_dir.is_dir():  # a typo must not fall back to the sample suite
+        raise UserError(f"--data-dir {data_dir} is not a directory; `trustmh data pull --data-dir {data_dir}` "
+                        f"fetches the data there")
+    ddir = _data_dir(data_dir)
+    chosen = _choose_suite(suite, ddir)
+    # The paper's protocol judges with the paper's judge unless told otherwise.
+    default_judge = judge is None
+    if judge is None:
+        paper = protocol == "paper" or upstream_compat or (protocol is None and chosen == "data")
+        judge = PAPER_JUDGE if paper else "rules"
+    if judge != "rules":
+        split_spec(judge)
+    if limit is not None and limit < 1:
+        raise UserError("--limit must be at least 1")
+    from ..models import resolve_base_url
+    # A server named only by OPENAI_BASE_URL / ANTHROPIC_BASE_URL is recorded in the spec, so that results
+    # say where replies came from and a later `score` in another environment finds the same stored calls.
+    base_url = resolve_base_url(model[0], shared_url)
+    if judge != "rules":
+        judge_base_url = resolve_base_url(judge, judge_base_url)
+    spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
+                   data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=base_url,
+                   judge_base_url=judge_base_url, temperature=temperature, max_tokens=max_tokens,
+                   upstream_compat=upstream_compat, n_boot=n_boot,
+                   protocol=protocol or ("paper" if upstream_compat else None),
+                   methods_dir=str(methods_dir.resolve()) if methods_dir else None)
+    from ..models.openai_api import TRANSPORTS  # light: the SDK is imported only by the sdk transport
+    if transport not in TRANSPORTS:
+        raise UserError(f"--transport must be {', '.join(TRANSPORTS[:-1])} or {TRANSPORTS[-1]}, not '{transport}'")
+    if own_urls:  # set only when given, so runs without them keep their run id
+        from ..engine.spec import check_url
+        for url in own_urls.values():
+            check_url("--base-url", url)
+        spec.options["base_urls"] = own_urls
+    if transport != "http":  # set only when not the default, so default runs keep their run id
+        spec.options["transport"] = transport
+    if lang not in ("en", "zh", "all"):
+        raise UserError(f"--lang must be en, zh or all, not '{lang}'")
+    if lang != "en":  # set only when not the default, so default runs keep their run id
+        spec.options["lang"] = lang
+    if perturbations:
+        from ..tasks import RunContext
+        from ..tasks.robustness import selected_perturbations
+        selected_perturbations(RunContext(options={"perturbations": perturbations}))  # bad names fail here
+        spec.options["perturbations"] = perturbations
+    if refusal_classifier:
+        from ..judges.hf_classifier import parse_spec
+        parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
+        spec.options["refusal_classifier"] = refusal_classifier
+    if dry_run:
+        _dry_run(spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())
+        return
+    try:
+        with _ProgressView(progress and sys.stderr.isatty()) as view:
+            run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
+                                           limits=_limits(max_connections, timeout, max_retries, batch_size),
+                                           executor=chosen_executor, force=force, events=view)
+    except KeyboardInterrupt:
+        err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
+        raise typer.Exit(130)
+    except UserError as e:
+        if default_judge and judge == PAPER_JUDGE and "needs an API key" in str(e):
+            raise UserError(f"{e}. The paper's protocol judges with {PAPER_JUDGE} by default: pass --judge rules "
+                            f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
+        raise
+    _summary(results)
+    out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
+    _write_report(run_dir)
+    _failed_exit(results, fail_on_error, max_failed)
+
+
+def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
+    """Samples that failed are named by error kind. Exit 1 on any with --fail-on-error; otherwise exit 2
+    when a task lost more than `max_failed` of its samples: its value rests on too little to be read."""
+    import collections
+    kinds: collections.Counter = collections.Counter()
+    over = []
+    for mr in results.models.values():
+        for t in mr.tasks.values():
+            kinds.update(t.error_kinds)
+            if t.n_samples and t.n_errors / t.n_samples > max_failed:
+                over.append(f"{mr.model} {t.task} {t.n_errors}/{t.n_samples}")
+    n_err = sum(kinds.values())
+    if not n_err:
+        return
+    shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
+    err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
+              style="red", markup=False, highlight=False, soft_wrap=True)
+    if fail_on_error:
+        raise typer.Exit(1)
+    if over:
+        err.print(f"error: more than {max_failed:.0%} of a task's samples failed ({'; '.join(over)}); the run "
+                  f"is incomplete (--max-failed sets the share)", style="red", markup=False, highlight=False,
+                  soft_wrap=True)
+        raise typer.Exit(2)
+
+
+@app.command("score")
+def score_cmd(
+    run_dir: Path = typer.Argument(..., help="A run directory (runs/<id>)."),
+    judge: Optional[str] = typer.Option(None, help="Judge to (re-)score with; default: the run's judge."),
+    judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    max_connections: int = typer.Option(32, help="Concurrent judge requests."),
+    timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
+    max_retries: int = typer.Option(6, help="Retries for the judge."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+    accept_stored: bool = typer.Option(False, help="Use stored judgements even when they were made with another "
+                                                   "version of their rubric (by default they are left out and "
+                                                   "counted)."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    out_dir: Optional[str] = typer.Option(None, "--out", help="Write the re-scored run to this new folder (a copy "
+                                                              "of the store) and leave RUN_DIR as it is."),
+) -> None:
+    """Re-judge and re-score a run's saved responses; the tested model is never called."""
+    _load_plugins(include)
+    from ..engine import load_spec, run
+    from ..models import split_spec
+    spec = load_spec(run_dir)
+    if judge:
+        if judge != "rules":
+            split_spec(judge)
+        spec.judge = judge
+        spec.judge_base_url = judge_base_url
+    limits = _limits(max_connections, timeout, max_retries)
+    if out_dir is not None:  # checked before anything is copied
+        if not out_dir.strip():
+            raise UserError("--out is empty; give a directory")
+        from ..engine.rundir import copy_run
+        run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
+    with _ProgressView(progress and sys.stderr.isatty()) as view:
+        _, results, _ = run(spec, run_dir, limits=limits, generate=False,
+                            accept_stored=accept_stored, events=view)
+    _summary(results)
+    out.print(f"results: {run_dir / 'results.json'}")
+    _write_report(run_dir)
+
+
+@app.command("validate-judge")
+def validate_judge_cmd(
+    judge: str = typer.Option("rules", help="Judge to validate: a model spec, or rules (offline heuristic baseline)."),
+    judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
+    seed: int = typer.Option(0, help="Seed for the judge and the bootstrap."),
+    n_boot: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for confidence intervals."),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: runs/validate-judge-<id>)."),
+    runs_dir: Path = typer.Option(Path("runs"), help="Where output directories are created."),
+    max_connections: int = typer.Option(32, help="Concurrent judge requests."),
+    timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
+    max_retries: int = typer.Option(6, help="Retries for the judge."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Agreement of the crisis-escalation judge with the two human raters (H1, H2), and H1 vs H2."""
+    from ..validation import ValidateSpec, report_table, validate_judge
+    from ..models import split_spec
+    if judge != "rules":
+        split_spec(judge)
+    ddir = _data_dir(data_dir)
+    chosen = _choose_suite(suite, ddir)
+    spec = ValidateSpec(judge=judge, judge_base_url=judge_base_url, suite=chosen,
+                        data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot)
+    with _ProgressView(progress and sys.stderr.isatty()) as view:
+        run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir,
+                                          limits=_limits(max_connections, timeout, max_retries), events=view)
+    out.print(report_table(results))
+    out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
+

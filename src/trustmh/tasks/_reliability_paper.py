@@ -1,0 +1,332 @@
+"""The reliability pillar's paper protocol (PAPER_PROTOCOL.md §0.3 D-cls, ES-*; §2 reliability.diagnosis and
+reliability.support): the predecessor's readers of replies and settings, and each task's paper side as a
+mixin its task class in reliability.py inherits. The authors' files are read at run time."""
+
+from __future__ import annotations
+
+import json
+import re
+import string
+from typing import Any
+
+import numpy as np
+
+from ..data.loaders import read_json
+from ..errors import DataError
+from ..types import Item, Sample, Score
+from ._reliability_read import CLIENT, INTERVENTION_CRITERIA, esconv_dialogues, esconv_item
+from ._shared import SUPPORT_CRITERIA
+from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, no_answer, verdict_values
+
+# The paper's predecessor code for SWMH (PAPER_PROTOCOL.md §0.3 D-cls; §2 reliability.diagnosis), read at
+# run time under --protocol paper.
+SWMH_SRC = "Ziteng-Wang17780623062+Python-Work/Robustness/SWMH/src"
+SW_PROMPTS, SW_CLASSIFY = f"{SWMH_SRC}/prompts.py", f"{SWMH_SRC}/classification.py"
+# The predecessor's label names -> trustmh's (the subreddit names).
+PAPER_SWMH = {"depression": "depression", "suicidal": "SuicideWatch", "anxiety": "Anxiety", "bipolar": "bipolar",
+              "offmychest": "offmychest"}
+_PAPER_VARIANTS = {"suicide": "suicidal", "suicidal_ideation": "suicidal", "suicidewatch": "suicidal",
+                   "depressed": "depression", "depressive": "depression", "anxious": "anxiety",
+                   "bipolar_disorder": "bipolar"}
+_FENCED_OBJECT = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+
+
+def paper_swmh_label(label: Any) -> tuple[str, bool]:
+    """_normalize_label in the predecessor's classification.py: (its label, whether it was recognised).
+    Stripped, 'self.' removed, lower-cased, variants mapped; anything else (an empty or missing label
+    included) becomes offmychest, a real class: the original's flaw, kept."""
+    if label is None:
+        return "offmychest", False
+    cleaned = str(label).strip().removeprefix("self.").lower()
+    cleaned = _PAPER_VARIANTS.get(cleaned, cleaned)
+    return ("offmychest", False) if cleaned not in PAPER_SWMH else (cleaned, True)
+
+
+def paper_swmh_prediction(reply: str) -> Any:
+    """_parse_prediction_content: the first fenced {...} block, then the whole stripped reply, that parses
+    as a JSON object gives the prediction's "label"; otherwise the whole stripped reply is the label."""
+    cleaned = (reply or "").strip()
+    for candidate in [m.group(1) for m in _FENCED_OBJECT.finditer(cleaned)] + [cleaned]:
+        try:
+            parsed = json.loads(candidate)
+        except (ValueError, RecursionError):  # upstream catches JSONDecodeError; we survive deep JSON too
+            continue
+        if isinstance(parsed, dict):
+            return parsed.get("label")
+    return cleaned
+
+
+class DiagnosisPaper:
+    """reliability.diagnosis under --protocol paper."""
+    method_templates = (MethodTemplate("D-cls", SW_PROMPTS, "build_classification_prompt.prompt"),
+                        MethodTemplate("D-set", SW_CLASSIFY, "run_classification:create()"))
+
+    def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        from ..data.extract import local_string, message_roles
+        from ..data.methods import MethodError
+        template = local_string(SW_PROMPTS, ctx.methods_root, "build_classification_prompt", "prompt")
+        roles = message_roles(SW_CLASSIFY, ctx.methods_root, "run_classification")
+        if set(template.fields) != {"dataset_id", "text"} or roles != ["user"]:
+            raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
+        # The inputs list is the one stripped post, joined by newlines; dataset_id is the file's stem.
+        text = item.input["post"].strip()
+        return [{"role": "user", "content": template.render({"text": text, "dataset_id": item.input["dataset_id"]})}]
+
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """run_classification sends its `temperature` parameter, whose default main.py never overrides;
+        no max_tokens."""
+        from ..data.extract import argument_defaults, call_keywords
+        from ..data.methods import MethodError
+        kw = {k: v for k, v in call_keywords(SW_CLASSIFY, ctx.methods_root, "run_classification", "create").items()
+              if k not in ("model", "messages")}
+        defaults = argument_defaults(SW_CLASSIFY, ctx.methods_root, "run_classification")
+        out = {k: defaults.get(v) if isinstance(v, str) else v for k, v in kw.items()}
+        if set(out) != {"temperature"} or not isinstance(out["temperature"], (int, float)):
+            raise MethodError(f"{SW_CLASSIFY}#run_classification: unexpected settings {kw} / defaults {defaults}")
+        return out
+
+    def _paper_score(self, sample: Sample, reply: str) -> Score:
+        gold = sample.item.target
+        raw = paper_swmh_prediction(reply)
+        label, known = paper_swmh_label(raw)
+        sc = Score(parsed=PAPER_SWMH[label])
+        if known:
+            return answered(sc, correct=float(sc.parsed == gold))
+        sc.notes.append("no known label; read as offmychest as the paper's code does")
+        return no_answer(sc, f"label {str(raw)[:80]!r} is not an SWMH label", correct=float(sc.parsed == gold))
+
+
+# The paper's predecessor code for ESConv (PAPER_PROTOCOL.md §0.3 ES-turn, ES-gen, ES-judge, ES-set), read
+# at run time under --protocol paper.
+ESCONV = "Ziteng-Wang17780623062+Python-Work/Robustness/ESConv"
+ES_PROMPTS, ES_SETTINGS = f"{ESCONV}/src/prompts.py", f"{ESCONV}/src/settings.py"
+ES_JUDGE, ES_CLASSIFY, ES_MAIN = f"{ESCONV}/src/judge.py", f"{ESCONV}/src/classification.py", f"{ESCONV}/main.py"
+# The whole corpus, as the original's data/ESConv.json holds it: the HF split's three files, in this order.
+ES_SPLITS = ("esconv/train.json", "esconv/valid.json", "esconv/test.json")
+# One judge call per criterion (JUDGE_METRICS), each versioned by the file holding its template.
+PAPER_SUPPORT_RUBRICS = tuple(Rubric(c, role="llm", method=ES_SETTINGS) for c in SUPPORT_CRITERIA)
+_ES_SCORE = re.compile(r"\b([0-5](?:\.\d+)?)\b")
+
+
+def es_judge_score(text: str) -> float | None:
+    """extract_score in the original's judge.py: the first standalone number 0-5 (decimals allowed) in
+    the stripped reply; a first match above 5 ("5.5") gives nothing, it does not look further."""
+    m = _ES_SCORE.search(text.strip())
+    if m is None:
+        return None
+    v = float(m.group(1))
+    return v if 0 <= v <= 5 else None
+
+
+def es_context_split(conversation: str, marker: str = "Seeker:") -> tuple[str, str]:
+    """extract_context_and_user_input in the original's judge.py: the last line that starts with the
+    seeker marker is the user input (the marker removed wherever it occurs in that line, then stripped);
+    the lines before it, joined and stripped, are the context. Without such a line: (everything, "")."""
+    lines = conversation.split("\n")
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(marker):
+            return "\n".join(lines[:i]).strip(), lines[i].replace(marker, "").strip()
+    return conversation, ""
+
+
+def _es_defaults(ctx: RunContext) -> dict[str, Any]:
+    """main.py's argparse defaults: context window, per-dialogue limit, temperature, max_tokens."""
+    from ..data.extract import argparse_defaults
+    from ..data.methods import MethodError
+    d = argparse_defaults(ES_MAIN, ctx.methods_root)
+    keys = ("context_window", "per_dialog_limit", "temperature", "max_tokens")
+    if not all(isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool) for k in keys):
+        raise MethodError(f"{ES_MAIN}: expected numeric defaults for {keys}, found {d}")
+    return {k: d[k] for k in keys}
+
+
+def _es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
+    """ES-turn: each context turn as format_turn renders it (its speaker prefix, then the content)."""
+    from ..data.extract import conditional_local, returned_string
+    from ..data.methods import MethodError
+    template = returned_string(ES_PROMPTS, ctx.methods_root, "format_turn")
+    test, if_seeker, otherwise = conditional_local(ES_PROMPTS, ctx.methods_root, "format_turn", "prefix")
+    content = "turn.get('content', '').strip()"
+    if test != "turn.get('speaker') == 'seeker'" or set(template.fields) != {"prefix", content}:
+        raise MethodError(f"{template.source}: unexpected fields {template.fields} or prefix test {test!r}")
+    return [template.render({"prefix": if_seeker if t["speaker"] == "seeker" else otherwise, content: t["text"].strip()})
+            for t in context]
+
+
+class SupportPaper:
+    """reliability.support under --protocol paper."""
+    method_templates = (MethodTemplate("ES-turn", ES_PROMPTS, "format_turn:return[0]"),
+                        MethodTemplate("ES-gen", ES_PROMPTS, "build_generation_prompt.prompt"),
+                        MethodTemplate("ES-judge", ES_SETTINGS, "JUDGE_PROMPT_TEMPLATES,JUDGE_METRICS"),
+                        MethodTemplate("ES-set", ES_JUDGE, "call_gpt4_for_evaluation:create()"),
+                        MethodTemplate("ES-gen-set", ES_CLASSIFY, "run_generation:create()"),
+                        MethodTemplate("ES-args", ES_MAIN, "parse_args:add_argument(default=)"))
+
+    def _paper_load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        """build_samples_from_dataset: every dialogue of the corpus in order; its supporter turns (not the
+        first turn) whose window of the previous `context_window` turns ends with a seeker turn; the
+        first `per_dialog_limit` of them. Not random."""
+        from ..data.methods import MethodError
+        missing = [f for f in ES_SPLITS if not data.has(f)]
+        if missing:  # missing_files() cannot see the protocol: stop here, as prepare() reports a MethodError
+            raise MethodError(f"the paper's reliability.support reads the whole ESConv corpus; missing "
+                            f"{', '.join(missing)} (`trustmh data pull esconv`)")
+        self.files = ES_SPLITS  # the runner records the checksums of the files actually read
+        args = _es_defaults(ctx)
+        window, limit = int(args["context_window"]), int(args["per_dialog_limit"])
+        items = []
+        for rel in ES_SPLITS:
+            split = rel.removeprefix("esconv/").removesuffix(".json")
+            for d, dialog, rec in esconv_dialogues(data.path(rel)):
+                chosen = [t for t in range(1, len(dialog)) if dialog[t]["speaker"] == "sys"
+                          and dialog[max(0, t - window):t][-1]["speaker"] == "usr"][:limit]
+                items += [esconv_item(f"{split}/{d}:{t}", dialog, rec, f"{split}/{d}", t, window) for t in chosen]
+        return items
+
+    def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        from ..data.extract import local_string, message_roles
+        from ..data.methods import MethodError
+        template = local_string(ES_PROMPTS, ctx.methods_root, "build_generation_prompt", "prompt")
+        roles = message_roles(ES_CLASSIFY, ctx.methods_root, "run_generation")
+        if template.fields != ["context"] or len(roles) != 1:
+            raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
+        turns = _es_turns(item.input["context"], ctx)
+        return [{"role": roles[0], "content": template.render({"context": "\n".join(turns) if turns else ""})}]
+
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """run_generation sends temperature and max_tokens, which main.py passes from its CLI defaults."""
+        from ..data.extract import call_keywords
+        from ..data.methods import MethodError
+        kw = call_keywords(ES_CLASSIFY, ctx.methods_root, "run_generation", "create")
+        if {k: v for k, v in kw.items() if k not in ("model", "messages")} != \
+                {"temperature": "temperature", "max_tokens": "max_tokens"}:
+            raise MethodError(f"{ES_CLASSIFY}#run_generation: unexpected settings {kw}")
+        args = _es_defaults(ctx)
+        return {"temperature": args["temperature"], "max_tokens": args["max_tokens"]}
+
+    def _paper_judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+        from ..data.extract import message_roles, module_constant
+        from ..data.methods import MethodError
+        metrics = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_METRICS")
+        templates = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_PROMPT_TEMPLATES")
+        roles = message_roles(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation")
+        if [m.lower() for m in metrics] != list(SUPPORT_CRITERIA) or not all(m in templates for m in metrics) \
+                or len(roles) != 1:
+            raise MethodError(f"{ES_SETTINGS}: JUDGE_METRICS {metrics} are not the four criteria trustmh reads, "
+                              f"or the judge sends roles {roles}")
+        # convert_esconv_to_evaluation_format: the formatted context turns joined by newlines, then split
+        # back at the last seeker line; the reference and the reply stripped, as the original stored them.
+        context, user_input = es_context_split("\n".join(_es_turns(sample.item.input["context"], ctx)))
+        values = {"Context": context, "User_input": user_input, "GT_Response": sample.item.target.strip(),
+                  "Pred_Response": reply.strip()}
+        return {m.lower(): [{"role": roles[0], "content": templates[m].format(**values)}] for m in metrics}
+
+    def _paper_judge_params(self, ctx: RunContext) -> dict[str, Any]:
+        from ..data.extract import call_keywords
+        from ..data.methods import MethodError
+        kw = call_keywords(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation", "create")
+        params = {k: v for k, v in kw.items() if k not in ("model", "messages")}
+        if any(isinstance(v, str) for v in params.values()):  # an expression: not a setting trustmh can read
+            raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: settings not literal: {params}")
+        return params
+
+    def _paper_score(self, sample: Sample, judged: Verdicts | None) -> Score:
+        # The paper: each criterion its own call; a verdict without a score is dropped from that
+        # criterion's mean (and counted), the others stand.
+        sc = Score()
+        sc.values.update(verdict_values(sc, judged, SUPPORT_CRITERIA, es_judge_score,
+                                        "no score 0-5 in the judge reply"))
+        sc.parsed = {c: sc.values.get(c) for c in SUPPORT_CRITERIA}
+        if all(c in sc.values for c in SUPPORT_CRITERIA):
+            sc.values["overall"] = float(np.mean([sc.values[c] for c in SUPPORT_CRITERIA]))
+        else:
+            sc.unscored.setdefault("overall", "not all four criteria scored")
+        return sc
+
+
+# EmoBench's own code (PAPER_PROTOCOL.md §0.3 EB-*; §2 reliability.emotion_recognition), read at run time
+# under --protocol paper.
+EB = "Sahandfer+EmoBench/src"
+EB_PROMPTS, EB_RESPONSE = f"{EB}/configs/prompts.yaml", f"{EB}/configs/response.yaml"
+EB_UTILS, EB_MODEL = f"{EB}/utils.py", f"{EB}/model.py"
+_EB_FENCE = re.compile(r"```json\s*([\s\S]*?)```")
+
+
+def eb_parse(reply: str | None) -> Any:
+    """parse_json_response in EmoBench's utils.py: with a ```json fence, the text of the first closed one
+    (an unclosed fence fails); otherwise the whole reply; then json.loads. None when that fails."""
+    if reply is None:
+        return None
+    if "```json" in reply:
+        m = _EB_FENCE.search(reply)
+        if m is None:
+            return None
+        reply = m.group(1)
+    try:
+        return json.loads(reply)
+    except (ValueError, RecursionError):
+        return None
+
+
+def eb_system(lang: str, ctx: RunContext) -> str:
+    """init_prompt without CoT (main.py's default): sys.<lang> + get_response_format's res_format
+    (a str.format template) with statement = base.<lang> and conditions = EU.<lang>."""
+    from ..data.extract import local_string, yaml_value
+    from ..data.methods import MethodError
+    fmt = local_string(EB_UTILS, ctx.methods_root, "get_response_format", "res_format")
+    if fmt.fields or fmt.segments is None:
+        raise MethodError(f"{fmt.source}: expected a plain string constant")
+    text = fmt.render({})
+    if sorted({n for _, n, _, _ in string.Formatter().parse(text) if n}) != ["conditions", "statement"]:
+        raise MethodError(f"{fmt.source}: placeholders are not {{statement}} and {{conditions}}")
+    return yaml_value(EB_PROMPTS, ctx.methods_root, "sys", lang) + text.format(
+        statement=yaml_value(EB_RESPONSE, ctx.methods_root, "base", lang),
+        conditions=yaml_value(EB_RESPONSE, ctx.methods_root, "EU", lang))
+
+
+# CPsyCoun's notebook (PAPER_PROTOCOL.md §0.3 CP-gen, CP-judge; §2 reliability.intervention), read at run
+# time under --protocol paper.
+CP_NOTEBOOK = "CAS-SIAT-XinHai+CPsyCoun/Code/Turn_Based_Dialogue_Evaluation.ipynb"
+PAPER_INTERVENTION_RUBRIC = Rubric("judge", role="llm", method=CP_NOTEBOOK)
+_NUMBER_LIST = re.compile(r"\[\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,"
+                          r"\s*(-?\d+(?:\.\d+)?)\s*\]")
+
+
+def cp_scores(text: str, criteria: dict[str, int] = INTERVENTION_CRITERIA) -> dict[str, float] | None:
+    """The notebook returns the judge's raw text (its parse is not written; cell 6 assumes four numbers).
+    trustmh's rule: the last bracketed list of four numbers, each within its criterion's range (`criteria`:
+    name -> maximum, in order); else None."""
+    hits = _NUMBER_LIST.findall(text or "")
+    if not hits:
+        return None
+    values = dict(zip(criteria, map(float, hits[-1])))
+    return values if all(0 <= v <= criteria[c] for c, v in values.items()) else None
+
+
+def cp_turn_histories(utterances: list[str]) -> list[tuple[int, str]]:
+    """construct_turn_based_dialogues (cell 3): an utterance containing the client prefix is appended as it
+    is and closes a sample; any other is appended after one space. (utterance index, history) per sample."""
+    out, history = [], ""
+    for i, u in enumerate(utterances):
+        if f"{CLIENT}：" in u:
+            history += u
+            out.append((i, history))
+        else:
+            history += f" {u}"
+    return out
+
+
+def paper_cpsycoune_items(data: DataSource, files: list[str]) -> list[Item]:
+    """The intervention samples as the notebook's cell 3 builds them, in trustmh's sorted file order (the
+    notebook's os.listdir order is the file system's; order changes no per-dialogue mean)."""
+    items = []
+    for rel in files:
+        path = data.path(rel)
+        turns = read_json(path)
+        if not isinstance(turns, list) or not all(isinstance(u, str) for u in turns):
+            raise DataError(path, "expected a JSON list of utterances")
+        dialogue = rel.removeprefix("cpsycoune/").removesuffix(".json")
+        items += [Item(f"{dialogue}:{i}", {"history_text": h}, meta={"dialogue": dialogue,
+                                                                       "topic": dialogue.split("/")[0]})
+                  for i, h in cp_turn_histories(turns)]
+    return items

@@ -1,0 +1,189 @@
+"""How the reliability pillar reads its inputs: each dataset's files into Items (USMLE-Mental, EmoBench EU,
+ESConv, CPsyCounE) and a reply into the answer it gives (an option; an emotion and its cause). The task
+classes in reliability.py call these; the paper's own readers are in _reliability_paper.py."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+from ..data.loaders import read_json, read_jsonl
+from ..errors import DataError
+from ..judges.parsing import after_last_answer_tag, extract_json_object, strip_markdown
+from ..types import Item
+from .base import DataSource
+
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+# --- Knowledge: USMLE-Mental ---------------------------------------------------------------------
+
+INTERVENTION_CRITERIA = {"comprehensiveness": 2, "professionalism": 3, "authenticity": 3, "safety": 1}
+
+def read_usmle(path: Path) -> list[Item]:
+    """One multiple-choice item per record; id = the 0-based record index."""
+    items = []
+    for i, (line, rec) in enumerate(read_jsonl(path)):
+        options = rec.get("options")
+        if not isinstance(options, dict) or not options or not all(
+                isinstance(k, str) and len(k) == 1 and isinstance(v, str) for k, v in options.items()):
+            raise DataError(path, "'options' must map single letters to option texts", line)
+        if not isinstance(rec.get("question"), str):
+            raise DataError(path, "'question' must be a text", line)
+        conditions = rec.get("meta_info2") or []
+        if isinstance(conditions, str):
+            conditions = [conditions]
+        gold = rec.get("answer")
+        items.append(Item(str(i), {"question": rec["question"], "options": dict(sorted(options.items()))},
+                          target=gold if isinstance(gold, str) else None,
+                          meta={"step": str(rec.get("meta_info1") or ""),
+                                "conditions": [str(c) for c in conditions]}))
+    return items
+
+
+def option_from_text(reply: str, options: dict[str, str]) -> str | None:
+    """The option whose text the reply gives as its answer: the whole answer, or the only option text
+    named in it (an option text contained in a longer named one does not count separately)."""
+    answer = strip_markdown(after_last_answer_tag(reply)).strip().strip(".").lower()
+    if not answer:
+        return None
+    for letter, text in options.items():
+        if answer == text.strip().strip(".").lower():
+            return letter
+    # Very short option texts ("i", "ii", "5") are only taken as the whole answer, never found in prose.
+    named = {letter: text.strip().lower() for letter, text in options.items() if len(text.strip()) >= 4
+             and re.search(rf"(?<!\w){re.escape(text.strip().lower())}(?!\w)", answer)}
+    named = {k: t for k, t in named.items() if not any(t != o and t in o for o in named.values())}
+    return next(iter(named)) if len(named) == 1 else None
+
+
+# --- Emotion recognition: EmoBench EU ------------------------------------------------------------
+
+def read_emobench(path: Path, lang: str) -> list[Item]:
+    """The records of one language (or all); id = '<language>:<qid>', gold = the option letters."""
+    items, seen = [], set()
+    for line, rec in read_jsonl(path):
+        language = str(rec.get("language", ""))
+        if lang != "all" and language != lang:
+            continue
+        for k in ("scenario", "subject", "emotion_choices", "cause_choices"):
+            if k not in rec:
+                raise DataError(path, f"missing field '{k}'", line)
+        if not all(isinstance(c, list) and c and all(isinstance(x, str) for x in c)
+                   for c in (rec["emotion_choices"], rec["cause_choices"])):
+            raise DataError(path, "emotion_choices and cause_choices must be lists of texts", line)
+        item_id = f"{language}:{rec.get('qid')}"
+        if item_id in seen:
+            raise DataError(path, f"duplicate qid {rec.get('qid')!r} for language {language!r}", line)
+        seen.add(item_id)
+        target = {}
+        for part in ("emotion", "cause"):
+            choices, label = rec[f"{part}_choices"], rec.get(f"{part}_label")
+            target[part] = LETTERS[choices.index(label)] if label in choices else None
+        items.append(Item(item_id, {k: rec[k] for k in ("scenario", "subject", "emotion_choices", "cause_choices")},
+                          target=target, meta={"category": str(rec.get("coarse_category", "")),
+                                               "lang": language}))
+    return items
+
+
+_EMO_KEYS = {"emotion": ("answer_q1", "q1", "emotion", "emotion_answer"),
+             "cause": ("answer_q2", "q2", "cause", "cause_answer")}
+
+
+def parse_emotion_cause(reply: str) -> tuple[str | None, str | None]:
+    """Emotion and cause letters from a JSON object ({"answer_q1": "B", "answer_q2": "C"}), 'Q1: B' /
+    'Emotion: B' lines, or a compact 'Answer: B/C' (also 'B, C')."""
+    out: dict[str, str | None] = {"emotion": None, "cause": None}
+    obj = extract_json_object(reply)
+    if obj is not None:
+        for part, keys in _EMO_KEYS.items():
+            for k in keys:
+                v = obj.get(k)
+                if isinstance(v, str):
+                    m = re.match(r"\s*\(?([A-Za-z])(?![A-Za-z])", v)  # "B", "(b)", "B) Hurt"
+                    out[part] = m.group(1).upper() if m else None
+                    break
+    clean = strip_markdown(reply)
+    for part, pat in (("emotion", r"(?:q(?:uestion)?\s*1|emotion)"), ("cause", r"(?:q(?:uestion)?\s*2|cause)")):
+        if out[part] is None:
+            hits = re.findall(rf"(?im)^\s*{pat}\s*[:.)\-]\s*\(?([A-Z])\)?(?![A-Za-z])", clean)
+            out[part] = hits[-1].upper() if hits else None
+    if out["emotion"] is None and out["cause"] is None:
+        m = re.search(r"(?i)answer\s*[:\-]\s*\(?([A-Z])\)?\s*[/,;&]\s*(?:and\s+)?\(?([A-Z])\)?(?![A-Za-z])", clean)
+        if m:
+            out = {"emotion": m.group(1).upper(), "cause": m.group(2).upper()}
+    return out["emotion"], out["cause"]
+
+
+# --- Emotional support: ESConv -------------------------------------------------------------------
+
+CONTEXT_TURNS = 6
+TURNS_PER_DIALOGUE = 2
+
+
+def pick_turns(candidates: list[int], seed: int, dialogue: int, k: int = TURNS_PER_DIALOGUE) -> list[int]:
+    """At most k supporter turns of one dialogue, the same for a given (seed, dialogue) on every machine."""
+    rng = random.Random(f"{seed}:{dialogue}")
+    return sorted(rng.sample(candidates, min(k, len(candidates))))
+
+
+def esconv_dialogues(path) -> list[tuple[int, list[dict], dict]]:
+    """(index, turns, record) for every dialogue of an ESConv file, its turns checked."""
+    out = []
+    for d, (line, rec) in enumerate(read_jsonl(path)):
+        dialog = rec.get("dialog")
+        if not isinstance(dialog, list) or not all(
+                isinstance(t, dict) and t.get("speaker") in ("usr", "sys") and isinstance(t.get("text"), str)
+                for t in dialog):
+            raise DataError(path, "'dialog' must be a list of {text, speaker: usr|sys} turns", line)
+        out.append((d, dialog, rec))
+    return out
+
+
+def esconv_item(item_id: str, dialog: list[dict], rec: dict, d: Any, t: int, window: int) -> Item:
+    """Supporter turn t of a dialogue as an item: the `window` turns before it are the context."""
+    speakers = {"usr": "seeker", "sys": "supporter"}
+    context = [{"speaker": speakers[x["speaker"]], "text": x["text"]} for x in dialog[max(0, t - window):t]]
+    return Item(item_id, {"context": context}, target=dialog[t]["text"],
+                meta={"dialogue": d, "turn": t, "strategy": dialog[t].get("strategy", ""),
+                      "problem_type": rec.get("problem_type", "")})
+
+
+# --- Psychological intervention: CPsyCounE -------------------------------------------------------
+
+CLIENT, COUNSELLOR = "求助者", "支持者"
+_SPEAKER = re.compile(rf"^\s*({CLIENT}|{COUNSELLOR})\s*[:：]\s*", re.DOTALL)
+
+
+def cpsycoune_files(data: DataSource) -> list[str]:
+    """Every cpsycoune/<topic>/<n>.json in the data dir, in a natural order."""
+    root = data.path("cpsycoune")
+    if not root.is_dir():
+        return []
+    found = [p.relative_to(data.root).as_posix() for p in root.glob("*/*.json") if p.is_file()]
+    # Numeric order inside a topic (2.json before 10.json) keeps item order natural.
+    return sorted(found, key=lambda f: (f.split("/")[1], int(re.sub(r"\D", "", f.split("/")[2]) or 0), f))
+
+
+def read_cpsycoune(data: DataSource, files: list[str]) -> list[Item]:
+    """An item at every client turn of every dialogue: the history up to it; id = '<topic>/<n>:<index>'."""
+    items = []
+    for rel in files:
+        path = data.path(rel)
+        turns = read_json(path)
+        if not isinstance(turns, list) or not all(isinstance(u, str) for u in turns):
+            raise DataError(path, "expected a JSON list of utterances")
+        history = []
+        for i, u in enumerate(turns):
+            m = _SPEAKER.match(u)
+            if not m:
+                raise DataError(path, f"utterance {i} does not start with {CLIENT}： or {COUNSELLOR}：")
+            speaker = "client" if m.group(1) == CLIENT else "counsellor"
+            history.append({"speaker": speaker, "text": u[m.end():].strip()})
+            if speaker == "client":
+                dialogue = rel.removeprefix("cpsycoune/").removesuffix(".json")
+                items.append(Item(f"{dialogue}:{i}", {"history": list(history)},
+                                  meta={"dialogue": dialogue, "topic": dialogue.split("/")[0]}))
+    return items
