@@ -443,21 +443,9 @@ def test_ctrl_c_stops_at_the_current_step_exits_130_and_the_run_resumes(tiny_mod
     presser = threading.Thread(target=press, daemon=True)
     presser.start()
     t0 = time.monotonic()
-    import sys
-    old = sys.argv
-    sys.argv = ["trustmh", "run", "-m", f"hf/{tiny_model}", "-t", "privacy.awareness_tier1", "--limit", "3",
-                "--max-tokens", "200", "--out", str(tmp_path / "run"), "--no-progress", "--suite", "sample"]
-    from trustmh import cli as trustmh_cli
-    try:
-        trustmh_cli.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = old
+    code, err = cli_run(capsys, f"hf/{tiny_model}", tmp_path / "run", "--limit", "3", "--max-tokens", "200")
     elapsed, n_steps = time.monotonic() - t0, len(steps)
     presser.join()
-    err = capsys.readouterr().err
     assert code == 130 and "Traceback" not in err and "interrupted" in err
     assert n_steps < 50 and elapsed < 60  # a whole batch would be 200 steps of 20 ms
     monkeypatch.setattr(hf.HFModel, "__init__", built)

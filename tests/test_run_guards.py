@@ -9,21 +9,10 @@ import sys
 
 import pytest
 
+from test_cli import assert_user_error, cli
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
 
-def cli(*args, cwd=None, env_extra=None, timeout=300):
-    env = dict(os.environ)
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
-
-
-def assert_user_error(proc, *needles):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr + proc.stdout
-    for n in needles:
-        assert n in proc.stderr, proc.stderr
 
 
 KEY = {"OPENAI_API_KEY": "sk-test-guards"}

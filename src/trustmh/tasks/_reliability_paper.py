@@ -11,10 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from ..data.loaders import read_json
-from ..errors import DataError
 from ..types import Item, Sample, Score
-from ._reliability_read import CLIENT, INTERVENTION_CRITERIA, esconv_dialogues, esconv_item
+from ._reliability_read import CLIENT, INTERVENTION_CRITERIA, esconv_dialogues, esconv_item, read_utterances
 from ._shared import SUPPORT_CRITERIA
 from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, no_answer, verdict_values
 
@@ -321,10 +319,7 @@ def paper_cpsycoune_items(data: DataSource, files: list[str]) -> list[Item]:
     notebook's os.listdir order is the file system's; order changes no per-dialogue mean)."""
     items = []
     for rel in files:
-        path = data.path(rel)
-        turns = read_json(path)
-        if not isinstance(turns, list) or not all(isinstance(u, str) for u in turns):
-            raise DataError(path, "expected a JSON list of utterances")
+        turns = read_utterances(data.path(rel))
         dialogue = rel.removeprefix("cpsycoune/").removesuffix(".json")
         items += [Item(f"{dialogue}:{i}", {"history_text": h}, meta={"dialogue": dialogue,
                                                                        "topic": dialogue.split("/")[0]})

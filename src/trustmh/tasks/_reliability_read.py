@@ -167,14 +167,20 @@ def cpsycoune_files(data: DataSource) -> list[str]:
     return sorted(found, key=lambda f: (f.split("/")[1], int(re.sub(r"\D", "", f.split("/")[2]) or 0), f))
 
 
+def read_utterances(path) -> list[str]:
+    """A CPsyCounE dialogue file: a JSON list of utterance strings."""
+    turns = read_json(path)
+    if not isinstance(turns, list) or not all(isinstance(u, str) for u in turns):
+        raise DataError(path, "expected a JSON list of utterances")
+    return turns
+
+
 def read_cpsycoune(data: DataSource, files: list[str]) -> list[Item]:
     """An item at every client turn of every dialogue: the history up to it; id = '<topic>/<n>:<index>'."""
     items = []
     for rel in files:
         path = data.path(rel)
-        turns = read_json(path)
-        if not isinstance(turns, list) or not all(isinstance(u, str) for u in turns):
-            raise DataError(path, "expected a JSON list of utterances")
+        turns = read_utterances(path)
         history = []
         for i, u in enumerate(turns):
             m = _SPEAKER.match(u)
