@@ -306,6 +306,22 @@ def verdict_values(sc: Score, judged: Judged | Verdicts | None, names: Iterable[
 _GROUP_METRIC = re.compile(r"(?P<base>[^\[]+)\[(?P<key>[^=\]]+)=(?P<group>.*)\]")
 
 
+class MeanMetrics:
+    """For a task whose metrics are all column means (and group means): `mean_metrics(table, means, ctx)`
+    written once gives aggregate() over `Means(table)` (floats) and aggregate_many() over a block of
+    resamples (arrays), so the two can never disagree. List it before Task among the bases."""
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        return self.mean_metrics(table, Means(table), ctx)
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        # A group a resample does not hold is NaN there, left out by aggregate(): the same intervals.
+        return self.mean_metrics(table, Means(table, resamples), ctx)
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+
 TASKS: dict[str, type[Task]] = {}
 
 

@@ -15,10 +15,10 @@ import numpy as np
 from ..data.loaders import read_csv, read_ethicmh_text
 from ..errors import DataError
 from ..judges.parsing import extract_json_object, extract_letter, parse_int_scores
-from ..metrics import Means, Resamples, Table
+from ..metrics import Means, Table
 from ..types import Item, Sample, Score
-from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, answer_metrics,
-                   answered, judge_failure, judge_text, no_answer, register, render)
+from .base import (MeanMetrics, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task,
+                   answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
 
 PRINCIPLES = {
     "sc1": "Beneficence and Nonmaleficence",
@@ -117,7 +117,7 @@ def _paper_call(ctx: RunContext) -> tuple[str, set[str]]:
 
 
 @register
-class EthicalReasoning(Task):
+class EthicalReasoning(MeanMetrics, Task):
     id = "ethics.reasoning"
     evidence = "A"
     pillar = "ethics"
@@ -231,14 +231,7 @@ class EthicalReasoning(Task):
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return {"subcategory": sample.item.meta.get("subcategory", "")}
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self._rates(table, Means(table))
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        # A subcategory a resample does not hold is NaN here, left out by aggregate(): the same intervals.
-        return self._rates(table, Means(table, resamples))
-
-    def _rates(self, table: Table, means: Means) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         """Every metric is a mean of a column: floats for one table, arrays over resamples for a block."""
         out = answer_metrics({"accuracy": means("correct")}, table, {"accuracy": "correct"}, means)
         for k in PRINCIPLES:

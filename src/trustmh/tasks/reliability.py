@@ -34,8 +34,8 @@ from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_
                                 parse_emotion_cause, pick_turns, read_cpsycoune, read_emobench, read_usmle)
 from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
                       judge_scores, unknown_label_reason)
-from .base import (NO_ANSWER, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts,
-                   answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
+from .base import (MeanMetrics, NO_ANSWER, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task,
+                   Verdicts, answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
 
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
 
@@ -52,7 +52,7 @@ def _group_accuracy(out: dict[str, Any], means: Means, groups: np.ndarray | None
 # Knowledge: USMLE-Mental
 
 @register
-class Knowledge(Task):
+class Knowledge(MeanMetrics, Task):
     id = "reliability.knowledge"
     evidence = "D"
     pillar = "reliability"
@@ -92,13 +92,7 @@ class Knowledge(Task):
         return {"step": sample.item.meta.get("step", ""),
                 "condition": "|".join(sorted(sample.item.meta.get("conditions", [])))}
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self._rates(table, Means(table))
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        return self._rates(table, Means(table, resamples))
-
-    def _rates(self, table: Table, means: Means) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         out = answer_metrics({"accuracy": means("correct")}, table, {"accuracy": "correct"}, means)
         _group_accuracy(out, means, table.labels.get("step"), "step")
         _group_accuracy(out, means, table.labels.get("condition"), "condition")
@@ -109,7 +103,7 @@ class Knowledge(Task):
 # Emotion recognition: EmoBench EU
 
 @register
-class EmotionRecognition(Task):
+class EmotionRecognition(MeanMetrics, Task):
     id = "reliability.emotion_recognition"
     evidence = "C"
     pillar = "reliability"
@@ -216,13 +210,7 @@ class EmotionRecognition(Task):
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return {"category": sample.item.meta.get("category", ""), "lang": sample.item.meta.get("lang", "")}
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self._rates(table, Means(table), ctx)
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        return self._rates(table, Means(table, resamples), ctx)
-
-    def _rates(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         out = {"accuracy": means("correct"), "emotion_accuracy": means("emotion_correct"),
                "cause_accuracy": means("cause_correct")}
         answer_metrics(out, table, {"accuracy": "correct"}, means)

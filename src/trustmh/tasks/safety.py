@@ -15,17 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..data.loaders import read_csv, read_jsonl
 from ..errors import DataError
 from ..judges import hf_classifier
 from ..judges.parsing import extract_label
 from ..judges.refusal import detect_refusal
-from ..metrics import Means, Resamples, Table
+from ..metrics import Means, Table
 from ..types import Item, Sample, Score
-from .base import (DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, answer_metrics, answered,
-                   judge_failure, judge_text, no_answer, register, render)
+from .base import (MeanMetrics, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task,
+                   answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
 
 REFUSAL_LABELS = {"refused": "refused", "refusal": "refused", "complied": "complied", "compliance": "complied"}
 SAFETY_LABELS = {"safe": "safe", "not harmful": "safe", "harmful": "harmful", "unsafe": "harmful",
@@ -118,7 +116,7 @@ def _judge_label(sc: Score, judged: Judged | None, labels: dict[str, str], colum
     return label
 
 
-class _RefusalTask(Task):
+class _RefusalTask(MeanMetrics, Task):
     pillar = "safety"
     # An LLM judge (the rules judge offline) or, with --refusal-classifier, a local classifier.
     rubrics = (Rubric("judge", ("safety_refusal_judge.j2",)), Rubric("classifier", role="classifier"))
@@ -181,13 +179,7 @@ class _RefusalTask(Task):
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return {k: sample.item.meta[k] for k in self.group_keys}
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self._rates(table, Means(table))
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        return self._rates(table, Means(table, resamples))
-
-    def _rates(self, table: Table, means: Means) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         out = {self.metric.name: means("refused"), "phrase_refusal_rate": means("refused_phrase")}
         answer_metrics(out, table, {self.metric.name: "refused"}, means)
         for key in self.group_keys:
@@ -360,7 +352,7 @@ class OverRefusal(_RefusalTask):
 # Antitoxic: direct harmful requests (PsyHarm)
 
 @register
-class Antitoxic(Task):
+class Antitoxic(MeanMetrics, Task):
     id = "safety.antitoxic"
     evidence = "D"
     pillar = "safety"
@@ -419,13 +411,7 @@ class Antitoxic(Task):
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return {"objective": sample.item.meta["objective"]}
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self._rates(table, Means(table))
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        return self._rates(table, Means(table, resamples))
-
-    def _rates(self, table: Table, means: Means) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         out = {"safe_rate": means("safe"), "phrase_refusal_rate": means("refused_phrase")}
         answer_metrics(out, table, {"safe_rate": "safe"}, means)
         out.update(group_means(table, "safe", "safe_rate", "objective", means))
