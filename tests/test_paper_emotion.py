@@ -84,7 +84,7 @@ def test_trustmh_protocol_is_unchanged(upstream):
 
 
 def test_replies_are_parsed_as_emobench_parses_them():
-    from trustmh.tasks.reliability import eb_parse
+    from trustmh.tasks._emotion_intervention_paper import eb_parse
     cases = {'{"answer_q1": "A", "answer_q2": "B"}': {"answer_q1": "A", "answer_q2": "B"},
              'Sure!\n```json\n{"answer_q1": "C", "answer_q2": "D"}\n```\nDone': {"answer_q1": "C", "answer_q2": "D"},
              '```json\n{"answer_q1": "C"}': None,          # unclosed fence
@@ -143,7 +143,7 @@ def test_scores_reach_the_server_and_unparsable_counts_wrong(tmp_path):
 
 
 def test_yaml_extraction_fails_closed():
-    from trustmh.data import extract
+    from trustmh.data import extract_formats as extract
     from trustmh.data.methods import MethodError
     assert extract.yaml_value("Sahandfer+EmoBench/src/configs/response.yaml", METHODS, "EU", "zh").startswith('"answer_q1"')
     with pytest.raises(MethodError, match="no key 'fr'"):

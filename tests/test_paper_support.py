@@ -84,7 +84,7 @@ def test_support_requests_render_from_the_method_files(upstream):
 
 
 def test_support_judge_split_and_score_parse_follow_the_original():
-    from trustmh.tasks.reliability import es_context_split, es_judge_score
+    from trustmh.tasks._reliability_paper import es_context_split, es_judge_score
     conv = "Seeker: hi\nSupporter: hello\nSeeker: I lost my job\nand my flat\nSupporter: oh no"
     # The last line starting "Seeker:" is the input (only its own line), everything before it the context.
     assert es_context_split(conv) == ("Seeker: hi\nSupporter: hello", "I lost my job")
@@ -324,7 +324,7 @@ def test_diagnosis_drops_rows_without_text_or_label_and_normalises_gold(tmp_path
 
 
 def test_diagnosis_replies_are_read_as_the_original_reads_them():
-    from trustmh.tasks.reliability import paper_swmh_label, paper_swmh_prediction
+    from trustmh.tasks._reliability_paper import paper_swmh_label, paper_swmh_prediction
     cases = {'{"label": "suicidal", "explanation": "x"}': ("suicidal", True),
              'Sure:\n```json\n{"label": "Anxiety"}\n```': ("anxiety", True),
              "depression": ("depression", True),

@@ -1,18 +1,18 @@
-"""The reliability pillar's paper protocol (PAPER_PROTOCOL.md §0.3 D-cls, ES-*; §2 reliability.diagnosis and
-reliability.support): the predecessor's readers of replies and settings, and each task's paper side as a
-mixin its task class in reliability.py inherits. The authors' files are read at run time."""
+"""The paper protocol of reliability.diagnosis and reliability.support (PAPER_PROTOCOL.md §0.3 D-cls, ES-*;
+§2): the predecessor's readers of replies and settings, and each task's paper side as a mixin its task
+class in reliability.py inherits. The authors' files are read at run time. Emotion recognition and
+intervention have theirs in _emotion_intervention_paper.py."""
 
 from __future__ import annotations
 
 import json
 import re
-import string
 from typing import Any
 
 import numpy as np
 
 from ..types import Item, Sample, Score
-from ._reliability_read import CLIENT, INTERVENTION_CRITERIA, esconv_dialogues, esconv_item, read_utterances
+from ._reliability_read import esconv_dialogues, esconv_item
 from ._shared import SUPPORT_CRITERIA
 from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, no_answer, verdict_values
 
@@ -240,88 +240,3 @@ class SupportPaper:
         else:
             sc.unscored.setdefault("overall", "not all four criteria scored")
         return sc
-
-
-# EmoBench's own code (PAPER_PROTOCOL.md §0.3 EB-*; §2 reliability.emotion_recognition), read at run time
-# under --protocol paper.
-EB = "Sahandfer+EmoBench/src"
-EB_PROMPTS, EB_RESPONSE = f"{EB}/configs/prompts.yaml", f"{EB}/configs/response.yaml"
-EB_UTILS, EB_MODEL = f"{EB}/utils.py", f"{EB}/model.py"
-_EB_FENCE = re.compile(r"```json\s*([\s\S]*?)```")
-
-
-def eb_parse(reply: str | None) -> Any:
-    """parse_json_response in EmoBench's utils.py: with a ```json fence, the text of the first closed one
-    (an unclosed fence fails); otherwise the whole reply; then json.loads. None when that fails."""
-    if reply is None:
-        return None
-    if "```json" in reply:
-        m = _EB_FENCE.search(reply)
-        if m is None:
-            return None
-        reply = m.group(1)
-    try:
-        return json.loads(reply)
-    except (ValueError, RecursionError):
-        return None
-
-
-def eb_system(lang: str, ctx: RunContext) -> str:
-    """init_prompt without CoT (main.py's default): sys.<lang> + get_response_format's res_format
-    (a str.format template) with statement = base.<lang> and conditions = EU.<lang>."""
-    from ..data.extract import local_string, yaml_value
-    from ..data.methods import MethodError
-    fmt = local_string(EB_UTILS, ctx.methods_root, "get_response_format", "res_format")
-    if fmt.fields or fmt.segments is None:
-        raise MethodError(f"{fmt.source}: expected a plain string constant")
-    text = fmt.render({})
-    if sorted({n for _, n, _, _ in string.Formatter().parse(text) if n}) != ["conditions", "statement"]:
-        raise MethodError(f"{fmt.source}: placeholders are not {{statement}} and {{conditions}}")
-    return yaml_value(EB_PROMPTS, ctx.methods_root, "sys", lang) + text.format(
-        statement=yaml_value(EB_RESPONSE, ctx.methods_root, "base", lang),
-        conditions=yaml_value(EB_RESPONSE, ctx.methods_root, "EU", lang))
-
-
-# CPsyCoun's notebook (PAPER_PROTOCOL.md §0.3 CP-gen, CP-judge; §2 reliability.intervention), read at run
-# time under --protocol paper.
-CP_NOTEBOOK = "CAS-SIAT-XinHai+CPsyCoun/Code/Turn_Based_Dialogue_Evaluation.ipynb"
-PAPER_INTERVENTION_RUBRIC = Rubric("judge", role="llm", method=CP_NOTEBOOK)
-_NUMBER_LIST = re.compile(r"\[\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,"
-                          r"\s*(-?\d+(?:\.\d+)?)\s*\]")
-
-
-def cp_scores(text: str, criteria: dict[str, int] = INTERVENTION_CRITERIA) -> dict[str, float] | None:
-    """The notebook returns the judge's raw text (its parse is not written; cell 6 assumes four numbers).
-    trustmh's rule: the last bracketed list of four numbers, each within its criterion's range (`criteria`:
-    name -> maximum, in order); else None."""
-    hits = _NUMBER_LIST.findall(text or "")
-    if not hits:
-        return None
-    values = dict(zip(criteria, map(float, hits[-1])))
-    return values if all(0 <= v <= criteria[c] for c, v in values.items()) else None
-
-
-def cp_turn_histories(utterances: list[str]) -> list[tuple[int, str]]:
-    """construct_turn_based_dialogues (cell 3): an utterance containing the client prefix is appended as it
-    is and closes a sample; any other is appended after one space. (utterance index, history) per sample."""
-    out, history = [], ""
-    for i, u in enumerate(utterances):
-        if f"{CLIENT}：" in u:
-            history += u
-            out.append((i, history))
-        else:
-            history += f" {u}"
-    return out
-
-
-def paper_cpsycoune_items(data: DataSource, files: list[str]) -> list[Item]:
-    """The intervention samples as the notebook's cell 3 builds them, in trustmh's sorted file order (the
-    notebook's os.listdir order is the file system's; order changes no per-dialogue mean)."""
-    items = []
-    for rel in files:
-        turns = read_utterances(data.path(rel))
-        dialogue = rel.removeprefix("cpsycoune/").removesuffix(".json")
-        items += [Item(f"{dialogue}:{i}", {"history_text": h}, meta={"dialogue": dialogue,
-                                                                       "topic": dialogue.split("/")[0]})
-                  for i, h in cp_turn_histories(turns)]
-    return items
