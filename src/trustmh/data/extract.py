@@ -168,6 +168,20 @@ def local_string(local: str, root: Path, func: str, var: str, nth: int = 0) -> T
     return Template(src, sha, segments=tuple(segments(values[nth], fn)))
 
 
+def prefix_assignment(local: str, root: Path, func: str, var: str) -> tuple[str, str]:
+    """K2 for `VAR = "<text>" + VAR` inside a function (a text put in front of a local): (its source,
+    the text)."""
+    where = f"{local}#{func}.{var}"
+    fn = _function(_module(local, str(root)), func, where)
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                and n.targets[0].id == var and isinstance(n.value, ast.BinOp) and isinstance(n.value.op, ast.Add) \
+                and isinstance(n.value.left, ast.Constant) and isinstance(n.value.left.value, str) \
+                and isinstance(n.value.right, ast.Name) and n.value.right.id == var:
+            return _source(local, f"{func}.{var}")[0], n.value.left.value
+    raise MethodError(f"{where}: no '{var} = \"<text>\" + {var}' assignment")
+
+
 def returned_string(local: str, root: Path, func: str, nth: int = 0) -> Template:
     """K3: the nth return value of a function, as segments."""
     where = f"{local}#{func}:return"

@@ -139,14 +139,15 @@ class _Collector:
     # --- generation ---------------------------------------------------------------------------------
     def _generation_keys(self) -> list[str]:
         if self.gen_ep is not None:
-            reqs = [generation_request(s, self.spec) for _, s in self.samples]
+            reqs = [generation_request(s, self.spec, self.gen_ep.model.spec) for _, s in self.samples]
             self.requests = reqs
             keys = [self.gen_ep.key(r) for r in reqs]
         else:
             # Re-scoring reads the links the run wrote; only a store written before links existed has to
             # rebuild its generation requests to find them.
             linked = self.store.generation_links(self.model_id)
-            keys = [linked.get(s.key) or generation_request(s, self.spec).cache_key(self.model_id)
+            keys = [linked.get(s.key)
+                    or generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
                     for _, s in self.samples]
         self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
                               for (_, s), k in zip(self.samples, keys)])

@@ -59,7 +59,7 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
 
 def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, model_id: str, judge_id: str | None,
               store: Store | None, seen: set[str]) -> PlanRow:
-    reqs = [generation_request(s, spec) for s in p.samples]
+    reqs = [generation_request(s, spec, model_spec) for s in p.samples]
     keys = [r.cache_key(model_id) for r in reqs]
     stored = store.ok_keys(keys) if store is not None else set()
     row = PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0)

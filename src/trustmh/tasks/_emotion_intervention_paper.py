@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import string
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -63,12 +64,23 @@ class EmotionRecognitionPaper:
                         MethodTemplate("EB-EU", EB_PROMPTS, "EU.<lang>"),
                         MethodTemplate("EB-resp", EB_RESPONSE, "base.<lang>,EU.<lang>"),
                         MethodTemplate("EB-resfmt", EB_UTILS, "get_response_format.res_format"),
-                        MethodTemplate("EB-set", EB_MODEL, "LLM.load_model:ChatOpenAI()"))
+                        MethodTemplate("EB-set", EB_MODEL, "LLM.load_model:ChatOpenAI()"),
+                        MethodTemplate("EB-qwen", EB_MODEL, "LLM.init_prompt.sys_prompt"))
+
+    def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
+        """Under the paper protocol, EB-qwen: init_prompt (CoT off, as main.py runs it) puts a text in front
+        of the system prompt when "qwen" is in the tested model's name; the request for each model applies
+        it (Sample.model_prefix), so a Qwen model gets what EmoBench would send it."""
+        out = super().samples(item, ctx)  # type: ignore[misc]
+        if ctx.protocol != "paper":
+            return out
+        from ..data.extract import prefix_assignment
+        _, text = prefix_assignment(EB_MODEL, ctx.methods_root, "LLM.init_prompt", "sys_prompt")
+        return [replace(s, model_prefix=("qwen", text)) for s in out]
 
     def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         # generate_responses: EU.<lang>.format with the choices as rank_choices renders them ("A) text"
-        # per line), after init_prompt's system message. EB-qwen's "/no_think" prefix is keyed on the
-        # tested model's name, which a request here does not know: it is not sent (README).
+        # per line), after init_prompt's system message (EB-qwen's prefix is added per model: samples()).
         from ..data.extract_formats import yaml_value
         x = item.input
         lang = item.meta["lang"]
