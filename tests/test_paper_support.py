@@ -113,27 +113,59 @@ def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upst
                         tasks="reliability.support", limit=3, protocol="paper")
         _, res, calls = run_quiet(spec, tmp_path / "run")
         sent = srv.requests
-    assert calls == {"openai/m": 3, "judge": 12}
+    # Helpfulness never parses: asked 3 times per sample (max_retries=3 in judge.py), the others once.
+    assert calls == {"openai/m": 3, "judge": 3 * 3 + 3 * 3}
     gen = [b for b in sent if b["model"] == "m"]
     judge = [b for b in sent if b["model"] == "j"]
-    assert len(gen) == 3 and len(judge) == 12
+    assert len(gen) == 3 and len(judge) == 18
     assert all({k: v for k, v in b.items() if k not in ("model", "messages")} == {"temperature": 0.0, "max_tokens": 512}
                for b in gen)
     assert all({k: v for k, v in b.items() if k not in ("model", "messages")} == {"temperature": 0.0, "max_tokens": 50}
                for b in judge)
     assert all(len(b["messages"]) == 1 and b["messages"][0]["role"] == "user" for b in sent)
-    # Each criterion judged once per sample; the reply is sent stripped.
+    # Each criterion judged once per sample, Helpfulness three times with the same message; the reply is
+    # sent stripped.
     for c in CRITERIA:
-        assert sum(f"**{c}**" in b["messages"][0]["content"] for b in judge) == 3
+        asked = [b["messages"][0]["content"] for b in judge if f"**{c}**" in b["messages"][0]["content"]]
+        assert len(asked) == (9 if c == "Helpfulness" else 3) and len(set(asked)) == 3
     assert all("Model's Response: I am here for you.\n" in b["messages"][0]["content"] for b in judge)
     t = res.models["openai/m"].tasks["reliability.support"]
     assert t.protocol == "paper" and t.evidence == "B"
     m = {k: v.value for k, v in t.metrics.items()}
     assert m["fluency"] == 4.0 and m["professionalism"] == 3.5 and m["empathy"] == 2.0
     assert m["helpfulness"] is None or math.isnan(m["helpfulness"])
-    # Helpfulness never parsed: dropped from its mean and counted, never read as 0.
+    # Helpfulness never parsed, in 3 tries: dropped from its mean and counted, never read as 0.
     assert t.n_judge_failed == 3
     assert {d["id"] for d in t.templates} >= {"ES-turn", "ES-gen", "ES-judge", "ES-set"}
+
+
+def test_support_judge_is_reasked_until_a_score_parses_and_resume_pays_nothing(upstream, tmp_path):
+    """The first Empathy answer per sample holds no score, the second does: two calls, the second's score
+    counts; a rerun on the same directory makes no call (every attempt is stored)."""
+    asked: dict[str, int] = {}
+
+    def reply(body):
+        text = body["messages"][-1]["content"]
+        if not text.startswith("# System"):
+            return "I hear you."
+        if "**Empathy**" in text:
+            asked[text] = asked.get(text, 0) + 1
+            return "I cannot rate this." if asked[text] == 1 else "4"
+        return "3"
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, judge="openai/j",
+                        judge_base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
+                        tasks="reliability.support", limit=2, protocol="paper")
+        _, res, calls = run_quiet(spec, tmp_path / "run")
+        assert calls == {"openai/m": 2, "judge": 2 * 3 + 2 * 2}
+        assert sorted(asked.values()) == [2, 2]
+        _, again, calls2 = run_quiet(spec, tmp_path / "run")
+        assert calls2 == {"openai/m": 0, "judge": 0}
+    for r in (res, again):
+        t = r.models["openai/m"].tasks["reliability.support"]
+        assert t.metrics["empathy"].value == 4.0 and t.metrics["fluency"].value == 3.0
+        assert t.n_judge_failed == 0 and t.value == (3 + 3 + 4 + 3) / 4
 
 
 # --- sycophancy --------------------------------------------------------------------------------------

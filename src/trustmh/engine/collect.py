@@ -231,18 +231,22 @@ class _Collector:
         queue = self.queues[role]
         while (job := await queue.get()) is not None:
             sample, rubric, messages, exact = job
-            req = judge_request(sample, messages, self.spec, rubric.name, exact)
-            key = ep.key(req)
-            link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint, key,
-                    rubric.version)
-            cached: Response | None = self.store.get_call(key) if ep.model.cacheable else None
-            if cached is None or not cached.ok:
-                self.writer.link([link])  # committed with the reply below (or the next commit)
-                resp = await ep.call(req, key)
+            for attempt in range(1, rubric.attempts + 1):
+                req = judge_request(sample, messages, self.spec, rubric.name, exact, attempt)
+                key = ep.key(req)
+                # The link names the latest attempt: scoring reads the verdict that parsed, or the last.
+                self.writer.link([(self.model_id, sample.task, sample.item.id, sample.variant, rubric.name,
+                                   ep.model.endpoint, key, rubric.version)])  # committed with a reply
+                resp: Response | None = self.store.get_call(key) if ep.model.cacheable else None
+                if resp is None or not resp.ok:
+                    resp = await ep.call(req, key)
                 if not resp.ok:
                     self.n[f"judge_errors:{role}"] += 1
-            else:
-                self.writer.link([link])
+                    break
+                if rubric.parses is None or rubric.parses(resp.text or ""):
+                    break
+                if attempt < rubric.attempts:
+                    self.n[f"judge_reasked:{role}"] += 1
             self.n[f"judge_done:{role}"] += 1
 
     # --- progress -----------------------------------------------------------------------------------

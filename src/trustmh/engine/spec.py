@@ -153,12 +153,13 @@ def _for_model(sample: Sample, model: str) -> list[dict[str, str]]:
 
 
 def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec, rubric: str = "judge",
-                  exact_params: dict[str, Any] | None = None) -> Request:
+                  exact_params: dict[str, Any] | None = None, attempt: int = 1) -> Request:
     """A judge call. A sample's first rubric keeps the plain "judge" purpose (so judgements stored before
-    rubrics had names still answer); every other rubric is a distinct request even with equal messages.
+    rubrics had names still answer); every other rubric is a distinct request even with equal messages, and
+    so is every re-ask of a verdict that did not parse (`attempt` 2, 3...: same messages, another key).
     `exact_params` (the paper's settings) are sent as they are, with nothing added."""
     params = dict(exact_params) if exact_params is not None else dict(JUDGE_PARAMS, seed=spec.seed)
-    purpose = "judge" if rubric == "judge" else f"judge:{rubric}"
+    purpose = ("judge" if rubric == "judge" else f"judge:{rubric}") + (f"#{attempt}" if attempt > 1 else "")
     return Request(messages, params, sample.request_task or sample.task, sample.item.id, sample.variant, purpose,
                    None)
 

@@ -26,7 +26,7 @@ from ..types import Item, Sample, Score
 # The paper's side of each task.
 from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
                                           paper_cpsycoune_items)
-from ._reliability_paper import PAPER_SUPPORT_RUBRICS, PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_swmh_label
+from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
 # Reading the datasets and the replies (re-exported: tests import some of these here).
 from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS,  # noqa: F401
                                 cpsycoune_files, esconv_dialogues, esconv_item, option_from_text,
@@ -318,7 +318,7 @@ class Support(SupportPaper, Task):
         return str(sample.item.meta["dialogue"])
 
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return PAPER_SUPPORT_RUBRICS if ctx.protocol == "paper" else self.rubrics
+        return paper_support_rubrics(ctx) if ctx.protocol == "paper" else self.rubrics
 
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         if ctx.protocol != "paper":
