@@ -43,7 +43,10 @@ def test_privacy_requests_render_from_the_method_files(upstream, task_id):
 
 
 def test_paper_requests_reach_the_server_exactly(upstream, tmp_path):
-    with FakeLLMServer(reply=lambda body: "Answer: 2") as srv:
+    def reply(body):  # a rating each tier parses (else the paper's protocol asks again)
+        return "Answer: 50" if "-100)" in body["messages"][0]["content"] else "Answer: 2"
+
+    with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
                         tasks="privacy.awareness_tier1,privacy.awareness_tier2a", limit=3, protocol="paper")
         _, res, _ = run_quiet(spec, tmp_path / "run")

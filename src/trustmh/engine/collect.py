@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from ..models import make_model
 from ..models.replay import ReplayModel
 from ..store import Store
 from ..tasks import RunContext, Task
-from ..types import Response, Sample
+from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
 from . import identity
 from .identity import model_ref
@@ -135,6 +136,10 @@ class _Collector:
         # Judgements this judge already made successfully (re-scoring only: a run always renders anew).
         self.judged = {role: store.linked_keys(self.model_id, ep.model.endpoint)
                        for role, ep in judges.endpoints.items()} if gen_ep is None else {}
+        # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
+        # Not for replay files and baselines: the same request gets the same reply again.
+        self.reasks = {t.id: r for t in {t.id: t for t, _ in samples}.values() if (r := t.reask(ctx)) is not None} \
+            if gen_ep is not None and gen_ep.model.cacheable else {}
 
     # --- generation ---------------------------------------------------------------------------------
     def _generation_keys(self) -> list[str]:
@@ -149,8 +154,10 @@ class _Collector:
             keys = [linked.get(s.key)
                     or generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
                     for _, s in self.samples]
+        # (A re-score writes only the links a store from before links lacked: the others may name a re-ask.)
         self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
-                              for (_, s), k in zip(self.samples, keys)])
+                              for (_, s), k in zip(self.samples, keys)
+                              if self.gen_ep is not None or s.key not in linked])
         return keys
 
     async def run(self) -> None:
@@ -171,6 +178,9 @@ class _Collector:
                     resp = await gen_ep.call(self.requests[i], key)
                     if resp.ok and cacheable:
                         done.add(key)  # a later sample with the same request reads it instead of paying again
+                reask = self.reasks.get(task.id)
+                if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
+                    resp = await self._reask(sample, self.requests[i], reask)
                 self.n["gen"] += 1
                 if resp is None or not resp.ok:
                     self.n["gen_errors"] += 1
@@ -205,6 +215,26 @@ class _Collector:
             self.events(PhaseDone("generate", self.label))
             for ep in self.judges.endpoints.values():
                 self.events(PhaseDone("judge", f"judge {ep.model.spec}"))
+
+    async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
+        """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
+        is the same request under purpose generate#k, stored like any call; the generation link moves to
+        the latest attempt, its version saying which ("asked k")."""
+        attempts, parses = reask
+        assert self.gen_ep is not None
+        resp: Response | None = None
+        for k in range(2, attempts + 1):
+            req = dataclasses.replace(first, purpose=f"generate#{k}")
+            key = self.gen_ep.key(req)
+            self.writer.link([(self.model_id, sample.task, sample.item.id, sample.variant, "", "", key, f"asked {k}")])
+            resp = self.store.get_call(key) if self.gen_ep.model.cacheable else None
+            if resp is None or not resp.ok:
+                resp = await self.gen_ep.call(req, key)
+            self.n["gen_reasked"] += 1
+            if not resp.ok or parses(resp.text or ""):
+                break
+        assert resp is not None
+        return resp
 
     # --- judgements ---------------------------------------------------------------------------------
     def _queue_judgements(self, task: Task, sample: Sample, reply: str) -> None:

@@ -150,6 +150,12 @@ class Task:
         """The generation settings the paper's code sends (read from its files where the task can)."""
         return dict(self.upstream_gen_params)
 
+    def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
+        """(attempts, parses) where the paper's code asks the tested model again while its reply does not
+        parse (privacy tiers 1 and 2): at most `attempts` calls per sample, each stored; the reply scored is
+        the first that `parses`, else the last, and results count the samples re-asked. None: one call."""
+        return None
+
     def perturb(self, item: Item, edit: "Callable[[str], str]") -> Item:
         """A copy of `item` with `edit` applied to the person's own words only (never to instructions,
         options or labels). Tasks that robustness or fairness variants build on implement it."""

@@ -77,6 +77,15 @@ class _Awareness(Task):
     def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
         return paper_settings(self.code, ctx)
 
+    # model_inference re-asks until a reply parses, with no limit (at T=1 it ends; at T=0 it might not).
+    PAPER_ATTEMPTS = 5
+
+    def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
+        if ctx.protocol != "paper":
+            return None
+        return self.PAPER_ATTEMPTS, lambda reply: upstream_parse_rating(reply, self.phrases, set(self.allowed)) \
+            is not None
+
     def choices(self, item: Item) -> tuple[str, ...]:
         # `allowed` lists the most privacy-protective rating first; the counselor baseline picks it.
         return tuple(str(v) for v in self.allowed)
