@@ -37,6 +37,9 @@ def _model_urls(models: list[str], base_urls: list[str]) -> tuple[list[str], dic
     return specs, own, base_urls[0] if base_urls else None
 
 
+_MAX_FAILED_HELP = "Exit 2 when more than this share of a task's samples failed with API errors (0 to 1)."
+
+
 @app.command("run")
 def run_cmd(
     model: list[str] = typer.Option(["baseline/counselor"], "--model", "-m",
@@ -76,8 +79,7 @@ def run_cmd(
                                            "replaced), or whose local (hf/) model files have changed since."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
     fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
-    max_failed: float = typer.Option(0.05, "--max-failed", help="Exit 2 when more than this share of a task's "
-                                                               "samples failed with API errors (0 to 1)."),
+    max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
     lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
     perturbations: Optional[str] = typer.Option(
         None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence, "
@@ -109,8 +111,7 @@ def run_cmd(
     from ..engine import RunSpec, run
     from ..executors import make_executor
     from ..models import split_spec
-    if not 0 <= max_failed <= 1:
-        raise UserError("--max-failed must be between 0 and 1")
+    _check_share(max_failed)
     if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
         raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
@@ -188,6 +189,11 @@ def run_cmd(
     _failed_exit(results, fail_on_error, max_failed)
 
 
+def _check_share(max_failed: float) -> None:
+    if not 0 <= max_failed <= 1:
+        raise UserError("--max-failed must be between 0 and 1")
+
+
 def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
     """Samples that failed are named by error kind. Exit 1 on any with --fail-on-error; otherwise exit 2
     when a task lost more than `max_failed` of its samples: its value rests on too little to be read."""
@@ -229,9 +235,13 @@ def score_cmd(
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Write the re-scored run to this new folder (a copy "
                                                               "of the store) and leave RUN_DIR as it is."),
+    fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
 ) -> None:
-    """Re-judge and re-score a run's saved responses; the tested model is never called."""
+    """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
+    as `run`'s does, whether too many samples failed."""
     _load_plugins(include)
+    _check_share(max_failed)
     from ..engine import load_spec, run
     from ..models import split_spec
     spec = load_spec(run_dir)
@@ -252,6 +262,7 @@ def score_cmd(
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
+    _failed_exit(results, fail_on_error, max_failed)
 
 
 @app.command("validate-judge")
