@@ -4,9 +4,11 @@ mixin its task class in reliability.py inherits. The authors' files are read at 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import string
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -129,9 +131,16 @@ def es_context_split(conversation: str, marker: str = "Seeker:") -> tuple[str, s
 
 def _es_defaults(ctx: RunContext) -> dict[str, Any]:
     """main.py's argparse defaults: context window, per-dialogue limit, temperature, max_tokens."""
+    return dict(_es_defaults_in(str(ctx.methods_root)))
+
+
+@functools.lru_cache(maxsize=4)
+def _es_defaults_in(root: str) -> dict[str, Any]:
+    # Read once per methods dir: every sample's settings come from here, and reading them walks the whole
+    # of main.py (about 14 ms a sample otherwise). A failure is not cached.
     from ..data.extract import argparse_defaults
     from ..data.methods import MethodError
-    d = argparse_defaults(ES_MAIN, ctx.methods_root)
+    d = argparse_defaults(ES_MAIN, Path(root))
     keys = ("context_window", "per_dialog_limit", "temperature", "max_tokens")
     if not all(isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool) for k in keys):
         raise MethodError(f"{ES_MAIN}: expected numeric defaults for {keys}, found {d}")
