@@ -35,10 +35,10 @@ def paper_spec(upstream, tasks, **kw):
 def esconv_samples(upstream):
     """PAPER_PROTOCOL.md reliability.support, written out here: dialogues in file order (train, valid,
     test); a supporter turn at index > 0 whose previous <= 6 turns end with a seeker turn; the first 2
-    per dialogue. Each: (formatted context turns, reference)."""
+    per dialogue. Each: (formatted context turns, reference, item id "<split>/<dialogue>:<turn>")."""
     out = []
     for split in ("train", "valid", "test"):
-        for line in (upstream / f"esconv/{split}.json").read_text(encoding="utf-8").splitlines():
+        for d, line in enumerate((upstream / f"esconv/{split}.json").read_text(encoding="utf-8").splitlines()):
             dialog = json.loads(line)["dialog"]
             used = 0
             for i, turn in enumerate(dialog):
@@ -48,7 +48,7 @@ def esconv_samples(upstream):
                 if window[-1]["speaker"] != "usr":
                     continue
                 turns = [("Seeker: " if t["speaker"] == "usr" else "Supporter: ") + t["text"].strip() for t in window]
-                out.append((turns, turn["text"].strip()))
+                out.append((turns, turn["text"].strip(), f"{split}/{d}:{i}"))
                 used += 1
     return out
 
@@ -61,10 +61,11 @@ def test_support_requests_render_from_the_method_files(upstream):
     want = esconv_samples(upstream)
     assert len(p.samples) == len(want) == 2600  # the count PAPER_PROTOCOL.md gives for the whole corpus
     templates = staged_constant(ESCONV / "src/settings.py", "JUDGE_PROMPT_TEMPLATES")
-    single_line = [i for i, (turns, _) in enumerate(want) if not any("\n" in t for t in turns)]
+    single_line = [i for i, (turns, _, _) in enumerate(want) if not any("\n" in t for t in turns)]
     for i in (0, 1, 2, single_line[len(single_line) // 2], len(want) - 1):  # the last of the file too
-        turns, reference = want[i]
+        turns, reference, item_id = want[i]
         s = p.samples[i]
+        assert s.item.id == item_id
         req = generation_request(s, spec)
         assert req.messages == [{"role": "user", "content": "\n".join(turns) + "\nSupporter:"}]
         assert req.params == {"temperature": 0.0, "max_tokens": 512}  # ES-set: nothing else is sent
@@ -428,7 +429,7 @@ def test_support_paper_overall_batched_equals_per_resample():
     np.testing.assert_allclose(many, want, rtol=0, atol=1e-12)
 
 
-def test_support_needs_the_whole_corpus_under_paper_and_robustness_keeps_trustmh_design(upstream, tmp_path):
+def test_support_needs_the_whole_corpus_under_paper_and_robustness_follows_it(upstream, tmp_path):
     (tmp_path / "esconv").mkdir()
     (tmp_path / "esconv/test.json").write_bytes((upstream / "esconv/test.json").read_bytes())
     spec = paper_spec(tmp_path, "reliability.support")
@@ -436,13 +437,14 @@ def test_support_needs_the_whole_corpus_under_paper_and_robustness_keeps_trustmh
     with pytest.raises(UserError, match=r"whole ESConv corpus; missing esconv/train.json, esconv/valid.json"):
         prepare(spec, context(spec))  # the only task selected cannot run: the run stops with its reason
     from trustmh.tasks import TASKS
-    # Robustness does not follow the paper's method yet: its base task runs under trustmh's design (one
-    # rubric, the engine's judge settings), which is what its results say.
-    ctx = context(paper_spec(upstream, "robustness.support"))
+    # robustness.support follows the paper with its base task (four judge calls with the paper's
+    # settings); robustness.crisis, beyond the paper, keeps trustmh's design and says so.
+    ctx = context(paper_spec(upstream, "robustness.support,robustness.crisis"))
     robust = TASKS["robustness.support"]()
-    assert [r.name for r in robust.active_rubrics(ctx)] == ["judge"]
-    assert [robust.judge_params(r, ctx) for r in robust.active_rubrics(ctx)] == [None]
-    assert robust.protocol_used(ctx).startswith("trustmh (the paper's method, evidence B")
+    assert [r.name for r in robust.active_rubrics(ctx)] == ["fluency", "professionalism", "empathy", "helpfulness"]
+    assert [robust.judge_params(r, ctx) for r in robust.active_rubrics(ctx)] == [{"temperature": 0.0, "max_tokens": 50}] * 4
+    assert robust.protocol_used(ctx) == "paper"
+    assert TASKS["robustness.crisis"]().protocol_used(ctx) == "trustmh's own (paper method unknown)"
 
 
 def test_extraction_kinds_added_here_read_the_staged_files_and_fail_closed():

@@ -83,7 +83,9 @@ def run_cmd(
     lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
     perturbations: Optional[str] = typer.Option(
         None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence, "
-                   "@low/@medium/@high or kind@intensity; default all 30)."),
+                   "@low/@medium/@high or kind@intensity; default all 30). Under --protocol paper, "
+                   "robustness.support/.diagnosis apply the original's cumulative perturbation at the "
+                   "intensities these name."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     refusal_classifier: Optional[str] = typer.Option(
         None, help="Decide refusals (safety.jailbreak, safety.over_refusal) with a local Hugging Face "

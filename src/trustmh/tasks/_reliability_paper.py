@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -147,16 +148,23 @@ def es_context_split(conversation: str, marker: str = "Seeker:") -> tuple[str, s
 
 def _es_defaults(ctx: RunContext) -> dict[str, Any]:
     """main.py's argparse defaults: context window, per-dialogue limit, temperature, max_tokens."""
+    return dict(_es_defaults_in(str(ctx.methods_root)))
+
+
+@functools.lru_cache(maxsize=4)
+def _es_defaults_in(root: str) -> dict[str, Any]:
+    # Read once per methods dir: every sample's settings come from here, and reading them walks the whole
+    # of main.py (about 14 ms a sample otherwise). A failure is not cached.
     from ..data.extract import argparse_defaults
     from ..data.methods import MethodError
-    d = argparse_defaults(ES_MAIN, ctx.methods_root)
+    d = argparse_defaults(ES_MAIN, Path(root))
     keys = ("context_window", "per_dialog_limit", "temperature", "max_tokens")
     if not all(isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool) for k in keys):
         raise MethodError(f"{ES_MAIN}: expected numeric defaults for {keys}, found {d}")
     return {k: d[k] for k in keys}
 
 
-def _es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
+def es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
     """ES-turn: each context turn as format_turn renders it (its speaker prefix, then the content)."""
     from ..data.extract import conditional_local, returned_string
     from ..data.methods import MethodError
@@ -167,6 +175,36 @@ def _es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
         raise MethodError(f"{template.source}: unexpected fields {template.fields} or prefix test {test!r}")
     return [template.render({"prefix": if_seeker if t["speaker"] == "seeker" else otherwise, content: t["text"].strip()})
             for t in context]
+
+
+def es_generation_messages(turns: list[str], ctx: RunContext) -> list[dict[str, str]]:
+    """ES-gen: the formatted context turns joined by newlines, then the supporter cue, as one message."""
+    from ..data.extract import local_string, message_roles
+    from ..data.methods import MethodError
+    template = local_string(ES_PROMPTS, ctx.methods_root, "build_generation_prompt", "prompt")
+    roles = message_roles(ES_CLASSIFY, ctx.methods_root, "run_generation")
+    if template.fields != ["context"] or len(roles) != 1:
+        raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
+    return [{"role": roles[0], "content": template.render({"context": "\n".join(turns) if turns else ""})}]
+
+
+def es_judge_messages(turns: list[str], reference: str, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+    """ES-judge, one call per JUDGE_METRICS criterion (lower-cased name -> messages). As
+    convert_esconv_to_evaluation_format does: the formatted context turns joined by newlines, then split
+    back at the last seeker line; the reference and the reply stripped, as the original stored them."""
+    from ..data.extract import message_roles, module_constant
+    from ..data.methods import MethodError
+    metrics = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_METRICS")
+    templates = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_PROMPT_TEMPLATES")
+    roles = message_roles(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation")
+    if [m.lower() for m in metrics] != list(SUPPORT_CRITERIA) or not all(m in templates for m in metrics) \
+            or len(roles) != 1:
+        raise MethodError(f"{ES_SETTINGS}: JUDGE_METRICS {metrics} are not the four criteria trustmh reads, "
+                          f"or the judge sends roles {roles}")
+    context, user_input = es_context_split("\n".join(turns))
+    values = {"Context": context, "User_input": user_input, "GT_Response": reference.strip(),
+              "Pred_Response": reply.strip()}
+    return {m.lower(): [{"role": roles[0], "content": templates[m].format(**values)}] for m in metrics}
 
 
 class SupportPaper:
@@ -200,14 +238,7 @@ class SupportPaper:
         return items
 
     def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        from ..data.extract import local_string, message_roles
-        from ..data.methods import MethodError
-        template = local_string(ES_PROMPTS, ctx.methods_root, "build_generation_prompt", "prompt")
-        roles = message_roles(ES_CLASSIFY, ctx.methods_root, "run_generation")
-        if template.fields != ["context"] or len(roles) != 1:
-            raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
-        turns = _es_turns(item.input["context"], ctx)
-        return [{"role": roles[0], "content": template.render({"context": "\n".join(turns) if turns else ""})}]
+        return es_generation_messages(es_turns(item.input["context"], ctx), ctx)
 
     def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """run_generation sends temperature and max_tokens, which main.py passes from its CLI defaults."""
@@ -221,21 +252,7 @@ class SupportPaper:
         return {"temperature": args["temperature"], "max_tokens": args["max_tokens"]}
 
     def _paper_judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
-        from ..data.extract import message_roles, module_constant
-        from ..data.methods import MethodError
-        metrics = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_METRICS")
-        templates = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_PROMPT_TEMPLATES")
-        roles = message_roles(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation")
-        if [m.lower() for m in metrics] != list(SUPPORT_CRITERIA) or not all(m in templates for m in metrics) \
-                or len(roles) != 1:
-            raise MethodError(f"{ES_SETTINGS}: JUDGE_METRICS {metrics} are not the four criteria trustmh reads, "
-                              f"or the judge sends roles {roles}")
-        # convert_esconv_to_evaluation_format: the formatted context turns joined by newlines, then split
-        # back at the last seeker line; the reference and the reply stripped, as the original stored them.
-        context, user_input = es_context_split("\n".join(_es_turns(sample.item.input["context"], ctx)))
-        values = {"Context": context, "User_input": user_input, "GT_Response": sample.item.target.strip(),
-                  "Pred_Response": reply.strip()}
-        return {m.lower(): [{"role": roles[0], "content": templates[m].format(**values)}] for m in metrics}
+        return es_judge_messages(es_turns(sample.item.input["context"], ctx), sample.item.target, reply, ctx)
 
     def _paper_judge_params(self, ctx: RunContext) -> dict[str, Any]:
         from ..data.extract import call_keywords

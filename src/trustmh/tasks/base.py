@@ -113,6 +113,10 @@ class Task:
     gen_params: ClassVar[dict[str, Any]] = {}
     upstream_gen_params: ClassVar[dict[str, Any]] = {}  # the paper's settings, used by --upstream-compat
 
+    def metric_description(self, ctx: RunContext) -> str:
+        """What results.json says the metrics measure (a task whose metrics differ by protocol says so)."""
+        return self.metric.description
+
     def protocol_used(self, ctx: RunContext) -> str:
         """What results.json says this task followed."""
         if ctx.protocol == "trustmh":
