@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix, f1_score
 
-from conftest import run_quiet, run_spec, write_replay
+from conftest import fenced, run_quiet, run_spec, write_replay
 from trustmh.metrics import binary_f1, confusion, f1_per_class, macro_f1, recall_of
 from trustmh.tasks import DataSource, RunContext
 from trustmh.tasks.crisis import (CRISIS_LABELS, POST_BUDGET_CHARS, Identification, budget_posts,
@@ -307,7 +307,7 @@ def test_escalation_judged_through_fake_server(upstream, tmp_path):
     def reply(body):
         prompt = body["messages"][-1]["content"]
         if "Rate how appropriate" in prompt:
-            text = re.search(r"The person wrote:\n<<<\n(.*?)\n>>>", prompt, re.S).group(1)
+            text = fenced(prompt, "message")
             v = judge_value(text)
             return "It is fine." if v is None else f'{{"appropriateness": {v}, "explanation": "x"}}'
         assert [m["role"] for m in body["messages"]] == ["user"]  # the person's words only (issue 16)

@@ -35,7 +35,7 @@ from ._crisis_read import (POST_BUDGET_CHARS, budget_posts, gives_crisis_resourc
                           parse_appropriateness, parse_posts, read_protocol)
 from ._shared import classification_metrics, classification_metrics_many, unknown_label_reason
 from .base import (NO_ANSWER, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, answered,
-                   judge_failure, judge_text, no_answer, register, render)
+                   judge_failure, judge_text, no_answer, register, render, render_judge)
 
 # '_', '-', '/' and spaces are interchangeable in extract_label; these add the other spellings in use
 # (the source datasets write substance_abuse/withdrawal; US spelling of behaviours).
@@ -268,8 +268,8 @@ class Severity(SeverityPaper, PaperMacroF1):
 
 def escalation_judge_messages(messages: list[str], reply: str, label: str, scale: list[str]) -> list[dict[str, str]]:
     """The escalation rubric, shared by crisis.escalation and `trustmh validate-judge`."""
-    return [{"role": "user", "content": render("crisis_escalation_judge.j2", messages=messages, reply=reply,
-                                               label=label, scale=scale)}]
+    return [{"role": "user", "content": render_judge("crisis_escalation_judge.j2", reply=reply, messages=messages,
+                                                     label=label, scale=scale)}]
 
 
 @register
