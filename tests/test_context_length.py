@@ -1,7 +1,7 @@
 """A prompt longer than the model's context is a counted error of kind `context_length`, never a score and
 never cut to fit (issue 16): how servers say so (OpenAI's code, vLLM's, TGI's, llama.cpp's and Anthropic's
 messages) on every transport, and crisis.severity sending every post of every C-SSRS user, the users a
-model cannot take counted apart. (hf/ models: tests/test_hf.py.)"""
+model cannot take counted apart; and an hf/ model refusing a prompt that fills its positions."""
 
 import ast
 import asyncio
@@ -141,3 +141,27 @@ def test_severity_sends_every_post_and_counts_what_does_not_fit(upstream, tmp_pa
     t = res.models["openai/fake"].tasks["crisis.severity"]
     assert t.n_samples == 500 and t.n_errors == refused and t.error_kinds == {"context_length": refused}
     assert t.n == 500 - refused and t.value == pytest.approx(1.0)  # the rest answered right; none scored as wrong
+
+
+def test_hf_prompt_over_the_models_positions_is_a_context_length_error(tmp_path):
+    """The tiny model has 256 positions; the chat template adds 3 tokens to n words. A prompt of 256
+    tokens leaves no room and fails before generating, with error kind context_length (a server answers
+    the same); nothing is cut to fit. One of 250 tokens gets at most the 6 positions left."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from test_hf import build_tiny_model, make, req
+    tiny_model = build_tiny_model(tmp_path / "tiny")
+
+    async def main(n_words, max_tokens=12):
+        model = make(tiny_model)
+        try:
+            return await model.generate(req(" ".join(["sad"] * n_words), max_tokens))
+        finally:
+            await model.aclose()
+
+    fits = asyncio.run(main(247))
+    assert fits.prompt_tokens == 250 and fits.completion_tokens <= 6
+    with pytest.raises(ModelError) as info:
+        asyncio.run(main(253))
+    assert info.value.kind == "context_length" and not info.value.retryable
+    assert "prompt of 256 tokens does not fit the model's 256 positions" in str(info.value)

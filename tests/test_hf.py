@@ -485,23 +485,3 @@ def test_torch_threads_follow_the_cpu_quota(tmp_path):
     assert cpu_budget(str(quota)) == cores
     assert cpu_budget(str(tmp_path / "absent")) == cores
 
-
-def test_a_prompt_over_the_models_positions_is_a_context_length_error(tiny_model):
-    """The tiny model has 256 positions; the chat template adds 3 tokens to n words. A prompt of 256
-    tokens leaves no room and fails before generating, with error kind context_length (a server answers
-    the same); nothing is cut to fit. One of 250 tokens gets at most the 6 positions left."""
-    from trustmh.types import ModelError
-
-    async def main(n_words, max_tokens=12):
-        model = make(tiny_model)
-        try:
-            return await model.generate(req(" ".join(["sad"] * n_words), max_tokens))
-        finally:
-            await model.aclose()
-
-    fits = asyncio.run(main(247))
-    assert fits.prompt_tokens == 250 and fits.completion_tokens <= 6
-    with pytest.raises(ModelError) as info:
-        asyncio.run(main(253))
-    assert info.value.kind == "context_length" and not info.value.retryable
-    assert "prompt of 256 tokens does not fit the model's 256 positions" in str(info.value)
