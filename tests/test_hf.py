@@ -484,4 +484,3 @@ def test_torch_threads_follow_the_cpu_quota(tmp_path):
     quota.write_text("max 100000\n")
     assert cpu_budget(str(quota)) == cores
     assert cpu_budget(str(tmp_path / "absent")) == cores
-
