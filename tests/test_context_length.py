@@ -93,15 +93,19 @@ def test_context_length_messages(message, code, expected):
 
 def read_users(path):
     """user -> (gold level, its posts as the file holds them) for every cell Python can read as a list."""
-    csv.field_size_limit(sys.maxsize)
-    with path.open(encoding="utf-8", newline="") as fh:
-        out = {}
-        for row in csv.DictReader(fh):
-            try:
-                posts = [html.unescape(p).strip() for p in ast.literal_eval(row["Post"])]
-            except (ValueError, SyntaxError):
-                posts = None  # the 28 cells cut by a spreadsheet: read by trustmh's own repair
-            out[row["User"]] = (row["Label"], [p for p in posts if p] if posts is not None else None)
+    limit = csv.field_size_limit(sys.maxsize)  # set back after: other tests rely on the default limit
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    finally:
+        csv.field_size_limit(limit)
+    out = {}
+    for row in rows:
+        try:
+            posts = [html.unescape(p).strip() for p in ast.literal_eval(row["Post"])]
+        except (ValueError, SyntaxError):
+            posts = None  # the 28 cells cut by a spreadsheet: read by trustmh's own repair
+        out[row["User"]] = (row["Label"], [p for p in posts if p] if posts is not None else None)
     return out
 
 
