@@ -135,3 +135,12 @@ class LoopbackHTTP:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def fenced(text: str, name: str) -> str:
+    """The text of the one `<name-TAG>` block of a judge prompt (tasks.base.render_judge fences each text
+    in tags derived from the inputs); fails unless there is exactly one such block."""
+    import re
+    blocks = re.findall(rf"<{name}-([0-9a-f]{{12}})>\n(.*?)\n</{name}-\1>", text, re.S)
+    assert len(blocks) == 1, f"{len(blocks)} <{name}-...> blocks in: {text[:300]!r}"
+    return blocks[0][1]

@@ -85,10 +85,11 @@ class Request:
 
 
 # Kinds of failure. Retryable ones are retried with back-off; the rest are final for this run and
-# counted in results (never turned into a score).
+# counted in results (never turned into a score). context_length: the prompt (with the reply's max tokens)
+# does not fit the model's context window; the sample is an error of the model, never cut to fit.
 RETRYABLE = {"rate_limit", "server_error", "timeout", "connection", "malformed"}
-ERROR_KINDS = RETRYABLE | {"bad_request", "auth", "content_filter", "empty_response", "not_recorded",
-                           "not_found", "other"}
+ERROR_KINDS = RETRYABLE | {"bad_request", "context_length", "auth", "content_filter", "empty_response",
+                           "not_recorded", "not_found", "other"}
 
 
 class ModelError(Exception):

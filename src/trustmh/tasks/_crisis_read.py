@@ -51,9 +51,6 @@ def load_crisis_items(data: DataSource) -> list[Item]:
     return items
 
 
-POST_BUDGET_CHARS = 8000  # ~2k tokens of a user's posts; the most recent posts are kept
-
-
 def parse_posts(cell: str) -> tuple[list[str], str]:
     """A user's posts from the `Post` cell (a Python list literal) and how the cell was read.
 
@@ -68,22 +65,6 @@ def parse_posts(cell: str) -> tuple[list[str], str]:
         if isinstance(posts, list) and all(isinstance(p, str) for p in posts):
             return [html.unescape(p) for p in posts], how
     return [html.unescape(cell)], "unreadable cell, used as one text"
-
-
-def budget_posts(posts: list[str], budget: int = POST_BUDGET_CHARS) -> tuple[list[str], int]:
-    """The last posts of the list that fit in `budget` characters, in their original order, and how many
-    were left out. The file has no dates; list order is taken as posting order, so these are the most
-    recent posts. A last post longer than the whole budget is cut to it."""
-    kept: list[str] = []
-    used = 0
-    for post in reversed(posts):
-        if used + len(post) > budget:
-            if not kept:
-                kept.append(post[:budget])
-            break
-        kept.append(post)
-        used += len(post)
-    return kept[::-1], len(posts) - len(kept)
 
 
 def read_protocol(path) -> dict[str, list[str]]:

@@ -31,11 +31,11 @@ from ..types import Item, Sample, Score
 from ._crisis_paper import (CRISIS_DIR, CRISIS_LABELS, LEVELS, MERGED, PROTOCOL, EscalationPaper,  # noqa: F401
                             IdentificationPaper, PaperMacroF1, SeverityPaper, load_paper_crisis_items,
                             paper_appropriateness, paper_crisis_label, paper_level, paper_raw_label)
-from ._crisis_read import (POST_BUDGET_CHARS, budget_posts, gives_crisis_resource, load_crisis_items,  # noqa: F401
-                          parse_appropriateness, parse_posts, read_protocol)
+from ._crisis_read import (gives_crisis_resource, load_crisis_items, parse_appropriateness,  # noqa: F401
+                          parse_posts, read_protocol)
 from ._shared import classification_metrics, classification_metrics_many, unknown_label_reason
 from .base import (NO_ANSWER, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, answered,
-                   judge_failure, judge_text, no_answer, register, render)
+                   judge_failure, judge_text, no_answer, register, render, render_judge)
 
 # '_', '-', '/' and spaces are interchangeable in extract_label; these add the other spellings in use
 # (the source datasets write substance_abuse/withdrawal; US spelling of behaviours).
@@ -186,18 +186,17 @@ class Severity(SeverityPaper, PaperMacroF1):
                 raise DataError(path, f"duplicate user {row['User'].strip()!r}", line)
             seen.add(row["User"].strip())
             posts, how = parse_posts(row["Post"] or "")
+            # Every post, however long: a model whose context is too small fails the sample with error
+            # kind context_length (counted, never scored), rather than being judged on a cut history.
             posts = [p.strip() for p in posts if p.strip()]
-            kept, omitted = budget_posts(posts)
-            items.append(Item(row["User"].strip(), {"posts": kept, "omitted": omitted},
-                              target=(row["Label"] or "").strip(),
+            items.append(Item(row["User"].strip(), {"posts": posts}, target=(row["Label"] or "").strip(),
                               meta={"post_cell": how, "n_posts": len(posts)}))
         return items
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         if ctx.protocol == "paper":
             return self._paper_prompt(item, ctx)
-        return [{"role": "user", "content": render("crisis_severity.j2", posts=item.input["posts"],
-                                                   omitted=item.input["omitted"])}]
+        return [{"role": "user", "content": render("crisis_severity.j2", posts=item.input["posts"])}]
 
     def choices(self, item: Item) -> tuple[str, ...]:
         return LEVELS[::-1]  # Attempt first: the cautious answer
@@ -268,8 +267,8 @@ class Severity(SeverityPaper, PaperMacroF1):
 
 def escalation_judge_messages(messages: list[str], reply: str, label: str, scale: list[str]) -> list[dict[str, str]]:
     """The escalation rubric, shared by crisis.escalation and `trustmh validate-judge`."""
-    return [{"role": "user", "content": render("crisis_escalation_judge.j2", messages=messages, reply=reply,
-                                               label=label, scale=scale)}]
+    return [{"role": "user", "content": render_judge("crisis_escalation_judge.j2", reply=reply, messages=messages,
+                                                     label=label, scale=scale)}]
 
 
 @register

@@ -32,9 +32,9 @@ from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_
                                 cpsycoune_files, esconv_dialogues, esconv_item, option_from_text,
                                 parse_emotion_cause, pick_turns, read_cpsycoune, read_emobench, read_usmle)
 from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
-                      judge_scores, unknown_label_reason)
+                      judge_scores, support_judge_messages, unknown_label_reason)
 from .base import (MeanMetrics, NO_ANSWER, DataSource, Judged, MetricSpec, Rubric, RunContext, Task,
-                   Verdicts, answer_metrics, answered, no_answer, register, render)
+                   Verdicts, answer_metrics, answered, no_answer, register, render, render_judge)
 
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
 
@@ -331,8 +331,7 @@ class Support(SupportPaper, Task):
         return self._paper_judge_params(ctx)
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
-        return [{"role": "user", "content": render("reliability_support_judge.j2", context=sample.item.input["context"],
-                                                   reference=sample.item.target, reply=reply)}]
+        return support_judge_messages(sample.item.input["context"], sample.item.target, reply)
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
         reason = NO_RULES.format(what="fluency, professionalism, empathy and helpfulness")
@@ -420,9 +419,9 @@ class Intervention(InterventionPaper, Task):
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
         if ctx.protocol == "paper":
             return self._paper_judge_messages(sample, reply, ctx)
-        return [{"role": "user", "content": render("reliability_intervention_judge.j2",
-                                                   history=sample.item.input["history"], reply=reply,
-                                                   client=CLIENT, counsellor=COUNSELLOR)}]
+        return [{"role": "user", "content": render_judge("reliability_intervention_judge.j2", reply=reply,
+                                                         history=sample.item.input["history"], client=CLIENT,
+                                                         counsellor=COUNSELLOR)}]
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         return Judged(reason=NO_RULES.format(what="comprehensiveness, professionalism, authenticity and safety"))
