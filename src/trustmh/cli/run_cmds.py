@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import PAPER_JUDGE, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, out
+from ._base import PAPER_JUDGE, PAPER_PROXY, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, out
 from .render import _ProgressView, _dry_run, _summary, _write_report
 
 
@@ -56,6 +56,11 @@ def run_cmd(
         None, help="Base URL of an OpenAI-compatible or Anthropic server: once for every model, or once per "
                    "--model, paired in order (or give a model its own: --model openai/NAME@URL)."),
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    proxy_judge: Optional[str] = typer.Option(
+        None, help=f"The model that reads privacy.leakage replies as a third party under --protocol paper (the "
+                   f"paper's proxy). Default: {PAPER_PROXY}, as the paper, when the judge is the paper's default; "
+                   f"otherwise the run's judge."),
+    proxy_judge_base_url: Optional[str] = typer.Option(None, help="Base URL for --proxy-judge."),
     max_connections: int = typer.Option(32, help="Concurrent requests per endpoint."),
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
     max_retries: int = typer.Option(6, help="Retries for rate limits, 5xx, timeouts and broken replies."),
@@ -165,6 +170,16 @@ def run_cmd(
         from ..tasks.robustness import selected_perturbations
         selected_perturbations(RunContext(options={"perturbations": perturbations}))  # bad names fail here
         spec.options["perturbations"] = perturbations
+    if proxy_judge is None and default_judge and spec.protocol == "paper":
+        proxy_judge = PAPER_PROXY
+    if proxy_judge and proxy_judge != "rules":  # set only when used, so other runs keep their run id
+        split_spec(proxy_judge)
+        spec.options["proxy_judge"] = proxy_judge
+        url = resolve_base_url(proxy_judge, proxy_judge_base_url)
+        if url:
+            from ..engine.spec import check_url
+            check_url("--proxy-judge-base-url", url)
+            spec.options["proxy_judge_base_url"] = url
     if refusal_classifier:
         from ..judges.hf_classifier import parse_spec
         parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs

@@ -43,6 +43,8 @@ def judge_ids(spec: RunSpec, ctx: RunContext, store: Store | None = None) -> dic
     out = {}
     if spec.judge != "rules":
         out["llm"] = model_ref(spec.judge, spec.judge_base_url, store).endpoint
+    if spec.options.get("proxy_judge"):
+        out["proxy"] = model_ref(spec.options["proxy_judge"], spec.options.get("proxy_judge_base_url"), store).endpoint
     classifier = ctx.options.get("refusal_classifier")
     if classifier:
         from ..judges.hf_classifier import parse_spec
@@ -61,6 +63,11 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
         models["llm"] = make_model(spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed,
                                    purpose="judge", transport=spec.options.get("transport", "http"),
                                    max_connections=limits.max_connections)
+    if "proxy" in roles and spec.options.get("proxy_judge"):
+        models["proxy"] = make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
+                                     timeout=limits.timeout,
+                                     seed=spec.seed, purpose="judge", transport=spec.options.get("transport", "http"),
+                                     max_connections=limits.max_connections)
     if "classifier" in roles and ctx.options.get("refusal_classifier"):
         from ..judges.hf_classifier import ClassifierModel, parse_spec
         models["classifier"] = ClassifierModel(parse_spec(ctx.options["refusal_classifier"]))
@@ -77,6 +84,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     judge_models = _judge_models(spec, ctx, prepared, limits)
     if "llm" in judge_models:
         identity.record(spec.judge, judge_models["llm"], store, force=force)
+    if "proxy" in judge_models:
+        identity.record(spec.options["proxy_judge"], judge_models["proxy"], store, force=force)
     if not generate and not judge_models:
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}

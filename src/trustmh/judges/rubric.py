@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "tasks" / "templates"
-ROLES = ("llm", "classifier")
+ROLES = ("llm", "classifier", "proxy")
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class Rubric:
     `templates` are the files the judge prompt is rendered from (under tasks/templates): their content
     is the rubric's version, so a stored verdict made with an older text is recognised as such. `role`
     says who answers: "llm" is the run's `--judge` (the rules judge stands in offline), "classifier" the
-    run's `--refusal-classifier`, a local model answering with a label."""
+    run's `--refusal-classifier`, a local model answering with a label, and "proxy" the run's
+    `--proxy-judge`, the other model a paper's method names for one judgement (PsyLeak's proxy)."""
 
     name: str = "judge"
     templates: tuple[str, ...] = ()

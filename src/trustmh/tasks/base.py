@@ -205,7 +205,7 @@ class Task:
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         """Rubric name -> judge messages, for every judgement this sample needs from a model. The default
         is the one rubric a task declares, rendered by `judge_messages`; a task with several overrides it."""
-        active = [r for r in self.active_rubrics(ctx) if r.role == "llm"]
+        active = [r for r in self.active_rubrics(ctx) if r.role in ("llm", "proxy")]
         if not active:
             return {}
         msgs = self.judge_messages(sample, reply, ctx)

@@ -347,7 +347,11 @@ class Leakage(Task):
         return [{"role": "user", "content": render("privacy_proxy.j2", text=text, secret=secret)}]
 
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return (Rubric("judge", method=TASK3_CODE),) if ctx.protocol == "paper" else self.rubrics
+        # The paper's proxy is its own model (gpt-4, set in privacy3.py), asked through --proxy-judge when
+        # the run has one; otherwise the run's judge answers.
+        if ctx.protocol != "paper":
+            return self.rubrics
+        return (Rubric("judge", role="proxy" if ctx.options.get("proxy_judge") else "llm", method=TASK3_CODE),)
 
     def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
         return paper_agent_settings(ctx) if ctx.protocol == "paper" else None
