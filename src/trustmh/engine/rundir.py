@@ -81,18 +81,27 @@ def copy_run(src: Path, dest: Path) -> Path:
     return dest
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace `path` whole or not at all. The temporary file has a name of its own (NAME.<random>.tmp),
-    so two writers (two `trustmh report` at once) never rename each other's, and a failed write (disk
-    full) leaves none behind."""
+@contextlib.contextmanager
+def atomic_open(path: Path):
+    """A text file (UTF-8) to write that replaces `path` whole or not at all when the block ends without
+    an error. The temporary file has a name of its own (NAME.<random>.tmp), so two writers (two `trustmh
+    report` at once) never rename each other's, and a failed write (disk full, an exception) leaves none
+    behind."""
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        with tmp.open("w", encoding="utf-8") as fh:
+            yield fh
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace `path` with `text` whole or not at all (see atomic_open)."""
+    with atomic_open(path) as fh:
+        fh.write(text)
 
 
 class HashingWriter:
