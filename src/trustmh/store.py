@@ -12,7 +12,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import UserError
 from .types import Response, Sample
@@ -99,10 +99,12 @@ class Store:
                 ((s.task, s.item.id, s.variant, i, json.dumps(s.to_json(), ensure_ascii=False))
                  for i, s in enumerate(samples)))
 
-    def iter_samples(self, task: str) -> Iterator[Sample]:
-        cur = self.db.execute("SELECT body FROM samples WHERE task = ? ORDER BY seq", (task,))
-        for (body,) in cur:
-            yield Sample.from_json(json.loads(body))
+    def iter_samples(self, task: str, skip: Callable[[str, str], bool] | None = None) -> Iterator[Sample]:
+        """`task`'s samples in run order; those `skip(item_id, variant)` is true of are not even parsed."""
+        cur = self.db.execute("SELECT item_id, variant, body FROM samples WHERE task = ? ORDER BY seq", (task,))
+        for item_id, variant, body in cur:
+            if skip is None or not skip(item_id, variant):
+                yield Sample.from_json(json.loads(body))
 
     def sample_counts(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT task, count(*) FROM samples GROUP BY task").fetchall())

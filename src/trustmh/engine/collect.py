@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from ..models import make_model
 from ..models.replay import ReplayModel
@@ -21,7 +21,7 @@ from .endpoint import CallWriter, Endpoint
 from . import identity
 from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
-from .prepare import Prepared
+from .prepare import Prepared, samples_except
 from .spec import Limits, RunSpec, generation_request, judge_request
 
 
@@ -86,7 +86,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     writer = CallWriter(store)
     judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
                      for role, m in judge_models.items()})
-    samples = [(p.task, s) for p in prepared for s in p.samples]
+    samples = [(p.task, s) for p in prepared for s in p.samples] if generate else None
     calls: collections.Counter = collections.Counter()
     try:
         for model_spec in spec.models:
@@ -101,13 +101,13 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
                 try:
-                    await _Collector(spec, ctx, samples, gen_ep, judges, store, events, model_spec).run()
+                    await _Collector(spec, ctx, prepared, samples, gen_ep, judges, store, events, model_spec).run()
                 finally:
                     await model.aclose()
                 calls[model_spec] = gen_ep.n_calls
             else:
                 ref = model_ref(model_spec, spec.model_base_url(model_spec), store)
-                await _Collector(spec, ctx, samples, None, judges, store, events, model_spec, ref.endpoint).run()
+                await _Collector(spec, ctx, prepared, None, None, judges, store, events, model_spec, ref.endpoint).run()
                 calls[model_spec] = 0
         if judges.endpoints:
             calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
@@ -119,11 +119,12 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
 
 
 class _Collector:
-    """Phase 1 for one tested model."""
+    """Phase 1 for one tested model (`samples`: every sample of `prepared`, None when re-scoring)."""
 
-    def __init__(self, spec: RunSpec, ctx: RunContext, samples: list[tuple[Task, Sample]], gen_ep: Endpoint | None,
-                 judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None):
-        self.spec, self.ctx, self.samples, self.gen_ep = spec, ctx, samples, gen_ep
+    def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared],
+                 samples: list[tuple[Task, Sample]] | None, gen_ep: Endpoint | None, judges: Judges, store: Store,
+                 events: EventSink, label: str, model_id: str | None = None):
+        self.spec, self.ctx, self.prepared, self.samples, self.gen_ep = spec, ctx, prepared, samples, gen_ep
         self.judges, self.store, self.events, self.label = judges, store, events, label
         self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
         self.writer = next(iter(judges.endpoints.values())).writer if judges.endpoints else (
@@ -137,33 +138,59 @@ class _Collector:
                        for role, ep in judges.endpoints.items()} if gen_ep is None else {}
 
     # --- generation ---------------------------------------------------------------------------------
-    def _generation_keys(self) -> list[str]:
-        if self.gen_ep is not None:
-            reqs = [generation_request(s, self.spec) for _, s in self.samples]
-            self.requests = reqs
-            keys = [self.gen_ep.key(r) for r in reqs]
-        else:
-            # Re-scoring reads the links the run wrote; only a store written before links existed has to
-            # rebuild its generation requests to find them.
-            linked = self.store.generation_links(self.model_id)
-            keys = [linked.get(s.key) or generation_request(s, self.spec).cache_key(self.model_id)
-                    for _, s in self.samples]
+    def _generation_keys(self, gen_ep: Endpoint) -> list[str]:
+        self.requests = [generation_request(s, self.spec) for _, s in self.samples]
+        keys = [gen_ep.key(r) for r in self.requests]
         self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
                               for (_, s), k in zip(self.samples, keys)])
         return keys
 
+    def _rejudge_jobs(self) -> Iterator[tuple[int, Task, Sample, str]]:
+        """Re-scoring: the samples that have a judgement of this run's judges still to make, each with its
+        generation's call key from the links (rebuilt, and linked, only in a store written before links
+        existed). A sample whose every judgement is stored is skipped unread, so re-scoring a finished
+        run reads back almost nothing here."""
+        linked = self.store.generation_links(self.model_id)
+        judged: dict[tuple[str, str, str], set[str]] = collections.defaultdict(set)
+        for made in self.judged.values():
+            for task_id, item_id, variant, rubric in made:
+                judged[(task_id, item_id, variant)].add(rubric)
+        nothing: frozenset[str] = frozenset()
+        for p in self.prepared:
+            task_id = p.task.id
+            wanted = {r.name for r in p.task.active_rubrics(self.ctx) if r.role in self.queues}
+
+            def settled(item_id: str, variant: str) -> bool:
+                key = (task_id, item_id, variant)
+                if key in linked and wanted <= judged.get(key, nothing):
+                    self.n["gen"] += 1
+                    return True
+                return False
+
+            new_links = []
+            for s in list(samples_except(p.samples, settled)):  # read whole: no cursor open across writes
+                key = linked.get(s.key)
+                if key is None:
+                    key = generation_request(s, self.spec).cache_key(self.model_id)
+                    new_links.append((self.model_id, s.task, s.item.id, s.variant, "", "", key, ""))
+                yield -1, p.task, s, key
+            self.store.put_links(new_links)
+
     async def run(self) -> None:
-        keys = self._generation_keys()
         gen_ep = self.gen_ep
+        if gen_ep is not None:
+            self.n_samples = len(self.samples)
+            keys = self._generation_keys(gen_ep)
+            # One bulk lookup decides what is left to do, so a resumed run starts at once.
+            done = self.store.ok_keys(keys) if gen_ep.model.cacheable else set()
+            todo = ((i, task, s, k) for i, ((task, s), k) in enumerate(zip(self.samples, keys)))
+        else:
+            self.n_samples = sum(len(p.samples) for p in self.prepared)
+            todo, done = self._rejudge_jobs(), set()
         cacheable = gen_ep is None or gen_ep.model.cacheable
-        # One bulk lookup decides what is left to do, so a resumed run starts at once.
-        done = self.store.ok_keys(keys) if cacheable else set()
-        todo = iter(range(len(self.samples)))
 
         async def gen_worker() -> None:
-            for i in todo:
-                task, sample = self.samples[i]
-                key = keys[i]
+            for i, task, sample, key in todo:
                 if key in done or gen_ep is None:
                     resp = self.store.get_call(key)
                 else:
@@ -182,11 +209,11 @@ class _Collector:
                 for _ in range(self.judges.endpoints[role].width):
                     q.put_nowait(None)  # generation is over: each judge worker stops when its queue drains
 
-        n_gen = max(1, min(len(self.samples), gen_ep.width if gen_ep is not None else 1))
+        n_gen = max(1, min(self.n_samples, gen_ep.width if gen_ep is not None else 1))
         jobs = [asyncio.create_task(generate_all(n_gen))]
         for role, ep in self.judges.endpoints.items():
             jobs += [asyncio.create_task(self._judge_worker(role, ep)) for _ in range(ep.width)]
-        self.events(PhaseStarted("generate", self.label, len(self.samples)))
+        self.events(PhaseStarted("generate", self.label, self.n_samples))
         for role, ep in self.judges.endpoints.items():
             self.events(PhaseStarted("judge", f"judge {ep.model.spec}", None))
         t_start = asyncio.get_running_loop().time()
@@ -253,7 +280,7 @@ class _Collector:
     def _show(self, t_start: float) -> None:
         elapsed = asyncio.get_running_loop().time() - t_start
         n = self.n
-        self.events(PhaseProgress("generate", self.label, n["gen"], len(self.samples), n["gen_errors"],
+        self.events(PhaseProgress("generate", self.label, n["gen"], self.n_samples, n["gen_errors"],
                                   n["gen"] / elapsed if elapsed > 0 else None))
         for role, ep in self.judges.endpoints.items():
             self.events(PhaseProgress("judge", f"judge {ep.model.spec}", n[f"judge_done:{role}"], n[f"judge:{role}"],

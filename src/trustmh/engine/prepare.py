@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..data.loaders import file_sha256
 from ..data.methods import MethodError
@@ -78,6 +78,13 @@ class StoredSamples:
 
     def __iter__(self) -> Iterator[Sample]:
         return self.store.iter_samples(self.task_id)
+
+
+def samples_except(samples, skip: Callable[[str, str], bool]) -> Iterator[Sample]:
+    """The samples `skip(item_id, variant)` is false of; stored ones that are skipped are never parsed."""
+    if isinstance(samples, StoredSamples):
+        return samples.store.iter_samples(samples.task_id, skip)
+    return (s for s in samples if not skip(s.item.id, s.variant))
 
 
 def record_prepared(store: Store, prepared: list[Prepared], checksums: dict[str, str]) -> None:
