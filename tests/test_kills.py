@@ -110,27 +110,30 @@ def normalised_outputs(run_dir: Path) -> tuple[dict, list]:
 
 # A wrapper that runs the CLI but SIGKILLs itself at a chosen point of writing the outputs.
 SELF_KILL = r"""
-import os, signal, sys
-from pathlib import Path
+import contextlib, os, signal, sys
+import trustmh.engine.rundir as rundir
 import trustmh.engine.score as runner
 where = os.environ["TRUSTMH_TEST_SELF_KILL"]
-write_text = Path.write_text
-def half_then_die(self, data, *a, **kw):
-    # e.g. results.json.tmp, or results.json.<random>.tmp as atomic_write names it: write half, then die
-    if self.name == where or (self.name.startswith(where[:-len("tmp")]) and self.name.endswith(".tmp")):
-        with open(self, "w", encoding="utf-8") as fh:
-            fh.write(data[: len(data) // 2])
+atomic_open = rundir.atomic_open
+class HalfThenDie:
+    def __init__(self, fh):
+        self.fh = fh
+    def write(self, data):  # the first piece written (results.json whole, report.html's first part)
+        self.fh.write(data[: len(data) // 2])
+        self.fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
-    return write_text(self, data, *a, **kw)
-Path.write_text = half_then_die
-score_task = runner.score_task
-def die_after_first_task(*a, **kw):  # samples.jsonl.tmp then holds the first task's rows only
-    result = score_task(*a, **kw)
+@contextlib.contextmanager
+def dying_open(path):  # results.json.<random>.tmp, report.html.<random>.tmp as atomic_open names them
+    with atomic_open(path) as fh:
+        yield HalfThenDie(fh) if where == path.name + ".tmp" else fh
+rundir.atomic_open = dying_open
+append_part = runner._append_part
+def die_after_first_task(out, part):  # samples.jsonl.tmp then holds the first task's rows only
+    append_part(out, part)
     if where == "samples.jsonl.tmp":
-        a[-1].flush()
+        out.fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
-    return result
-runner.score_task = die_after_first_task
+runner._append_part = die_after_first_task
 sys.argv[0] = "trustmh"
 from trustmh.cli import main
 main()

@@ -21,7 +21,7 @@ from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
 from .prepare import Prepared, prepare, prepare_from_store, record_prepared
 from .rundir import open_run_dir, run_lock
-from .score import finalize, task_origins
+from .score import Phase2, finalize, task_origins
 from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
 
 __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
@@ -65,17 +65,18 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 record_prepared(store, prepared, checksums)
                 if generate:
                     store.set_meta("task_origins", task_origins(prepared))  # what `score` imports again
+            # A run scores each task as soon as its replies and verdicts are stored, while others collect.
+            phase2 = Phase2(run_dir, spec, ctx, prepared, store, accept_stored=accept_stored, events=events)
             try:
                 if executor is not None and generate:
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
                 else:
                     calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
-                                                force=force, events=events))
+                                                force=force, events=events, scorer=phase2))
             except (AuthFailure, EndpointDown) as e:
                 raise UserError(str(e)) from None
             t1 = time.perf_counter()
-            results = finalize(run_dir, spec, ctx, prepared, store, checksums, accept_stored=accept_stored,
-                               events=events)
+            results = phase2.finish(checksums)
             prompt_tokens, completion_tokens = store.totals()
         finally:
             store.close()

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..models import make_model
 from ..models.replay import ReplayModel
@@ -68,11 +69,12 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
 
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
                   *, generate: bool = True, force: bool = False, events: EventSink = ignore,
-                  models: dict[str, Any] | None = None) -> dict[str, int]:
+                  models: dict[str, Any] | None = None, scorer: Any = None) -> dict[str, int]:
     """Phase 1 for every model of the run. With `generate` False (re-scoring) the tested models are never
     called: only judgements missing for this run's judges are made. `models` gives ready backends for some
-    specs (judge validation: the human-rated replies stand in for a tested model). Returns the calls made
-    per model spec (and "judge")."""
+    specs (judge validation: the human-rated replies stand in for a tested model). `scorer` (a
+    score.Phase2) is told each task whose replies and verdicts are all stored, and scores it on this event
+    loop while other tasks still collect. Returns the calls made per model spec (and "judge")."""
     judge_models = _judge_models(spec, ctx, prepared, limits)
     if "llm" in judge_models:
         identity.record(spec.judge, judge_models["llm"], store, force=force)
@@ -88,6 +90,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                      for role, m in judge_models.items()})
     samples = [(p.task, s) for p in prepared for s in p.samples] if generate else None
     calls: collections.Counter = collections.Counter()
+    scoring = asyncio.create_task(scorer.background()) if scorer is not None and generate else None
     try:
         for model_spec in spec.models:
             if generate:
@@ -100,8 +103,11 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
+                collector = _Collector(spec, ctx, prepared, samples, gen_ep, judges, store, events, model_spec)
+                if scoring is not None:
+                    collector.ready = functools.partial(scorer.ready, model_spec)
                 try:
-                    await _Collector(spec, ctx, prepared, samples, gen_ep, judges, store, events, model_spec).run()
+                    await collector.run()
                 finally:
                     await model.aclose()
                 calls[model_spec] = gen_ep.n_calls
@@ -113,6 +119,9 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
             calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
     finally:
         writer.flush()  # interrupted (Ctrl-C, an error): replies already received are kept
+        if scoring is not None:  # a task it was scoring is finished after phase 1, with those never begun
+            scoring.cancel()
+            await asyncio.gather(scoring, return_exceptions=True)
         for m in judge_models.values():
             await m.aclose()
     return dict(calls)
@@ -133,6 +142,9 @@ class _Collector:
         # the rest of the request path.
         self.n = collections.Counter()
         self.queues = {role: asyncio.Queue() for role in judges.endpoints}
+        # Set by collect when a scorer waits for tasks: called with a task's id once all its calls are stored.
+        self.ready: Callable[[str], None] | None = None
+        self.left: collections.Counter = collections.Counter(s.task for _, s in samples or ())
         # Judgements this judge already made successfully (re-scoring only: a run always renders anew).
         self.judged = {role: store.linked_keys(self.model_id, ep.model.endpoint)
                        for role, ep in judges.endpoints.items()} if gen_ep is None else {}
@@ -202,6 +214,7 @@ class _Collector:
                     self.n["gen_errors"] += 1
                 elif self.queues:
                     self._queue_judgements(task, sample, resp.text or "")
+                self._settle(sample.task)
 
         async def generate_all(n_workers: int) -> None:
             await asyncio.gather(*(gen_worker() for _ in range(n_workers)))
@@ -251,6 +264,7 @@ class _Collector:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
             if rubric.role in self.queues and name not in judged:
                 self.n[f"judge:{rubric.role}"] += 1
+                self.left[sample.task] += 1
                 self.queues[rubric.role].put_nowait((sample, rubric, messages, task.judge_params(rubric, self.ctx)))
 
     async def _judge_worker(self, role: str, ep: Endpoint) -> None:
@@ -270,6 +284,15 @@ class _Collector:
             else:
                 self.writer.link([link])
             self.n[f"judge_done:{role}"] += 1
+            self._settle(sample.task)
+
+    def _settle(self, task_id: str) -> None:
+        """One call of a task finished (a generation, or a judgement it queued): the task is ready for
+        scoring when none is left, its replies and links committed first."""
+        self.left[task_id] -= 1
+        if self.left[task_id] == 0 and self.ready is not None:
+            self.writer.flush()
+            self.ready(task_id)
 
     # --- progress -----------------------------------------------------------------------------------
     async def _ticker(self, t_start: float) -> None:

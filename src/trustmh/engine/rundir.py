@@ -105,14 +105,14 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 class HashingWriter:
-    """Writes text lines to a file and keeps the sha256 of the bytes written."""
+    """Writes bytes to a binary file and keeps their sha256."""
 
     def __init__(self, fh):
         self.fh, self.sha256 = fh, hashlib.sha256()
 
-    def write(self, text: str) -> None:
-        self.fh.write(text)
-        self.sha256.update(text.encode("utf-8"))
+    def write(self, data: bytes) -> None:
+        self.fh.write(data)
+        self.sha256.update(data)
 
     def flush(self) -> None:
         self.fh.flush()

@@ -1,0 +1,37 @@
+"""Scoring keeps pace with collection: a task is scored while later tasks are still collecting, and the
+results are those a `trustmh score` of the same run directory gives (it scores everything at the end)."""
+
+import json
+
+from conftest import make_synthetic_data, run_spec, synthetic_reply
+from trustmh.engine import Limits, PhaseDone, PhaseProgress, run
+from trustmh.testing.fake_server import FakeLLMServer
+
+
+def outputs(run_dir):
+    res = json.loads((run_dir / "results.json").read_text())
+    res.pop("created")
+    return res, (run_dir / "samples.jsonl").read_bytes()
+
+
+def test_tasks_are_scored_while_others_collect_with_the_results_of_scoring_at_the_end(tmp_path):
+    # ethics.reasoning (40 items, each judged) collects first, then privacy.awareness_tier1 (300 items).
+    data = make_synthetic_data(tmp_path / "data", 300, 40)
+    events = []
+    with FakeLLMServer(reply=synthetic_reply, latency_s=0.01) as srv:
+        spec = run_spec(models=["openai/fake"], judge="openai/judge", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks="ethics.reasoning,privacy.awareness_tier1",
+                        suite="data", data_dir=str(data), n_boot=300)
+        run_dir, _, calls = run(spec, tmp_path / "run", limits=Limits(max_connections=4), events=events.append)
+        overlapped = outputs(run_dir)
+        # Re-scored from the store alone, every task after phase 1: no call, same results and samples.
+        _, _, again = run(spec, run_dir, limits=Limits(max_connections=4), generate=False)
+    assert calls == {"openai/fake": 340, "judge": 40} and again == {"openai/fake": 0, "judge": 0}
+    kinds = [(type(e).__name__, e.phase) for e in events if isinstance(e, (PhaseProgress, PhaseDone))]
+    generated = kinds.index(("PhaseDone", "generate"))
+    # ethics' 40 samples were scored before generation ended (privacy's 300 were still being collected).
+    early = [e for e in events[:generated] if isinstance(e, PhaseProgress) and e.phase == "score"]
+    assert early and early[0].done == 40
+    assert outputs(run_dir) == overlapped
+    res = overlapped[0]["models"]["openai/fake"]["tasks"]
+    assert res["ethics.reasoning"]["n"] == 40 and res["privacy.awareness_tier1"]["n"] == 300
