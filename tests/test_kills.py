@@ -111,19 +111,29 @@ def normalised_outputs(run_dir: Path) -> tuple[dict, list]:
 # A wrapper that runs the CLI but SIGKILLs itself at a chosen point of writing the outputs.
 SELF_KILL = r"""
 import contextlib, os, signal, sys
+from pathlib import Path
 import trustmh.engine.rundir as rundir
 import trustmh.engine.score as runner
 where = os.environ["TRUSTMH_TEST_SELF_KILL"]
+write_text = Path.write_text
+def half_then_die(self, data, *a, **kw):
+    # e.g. results.json.<random>.tmp as atomic_write names it: write half, then die
+    if self.name.startswith(where[:-len("tmp")]) and self.name.endswith(".tmp"):
+        with open(self, "w", encoding="utf-8") as fh:
+            fh.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write_text(self, data, *a, **kw)
+Path.write_text = half_then_die
 atomic_open = rundir.atomic_open
 class HalfThenDie:
     def __init__(self, fh):
         self.fh = fh
-    def write(self, data):  # the first piece written (results.json whole, report.html's first part)
+    def write(self, data):  # the first piece of report.html (its page up to the sample data): half of it
         self.fh.write(data[: len(data) // 2])
         self.fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 @contextlib.contextmanager
-def dying_open(path):  # results.json.<random>.tmp, report.html.<random>.tmp as atomic_open names them
+def dying_open(path):  # report.html.<random>.tmp, as atomic_open names it
     with atomic_open(path) as fh:
         yield HalfThenDie(fh) if where == path.name + ".tmp" else fh
 rundir.atomic_open = dying_open

@@ -35,3 +35,27 @@ def test_tasks_are_scored_while_others_collect_with_the_results_of_scoring_at_th
     assert outputs(run_dir) == overlapped
     res = overlapped[0]["models"]["openai/fake"]["tasks"]
     assert res["ethics.reasoning"]["n"] == 40 and res["privacy.awareness_tier1"]["n"] == 300
+
+
+def test_samples_are_recorded_beside_phase_1_and_never_used_half_written(tmp_path):
+    import asyncio
+
+    from trustmh.engine import context, prepare
+    from trustmh.engine.prepare import Recorder, prepare_from_store
+    from trustmh.store import Store
+    spec = run_spec(models=["baseline/counselor"], tasks="privacy,ethics", suite="sample")
+    prepared, checksums = prepare(spec, context(spec))
+    n = sum(len(p.samples) for p in prepared)
+    store = Store(tmp_path / "store.sqlite")
+    recorder = Recorder(store, prepared, checksums)
+
+    recorder._step(0.0)  # one sample, as if phase 1 had ended (or the run been killed) at once
+    # Part of the samples are in, and nothing says they are usable: a re-score reads the data instead.
+    assert 0 < sum(store.sample_counts().values()) < n and store.get_meta("prepared") is None
+    assert prepare_from_store(spec, store) is None
+    asyncio.run(recorder.background())  # the rest, a slice at a time
+    assert recorder.done
+    recorder.finish()  # nothing left: writes nothing twice
+    assert sum(store.sample_counts().values()) == n
+    again, _ = prepare_from_store(spec, store)
+    assert [[s.key for s in p.samples] for p in again] == [[s.key for s in p.samples] for p in prepared]

@@ -11,7 +11,7 @@ import asyncio
 import collections
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..models import make_model
 from ..models.replay import ReplayModel
@@ -69,12 +69,15 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
 
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
                   *, generate: bool = True, force: bool = False, events: EventSink = ignore,
-                  models: dict[str, Any] | None = None, scorer: Any = None) -> dict[str, int]:
+                  models: dict[str, Any] | None = None, ready: Callable[[str, str], None] | None = None,
+                  beside: Sequence[Callable[[], Awaitable[None]]] = ()) -> dict[str, int]:
     """Phase 1 for every model of the run. With `generate` False (re-scoring) the tested models are never
     called: only judgements missing for this run's judges are made. `models` gives ready backends for some
-    specs (judge validation: the human-rated replies stand in for a tested model). `scorer` (a
-    score.Phase2) is told each task whose replies and verdicts are all stored, and scores it on this event
-    loop while other tasks still collect. Returns the calls made per model spec (and "judge")."""
+    specs (judge validation: the human-rated replies stand in for a tested model). `ready(model, task)` is
+    told each task whose replies and verdicts are all stored (score.Phase2 scores it then); `beside` are
+    coroutines run on this event loop while phase 1 goes on (recording samples, scoring ready tasks), in
+    slices between its I/O, and cancelled when it ends. Returns the calls made per model spec (and
+    "judge")."""
     judge_models = _judge_models(spec, ctx, prepared, limits)
     if "llm" in judge_models:
         identity.record(spec.judge, judge_models["llm"], store, force=force)
@@ -90,7 +93,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                      for role, m in judge_models.items()})
     samples = [(p.task, s) for p in prepared for s in p.samples] if generate else None
     calls: collections.Counter = collections.Counter()
-    scoring = asyncio.create_task(scorer.background()) if scorer is not None and generate else None
+    side_jobs = [asyncio.create_task(job()) for job in beside]
     try:
         for model_spec in spec.models:
             if generate:
@@ -104,8 +107,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
                 collector = _Collector(spec, ctx, prepared, samples, gen_ep, judges, store, events, model_spec)
-                if scoring is not None:
-                    collector.ready = functools.partial(scorer.ready, model_spec)
+                if ready is not None:
+                    collector.ready = functools.partial(ready, model_spec)
                 try:
                     await collector.run()
                 finally:
@@ -119,9 +122,9 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
             calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
     finally:
         writer.flush()  # interrupted (Ctrl-C, an error): replies already received are kept
-        if scoring is not None:  # a task it was scoring is finished after phase 1, with those never begun
-            scoring.cancel()
-            await asyncio.gather(scoring, return_exceptions=True)
+        for job in side_jobs:  # what they had left is done after phase 1 (Recorder.finish, Phase2.finish)
+            job.cancel()
+        await asyncio.gather(*side_jobs, return_exceptions=True)
         for m in judge_models.values():
             await m.aclose()
     return dict(calls)

@@ -82,15 +82,13 @@ def copy_run(src: Path, dest: Path) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_open(path: Path):
-    """A text file (UTF-8) to write that replaces `path` whole or not at all when the block ends without
-    an error. The temporary file has a name of its own (NAME.<random>.tmp), so two writers (two `trustmh
-    report` at once) never rename each other's, and a failed write (disk full, an exception) leaves none
-    behind."""
+def _replacing(path: Path):
+    """A temporary path that replaces `path` when the block ends without an error. It has a name of its
+    own (NAME.<random>.tmp), so two writers (two `trustmh report` at once) never rename each other's, and
+    a failed write (disk full, an exception) leaves none behind."""
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            yield fh
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -99,9 +97,16 @@ def atomic_open(path: Path):
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Replace `path` with `text` whole or not at all (see atomic_open)."""
-    with atomic_open(path) as fh:
-        fh.write(text)
+    """Replace `path` with `text` whole or not at all."""
+    with _replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path):
+    """A text file (UTF-8) to write piece by piece that replaces `path` whole or not at all."""
+    with _replacing(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        yield fh
 
 
 class HashingWriter:
