@@ -133,8 +133,8 @@ class HalfThenDie:
         self.fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 @contextlib.contextmanager
-def dying_open(path):  # report.html.<random>.tmp, as atomic_open names it
-    with atomic_open(path) as fh:
+def dying_open(path, **kw):  # report.html.<random>.tmp, as atomic_open names it
+    with atomic_open(path, **kw) as fh:
         yield HalfThenDie(fh) if where == path.name + ".tmp" else fh
 rundir.atomic_open = dying_open
 append_part = runner._append_part

@@ -103,9 +103,9 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: Path):
-    """A text file (UTF-8) to write piece by piece that replaces `path` whole or not at all."""
-    with _replacing(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+def atomic_open(path: Path, *, binary: bool = False):
+    """A file to write piece by piece (text in UTF-8, or bytes) that replaces `path` whole or not at all."""
+    with _replacing(path) as tmp, (tmp.open("wb") if binary else tmp.open("w", encoding="utf-8")) as fh:
         yield fh
 
 

@@ -72,22 +72,23 @@ class SampleSet:
     rows: list[_Row] = field(default_factory=list)
     kept: list[bool] | None = None  # None: every row
     n_prompts: int = 0
-    prompt_spool: IO[str] | None = None
-    row_spool: IO[str] | None = None
+    prompt_spool: IO[bytes] | None = None  # page JSON, UTF-8, a line each
+    row_spool: IO[bytes] | None = None
 
     @property
     def n_rows(self) -> int:
         return len(self.rows) if self.kept is None else sum(self.kept)
 
-    def json_chunks(self, head: dict[str, Any]) -> Iterator[str]:
-        """The page's JSON block: `head` (entries, tasks), then "prompts" and "rows" from the spools."""
+    def json_chunks(self, head: dict[str, Any]) -> Iterator[bytes]:
+        """The page's JSON block in UTF-8: `head` (entries, tasks), then "prompts" and "rows" from the
+        spools, copied as they are."""
         text = script_json(head)
-        yield text[:-1] + (',"prompts":[' if head else '{"prompts":[')
+        yield (text[:-1] + (',"prompts":[' if head else '{"prompts":[')).encode("utf-8")
         if self.prompt_spool is not None:
             self.prompt_spool.seek(0)
             for i, line in enumerate(self.prompt_spool):
-                yield ("," if i else "") + line[:-1]
-        yield '],"rows":['
+                yield (b"," + line[:-1]) if i else line[:-1]
+        yield b'],"rows":['
         if self.row_spool is not None:
             self.row_spool.seek(0)
             first = True
@@ -95,9 +96,9 @@ class SampleSet:
                 if self.kept is not None and not self.kept[i]:
                     continue
                 s = self.rows[i].s
-                yield ("" if first else ",") + line[:-1] + ("null" if s is None else repr(s)) + "}"
+                yield (b"" if first else b",") + line[:-1] + (b"null" if s is None else repr(s).encode()) + b"}"
                 first = False
-        yield "]}"
+        yield b"]}"
 
     def close(self) -> None:
         for f in (self.prompt_spool, self.row_spool):
@@ -115,9 +116,26 @@ def _scalar(v: Any) -> bool:
     return v is None or (isinstance(v, (str, int)) and not isinstance(v, bool))
 
 
-def _spool() -> IO[str]:
-    # Lines end only at "\n", which JSON text never holds raw (json.dumps escapes it in strings).
-    return tempfile.TemporaryFile("w+", encoding="utf-8", newline="\n")
+def _spool() -> IO[bytes]:
+    # A line a value: JSON text never holds a raw "\n" (json.dumps escapes it in strings).
+    return tempfile.TemporaryFile()
+
+
+def _prompt_key(messages: Any) -> bytes:
+    """What tells two prompts apart: the digest of their JSON (sort_keys), or, for the usual list of
+    {"role", "content"} texts, of those texts length-prefixed, which is as exact and costs no JSON."""
+    h = hashlib.sha256()
+    if isinstance(messages, list) and all(type(m) is dict and len(m) == 2 and type(m.get("role")) is str
+                                          and type(m.get("content")) is str for m in messages):
+        h.update(b"T")
+        for m in messages:
+            for text in (m["role"], m["content"]):
+                b = text.encode("utf-8", "surrogatepass")
+                h.update(len(b).to_bytes(8, "little"))
+                h.update(b)
+    else:
+        h.update(b"J" + json.dumps(messages, ensure_ascii=False, sort_keys=True).encode("utf-8", "surrogatepass"))
+    return h.digest()
 
 
 def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: list[str],
@@ -139,16 +157,15 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
             if ei is None or task not in tindex:
                 continue
             ss.total += 1
-            blob = json.dumps(rec.get("messages"), ensure_ascii=False, sort_keys=True)
-            digest = hashlib.sha256(blob.encode("utf-8", "surrogatepass")).digest()
+            digest = _prompt_key(rec.get("messages"))
             p = prompt_index.get(digest)
             if p is None:
                 p = prompt_index[digest] = ss.n_prompts
                 ss.n_prompts += 1
-                ss.prompt_spool.write(script_json(
+                ss.prompt_spool.write((script_json(
                     [{"role": str(m.get("role", "")), "content": cap(m.get("content"))}
                      if isinstance(m, dict) else {"role": "", "content": cap(str(m))}
-                     for m in (rec.get("messages") or [])]) + "\n")
+                     for m in (rec.get("messages") or [])]) + "\n").encode("utf-8"))
             meta = metas[task]
             values = rec.get("values") or {}
             judge = rec.get("judge") or {}
@@ -169,7 +186,7 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
                    "va": values, "un": rec.get("unscored") or {}, "er": error, "no": notes,
                    "lb": rec.get("labels") or {}, "st": status, "pv": pv}
             # "s" (the sort key) is the row's last field, known once every row is read: spooled without it.
-            ss.row_spool.write(script_json(row)[:-1] + ',"s":\n')
+            ss.row_spool.write((script_json(row)[:-1] + ',"s":\n').encode("utf-8"))
             ss.rows.append(_Row(ei, tindex[task], pv, status))
             if not error:
                 target, parsed = rec.get("target"), rec.get("parsed")

@@ -76,7 +76,8 @@ def build_context(runs: list[Run], **kw: Any) -> dict[str, Any]:
     """Everything the page is rendered from, its sample JSON block (`samples_json`) as one string."""
     ctx, ss, head = _context(runs, **kw)
     try:
-        ctx["samples_json"] = Markup("".join(ss.json_chunks(head))) if ctx["include_samples"] else Markup("")
+        ctx["samples_json"] = Markup(b"".join(ss.json_chunks(head)).decode("utf-8")) if ctx["include_samples"] \
+            else Markup("")
     finally:
         ss.close()
     return ctx
@@ -87,7 +88,7 @@ def _env() -> jinja2.Environment:
                               autoescape=True, trim_blocks=True, lstrip_blocks=True)
 
 
-def _write(runs: list[Run], fh: IO[str], **kw: Any) -> None:
+def _write(runs: list[Run], fh: IO[bytes], **kw: Any) -> None:
     """Write the page to `fh` piece by piece: the template is rendered with a placeholder for the sample
     JSON block, which is then streamed from the drill-down's spools. A large run's page (tens of MB) is
     never one string, nor are its rows all in memory at once."""
@@ -96,19 +97,19 @@ def _write(runs: list[Run], fh: IO[str], **kw: Any) -> None:
         placeholder = f"@@samples-json-{ctx['nonce']}@@"  # the nonce is random: no data can spell it
         page = _env().get_template("report.html.j2").render(**ctx, samples_json=Markup(placeholder))
         before, found, after = page.partition(placeholder)
-        fh.write(before)
+        fh.write(before.encode("utf-8"))
         if found:
             for chunk in ss.json_chunks(head):
                 fh.write(chunk)
-        fh.write(after)
+        fh.write(after.encode("utf-8"))
     finally:
         ss.close()
 
 
 def render(runs: list[Run], **kw: Any) -> str:
-    buf = io.StringIO()
+    buf = io.BytesIO()
     _write(runs, buf, **kw)
-    return buf.getvalue()
+    return buf.getvalue().decode("utf-8")
 
 
 def write_report(runs: list[Run | Path | str], out: Path | str, **kw: Any) -> Path:
@@ -117,6 +118,6 @@ def write_report(runs: list[Run | Path | str], out: Path | str, **kw: Any) -> Pa
     loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
     out = Path(out)
     from ..engine.rundir import atomic_open
-    with atomic_open(out) as fh:
+    with atomic_open(out, binary=True) as fh:
         _write(loaded, fh, **kw)
     return out
