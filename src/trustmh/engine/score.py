@@ -34,7 +34,7 @@ from ..types import Response, Sample
 from .collect import judge_ids
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
-from .prepare import Prepared
+from .prepare import SLICE_S, Prepared
 from .rundir import HashingWriter, atomic_write
 from .spec import RunSpec, data_source, param_notes, versions
 
@@ -194,9 +194,6 @@ def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepa
     return Phase2(run_dir, spec, ctx, prepared, store, accept_stored=accept_stored, events=events).finish(checksums)
 
 
-SLICE_S = 0.005  # scoring while phase 1 runs gives the event loop back this often
-
-
 class Phase2:
     """Phase 2 for a whole run, a task at a time. Phase 1 calls `ready(model, task)` once every reply and
     verdict of that task is stored; `background()`, run on phase 1's event loop, scores ready tasks in
@@ -289,18 +286,16 @@ class Phase2:
     def finish(self, checksums: dict[str, str]) -> RunResults:
         spec, run_dir, events = self.spec, self.run_dir, self.events
         self._announce()
+        if self.current is not None:  # the task phase 1 ended in the middle of
+            (key, steps), self.current = self.current, None
+            self._scored(key, _run(steps))
         models: dict[str, ModelResults] = {}
         for model_spec in spec.models:
             tasks = {}
             for p in self.prepared:
                 key = (model_spec, p.task.id)
                 if key not in self.results:
-                    if self.current is not None and self.current[0] == key:
-                        steps = self.current[1]
-                    else:
-                        steps = self._start(key)
-                    self.current = None
-                    self._scored(key, _run(steps))
+                    self._scored(key, _run(self._start(key)))
                 tasks[p.task.id] = self.results[key]
             models[model_spec] = model_summary(model_spec, tasks, seed=spec.seed)
             models[model_spec].identity = recorded(model_spec, self.store)
