@@ -33,6 +33,17 @@ def test_tasks_are_scored_while_others_collect_with_the_results_of_scoring_at_th
     early = [e for e in events[:generated] if isinstance(e, PhaseProgress) and e.phase == "score"]
     assert early and early[0].done == 40
     assert outputs(run_dir) == overlapped
+    # The run built its samples as phase 1 reached them and stored them beside it: the store holds them
+    # all, in the order an eager prepare builds them, and that is what the re-score read.
+    from trustmh.engine import context, prepare
+    from trustmh.engine.prepare import prepare_from_store
+    from trustmh.store import Store
+    store = Store(run_dir / "store.sqlite")
+    stored = prepare_from_store(spec, store)
+    eager, _ = prepare(spec, context(spec))
+    assert stored is not None
+    assert [[s.to_json() for s in p.samples] for p in stored[0]] == [[s.to_json() for s in p.samples] for p in eager]
+    store.close()
     res = overlapped[0]["models"]["openai/fake"]["tasks"]
     assert res["ethics.reasoning"]["n"] == 40 and res["privacy.awareness_tier1"]["n"] == 300
 
@@ -47,7 +58,7 @@ def test_samples_are_recorded_beside_phase_1_and_never_used_half_written(tmp_pat
     prepared, checksums = prepare(spec, context(spec))
     n = sum(len(p.samples) for p in prepared)
     store = Store(tmp_path / "store.sqlite")
-    recorder = Recorder(store, prepared, checksums)
+    recorder = Recorder(store, prepared, checksums, context(spec))
 
     recorder._step(0.0)  # one sample, as if phase 1 had ended (or the run been killed) at once
     # Part of the samples are in, and nothing says they are usable: a re-score reads the data instead.
@@ -59,3 +70,15 @@ def test_samples_are_recorded_beside_phase_1_and_never_used_half_written(tmp_pat
     assert sum(store.sample_counts().values()) == n
     again, _ = prepare_from_store(spec, store)
     assert [[s.key for s in p.samples] for p in again] == [[s.key for s in p.samples] for p in prepared]
+
+
+def test_a_lazy_prepare_builds_first_items_only_and_the_rest_in_order():
+    from trustmh.engine import context, prepare
+    spec = run_spec(models=["baseline/counselor"], tasks="robustness.support,ethics", suite="sample")
+    ctx = context(spec)
+    eager, _ = prepare(spec, ctx)
+    lazy, _ = prepare(spec, ctx, lazy=True)
+    for e, p in zip(eager, lazy):
+        assert p.pending is not None and 0 < len(p.samples) < len(e.samples)  # the first item's only
+        assert [s.key for b in p.batches(ctx) for s in b] == [s.key for s in e.samples]
+        assert p.pending is None and [s.key for s in p.samples] == [s.key for s in e.samples]

@@ -62,8 +62,10 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
             if from_store is not None:
                 prepared, checksums = from_store
             else:
-                prepared, checksums = prepare(spec, ctx)
-                recorder = Recorder(store, prepared, checksums)  # the samples, stored beside phase 1
+                # A run builds most samples as phase 1 reaches them (and stores them beside it): the first
+                # requests wait only for the data to load.
+                prepared, checksums = prepare(spec, ctx, lazy=generate and executor is None)
+                recorder = Recorder(store, prepared, checksums, ctx)
                 if generate:
                     store.set_meta("task_origins", task_origins(prepared))  # what `score` imports again
             # A run scores each task as soon as its replies and verdicts are stored, while others collect.

@@ -17,7 +17,7 @@ from ..models import make_model
 from ..models.replay import ReplayModel
 from ..store import Store
 from ..tasks import RunContext, Task
-from ..types import Response, Sample
+from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
 from . import identity
 from .identity import model_ref
@@ -91,7 +91,6 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     writer = CallWriter(store)
     judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
                      for role, m in judge_models.items()})
-    samples = [(p.task, s) for p in prepared for s in p.samples] if generate else None
     calls: collections.Counter = collections.Counter()
     side_jobs = [asyncio.create_task(job()) for job in beside]
     try:
@@ -106,7 +105,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
-                collector = _Collector(spec, ctx, prepared, samples, gen_ep, judges, store, events, model_spec)
+                collector = _Collector(spec, ctx, prepared, gen_ep, judges, store, events, model_spec)
                 if ready is not None:
                     collector.ready = functools.partial(ready, model_spec)
                 try:
@@ -116,7 +115,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 calls[model_spec] = gen_ep.n_calls
             else:
                 ref = model_ref(model_spec, spec.model_base_url(model_spec), store)
-                await _Collector(spec, ctx, prepared, None, None, judges, store, events, model_spec, ref.endpoint).run()
+                await _Collector(spec, ctx, prepared, None, judges, store, events, model_spec, ref.endpoint).run()
                 calls[model_spec] = 0
         if judges.endpoints:
             calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
@@ -131,12 +130,11 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
 
 
 class _Collector:
-    """Phase 1 for one tested model (`samples`: every sample of `prepared`, None when re-scoring)."""
+    """Phase 1 for one tested model."""
 
-    def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared],
-                 samples: list[tuple[Task, Sample]] | None, gen_ep: Endpoint | None, judges: Judges, store: Store,
-                 events: EventSink, label: str, model_id: str | None = None):
-        self.spec, self.ctx, self.prepared, self.samples, self.gen_ep = spec, ctx, prepared, samples, gen_ep
+    def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], gen_ep: Endpoint | None,
+                 judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None):
+        self.spec, self.ctx, self.prepared, self.gen_ep = spec, ctx, prepared, gen_ep
         self.judges, self.store, self.events, self.label = judges, store, events, label
         self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
         self.writer = next(iter(judges.endpoints.values())).writer if judges.endpoints else (
@@ -147,20 +145,34 @@ class _Collector:
         self.queues = {role: asyncio.Queue() for role in judges.endpoints}
         # Set by collect when a scorer waits for tasks: called with a task's id once all its calls are stored.
         self.ready: Callable[[str], None] | None = None
-        self.left: collections.Counter = collections.Counter(s.task for _, s in samples or ())
+        self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
+        self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
         # Judgements this judge already made successfully (re-scoring only: a run always renders anew).
         self.judged = {role: store.linked_keys(self.model_id, ep.model.endpoint)
                        for role, ep in judges.endpoints.items()} if gen_ep is None else {}
 
     # --- generation ---------------------------------------------------------------------------------
-    def _generation_keys(self, gen_ep: Endpoint) -> list[str]:
-        self.requests = [generation_request(s, self.spec) for _, s in self.samples]
-        keys = [gen_ep.key(r) for r in self.requests]
-        self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
-                              for (_, s), k in zip(self.samples, keys)])
-        return keys
+    def _generation_jobs(self, gen_ep: Endpoint, done: set[str]) -> Iterator[tuple[Request, Task, Sample, str]]:
+        """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
+        builds them here, as the workers reach them), each batch's links written and the calls already
+        stored looked up in bulk (into `done`), so a resumed run skips them at once."""
+        for p in self.prepared:
+            for batch in p.batches(self.ctx):
+                reqs = [generation_request(s, self.spec) for s in batch]
+                keys = [gen_ep.key(r) for r in reqs]
+                self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
+                                      for s, k in zip(batch, keys)])
+                if gen_ep.model.cacheable:
+                    done.update(self.store.ok_keys(keys))
+                for s in batch:
+                    self.left[s.task] += 1
+                yield from zip(reqs, [p.task] * len(batch), batch, keys)
+            self.built.add(p.task.id)
+            if self.left[p.task.id] == 0 and self.ready is not None:  # its last calls were all stored already
+                self.writer.flush()
+                self.ready(p.task.id)
 
-    def _rejudge_jobs(self) -> Iterator[tuple[int, Task, Sample, str]]:
+    def _rejudge_jobs(self) -> Iterator[tuple[None, Task, Sample, str]]:
         """Re-scoring: the samples that have a judgement of this run's judges still to make, each with its
         generation's call key from the links (rebuilt, and linked, only in a store written before links
         existed). A sample whose every judgement is stored is skipped unread, so re-scoring a finished
@@ -188,28 +200,24 @@ class _Collector:
                 if key is None:
                     key = generation_request(s, self.spec).cache_key(self.model_id)
                     new_links.append((self.model_id, s.task, s.item.id, s.variant, "", "", key, ""))
-                yield -1, p.task, s, key
+                yield None, p.task, s, key
             self.store.put_links(new_links)
 
     async def run(self) -> None:
         gen_ep = self.gen_ep
         if gen_ep is not None:
-            self.n_samples = len(self.samples)
-            keys = self._generation_keys(gen_ep)
-            # One bulk lookup decides what is left to do, so a resumed run starts at once.
-            done = self.store.ok_keys(keys) if gen_ep.model.cacheable else set()
-            todo = ((i, task, s, k) for i, ((task, s), k) in enumerate(zip(self.samples, keys)))
+            done: set[str] = set()
+            todo = self._generation_jobs(gen_ep, done)
         else:
-            self.n_samples = sum(len(p.samples) for p in self.prepared)
             todo, done = self._rejudge_jobs(), set()
         cacheable = gen_ep is None or gen_ep.model.cacheable
 
         async def gen_worker() -> None:
-            for i, task, sample, key in todo:
+            for request, task, sample, key in todo:
                 if key in done or gen_ep is None:
                     resp = self.store.get_call(key)
                 else:
-                    resp = await gen_ep.call(self.requests[i], key)
+                    resp = await gen_ep.call(request, key)
                     if resp.ok and cacheable:
                         done.add(key)  # a later sample with the same request reads it instead of paying again
                 self.n["gen"] += 1
@@ -225,11 +233,11 @@ class _Collector:
                 for _ in range(self.judges.endpoints[role].width):
                     q.put_nowait(None)  # generation is over: each judge worker stops when its queue drains
 
-        n_gen = max(1, min(self.n_samples, gen_ep.width if gen_ep is not None else 1))
+        n_gen = max(1, gen_ep.width if gen_ep is not None else 1)  # a worker with nothing to do ends at once
         jobs = [asyncio.create_task(generate_all(n_gen))]
         for role, ep in self.judges.endpoints.items():
             jobs += [asyncio.create_task(self._judge_worker(role, ep)) for _ in range(ep.width)]
-        self.events(PhaseStarted("generate", self.label, self.n_samples))
+        self.events(PhaseStarted("generate", self.label, self._n_samples()))
         for role, ep in self.judges.endpoints.items():
             self.events(PhaseStarted("judge", f"judge {ep.model.spec}", None))
         t_start = asyncio.get_running_loop().time()
@@ -293,11 +301,15 @@ class _Collector:
         """One call of a task finished (a generation, or a judgement it queued): the task is ready for
         scoring when none is left, its replies and links committed first."""
         self.left[task_id] -= 1
-        if self.left[task_id] == 0 and self.ready is not None:
+        if self.left[task_id] == 0 and task_id in self.built and self.ready is not None:
             self.writer.flush()
             self.ready(task_id)
 
     # --- progress -----------------------------------------------------------------------------------
+    def _n_samples(self) -> int:
+        """The samples built so far: all of them, unless phase 1 is still building them as it goes."""
+        return sum(len(p.samples) for p in self.prepared)
+
     async def _ticker(self, t_start: float) -> None:
         while True:
             await asyncio.sleep(0.2)
@@ -306,7 +318,7 @@ class _Collector:
     def _show(self, t_start: float) -> None:
         elapsed = asyncio.get_running_loop().time() - t_start
         n = self.n
-        self.events(PhaseProgress("generate", self.label, n["gen"], self.n_samples, n["gen_errors"],
+        self.events(PhaseProgress("generate", self.label, n["gen"], self._n_samples(), n["gen_errors"],
                                   n["gen"] / elapsed if elapsed > 0 else None))
         for role, ep in self.judges.endpoints.items():
             self.events(PhaseProgress("judge", f"judge {ep.model.spec}", n[f"judge_done:{role}"], n[f"judge:{role}"],

@@ -215,9 +215,12 @@ class Phase2:
         self.queue: collections.deque[tuple[str, str]] = collections.deque()
         self.current: tuple[tuple[str, str], Generator[None, None, TaskResult]] | None = None
         self.wake: asyncio.Event | None = None
-        self.total = len(spec.models) * sum(len(p.samples) for p in prepared)
         self.n_scored = 0  # samples of the tasks scored so far, for the progress bar
         self.started = False
+
+    @property
+    def total(self) -> int:  # grows while phase 1 builds samples as it goes
+        return len(self.spec.models) * sum(len(p.samples) for p in self.prepared)
 
     # Made on first use: phase 1 records the judges' and models' identities these are read from.
     @property
