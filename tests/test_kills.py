@@ -137,13 +137,13 @@ def dying_open(path, **kw):  # report.html.<random>.tmp, as atomic_open names it
     with atomic_open(path, **kw) as fh:
         yield HalfThenDie(fh) if where == path.name + ".tmp" else fh
 rundir.atomic_open = dying_open
-append_part = runner._append_part
+append_part = runner.append_part
 def die_after_first_task(out, part):  # samples.jsonl.tmp then holds the first task's rows only
     append_part(out, part)
     if where == "samples.jsonl.tmp":
         out.fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
-runner._append_part = die_after_first_task
+runner.append_part = die_after_first_task
 sys.argv[0] = "trustmh"
 from trustmh.cli import main
 main()

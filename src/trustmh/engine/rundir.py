@@ -121,3 +121,24 @@ class HashingWriter:
 
     def flush(self) -> None:
         self.fh.flush()
+
+
+class Utf8Writer:
+    """A text writer over a binary file: each text is encoded once, as it is written."""
+
+    def __init__(self, fh):
+        self.fh = fh
+
+    def write(self, text: str) -> None:
+        self.fh.write(text.encode("utf-8"))
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def append_part(out: HashingWriter, part) -> None:
+    """A temporary binary file's bytes (one task's samples.jsonl lines) onto `out`, closing the part."""
+    with part:
+        part.seek(0)
+        while chunk := part.read(1 << 20):
+            out.write(chunk)

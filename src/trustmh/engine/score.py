@@ -35,7 +35,7 @@ from .collect import judge_ids
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import SLICE_S, Prepared
-from .rundir import HashingWriter, atomic_write
+from .rundir import HashingWriter, Utf8Writer, append_part, atomic_write
 from .spec import RunSpec, data_source, param_notes, versions
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
@@ -243,7 +243,7 @@ class Phase2:
     def _start(self, key: tuple[str, str]) -> Generator[None, None, TaskResult]:
         self._announce()
         part = self.parts[key] = tempfile.TemporaryFile(dir=self.run_dir)
-        return score_steps(self.sc, self.by_id[key[1]], self.model(key[0]), _Utf8(part))
+        return score_steps(self.sc, self.by_id[key[1]], self.model(key[0]), Utf8Writer(part))
 
     def _scored(self, key: tuple[str, str], result: TaskResult) -> None:
         self.results[key] = result
@@ -307,7 +307,7 @@ class Phase2:
         with tmp.open("wb") as fh:
             out = HashingWriter(fh)
             for key in ((m, p.task.id) for m in spec.models for p in self.prepared):
-                _append_part(out, self.parts.pop(key))
+                append_part(out, self.parts.pop(key))
         results = self._results(models, checksums)
         # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
         # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
@@ -348,27 +348,6 @@ def _run(steps: Generator[None, None, TaskResult]) -> TaskResult:
             next(steps)
         except StopIteration as done:
             return done.value
-
-
-class _Utf8:
-    """A text writer over a binary file: samples.jsonl lines are encoded once, as they are written."""
-
-    def __init__(self, fh: IO[bytes]):
-        self.fh = fh
-
-    def write(self, text: str) -> None:
-        self.fh.write(text.encode("utf-8"))
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-
-def _append_part(out: HashingWriter, part: IO[bytes]) -> None:
-    """One task's samples.jsonl lines, from its temporary file, onto the run's samples.jsonl."""
-    with part:
-        part.seek(0)
-        while chunk := part.read(1 << 20):
-            out.write(chunk)
 
 
 class _Columns:
