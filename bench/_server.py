@@ -11,10 +11,11 @@ Optional token bucket (--rate-limit R): over it, answer 429 with Retry-After at 
 
 Run: python bench/_server.py --latency 0.05 [--rate-limit R] ; it prints "PORT <n>" then serves.
 It counts requests and answers b"GET /stats" with JSON {"requests", "ok", "rate_limited", "max_in_flight",
-"by_endpoint", "last_answer"}: `by_endpoint` counts requests by the path before "/v1/" ("" for a plain
+"by_endpoint", "first_request", "last_answer"}: `by_endpoint` counts requests by the path before "/v1/" ("" for a plain
 base URL, "/judge" for http://host:port/judge/v1), so one server can stand for the model and the judge
-and still say which endpoint was busier; `last_answer` is time.monotonic() (system-wide on Linux, so
-comparable with another process's) when the last reply was written.
+and still say which endpoint was busier; `first_request` and `last_answer` are time.monotonic()
+(system-wide on Linux, so comparable with another process's) when the first request arrived and when
+the last reply was written.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Stats:
     in_flight = 0
     max_in_flight = 0
     by_endpoint: dict[str, int] = {}
+    first_request = 0.0
     last_answer = 0.0
 
 
@@ -97,9 +99,11 @@ class Conn(asyncio.Protocol):
         if head.startswith(b"get /stats"):
             body = json.dumps({"requests": Stats.requests, "ok": Stats.ok, "rate_limited": Stats.rate_limited,
                                "max_in_flight": Stats.max_in_flight, "by_endpoint": Stats.by_endpoint,
-                               "last_answer": Stats.last_answer}).encode()
+                               "first_request": Stats.first_request, "last_answer": Stats.last_answer}).encode()
             self.transport.write(_http("200 OK", body))
             return
+        if not Stats.requests:
+            Stats.first_request = time.monotonic()
         Stats.requests += 1
         endpoint = head[head.find(b" ") + 1:max(head.find(b"/v1/"), 0)].decode("latin-1")
         Stats.by_endpoint[endpoint] = Stats.by_endpoint.get(endpoint, 0) + 1

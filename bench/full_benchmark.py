@@ -18,7 +18,8 @@ With --baseline-src DIR (the src/ folder of another checkout, e.g. from `git arc
 `trustmh score` is also timed with that code on the same run directory, alternating with this
 checkout's, so the two score times are measured side by side under the same machine load.
 
-"after last reply" is the time between the server writing its last reply and the run's process
+"before first request" is the time from starting the run's process to the server seeing its first
+request (imports, loading the data, building and storing the samples). "after last reply" is the time between the server writing its last reply and the run's process
 exiting: scoring, writing results and the report, and interpreter exit. Peak RSS is the largest
 resident set of any finished child (getrusage RUSAGE_CHILDREN, read before the server is stopped)."""
 
@@ -80,6 +81,7 @@ def main() -> None:
         with Server(a.latency) as server:
             url = f"http://127.0.0.1:{server.port}"
             cli = [sys.executable, "-m", "trustmh.cli"]
+            run_start = time.monotonic()
             run_wall, run_cpu = timed(cli + ["run", "--model", "openai/x", "--base-url", f"{url}/v1", "--judge", "openai/j",
                                     "--judge-base-url", f"{url}/judge/v1", "--max-connections", str(a.connections),
                                     "--suite", "data", "--data-dir", a.data_dir, "--bootstrap", str(a.bootstrap),
@@ -102,9 +104,11 @@ def main() -> None:
     busiest = max(by.values())
     ideal = busiest / (a.connections / a.latency) + 2 * a.latency
     after = run_end - stats["last_answer"]
+    before = stats["first_request"] - run_start
     print(f"calls: model {by.get('', 0)}, judge {by.get('/judge', 0)}; {a.connections} connections per "
           f"endpoint, {a.latency * 1000:.0f} ms latency, {a.bootstrap} bootstrap resamples")
     print(f"run wall      {run_wall:7.1f} s   ({run_cpu:.1f} s CPU)   ideal {ideal:6.1f} s   ratio {ideal / run_wall:.2f}")
+    print(f"before first request {before:5.1f} s   (start-up: imports, loading the data, building and storing samples)")
     print(f"after last reply {after:5.1f} s   ({after / run_wall:.0%} of the run: scoring, results, report, exit)")
     print(f"score wall    {score_wall:7.1f} s   ({score_cpu:.1f} s CPU; trustmh score on the same run; {extra_calls} calls made)")
     if pairs:

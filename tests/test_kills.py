@@ -110,27 +110,40 @@ def normalised_outputs(run_dir: Path) -> tuple[dict, list]:
 
 # A wrapper that runs the CLI but SIGKILLs itself at a chosen point of writing the outputs.
 SELF_KILL = r"""
-import os, signal, sys
+import contextlib, os, signal, sys
 from pathlib import Path
+import trustmh.engine.rundir as rundir
 import trustmh.engine.score as runner
 where = os.environ["TRUSTMH_TEST_SELF_KILL"]
 write_text = Path.write_text
 def half_then_die(self, data, *a, **kw):
-    # e.g. results.json.tmp, or results.json.<random>.tmp as atomic_write names it: write half, then die
-    if self.name == where or (self.name.startswith(where[:-len("tmp")]) and self.name.endswith(".tmp")):
+    # e.g. results.json.<random>.tmp as atomic_write names it: write half, then die
+    if self.name.startswith(where[:-len("tmp")]) and self.name.endswith(".tmp"):
         with open(self, "w", encoding="utf-8") as fh:
             fh.write(data[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
     return write_text(self, data, *a, **kw)
 Path.write_text = half_then_die
-score_task = runner.score_task
-def die_after_first_task(*a, **kw):  # samples.jsonl.tmp then holds the first task's rows only
-    result = score_task(*a, **kw)
-    if where == "samples.jsonl.tmp":
-        a[-1].flush()
+atomic_open = rundir.atomic_open
+class HalfThenDie:
+    def __init__(self, fh):
+        self.fh = fh
+    def write(self, data):  # the first piece of report.html (its page up to the sample data): half of it
+        self.fh.write(data[: len(data) // 2])
+        self.fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
-    return result
-runner.score_task = die_after_first_task
+@contextlib.contextmanager
+def dying_open(path, **kw):  # report.html.<random>.tmp, as atomic_open names it
+    with atomic_open(path, **kw) as fh:
+        yield HalfThenDie(fh) if where == path.name + ".tmp" else fh
+rundir.atomic_open = dying_open
+append_part = runner.append_part
+def die_after_first_task(out, part):  # samples.jsonl.tmp then holds the first task's rows only
+    append_part(out, part)
+    if where == "samples.jsonl.tmp":
+        out.fh.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+runner.append_part = die_after_first_task
 sys.argv[0] = "trustmh"
 from trustmh.cli import main
 main()

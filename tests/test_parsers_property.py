@@ -330,3 +330,11 @@ def test_every_task_loads_damaged_data_or_names_the_file(task, sample_copy, data
                 assert all(isinstance(m["content"], str) for m in s.messages)
     finally:
         path.write_bytes(original)
+
+
+@given(st.text(alphabet="ab _-é1٣.²xY\n", max_size=14), st.text(alphabet="ab _-é1٣.²xY", min_size=1, max_size=4))
+@settings(max_examples=3000, deadline=None)
+def test_option_text_found_as_the_whole_word_pattern_finds_it(answer, phrase):
+    # knowledge's option_from_text looks for option texts without a regex per option: same answers.
+    from trustmh.tasks._reliability_read import _names
+    assert _names(answer, phrase) == (re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", answer) is not None)

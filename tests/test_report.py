@@ -193,3 +193,36 @@ def test_partial_pillars_are_marked_and_drawn_hollow_and_tasks_name_their_protoc
     assert {(axis, fill == "white", bool(note)) for fill, axis, note in vertices} == {
         ("safety", True, True), ("ethics", False, False)}
     assert html.count("protocol: <b>trustmh</b> · evidence") == 2
+
+
+def test_trimming_ranks_unanswered_samples_with_the_scored(tmp_path):
+    # A refusal is scored against the model (status "no_answer"); trimming used to raise KeyError on it.
+    run_quiet(run_spec(models=["baseline/refuse"], tasks="ethics", suite="sample"), tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    full = json.loads(JSON_BLOCK.search(render([run], paired=False)).group(1))["rows"]
+    assert any(r["st"] == "no_answer" for r in full)
+    ctx = build_context([run], paired=False, max_samples=2)
+    kept = json.loads(str(ctx["samples_json"]))["rows"]
+    assert len(kept) == ctx["n_rows"] == 2 < len(full) == ctx["n_total"]
+    assert kept == [r for r in full if r in kept]  # data order, page JSON unchanged by the trimming
+
+
+def test_the_sample_block_streams_as_it_would_be_written_whole(tmp_path, monkeypatch):
+    # script_json is compositional (what lets write_report stream the block a row at a time) on the values
+    # that need care: NaN and infinities (null), markup characters, line separators, non-BMP characters.
+    from trustmh.report.drilldown import script_json
+    parts = [{"a": float("nan"), "b": [1.5, float("-inf")], "c": "</script><!-- & \u2028\u2029 😀"}, "x<y",
+             [None, {"d": float("inf")}], 0.1]
+    assert script_json(parts) == "[" + ",".join(script_json(p) for p in parts) + "]"
+    assert json.loads(script_json(parts))[0] == {"a": None, "b": [1.5, None], "c": parts[0]["c"]}
+    # The file write_report streams is the page render() returns.
+    monkeypatch.setattr("secrets.token_urlsafe", lambda n=None: "fixed")
+    items = sample_items("ethics.reasoning")
+    replay = write_replay(tmp_path / "r.jsonl", [{"task": "ethics.reasoning", "item_id": it.id, "response": EVIL}
+                                                 for it in items])
+    run_quiet(run_spec(models=[f"replay/{replay}", "baseline/refuse"], tasks="ethics", suite="sample"),
+              tmp_path / "run")
+    run = load_run(tmp_path / "run")
+    out = write_report([run], tmp_path / "r.html", paired=False)
+    assert out.read_text(encoding="utf-8") == render([run], paired=False)
+    assert not list(tmp_path.glob("r.html.*.tmp"))

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import UserError
 from .types import Response, Sample
@@ -53,6 +53,11 @@ def _call_row(row: tuple[str, str, str, tuple[str, str, str], Response], now: fl
             r.error_kind, r.error, r.prompt_tokens, r.completion_tokens, r.latency_s, r.attempts, now)
 
 
+def sample_row(seq: int, s: Sample) -> tuple:
+    """A sample as a row of `samples` (its run order, and its body as JSON)."""
+    return (s.task, s.item.id, s.variant, seq, json.dumps(s.to_json(), ensure_ascii=False))
+
+
 class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -82,27 +87,30 @@ class Store:
     def set_meta(self, key: str, value: Any) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
 
+    def del_meta(self, key: str) -> None:
+        self.db.execute("DELETE FROM meta WHERE k = ?", (key,))
+
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self.db.execute("SELECT v FROM meta WHERE k = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else default
 
     # --- samples ----------------------------------------------------------------------------------
-    def put_samples(self, samples: Iterable[Sample]) -> None:
-        """Record the run's samples (replacing those of an earlier run over this store), so that
-        re-scoring can read them back one at a time instead of loading the data again."""
+    def clear_samples(self) -> None:
+        """Forget the samples of an earlier run over this store (engine.prepare.Recorder records the new)."""
+        self.db.execute("DELETE FROM samples")
+
+    def add_samples(self, rows: Iterable[tuple]) -> None:
+        """Rows of `sample_row`, in one transaction."""
         with self.db:
             self.db.execute("BEGIN")
-            self.db.execute("DELETE FROM samples")
-            self.db.executemany(
-                "INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?)",
-                # a generator, not a list: the serialised run is never held in memory at once
-                ((s.task, s.item.id, s.variant, i, json.dumps(s.to_json(), ensure_ascii=False))
-                 for i, s in enumerate(samples)))
+            self.db.executemany("INSERT OR REPLACE INTO samples VALUES (?, ?, ?, ?, ?)", rows)
 
-    def iter_samples(self, task: str) -> Iterator[Sample]:
-        cur = self.db.execute("SELECT body FROM samples WHERE task = ? ORDER BY seq", (task,))
-        for (body,) in cur:
-            yield Sample.from_json(json.loads(body))
+    def iter_samples(self, task: str, skip: Callable[[str, str], bool] | None = None) -> Iterator[Sample]:
+        """`task`'s samples in run order; those `skip(item_id, variant)` is true of are not even parsed."""
+        cur = self.db.execute("SELECT item_id, variant, body FROM samples WHERE task = ? ORDER BY seq", (task,))
+        for item_id, variant, body in cur:
+            if skip is None or not skip(item_id, variant):
+                yield Sample.from_json(json.loads(body))
 
     def sample_counts(self) -> dict[str, int]:
         return dict(self.db.execute("SELECT task, count(*) FROM samples GROUP BY task").fetchall())

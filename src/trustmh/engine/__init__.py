@@ -19,9 +19,9 @@ from ..tasks import RunContext
 from .collect import collect
 from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
-from .prepare import Prepared, prepare, prepare_from_store, record_prepared
+from .prepare import Prepared, Recorder, prepare, prepare_from_store
 from .rundir import open_run_dir, run_lock
-from .score import finalize, task_origins
+from .score import Phase2, finalize, task_origins
 from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
 
 __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
@@ -58,24 +58,35 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 check_same_spec(run_dir, store.get_meta("spec"), spec, force)
                 store.set_meta("spec", spec.to_json())
             from_store = None if generate else prepare_from_store(spec, store)
+            recorder = None
             if from_store is not None:
                 prepared, checksums = from_store
             else:
-                prepared, checksums = prepare(spec, ctx)
-                record_prepared(store, prepared, checksums)
+                # A run builds most samples as phase 1 reaches them (and stores them beside it): the first
+                # requests wait only for the data to load.
+                prepared, checksums = prepare(spec, ctx, lazy=generate and executor is None)
+                recorder = Recorder(store, prepared, checksums, ctx)
                 if generate:
                     store.set_meta("task_origins", task_origins(prepared))  # what `score` imports again
+            # A run scores each task as soon as its replies and verdicts are stored, while others collect.
+            phase2 = Phase2(run_dir, spec, ctx, prepared, store, accept_stored=accept_stored, events=events)
             try:
                 if executor is not None and generate:
+                    if recorder is not None:
+                        recorder.finish()
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
                 else:
-                    calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate,
-                                                force=force, events=events))
+                    beside = ([recorder.background] if recorder is not None else []) + \
+                        ([phase2.background] if generate else [])
+                    calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate, force=force,
+                                                events=events, ready=phase2.ready if generate else None,
+                                                beside=beside))
             except (AuthFailure, EndpointDown) as e:
                 raise UserError(str(e)) from None
+            if recorder is not None:
+                recorder.finish()
             t1 = time.perf_counter()
-            results = finalize(run_dir, spec, ctx, prepared, store, checksums, accept_stored=accept_stored,
-                               events=events)
+            results = phase2.finish(checksums)
             prompt_tokens, completion_tokens = store.totals()
         finally:
             store.close()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..models import make_model
 from ..models.replay import ReplayModel
@@ -22,7 +23,7 @@ from .endpoint import CallWriter, Endpoint
 from . import identity
 from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
-from .prepare import Prepared
+from .prepare import Prepared, samples_except
 from .spec import Limits, RunSpec, generation_request, judge_request
 
 
@@ -76,11 +77,15 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
 
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
                   *, generate: bool = True, force: bool = False, events: EventSink = ignore,
-                  models: dict[str, Any] | None = None) -> dict[str, int]:
+                  models: dict[str, Any] | None = None, ready: Callable[[str, str], None] | None = None,
+                  beside: Sequence[Callable[[], Awaitable[None]]] = ()) -> dict[str, int]:
     """Phase 1 for every model of the run. With `generate` False (re-scoring) the tested models are never
     called: only judgements missing for this run's judges are made. `models` gives ready backends for some
-    specs (judge validation: the human-rated replies stand in for a tested model). Returns the calls made
-    per model spec (and "judge")."""
+    specs (judge validation: the human-rated replies stand in for a tested model). `ready(model, task)` is
+    told each task whose replies and verdicts are all stored (score.Phase2 scores it then); `beside` are
+    coroutines run on this event loop while phase 1 goes on (recording samples, scoring ready tasks), in
+    slices between its I/O, and cancelled when it ends. Returns the calls made per model spec (and
+    "judge")."""
     judge_models = _judge_models(spec, ctx, prepared, limits)
     if "llm" in judge_models:
         identity.record(spec.judge, judge_models["llm"], store, force=force)
@@ -96,8 +101,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     writer = CallWriter(store)
     judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
                      for role, m in judge_models.items()})
-    samples = [(p.task, s) for p in prepared for s in p.samples]
     calls: collections.Counter = collections.Counter()
+    side_jobs = [asyncio.create_task(job()) for job in beside]
     try:
         for model_spec in spec.models:
             if generate:
@@ -110,19 +115,25 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
+                collector = _Collector(spec, ctx, prepared, gen_ep, judges, store, events, model_spec)
+                if ready is not None:
+                    collector.ready = functools.partial(ready, model_spec)
                 try:
-                    await _Collector(spec, ctx, samples, gen_ep, judges, store, events, model_spec).run()
+                    await collector.run()
                 finally:
                     await model.aclose()
                 calls[model_spec] = gen_ep.n_calls
             else:
                 ref = model_ref(model_spec, spec.model_base_url(model_spec), store)
-                await _Collector(spec, ctx, samples, None, judges, store, events, model_spec, ref.endpoint).run()
+                await _Collector(spec, ctx, prepared, None, judges, store, events, model_spec, ref.endpoint).run()
                 calls[model_spec] = 0
         if judges.endpoints:
             calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
     finally:
         writer.flush()  # interrupted (Ctrl-C, an error): replies already received are kept
+        for job in side_jobs:  # what they had left is done after phase 1 (Recorder.finish, Phase2.finish)
+            job.cancel()
+        await asyncio.gather(*side_jobs, return_exceptions=True)
         for m in judge_models.values():
             await m.aclose()
     return dict(calls)
@@ -131,9 +142,9 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
 class _Collector:
     """Phase 1 for one tested model."""
 
-    def __init__(self, spec: RunSpec, ctx: RunContext, samples: list[tuple[Task, Sample]], gen_ep: Endpoint | None,
+    def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], gen_ep: Endpoint | None,
                  judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None):
-        self.spec, self.ctx, self.samples, self.gen_ep = spec, ctx, samples, gen_ep
+        self.spec, self.ctx, self.prepared, self.gen_ep = spec, ctx, prepared, gen_ep
         self.judges, self.store, self.events, self.label = judges, store, events, label
         self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
         self.writer = next(iter(judges.endpoints.values())).writer if judges.endpoints else (
@@ -142,59 +153,96 @@ class _Collector:
         # the rest of the request path.
         self.n = collections.Counter()
         self.queues = {role: asyncio.Queue() for role in judges.endpoints}
+        # Set by collect when a scorer waits for tasks: called with a task's id once all its calls are stored.
+        self.ready: Callable[[str], None] | None = None
+        self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
+        self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
         # Judgements this judge already made successfully (re-scoring only: a run always renders anew).
         self.judged = {role: store.linked_keys(self.model_id, ep.model.endpoint)
                        for role, ep in judges.endpoints.items()} if gen_ep is None else {}
         # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
         # Not for replay files and baselines: the same request gets the same reply again.
-        self.reasks = {t.id: r for t in {t.id: t for t, _ in samples}.values() if (r := t.reask(ctx)) is not None} \
+        self.reasks = {p.task.id: r for p in prepared if (r := p.task.reask(ctx)) is not None} \
             if gen_ep is not None and gen_ep.model.cacheable else {}
 
     # --- generation ---------------------------------------------------------------------------------
-    def _generation_keys(self) -> list[str]:
-        if self.gen_ep is not None:
-            reqs = [generation_request(s, self.spec, self.gen_ep.model.spec) for _, s in self.samples]
-            self.requests = reqs
-            keys = [self.gen_ep.key(r) for r in reqs]
-        else:
-            # Re-scoring reads the links the run wrote; only a store written before links existed has to
-            # rebuild its generation requests to find them.
-            linked = self.store.generation_links(self.model_id)
-            keys = [linked.get(s.key)
-                    or generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
-                    for _, s in self.samples]
-        # (A re-score writes only the links a store from before links lacked: the others may name a re-ask.)
-        self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
-                              for (_, s), k in zip(self.samples, keys)
-                              if self.gen_ep is not None or s.key not in linked])
-        return keys
+    def _generation_jobs(self, gen_ep: Endpoint, done: set[str]) -> Iterator[tuple[Request, Task, Sample, str]]:
+        """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
+        builds them here, as the workers reach them), each batch's links written and the calls already
+        stored looked up in bulk (into `done`), so a resumed run skips them at once."""
+        for p in self.prepared:
+            for batch in p.batches(self.ctx):
+                reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
+                keys = [gen_ep.key(r) for r in reqs]
+                self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
+                                      for s, k in zip(batch, keys)])
+                if gen_ep.model.cacheable:
+                    done.update(self.store.ok_keys(keys))
+                for s in batch:
+                    self.left[s.task] += 1
+                yield from zip(reqs, [p.task] * len(batch), batch, keys)
+            self.built.add(p.task.id)
+            if self.left[p.task.id] == 0 and self.ready is not None:  # its last calls were all stored already
+                self.writer.flush()
+                self.ready(p.task.id)
+
+    def _rejudge_jobs(self) -> Iterator[tuple[None, Task, Sample, str]]:
+        """Re-scoring: the samples that have a judgement of this run's judges still to make, each with its
+        generation's call key from the links (rebuilt, and linked, only in a store written before links
+        existed). A sample whose every judgement is stored is skipped unread, so re-scoring a finished
+        run reads back almost nothing here."""
+        linked = self.store.generation_links(self.model_id)
+        judged: dict[tuple[str, str, str], set[str]] = collections.defaultdict(set)
+        for made in self.judged.values():
+            for task_id, item_id, variant, rubric in made:
+                judged[(task_id, item_id, variant)].add(rubric)
+        nothing: frozenset[str] = frozenset()
+        for p in self.prepared:
+            task_id = p.task.id
+            wanted = {r.name for r in p.task.active_rubrics(self.ctx) if r.role in self.queues}
+
+            def settled(item_id: str, variant: str) -> bool:
+                key = (task_id, item_id, variant)
+                if key in linked and wanted <= judged.get(key, nothing):
+                    self.n["gen"] += 1
+                    return True
+                return False
+
+            new_links = []
+            for s in list(samples_except(p.samples, settled)):  # read whole: no cursor open across writes
+                key = linked.get(s.key)
+                if key is None:
+                    key = generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
+                    new_links.append((self.model_id, s.task, s.item.id, s.variant, "", "", key, ""))
+                yield None, p.task, s, key
+            self.store.put_links(new_links)
 
     async def run(self) -> None:
-        keys = self._generation_keys()
         gen_ep = self.gen_ep
+        if gen_ep is not None:
+            done: set[str] = set()
+            todo = self._generation_jobs(gen_ep, done)
+        else:
+            todo, done = self._rejudge_jobs(), set()
         cacheable = gen_ep is None or gen_ep.model.cacheable
-        # One bulk lookup decides what is left to do, so a resumed run starts at once.
-        done = self.store.ok_keys(keys) if cacheable else set()
-        todo = iter(range(len(self.samples)))
 
         async def gen_worker() -> None:
-            for i in todo:
-                task, sample = self.samples[i]
-                key = keys[i]
+            for request, task, sample, key in todo:
                 if key in done or gen_ep is None:
                     resp = self.store.get_call(key)
                 else:
-                    resp = await gen_ep.call(self.requests[i], key)
+                    resp = await gen_ep.call(request, key)
                     if resp.ok and cacheable:
                         done.add(key)  # a later sample with the same request reads it instead of paying again
                 reask = self.reasks.get(task.id)
                 if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
-                    resp = await self._reask(sample, self.requests[i], reask)
+                    resp = await self._reask(sample, request, reask)
                 self.n["gen"] += 1
                 if resp is None or not resp.ok:
                     self.n["gen_errors"] += 1
                 elif self.queues:
                     self._queue_judgements(task, sample, resp.text or "")
+                self._settle(sample.task)
 
         async def generate_all(n_workers: int) -> None:
             await asyncio.gather(*(gen_worker() for _ in range(n_workers)))
@@ -202,11 +250,11 @@ class _Collector:
                 for _ in range(self.judges.endpoints[role].width):
                     q.put_nowait(None)  # generation is over: each judge worker stops when its queue drains
 
-        n_gen = max(1, min(len(self.samples), gen_ep.width if gen_ep is not None else 1))
+        n_gen = max(1, gen_ep.width if gen_ep is not None else 1)  # a worker with nothing to do ends at once
         jobs = [asyncio.create_task(generate_all(n_gen))]
         for role, ep in self.judges.endpoints.items():
             jobs += [asyncio.create_task(self._judge_worker(role, ep)) for _ in range(ep.width)]
-        self.events(PhaseStarted("generate", self.label, len(self.samples)))
+        self.events(PhaseStarted("generate", self.label, self._n_samples()))
         for role, ep in self.judges.endpoints.items():
             self.events(PhaseStarted("judge", f"judge {ep.model.spec}", None))
         t_start = asyncio.get_running_loop().time()
@@ -264,6 +312,7 @@ class _Collector:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
             if rubric.role in self.queues and name not in judged:
                 self.n[f"judge:{rubric.role}"] += 1
+                self.left[sample.task] += 1
                 self.queues[rubric.role].put_nowait((sample, rubric, messages, task.judge_params(rubric, self.ctx)))
 
     async def _judge_worker(self, role: str, ep: Endpoint) -> None:
@@ -287,8 +336,21 @@ class _Collector:
                 if attempt < rubric.attempts:
                     self.n[f"judge_reasked:{role}"] += 1
             self.n[f"judge_done:{role}"] += 1
+            self._settle(sample.task)
+
+    def _settle(self, task_id: str) -> None:
+        """One call of a task finished (a generation, or a judgement it queued): the task is ready for
+        scoring when none is left, its replies and links committed first."""
+        self.left[task_id] -= 1
+        if self.left[task_id] == 0 and task_id in self.built and self.ready is not None:
+            self.writer.flush()
+            self.ready(task_id)
 
     # --- progress -----------------------------------------------------------------------------------
+    def _n_samples(self) -> int:
+        """The samples built so far: all of them, unless phase 1 is still building them as it goes."""
+        return sum(len(p.samples) for p in self.prepared)
+
     async def _ticker(self, t_start: float) -> None:
         while True:
             await asyncio.sleep(0.2)
@@ -297,7 +359,7 @@ class _Collector:
     def _show(self, t_start: float) -> None:
         elapsed = asyncio.get_running_loop().time() - t_start
         n = self.n
-        self.events(PhaseProgress("generate", self.label, n["gen"], len(self.samples), n["gen_errors"],
+        self.events(PhaseProgress("generate", self.label, n["gen"], self._n_samples(), n["gen_errors"],
                                   n["gen"] / elapsed if elapsed > 0 else None))
         for role, ep in self.judges.endpoints.items():
             self.events(PhaseProgress("judge", f"judge {ep.model.spec}", n[f"judge_done:{role}"], n[f"judge:{role}"],

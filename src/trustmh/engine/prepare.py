@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..data.loaders import file_sha256
 from ..data.methods import MethodError
 from ..errors import UserError
-from ..store import Store
+from ..store import Store, sample_row
 from ..tasks import RunContext, Task, resolve_tasks
-from ..types import Sample
+from ..types import Item, Sample
 from .spec import RunSpec, data_source
 
 
@@ -20,10 +22,43 @@ class Prepared:
     samples: list[Sample] = field(default_factory=list)
     not_run: str | None = None
     all_ids: set[str] = field(default_factory=set)
+    # Items whose samples are not built yet: a run builds them as phase 1 reaches them (`batches`).
+    pending: Iterator[Item] | None = None
+    on_built: Callable[[], None] | None = None  # told of each item built (Recorder follows the building)
+
+    def build_next(self, ctx: RunContext) -> bool:
+        """Build the next pending item's samples; False once none is left."""
+        item = next(self.pending, None) if self.pending is not None else None
+        built = item is not None
+        if not built:
+            self.pending = None
+        else:
+            try:
+                self.samples.extend(self.task.samples(item, ctx))
+            except MethodError as e:
+                # The paper's protocol without its method file (or with an altered one): this task does not
+                # run, and says why; there is no fall-back to other text.
+                self.samples, self.not_run, self.pending, built = [], str(e), None, False
+        if self.on_built is not None:
+            self.on_built()
+        return built
+
+    def batches(self, ctx: RunContext) -> Iterator[list[Sample]]:
+        """The samples in run order: those already built, then an item's at a time as it is built."""
+        i = 0
+        while True:
+            if i < len(self.samples):
+                batch, i = self.samples[i:], len(self.samples)
+                yield batch
+            elif not self.build_next(ctx):
+                return
 
 
-def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, str]]:
-    """Load every selected task's items and build its samples (in data order, `--limit` first N)."""
+def prepare(spec: RunSpec, ctx: RunContext, *, lazy: bool = False) -> tuple[list[Prepared], dict[str, str]]:
+    """Load every selected task's items and build its samples (in data order, `--limit` first N). With
+    `lazy` only each task's first item is built (so that a missing method file shows before any call):
+    a run builds the rest as phase 1 reaches them (`Prepared.batches`), its first requests waiting for
+    none of the ~3 s the full benchmark's perturbed variants take to build."""
     data = data_source(spec)
     prepared, checksums = [], {}
     for task in resolve_tasks(spec.tasks):
@@ -41,15 +76,15 @@ def prepare(spec: RunSpec, ctx: RunContext) -> tuple[list[Prepared], dict[str, s
             continue
         try:
             items = task.load(data, ctx)
-            p.all_ids = {it.id for it in items}
-            if spec.limit is not None:
-                items = items[: spec.limit]
-            for it in items:
-                p.samples.extend(task.samples(it, ctx))
         except MethodError as e:
-            # The paper's protocol without its method file (or with an altered one): this task does not
-            # run, and says why; there is no fall-back to other text.
-            p.samples, p.not_run = [], str(e)
+            p.not_run = str(e)
+            prepared.append(p)
+            continue
+        p.all_ids = {it.id for it in items}
+        p.pending = iter(items[: spec.limit] if spec.limit is not None else items)
+        while p.build_next(ctx) and not lazy:
+            pass
+        if p.not_run:
             prepared.append(p)
             continue
         for f in task.files:
@@ -80,10 +115,76 @@ class StoredSamples:
         return self.store.iter_samples(self.task_id)
 
 
-def record_prepared(store: Store, prepared: list[Prepared], checksums: dict[str, str]) -> None:
-    store.put_samples(s for p in prepared for s in p.samples)
-    store.set_meta("prepared", {"checksums": checksums,
-                                "tasks": {p.task.id: {"not_run": p.not_run, "n": len(p.samples)} for p in prepared}})
+def samples_except(samples, skip: Callable[[str, str], bool]) -> Iterator[Sample]:
+    """The samples `skip(item_id, variant)` is false of; stored ones that are skipped are never parsed."""
+    if isinstance(samples, StoredSamples):
+        return samples.store.iter_samples(samples.task_id, skip)
+    return (s for s in samples if not skip(s.item.id, s.variant))
+
+
+SLICE_S = 0.005  # work done beside phase 1 on its event loop gives the loop back this often
+
+
+class Recorder:
+    """Writes the run's samples into its store, which `trustmh score` reads back instead of the data: all
+    at once (`finish`), or a slice at a time on phase 1's event loop (`background`), following phase 1
+    as it builds them, so that no request waits for samples to be serialised (~2 s of CPU for the full
+    benchmark's 21k). The "prepared" record that makes them usable is written last: a run killed before
+    they are all in is re-scored from the data, never from part of its samples."""
+
+    def __init__(self, store: Store, prepared: list[Prepared], checksums: dict[str, str], ctx: RunContext):
+        self.store, self.prepared, self.checksums, self.ctx = store, prepared, checksums, ctx
+        self.task_i = self.sample_i = self.seq = 0  # the next sample to write
+        self.done = False
+        self.more: asyncio.Event | None = None
+        for p in prepared:
+            p.on_built = self._built
+        store.del_meta("prepared")
+        store.clear_samples()
+
+    def _step(self, slice_s: float | None) -> bool:
+        """Write the samples built so far, for about `slice_s` seconds (None: all of them, building what
+        is left). False when it has caught up with the building and waits for more."""
+        deadline = None if slice_s is None else time.perf_counter() + slice_s
+        rows, more = [], True
+        while self.task_i < len(self.prepared):
+            p = self.prepared[self.task_i]
+            if self.sample_i < len(p.samples):
+                rows.append(sample_row(self.seq, p.samples[self.sample_i]))
+                self.seq, self.sample_i = self.seq + 1, self.sample_i + 1
+                if deadline is not None and time.perf_counter() > deadline:
+                    break
+            elif p.pending is None:  # built and written: the next task
+                self.task_i, self.sample_i = self.task_i + 1, 0
+            elif slice_s is None:
+                p.build_next(self.ctx)
+            else:
+                more = False
+                break
+        else:
+            self.done = True
+        self.store.add_samples(rows)
+        if self.done:
+            self.store.set_meta("prepared", {"checksums": self.checksums, "tasks": {
+                p.task.id: {"not_run": p.not_run, "n": len(p.samples)} for p in self.prepared}})
+        return more
+
+    def _built(self) -> None:
+        if self.more is not None:
+            self.more.set()
+
+    async def background(self) -> None:
+        self.more = asyncio.Event()
+        while not self.done:
+            self.more.clear()
+            if self._step(SLICE_S):
+                await asyncio.sleep(0)
+            else:  # caught up with the building: wait for the next item built
+                await self.more.wait()
+
+    def finish(self) -> None:
+        if not self.done:
+            self._step(None)
 
 
 def prepare_from_store(spec: RunSpec, store: Store) -> tuple[list[Prepared], dict[str, str]] | None:

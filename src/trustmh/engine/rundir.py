@@ -81,13 +81,14 @@ def copy_run(src: Path, dest: Path) -> Path:
     return dest
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace `path` whole or not at all. The temporary file has a name of its own (NAME.<random>.tmp),
-    so two writers (two `trustmh report` at once) never rename each other's, and a failed write (disk
-    full) leaves none behind."""
+@contextlib.contextmanager
+def _replacing(path: Path):
+    """A temporary path that replaces `path` when the block ends without an error. It has a name of its
+    own (NAME.<random>.tmp), so two writers (two `trustmh report` at once) never rename each other's, and
+    a failed write (disk full, an exception) leaves none behind."""
     tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -95,15 +96,49 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def atomic_write(path: Path, text: str) -> None:
+    """Replace `path` with `text` whole or not at all."""
+    with _replacing(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, *, binary: bool = False):
+    """A file to write piece by piece (text in UTF-8, or bytes) that replaces `path` whole or not at all."""
+    with _replacing(path) as tmp, (tmp.open("wb") if binary else tmp.open("w", encoding="utf-8")) as fh:
+        yield fh
+
+
 class HashingWriter:
-    """Writes text lines to a file and keeps the sha256 of the bytes written."""
+    """Writes bytes to a binary file and keeps their sha256."""
 
     def __init__(self, fh):
         self.fh, self.sha256 = fh, hashlib.sha256()
 
-    def write(self, text: str) -> None:
-        self.fh.write(text)
-        self.sha256.update(text.encode("utf-8"))
+    def write(self, data: bytes) -> None:
+        self.fh.write(data)
+        self.sha256.update(data)
 
     def flush(self) -> None:
         self.fh.flush()
+
+
+class Utf8Writer:
+    """A text writer over a binary file: each text is encoded once, as it is written."""
+
+    def __init__(self, fh):
+        self.fh = fh
+
+    def write(self, text: str) -> None:
+        self.fh.write(text.encode("utf-8"))
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def append_part(out: HashingWriter, part) -> None:
+    """A temporary binary file's bytes (one task's samples.jsonl lines) onto `out`, closing the part."""
+    with part:
+        part.seek(0)
+        while chunk := part.read(1 << 20):
+            out.write(chunk)

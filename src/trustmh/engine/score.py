@@ -2,19 +2,24 @@
 
 A pure read: a sample's reply and verdicts are found through the links phase 1 wrote, never by
 rebuilding a request or rendering a judge prompt again. Re-running it (`trustmh score`) costs nothing
-and cannot change what was paid for."""
+and cannot change what was paid for. Because it reads only the store, a task can be scored as soon as
+phase 1 has all of its replies and verdicts, while other tasks are still collecting (`Phase2`), with
+the result scoring it at the end would give."""
 
 from __future__ import annotations
 
 import array
+import asyncio
 import collections
 import datetime as dt
 import json
 import math
 import os
+import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Generator
 
 import numpy as np
 
@@ -29,8 +34,8 @@ from ..types import Sample
 from .collect import judge_ids
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
-from .prepare import Prepared
-from .rundir import HashingWriter, atomic_write
+from .prepare import SLICE_S, Prepared
+from .rundir import HashingWriter, Utf8Writer, append_part, atomic_write
 from .spec import RunSpec, data_source, param_notes, versions
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
@@ -45,12 +50,12 @@ class Scoring:
     store: Store
     judges: dict[str, str]  # rubric role -> judge endpoint id
     accept_stored: bool = False
-    stale: collections.Counter = field(default_factory=collections.Counter)  # task -> stale verdicts
+    stale: collections.Counter = field(default_factory=collections.Counter)  # (model, task) -> stale verdicts
 
 
 def _verdicts(sc: Scoring, task: Task, sample: Sample, reply: str, parts: dict[str, tuple],
               rubrics: tuple[Rubric, ...], versions_now: dict[str, str],
-              judge_errors: collections.Counter) -> Verdicts | None:
+              judge_errors: collections.Counter, stale_key: tuple[str, str]) -> Verdicts | None:
     if not rubrics:
         return None
     out = Verdicts()
@@ -68,7 +73,7 @@ def _verdicts(sc: Scoring, task: Task, sample: Sample, reply: str, parts: dict[s
             judge_errors[resp.error_kind] += 1
             out[r.name] = Judged(reason=f"judge error: {resp.error_kind}")
         elif version != versions_now[r.name] and not sc.accept_stored:
-            sc.stale[task.id] += 1
+            sc.stale[stale_key] += 1
             out[r.name] = Judged(reason=STALE)
         else:
             out[r.name] = Judged(text=resp.text)
@@ -76,7 +81,15 @@ def _verdicts(sc: Scoring, task: Task, sample: Sample, reply: str, parts: dict[s
 
 
 def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
+    """Score one task of one model, writing its samples.jsonl lines to `out`."""
+    return _run(score_steps(sc, p, model, out))
+
+
+def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[None, None, TaskResult]:
+    """score_task a sample at a time: it yields after each one, so that a caller can interleave it with
+    other work (the event loop's I/O while phase 1 goes on); its result is the generator's return value."""
     task, ctx = p.task, sc.ctx
+    sc.stale.pop((model.spec, task.id), None)  # counted anew: a task may be scored again
     base = dict(task=task.id, pillar=task.pillar, metric=task.metric.name,
                 higher_is_better=task.metric.higher_is_better, **task_meta(task, ctx))
     if p.not_run:
@@ -104,7 +117,8 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
             errors[kind] += 1
             line.update(response=None, error={"kind": kind, "message": resp.error if resp else "no reply stored"})
         else:
-            judged = _verdicts(sc, task, s, resp.text or "", parts, rubrics, versions_now, judge_errors)
+            judged = _verdicts(sc, task, s, resp.text or "", parts, rubrics, versions_now, judge_errors,
+                               (model.spec, task.id))
             score = task.score(s, resp.text or "", judged, ctx)
             rows.add(score.values)
             clusters.append(task.cluster(s))
@@ -136,6 +150,7 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
             if judged is not None and len(judged) > 1:
                 line["verdicts"] = {k: {"text": v.text, "reason": v.reason} for k, v in judged.items()}
         out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+        yield
     table = rows.table(clusters, dict(labels))
     values = task.aggregate(table, ctx) if len(table) else {}
     cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
@@ -159,7 +174,7 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
                       n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer), n_reasked=reasked,
                       n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
-                      n_stale_judgements=sc.stale.get(task.id, 0), metrics=metrics,
+                      n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")), **base)
 
 
@@ -180,49 +195,163 @@ SAMPLE_BANNER = ("SAMPLE SUITE: a few built-in items per task, to try trustmh ou
 def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
              checksums: dict[str, str], *, accept_stored: bool = False, events: EventSink = ignore) -> RunResults:
     """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
-    sc = Scoring(spec, ctx, store, judge_ids(spec, ctx, store), accept_stored)
-    models: dict[str, ModelResults] = {}
-    total = len(spec.models) * sum(len(p.samples) for p in prepared)
-    events(PhaseStarted("score", "scoring", total))
-    done = 0
-    tmp = run_dir / "samples.jsonl.tmp"
-    with tmp.open("w", encoding="utf-8") as fh:
-        out = HashingWriter(fh)
+    return Phase2(run_dir, spec, ctx, prepared, store, accept_stored=accept_stored, events=events).finish(checksums)
+
+
+class Phase2:
+    """Phase 2 for a whole run, a task at a time. Phase 1 calls `ready(model, task)` once every reply and
+    verdict of that task is stored; `background()`, run on phase 1's event loop, scores ready tasks in
+    slices of a few milliseconds between the loop's I/O, so requests keep flowing (one thread: no GIL
+    contention with the request path). `finish()` scores whatever is left, then joins the tasks'
+    samples.jsonl lines, kept meanwhile in anonymous temporary files (nothing is left behind by a kill),
+    in run order and writes results.json. Scoring reads only the store, so a task scored early gives
+    exactly what scoring it in `finish` gives."""
+
+    def __init__(self, run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, *,
+                 accept_stored: bool = False, events: EventSink = ignore):
+        self.run_dir, self.spec, self.ctx, self.prepared, self.store = run_dir, spec, ctx, prepared, store
+        self.accept_stored, self.events = accept_stored, events
+        self.by_id = {p.task.id: p for p in prepared}
+        self._sc: Scoring | None = None
+        self._models: dict[str, ModelRef] = {}
+        self.results: dict[tuple[str, str], TaskResult] = {}
+        self.parts: dict[tuple[str, str], IO[bytes]] = {}
+        self.queue: collections.deque[tuple[str, str]] = collections.deque()
+        self.current: tuple[tuple[str, str], Generator[None, None, TaskResult]] | None = None
+        self.wake: asyncio.Event | None = None
+        self.n_scored = 0  # samples of the tasks scored so far, for the progress bar
+        self.started = False
+
+    @property
+    def total(self) -> int:  # grows while phase 1 builds samples as it goes
+        return len(self.spec.models) * sum(len(p.samples) for p in self.prepared)
+
+    # Made on first use: phase 1 records the judges' and models' identities these are read from.
+    @property
+    def sc(self) -> Scoring:
+        if self._sc is None:
+            self._sc = Scoring(self.spec, self.ctx, self.store, judge_ids(self.spec, self.ctx, self.store),
+                               self.accept_stored)
+        return self._sc
+
+    def model(self, model_spec: str) -> ModelRef:
+        if model_spec not in self._models:
+            self._models[model_spec] = model_ref(model_spec, self.spec.model_base_url(model_spec), self.store)
+        return self._models[model_spec]
+
+    def _announce(self) -> None:
+        if not self.started:
+            self.started = True
+            self.events(PhaseStarted("score", "scoring", self.total))
+
+    def _start(self, key: tuple[str, str]) -> Generator[None, None, TaskResult]:
+        self._announce()
+        part = self.parts[key] = tempfile.TemporaryFile(dir=self.run_dir)
+        return score_steps(self.sc, self.by_id[key[1]], self.model(key[0]), Utf8Writer(part))
+
+    def _scored(self, key: tuple[str, str], result: TaskResult) -> None:
+        self.results[key] = result
+        self.n_scored += len(self.by_id[key[1]].samples)
+        self.events(PhaseProgress("score", "scoring", self.n_scored, self.total))
+
+    # --- while phase 1 runs -----------------------------------------------------------------------
+    def ready(self, model_spec: str, task_id: str) -> None:
+        if task_id in self.by_id and (model_spec, task_id) not in self.results:
+            self.queue.append((model_spec, task_id))
+            if self.wake is not None:
+                self.wake.set()
+
+    async def background(self) -> None:
+        """Score ready tasks until cancelled (phase 1 is over); a task cut short is finished by `finish`.
+        A task whose scoring raises is left to `finish`, which scores it again and raises there."""
+        self.wake = asyncio.Event()
+        while True:
+            if self.current is None:
+                if not self.queue:
+                    await self.wake.wait()
+                    self.wake.clear()
+                    continue
+                key = self.queue.popleft()
+                if key in self.results:
+                    continue
+                self.current = (key, self._start(key))
+            key, steps = self.current
+            deadline = time.perf_counter() + SLICE_S
+            try:
+                while time.perf_counter() < deadline:
+                    next(steps)
+            except StopIteration as done:
+                self.current = None
+                self._scored(key, done.value)
+            except Exception:  # noqa: BLE001 - raised again, where it belongs, when finish() scores it
+                self.current = None
+                self.parts.pop(key).close()
+                return
+            await asyncio.sleep(0)
+
+    # --- after phase 1 ------------------------------------------------------------------------------
+    def finish(self, checksums: dict[str, str]) -> RunResults:
+        spec, run_dir, events = self.spec, self.run_dir, self.events
+        self._announce()
+        if self.current is not None:  # the task phase 1 ended in the middle of
+            (key, steps), self.current = self.current, None
+            self._scored(key, _run(steps))
+        models: dict[str, ModelResults] = {}
         for model_spec in spec.models:
-            model = model_ref(model_spec, spec.model_base_url(model_spec), store)
             tasks = {}
-            for p in prepared:
-                tasks[p.task.id] = score_task(sc, p, model, out)
-                done += len(p.samples)
-                events(PhaseProgress("score", "scoring", done, total))
+            for p in self.prepared:
+                key = (model_spec, p.task.id)
+                if key not in self.results:
+                    self._scored(key, _run(self._start(key)))
+                tasks[p.task.id] = self.results[key]
             models[model_spec] = model_summary(model_spec, tasks, seed=spec.seed)
-            models[model_spec].identity = recorded(model_spec, store)
-    events(PhaseDone("score", "scoring"))
-    notes = param_notes(spec)
-    from ..models.hf_files import identity_notes
-    notes += [n for m in spec.models if (ident := recorded(m, store)) for n in identity_notes(m, ident)]
-    if sc.stale:
-        n = sum(sc.stale.values())
-        notes.append(f"{n} stored judgements ({', '.join(f'{t}: {k}' for t, k in sorted(sc.stale.items()))}) were "
-                     f"made with another version of their rubric and were not used: rerun `trustmh run` to "
-                     f"refresh them, or score with --accept-stored to use them as they are")
-    data = data_source(spec)
-    published = spec.to_json()
-    origins = task_origins(prepared)
-    if origins:  # tasks from plugins, --include files or scripts: where a reader (and `score`) finds their code
-        published["task_origins"] = origins
-    results = RunResults(
-        run_id=run_dir.name, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        spec=published, data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
-        versions=versions(spec), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
-                                        "method": "percentile, resampling items (scenarios for leakage)"},
-        models=models, notes=notes, banner=SAMPLE_BANNER if data.kind == "sample" else None)
-    # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
-    # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
-    results.outputs = {"samples_sha256": out.sha256.hexdigest()}
-    os.replace(tmp, run_dir / "samples.jsonl")
-    atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
-    return results
+            models[model_spec].identity = recorded(model_spec, self.store)
+        events(PhaseDone("score", "scoring"))
+        tmp = run_dir / "samples.jsonl.tmp"
+        with tmp.open("wb") as fh:
+            out = HashingWriter(fh)
+            for key in ((m, p.task.id) for m in spec.models for p in self.prepared):
+                append_part(out, self.parts.pop(key))
+        results = self._results(models, checksums)
+        # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
+        # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
+        results.outputs = {"samples_sha256": out.sha256.hexdigest()}
+        os.replace(tmp, run_dir / "samples.jsonl")
+        atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
+        return results
+
+    def _results(self, models: dict[str, ModelResults], checksums: dict[str, str]) -> RunResults:
+        spec, store, stale = self.spec, self.store, self.sc.stale
+        notes = param_notes(spec)
+        from ..models.hf_files import identity_notes
+        notes += [n for m in spec.models if (ident := recorded(m, store)) for n in identity_notes(m, ident)]
+        if stale:
+            by_task: collections.Counter = collections.Counter()
+            for (_, task_id), k in stale.items():
+                by_task[task_id] += k
+            listed = ", ".join(f"{t}: {k}" for t, k in sorted(by_task.items()))
+            notes.append(f"{sum(by_task.values())} stored judgements ({listed}) were made with another version of "
+                         f"their rubric and were not used: rerun `trustmh run` to refresh them, or score with "
+                         f"--accept-stored to use them as they are")
+        data = data_source(spec)
+        published = spec.to_json()
+        origins = task_origins(self.prepared)
+        if origins:  # tasks from plugins, --include files or scripts: where a reader (and `score`) finds their code
+            published["task_origins"] = origins
+        return RunResults(
+            run_id=self.run_dir.name, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            spec=published, data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
+            versions=versions(spec), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
+                                            "method": "percentile, resampling items (scenarios for leakage)"},
+            models=models, notes=notes, banner=SAMPLE_BANNER if data.kind == "sample" else None)
+
+
+def _run(steps: Generator[None, None, TaskResult]) -> TaskResult:
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 class _Columns:

@@ -5,6 +5,7 @@ sample with a reason. Nothing here guesses a default value."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -148,10 +149,22 @@ _LABEL_KEYS = ("label", "answer", "category", "level", "classification", "predic
 _LABEL_TAG = re.compile(r"\b(?:answer|label|classification|category|level|prediction)\s*[:：]", re.IGNORECASE)
 
 
+_MARKDOWN_MARKS = re.compile(r"[*#`]+")
+_SEPARATORS = re.compile(r"[\s_\-/]+")
+
+
 def _norm_label(text: str) -> str:
     # '_', '-', '/' and spaces are interchangeable in label names ("self-harm", "suicidal_ideation").
     # Separators first: strip_markdown would delete the underscore inside "suicidal_ideation".
-    return " " + re.sub(r"[\s_\-/]+", " ", re.sub(r"[*#`]+", "", text.lower())).strip() + " "
+    return " " + _SEPARATORS.sub(" ", _MARKDOWN_MARKS.sub("", text.lower())).strip() + " "
+
+
+@functools.lru_cache(maxsize=64)
+def _phrase_patterns(vocab: tuple[tuple[str, str], ...]) -> tuple[tuple[re.Pattern, str], ...]:
+    """Each phrase of a vocabulary as a whole-word pattern over `_norm_label` text, compiled once: a task
+    scores thousands of replies against the same few phrases."""
+    return tuple((re.compile(rf"(?<![a-z0-9]){re.escape(_norm_label(phrase).strip())}(?![a-z0-9])"), label)
+                 for phrase, label in vocab)
 
 
 def _labels_named(text: str, vocab: dict[str, str]) -> set[str]:
@@ -159,9 +172,8 @@ def _labels_named(text: str, vocab: dict[str, str]) -> set[str]:
     ones inside it ("no crisis" does not also count as "crisis")."""
     norm = _norm_label(text)
     spans = []
-    for phrase, label in vocab.items():
-        p = _norm_label(phrase).strip()
-        for m in re.finditer(rf"(?<![a-z0-9]){re.escape(p)}(?![a-z0-9])", norm):
+    for pattern, label in _phrase_patterns(tuple(vocab.items())):
+        for m in pattern.finditer(norm):
             spans.append((m.start(), -(m.end() - m.start()), m.end(), label))
     found, end = set(), -1
     for start, _neg_len, stop, label in sorted(spans):

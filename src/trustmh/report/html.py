@@ -10,11 +10,11 @@ runs, and nothing can be fetched."""
 
 from __future__ import annotations
 
-import json
+import io
 import math
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import jinja2
 from markupsafe import Markup
@@ -34,30 +34,10 @@ def fmt(v: float | None, digits: int = 3) -> str:
     return f"{v:.{digits}f}"
 
 
-def _json_for_script(obj: Any) -> Markup:
-    """JSON that cannot end its <script> element or open a comment: <, > and & become \\u escapes
-    (they only ever occur inside JSON strings, where the escape means the same character)."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str, allow_nan=False)
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"),
-                    ("\u2029", "\\u2029")):
-        text = text.replace(ch, esc)
-    return Markup(text)
-
-
-def _finite(v: Any) -> Any:
-    """NaN and infinities have no JSON spelling: null."""
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_finite(x) for x in v]
-    return v
-
-
-def build_context(runs: list[Run], *, comparisons: list[Comparison] | None = None, page_size: int = 50,
-                  paired: bool = True, n_boot: int = 200, max_samples: int = 50_000,
-                  include_samples: bool = True) -> dict[str, Any]:
+def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, page_size: int = 50,
+             paired: bool = True, n_boot: int = 200, max_samples: int = 50_000,
+             include_samples: bool = True) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
+    """The page's context without its sample JSON block, the drill-down (spooled), and the block's head."""
     from ..tasks import PILLARS
     ents = entries(runs)
     metas = task_meta(ents)
@@ -71,10 +51,9 @@ def build_context(runs: list[Run], *, comparisons: list[Comparison] | None = Non
                               [bool(board.cells[(i, p)].partial) if p in pillars else False for p in axes])
                              for i, e in enumerate(ents)])
     ss = collect_samples(ents, metas, task_ids, max_samples) if include_samples else SampleSet()
-    payload = {"entries": [e.label for e in ents],
-               "tasks": [{"id": t, "metric": metas[t].metric, "primary": metas[t].primary_value,
-                          "hib": metas[t].higher_is_better} for t in task_ids],
-               "prompts": ss.prompts, "rows": ss.rows}
+    head = {"entries": [e.label for e in ents],
+            "tasks": [{"id": t, "metric": metas[t].metric, "primary": metas[t].primary_value,
+                       "hib": metas[t].higher_is_better} for t in task_ids]}
     runs_info = []
     for r in runs:
         res = r.results
@@ -84,13 +63,24 @@ def build_context(runs: list[Run], *, comparisons: list[Comparison] | None = Non
         "runs": runs_info, "entries": ents, "colors": colors, "pillars": pillars, "all_pillars": axes,
         "board": board, "radar": radar, "metas": metas, "task_ids": task_ids,
         "groups": task_groups(metas, ents, task_ids), "confusion": ss.confusion,
-        "samples_json": _json_for_script(_finite(payload)), "n_rows": len(ss.rows), "n_total": ss.total,
+        "n_rows": ss.n_rows, "n_total": ss.total,
         "include_samples": include_samples, "page_size": page_size,
         "comparisons": comparisons or [], "nonce": secrets.token_urlsafe(18),
         "css": Markup((HERE / "report.css").read_text(encoding="utf-8")),
         "js": Markup((HERE / "report.js").read_text(encoding="utf-8")),
         "fmt": fmt, "whisker": whisker_svg, "group_scale": group_scale, "paired": paired,
-    }
+    }, ss, head
+
+
+def build_context(runs: list[Run], **kw: Any) -> dict[str, Any]:
+    """Everything the page is rendered from, its sample JSON block (`samples_json`) as one string."""
+    ctx, ss, head = _context(runs, **kw)
+    try:
+        ctx["samples_json"] = Markup(b"".join(ss.json_chunks(head)).decode("utf-8")) if ctx["include_samples"] \
+            else Markup("")
+    finally:
+        ss.close()
+    return ctx
 
 
 def _env() -> jinja2.Environment:
@@ -98,8 +88,28 @@ def _env() -> jinja2.Environment:
                               autoescape=True, trim_blocks=True, lstrip_blocks=True)
 
 
+def _write(runs: list[Run], fh: IO[bytes], **kw: Any) -> None:
+    """Write the page to `fh` piece by piece: the template is rendered with a placeholder for the sample
+    JSON block, which is then streamed from the drill-down's spools. A large run's page (tens of MB) is
+    never one string, nor are its rows all in memory at once."""
+    ctx, ss, head = _context(runs, **kw)
+    try:
+        placeholder = f"@@samples-json-{ctx['nonce']}@@"  # the nonce is random: no data can spell it
+        page = _env().get_template("report.html.j2").render(**ctx, samples_json=Markup(placeholder))
+        before, found, after = page.partition(placeholder)
+        fh.write(before.encode("utf-8"))
+        if found:
+            for chunk in ss.json_chunks(head):
+                fh.write(chunk)
+        fh.write(after.encode("utf-8"))
+    finally:
+        ss.close()
+
+
 def render(runs: list[Run], **kw: Any) -> str:
-    return _env().get_template("report.html.j2").render(**build_context(runs, **kw))
+    buf = io.BytesIO()
+    _write(runs, buf, **kw)
+    return buf.getvalue().decode("utf-8")
 
 
 def write_report(runs: list[Run | Path | str], out: Path | str, **kw: Any) -> Path:
@@ -107,7 +117,7 @@ def write_report(runs: list[Run | Path | str], out: Path | str, **kw: Any) -> Pa
     good one)."""
     loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
     out = Path(out)
-    html = render(loaded, **kw)
-    from ..engine.rundir import atomic_write
-    atomic_write(out, html)
+    from ..engine.rundir import atomic_open
+    with atomic_open(out, binary=True) as fh:
+        _write(loaded, fh, **kw)
     return out

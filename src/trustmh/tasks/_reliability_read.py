@@ -54,9 +54,26 @@ def option_from_text(reply: str, options: dict[str, str]) -> str | None:
             return letter
     # Very short option texts ("i", "ii", "5") are only taken as the whole answer, never found in prose.
     named = {letter: text.strip().lower() for letter, text in options.items() if len(text.strip()) >= 4
-             and re.search(rf"(?<!\w){re.escape(text.strip().lower())}(?!\w)", answer)}
+             and _names(answer, text.strip().lower())}
     named = {k: t for k, t in named.items() if not any(t != o and t in o for o in named.values())}
     return next(iter(named)) if len(named) == 1 else None
+
+
+def _names(answer: str, phrase: str) -> bool:
+    """`phrase` occurs in `answer` with no word character on either side: what re.search of
+    (?<!\\w)phrase(?!\\w) finds (\\w is str.isalnum() or "_"), without compiling a pattern per option
+    of every reply."""
+    start = answer.find(phrase)
+    while start >= 0:
+        end = start + len(phrase)
+        if (start == 0 or not _word_char(answer[start - 1])) and (end == len(answer) or not _word_char(answer[end])):
+            return True
+        start = answer.find(phrase, start + 1)
+    return False
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 # --- Emotion recognition: EmoBench EU ------------------------------------------------------------
