@@ -1,5 +1,7 @@
 import json
 import os
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -113,3 +115,32 @@ def synthetic_reply(body: dict) -> str:
     if "case-" in text:
         return f"Answer: {'ABCD'[n % 4]}." + " because" * 8
     return f"Answer: {1 + n % 4})" + " because" * 8
+
+
+class LoopbackHTTP:
+    """A threaded HTTP server on 127.0.0.1 for one handler class, started at once; `url` is its base URL.
+    Use as a context manager or call close()."""
+
+    def __init__(self, handler):
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def fenced(text: str, name: str) -> str:
+    """The text of the one `<name-TAG>` block of a judge prompt (tasks.base.render_judge fences each text
+    in tags derived from the inputs); fails unless there is exactly one such block."""
+    import re
+    blocks = re.findall(rf"<{name}-([0-9a-f]{{12}})>\n(.*?)\n</{name}-\1>", text, re.S)
+    assert len(blocks) == 1, f"{len(blocks)} <{name}-...> blocks in: {text[:300]!r}"
+    return blocks[0][1]

@@ -15,7 +15,7 @@ import trustmh
 from conftest import UPSTREAM
 from trustmh import metrics
 from trustmh.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
-from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task
+from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task, Verdicts
 from trustmh.tasks.base import NO_ANSWER
 from trustmh.tasks.reliability import INTERVENTION_CRITERIA, SUPPORT_CRITERIA, LabelledTask
 from trustmh.tasks.sycophancy import DIMENSIONS as SYCOPHANCY_DIMENSIONS
@@ -123,10 +123,12 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
         if r < 0.13:
             return reply, Judged(text="unclear")
         rating = int(rng.choice(4, p=[0.3, 0.2, 0.3, 0.2]))
-        if base.id != "sycophancy.oeq":
+        if base.id == "sycophancy.pas":
             return reply, Judged(text=f"Rating: {rating}")
-        dims = {d: int(rng.integers(0, 2)) for d in SYCOPHANCY_DIMENSIONS if rng.random() < 0.95}
-        return reply, Judged(text=json.dumps({"endorsement": rating, **dims}))
+        # one judgement per dimension (OEQ) or the moral reading (AITA), a few missing
+        names = SYCOPHANCY_DIMENSIONS if base.id == "sycophancy.oeq" else ("asker_wrong",)
+        bits = {d: Judged(text=str(rng.integers(0, 2))) for d in names if rng.random() < 0.95}
+        return reply, Verdicts(judge=Judged(text=f"Rating: {rating}"), **bits)
     if base.id == "ethics.reasoning":
         r = rng.random()
         letter = sample.item.target if r < 0.6 else rng.choice(list("ABCD"))

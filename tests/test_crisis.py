@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 from sklearn.metrics import confusion_matrix, f1_score
 
-from conftest import run_quiet, run_spec, write_replay
+from conftest import fenced, run_quiet, run_spec, write_replay
 from trustmh.metrics import binary_f1, confusion, f1_per_class, macro_f1, recall_of
 from trustmh.tasks import DataSource, RunContext
-from trustmh.tasks.crisis import (CRISIS_LABELS, POST_BUDGET_CHARS, Identification, budget_posts,
-                                  gives_crisis_resource, parse_posts)
+from trustmh.tasks.crisis import CRISIS_LABELS, Identification, gives_crisis_resource, parse_posts
 from trustmh.testing.fake_server import FakeLLMServer
 
 MERGED = "llms-mental-health-crisis/human_label/human-labeled-sampled_dataset_n206_s42-merged_labels.json"
@@ -209,7 +208,7 @@ def test_identification_bad_gold_and_empty_message_are_unscored(tmp_path):
 
 # --- severity (C-SSRS) -----------------------------------------------------------------------------
 
-def test_posts_parsing_and_budget(upstream):
+def test_posts_parsing(upstream):
     csv.field_size_limit(sys.maxsize)
     with (upstream / "c-ssrs/500_Reddit_users_posts_labels.csv").open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
@@ -221,9 +220,6 @@ def test_posts_parsing_and_budget(upstream):
         assert r["Post"].startswith("[" + repr(posts[0])[:20])
     assert parse_posts("['a &gt; b', 'c']") == (["a > b", "c"], "ok")
     assert parse_posts("not a list at all")[1] == "unreadable cell, used as one text"
-    kept, omitted = budget_posts(["x" * 10, "y" * 20, "z" * 30], budget=55)
-    assert kept == ["y" * 20, "z" * 30] and omitted == 1
-    assert budget_posts(["w" * 100], budget=40) == (["w" * 40], 0)
 
 
 def _literal_ok(cell):
@@ -266,11 +262,11 @@ def test_severity_full_file_metrics_by_hand(upstream, tmp_path):
     assert t.metrics["under_triage_rate"].value == pytest.approx(np.where(ok, pr < gr, gr > 0).mean())
     for lab, v in zip(LEVELS, f1_score(g, p, labels=LEVELS, average=None)):
         assert t.metrics[f"f1[{lab}]"].value == pytest.approx(v, abs=1e-12)
-    # every prompt stays within the documented budget; long users say how many posts were left out
+    # every post is sent, however long the user's history (tests/test_context_length.py: what does not fit)
     samples = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
     longest = max(samples, key=lambda s: len(s["messages"][0]["content"]))
-    assert len(longest["messages"][0]["content"]) < POST_BUDGET_CHARS + 1500
-    assert any("left out for length" in s["messages"][0]["content"] for s in samples)
+    assert len(longest["messages"][0]["content"]) > 30_000
+    assert not any("left out for length" in s["messages"][0]["content"] for s in samples)
 
 
 def test_severity_bad_rows_are_unscored(tmp_path):
@@ -307,7 +303,7 @@ def test_escalation_judged_through_fake_server(upstream, tmp_path):
     def reply(body):
         prompt = body["messages"][-1]["content"]
         if "Rate how appropriate" in prompt:
-            text = re.search(r"The person wrote:\n<<<\n(.*?)\n>>>", prompt, re.S).group(1)
+            text = fenced(prompt, "message")
             v = judge_value(text)
             return "It is fine." if v is None else f'{{"appropriateness": {v}, "explanation": "x"}}'
         assert [m["role"] for m in body["messages"]] == ["user"]  # the person's words only (issue 16)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import re
 import socket
-import threading
 import zipfile
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from conftest import LoopbackHTTP
 
 from trustmh.data.fetch import check, default_data_dir, pull
 from trustmh.data.manifest import DATASETS, DataFile, Dataset, dataset_for_path
@@ -31,7 +31,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-class Mirror:
+class Mirror(LoopbackHTTP):
     """A static file server on 127.0.0.1 that records every requested path; `overrides` maps a
     path to a body served instead of the file (to simulate a bad mirror)."""
 
@@ -59,13 +59,7 @@ class Mirror:
                 else:
                     super().do_GET()
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture(autouse=True)
@@ -333,7 +327,7 @@ from http.server import BaseHTTPRequestHandler  # noqa: E402
 FLOOD = 64 << 20  # what a hostile source offers; a pull must stop long before
 
 
-class Flood:
+class Flood(LoopbackHTTP):
     """Serves FLOOD bytes for any path, without Content-Length (or with a true one), counting what it
     managed to send before the client hung up."""
 
@@ -360,13 +354,7 @@ class Flood:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def small_set(url: str = "http://127.0.0.1:9/x", member: str | None = None) -> dict[str, Dataset]:

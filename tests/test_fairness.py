@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from conftest import run_quiet, run_spec
+from conftest import fenced, run_quiet, run_spec
 import trustmh
 from trustmh.metrics import paired_permutation_test
 from trustmh.tasks import TASKS, DataSource, RunContext
@@ -51,7 +51,7 @@ def empathy(group: str, n_sup: int) -> int:
 
 
 def fake_judge(prompt: str) -> str:
-    reply = prompt.split("Reply to assess (the supporter's next message):\n<<<\n", 1)[1].split("\n>>>", 1)[0]
+    reply = fenced(prompt, "reply")
     group, n_sup = re.search(r"\[(.+?)\|(\d+)\]", reply).groups()
     return json.dumps({"fluency": 4, "professionalism": 3, "empathy": empathy(group, int(n_sup)), "helpfulness": 2})
 

@@ -84,7 +84,7 @@ def test_trustmh_protocol_is_unchanged(upstream):
 
 
 def test_replies_are_parsed_as_emobench_parses_them():
-    from trustmh.tasks.reliability import eb_parse
+    from trustmh.tasks._emotion_intervention_paper import eb_parse
     cases = {'{"answer_q1": "A", "answer_q2": "B"}': {"answer_q1": "A", "answer_q2": "B"},
              'Sure!\n```json\n{"answer_q1": "C", "answer_q2": "D"}\n```\nDone': {"answer_q1": "C", "answer_q2": "D"},
              '```json\n{"answer_q1": "C"}': None,          # unclosed fence
@@ -142,8 +142,29 @@ def test_scores_reach_the_server_and_unparsable_counts_wrong(tmp_path):
     assert t.n_no_answer == 1
 
 
+def test_qwen_models_get_emobenchs_no_think_prefix(tmp_path):
+    """EB-qwen: EmoBench's init_prompt puts "/no_think" and a blank line (written here by hand from model.py
+    l.40-41) in front of the system prompt when "qwen" is in the model's name, in any case; other models
+    get the system prompt as it is. Each model's request is its own."""
+    seen = []
+
+    def reply(body):
+        seen.append((body["model"], body["messages"][0]["content"]))
+        return '{"answer_q1": "B", "answer_q2": "C"}'
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/Qwen/Qwen3-8B", "openai/llama-3"], base_url=srv.openai_base_url, suite="data",
+                        data_dir=str(eu_dir(tmp_path)), tasks="reliability.emotion_recognition", protocol="paper")
+        _, res, _ = run_quiet(spec, tmp_path / "run")
+    assert len(seen) == 8
+    assert {c for m, c in seen if m == "Qwen/Qwen3-8B"} == {"/no_think\n\n" + SYSTEM_EN}
+    assert {c for m, c in seen if m == "llama-3"} == {SYSTEM_EN}
+    qwen = res.models["openai/Qwen/Qwen3-8B"].tasks["reliability.emotion_recognition"]
+    assert "EB-qwen" in {t["id"] for t in qwen.templates}
+
+
 def test_yaml_extraction_fails_closed():
-    from trustmh.data import extract
+    from trustmh.data import extract_formats as extract
     from trustmh.data.methods import MethodError
     assert extract.yaml_value("Sahandfer+EmoBench/src/configs/response.yaml", METHODS, "EU", "zh").startswith('"answer_q1"')
     with pytest.raises(MethodError, match="no key 'fr'"):

@@ -52,7 +52,7 @@ def test_requests_render_from_the_notebook(upstream):
 
 
 def test_judge_lists_are_read_by_trustmhs_rule():
-    from trustmh.tasks.reliability import cp_scores
+    from trustmh.tasks._emotion_intervention_paper import cp_scores
     c = ("comprehensiveness", "professionalism", "authenticity", "safety")
     assert cp_scores("[2, 3, 3, 1]") == dict(zip(c, (2.0, 3.0, 3.0, 1.0)))
     assert cp_scores("step 1 [1,1,1,1] ... final: [1.5, 2, 0, 1]") == dict(zip(c, (1.5, 2.0, 0.0, 1.0)))
@@ -104,7 +104,7 @@ def test_sends_and_aggregates_as_the_notebook(tmp_path):
 
 def test_notebook_extraction_fails_closed_and_trustmh_protocol_is_unchanged(upstream):
     from conftest import METHODS
-    from trustmh.data import extract
+    from trustmh.data import extract_formats as extract
     from trustmh.data.methods import MethodError
     nb = "CAS-SIAT-XinHai+CPsyCoun/Code/Turn_Based_Dialogue_Evaluation.ipynb"
     with pytest.raises(MethodError, match="no code cell defines 'nope'"):

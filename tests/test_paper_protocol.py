@@ -43,7 +43,10 @@ def test_privacy_requests_render_from_the_method_files(upstream, task_id):
 
 
 def test_paper_requests_reach_the_server_exactly(upstream, tmp_path):
-    with FakeLLMServer(reply=lambda body: "Answer: 2") as srv:
+    def reply(body):  # a rating each tier parses (else the paper's protocol asks again)
+        return "Answer: 50" if "-100)" in body["messages"][0]["content"] else "Answer: 2"
+
+    with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
                         tasks="privacy.awareness_tier1,privacy.awareness_tier2a", limit=3, protocol="paper")
         _, res, _ = run_quiet(spec, tmp_path / "run")
@@ -219,3 +222,53 @@ def test_the_paper_protocol_judges_with_gpt_41_unless_told_otherwise(upstream, t
     import json
     res = json.loads((tmp_path / "b" / "results.json").read_text())
     assert res["spec"]["judge"] == "rules" and res["spec"]["protocol"] == "paper"
+
+
+def _psyleak_names(upstream):
+    import re
+    names = []
+    for line in (upstream / "trustmh/PsyLeak.txt").read_text(encoding="utf-8").splitlines():
+        if line.startswith("<END>"):
+            names.append(re.search(r"<About: (.*?),Questionee: (.*?),Questioner: (.*?),Topic: (.*?)>$", line).groups())
+    return names
+
+
+def test_leakage_proxy_is_asked_through_the_proxy_judge(upstream, tmp_path):
+    """--proxy-judge (the paper's default: gpt-4, as privacy3.py sets it) answers the free-response proxy
+    calls with the agent's settings; the run's judge gets none of them; a re-score reads them back."""
+    names = _psyleak_names(upstream)
+
+    def reply(body):  # the model names the person in scenarios 0 and 1; the proxy reads the reply back
+        text = body["messages"][-1]["content"]
+        if body["model"] == "proxy":
+            return "Answer: " + next((n[0] for n in names if n[0] in text), "nobody")
+        leak = [n[0] for n in names[:2] if n[0] in text]
+        return f"{leak[0]} told me." if leak and text.endswith('say?\nAnswer: "') else "I cannot share that."
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/x"], base_url=srv.openai_base_url, tasks="privacy.leakage", suite="data",
+                        data_dir=str(upstream), protocol="paper", judge="openai/j", judge_base_url=srv.openai_base_url,
+                        limit=16, options={"proxy_judge": "openai/proxy", "proxy_judge_base_url": srv.openai_base_url})
+        _, res, calls = run_quiet(spec, tmp_path / "run")
+        sent = srv.requests
+    proxy = [b for b in sent if b["model"] == "proxy"]
+    assert len(proxy) == 4 and not [b for b in sent if b["model"] == "j"]  # 16 items: 4 scenarios x 4 questions
+    assert all({k: v for k, v in b.items() if k not in ("model", "messages")} ==
+               {"temperature": 0.0, "max_tokens": 256, "top_p": 1.0, "frequency_penalty": 0.0,
+                "presence_penalty": 0.0} for b in proxy)
+    t = res.models["openai/x"].tasks["privacy.leakage"]
+    assert t.judgements["judge"]["role"] == "proxy"
+    assert t.metrics["free_response_leak_rate_proxy"].value == pytest.approx(2 / 4)
+
+
+def test_cli_defaults_the_proxy_to_the_papers_model_only_with_the_papers_judge(upstream, tmp_path):
+    from test_cli import cli
+    common = ("run", "-m", "openai/x", "--base-url", "http://127.0.0.1:9/v1", "--data-dir", upstream,
+              "--tasks", "privacy.leakage", "--limit", "4", "--dry-run", "--no-progress")
+    env = {"OPENAI_API_KEY": "sk-test"}
+    for extra, want in (((), "openai/gpt-4"), (("--judge", "openai/j"), None),
+                        (("--proxy-judge", "openai/p"), "openai/p")):
+        out = tmp_path / f"run{len(extra)}{want}"
+        proc = cli(*common, *extra, "--out", out, cwd=tmp_path, env_extra=env)
+        assert proc.returncode == 0, proc.stderr
+        assert (f"proxy judge {want}" in proc.stdout) if want else "proxy judge" not in proc.stdout

@@ -35,10 +35,10 @@ def paper_spec(upstream, tasks, **kw):
 def esconv_samples(upstream):
     """PAPER_PROTOCOL.md reliability.support, written out here: dialogues in file order (train, valid,
     test); a supporter turn at index > 0 whose previous <= 6 turns end with a seeker turn; the first 2
-    per dialogue. Each: (formatted context turns, reference)."""
+    per dialogue. Each: (formatted context turns, reference, item id "<split>/<dialogue>:<turn>")."""
     out = []
     for split in ("train", "valid", "test"):
-        for line in (upstream / f"esconv/{split}.json").read_text(encoding="utf-8").splitlines():
+        for d, line in enumerate((upstream / f"esconv/{split}.json").read_text(encoding="utf-8").splitlines()):
             dialog = json.loads(line)["dialog"]
             used = 0
             for i, turn in enumerate(dialog):
@@ -48,7 +48,7 @@ def esconv_samples(upstream):
                 if window[-1]["speaker"] != "usr":
                     continue
                 turns = [("Seeker: " if t["speaker"] == "usr" else "Supporter: ") + t["text"].strip() for t in window]
-                out.append((turns, turn["text"].strip()))
+                out.append((turns, turn["text"].strip(), f"{split}/{d}:{i}"))
                 used += 1
     return out
 
@@ -61,10 +61,11 @@ def test_support_requests_render_from_the_method_files(upstream):
     want = esconv_samples(upstream)
     assert len(p.samples) == len(want) == 2600  # the count PAPER_PROTOCOL.md gives for the whole corpus
     templates = staged_constant(ESCONV / "src/settings.py", "JUDGE_PROMPT_TEMPLATES")
-    single_line = [i for i, (turns, _) in enumerate(want) if not any("\n" in t for t in turns)]
+    single_line = [i for i, (turns, _, _) in enumerate(want) if not any("\n" in t for t in turns)]
     for i in (0, 1, 2, single_line[len(single_line) // 2], len(want) - 1):  # the last of the file too
-        turns, reference = want[i]
+        turns, reference, item_id = want[i]
         s = p.samples[i]
+        assert s.item.id == item_id
         req = generation_request(s, spec)
         assert req.messages == [{"role": "user", "content": "\n".join(turns) + "\nSupporter:"}]
         assert req.params == {"temperature": 0.0, "max_tokens": 512}  # ES-set: nothing else is sent
@@ -84,7 +85,7 @@ def test_support_requests_render_from_the_method_files(upstream):
 
 
 def test_support_judge_split_and_score_parse_follow_the_original():
-    from trustmh.tasks.reliability import es_context_split, es_judge_score
+    from trustmh.tasks._reliability_paper import es_context_split, es_judge_score
     conv = "Seeker: hi\nSupporter: hello\nSeeker: I lost my job\nand my flat\nSupporter: oh no"
     # The last line starting "Seeker:" is the input (only its own line), everything before it the context.
     assert es_context_split(conv) == ("Seeker: hi\nSupporter: hello", "I lost my job")
@@ -113,27 +114,59 @@ def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upst
                         tasks="reliability.support", limit=3, protocol="paper")
         _, res, calls = run_quiet(spec, tmp_path / "run")
         sent = srv.requests
-    assert calls == {"openai/m": 3, "judge": 12}
+    # Helpfulness never parses: asked 3 times per sample (max_retries=3 in judge.py), the others once.
+    assert calls == {"openai/m": 3, "judge": 3 * 3 + 3 * 3}
     gen = [b for b in sent if b["model"] == "m"]
     judge = [b for b in sent if b["model"] == "j"]
-    assert len(gen) == 3 and len(judge) == 12
+    assert len(gen) == 3 and len(judge) == 18
     assert all({k: v for k, v in b.items() if k not in ("model", "messages")} == {"temperature": 0.0, "max_tokens": 512}
                for b in gen)
     assert all({k: v for k, v in b.items() if k not in ("model", "messages")} == {"temperature": 0.0, "max_tokens": 50}
                for b in judge)
     assert all(len(b["messages"]) == 1 and b["messages"][0]["role"] == "user" for b in sent)
-    # Each criterion judged once per sample; the reply is sent stripped.
+    # Each criterion judged once per sample, Helpfulness three times with the same message; the reply is
+    # sent stripped.
     for c in CRITERIA:
-        assert sum(f"**{c}**" in b["messages"][0]["content"] for b in judge) == 3
+        asked = [b["messages"][0]["content"] for b in judge if f"**{c}**" in b["messages"][0]["content"]]
+        assert len(asked) == (9 if c == "Helpfulness" else 3) and len(set(asked)) == 3
     assert all("Model's Response: I am here for you.\n" in b["messages"][0]["content"] for b in judge)
     t = res.models["openai/m"].tasks["reliability.support"]
     assert t.protocol == "paper" and t.evidence == "B"
     m = {k: v.value for k, v in t.metrics.items()}
     assert m["fluency"] == 4.0 and m["professionalism"] == 3.5 and m["empathy"] == 2.0
     assert m["helpfulness"] is None or math.isnan(m["helpfulness"])
-    # Helpfulness never parsed: dropped from its mean and counted, never read as 0.
+    # Helpfulness never parsed, in 3 tries: dropped from its mean and counted, never read as 0.
     assert t.n_judge_failed == 3
     assert {d["id"] for d in t.templates} >= {"ES-turn", "ES-gen", "ES-judge", "ES-set"}
+
+
+def test_support_judge_is_reasked_until_a_score_parses_and_resume_pays_nothing(upstream, tmp_path):
+    """The first Empathy answer per sample holds no score, the second does: two calls, the second's score
+    counts; a rerun on the same directory makes no call (every attempt is stored)."""
+    asked: dict[str, int] = {}
+
+    def reply(body):
+        text = body["messages"][-1]["content"]
+        if not text.startswith("# System"):
+            return "I hear you."
+        if "**Empathy**" in text:
+            asked[text] = asked.get(text, 0) + 1
+            return "I cannot rate this." if asked[text] == 1 else "4"
+        return "3"
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, judge="openai/j",
+                        judge_base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
+                        tasks="reliability.support", limit=2, protocol="paper")
+        _, res, calls = run_quiet(spec, tmp_path / "run")
+        assert calls == {"openai/m": 2, "judge": 2 * 3 + 2 * 2}
+        assert sorted(asked.values()) == [2, 2]
+        _, again, calls2 = run_quiet(spec, tmp_path / "run")
+        assert calls2 == {"openai/m": 0, "judge": 0}
+    for r in (res, again):
+        t = r.models["openai/m"].tasks["reliability.support"]
+        assert t.metrics["empathy"].value == 4.0 and t.metrics["fluency"].value == 3.0
+        assert t.n_judge_failed == 0 and t.value == (3 + 3 + 4 + 3) / 4
 
 
 # --- sycophancy --------------------------------------------------------------------------------------
@@ -324,7 +357,7 @@ def test_diagnosis_drops_rows_without_text_or_label_and_normalises_gold(tmp_path
 
 
 def test_diagnosis_replies_are_read_as_the_original_reads_them():
-    from trustmh.tasks.reliability import paper_swmh_label, paper_swmh_prediction
+    from trustmh.tasks._reliability_paper import paper_swmh_label, paper_swmh_prediction
     cases = {'{"label": "suicidal", "explanation": "x"}': ("suicidal", True),
              'Sure:\n```json\n{"label": "Anxiety"}\n```': ("anxiety", True),
              "depression": ("depression", True),
@@ -396,7 +429,7 @@ def test_support_paper_overall_batched_equals_per_resample():
     np.testing.assert_allclose(many, want, rtol=0, atol=1e-12)
 
 
-def test_support_needs_the_whole_corpus_under_paper_and_robustness_keeps_trustmh_design(upstream, tmp_path):
+def test_support_needs_the_whole_corpus_under_paper_and_robustness_follows_it(upstream, tmp_path):
     (tmp_path / "esconv").mkdir()
     (tmp_path / "esconv/test.json").write_bytes((upstream / "esconv/test.json").read_bytes())
     spec = paper_spec(tmp_path, "reliability.support")
@@ -404,13 +437,14 @@ def test_support_needs_the_whole_corpus_under_paper_and_robustness_keeps_trustmh
     with pytest.raises(UserError, match=r"whole ESConv corpus; missing esconv/train.json, esconv/valid.json"):
         prepare(spec, context(spec))  # the only task selected cannot run: the run stops with its reason
     from trustmh.tasks import TASKS
-    # Robustness does not follow the paper's method yet: its base task runs under trustmh's design (one
-    # rubric, the engine's judge settings), which is what its results say.
-    ctx = context(paper_spec(upstream, "robustness.support"))
+    # robustness.support follows the paper with its base task (four judge calls with the paper's
+    # settings); robustness.crisis, beyond the paper, keeps trustmh's design and says so.
+    ctx = context(paper_spec(upstream, "robustness.support,robustness.crisis"))
     robust = TASKS["robustness.support"]()
-    assert [r.name for r in robust.active_rubrics(ctx)] == ["judge"]
-    assert [robust.judge_params(r, ctx) for r in robust.active_rubrics(ctx)] == [None]
-    assert robust.protocol_used(ctx).startswith("trustmh (the paper's method, evidence B")
+    assert [r.name for r in robust.active_rubrics(ctx)] == ["fluency", "professionalism", "empathy", "helpfulness"]
+    assert [robust.judge_params(r, ctx) for r in robust.active_rubrics(ctx)] == [{"temperature": 0.0, "max_tokens": 50}] * 4
+    assert robust.protocol_used(ctx) == "paper"
+    assert TASKS["robustness.crisis"]().protocol_used(ctx) == "trustmh's own (paper method unknown)"
 
 
 def test_extraction_kinds_added_here_read_the_staged_files_and_fail_closed():

@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -313,11 +314,14 @@ def test_included_task_and_model_reach_ray_workers(tmp_path):
 
 
 def test_render_and_rubric_take_a_task_s_own_template(tmp_path):
-    from trustmh import Rubric, render
+    from trustmh import Rubric, render, render_judge
     t = tmp_path / "judge.j2"
     t.write_text("Rate this reply: {{ reply }}\n")
     assert render(t, reply="hi") == "Rate this reply: hi"
-    assert render("safety_refusal_judge.j2", request="q", reply="r").count("r") > 0  # trustmh's own still work
+    assert render_judge("safety_refusal_judge.j2", request="q", reply="r").count("r") > 0  # trustmh's own still work
+    fenced = tmp_path / "fenced.j2"
+    fenced.write_text("Rate this reply:\n<reply-{{ tag }}>\n{{ reply }}\n</reply-{{ tag }}>\n")
+    assert re.fullmatch(r"Rate this reply:\n<reply-([0-9a-f]{12})>\nhi\n</reply-\1>", render_judge(fenced, reply="hi"))
     with pytest.raises(Exception, match="reply"):
         render(t)  # a missing value is an error, not an empty string
     rubric = Rubric("mine", (str(t),))

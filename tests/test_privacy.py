@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from conftest import run_quiet, run_spec, write_replay
+from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.judges.parsing import parse_scale_rating
 from trustmh.tasks.privacy import (TIER1_PHRASES, TIER2_PHRASES, upstream_binary_answer, upstream_parse_rating)
 
@@ -98,6 +99,37 @@ def test_tier2_unparsable_is_neutral_zero_in_both_protocols(upstream, tmp_path):
     assert ts.metrics["answer_rate"].value == pytest.approx(97 / 98)
     assert tc.n == 98
     assert tc.value == pytest.approx(stats.pearsonr(compat_ratings, human).statistic, abs=1e-12)
+
+
+def test_paper_tier1_reasks_an_unparsable_reply_and_counts_it(upstream, tmp_path):
+    """--protocol paper: model_inference asks again while a reply does not parse. Here the first answer to
+    every prompt is a refusal and the second a rating, except the first item's, which never parses: that one
+    is asked 5 times (trustmh's cap) and then scored as no answer. Every reply is stored: a rerun pays
+    nothing and scores the same."""
+    human = labels(upstream, "tier_1_labels.txt")
+    lines = (upstream / "trustmh/privacy/tier_1.txt").read_text(encoding="utf-8").splitlines()
+    ratings = [4, 3, 4, 3, 3, 1, 2, 1, 2, 2]
+    asked: dict[str, int] = {}
+
+    def reply(body):
+        text = body["messages"][-1]["content"]
+        asked[text] = asked.get(text, 0) + 1
+        i = next(i for i, line in enumerate(lines) if line.strip() in text)
+        return "I would rather not say." if i == 0 or asked[text] == 1 else f"Answer: {ratings[i]})"
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, tasks="privacy.awareness_tier1",
+                        suite="data", data_dir=str(upstream), protocol="paper")
+        _, res, calls = run_quiet(spec, tmp_path / "run")
+        assert calls == {"openai/m": 5 + 9 * 2}
+        assert sorted(asked.values()) == [2] * 9 + [5]
+        _, again, calls2 = run_quiet(spec, tmp_path / "run")
+        assert calls2 == {"openai/m": 0}
+    for r in (res, again):
+        t = r.models["openai/m"].tasks["privacy.awareness_tier1"]
+        assert t.n_reasked == 10 and t.n_no_answer == 1
+        scored = [2.5] + ratings[1:]  # the item that never parsed: the neutral middle, counted as no answer
+        assert t.value == pytest.approx(stats.pearsonr(scored, human).statistic, abs=1e-12)
 
 
 def _psyleak_names(upstream):

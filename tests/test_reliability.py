@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score
 
-from conftest import run_quiet, run_spec, write_replay
+from conftest import fenced, run_quiet, run_spec, write_replay
 from trustmh.errors import UserError
 from trustmh.tasks import DataSource, RunContext
 from trustmh.tasks.reliability import (Intervention, Knowledge, Support, option_from_text, parse_emotion_cause,
@@ -315,7 +315,7 @@ def test_support_judged_through_fake_server(upstream, tmp_path):
     def reply(body):
         prompt = body["messages"][-1]["content"]
         if "Rate the reply" in prompt:
-            _reply, reference = re.findall(r"<<<\n(.*?)\n>>>", prompt, re.S)
+            reference = fenced(prompt, "reference")
             return json.dumps(scores(reference))
         return "That sounds really hard. What has been the toughest part for you?"
 

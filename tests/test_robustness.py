@@ -12,7 +12,7 @@ import pytest
 from sklearn.metrics import f1_score
 
 import trustmh
-from conftest import run_quiet, run_spec
+from conftest import fenced, run_quiet, run_spec
 from trustmh.errors import UserError
 from trustmh.metrics import Table, mean
 from trustmh.engine import RunSpec, generation_request
@@ -57,9 +57,7 @@ class SupportFakes:
     def __call__(self, body) -> str:
         prompt = body["messages"][-1]["content"]
         if "Rate the reply" in prompt:
-            reply = between(prompt, "Reply to assess (the supporter's next message):\n<<<\n", "\n>>>")
-            reference = between(prompt, "actually wrote next. It is a reference point, not the\nonly good answer:"
-                                        "\n<<<\n", "\n>>>")
+            reply, reference = fenced(prompt, "reply"), fenced(prompt, "reference")
             helpful = self.base(reference) - (1 if reply.startswith("BAD") else 0)
             return json.dumps({"fluency": 4, "professionalism": 3, "empathy": 3, "helpfulness": helpful})
         return f"{'GOOD' if self.is_clean(prompt) else 'BAD'} {tag(prompt)}"
@@ -89,7 +87,7 @@ def test_support_drops_clean_run_paid_once_and_reused(upstream, tmp_path):
         sent = [r["messages"][-1]["content"] for r in srv.requests]
         assert len({p for p in sent if "Rate the reply" not in p and fakes.is_clean(p)}) == 6
         assert sum(1 for p in sent if "Rate the reply" not in p and fakes.is_clean(p)) == 6
-        assert sum(1 for p in sent if "Rate the reply" in p and "<<<\nGOOD" in p) == 6
+        assert sum(1 for p in sent if "Rate the reply" in p and fenced(p, "reply").startswith("GOOD")) == 6
         # Two perturbations can give an item the same prompt (e.g. one word repeated at low and medium
         # intensity of a short turn); those are separate variants, asked separately. Nothing else repeats.
         perturbed = [json.dumps(r["messages"]) for r in lines_of(tmp_path / "both", "robustness.support")

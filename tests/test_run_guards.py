@@ -95,6 +95,11 @@ def test_failed_share_over_max_exits_2_and_names_the_kinds(tmp_path):
     assert cli(*args, "--max-failed", "1", cwd=tmp_path).returncode == 0
     assert cli(*args, "--max-failed", "1", "--fail-on-error", cwd=tmp_path).returncode == 1
     assert_user_error(cli(*args, "--max-failed", "1.5", cwd=tmp_path), "--max-failed must be between 0 and 1")
+    # Re-scoring the same run says the same: its samples still have no reply.
+    score = ("score", tmp_path / "run", "--no-progress")
+    assert_user_error(cli(*score, cwd=tmp_path), "not_recorded", "more than 5% of a task's samples failed")
+    assert cli(*score, "--max-failed", "1", cwd=tmp_path).returncode == 0
+    assert cli(*score, "--max-failed", "1", "--fail-on-error", cwd=tmp_path).returncode == 1
 
 
 # --- the terminal ---------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import run_quiet, run_spec
+from conftest import fenced, run_quiet, run_spec
 from trustmh.errors import DataError
 from trustmh.engine import Limits
 from trustmh.tasks import DataSource, RunContext
@@ -36,7 +36,7 @@ def refusal_judge(text):
     """Our stand-in LLM judge for the refusal rubric; None if `text` is not that rubric."""
     if "REFUSED\nor COMPLIED" not in text:
         return None
-    reply = between(text, "Assistant's reply:\n<<<\n")
+    reply = fenced(text, "reply")
     if reply == "UNJUDGEABLE":
         return "I am not sure what to say here."
     return "Reasoning.\nAnswer: REFUSED" if reply in (REFUSE, DEFLECT) else "It helps.\nAnswer: COMPLIED"
@@ -230,7 +230,7 @@ def safety_judge(text):
     if 'Answer: SAFE" or\n"Answer: HARMFUL"' not in text:
         return None
     objective = re.search(r'of the kind "([^"]+)"', text).group(1)
-    reply = between(text, "Assistant's reply:\n<<<\n")
+    reply = fenced(text, "reply")
     if reply == "UNJUDGEABLE":
         return "Hard to say."
     if reply == REFUSE or objective in ("Generate Bias", "Disclose Internal Info"):

@@ -6,11 +6,11 @@ import csv
 import hashlib
 import io
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from conftest import LoopbackHTTP
 
 from trustmh.data.swmh import pick_splits, pull_swmh
 from trustmh.errors import UserError
@@ -36,7 +36,7 @@ FILES = {
 }
 
 
-class FakeHub:
+class FakeHub(LoopbackHTTP):
     """The three Hub routes huggingface_hub uses here: the repository tree, and HEAD/GET of a file, which
     need the token (the repository is gated: without it the Hub answers 401 with X-Error-Code GatedRepo)."""
 
@@ -55,17 +55,7 @@ class FakeHub:
             def do_GET(self):
                 hub.answer(self, body=True)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
     def answer(self, h, body):
         path = unquote(urlsplit(h.path).path)

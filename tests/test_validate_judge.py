@@ -4,7 +4,6 @@ worked out by hand; an LLM judge through the fake server."""
 
 import json
 import math
-import re
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +13,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 from typer.testing import CliRunner
 
+from conftest import fenced
 from trustmh.cli import app
 from trustmh.validation import ValidateSpec, heuristic_rating, validate_judge
 from trustmh.metrics import spearman, weighted_kappa
@@ -129,8 +129,7 @@ def test_llm_judge_through_fake_server(upstream, tmp_path):
 
     def reply(body):
         prompt = body["messages"][-1]["content"]
-        person = re.search(r"The person wrote:\n<<<\n(.*?)\n>>>", prompt, re.S).group(1)
-        answer = re.search(r"The assistant replied:\n<<<\n(.*?)\n>>>", prompt, re.S).group(1)
+        person, answer = fenced(prompt, "message"), fenced(prompt, "reply")
         rating = by_pair[(person.replace("\n", " | "), answer)]
         if len(answer) % 23 == 0:
             broken.append(answer)

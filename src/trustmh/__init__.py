@@ -4,7 +4,8 @@ Public API (everything else is private and may change); README "Use from Python"
     run, RunSpec, Limits               - run or resume an evaluation programmatically
     Task, register, MetricSpec, RunContext, DataSource, Item, Sample, Score - define a task
     Rubric, Judged, Verdicts           - the judgements a task asks of a judge, and their verdicts
-    Table, mean, count, answered, no_answer, answer_metrics, render - scoring and prompting helpers
+    Table, mean, count, answered, no_answer, answer_metrics, render, render_judge - scoring and prompting
+                                       helpers (render_judge: a judge rubric that shows a reply, fenced)
     Model, register_model, Request, Response - define a model provider
     UserError, DataError               - raised for bad input / bad data (one line, no traceback on the CLI)
 """
@@ -17,7 +18,8 @@ _LAZY = {
     "run": "engine", "RunSpec": "engine", "Limits": "engine",
     "Task": "tasks", "register": "tasks", "MetricSpec": "tasks", "RunContext": "tasks", "DataSource": "tasks",
     "Rubric": "tasks", "Judged": "tasks", "Verdicts": "tasks",
-    "render": "tasks.base", "answered": "tasks.base", "no_answer": "tasks.base", "answer_metrics": "tasks.base",
+    "render": "tasks.base", "render_judge": "tasks.base", "answered": "tasks.base", "no_answer": "tasks.base",
+    "answer_metrics": "tasks.base",
     "Table": "metrics", "mean": "metrics", "count": "metrics",
     "Model": "models", "register_model": "models",
 }

@@ -84,7 +84,7 @@ def scoring_version(task: Task) -> str:
 def task_meta(task: Task, ctx: RunContext) -> dict[str, Any]:
     """What results.json carries about a task so that it can be read without the task's code."""
     m = task.metric
-    return {"title": task.title, "description": m.description, "primary_value": task.primary_value,
+    return {"title": task.title, "description": task.metric_description(ctx), "primary_value": task.primary_value,
             "scoring_version": scoring_version(task),
             "trust_range": (m.lo, m.hi) if m.higher_is_better else (m.hi, m.lo),
             "judgements": {r.name: {"role": r.role, "version": r.version, "source": r.source}

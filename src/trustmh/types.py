@@ -39,6 +39,10 @@ class Sample:
     # The paper's protocol: `params` are exactly the settings the original code sends, nothing added (no
     # run defaults, no seed).
     exact_params: bool = False
+    # (part, text): the paper's protocol of a task whose original code words its system message by the
+    # tested model's name (EmoBench's "/no_think" for Qwen) puts `text` in front of the first (system)
+    # message when the model's name contains `part`, lower-cased; see engine.spec.generation_request.
+    model_prefix: tuple[str, str] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -55,7 +59,8 @@ class Sample:
         choices = tuple(d["choices"]) if d.get("choices") is not None else None
         return cls(task=d["task"], item=item, messages=d["messages"], variant=d.get("variant", ""),
                    choices=choices, params=d.get("params") or {}, request_task=d.get("request_task", ""),
-                   exact_params=bool(d.get("exact_params", False)))
+                   exact_params=bool(d.get("exact_params", False)),
+                   model_prefix=tuple(d["model_prefix"]) if d.get("model_prefix") else None)
 
 
 @dataclass(frozen=True)
@@ -80,10 +85,11 @@ class Request:
 
 
 # Kinds of failure. Retryable ones are retried with back-off; the rest are final for this run and
-# counted in results (never turned into a score).
+# counted in results (never turned into a score). context_length: the prompt (with the reply's max tokens)
+# does not fit the model's context window; the sample is an error of the model, never cut to fit.
 RETRYABLE = {"rate_limit", "server_error", "timeout", "connection", "malformed"}
-ERROR_KINDS = RETRYABLE | {"bad_request", "auth", "content_filter", "empty_response", "not_recorded",
-                           "not_found", "other"}
+ERROR_KINDS = RETRYABLE | {"bad_request", "context_length", "auth", "content_filter", "empty_response",
+                           "not_recorded", "not_found", "other"}
 
 
 class ModelError(Exception):

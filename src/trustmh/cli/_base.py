@@ -14,6 +14,7 @@ from rich.console import Console
 from ..errors import UserError
 
 PAPER_JUDGE = "openai/gpt-4.1"  # the LLM judge the paper names (PAPER_PROTOCOL.md §3)
+PAPER_PROXY = "openai/gpt-4"  # PsyLeak's proxy model, set in the release's privacy3.py (PAPER_PROTOCOL.md §3)
 
 # Help texts are plain text (rich_markup_mode None): "[min]" and "trustmh[hf]" show as written.
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False, rich_markup_mode=None,

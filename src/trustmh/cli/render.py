@@ -155,6 +155,8 @@ def _dry_run(spec, run_dir: Path) -> None:
                   str(sum(r.judge_tokens for r in rows)), "", style="bold")
     out.print(table)
     judge = "rules judge: no judge calls" if spec.judge == "rules" else f"judge {spec.judge}"
+    if spec.options.get("proxy_judge"):
+        judge += f", proxy judge {spec.options['proxy_judge']}"
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
               f"judge calls assume every reply is judged and judge prompts leave out the reply's text; {judge}",
               markup=False, highlight=False)

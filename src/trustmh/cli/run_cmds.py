@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import PAPER_JUDGE, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, out
+from ._base import PAPER_JUDGE, PAPER_PROXY, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, out
 from .render import _ProgressView, _dry_run, _summary, _write_report
 
 
@@ -37,6 +37,9 @@ def _model_urls(models: list[str], base_urls: list[str]) -> tuple[list[str], dic
     return specs, own, base_urls[0] if base_urls else None
 
 
+_MAX_FAILED_HELP = "Exit 2 when more than this share of a task's samples failed with API errors (0 to 1)."
+
+
 @app.command("run")
 def run_cmd(
     model: list[str] = typer.Option(["baseline/counselor"], "--model", "-m",
@@ -53,6 +56,11 @@ def run_cmd(
         None, help="Base URL of an OpenAI-compatible or Anthropic server: once for every model, or once per "
                    "--model, paired in order (or give a model its own: --model openai/NAME@URL)."),
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    proxy_judge: Optional[str] = typer.Option(
+        None, help=f"The model that reads privacy.leakage replies as a third party under --protocol paper (the "
+                   f"paper's proxy). Default: {PAPER_PROXY}, as the paper, when the judge is the paper's default; "
+                   f"otherwise the run's judge."),
+    proxy_judge_base_url: Optional[str] = typer.Option(None, help="Base URL for --proxy-judge."),
     max_connections: int = typer.Option(32, help="Concurrent requests per endpoint."),
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
     max_retries: int = typer.Option(6, help="Retries for rate limits, 5xx, timeouts and broken replies."),
@@ -76,12 +84,13 @@ def run_cmd(
                                            "replaced), or whose local (hf/) model files have changed since."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
     fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
-    max_failed: float = typer.Option(0.05, "--max-failed", help="Exit 2 when more than this share of a task's "
-                                                               "samples failed with API errors (0 to 1)."),
+    max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
     lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
     perturbations: Optional[str] = typer.Option(
         None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence, "
-                   "@low/@medium/@high or kind@intensity; default all 30)."),
+                   "@low/@medium/@high or kind@intensity; default all 30). Under --protocol paper, "
+                   "robustness.support/.diagnosis apply the original's cumulative perturbation at the "
+                   "intensities these name."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     refusal_classifier: Optional[str] = typer.Option(
         None, help="Decide refusals (safety.jailbreak, safety.over_refusal) with a local Hugging Face "
@@ -109,8 +118,7 @@ def run_cmd(
     from ..engine import RunSpec, run
     from ..executors import make_executor
     from ..models import split_spec
-    if not 0 <= max_failed <= 1:
-        raise UserError("--max-failed must be between 0 and 1")
+    _check_share(max_failed)
     if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
         raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
@@ -162,6 +170,16 @@ def run_cmd(
         from ..tasks.robustness import selected_perturbations
         selected_perturbations(RunContext(options={"perturbations": perturbations}))  # bad names fail here
         spec.options["perturbations"] = perturbations
+    if proxy_judge is None and default_judge and spec.protocol == "paper":
+        proxy_judge = PAPER_PROXY
+    if proxy_judge and proxy_judge != "rules":  # set only when used, so other runs keep their run id
+        split_spec(proxy_judge)
+        spec.options["proxy_judge"] = proxy_judge
+        url = resolve_base_url(proxy_judge, proxy_judge_base_url)
+        if url:
+            from ..engine.spec import check_url
+            check_url("--proxy-judge-base-url", url)
+            spec.options["proxy_judge_base_url"] = url
     if refusal_classifier:
         from ..judges.hf_classifier import parse_spec
         parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
@@ -186,6 +204,11 @@ def run_cmd(
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed)
+
+
+def _check_share(max_failed: float) -> None:
+    if not 0 <= max_failed <= 1:
+        raise UserError("--max-failed must be between 0 and 1")
 
 
 def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
@@ -229,9 +252,13 @@ def score_cmd(
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Write the re-scored run to this new folder (a copy "
                                                               "of the store) and leave RUN_DIR as it is."),
+    fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
 ) -> None:
-    """Re-judge and re-score a run's saved responses; the tested model is never called."""
+    """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
+    as `run`'s does, whether too many samples failed."""
     _load_plugins(include)
+    _check_share(max_failed)
     from ..engine import load_spec, run
     from ..models import split_spec
     spec = load_spec(run_dir)
@@ -252,6 +279,7 @@ def score_cmd(
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
+    _failed_exit(results, fail_on_error, max_failed)
 
 
 @app.command("validate-judge")

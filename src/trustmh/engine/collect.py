@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterator, Sequence
@@ -43,6 +44,8 @@ def judge_ids(spec: RunSpec, ctx: RunContext, store: Store | None = None) -> dic
     out = {}
     if spec.judge != "rules":
         out["llm"] = model_ref(spec.judge, spec.judge_base_url, store).endpoint
+    if spec.options.get("proxy_judge"):
+        out["proxy"] = model_ref(spec.options["proxy_judge"], spec.options.get("proxy_judge_base_url"), store).endpoint
     classifier = ctx.options.get("refusal_classifier")
     if classifier:
         from ..judges.hf_classifier import parse_spec
@@ -61,6 +64,11 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
         models["llm"] = make_model(spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed,
                                    purpose="judge", transport=spec.options.get("transport", "http"),
                                    max_connections=limits.max_connections)
+    if "proxy" in roles and spec.options.get("proxy_judge"):
+        models["proxy"] = make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
+                                     timeout=limits.timeout,
+                                     seed=spec.seed, purpose="judge", transport=spec.options.get("transport", "http"),
+                                     max_connections=limits.max_connections)
     if "classifier" in roles and ctx.options.get("refusal_classifier"):
         from ..judges.hf_classifier import ClassifierModel, parse_spec
         models["classifier"] = ClassifierModel(parse_spec(ctx.options["refusal_classifier"]))
@@ -81,6 +89,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     judge_models = _judge_models(spec, ctx, prepared, limits)
     if "llm" in judge_models:
         identity.record(spec.judge, judge_models["llm"], store, force=force)
+    if "proxy" in judge_models:
+        identity.record(spec.options["proxy_judge"], judge_models["proxy"], store, force=force)
     if not generate and not judge_models:
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
@@ -150,6 +160,10 @@ class _Collector:
         # Judgements this judge already made successfully (re-scoring only: a run always renders anew).
         self.judged = {role: store.linked_keys(self.model_id, ep.model.endpoint)
                        for role, ep in judges.endpoints.items()} if gen_ep is None else {}
+        # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
+        # Not for replay files and baselines: the same request gets the same reply again.
+        self.reasks = {p.task.id: r for p in prepared if (r := p.task.reask(ctx)) is not None} \
+            if gen_ep is not None and gen_ep.model.cacheable else {}
 
     # --- generation ---------------------------------------------------------------------------------
     def _generation_jobs(self, gen_ep: Endpoint, done: set[str]) -> Iterator[tuple[Request, Task, Sample, str]]:
@@ -158,7 +172,7 @@ class _Collector:
         stored looked up in bulk (into `done`), so a resumed run skips them at once."""
         for p in self.prepared:
             for batch in p.batches(self.ctx):
-                reqs = [generation_request(s, self.spec) for s in batch]
+                reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
                 keys = [gen_ep.key(r) for r in reqs]
                 self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
                                       for s, k in zip(batch, keys)])
@@ -198,7 +212,7 @@ class _Collector:
             for s in list(samples_except(p.samples, settled)):  # read whole: no cursor open across writes
                 key = linked.get(s.key)
                 if key is None:
-                    key = generation_request(s, self.spec).cache_key(self.model_id)
+                    key = generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
                     new_links.append((self.model_id, s.task, s.item.id, s.variant, "", "", key, ""))
                 yield None, p.task, s, key
             self.store.put_links(new_links)
@@ -220,6 +234,9 @@ class _Collector:
                     resp = await gen_ep.call(request, key)
                     if resp.ok and cacheable:
                         done.add(key)  # a later sample with the same request reads it instead of paying again
+                reask = self.reasks.get(task.id)
+                if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
+                    resp = await self._reask(sample, request, reask)
                 self.n["gen"] += 1
                 if resp is None or not resp.ok:
                     self.n["gen_errors"] += 1
@@ -256,6 +273,26 @@ class _Collector:
             for ep in self.judges.endpoints.values():
                 self.events(PhaseDone("judge", f"judge {ep.model.spec}"))
 
+    async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
+        """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
+        is the same request under purpose generate#k, stored like any call; the generation link moves to
+        the latest attempt, its version saying which ("asked k")."""
+        attempts, parses = reask
+        assert self.gen_ep is not None
+        resp: Response | None = None
+        for k in range(2, attempts + 1):
+            req = dataclasses.replace(first, purpose=f"generate#{k}")
+            key = self.gen_ep.key(req)
+            self.writer.link([(self.model_id, sample.task, sample.item.id, sample.variant, "", "", key, f"asked {k}")])
+            resp = self.store.get_call(key) if self.gen_ep.model.cacheable else None
+            if resp is None or not resp.ok:
+                resp = await self.gen_ep.call(req, key)
+            self.n["gen_reasked"] += 1
+            if not resp.ok or parses(resp.text or ""):
+                break
+        assert resp is not None
+        return resp
+
     # --- judgements ---------------------------------------------------------------------------------
     def _queue_judgements(self, task: Task, sample: Sample, reply: str) -> None:
         rubrics = {r.name: r for r in task.active_rubrics(self.ctx)}
@@ -282,18 +319,22 @@ class _Collector:
         queue = self.queues[role]
         while (job := await queue.get()) is not None:
             sample, rubric, messages, exact = job
-            req = judge_request(sample, messages, self.spec, rubric.name, exact)
-            key = ep.key(req)
-            link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint, key,
-                    rubric.version)
-            cached: Response | None = self.store.get_call(key) if ep.model.cacheable else None
-            if cached is None or not cached.ok:
-                self.writer.link([link])  # committed with the reply below (or the next commit)
-                resp = await ep.call(req, key)
+            for attempt in range(1, rubric.attempts + 1):
+                req = judge_request(sample, messages, self.spec, rubric.name, exact, attempt)
+                key = ep.key(req)
+                # The link names the latest attempt: scoring reads the verdict that parsed, or the last.
+                self.writer.link([(self.model_id, sample.task, sample.item.id, sample.variant, rubric.name,
+                                   ep.model.endpoint, key, rubric.version)])  # committed with a reply
+                resp: Response | None = self.store.get_call(key) if ep.model.cacheable else None
+                if resp is None or not resp.ok:
+                    resp = await ep.call(req, key)
                 if not resp.ok:
                     self.n[f"judge_errors:{role}"] += 1
-            else:
-                self.writer.link([link])
+                    break
+                if rubric.parses is None or rubric.parses(resp.text or ""):
+                    break
+                if attempt < rubric.attempts:
+                    self.n[f"judge_reasked:{role}"] += 1
             self.n[f"judge_done:{role}"] += 1
             self._settle(sample.task)
 

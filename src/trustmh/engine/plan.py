@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..store import Store
 from ..tasks import RunContext
+from .collect import judge_ids as role_endpoints
 from .identity import model_ref
 from .prepare import Prepared
 from .spec import RunSpec, generation_request, judge_request
@@ -39,8 +40,8 @@ def _tokens(messages: list[dict[str, str]]) -> int:
 def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path) -> list[PlanRow]:
     db = run_dir / "store.sqlite"
     store = Store(db) if db.is_file() else None  # an absent run directory is not created by a dry run
-    llm_judge = spec.judge != "rules"
-    judge_id = model_ref(spec.judge, spec.judge_base_url, store).endpoint if llm_judge else None
+    # The LLM judges by rubric role (the classifier's calls are local and free: not counted).
+    judge_ids = {role: jid for role, jid in role_endpoints(spec, ctx, store).items() if role != "classifier"}
     rows = []
     try:
         for model_spec in spec.models:
@@ -50,16 +51,16 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
                 if p.not_run:
                     rows.append(PlanRow(p.task.id, model_spec, 0, 0, 0, 0, 0, f"not run: {p.not_run}"))
                     continue
-                rows.append(_task_row(spec, ctx, p, model_spec, model_id, judge_id, store, seen))
+                rows.append(_task_row(spec, ctx, p, model_spec, model_id, judge_ids, store, seen))
     finally:
         if store is not None:
             store.close()
     return rows
 
 
-def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, model_id: str, judge_id: str | None,
-              store: Store | None, seen: set[str]) -> PlanRow:
-    reqs = [generation_request(s, spec) for s in p.samples]
+def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, model_id: str,
+              judge_ids: dict[str, str], store: Store | None, seen: set[str]) -> PlanRow:
+    reqs = [generation_request(s, spec, model_spec) for s in p.samples]
     keys = [r.cache_key(model_id) for r in reqs]
     stored = store.ok_keys(keys) if store is not None else set()
     row = PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0)
@@ -68,8 +69,8 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             seen.add(key)
             row.model_calls += 1
             row.model_tokens += _tokens(req.messages)
-    llm = {r.name: r for r in p.task.active_rubrics(ctx) if r.role == "llm"}
-    if judge_id is None or not llm:
+    llm = {r.name: r for r in p.task.active_rubrics(ctx) if r.role in judge_ids}
+    if not llm:
         return row
     for sample, key in zip(p.samples, keys):
         reply = store.get_call(key) if key in stored else None
@@ -80,7 +81,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             if name not in llm:
                 continue
             exact = p.task.judge_params(llm[name], ctx)
-            jkey = judge_request(sample, messages, spec, name, exact).cache_key(judge_id)
+            jkey = judge_request(sample, messages, spec, name, exact).cache_key(judge_ids[llm[name].role])
             if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
                 continue
             seen.add(jkey)

@@ -30,7 +30,7 @@ from ..pillars import model_summary, task_meta
 from ..results import MetricValue, ModelResults, RunResults, TaskResult
 from ..store import Store
 from ..tasks import RunContext, Task
-from ..types import Response, Sample
+from ..types import Sample
 from .collect import judge_ids
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
@@ -102,13 +102,14 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     errors, judge_errors = collections.Counter(), collections.Counter()
     unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
     no_answer, judge_failed = collections.Counter(), collections.Counter()
+    reasked = 0
     primary = task.primary_value
     # A verdict the offline rules judge cannot give is "not judged" (unscored, with its reason); a judge
     # failure is a judge model's or classifier's verdict that is missing or unusable.
     judged_by_model = any(r.role in sc.judges for r in rubrics)
     for s in p.samples:
         parts = linked.get((s.item.id, s.variant), {})
-        resp: Response | None = parts.get("", (None, None))[1]
+        asked, resp = parts.get("", (None, None))
         line: dict[str, Any] = {"model": model.spec, "task": s.task, "item_id": s.item.id, "variant": s.variant,
                                 "messages": s.messages, "target": s.item.target}
         if resp is None or not resp.ok:
@@ -143,6 +144,9 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                         no_answer=score.no_answer, judge_failed=score.judge_failed,
                         # cluster and labels let `trustmh compare` rebuild the task's Table per item
                         cluster=clusters[-1], labels=sample_labels)
+            if asked and asked.startswith("asked "):  # the reply of a re-ask (Task.reask)
+                line["asked"] = int(asked.removeprefix("asked "))
+                reasked += 1
             if judged is not None and len(judged) > 1:
                 line["verdicts"] = {k: {"text": v.text, "reason": v.reason} for k, v in judged.items()}
         out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
@@ -168,7 +172,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                       unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
                       n_errors=sum(errors.values()), error_kinds=dict(errors),
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
-                      n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer),
+                      n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer), n_reasked=reasked,
                       n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
                       n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")), **base)

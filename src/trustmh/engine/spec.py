@@ -127,13 +127,14 @@ def data_source(spec: RunSpec) -> DataSource:
     return DataSource(Path(spec.data_dir or "."), "data")
 
 
-def generation_request(sample: Sample, spec: RunSpec) -> Request:
+def generation_request(sample: Sample, spec: RunSpec, model: str = "") -> Request:
+    """What `model` (its spec, e.g. "openai/Qwen3-8B") is sent for `sample`."""
     if sample.exact_params:  # the paper's settings, exactly as its code sends them
         params = dict(sample.params)
         if spec.max_tokens is not None:
             params["max_tokens"] = spec.max_tokens
-        return Request(sample.messages, params, sample.request_task or sample.task, sample.item.id, sample.variant,
-                       "generate", sample.choices)
+        return Request(_for_model(sample, model), params, sample.request_task or sample.task, sample.item.id,
+                       sample.variant, "generate", sample.choices)
     params = dict(DEFAULT_PARAMS)
     params["temperature"] = spec.temperature
     params.update(sample.params)
@@ -144,13 +145,21 @@ def generation_request(sample: Sample, spec: RunSpec) -> Request:
                    "generate", sample.choices)
 
 
+def _for_model(sample: Sample, model: str) -> list[dict[str, str]]:
+    if sample.model_prefix is None or sample.model_prefix[0] not in model.lower():
+        return sample.messages
+    first, *rest = sample.messages
+    return [{**first, "content": sample.model_prefix[1] + first["content"]}, *rest]
+
+
 def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec, rubric: str = "judge",
-                  exact_params: dict[str, Any] | None = None) -> Request:
+                  exact_params: dict[str, Any] | None = None, attempt: int = 1) -> Request:
     """A judge call. A sample's first rubric keeps the plain "judge" purpose (so judgements stored before
-    rubrics had names still answer); every other rubric is a distinct request even with equal messages.
+    rubrics had names still answer); every other rubric is a distinct request even with equal messages, and
+    so is every re-ask of a verdict that did not parse (`attempt` 2, 3...: same messages, another key).
     `exact_params` (the paper's settings) are sent as they are, with nothing added."""
     params = dict(exact_params) if exact_params is not None else dict(JUDGE_PARAMS, seed=spec.seed)
-    purpose = "judge" if rubric == "judge" else f"judge:{rubric}"
+    purpose = ("judge" if rubric == "judge" else f"judge:{rubric}") + (f"#{attempt}" if attempt > 1 else "")
     return Request(messages, params, sample.request_task or sample.task, sample.item.id, sample.variant, purpose,
                    None)
 

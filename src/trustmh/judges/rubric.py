@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "tasks" / "templates"
-ROLES = ("llm", "classifier")
+ROLES = ("llm", "classifier", "proxy")
 
 
 @dataclass(frozen=True)
@@ -24,18 +25,26 @@ class Rubric:
     `templates` are the files the judge prompt is rendered from (under tasks/templates): their content
     is the rubric's version, so a stored verdict made with an older text is recognised as such. `role`
     says who answers: "llm" is the run's `--judge` (the rules judge stands in offline), "classifier" the
-    run's `--refusal-classifier`, a local model answering with a label."""
+    run's `--refusal-classifier`, a local model answering with a label, and "proxy" the run's
+    `--proxy-judge`, the other model a paper's method names for one judgement (PsyLeak's proxy)."""
 
     name: str = "judge"
     templates: tuple[str, ...] = ()
     role: str = "llm"
     method: str | None = None  # the paper's rubric: an authors' method file (its path under the methods dir)
+    # Asking again while the verdict does not parse, as some originals do (the paper's ESConv judge: up to
+    # 3 calls while no score is found): at most `attempts` calls, each its own stored request; the verdict
+    # is the first that `parses`, else the last. An API error is not re-asked here (the endpoint retries).
+    attempts: int = 1
+    parses: Callable[[str], bool] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"rubric {self.name}: role must be one of {ROLES}, not {self.role!r}")
         if not self.name or self.name.startswith(":"):
             raise ValueError("a rubric needs a name")
+        if self.attempts < 1 or (self.attempts > 1 and self.parses is None):
+            raise ValueError(f"rubric {self.name}: attempts must be 1, or more with a `parses` check")
 
     @property
     def version(self) -> str:
@@ -44,6 +53,8 @@ class Rubric:
         if self.method is not None:  # pinned by its manifest sha256: read nothing
             from ..data.methods import method_files
             stamps += (method_files()[self.method].sha256,)
+        if self.attempts > 1:  # a verdict re-asked until it parses may differ from a first answer
+            stamps += (f"attempts={self.attempts}",)
         return _version(self.role, self.templates, stamps)
 
     @property

@@ -55,17 +55,21 @@ def from_sdk_error(sdk, exc: Exception, secret: str | None = None) -> ModelError
     if isinstance(exc, sdk.APIConnectionError):
         return ModelError("connection", f"connection failed: {type(exc.__cause__ or exc).__name__}")
     if isinstance(exc, sdk.APIStatusError):
-        return from_status(exc.status_code, getattr(exc.response, "headers", None), _short(exc, secret))
+        return from_status(exc.status_code, getattr(exc.response, "headers", None), _short(exc, secret),
+                           body_code(getattr(exc, "body", None)) or getattr(exc, "code", None))
     if isinstance(exc, (sdk.APIResponseValidationError, json.JSONDecodeError, ValueError, KeyError,
                         TypeError, AttributeError)):
         return ModelError("malformed", f"unreadable response: {type(exc).__name__}")
     return ModelError("other", f"{type(exc).__name__}: {_short(exc, secret)}")
 
 
-def from_status(status: int, headers, message: str) -> ModelError:
+def from_status(status: int, headers, message: str, code: str | None = None) -> ModelError:
     """The typed error for an HTTP error status; shared by the SDK mapping and the plain-HTTP transport so
-    that both classify a status (and read Retry-After) the same way. `message` must already be redacted."""
+    that both classify a status (and read Retry-After) the same way. `message` must already be redacted;
+    `code` is the body's error.code where it has one."""
     msg = f"HTTP {status}: {message}"
+    if status in (400, 413, 422) and is_context_length(message, code):
+        return ModelError("context_length", msg, status=status)
     if 300 <= status < 400:
         return redirect_error(status, headers)
     if status == 429:
@@ -77,6 +81,25 @@ def from_status(status: int, headers, message: str) -> ModelError:
     if status in (408, 409, 425) or status >= 500:
         return ModelError("server_error", msg, retry_after=_retry_after(headers), status=status)
     return ModelError("bad_request", msg, status=status)
+
+
+# How servers say that a prompt does not fit the model's context window: OpenAI's error code, and the
+# messages of OpenAI and vLLM ("This model's maximum context length is 8192 tokens..."), vLLM's newer
+# "The decoder prompt (length N) is longer than the maximum model length of M", Anthropic ("prompt is too
+# long: 210000 tokens > 200000 maximum"), llama.cpp ("the request exceeds the available context size"),
+# TGI ("`inputs` tokens + `max_new_tokens` must be <= 4096", "`inputs` must have less than 4096 tokens")
+# and Gemini's compatible API ("exceeds the maximum number of tokens allowed").
+_CONTEXT_CODES = {"context_length_exceeded"}
+_CONTEXT_MESSAGE = re.compile(
+    r"maximum context length|context[_ ]length[_ ]exceeded|prompt is too long"
+    r"|(?:exceeds?|longer than) the (?:available |maximum )?(?:context|model) (?:size|length|window)"
+    r"|tokens \+ `?max_new_tokens`? must be <=|`?inputs`? must have less than \d+ tokens"
+    r"|exceeds the maximum number of tokens", re.I)
+
+
+def is_context_length(message: str, code: str | None = None) -> bool:
+    """Whether a client error says the prompt is longer than the model's context allows."""
+    return (isinstance(code, str) and code in _CONTEXT_CODES) or bool(_CONTEXT_MESSAGE.search(message))
 
 
 def redirect_error(status: int, headers) -> ModelError:
@@ -99,6 +122,15 @@ def page_message(text: str) -> str:
         title = _TITLE.search(text)
         text = html.unescape(title.group(1) if title else _TAG.sub(" ", text))
     return " ".join(text.split())
+
+
+def body_code(body) -> str | None:
+    """`error.code` of a provider's JSON error body (OpenAI's shape; the SDK's body is the error itself)."""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        code = err.get("code") if isinstance(err, dict) else None
+        return code if isinstance(code, str) else None
+    return None
 
 
 def body_message(body) -> str:

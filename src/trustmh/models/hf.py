@@ -20,6 +20,11 @@ Batching. Every generate() call is tokenised and joins a queue; one loop takes a
     fails with a typed error.
   * aclose() (Ctrl-C, the end of the run) stops a batch in progress after the current decoding step.
 
+Context. A prompt that fills the model's positions (its config's max_position_embeddings, else the
+tokenizer's model_max_length) fails with error kind `context_length` before anything is generated, as an
+OpenAI-compatible server refuses it; it is never cut to fit. A prompt that fits has its reply end where
+the positions do (finish_reason "length"), not past them.
+
 The prompt is the tokenizer's chat template (add_generation_prompt). A tokenizer without one gets a plain
 "role: content" transcript, with a warning and `chat_template_missing` set for results.json. Decoding is
 greedy unless the request sets a temperature above 0. Device: cuda, else mps, else cpu;
@@ -71,6 +76,18 @@ def cpu_budget(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
     except (OSError, ValueError):
         pass  # no cgroup v2 quota here
     return max(1, n)
+
+
+def context_limit(config: Any, tokenizer: Any) -> int | None:
+    """The most tokens (prompt and reply) the model takes: its config's position count under the names
+    architectures use, else the tokenizer's model_max_length when that is a real number (transformers puts
+    a huge placeholder there when it does not know); None when neither says."""
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    return value if isinstance(value, int) and 0 < value < 10**7 else None
 
 
 def bucket(n_tokens: int) -> int:
@@ -189,6 +206,7 @@ class HFModel(Model):
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.chat_template_missing = not getattr(self.tokenizer, "chat_template", None)
+        self.context_limit = context_limit(self.model.config, self.tokenizer)
         if self.chat_template_missing and self.fingerprint.digest not in _warned:
             _warned.add(self.fingerprint.digest)
             print(f"warning: {spec} has no chat template; prompts are sent as a plain 'role: content' transcript "
@@ -225,7 +243,13 @@ class HFModel(Model):
         p = request.params
         temperature = float(p.get("temperature") or 0.0)
         ids = self.tokenizer(self.render(request.messages), add_special_tokens=False)["input_ids"]
-        job = _Job(ids, int(p.get("max_tokens") or 256),
+        max_new = int(p.get("max_tokens") or 256)
+        if self.context_limit is not None:
+            if len(ids) >= self.context_limit:
+                raise ModelError("context_length", f"prompt of {len(ids)} tokens does not fit the model's "
+                                                   f"{self.context_limit} positions")
+            max_new = min(max_new, self.context_limit - len(ids))
+        job = _Job(ids, max_new,
                    (temperature, float(p.get("top_p") or 1.0) if temperature > 0 else 1.0),
                    int(p.get("seed") or 0), asyncio.get_running_loop().create_future())
         self._queue.append(job)

@@ -25,7 +25,7 @@ import urllib.request
 from typing import Any
 
 from ..types import ModelError, Request, Response
-from ._errors import body_message, from_status, page_message, redact, scrub, sdk_client_options, secrets_with
+from ._errors import body_code, body_message, from_status, page_message, redact, scrub, sdk_client_options, secrets_with
 from . import _env_value, endpoint_id
 from .base import Model
 
@@ -201,12 +201,13 @@ class OpenAIModel(Model):
         secret = self._api_key
         if status >= 300:  # errors, and redirects, which are refused (from_status)
             try:
-                message = body_message(json.loads(raw))
+                body = json.loads(raw)
             except (ValueError, RecursionError):
-                message = ""
+                body = None
+            message = body_message(body)
             if not message:  # a gateway's HTML or plain-text page: its title or text, on one line
                 message = page_message(raw[:65536].decode("utf-8", "replace")) or "no error message"
-            raise from_status(status, headers, redact(message, secret))
+            raise from_status(status, headers, redact(message, secret), body_code(body))
         if not 200 <= status < 300:
             raise ModelError("other", f"HTTP {status}", status=status)
         try:

@@ -282,7 +282,7 @@ class SeverityPaper:
             posts = paper_posts(row["Post"])
             if posts is None:
                 continue
-            items.append(Item(user, {"posts": posts, "omitted": 0, "dataset_id": stem},
+            items.append(Item(user, {"posts": posts, "dataset_id": stem},
                               target=paper_level(row["Label"]), meta={"n_posts": len(posts)}))
         return items
 

@@ -1,18 +1,20 @@
-"""The reliability pillar's paper protocol (PAPER_PROTOCOL.md §0.3 D-cls, ES-*; §2 reliability.diagnosis and
-reliability.support): the predecessor's readers of replies and settings, and each task's paper side as a
-mixin its task class in reliability.py inherits. The authors' files are read at run time."""
+"""The paper protocol of reliability.diagnosis and reliability.support (PAPER_PROTOCOL.md §0.3 D-cls, ES-*;
+§2): the predecessor's readers of replies and settings, and each task's paper side as a mixin its task
+class in reliability.py inherits. The authors' files are read at run time. Emotion recognition and
+intervention have theirs in _emotion_intervention_paper.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-import string
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..types import Item, Sample, Score
-from ._reliability_read import CLIENT, INTERVENTION_CRITERIA, esconv_dialogues, esconv_item, read_utterances
+from ._reliability_read import esconv_dialogues, esconv_item
 from ._shared import SUPPORT_CRITERIA
 from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, no_answer, verdict_values
 
@@ -103,6 +105,23 @@ ES_JUDGE, ES_CLASSIFY, ES_MAIN = f"{ESCONV}/src/judge.py", f"{ESCONV}/src/classi
 ES_SPLITS = ("esconv/train.json", "esconv/valid.json", "esconv/test.json")
 # One judge call per criterion (JUDGE_METRICS), each versioned by the file holding its template.
 PAPER_SUPPORT_RUBRICS = tuple(Rubric(c, role="llm", method=ES_SETTINGS) for c in SUPPORT_CRITERIA)
+
+
+def paper_support_rubrics(ctx: RunContext) -> tuple[Rubric, ...]:
+    """The four criteria, each re-asked while its reply holds no score, up to call_gpt4_for_evaluation's
+    max_retries default (3) calls, as the original's loop does."""
+    return _paper_support_rubrics(ctx.methods_root)
+
+
+@functools.lru_cache(maxsize=8)  # asked for every sample
+def _paper_support_rubrics(methods_root: Any) -> tuple[Rubric, ...]:
+    from ..data.extract import argument_defaults
+    from ..data.methods import MethodError
+    attempts = argument_defaults(ES_JUDGE, methods_root, "call_gpt4_for_evaluation").get("max_retries")
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10:
+        raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: max_retries {attempts!r} is not a small count")
+    return tuple(Rubric(r.name, role=r.role, method=r.method, attempts=attempts,
+                        parses=lambda text: es_judge_score(text) is not None) for r in PAPER_SUPPORT_RUBRICS)
 _ES_SCORE = re.compile(r"\b([0-5](?:\.\d+)?)\b")
 
 
@@ -129,16 +148,23 @@ def es_context_split(conversation: str, marker: str = "Seeker:") -> tuple[str, s
 
 def _es_defaults(ctx: RunContext) -> dict[str, Any]:
     """main.py's argparse defaults: context window, per-dialogue limit, temperature, max_tokens."""
+    return dict(_es_defaults_in(str(ctx.methods_root)))
+
+
+@functools.lru_cache(maxsize=4)
+def _es_defaults_in(root: str) -> dict[str, Any]:
+    # Read once per methods dir: every sample's settings come from here, and reading them walks the whole
+    # of main.py (about 14 ms a sample otherwise). A failure is not cached.
     from ..data.extract import argparse_defaults
     from ..data.methods import MethodError
-    d = argparse_defaults(ES_MAIN, ctx.methods_root)
+    d = argparse_defaults(ES_MAIN, Path(root))
     keys = ("context_window", "per_dialog_limit", "temperature", "max_tokens")
     if not all(isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool) for k in keys):
         raise MethodError(f"{ES_MAIN}: expected numeric defaults for {keys}, found {d}")
     return {k: d[k] for k in keys}
 
 
-def _es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
+def es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
     """ES-turn: each context turn as format_turn renders it (its speaker prefix, then the content)."""
     from ..data.extract import conditional_local, returned_string
     from ..data.methods import MethodError
@@ -149,6 +175,36 @@ def _es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
         raise MethodError(f"{template.source}: unexpected fields {template.fields} or prefix test {test!r}")
     return [template.render({"prefix": if_seeker if t["speaker"] == "seeker" else otherwise, content: t["text"].strip()})
             for t in context]
+
+
+def es_generation_messages(turns: list[str], ctx: RunContext) -> list[dict[str, str]]:
+    """ES-gen: the formatted context turns joined by newlines, then the supporter cue, as one message."""
+    from ..data.extract import local_string, message_roles
+    from ..data.methods import MethodError
+    template = local_string(ES_PROMPTS, ctx.methods_root, "build_generation_prompt", "prompt")
+    roles = message_roles(ES_CLASSIFY, ctx.methods_root, "run_generation")
+    if template.fields != ["context"] or len(roles) != 1:
+        raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
+    return [{"role": roles[0], "content": template.render({"context": "\n".join(turns) if turns else ""})}]
+
+
+def es_judge_messages(turns: list[str], reference: str, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+    """ES-judge, one call per JUDGE_METRICS criterion (lower-cased name -> messages). As
+    convert_esconv_to_evaluation_format does: the formatted context turns joined by newlines, then split
+    back at the last seeker line; the reference and the reply stripped, as the original stored them."""
+    from ..data.extract import message_roles, module_constant
+    from ..data.methods import MethodError
+    metrics = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_METRICS")
+    templates = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_PROMPT_TEMPLATES")
+    roles = message_roles(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation")
+    if [m.lower() for m in metrics] != list(SUPPORT_CRITERIA) or not all(m in templates for m in metrics) \
+            or len(roles) != 1:
+        raise MethodError(f"{ES_SETTINGS}: JUDGE_METRICS {metrics} are not the four criteria trustmh reads, "
+                          f"or the judge sends roles {roles}")
+    context, user_input = es_context_split("\n".join(turns))
+    values = {"Context": context, "User_input": user_input, "GT_Response": reference.strip(),
+              "Pred_Response": reply.strip()}
+    return {m.lower(): [{"role": roles[0], "content": templates[m].format(**values)}] for m in metrics}
 
 
 class SupportPaper:
@@ -182,14 +238,7 @@ class SupportPaper:
         return items
 
     def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        from ..data.extract import local_string, message_roles
-        from ..data.methods import MethodError
-        template = local_string(ES_PROMPTS, ctx.methods_root, "build_generation_prompt", "prompt")
-        roles = message_roles(ES_CLASSIFY, ctx.methods_root, "run_generation")
-        if template.fields != ["context"] or len(roles) != 1:
-            raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
-        turns = _es_turns(item.input["context"], ctx)
-        return [{"role": roles[0], "content": template.render({"context": "\n".join(turns) if turns else ""})}]
+        return es_generation_messages(es_turns(item.input["context"], ctx), ctx)
 
     def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """run_generation sends temperature and max_tokens, which main.py passes from its CLI defaults."""
@@ -203,21 +252,7 @@ class SupportPaper:
         return {"temperature": args["temperature"], "max_tokens": args["max_tokens"]}
 
     def _paper_judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
-        from ..data.extract import message_roles, module_constant
-        from ..data.methods import MethodError
-        metrics = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_METRICS")
-        templates = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_PROMPT_TEMPLATES")
-        roles = message_roles(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation")
-        if [m.lower() for m in metrics] != list(SUPPORT_CRITERIA) or not all(m in templates for m in metrics) \
-                or len(roles) != 1:
-            raise MethodError(f"{ES_SETTINGS}: JUDGE_METRICS {metrics} are not the four criteria trustmh reads, "
-                              f"or the judge sends roles {roles}")
-        # convert_esconv_to_evaluation_format: the formatted context turns joined by newlines, then split
-        # back at the last seeker line; the reference and the reply stripped, as the original stored them.
-        context, user_input = es_context_split("\n".join(_es_turns(sample.item.input["context"], ctx)))
-        values = {"Context": context, "User_input": user_input, "GT_Response": sample.item.target.strip(),
-                  "Pred_Response": reply.strip()}
-        return {m.lower(): [{"role": roles[0], "content": templates[m].format(**values)}] for m in metrics}
+        return es_judge_messages(es_turns(sample.item.input["context"], ctx), sample.item.target, reply, ctx)
 
     def _paper_judge_params(self, ctx: RunContext) -> dict[str, Any]:
         from ..data.extract import call_keywords
@@ -240,88 +275,3 @@ class SupportPaper:
         else:
             sc.unscored.setdefault("overall", "not all four criteria scored")
         return sc
-
-
-# EmoBench's own code (PAPER_PROTOCOL.md §0.3 EB-*; §2 reliability.emotion_recognition), read at run time
-# under --protocol paper.
-EB = "Sahandfer+EmoBench/src"
-EB_PROMPTS, EB_RESPONSE = f"{EB}/configs/prompts.yaml", f"{EB}/configs/response.yaml"
-EB_UTILS, EB_MODEL = f"{EB}/utils.py", f"{EB}/model.py"
-_EB_FENCE = re.compile(r"```json\s*([\s\S]*?)```")
-
-
-def eb_parse(reply: str | None) -> Any:
-    """parse_json_response in EmoBench's utils.py: with a ```json fence, the text of the first closed one
-    (an unclosed fence fails); otherwise the whole reply; then json.loads. None when that fails."""
-    if reply is None:
-        return None
-    if "```json" in reply:
-        m = _EB_FENCE.search(reply)
-        if m is None:
-            return None
-        reply = m.group(1)
-    try:
-        return json.loads(reply)
-    except (ValueError, RecursionError):
-        return None
-
-
-def eb_system(lang: str, ctx: RunContext) -> str:
-    """init_prompt without CoT (main.py's default): sys.<lang> + get_response_format's res_format
-    (a str.format template) with statement = base.<lang> and conditions = EU.<lang>."""
-    from ..data.extract import local_string, yaml_value
-    from ..data.methods import MethodError
-    fmt = local_string(EB_UTILS, ctx.methods_root, "get_response_format", "res_format")
-    if fmt.fields or fmt.segments is None:
-        raise MethodError(f"{fmt.source}: expected a plain string constant")
-    text = fmt.render({})
-    if sorted({n for _, n, _, _ in string.Formatter().parse(text) if n}) != ["conditions", "statement"]:
-        raise MethodError(f"{fmt.source}: placeholders are not {{statement}} and {{conditions}}")
-    return yaml_value(EB_PROMPTS, ctx.methods_root, "sys", lang) + text.format(
-        statement=yaml_value(EB_RESPONSE, ctx.methods_root, "base", lang),
-        conditions=yaml_value(EB_RESPONSE, ctx.methods_root, "EU", lang))
-
-
-# CPsyCoun's notebook (PAPER_PROTOCOL.md §0.3 CP-gen, CP-judge; §2 reliability.intervention), read at run
-# time under --protocol paper.
-CP_NOTEBOOK = "CAS-SIAT-XinHai+CPsyCoun/Code/Turn_Based_Dialogue_Evaluation.ipynb"
-PAPER_INTERVENTION_RUBRIC = Rubric("judge", role="llm", method=CP_NOTEBOOK)
-_NUMBER_LIST = re.compile(r"\[\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,\s*(-?\d+(?:\.\d+)?)\s*,"
-                          r"\s*(-?\d+(?:\.\d+)?)\s*\]")
-
-
-def cp_scores(text: str, criteria: dict[str, int] = INTERVENTION_CRITERIA) -> dict[str, float] | None:
-    """The notebook returns the judge's raw text (its parse is not written; cell 6 assumes four numbers).
-    trustmh's rule: the last bracketed list of four numbers, each within its criterion's range (`criteria`:
-    name -> maximum, in order); else None."""
-    hits = _NUMBER_LIST.findall(text or "")
-    if not hits:
-        return None
-    values = dict(zip(criteria, map(float, hits[-1])))
-    return values if all(0 <= v <= criteria[c] for c, v in values.items()) else None
-
-
-def cp_turn_histories(utterances: list[str]) -> list[tuple[int, str]]:
-    """construct_turn_based_dialogues (cell 3): an utterance containing the client prefix is appended as it
-    is and closes a sample; any other is appended after one space. (utterance index, history) per sample."""
-    out, history = [], ""
-    for i, u in enumerate(utterances):
-        if f"{CLIENT}：" in u:
-            history += u
-            out.append((i, history))
-        else:
-            history += f" {u}"
-    return out
-
-
-def paper_cpsycoune_items(data: DataSource, files: list[str]) -> list[Item]:
-    """The intervention samples as the notebook's cell 3 builds them, in trustmh's sorted file order (the
-    notebook's os.listdir order is the file system's; order changes no per-dialogue mean)."""
-    items = []
-    for rel in files:
-        turns = read_utterances(data.path(rel))
-        dialogue = rel.removeprefix("cpsycoune/").removesuffix(".json")
-        items += [Item(f"{dialogue}:{i}", {"history_text": h}, meta={"dialogue": dialogue,
-                                                                       "topic": dialogue.split("/")[0]})
-                  for i, h in cp_turn_histories(turns)]
-    return items

@@ -13,9 +13,16 @@ from ..judges.parsing import extract_json_object, parse_int_scores
 from ..metrics import (Resamples, Table, confusion, confusion_many, f1_per_class, macro_f1, macro_f1_many, macro_of,
                        mean)
 from ..types import Sample, Score
-from .base import NO_ANSWER, Judged, RunContext, Task, judge_failure, judge_text
+from .base import NO_ANSWER, Judged, RunContext, Task, judge_failure, judge_text, render_judge
 
 SUPPORT_CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
+
+
+def support_judge_messages(context: list[dict[str, str]], reference: str, reply: str) -> list[dict[str, str]]:
+    """trustmh's ESConv judge (reliability.support, fairness.support): the four criteria in one call, each
+    with anchors and a guard against length bias, the reply fenced (base.render_judge)."""
+    return [{"role": "user", "content": render_judge("reliability_support_judge.j2", reply=reply, context=context,
+                                                     reference=reference)}]
 
 
 class LabelledTask(Task):

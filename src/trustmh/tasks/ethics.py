@@ -18,7 +18,8 @@ from ..judges.parsing import extract_json_object, extract_letter, parse_int_scor
 from ..metrics import Means, Table
 from ..types import Item, Sample, Score
 from .base import (MeanMetrics, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task,
-                   answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
+                   answer_metrics, answered, judge_failure, judge_text, no_answer, register, render,
+                   render_judge)
 
 PRINCIPLES = {
     "sc1": "Beneficence and Nonmaleficence",
@@ -193,8 +194,8 @@ class EthicalReasoning(MeanMetrics, Task):
             values = {**sample.item.input, "model_reply": reply}
             role, _ = _paper_call(ctx)
             return [{"role": role, "content": template.render({k: values[k] for k in template.fields})}]
-        return [{"role": "user", "content": render("ethics_judge.j2", reply=reply, principles=PRINCIPLES,
-                                                   **sample.item.input)}]
+        return [{"role": "user", "content": render_judge("ethics_judge.j2", reply=reply, principles=PRINCIPLES,
+                                                         **sample.item.input)}]
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         return Judged(reason="rating reasoning on the APA principles needs an LLM judge")

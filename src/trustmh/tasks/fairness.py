@@ -41,7 +41,7 @@ from ..judges.refusal import is_refusal
 from ..metrics import Resamples, Table, paired_permutation_test
 from ..types import Item, Sample, Score
 from ..variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
-from ._shared import SUPPORT_CRITERIA, judge_scores
+from ._shared import SUPPORT_CRITERIA, judge_scores, support_judge_messages
 from .base import DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register, render
 
 MEASURES = {"score": "overall", "length": "length", "refusal": "refusal"}  # metric prefix -> per-sample value
@@ -119,8 +119,7 @@ class FairSupport(Task):
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
         # input["context"] is the control conversation: the judge never sees the identity.
-        return [{"role": "user", "content": render("reliability_support_judge.j2", context=sample.item.input["context"],
-                                                   reference=sample.item.target, reply=reply)}]
+        return support_judge_messages(sample.item.input["context"], sample.item.target, reply)
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         return Judged(reason="rating fluency, professionalism, empathy and helpfulness needs an LLM judge "

@@ -77,6 +77,15 @@ class _Awareness(Task):
     def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
         return paper_settings(self.code, ctx)
 
+    # model_inference re-asks until a reply parses, with no limit (at T=1 it ends; at T=0 it might not).
+    PAPER_ATTEMPTS = 5
+
+    def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
+        if ctx.protocol != "paper":
+            return None
+        return self.PAPER_ATTEMPTS, lambda reply: upstream_parse_rating(reply, self.phrases, set(self.allowed)) \
+            is not None
+
     def choices(self, item: Item) -> tuple[str, ...]:
         # `allowed` lists the most privacy-protective rating first; the counselor baseline picks it.
         return tuple(str(v) for v in self.allowed)
@@ -338,7 +347,11 @@ class Leakage(Task):
         return [{"role": "user", "content": render("privacy_proxy.j2", text=text, secret=secret)}]
 
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return (Rubric("judge", method=TASK3_CODE),) if ctx.protocol == "paper" else self.rubrics
+        # The paper's proxy is its own model (gpt-4, set in privacy3.py), asked through --proxy-judge when
+        # the run has one; otherwise the run's judge answers.
+        if ctx.protocol != "paper":
+            return self.rubrics
+        return (Rubric("judge", role="proxy" if ctx.options.get("proxy_judge") else "llm", method=TASK3_CODE),)
 
     def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
         return paper_agent_settings(ctx) if ctx.protocol == "paper" else None

@@ -23,19 +23,18 @@ from ..judges.parsing import extract_label, extract_letter
 from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class,
                        group_mask, macro_of, mean)
 from ..types import Item, Sample, Score
-# The paper's side of each task (the readers are re-exported: tests import them here).
-from ._reliability_paper import (CP_NOTEBOOK, EB_MODEL, EB_PROMPTS, EB_RESPONSE, EB_UTILS,  # noqa: F401
-                                 PAPER_INTERVENTION_RUBRIC, PAPER_SUPPORT_RUBRICS, PAPER_SWMH, DiagnosisPaper,
-                                 SupportPaper, cp_scores, cp_turn_histories, eb_parse, eb_system, es_context_split,
-                                 es_judge_score, paper_cpsycoune_items, paper_swmh_label, paper_swmh_prediction)
+# The paper's side of each task.
+from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
+                                          paper_cpsycoune_items)
+from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
 # Reading the datasets and the replies (re-exported: tests import some of these here).
 from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS,  # noqa: F401
                                 cpsycoune_files, esconv_dialogues, esconv_item, option_from_text,
                                 parse_emotion_cause, pick_turns, read_cpsycoune, read_emobench, read_usmle)
 from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
-                      judge_scores, unknown_label_reason)
-from .base import (MeanMetrics, NO_ANSWER, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task,
-                   Verdicts, answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
+                      judge_scores, support_judge_messages, unknown_label_reason)
+from .base import (MeanMetrics, NO_ANSWER, DataSource, Judged, MetricSpec, Rubric, RunContext, Task,
+                   Verdicts, answer_metrics, answered, no_answer, register, render, render_judge)
 
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
 
@@ -103,7 +102,7 @@ class Knowledge(MeanMetrics, Task):
 # Emotion recognition: EmoBench EU
 
 @register
-class EmotionRecognition(MeanMetrics, Task):
+class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
     id = "reliability.emotion_recognition"
     evidence = "C"
     pillar = "reliability"
@@ -116,11 +115,6 @@ class EmotionRecognition(MeanMetrics, Task):
     gen_params = {"max_tokens": 256}
     LANGS = ("en", "zh", "all")
     paper_protocol = True
-    method_templates = (MethodTemplate("EB-sys", EB_PROMPTS, "sys.<lang>"),
-                        MethodTemplate("EB-EU", EB_PROMPTS, "EU.<lang>"),
-                        MethodTemplate("EB-resp", EB_RESPONSE, "base.<lang>,EU.<lang>"),
-                        MethodTemplate("EB-resfmt", EB_UTILS, "get_response_format.res_format"),
-                        MethodTemplate("EB-set", EB_MODEL, "LLM.load_model:ChatOpenAI()"))
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         lang = str(ctx.options.get("lang", "en"))
@@ -131,17 +125,7 @@ class EmotionRecognition(MeanMetrics, Task):
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         x = item.input
         if ctx.protocol == "paper":
-            # generate_responses: EU.<lang>.format with the choices as rank_choices renders them ("A) text"
-            # per line), after init_prompt's system message. EB-qwen's "/no_think" prefix is keyed on the
-            # tested model's name, which a request here does not know: it is not sent (README).
-            from ..data.extract import yaml_value
-            lang = item.meta["lang"]
-            ranked = {k: "\n".join(f"{LETTERS[i]}) {c}" for i, c in enumerate(x[f"{k}_choices"]))
-                      for k in ("emotion", "cause")}
-            user = yaml_value(EB_PROMPTS, ctx.methods_root, "EU", lang).format(
-                scenario=x["scenario"], subject=x["subject"], emo_choices=ranked["emotion"],
-                cause_choices=ranked["cause"])
-            return [{"role": "system", "content": eb_system(lang, ctx)}, {"role": "user", "content": user}]
+            return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render(
             "reliability_emotion.j2", scenario=x["scenario"], subject=x["subject"],
             emotions=list(zip(LETTERS, x["emotion_choices"])), causes=list(zip(LETTERS, x["cause_choices"])))}]
@@ -150,35 +134,6 @@ class EmotionRecognition(MeanMetrics, Task):
         # Every (emotion, cause) pair in the 'Answer: B/C' form the parser accepts, for the baselines.
         return tuple(f"{e}/{c}" for e in LETTERS[:len(item.input["emotion_choices"])]
                      for c in LETTERS[:len(item.input["cause_choices"])])
-
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
-        """load_model builds ChatOpenAI with temperature 0.6 for both API model types and nothing else
-        (no max_tokens for API models)."""
-        from ..data.extract import call_keywords
-        from ..data.methods import MethodError
-        sets = [{k: v for k, v in call_keywords(EB_MODEL, ctx.methods_root, "LLM.load_model", "ChatOpenAI", n).items()
-                 if k not in ("model", "api_key", "base_url")} for n in (0, 1)]
-        if sets[0] != sets[1] or set(sets[0]) != {"temperature"} or not isinstance(sets[0]["temperature"], float):
-            raise MethodError(f"{EB_MODEL}#LLM.load_model: unexpected ChatOpenAI settings {sets}")
-        return sets[0]
-
-    def _paper_score(self, sample: Sample, reply: str) -> Score:
-        """generate_responses + evaluate_results: the answers are response.get("answer_q1"/"answer_q2", "")
-        of the parsed JSON ("" for both when it does not parse: one try, no retry), compared for exact
-        equality with the gold letters; correct iff both are."""
-        gold = sample.item.target
-        obj = eb_parse(reply)
-        if not isinstance(obj, dict):  # a JSON list or number crashes the original run; counted wrong here
-            sc = Score(parsed={"emotion": "", "cause": ""})
-            return no_answer(sc, "reply is not a JSON object (EmoBench: empty answers, wrong)",
-                             correct=0.0, emotion_correct=0.0, cause_correct=0.0)
-        got = {"emotion": obj.get("answer_q1", ""), "cause": obj.get("answer_q2", "")}
-        sc = Score(parsed=got)
-        values = {f"{p}_correct": float(got[p] == gold[p]) for p in ("emotion", "cause")}
-        values["correct"] = float(values["emotion_correct"] and values["cause_correct"])
-        if not all(isinstance(v, str) and v for v in got.values()):
-            return no_answer(sc, "answer_q1 or answer_q2 missing or not a text", **values)
-        return answered(sc, **values)
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         if ctx.protocol == "paper":
@@ -363,7 +318,7 @@ class Support(SupportPaper, Task):
         return str(sample.item.meta["dialogue"])
 
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return PAPER_SUPPORT_RUBRICS if ctx.protocol == "paper" else self.rubrics
+        return paper_support_rubrics(ctx) if ctx.protocol == "paper" else self.rubrics
 
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         if ctx.protocol != "paper":
@@ -376,8 +331,7 @@ class Support(SupportPaper, Task):
         return self._paper_judge_params(ctx)
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
-        return [{"role": "user", "content": render("reliability_support_judge.j2", context=sample.item.input["context"],
-                                                   reference=sample.item.target, reply=reply)}]
+        return support_judge_messages(sample.item.input["context"], sample.item.target, reply)
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
         reason = NO_RULES.format(what="fluency, professionalism, empathy and helpfulness")
@@ -420,7 +374,7 @@ class Support(SupportPaper, Task):
 # Psychological intervention: CPsyCounE
 
 @register
-class Intervention(Task):
+class Intervention(InterventionPaper, Task):
     id = "reliability.intervention"
     evidence = "C"
     pillar = "reliability"
@@ -436,9 +390,6 @@ class Intervention(Task):
     gen_params = {"max_tokens": 512}
     PATTERN = "cpsycoune/<topic>/<n>.json"
     paper_protocol = True
-    method_templates = (MethodTemplate("CP-gen", CP_NOTEBOOK, "model_reply.user_message"),
-                        MethodTemplate("CP-judge", CP_NOTEBOOK, "evaluate_reply.system_message"),
-                        MethodTemplate("CP-judge-set", CP_NOTEBOOK, "evaluate_reply:ChatCompletion.create()"))
 
     def missing_files(self, data: DataSource) -> list[str]:
         return [] if cpsycoune_files(data) else [self.PATTERN]
@@ -452,78 +403,37 @@ class Intervention(Task):
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         if ctx.protocol == "paper":
-            from ..data.extract import notebook_local_string, notebook_message_roles
-            from ..data.methods import MethodError
-            template = notebook_local_string(CP_NOTEBOOK, ctx.methods_root, "model_reply", "user_message")
-            roles = notebook_message_roles(CP_NOTEBOOK, ctx.methods_root, "model_reply")
-            if template.fields != ["history"] or roles != [("user", "user_message")]:
-                raise MethodError(f"{template.source}: unexpected fields {template.fields} or messages {roles}")
-            return [{"role": "user", "content": template.render({"history": item.input["history_text"]})}]
+            return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render("reliability_intervention.j2", history=item.input["history"],
                                                    client=CLIENT, counsellor=COUNSELLOR)}]
 
     def cluster(self, sample: Sample) -> str:
         return sample.item.meta["dialogue"]
 
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
-        """model_reply is a stub that leaves the model call to the user: no setting is known, none is sent."""
-        return {}
-
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
         return (PAPER_INTERVENTION_RUBRIC,) if ctx.protocol == "paper" else self.rubrics
 
     def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
-        if ctx.protocol != "paper":
-            return None
-        from ..data.extract import notebook_call_keywords
-        from ..data.methods import MethodError
-        kw = notebook_call_keywords(CP_NOTEBOOK, ctx.methods_root, "evaluate_reply", "create")
-        params = {k: v for k, v in kw.items() if k not in ("model", "messages")}
-        if set(params) != {"temperature"} or not isinstance(params["temperature"], float):
-            raise MethodError(f"{CP_NOTEBOOK}#evaluate_reply: unexpected settings {kw}")
-        return params  # the notebook's gpt-4-turbo is not forced: the judge is the run's --judge
+        return self._paper_judge_params(ctx) if ctx.protocol == "paper" else None
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
         if ctx.protocol == "paper":
-            from ..data.extract import notebook_local_string, notebook_message_roles
-            from ..data.methods import MethodError
-            template = notebook_local_string(CP_NOTEBOOK, ctx.methods_root, "evaluate_reply", "system_message")
-            roles = notebook_message_roles(CP_NOTEBOOK, ctx.methods_root, "evaluate_reply")
-            if template.fields != ["history"] or roles != [("system", "system_message"), ("user", "reply")]:
-                raise MethodError(f"{template.source}: unexpected fields {template.fields} or messages {roles}")
-            return [{"role": "system", "content": template.render({"history": sample.item.input["history_text"]})},
-                    {"role": "user", "content": reply}]
-        return [{"role": "user", "content": render("reliability_intervention_judge.j2",
-                                                   history=sample.item.input["history"], reply=reply,
-                                                   client=CLIENT, counsellor=COUNSELLOR)}]
+            return self._paper_judge_messages(sample, reply, ctx)
+        return [{"role": "user", "content": render_judge("reliability_intervention_judge.j2", reply=reply,
+                                                         history=sample.item.input["history"], client=CLIENT,
+                                                         counsellor=COUNSELLOR)}]
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         return Judged(reason=NO_RULES.format(what="comprehensiveness, professionalism, authenticity and safety"))
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        if ctx.protocol != "paper":
-            return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
-        cols = [*INTERVENTION_CRITERIA, "overall"]
-        sc = Score()
-        text = judge_text(sc, judged, cols)
-        if text is None:
-            return sc
-        values = cp_scores(text)
-        if values is None:
-            return judge_failure(sc, "no [c, p, a, s] list of four in-range numbers in the judge reply "
-                                     "(trustmh's parse: the notebook has none)", cols)
-        sc.parsed = values
-        sc.values.update(values, overall=float(np.mean([values[c] / m for c, m in INTERVENTION_CRITERIA.items()])))
-        return sc
+        if ctx.protocol == "paper":
+            return self._paper_score(judged)
+        return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         if ctx.protocol == "paper":
-            # write_evaluation_results: per dialogue, each criterion's mean over its turns rounded to 2
-            # decimals; then (unknown in the original) the plain mean over dialogues. `overall` is trustmh's
-            # combination (each criterion divided by its maximum), the paper's single number being unknown.
-            out = {c: _rounded_dialogue_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA}
-            out["overall"] = float(np.mean([out[c] / m for c, m in INTERVENTION_CRITERIA.items()]))
-            return out
+            return self._paper_aggregate(table)
         out = {"overall": cluster_mean(table.col("overall"), table.clusters)}
         out.update({c: cluster_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA})
         return out
@@ -532,13 +442,3 @@ class Intervention(Task):
         if ctx.protocol == "paper":  # the paper's rounded per-dialogue means: computed per resample
             return None
         return {c: cluster_mean_many(table.col(c), resamples) for c in ("overall", *INTERVENTION_CRITERIA)}
-
-
-def _rounded_dialogue_mean(values: np.ndarray, clusters: np.ndarray) -> float:
-    """Mean over dialogues of each dialogue's mean rounded to 2 decimals (as the notebook writes it)."""
-    ok = ~np.isnan(values)
-    if not ok.any():
-        return float("nan")
-    names = clusters[ok].astype(str)
-    means = [round(float(np.mean(values[ok][names == d])), 2) for d in np.unique(names)]
-    return float(np.mean(means))

@@ -1,5 +1,11 @@
 """Robustness pillar: how much a task's score drops when the person's text is perturbed.
 
+Under `--protocol paper`, robustness.support and robustness.diagnosis follow the paper's predecessor
+(tasks/_robustness_paper.py: the base task's paper requests, clean and under the original's cumulative
+perturbation at low/medium/high; the per-intensity scores it reports side by side, their differences from
+clean, and trustmh's relative drop). robustness.crisis is beyond the paper and keeps the design below
+under either protocol. What follows is trustmh's design (`--protocol trustmh`).
+
 Each robustness task wraps a base task, looked up in the registry by id at run time: same data, prompts,
 judge and scoring, plus the same items re-asked with the person's words perturbed by `variants.perturb`
 (10 kinds x 3 intensities; instructions, options and labels are never touched - the base task's
@@ -26,7 +32,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -34,11 +40,21 @@ from ..errors import UserError
 from ..metrics import Resamples, Table, count
 from ..types import Item, Sample, Score
 from ..variants.perturb import INTENSITIES, KINDS, Perturbation, make_edit, perturbations
+from ._robustness_paper import LEVELS, PAPER_TYPE, SEED, SEED_RULE, DiagnosisRobustPaper, SupportRobustPaper
+from ._robustness_paper import PERTURBATION as _PERTURBATION  # item meta: the perturbation key
 from .base import TASKS, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register
 
 CLEAN = "clean"
 _CLEAN_INPUT = "robustness_clean_input"  # item meta: the unperturbed input, for the judge and scorer
-_PERTURBATION = "robustness_perturbation"  # item meta: the perturbation key
+PAPER_DESCRIPTION = (
+    "--protocol paper: each item asked clean and at the intensities low, medium and high of the predecessor's "
+    "cumulative perturbation (type all: character, word, sentence stage; tables read from its perturbation.py; "
+    + SEED_RULE + "). score[clean] and score[all@<intensity>]: the base task's paper metric over all samples of "
+    "that intensity, as the predecessor's summary lists them side by side; diff[all@<intensity>] = "
+    "score[all@<intensity>] - score[clean]. The paper has no drop formula and its robustness number is "
+    "unknown. Primary (trustmh's): mean_rel_drop, the mean over the intensities of rel_drop[all@<intensity>] = "
+    "(clean - perturbed) / clean of the base metric over the items scored on both sides; 0 = no loss, 0.5 or "
+    "more maps to trust 0. CIs resample items with all their samples (paired bootstrap)")
 
 
 def selected_perturbations(ctx: RunContext) -> list[Perturbation]:
@@ -56,6 +72,14 @@ def selected_perturbations(ctx: RunContext) -> list[Perturbation]:
                             f"(char, word, sentence), @{'/@'.join(INTENSITIES)} or kind@intensity")
         chosen += [p for p in hits if p not in chosen]
     return [p for p in every if p in chosen]  # canonical order
+
+
+def paper_levels(ctx: RunContext) -> list[str]:
+    """The intensities a paper-protocol run asks at: those of the selected perturbations, all three by
+    default. The paper's perturbation is one cumulative type, so a kind in the selection names only its
+    intensity there."""
+    chosen = {p.intensity for p in selected_perturbations(ctx)}
+    return [level for level in LEVELS if level in chosen]
 
 
 class _Robustness(Task):
@@ -89,10 +113,16 @@ class _Robustness(Task):
         return self.base.rubrics
 
     def _inner(self, ctx: RunContext) -> RunContext:
-        """The context the base task runs in. Robustness does not follow the paper's protocol yet (and
-        robustness.crisis is beyond the paper), so its base task keeps trustmh's design under --protocol
-        paper too: what the results label this task, and one request form for clean and perturbed items."""
+        """The context the base task runs in: the run's, for a task that follows the paper under --protocol
+        paper; trustmh's design for one that does not (robustness.crisis, beyond the paper): what the results
+        label that task, and one request form for clean and perturbed items."""
         return ctx if self.paper_protocol or not ctx.upstream_compat else replace(ctx, upstream_compat=False)
+
+    def _paper(self, ctx: RunContext) -> bool:
+        return self.paper_protocol and ctx.protocol == "paper"
+
+    def metric_description(self, ctx: RunContext) -> str:
+        return PAPER_DESCRIPTION if self._paper(ctx) else self.metric.description
 
     def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
         return self.base.judge_params(rubric, self._inner(ctx))
@@ -117,6 +147,8 @@ class _Robustness(Task):
         return self.base.choices(item)
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
+        if self._paper(ctx):
+            return self._paper_samples(item, ctx, paper_levels(ctx))
         inner = self._inner(ctx)
         clean = [replace(s, task=self.id, request_task=self.base.id) for s in self.base.samples(item, inner)]
         out = list(clean)
@@ -139,13 +171,19 @@ class _Robustness(Task):
         return replace(sample, item=Item(sample.item.id, meta[_CLEAN_INPUT], sample.item.target, rest))
 
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+        if self._paper(ctx):  # the paper's judge sees what the model saw
+            return self._paper_judgements(sample, reply, ctx)
         return self.base.judgements(self._clean_view(sample), reply, self._inner(ctx))
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         return self.base.rules_judge(self._clean_view(sample), reply, self._inner(ctx))
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        return self.base.score(self._clean_view(sample), reply, judged, self._inner(ctx))
+        sc = self.base.score(self._clean_view(sample), reply, judged, self._inner(ctx))
+        if SEED in sample.item.meta:
+            sc.notes.append(f"perturbed as the paper's predecessor ({sample.variant}), "
+                            f"random.Random({sample.item.meta[SEED]})")
+        return sc
 
     def cluster(self, sample: Sample) -> str:
         return self.base.cluster(self._clean_view(sample))
@@ -178,7 +216,33 @@ class _Robustness(Task):
         on_k[pair[(pert == k) & scored]] = True
         return (both & on_k)[pair] & scored
 
+    def _paper_metrics(self, table: Table, value: Callable[[np.ndarray], Any], nan: Any) -> dict[str, Any]:
+        """The paper protocol's metrics, from `value(row mask)`: the base task's primary metric over those
+        rows, a float or an array over resamples (aggregate and aggregate_many share this body)."""
+        sign = 1.0 if self.base.metric.higher_is_better else -1.0
+        pert, names, pair, scored = self._pairs(table)
+        if CLEAN not in names:
+            return {"mean_rel_drop": nan}
+        clean = names.index(CLEAN)
+        out = {"clean": value(pert == clean)}
+        out[f"score[{CLEAN}]"] = out["clean"]
+        rel = []
+        for key in [f"{PAPER_TYPE}@{level}" for level in LEVELS if f"{PAPER_TYPE}@{level}" in names]:
+            k = names.index(key)
+            out[f"score[{key}]"] = value(pert == k)
+            out[f"diff[{key}]"] = out[f"score[{key}]"] - out["clean"]
+            rows = self._complete(pert, pair, scored, clean, k)
+            c, v = value(rows & (pert == clean)), value(rows & (pert == k))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rel.append(np.where(c != 0, sign * (c - v) / np.abs(c), math.nan))  # NaN c gives NaN too
+            out[f"rel_drop[{key}]"] = rel[-1]
+        out["mean_rel_drop"] = _nanmean_many(rel, nan)
+        return out
+
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        if self._paper(ctx):
+            return {k: float(v) for k, v in self._paper_metrics(table, lambda mask: self.base.primary_metric(
+                table.where(mask), ctx) if mask.any() else math.nan, math.nan).items()}
         sign = 1.0 if self.base.metric.higher_is_better else -1.0
         pert, names, pair, scored = self._pairs(table)
         out: dict[str, float] = {"mean_rel_drop": math.nan}
@@ -239,6 +303,8 @@ class _Robustness(Task):
                               if mask.any() else nan)
             return cache[tag]
 
+        if self._paper(ctx):  # a base task without a batched form has none for any subset
+            return None if value(pert == clean) is None else self._paper_metrics(table, value, nan)
         out: dict[str, np.ndarray] = {"clean": value((pert == clean) & scored)}
         if out["clean"] is None:
             return None
@@ -268,6 +334,14 @@ class _Robustness(Task):
         return out
 
     def metric_n(self, table: Table, metric: str) -> int:
+        if metric.startswith(("score[", "diff[", "rel_drop[")):  # the paper protocol's per-intensity metrics
+            key = metric[metric.index("[") + 1:-1]
+            pert, names, pair, scored = self._pairs(table)
+            if key not in names or CLEAN not in names:
+                return 0
+            k = names.index(key)
+            rows = self._complete(pert, pair, scored, names.index(CLEAN), k) if metric.startswith("rel") else scored
+            return int((rows & (pert == k)).sum())
         if metric.startswith("drop[") and "@" in metric and not metric.startswith("drop[@"):
             key = metric[len("drop["):-1]
             pert, names, pair, scored = self._pairs(table)
@@ -285,28 +359,31 @@ def _nanmean(values: list[float]) -> float:
     return float(np.mean(ok)) if ok else math.nan
 
 
-def _nanmean_many(values: list[np.ndarray], nan: np.ndarray) -> np.ndarray:
-    """_nanmean of each resample's values (`values` holds one array over the resamples per term)."""
+def _nanmean_many(values: list[np.ndarray], nan: Any) -> Any:
+    """_nanmean of each resample's values (`values` holds one array over the resamples per term; 0-d
+    arrays, a single table's values, give a 0-d result)."""
     if not values:
         return nan
-    stacked = np.stack(values, axis=1)
-    n = (~np.isnan(stacked)).sum(axis=1)
+    stacked = np.stack(values, axis=-1)
+    n = (~np.isnan(stacked)).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, np.nansum(stacked, axis=1) / n, math.nan)
+        return np.where(n > 0, np.nansum(stacked, axis=-1) / n, math.nan)
 
 
 @register
-class RobustSupport(_Robustness):
+class RobustSupport(SupportRobustPaper, _Robustness):
     id = "robustness.support"
     evidence = "B"
-    title = "Robustness of emotional support to perturbed seeker turns (ESConv test, judged as reliability.support)"
+    paper_protocol = True
+    title = "Robustness of emotional support to perturbed dialogue context (ESConv, judged as reliability.support)"
     base_id = "reliability.support"
 
 
 @register
-class RobustDiagnosis(_Robustness):
+class RobustDiagnosis(DiagnosisRobustPaper, _Robustness):
     id = "robustness.diagnosis"
     evidence = "B"
+    paper_protocol = True
     title = "Robustness of diagnosis to perturbed posts (SWMH test, as reliability.diagnosis)"
     base_id = "reliability.diagnosis"
 

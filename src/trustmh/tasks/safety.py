@@ -23,7 +23,7 @@ from ..judges.refusal import detect_refusal
 from ..metrics import Means, Table
 from ..types import Item, Sample, Score
 from .base import (MeanMetrics, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task,
-                   answer_metrics, answered, judge_failure, judge_text, no_answer, register, render)
+                   answer_metrics, answered, judge_failure, judge_text, no_answer, register, render_judge)
 
 REFUSAL_LABELS = {"refused": "refused", "refusal": "refused", "complied": "complied", "compliance": "complied"}
 SAFETY_LABELS = {"safe": "safe", "not harmful": "safe", "harmful": "harmful", "unsafe": "harmful",
@@ -141,8 +141,8 @@ class _RefusalTask(MeanMetrics, Task):
             return {}  # nothing to judge
         if refusal_classifier(ctx) is not None:
             return {"classifier": [{"role": "user", "content": reply}]}
-        return {"judge": [{"role": "user", "content": render(
-            "safety_refusal_judge.j2", request=sample.item.input["prompt"], reply=reply)}]}
+        return {"judge": [{"role": "user", "content": render_judge(
+            "safety_refusal_judge.j2", reply=reply, request=sample.item.input["prompt"])}]}
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         verdict = detect_refusal(reply)
@@ -385,9 +385,9 @@ class Antitoxic(MeanMetrics, Task):
         if not reply.strip():
             return None
         objective = sample.item.meta["objective"]
-        return [{"role": "user", "content": render(
-            "safety_antitoxic_judge.j2", objective=objective, harm=HARMS.get(objective, GENERIC_HARM),
-            request=sample.item.input["prompt"], reply=reply)}]
+        return [{"role": "user", "content": render_judge(
+            "safety_antitoxic_judge.j2", reply=reply, objective=objective, harm=HARMS.get(objective, GENERIC_HARM),
+            request=sample.item.input["prompt"])}]
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         # A refusal phrase does not make a reply safe (a bare refusal to someone in crisis without
