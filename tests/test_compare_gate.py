@@ -224,6 +224,16 @@ def test_gate_fails_a_task_with_too_many_judge_failures(tmp_path, capsys):
     assert code == 0, out
     code, _, err = cli(capsys, "gate", tmp_path / "run", "--min", "ethics.reasoning=0.9", "--max-unscored", "2")
     assert code == 2 and "--max-unscored" in err
+    # The same share from a config file; the command line still wins over it.
+    cfg = tmp_path / "gate.toml"
+    cfg.write_text('max_unscored = 0.2\n[min]\n"ethics.reasoning" = 0.9\n')
+    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--config", cfg)
+    assert code == 0, out
+    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--config", cfg, "--max-unscored", "0.05")
+    assert code == 1 and "rests on too few samples" in out
+    cfg.write_text('max_unscored = "lots"\n')
+    code, _, err = cli(capsys, "gate", tmp_path / "run", "--config", cfg)
+    assert code == 2 and "max_unscored must be a number between 0 and 1" in err
 
 
 def test_gate_counts_a_task_not_run_as_a_failure(ethics_runs, capsys):

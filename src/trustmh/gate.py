@@ -50,20 +50,23 @@ class GateConfig:
     thresholds: list[Threshold]
     baseline: str | None = None
     alpha: float | None = None
+    max_unscored: float | None = None
+    allow_partial: bool | None = None
 
 
 def load_config(path: Path) -> GateConfig:
     """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
-    optional top-level baseline = "runs/main" and alpha = 0.05."""
+    optional top-level baseline = "runs/main", alpha = 0.05, max_unscored = 0.2 and allow_partial = true."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: gate config not found") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: invalid TOML ({e})") from None
-    unknown = set(data) - {"min", "max", "baseline", "alpha"}
+    unknown = set(data) - {"min", "max", "baseline", "alpha", "max_unscored", "allow_partial"}
     if unknown:
-        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, alpha")
+        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, "
+                        f"alpha, max_unscored, allow_partial")
     out = GateConfig([])
     for bound in ("min", "max"):
         table = data.get(bound, {})
@@ -82,6 +85,15 @@ def load_config(path: Path) -> GateConfig:
             else data["baseline"]
     if "alpha" in data:
         out.alpha = _alpha(data["alpha"], str(path))
+    if "max_unscored" in data:
+        value = data["max_unscored"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise UserError(f"{path}: max_unscored must be a number between 0 and 1")
+        out.max_unscored = float(value)
+    if "allow_partial" in data:
+        if not isinstance(data["allow_partial"], bool):
+            raise UserError(f"{path}: allow_partial must be true or false")
+        out.allow_partial = data["allow_partial"]
     return out
 
 

@@ -78,24 +78,30 @@ def gate_cmd(
                                                       "task:metric, pillar:<name> or overall."),
     max_: list[str] = typer.Option([], "--max", help="NAME=VALUE upper bound; repeatable."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML file with [min] and [max] tables "
-                                                                        "(and optional baseline, alpha)."),
+                                                                        "(and optional baseline, alpha, max_unscored, "
+                                                                        "allow_partial)."),
     baseline: Optional[Path] = typer.Option(None, help="Also fail on any significant regression against this run."),
     alpha: Optional[float] = typer.Option(None, help="Significance level for --baseline (default 0.05)."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples for --baseline."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
-    max_unscored: float = typer.Option(0.05, "--max-unscored",
-                                       help="Fail a checked task with more than this share of its samples left "
-                                            "out of its metric (API errors, judge failures) or judge-failed."),
-    allow_partial: bool = typer.Option(False, "--allow-partial",
-                                       help="Accept a checked pillar or overall score measured on fewer rows or "
-                                            "pillars than the paper has."),
+    max_unscored: Optional[float] = typer.Option(
+        None, "--max-unscored", help="Fail a checked task with more than this share of its samples left out of "
+                                     "its metric (API errors, judge failures) or judge-failed (default: the "
+                                     "config's max_unscored, else 0.05)."),
+    allow_partial: Optional[bool] = typer.Option(
+        None, "--allow-partial/--no-allow-partial", help="Accept a checked pillar or overall score measured on fewer "
+                                                         "rows or pillars than the paper has (default: the "
+                                                         "config's allow_partial, else no)."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..compare import load_run
     from ..gate import GateConfig, check_baseline, check_coverage, check_thresholds, load_config, parse_threshold
+    cfg = load_config(config) if config else GateConfig([])
+    # The command line wins over the file, the file over the defaults.
+    max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)
+    allow_partial = next(v for v in (allow_partial, cfg.allow_partial, False) if v is not None)
     if not 0 <= max_unscored <= 1:
         raise UserError("--max-unscored must be between 0 and 1")
-    cfg = load_config(config) if config else GateConfig([])
     thresholds = cfg.thresholds + [parse_threshold(t, "min") for t in min_] + [parse_threshold(t, "max") for t in max_]
     base_path = baseline or (Path(cfg.baseline) if cfg.baseline else None)
     level = alpha if alpha is not None else (cfg.alpha if cfg.alpha is not None else 0.05)
