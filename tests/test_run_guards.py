@@ -273,6 +273,25 @@ def test_two_reports_at_once_do_not_collide(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("r.html", ".r.html"))) == ["r.html"]
 
 
+def test_a_rerun_sweeps_old_temp_files_a_killed_writer_left(tmp_path):
+    """kill -9 mid-write leaves NAME.<hex>.tmp behind; the next run on the directory removes trustmh's own
+    temp names once they are old, and leaves a fresh one (another `trustmh report` may be writing it) and
+    anything else alone."""
+    import time
+    out = tmp_path / "run"
+    assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0
+    old = [out / "results.json.0a1b2c3d.tmp", out / "report.html.deadbeef.tmp", out / "samples.jsonl.tmp"]
+    keep = [out / "report.html.12345678.tmp", out / "notes.tmp", out / "results.json.xyz.tmp"]
+    for f in old + keep:
+        f.write_text("partial")
+    hour_ago = time.time() - 3600
+    for f in old + keep[1:]:
+        os.utime(f, (hour_ago, hour_ago))
+    assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0
+    assert not [f for f in old if f.exists()]
+    assert all(f.exists() for f in keep)
+
+
 @pytest.mark.parametrize("line,needle", [
     ("[1, 2]", "not a sample record"),
     ('{"task": "privacy.awareness_tier1", "model": "baseline/counselor", "values": [1]}', "field 'values'"),

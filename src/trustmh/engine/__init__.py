@@ -20,7 +20,7 @@ from .collect import collect
 from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
 from .prepare import Prepared, Recorder, prepare, prepare_from_store
-from .rundir import open_run_dir, run_lock
+from .rundir import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, finalize, task_origins
 from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
 
@@ -51,6 +51,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     t0 = time.perf_counter()
     run_dir = open_run_dir(out or runs_root / spec.run_id())
     with run_lock(run_dir):
+        sweep_temps(run_dir)  # what a run killed mid-write left behind
         store = Store(run_dir / "store.sqlite")
         try:
             store.check_integrity()  # a damaged store is refused, with how to recover

@@ -6,7 +6,9 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import secrets
+import time
 from pathlib import Path
 
 from ..errors import UserError
@@ -26,6 +28,26 @@ def run_lock(run_dir: Path):
     finally:
         fcntl.flock(fh, fcntl.LOCK_UN)
         fh.close()
+
+
+# Temp files a killed writer leaves behind: NAME.<8 hex>.tmp from _replacing, NAME.tmp from older writers.
+_TEMP = re.compile(r"^(results\.json|samples\.jsonl|report\.html)(\.[0-9a-f]{8})?\.tmp$")
+STALE_TEMP_S = 600  # `trustmh report` writes report.html without the lock: never sweep a fresh one
+
+
+def sweep_temps(run_dir: Path, older_than_s: float = STALE_TEMP_S) -> int:
+    """Remove what writers killed mid-write (kill -9) left in a run directory: only trustmh's own temp
+    names, only plain files, only older than `older_than_s`. Call it holding the run's lock."""
+    removed, cutoff = 0, time.time() - older_than_s
+    for entry in os.scandir(run_dir):
+        try:
+            if _TEMP.match(entry.name) and entry.is_file(follow_symlinks=False) \
+                    and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed += 1
+        except FileNotFoundError:
+            continue  # its writer finished (renamed it) meanwhile
+    return removed
 
 
 # What makes a folder a trustmh run directory (the lock is there from a run's first moment).
