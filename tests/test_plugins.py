@@ -353,3 +353,24 @@ def test_a_broken_plugin_is_named_in_one_line(tmp_path, plugin_path):
     proc = user_error(cli("list", "--suite", "sample", cwd=tmp_path, extra_path=plugin_path),
                       "plugin 'demo' (trustmh.tasks = trustmh_demo_plugin.gone) failed to load: ModuleNotFoundError")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_plugin_model_is_keyed_by_the_server_it_is_asked_at():
+    """Two servers behind one plugin spec are two models (their replies never answer for each other), and
+    scoring's ModelRef names the same endpoint the built model does; offline providers ignore a base URL."""
+    from trustmh import Model, register_model
+    from trustmh.models import PROVIDERS, ModelRef, make_model
+
+    @register_model("viaurl")
+    def viaurl(name, **options):
+        return Model(options["spec"])
+
+    try:
+        a = make_model("viaurl/m", base_url="http://127.0.0.1:8001/v1")
+        b = make_model("viaurl/m", base_url="http://127.0.0.1:8002/v1")
+        assert a.endpoint == "viaurl/m@http://127.0.0.1:8001/v1" and a.endpoint != b.endpoint
+        assert ModelRef("viaurl/m", "http://127.0.0.1:8001/v1").endpoint == a.endpoint
+        assert make_model("viaurl/m").endpoint == ModelRef("viaurl/m").endpoint == "viaurl/m"
+        assert make_model("baseline/counselor", base_url="http://127.0.0.1:8001/v1").endpoint == "baseline/counselor"
+    finally:
+        PROVIDERS.pop("viaurl", None)

@@ -100,7 +100,12 @@ def endpoint_id(spec: str, base_url: str | None) -> str:
     """The identity of an endpoint in cache keys: the same model name on two servers is two models, and
     two spellings of one server (case, trailing slash, default port) are one."""
     provider = spec.partition("/")[0]
-    return f"{spec}@{normalize_url(base_url)}" if base_url and provider in ("openai", "anthropic") else spec
+    # Providers that never use a base URL keep their spec (a stray --base-url changes nothing for them);
+    # every other one, a plugin's included, is asked at its URL.
+    return f"{spec}@{normalize_url(base_url)}" if base_url and provider not in _LOCAL_PROVIDERS else spec
+
+
+_LOCAL_PROVIDERS = ("hf", "replay", "baseline")
 
 
 # What the SDKs read when no base URL is given; honoured the same way by every transport.
@@ -183,8 +188,11 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
         # a URL with a password in it would end up in shell history and logs.
         raise UserError(f"the base URL for {spec} contains credentials ({redact_url(base_url)} with user:password@); "
                         f"remove them and put the key in the provider's environment variable")
-    return PROVIDERS[provider](name, spec=spec, base_url=base_url, timeout=timeout, seed=seed, purpose=purpose,
-                               transport=transport, max_connections=max_connections, batch_size=batch_size)
+    model = PROVIDERS[provider](name, spec=spec, base_url=base_url, timeout=timeout, seed=seed, purpose=purpose,
+                                transport=transport, max_connections=max_connections, batch_size=batch_size)
+    if getattr(model, "base_url", None) is None:
+        model.base_url = base_url  # Model.endpoint keys a plugin's replies by where they came from
+    return model
 
 
 # --- the built-in providers --------------------------------------------------------------------------

@@ -17,13 +17,17 @@ class Model:
     # Whether the model needs concurrency limits / retries at all (offline ones do not).
     remote: ClassVar[bool] = True
 
+    base_url: str | None = None  # where it is asked; make_model sets it
+
     def __init__(self, spec: str):
         self.spec = spec
 
     @property
     def endpoint(self) -> str:
-        """Identity used in cache keys and for the per-endpoint worker pool."""
-        return self.spec
+        """Identity used in cache keys and for the per-endpoint worker pool: the spec, and the server it is
+        asked at (the same name on two servers is two models)."""
+        from . import endpoint_id
+        return endpoint_id(self.spec, self.base_url)
 
     async def generate(self, request: Request) -> Response:
         raise NotImplementedError
