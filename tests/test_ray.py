@@ -133,6 +133,12 @@ def test_a_relative_hf_path_works_on_workers_started_elsewhere(local_ray, tmp_pa
     _, res, calls = run_quiet(spec, tmp_path / "run", executor=RayExecutor(units_per_shard=1))
     t = res.models["hf/models/tiny"].tasks["privacy.awareness_tier1"]
     assert calls["hf/models/tiny"] == 2 and t.n_samples == 2 and t.n_errors == 0
+    # The driver recorded the model's identity (its workers loaded it), so a re-score needs no model folder.
+    from trustmh.models import model_identity
+    assert res.models["hf/models/tiny"].identity["fingerprint"] == model_identity("hf/models/tiny")["fingerprint"]
+    (tmp_path / "models").rename(tmp_path / "gone")
+    _, again, _ = run_quiet(spec, tmp_path / "run", generate=False)
+    assert again.models["hf/models/tiny"].tasks["privacy.awareness_tier1"].value == t.value
 
 
 def test_an_unreachable_ray_address_fails_within_seconds():

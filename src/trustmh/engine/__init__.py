@@ -16,6 +16,7 @@ from ..errors import UserError
 from ..results import RunResults
 from ..store import Store
 from ..tasks import RunContext
+from . import identity
 from .collect import collect
 from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
 from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
@@ -75,6 +76,8 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 if executor is not None and generate:
                     if recorder is not None:
                         recorder.finish()
+                    for m in spec.models:  # the workers load the models; their files are identified here
+                        identity.record(m, None, store, force=force)
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
                 else:
                     beside = ([recorder.background] if recorder is not None else []) + \

@@ -13,12 +13,17 @@ META = "model_identity:"
 
 
 def record(spec: str, model, store: Store, *, force: bool = False) -> dict | None:
-    """For a built hf/ model (anything with `identity()`): check it against what this run recorded
-    before, then record it as it is now. Other models have nothing to record."""
+    """For a built hf/ model (anything with `identity()`; None: read from its files here without loading
+    it, for a phase 1 that runs elsewhere, e.g. on Ray): check it against what this run recorded before,
+    then record it as it is now. Other models have nothing to record."""
     from ..models.hf_files import check_unchanged
-    if not spec.startswith("hf/") or not hasattr(model, "identity"):
+    if not spec.startswith("hf/") or (model is not None and not hasattr(model, "identity")):
         return None
-    ident = model.identity()
+    if model is None:
+        from ..models import model_identity
+        ident = model_identity(spec)
+    else:
+        ident = model.identity()
     if not force:
         check_unchanged(spec, store.get_meta(META + spec), ident)
     store.set_meta(META + spec, ident)
