@@ -275,22 +275,30 @@ class _Collector:
 
     async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
         """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
-        is the same request under purpose generate#k, stored like any call; the generation link moves to
-        the latest attempt, its version saying which ("asked k")."""
+        is the same request under purpose generate#k; the generation link's version says which ("asked k")."""
         attempts, parses = reask
         assert self.gen_ep is not None
+        tries = [(dataclasses.replace(first, purpose=f"generate#{k}"),
+                  (self.model_id, sample.task, sample.item.id, sample.variant, "", "", f"asked {k}"))
+                 for k in range(2, attempts + 1)]
+        return await self._until_parsed(self.gen_ep, tries, parses)
+
+    async def _until_parsed(self, ep: Endpoint, tries: list[tuple[Request, tuple]],
+                            parses: Callable[[str], bool] | None) -> Response:
+        """Each try in turn (a request and its link without the key: the part of a sample it answers), read
+        from the store or asked, until one fails or its reply `parses` (None: the first one counts). The
+        link names the latest try, committed with its reply, so scoring reads the reply that parsed or the
+        last; every try is a stored call of its own."""
         resp: Response | None = None
-        for k in range(2, attempts + 1):
-            req = dataclasses.replace(first, purpose=f"generate#{k}")
-            key = self.gen_ep.key(req)
-            self.writer.link([(self.model_id, sample.task, sample.item.id, sample.variant, "", "", key, f"asked {k}")])
-            resp = self.store.get_call(key) if self.gen_ep.model.cacheable else None
+        for req, (*names, version) in tries:
+            key = ep.key(req)
+            self.writer.link([(*names, key, version)])
+            resp = self.store.get_call(key) if ep.model.cacheable else None
             if resp is None or not resp.ok:
-                resp = await self.gen_ep.call(req, key)
-            self.n["gen_reasked"] += 1
-            if not resp.ok or parses(resp.text or ""):
+                resp = await ep.call(req, key)
+            if not resp.ok or parses is None or parses(resp.text or ""):
                 break
-        assert resp is not None
+        assert resp is not None, "no try to make"
         return resp
 
     # --- judgements ---------------------------------------------------------------------------------
@@ -319,22 +327,12 @@ class _Collector:
         queue = self.queues[role]
         while (job := await queue.get()) is not None:
             sample, rubric, messages, exact = job
-            for attempt in range(1, rubric.attempts + 1):
-                req = judge_request(sample, messages, self.spec, rubric.name, exact, attempt)
-                key = ep.key(req)
-                # The link names the latest attempt: scoring reads the verdict that parsed, or the last.
-                self.writer.link([(self.model_id, sample.task, sample.item.id, sample.variant, rubric.name,
-                                   ep.model.endpoint, key, rubric.version)])  # committed with a reply
-                resp: Response | None = self.store.get_call(key) if ep.model.cacheable else None
-                if resp is None or not resp.ok:
-                    resp = await ep.call(req, key)
-                if not resp.ok:
-                    self.n[f"judge_errors:{role}"] += 1
-                    break
-                if rubric.parses is None or rubric.parses(resp.text or ""):
-                    break
-                if attempt < rubric.attempts:
-                    self.n[f"judge_reasked:{role}"] += 1
+            link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint,
+                    rubric.version)
+            tries = [(judge_request(sample, messages, self.spec, rubric.name, exact, attempt), link)
+                     for attempt in range(1, rubric.attempts + 1)]
+            if not (await self._until_parsed(ep, tries, rubric.parses)).ok:
+                self.n[f"judge_errors:{role}"] += 1
             self.n[f"judge_done:{role}"] += 1
             self._settle(sample.task)
 
