@@ -5,6 +5,7 @@ YAML (K8). As in extract.py, nothing is executed: `json.loads`, `ast.parse` and 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from .extract import Template, _function, _is_stringish, _source, segments
 from .methods import MethodError, read
 
 
+@functools.lru_cache(maxsize=64)  # parsed once per function, not once per item (as extract._module)
 def notebook_function(local: str, root: Path, func: str) -> ast.Module:
     """K7: the code cell of a notebook that defines `func`, parsed."""
     nb = json.loads(read(local, root))
@@ -32,12 +34,8 @@ def notebook_function(local: str, root: Path, func: str) -> ast.Module:
 def yaml_value(local: str, root: Path, *keys: str) -> str:
     """K8: `yaml.safe_load(file)[k1][k2]...`, a string (EmoBench keeps its prompts in YAML block scalars,
     which only a real YAML parser folds correctly)."""
-    import yaml
     where = f"{local}#{'.'.join(keys)}"
-    try:
-        node: Any = yaml.safe_load(read(local, root))
-    except yaml.YAMLError as e:
-        raise MethodError(f"method file {local}: not parsable YAML ({e})") from None
+    node: Any = _yaml_document(local, str(root))
     for k in keys:
         if not isinstance(node, dict) or k not in node:
             raise MethodError(f"{where}: no key '{k}'")
@@ -45,6 +43,15 @@ def yaml_value(local: str, root: Path, *keys: str) -> str:
     if not isinstance(node, str):
         raise MethodError(f"{where}: not a text")
     return node
+
+
+@functools.lru_cache(maxsize=16)  # read once, not once per item (as extract._module)
+def _yaml_document(local: str, root: str) -> Any:
+    import yaml
+    try:
+        return yaml.safe_load(read(local, Path(root)))
+    except yaml.YAMLError as e:
+        raise MethodError(f"method file {local}: not parsable YAML ({e})") from None
 
 
 def _notebook_fn(local: str, root: Path, func: str) -> ast.FunctionDef:
