@@ -105,23 +105,6 @@ ES_JUDGE, ES_CLASSIFY, ES_MAIN = f"{ESCONV}/src/judge.py", f"{ESCONV}/src/classi
 ES_SPLITS = ("esconv/train.json", "esconv/valid.json", "esconv/test.json")
 # One judge call per criterion (JUDGE_METRICS), each versioned by the file holding its template.
 PAPER_SUPPORT_RUBRICS = tuple(Rubric(c, role="llm", method=ES_SETTINGS) for c in SUPPORT_CRITERIA)
-
-
-def paper_support_rubrics(ctx: RunContext) -> tuple[Rubric, ...]:
-    """The four criteria, each re-asked while its reply holds no score, up to call_gpt4_for_evaluation's
-    max_retries default (3) calls, as the original's loop does."""
-    return _paper_support_rubrics(ctx.methods_root)
-
-
-@functools.lru_cache(maxsize=8)  # asked for every sample
-def _paper_support_rubrics(methods_root: Any) -> tuple[Rubric, ...]:
-    from ..data.extract import argument_defaults
-    from ..data.methods import MethodError
-    attempts = argument_defaults(ES_JUDGE, methods_root, "call_gpt4_for_evaluation").get("max_retries")
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10:
-        raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: max_retries {attempts!r} is not a small count")
-    return tuple(Rubric(r.name, role=r.role, method=r.method, attempts=attempts,
-                        parses=lambda text: es_judge_score(text) is not None) for r in PAPER_SUPPORT_RUBRICS)
 _ES_SCORE = re.compile(r"\b([0-5](?:\.\d+)?)\b")
 
 
@@ -133,6 +116,23 @@ def es_judge_score(text: str) -> float | None:
         return None
     v = float(m.group(1))
     return v if 0 <= v <= 5 else None
+
+
+def paper_support_rubrics(ctx: RunContext) -> tuple[Rubric, ...]:
+    """The four criteria, each re-asked while its reply holds no score, up to call_gpt4_for_evaluation's
+    max_retries default (3) calls, as the original's loop does."""
+    return _paper_support_rubrics(str(ctx.methods_root))
+
+
+@functools.lru_cache(maxsize=4)  # asked for every sample; a failure is not cached
+def _paper_support_rubrics(root: str) -> tuple[Rubric, ...]:
+    from ..data.extract import argument_defaults
+    from ..data.methods import MethodError
+    attempts = argument_defaults(ES_JUDGE, Path(root), "call_gpt4_for_evaluation").get("max_retries")
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10:
+        raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: max_retries {attempts!r} is not a small count")
+    return tuple(Rubric(r.name, role=r.role, method=r.method, attempts=attempts,
+                        parses=lambda text: es_judge_score(text) is not None) for r in PAPER_SUPPORT_RUBRICS)
 
 
 def es_context_split(conversation: str, marker: str = "Seeker:") -> tuple[str, str]:
