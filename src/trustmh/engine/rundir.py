@@ -35,19 +35,18 @@ _TEMP = re.compile(r"^(results\.json|samples\.jsonl|report\.html)(\.[0-9a-f]{8})
 STALE_TEMP_S = 600  # `trustmh report` writes report.html without the lock: never sweep a fresh one
 
 
-def sweep_temps(run_dir: Path, older_than_s: float = STALE_TEMP_S) -> int:
+def sweep_temps(run_dir: Path, older_than_s: float = STALE_TEMP_S) -> None:
     """Remove what writers killed mid-write (kill -9) left in a run directory: only trustmh's own temp
     names, only plain files, only older than `older_than_s`. Call it holding the run's lock."""
-    removed, cutoff = 0, time.time() - older_than_s
-    for entry in os.scandir(run_dir):
-        try:
-            if _TEMP.match(entry.name) and entry.is_file(follow_symlinks=False) \
-                    and entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                os.unlink(entry.path)
-                removed += 1
-        except FileNotFoundError:
-            continue  # its writer finished (renamed it) meanwhile
-    return removed
+    cutoff = time.time() - older_than_s
+    with os.scandir(run_dir) as entries:
+        for entry in entries:
+            try:
+                if _TEMP.match(entry.name) and entry.is_file(follow_symlinks=False) \
+                        and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+            except FileNotFoundError:
+                continue  # its writer finished (renamed it) meanwhile
 
 
 # What makes a folder a trustmh run directory (the lock is there from a run's first moment).
