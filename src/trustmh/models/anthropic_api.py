@@ -11,7 +11,6 @@ import anthropic
 
 from ..types import ModelError, Request, Response
 from ._errors import from_sdk_error, scrub, sdk_client_options, secrets_with
-from . import endpoint_id
 from .base import Model
 
 
@@ -37,10 +36,6 @@ class AnthropicModel(Model):
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=base_url, timeout=timeout,
                                                 max_retries=0,
                                                 http_client=anthropic.DefaultAioHttpClient(**sdk_client_options()))
-
-    @functools.cached_property  # read for every request's cache key; the URL never changes
-    def endpoint(self) -> str:
-        return endpoint_id(self.spec, self.base_url)
 
     async def generate(self, request: Request) -> Response:
         p = request.params

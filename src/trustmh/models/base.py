@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 from ..types import Request, Response
@@ -22,7 +23,7 @@ class Model:
     def __init__(self, spec: str):
         self.spec = spec
 
-    @property
+    @functools.cached_property  # read for every request's cache key; the URL never changes
     def endpoint(self) -> str:
         """Identity used in cache keys and for the per-endpoint worker pool: the spec, and the server it is
         asked at (the same name on two servers is two models)."""

@@ -18,7 +18,6 @@ the wire and once decompressed (_http.Inflater), --timeout bounding the whole re
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 import urllib.request
@@ -26,7 +25,7 @@ from typing import Any
 
 from ..types import ModelError, Request, Response
 from ._errors import body_code, body_message, from_status, page_message, redact, scrub, sdk_client_options, secrets_with
-from . import _env_value, endpoint_id
+from . import _env_value
 from .base import Model
 
 OFFICIAL = "https://api.openai.com/v1"
@@ -75,10 +74,6 @@ class OpenAIModel(Model):
             self._proxy = _env_proxy(self._url)
             if self._proxy and transport == "http":
                 self.transport = "aiohttp"  # the lean client does not speak to proxies
-
-    @functools.cached_property  # read for every request's cache key; the URL never changes
-    def endpoint(self) -> str:
-        return endpoint_id(self.spec, self.base_url)
 
     def _body(self, request: Request) -> dict[str, Any]:
         p = request.params
