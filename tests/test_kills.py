@@ -6,7 +6,8 @@ Kill points (docs/reliability.md explains what each proves):
   * held     - the server answers K more requests (seeded K), then holds every further one; we kill once
                the K replies are committed, so nothing is between the server and the store;
   * judge    - as held, but only judge requests are held (the kill lands while judging);
-  * finalize - at a seeded moment of the output phase (scoring, samples.jsonl, results.json, report.html);
+  * scoring  - the process kills itself after a seeded number of scored sample rows (nothing left to
+               collect: the kill lands in phase 2, which is too quick on this run for an outside poll to hit);
   * in-write - the process kills itself half-way through writing results.json.tmp (and report.html.tmp
                when the run writes a report), and after the first task's rows of samples.jsonl.tmp.
 A second `trustmh run` and a `trustmh score` on the directory, started while a run holds it, must refuse.
@@ -34,6 +35,7 @@ from trustmh.testing.fake_server import Fault, FakeLLMServer
 N_TIER1, N_ETHICS = 300, 60
 N_CALLS = N_TIER1 + 2 * N_ETHICS  # every generation, plus one judge call per ethics item
 MAX_CONN = 4
+SELF_KILLED = ("scoring", "in-write")  # kill points the process reaches itself (SELF_KILL below)
 HOLD = Fault("stall", stall_s=600)  # the client is killed long before this ends
 
 
@@ -115,6 +117,15 @@ from pathlib import Path
 import trustmh.engine.rundir as rundir
 import trustmh.engine.score as runner
 where = os.environ["TRUSTMH_TEST_SELF_KILL"]
+if where.startswith("row:"):  # die right after the N-th scored sample row is written
+    rows_left = [int(where[4:])]
+    row_write = rundir.Utf8Writer.write
+    def row_then_die(self, text):
+        row_write(self, text)
+        rows_left[0] -= 1
+        if rows_left[0] == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+    rundir.Utf8Writer.write = row_then_die
 write_text = Path.write_text
 def half_then_die(self, data, *a, **kw):
     # e.g. results.json.<random>.tmp as atomic_write names it: write half, then die
@@ -160,17 +171,12 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
                 "--tasks", "privacy.awareness_tier1,ethics.reasoning", "--suite", "data", "--data-dir", str(data),
                 "--out", str(out), "--max-connections", str(MAX_CONN), "--no-progress", "--bootstrap", "1000"]
 
-    # The uninterrupted reference, on a server of its own; it also times the output phase.
+    # The uninterrupted reference, on a server of its own.
     with FakeLLMServer(reply=synthetic_reply, latency_s=0.01) as ref_srv:
         ref_dir = tmp_path / "ref" / "run"
-        ref = subprocess.Popen([sys.executable, "-m", "trustmh.cli", *cli_args(ref_srv.openai_base_url, ref_dir)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_for(lambda: (ref_dir / "samples.jsonl.tmp").exists() or ref.poll() is not None, "reference outputs")
-        t_outputs = time.monotonic()
-        ref.wait(timeout=120)
-        output_phase_s = time.monotonic() - t_outputs
-        assert ref.returncode == 0, ref.stderr.read().decode()
-        ref.stderr.close()
+        ref = subprocess.run([sys.executable, "-m", "trustmh.cli", *cli_args(ref_srv.openai_base_url, ref_dir)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert ref.returncode == 0, ref.stderr
         assert ref_srv.n_completed == N_CALLS and ref_srv.duplicate_paid_calls() == 0
     reference = normalised_outputs(tmp_path / "ref" / "run")
 
@@ -200,7 +206,7 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             stderr = proc.stderr.read().decode()
             proc.stderr.close()
             assert proc.returncode == -signal.SIGKILL, (kind, proc.returncode, stderr)
-            assert alive or kind == "in-write", f"{kind}: the run ended before the kill"
+            assert alive or kind in SELF_KILLED, f"{kind}: the run ended before the kill"
             time.sleep(0.1)  # let the server notice the dead connections
             gate.set(None)
             paid, stored = srv.n_completed - completed0, sum(store_ok(db)) - stored0
@@ -273,24 +279,17 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
         assert done.returncode == 0, done.stderr
         assert remaining() == 0
 
-        # 4. random moments while scoring and writing the outputs
-        tmp_samples = run_dir / "samples.jsonl.tmp"
-
-        def tmp_state():  # a killed finalize leaves its tmp file; a new one shows as a new mtime
-            return tmp_samples.stat().st_mtime_ns if tmp_samples.exists() else None
-
+        # 4. seeded moments while scoring: after the N-th sample row of samples.jsonl's parts
+        wrapper = [sys.executable, "-c", SELF_KILL, *cmd[3:]]
         for _ in range(4):
-            delay = rng.uniform(0.0, 0.7 * output_phase_s)
-            kill_run("finalize", lambda: gate.set(None),
-                     lambda p, d=delay, t0=tmp_state(): (wait_for(lambda: tmp_state() not in (None, t0), "finalize"),
-                                                          time.sleep(d)))
+            env = dict(os.environ, TRUSTMH_TEST_SELF_KILL=f"row:{rng.randint(1, N_TIER1 + N_ETHICS)}")
+            kill_run("scoring", lambda: gate.set(None), lambda p: p.wait(timeout=60), cmd=wrapper, env=env)
 
         # 5. killed half-way through writing results.json, and part-way through samples.jsonl
         # (and in report.html, once the run writes one)
         report = ("report.html.tmp",) if (run_dir / "report.html").exists() else ()
         for where in ("results.json.tmp", "samples.jsonl.tmp", *report):
             env = dict(os.environ, TRUSTMH_TEST_SELF_KILL=where)
-            wrapper = [sys.executable, "-c", SELF_KILL, *cmd[3:]]
             kill_run("in-write", lambda: gate.set(None), lambda p: p.wait(timeout=60), cmd=wrapper, env=env)
             # the partial file (NAME.tmp, or NAME.<random>.tmp from atomic_write) is left behind, unused
             assert (run_dir / where).exists() or list(run_dir.glob(where[:-len("tmp")] + "*.tmp"))
@@ -312,5 +311,4 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
                    replies_lost_at_kills=lost, duplicate_paid_calls=duplicates,
                    duplicates_at_held_kills=sum(k["lost"] for k in kills if k["kind"] != "random"),
                    store_integrity="ok", final_results_identical=True, concurrent_run_refused=True,
-                   per_kill=[(k["kind"], k["paid"], k["lost"], k["paid_after_kill"]) for k in kills],
-                   output_phase_s=round(output_phase_s, 3))
+                   per_kill=[(k["kind"], k["paid"], k["lost"], k["paid_after_kill"]) for k in kills])
