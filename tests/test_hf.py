@@ -418,6 +418,7 @@ def test_a_hub_that_does_not_answer_fails_within_seconds(tmp_path, capsys, monke
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_stops_at_the_current_step_exits_130_and_the_run_resumes(tiny_model, tmp_path, capsys, monkeypatch,
                                                                         presses):
+    import asyncio
     import os
     import signal
     import threading
@@ -432,13 +433,25 @@ def test_ctrl_c_stops_at_the_current_step_exits_130_and_the_run_resumes(tiny_mod
         self.model.register_forward_hook(lambda *_: steps.append(time.sleep(0.02)))
 
     monkeypatch.setattr(hf.HFModel, "__init__", slow_init)
+    all_pressed = threading.Event()
+    closed = hf.HFModel.aclose
 
-    def press():  # a second press lands 5 ms after the first, while the current 20 ms step still runs
+    async def close_after_the_presses(self):  # a loaded machine must not let the run end between two presses:
+        for _ in range(1000):                 # a press after cli_run returns would interrupt the test itself
+            if all_pressed.is_set():
+                break
+            await asyncio.sleep(0.005)
+        await closed(self)
+
+    monkeypatch.setattr(hf.HFModel, "aclose", close_after_the_presses)
+
+    def press():  # a second press lands 5 ms after the first, while the run is still closing its model
         while not steps:
             time.sleep(0.005)
         for _ in range(presses):
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.005)
+        all_pressed.set()
 
     presser = threading.Thread(target=press, daemon=True)
     presser.start()
@@ -449,6 +462,7 @@ def test_ctrl_c_stops_at_the_current_step_exits_130_and_the_run_resumes(tiny_mod
     assert code == 130 and "Traceback" not in err and "interrupted" in err
     assert n_steps < 50 and elapsed < 60  # a whole batch would be 200 steps of 20 ms
     monkeypatch.setattr(hf.HFModel, "__init__", built)
+    monkeypatch.setattr(hf.HFModel, "aclose", closed)
     # the store is intact: the same command resumes the run
     code, err = cli_run(capsys, f"hf/{tiny_model}", tmp_path / "run", "--limit", "3", "--max-tokens", "200")
     assert code == 0, err
