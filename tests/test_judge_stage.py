@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import run_quiet, run_spec
-from trustmh.testing.fake_server import FakeLLMServer
+from trustmh.testing.fake_server import Fault, FakeLLMServer
 
 N = 12
 TASK_ID = "testjudge.two"
@@ -177,7 +177,12 @@ run(spec, Path(sys.argv[3]), limits=Limits(max_connections=4))
 
 
 def test_two_judgements_resume_after_kill(two_judges, tmp_path):
-    with FakeLLMServer(reply=judge_reply, latency_s=0.05) as srv:
+    admitted = [N + N // 2]  # the server answers this many requests, then holds the rest until the kill
+
+    def hold_the_rest(n: int, body: dict) -> Fault | None:
+        return Fault("stall", stall_s=600) if admitted[0] is not None and n >= admitted[0] else None
+
+    with FakeLLMServer(reply=judge_reply, latency_s=0.05, faults=hold_the_rest) as srv:
         env = dict(os.environ, OPENAI_API_KEY="k")
         proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(two_judges / "two_judges.py"),
                                  srv.openai_base_url, str(tmp_path / "run")], env=env,
@@ -188,6 +193,8 @@ def test_two_judgements_resume_after_kill(two_judges, tmp_path):
         assert proc.poll() is None, "the run ended before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        time.sleep(0.1)  # let the server notice the dead connections
+        admitted[0] = None
         before = srv.n_completed
         assert before < 3 * N  # killed while judging
         _, res, calls = run_quiet(spec_for(srv), tmp_path / "run", limits=None)
