@@ -17,7 +17,7 @@ from trustmh.errors import UserError
 from trustmh.metrics import Table, mean
 from trustmh.engine import RunSpec, generation_request
 from trustmh.tasks import TASKS, DataSource, MetricSpec, RunContext, Task
-from trustmh.tasks.robustness import _Robustness, selected_perturbations
+from trustmh.tasks.robustness import _Robustness, paper_keys, selected_perturbations
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.types import Item, Score
 from trustmh.variants.perturb import IRRELEVANT_SENTENCES, perturbations
@@ -245,6 +245,22 @@ def test_perturbation_selection():
     assert keys("word_swap@high, char_swap") == ["char_swap@low", "char_swap@medium", "char_swap@high",
                                                  "word_swap@high"]
     assert len(keys("@low")) == 10
+    assert len(keys("all")) == 30 and keys("all@high") == keys("@high")
+    assert keys("character@high") == keys("char@high") == ["char_swap@high", "char_insert@high", "char_delete@high",
+                                                            "char_keyboard@high"]
+    for bad in ("typos", "char@", "@", "word@extreme", "all@"):
+        with pytest.raises(UserError, match="unknown perturbation"):
+            keys(bad)
+
+
+def test_the_same_names_pick_the_originals_types_under_the_paper_protocol():
+    def keys(spec):
+        return paper_keys(RunContext(options={"perturbations": spec}))
+    assert keys("") == ["all@low", "all@medium", "all@high"]  # the original's default type
+    assert keys("all") == keys("@low,@medium,@high") == keys("")
+    # a level (or a kind of that level) is the original's single-stage type, listed after `all`
+    assert keys("word@high, char") == ["character@low", "character@medium", "character@high", "word@high"]
+    assert keys("sentence_shuffle@low,@medium,word_swap@low") == ["all@medium", "word@low", "sentence@low"]
     with pytest.raises(UserError):
         keys("typos")
 

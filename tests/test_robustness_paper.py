@@ -29,9 +29,10 @@ PW = "Ziteng-Wang17780623062+Python-Work/Robustness"
 LEVELS = ("low", "medium", "high")
 
 
-def seed_of(task_id, item_id, level, run_seed=0):
-    """The documented rule: first 8 bytes (big-endian) of sha256('<run seed>|<task>|<item>|all@<level>')."""
-    return int.from_bytes(hashlib.sha256(f"{run_seed}|{task_id}|{item_id}|all@{level}".encode()).digest()[:8], "big")
+def seed_of(task_id, item_id, level, run_seed=0, kind="all"):
+    """The documented rule: first 8 bytes (big-endian) of sha256('<run seed>|<task>|<item>|<type>@<level>')."""
+    return int.from_bytes(hashlib.sha256(f"{run_seed}|{task_id}|{item_id}|{kind}@{level}".encode()).digest()[:8],
+                          "big")
 
 
 # --- (1) the tables, read from the staged files ------------------------------------------------------
@@ -210,7 +211,7 @@ def test_support_sends_the_perturbed_turns_to_model_and_judge(upstream, tmp_path
     for level in LEVELS:
         assert m[f"score[all@{level}]"] == 2.0 and m[f"diff[all@{level}]"] == -2.0
         assert m[f"rel_drop[all@{level}]"] == pytest.approx(0.5) and t.metrics[f"rel_drop[all@{level}]"].n == len(want)
-    assert "no drop formula" in t.description and "sha256('<run seed>|<task id>|<item id>|all@<intensity>')" in t.description
+    assert "no drop formula" in t.description and "sha256('<run seed>|<task id>|<item id>|<type>@<intensity>')" in t.description
     ids = {d["id"]: d["source"] for d in t.templates}
     assert ids["PT-IRRELEVANT_SENTENCES"].endswith("ESConv/src/perturbation.py#IRRELEVANT_SENTENCES")
     assert {"ES-gen", "ES-judge", "PT-PERTURBATION_INTENSITY", "PT-ABBREVIATIONS"} <= set(ids)
@@ -231,25 +232,34 @@ def test_two_runs_send_the_same_requests_and_another_seed_others(upstream, tmp_p
     assert len(gen(first) & gen(other)) == clean  # only the clean requests are shared
 
 
-def test_diagnosis_sends_the_first_piece_and_scores_each_intensity(tmp_path):
+def swmh_sample(tmp_path):
+    """The sample SWMH file as a data directory, its rows, and each post's gold label."""
     (tmp_path / "swmh").mkdir()
     shutil.copy(SAMPLE_SWMH, tmp_path / "swmh/test.csv")
     rows = list(csv.DictReader(open(tmp_path / "swmh/test.csv", newline="", encoding="utf-8")))
     gold = {r["text"].strip(): r["label"].removeprefix("self.").lower().replace("suicidewatch", "suicidal")
             for r in rows}
-    build = build_classification_prompt()
+    return rows, gold
 
+
+def diagnosis_run(tmp_path, out, gold, **options):
+    """robustness.diagnosis under the paper protocol at a fake server that gets every clean post right and
+    reads every other one as offmychest: (its task result, the requests)."""
     def reply(body):
         post = body["messages"][0]["content"].rsplit("Post:\n", 1)[1][:-1]
         return json.dumps({"label": gold.get(post, "offmychest")})
 
-    runs = []
-    for out in ("a", "b"):
-        with FakeLLMServer(reply=reply) as srv:
-            spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(tmp_path),
-                            tasks="robustness.diagnosis", protocol="paper")
-            _, res, _ = run_quiet(spec, tmp_path / out)
-            runs.append((res.models["openai/m"].tasks["robustness.diagnosis"], list(srv.requests)))
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(tmp_path),
+                        tasks="robustness.diagnosis", protocol="paper", options=options)
+        _, res, _ = run_quiet(spec, tmp_path / out)
+        return res.models["openai/m"].tasks["robustness.diagnosis"], list(srv.requests)
+
+
+def test_diagnosis_sends_the_first_piece_and_scores_each_intensity(tmp_path):
+    rows, gold = swmh_sample(tmp_path)
+    build = build_classification_prompt()
+    runs = [diagnosis_run(tmp_path, out, gold) for out in ("a", "b")]
     (t, sent), (_, again) = runs
     assert sorted(map(json.dumps, sent)) == sorted(map(json.dumps, again))  # two runs, the same requests
     prompts = [b["messages"][0]["content"] for b in sent]
@@ -269,6 +279,30 @@ def test_diagnosis_sends_the_first_piece_and_scores_each_intensity(tmp_path):
     for level in LEVELS:
         assert m[f"score[all@{level}]"] == pytest.approx(perturbed) and m[f"diff[all@{level}]"] == pytest.approx(perturbed - 1)
     assert any(d["source"].endswith("SWMH/src/perturbation.py#PERTURBATION_INTENSITY") for d in t.templates)
+
+
+def test_the_originals_single_stage_types_are_selectable(tmp_path):
+    rows, gold = swmh_sample(tmp_path)
+    build = build_classification_prompt()
+    t, sent = diagnosis_run(tmp_path, "run", gold, perturbations="character@low,sentence@high")
+    prompts = [b["messages"][0]["content"] for b in sent]
+    assert len(prompts) == 3 * len(rows)  # clean, character@low, sentence@high
+    sw = original_tables(SW_PERTURB, str(METHODS))
+    golds = [gold[r["text"].strip()] for r in rows]
+    m = {k: v.value for k, v in t.metrics.items()}
+    assert not any("all@" in k for k in m)
+    rel = []
+    for kind, level in (("character", "low"), ("sentence", "high")):
+        preds = []
+        for i, r in enumerate(rows):
+            rng = random.Random(seed_of("robustness.diagnosis", str(i), level, kind=kind))
+            kept = perturb_pieces([r["text"].strip()], level, kind, sw, rng)[0].strip()
+            assert prompts.count(build([kept], "test")) == 1 + (kept == r["text"].strip())  # an untouched post
+            preds.append(gold.get(kept, "offmychest"))  # the server reads every changed post as offmychest
+        want = f1_score(golds, preds, average="macro")
+        assert m[f"score[{kind}@{level}]"] == pytest.approx(want) and m[f"rel_drop[{kind}@{level}]"] == pytest.approx(1 - want)
+        rel.append(1 - want)
+    assert m["score[clean]"] == 1.0 and t.value == pytest.approx(sum(rel) / 2) and rel[1] > 0
 
 
 # --- the paired bootstrap's batched form, under the paper protocol --------------------------------------

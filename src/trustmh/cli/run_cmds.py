@@ -87,10 +87,11 @@ def run_cmd(
     max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
     lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
     perturbations: Optional[str] = typer.Option(
-        None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence, "
-                   "@low/@medium/@high or kind@intensity; default all 30). Under --protocol paper, "
-                   "robustness.support/.diagnosis apply the original's cumulative perturbation at the "
-                   "intensities these name."),
+        None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence "
+                   "or all, each optionally @low/@medium/@high, or an intensity alone; default all 30). Under "
+                   "--protocol paper, robustness.support/.diagnosis run the original's perturbation types these "
+                   "name: a level (or a kind of it) its single-stage type, all or an intensity alone the "
+                   "cumulative type (the default, at all three intensities)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     refusal_classifier: Optional[str] = typer.Option(
         None, help="Decide refusals (safety.jailbreak, safety.over_refusal) with a local Hugging Face "

@@ -1,7 +1,8 @@
 """The robustness pillar's paper protocol (PAPER_PROTOCOL.md §2 robustness.support and robustness.diagnosis;
 §0.3 PT-*): each item asked clean, exactly as its base task asks it under the paper protocol, and once per
 intensity (low, medium, high) with the predecessor's cumulative perturbation (type `all`: character, word,
-then sentence stage; variants/paper_perturb.py).
+then sentence stage; variants/paper_perturb.py), or with the single-stage types the original also has
+(character, word, sentence) where `--perturbations` names them.
 
 * robustness.support perturbs the list of formatted context turns ("Seeker: ..." / "Supporter: ...", both
   speakers, prefixes included) and sends the perturbed list as ES-gen's context and as the judge's
@@ -33,11 +34,15 @@ TABLES = ("PERTURBATION_INTENSITY", "CHAR_METHOD_TRIGGER_PROB", "HOMOGLYPH_MAP",
           "SPELLING_ERRORS", "ABBREVIATIONS", "INSERT_WORDS", "IRRELEVANT_SENTENCES")
 LEVELS = ("low", "medium", "high")
 PAPER_TYPE = "all"  # the original's default perturbation type: every stage, cumulative
+# The original's types (its --perturbation_type): `all` and the three single stages; run as <type>@<level>.
+PAPER_TYPES = (PAPER_TYPE, "character", "word", "sentence")
+PAPER_KEYS = tuple(f"{t}@{level}" for t in PAPER_TYPES for level in LEVELS)  # the order results list them in
 PERTURBATION = "robustness_perturbation"  # item meta: the perturbation key (both protocols)
 SEED = "robustness_seed"  # item meta: the seed of a paper perturbation
 TURNS = "paper_turns"  # item input: robustness.support's perturbed formatted turns
 SEED_RULE = ("each item and intensity perturbed with its own random.Random(seed), seed = the first 8 bytes "
-             "(big-endian) of sha256('<run seed>|<task id>|<item id>|all@<intensity>'); the original is unseeded")
+             "(big-endian) of sha256('<run seed>|<task id>|<item id>|<type>@<intensity>'), type all by default; "
+             "the original is unseeded")
 
 
 def table_templates(local: str) -> tuple[MethodTemplate, ...]:
@@ -89,18 +94,18 @@ class RobustPaper:
     perturbation_file: ClassVar[str]
     base: Any
 
-    def _paper_samples(self, item: Item, ctx: RunContext, levels: list[str]) -> list[Sample]:
+    def _paper_samples(self, item: Item, ctx: RunContext, keys: list[str]) -> list[Sample]:
         """The base task's own paper sample (filed under the base task: the call is shared), then one
-        perturbed sample per intensity, keyed `all@<intensity>`: the same request but for the person's
-        text (settings, choices and target are the clean sample's)."""
+        perturbed sample per key `<type>@<intensity>` (all@low, all@medium, all@high by default): the same
+        request but for the person's text (settings, choices and target are the clean sample's)."""
         tables = original_tables(self.perturbation_file, str(ctx.methods_root))
         (clean,) = [replace(s, task=self.id, request_task=self.base.id) for s in self.base.samples(item, ctx)]
         out = [clean]
-        for level in levels:
-            key = f"{PAPER_TYPE}@{level}"
+        for key in keys:
+            kind, _, level = key.partition("@")
             seed = perturbation_seed(ctx.seed, self.id, item.id, key)
             rng = random.Random(seed)
-            edited = self._paper_edit(item, lambda pieces: perturb_pieces(pieces, level, PAPER_TYPE, tables, rng), ctx)
+            edited = self._paper_edit(item, lambda pieces: perturb_pieces(pieces, level, kind, tables, rng), ctx)
             if edited is not None:
                 edited = Item(edited.id, edited.input, edited.target, {**edited.meta, PERTURBATION: key, SEED: seed})
                 out.append(replace(clean, item=edited, messages=self._paper_messages(edited, ctx), variant=key,

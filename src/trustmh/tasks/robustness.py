@@ -25,7 +25,8 @@ judge and scoring, plus the same items re-asked with the person's words perturbe
   together, so every CI here is a paired bootstrap CI.
 
 `RunSpec.options["perturbations"]` (comma-separated kinds, levels or keys, e.g. "char,word_synonym@high")
-restricts the perturbations run, to save cost."""
+restricts the perturbations run, to save cost; under the paper protocol the same names pick the original's
+perturbation types (see `paper_keys`)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ from ..errors import UserError
 from ..metrics import Resamples, Table, count
 from ..types import Item, Sample, Score
 from ..variants.perturb import INTENSITIES, KINDS, Perturbation, make_edit, perturbations
-from ._robustness_paper import LEVELS, PAPER_TYPE, SEED, SEED_RULE, DiagnosisRobustPaper, SupportRobustPaper
+from ._robustness_paper import (LEVELS, PAPER_KEYS, PAPER_TYPE, SEED, SEED_RULE, DiagnosisRobustPaper,
+                                SupportRobustPaper)
 from ._robustness_paper import PERTURBATION as _PERTURBATION  # item meta: the perturbation key
 from .base import TASKS, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register
 
@@ -48,38 +50,60 @@ CLEAN = "clean"
 _CLEAN_INPUT = "robustness_clean_input"  # item meta: the unperturbed input, for the judge and scorer
 PAPER_DESCRIPTION = (
     "--protocol paper: each item asked clean and at the intensities low, medium and high of the predecessor's "
-    "cumulative perturbation (type all: character, word, sentence stage; tables read from its perturbation.py; "
-    + SEED_RULE + "). score[clean] and score[all@<intensity>]: the base task's paper metric over all samples of "
-    "that intensity, as the predecessor's summary lists them side by side; diff[all@<intensity>] = "
-    "score[all@<intensity>] - score[clean]. The paper has no drop formula and its robustness number is "
-    "unknown. Primary (trustmh's): mean_rel_drop, the mean over the intensities of rel_drop[all@<intensity>] = "
-    "(clean - perturbed) / clean of the base metric over the items scored on both sides; 0 = no loss, 0.5 or "
-    "more maps to trust 0. CIs resample items with all their samples (paired bootstrap)")
+    "cumulative perturbation (type all: character, word, sentence stage; --perturbations may pick its "
+    "single-stage types character, word or sentence instead; tables read from its perturbation.py; "
+    + SEED_RULE + "). score[clean] and score[<type>@<intensity>]: the base task's paper metric over all samples "
+    "of that perturbation, as the predecessor's summary lists them side by side; diff[<type>@<intensity>] = "
+    "score[<type>@<intensity>] - score[clean]. The paper has no drop formula and its robustness number is "
+    "unknown. Primary (trustmh's): mean_rel_drop, the mean over the perturbations run of "
+    "rel_drop[<type>@<intensity>] = (clean - perturbed) / clean of the base metric over the items scored on "
+    "both sides; 0 = no loss, 0.5 or more maps to trust 0. CIs resample items with all their samples "
+    "(paired bootstrap)")
 
 
-def selected_perturbations(ctx: RunContext) -> list[Perturbation]:
+STAGES = ("char", "word", "sentence")
+PAPER_STAGE = {"char": "character", "word": "word", "sentence": "sentence"}  # trustmh's level -> the original's type
+
+
+def _selection(ctx: RunContext) -> list[tuple[str | None, str | None]] | None:
+    """`--perturbations` as (what, intensity) pairs, None where it is not given. `what` is a kind, a stage
+    (char - or character -, word, sentence) or None for every kind (`all`, or `@high` alone); `intensity`
+    None for all three."""
     spec = ctx.options.get("perturbations")
-    every = perturbations()
     if not spec:
-        return every
-    chosen: list[Perturbation] = []
+        return None
+    out: list[tuple[str | None, str | None]] = []
     for name in (s.strip() for s in str(spec).split(",")):
         if not name:
             continue
-        hits = [p for p in every if name in (p.key, p.kind, p.level, f"@{p.intensity}")]
-        if not hits:
-            raise UserError(f"unknown perturbation '{name}': use a kind ({', '.join(KINDS)}), a level "
-                            f"(char, word, sentence), @{'/@'.join(INTENSITIES)} or kind@intensity")
-        chosen += [p for p in hits if p not in chosen]
-    return [p for p in every if p in chosen]  # canonical order
+        what, at, intensity = name.partition("@")
+        what = "char" if what == "character" else what
+        if (what not in ("", "all", *STAGES, *KINDS) or (at and intensity not in INTENSITIES)
+                or (not what and not at)):
+            raise UserError(f"unknown perturbation '{name}': use all, a kind ({', '.join(KINDS)}), a level "
+                            f"(char, word, sentence), each optionally @{'/@'.join(INTENSITIES)}, or "
+                            f"@{'/@'.join(INTENSITIES)} alone")
+        out.append((what if what not in ("", "all") else None, intensity or None))
+    return out
 
 
-def paper_levels(ctx: RunContext) -> list[str]:
-    """The intensities a paper-protocol run asks at: those of the selected perturbations, all three by
-    default. The paper's perturbation is one cumulative type, so a kind in the selection names only its
-    intensity there."""
-    chosen = {p.intensity for p in selected_perturbations(ctx)}
-    return [level for level in LEVELS if level in chosen]
+def selected_perturbations(ctx: RunContext) -> list[Perturbation]:
+    """trustmh's perturbations that `--perturbations` names (all 30 by default), in canonical order."""
+    chosen = _selection(ctx)
+    return [p for p in perturbations() if chosen is None or any(
+        what in (None, p.kind, p.level) and intensity in (None, p.intensity) for what, intensity in chosen)]
+
+
+def paper_keys(ctx: RunContext) -> list[str]:
+    """The perturbations a paper-protocol run asks, as `<type>@<intensity>`: all@low/medium/high by
+    default. The same names pick the original's types: a level (char, word, sentence) or a kind of it its
+    single-stage type, `all` or an intensity alone the cumulative one."""
+    chosen = _selection(ctx)
+    if chosen is None:
+        return [f"{PAPER_TYPE}@{level}" for level in LEVELS]
+    keys = {f"{PAPER_TYPE if what is None else PAPER_STAGE[what.split('_', 1)[0]]}@{level}"
+            for what, intensity in chosen for level in LEVELS if intensity in (None, level)}
+    return [k for k in PAPER_KEYS if k in keys]
 
 
 class _Robustness(Task):
@@ -148,7 +172,7 @@ class _Robustness(Task):
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
         if self._paper(ctx):
-            return self._paper_samples(item, ctx, paper_levels(ctx))
+            return self._paper_samples(item, ctx, paper_keys(ctx))
         inner = self._inner(ctx)
         clean = [replace(s, task=self.id, request_task=self.base.id) for s in self.base.samples(item, inner)]
         out = list(clean)
@@ -227,7 +251,7 @@ class _Robustness(Task):
         out = {"clean": value(pert == clean)}
         out[f"score[{CLEAN}]"] = out["clean"]
         rel = []
-        for key in [f"{PAPER_TYPE}@{level}" for level in LEVELS if f"{PAPER_TYPE}@{level}" in names]:
+        for key in [k for k in PAPER_KEYS if k in names]:
             k = names.index(key)
             out[f"score[{key}]"] = value(pert == k)
             out[f"diff[{key}]"] = out[f"score[{key}]"] - out["clean"]
