@@ -169,6 +169,45 @@ def test_support_judge_is_reasked_until_a_score_parses_and_resume_pays_nothing(u
         assert t.n_judge_failed == 0 and t.value == (3 + 3 + 4 + 3) / 4
 
 
+def test_support_generation_is_reasked_while_the_reply_is_empty(upstream, tmp_path):
+    """run_generation (classification.py) asks again while the stripped reply is empty, max_retries=3 calls
+    in all. Sample 1: blank, then a reply (2 calls, the second judged); sample 2: always blank (3 calls,
+    the last reply judged, as the original keeps it); sample 3: a reply at once. Under --protocol trustmh
+    nothing is re-asked. A rerun pays nothing."""
+    asked: dict[str, int] = {}
+    prompts = []
+
+    def reply(body):
+        text = body["messages"][-1]["content"]
+        if body["model"] == "j":
+            return "Model's Response: Take your time.\n" in text and "4" or "1"
+        if text not in prompts:
+            prompts.append(text)
+        asked[text] = asked.get(text, 0) + 1
+        i = prompts.index(text)
+        return " \n " if i == 1 or (i == 0 and asked[text] == 1) else "Take your time."
+
+    for protocol, gen_calls in (("paper", 2 + 3 + 1), ("trustmh", 3)):
+        asked.clear(), prompts.clear()
+        with FakeLLMServer(reply=reply) as srv:
+            spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, judge="openai/j",
+                            judge_base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
+                            tasks="reliability.support", limit=3, protocol=protocol)
+            _, res, calls = run_quiet(spec, tmp_path / protocol)
+            assert calls["openai/m"] == gen_calls and sum(asked.values()) == gen_calls
+            _, again, calls2 = run_quiet(spec, tmp_path / protocol)
+            assert calls2["openai/m"] == 0
+        if protocol == "paper":
+            for r in (res, again):
+                t = r.models["openai/m"].tasks["reliability.support"]
+                assert t.n_reasked == 2  # samples 1 and 2
+                # each criterion: 4 for the two samples that got a reply, 1 for the blank one
+                assert t.metrics["fluency"].value == pytest.approx((4 + 1 + 4) / 3)
+            rows = [json.loads(x) for x in (tmp_path / "paper/samples.jsonl").read_text().splitlines()]
+            assert [r.get("asked") for r in rows] == [2, 3, None]
+            assert [r["response"] for r in rows] == ["Take your time.", " \n ", "Take your time."]
+
+
 # --- sycophancy --------------------------------------------------------------------------------------
 
 SYCO = METHODS / "Ziteng-Wang17780623062+Python-Work/Sycophantic/src"
@@ -456,6 +495,8 @@ def test_extraction_kinds_added_here_read_the_staged_files_and_fail_closed():
     assert {k: d[k] for k in ("context_window", "per_dialog_limit", "temperature", "max_tokens", "limit")} == \
         {"context_window": 6, "per_dialog_limit": 2, "temperature": 0.0, "max_tokens": 512, "limit": None}
     assert d["dataset"] == "Path('data/ESConv.json')"  # not a literal: its source
+    from trustmh.tasks._reliability_paper import es_generation_attempts
+    assert es_generation_attempts(str(METHODS)) == 3  # run_generation's `max_retries: int = 3` (l.164)
     assert extract.conditional_local(f"{es}/src/prompts.py", METHODS, "format_turn", "prefix") == \
         ("turn.get('speaker') == 'seeker'", "Seeker", "Supporter")
     assert extract.argument_defaults("Ziteng-Wang17780623062+Python-Work/Robustness/SWMH/src/classification.py",

@@ -55,7 +55,8 @@ class TaskResult(BaseModel):
                                            "never left out")
     no_answer_reasons: dict[str, int] = {}
     n_reasked: int = Field(0, description="samples whose reply did not parse and that the paper's protocol asked "
-                                          "again, as the original code does (privacy tiers 1 and 2); every "
+                                          "again, as the original code does (privacy tiers 1 and 2: no rating; "
+                                          "ESConv support: an empty reply); every "
                                           "reply, the first included, is in the store")
     n_judge_failed: int = Field(0, description="samples whose judge verdict could not be used (judge API error, "
                                                "unusable judge output, no judge): left out of the judged values "

@@ -9,7 +9,7 @@ import functools
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -124,15 +124,36 @@ def paper_support_rubrics(ctx: RunContext) -> tuple[Rubric, ...]:
     return _paper_support_rubrics(str(ctx.methods_root))
 
 
-@functools.lru_cache(maxsize=4)  # asked for every sample; a failure is not cached
-def _paper_support_rubrics(root: str) -> tuple[Rubric, ...]:
+def _max_retries(local: str, root: str, func: str) -> int:
+    """The `max_retries` default of one of the original's functions: how many calls its loop makes in all."""
     from ..data.extract import argument_defaults
     from ..data.methods import MethodError
-    attempts = argument_defaults(ES_JUDGE, Path(root), "call_gpt4_for_evaluation").get("max_retries")
+    attempts = argument_defaults(local, Path(root), func).get("max_retries")
     if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10:
-        raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: max_retries {attempts!r} is not a small count")
+        raise MethodError(f"{local}#{func}: max_retries {attempts!r} is not a small count")
+    return attempts
+
+
+@functools.lru_cache(maxsize=4)  # asked for every sample; a failure is not cached
+def _paper_support_rubrics(root: str) -> tuple[Rubric, ...]:
+    attempts = _max_retries(ES_JUDGE, root, "call_gpt4_for_evaluation")
     return tuple(Rubric(r.name, role=r.role, method=r.method, attempts=attempts,
                         parses=lambda text: es_judge_score(text) is not None) for r in PAPER_SUPPORT_RUBRICS)
+
+
+@functools.lru_cache(maxsize=4)
+def es_generation_attempts(root: str) -> int:
+    """run_generation's calls per sample while the stripped reply is empty: its max_retries default (3),
+    which main.py's run_pipeline does not pass."""
+    from ..data.extract import call_keywords
+    from ..data.methods import MethodError
+    if "max_retries" in call_keywords(ES_MAIN, Path(root), "run_pipeline", "run_generation"):
+        raise MethodError(f"{ES_MAIN}#run_pipeline: passes max_retries to run_generation")
+    return _max_retries(ES_CLASSIFY, root, "run_generation")
+
+
+def _not_empty(reply: str) -> bool:
+    return bool(reply.strip())
 
 
 def es_context_split(conversation: str, marker: str = "Seeker:") -> tuple[str, str]:
@@ -248,8 +269,20 @@ class SupportPaper:
         if {k: v for k, v in kw.items() if k not in ("model", "messages")} != \
                 {"temperature": "temperature", "max_tokens": "max_tokens"}:
             raise MethodError(f"{ES_CLASSIFY}#run_generation: unexpected settings {kw}")
+        es_generation_attempts(str(ctx.methods_root))  # read here, where a bad file stops the task (reask cannot)
         args = _es_defaults(ctx)
         return {"temperature": args["temperature"], "max_tokens": args["max_tokens"]}
+
+    def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
+        """run_generation asks again while the stripped reply is empty, `max_retries` calls in all; the reply
+        it keeps is the stripped one, as the judge and scoring see it (`Pred_Response`)."""
+        from ..data.methods import MethodError
+        if ctx.protocol != "paper":
+            return None
+        try:
+            return es_generation_attempts(str(ctx.methods_root)), _not_empty
+        except MethodError:  # the task does not run: building its samples said why
+            return None
 
     def _paper_judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         return es_judge_messages(es_turns(sample.item.input["context"], ctx), sample.item.target, reply, ctx)

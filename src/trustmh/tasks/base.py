@@ -181,7 +181,7 @@ class Task:
 
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
         """(attempts, parses) where the paper's code asks the tested model again while its reply does not
-        parse (privacy tiers 1 and 2): at most `attempts` calls per sample, each stored; the reply scored is
+        parse (privacy tiers 1 and 2; ESConv support while it is empty): at most `attempts` calls per sample, each stored; the reply scored is
         the first that `parses`, else the last, and results count the samples re-asked. None: one call."""
         return None
 

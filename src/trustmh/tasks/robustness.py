@@ -170,6 +170,9 @@ class _Robustness(Task):
     def choices(self, item: Item) -> tuple[str, ...] | None:
         return self.base.choices(item)
 
+    def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
+        return self.base.reask(self._inner(ctx))  # the clean and the perturbed requests alike
+
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
         if self._paper(ctx):
             return self._paper_samples(item, ctx, paper_keys(ctx))
