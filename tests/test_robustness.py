@@ -248,8 +248,8 @@ def test_perturbation_selection():
     assert len(keys("all")) == 30 and keys("all@high") == keys("@high")
     assert keys("character@high") == keys("char@high") == ["char_swap@high", "char_insert@high", "char_delete@high",
                                                             "char_keyboard@high"]
-    for bad in ("typos", "char@", "@", "word@extreme", "all@"):
-        with pytest.raises(UserError, match="unknown perturbation"):
+    for bad in ("typos", "char@", "@", "word@extreme", "all@", " , "):
+        with pytest.raises(UserError, match="unknown perturbation|names no perturbation"):
             keys(bad)
 
 

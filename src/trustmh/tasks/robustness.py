@@ -84,6 +84,8 @@ def _selection(ctx: RunContext) -> list[tuple[str | None, str | None]] | None:
                             f"(char, word, sentence), each optionally @{'/@'.join(INTENSITIES)}, or "
                             f"@{'/@'.join(INTENSITIES)} alone")
         out.append((what if what not in ("", "all") else None, intensity or None))
+    if not out:
+        raise UserError(f"--perturbations '{spec}' names no perturbation")
     return out
 
 
