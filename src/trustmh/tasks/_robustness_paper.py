@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, Callable, ClassVar
 
 from ..types import Item, Sample
-from ..variants.paper_perturb import (CHAR_EDITS, SENTENCE_RATES, WORD_RATES, Tables, csv_round_trip,
+from ..variants.paper_perturb import (CHAR_EDITS, SENTENCE_RATES, TYPES, WORD_RATES, Tables, csv_round_trip,
                                       perturb_pieces, perturbation_seed)
 from ._reliability_paper import (ESCONV, SWMH_SRC, DiagnosisPaper, SupportPaper, es_generation_messages,
                                  es_judge_messages, es_turns)
@@ -35,7 +35,7 @@ TABLES = ("PERTURBATION_INTENSITY", "CHAR_METHOD_TRIGGER_PROB", "HOMOGLYPH_MAP",
 LEVELS = ("low", "medium", "high")
 PAPER_TYPE = "all"  # the original's default perturbation type: every stage, cumulative
 # The original's types (its --perturbation_type): `all` and the three single stages; run as <type>@<level>.
-PAPER_TYPES = (PAPER_TYPE, "character", "word", "sentence")
+PAPER_TYPES = (PAPER_TYPE, *(t for t in TYPES if t != PAPER_TYPE))
 PAPER_KEYS = tuple(f"{t}@{level}" for t in PAPER_TYPES for level in LEVELS)  # the order results list them in
 PERTURBATION = "robustness_perturbation"  # item meta: the perturbation key (both protocols)
 SEED = "robustness_seed"  # item meta: the seed of a paper perturbation

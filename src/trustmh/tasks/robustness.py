@@ -61,8 +61,8 @@ PAPER_DESCRIPTION = (
     "(paired bootstrap)")
 
 
-STAGES = ("char", "word", "sentence")
 PAPER_STAGE = {"char": "character", "word": "word", "sentence": "sentence"}  # trustmh's level -> the original's type
+STAGES = tuple(PAPER_STAGE)
 
 
 def _selection(ctx: RunContext) -> list[tuple[str | None, str | None]] | None:
