@@ -16,7 +16,7 @@ import re
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import UserError
 
@@ -43,23 +43,6 @@ def load_task_plugins() -> None:
     """Import every installed `trustmh.tasks` entry point once (its module registers its tasks)."""
     for ep in entry_points(TASK_GROUP):
         _load(ep)
-
-
-def load_model_plugin(provider: str) -> bool:
-    """Import the `trustmh.models` entry point named `provider`, if one is installed. An entry point may
-    name a module that uses @register_model, or a factory function, which is registered under its name."""
-    from .models import PROVIDERS, register_model
-    for ep in entry_points(MODEL_GROUP):
-        if ep.name == provider:
-            obj = _load(ep)
-            if provider not in PROVIDERS and callable(obj):
-                register_model(provider)(obj)
-            return provider in PROVIDERS
-    return False
-
-
-def model_plugin_names() -> list[str]:
-    return [ep.name for ep in entry_points(MODEL_GROUP)]
 
 
 _INCLUDED: dict[Path, str] = {}  # resolved path -> module name, so that a file is imported once
@@ -124,14 +107,14 @@ def task_origin(task_cls: type) -> dict[str, str] | None:
     return origin
 
 
-def restore(origins: dict[str, dict[str, str]]) -> None:
-    """Before re-scoring: import again the tasks a run recorded that are not registered now. An
-    importable module (an installed plugin) and a file the run was given with --include are imported
-    again; a script that ran the evaluation itself is not run again: the user is told to --include it."""
-    from .tasks import TASKS
+def restore(origins: dict[str, dict[str, str]], registry: Mapping[str, type]) -> None:
+    """Before re-scoring: import again the tasks a run recorded that are not in `registry` (the engine
+    passes the task registry, which each import fills). An importable module (an installed plugin) and a
+    file the run was given with --include are imported again; a script that ran the evaluation itself is
+    not run again: the user is told to --include it."""
     load_task_plugins()
     for task_id, origin in sorted(origins.items()):
-        if task_id in TASKS:
+        if task_id in registry:
             continue
         module, file = origin.get("module", "?"), origin.get("file")
         if file is None:
@@ -141,7 +124,7 @@ def restore(origins: dict[str, dict[str, str]]) -> None:
                 pass
         elif module != "__main__" and Path(file).is_file():
             include(file)  # a file the run itself was given with --include
-        if task_id not in TASKS:
+        if task_id not in registry:
             where = f"pass --include {file}" if file else f"install the package that provides module '{module}'"
             raise UserError(f"this run has task '{task_id}', defined in {file or module}, which is not loaded; "
                             f"{where}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..results import RunResults
 from ..store import Store
-from ..tasks import RunContext
+from ..tasks import TASKS, RunContext
 from . import identity
 from .collect import collect
 from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
@@ -136,5 +136,5 @@ def load_spec(run_dir: Path) -> RunSpec:
         raise UserError(f"{db}: no run spec stored")
     if origins:
         from ..plugins import restore
-        restore(origins)
+        restore(origins, TASKS)
     return RunSpec(**raw)

@@ -17,7 +17,7 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 from ..models import make_model
 from ..models.replay import ReplayModel
 from ..store import Store
-from ..tasks import RunContext, Task
+from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
 from . import identity
@@ -96,7 +96,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
     for jm in judge_models.values():
         if isinstance(jm, ReplayModel):
-            jm.check_ids(ids)
+            jm.check_ids(ids, TASKS)
     # One group commit for every endpoint: no request of any leaves before every reply is stored.
     writer = CallWriter(store)
     judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
@@ -111,7 +111,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                     transport=spec.options.get("transport", "http"), max_connections=limits.max_connections,
                     batch_size=limits.batch_size)
                 if isinstance(model, ReplayModel):
-                    model.check_ids(ids)
+                    model.check_ids(ids, TASKS)
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)

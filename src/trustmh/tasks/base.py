@@ -19,9 +19,11 @@ from typing import Any, Callable, ClassVar, Iterable
 import jinja2
 import numpy as np
 
+from ..data.methods import method_files
 from ..errors import UserError
 from ..judges.rubric import Judged, Rubric, Verdicts
 from ..metrics import Means, Resamples, Table, count, group_mask
+from ..plugins import load_task_plugins
 from ..types import Item, Sample, Score
 
 
@@ -62,7 +64,6 @@ class MethodTemplate:
     symbol: str
 
     def provenance(self) -> dict[str, str]:
-        from ..data.methods import method_files
         f = method_files()[self.file]
         return {"id": self.id, "source": f"{f.source}#{self.symbol}", "sha256": f.sha256}
 
@@ -373,7 +374,6 @@ PILLARS = ("reliability", "crisis", "safety", "fairness", "privacy", "robustness
 def resolve_tasks(selection: str | None) -> list[Task]:
     """Task instances for a comma-separated list of task ids and/or pillar names ('all' or None: every task).
     Installed task plugins (entry points) are loaded first, so they are part of 'all' and of their pillars."""
-    from ..plugins import load_task_plugins
     load_task_plugins()
     if not selection or selection.strip() == "all":
         return [TASKS[k]() for k in sorted(TASKS)]
