@@ -259,7 +259,9 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
             if tr.status == "ok" and (mine is None or mine.status != "ok"):
                 n += 1
                 failures.append(f"{e.model}: {tid} not run, but ran in the baseline")
-        c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed)
+        more, m = _lost_values(e.model, ref.result, e.result)
+        failures, n = failures + more, n + m
+        c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
         warnings += [f"{e.model}: {w}" for w in c.warnings]
         for d in c.diffs:
             if d.kind == "metric" or d.diff is None:
@@ -268,5 +270,36 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
             if d.verdict(alpha) == "worse":
                 ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
                 failures.append(f"{e.model}: {d.name} regressed against the baseline: {d.diff:+.4g} "
-                                f"(95% CI {ci}, p={d.p:.3g}, {d.n_shared} shared samples)")
+                                f"({1 - alpha:.0%} CI {ci}, p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
+                                f"{d.n_shared} shared samples)")
     return failures, warnings, n
+
+
+def _lost_values(model: str, old, new) -> tuple[list[str], int]:
+    """A task, paper row, pillar or overall score that had a value in the baseline and has none now fails:
+    a number that went missing (undefined, a row no longer measured) must never read as "no regression"."""
+    failures, n = [], 0
+    for tid, tr in old.tasks.items():
+        mine = new.tasks.get(tid)
+        if tr.status != "ok" or mine is None or mine.status != "ok":
+            continue  # not run: reported above
+        n += 1
+        if tr.trust_score is not None and mine.trust_score is None:
+            failures.append(f"{model}: {tid}: trust score undefined ({mine.reason or 'no value'}), but "
+                            f"{tr.trust_score:g} in the baseline")
+        elif tr.value is not None and mine.value is None:
+            failures.append(f"{model}: {tid}: {mine.metric} undefined ({mine.undefined_by_model or mine.reason}), "
+                            f"but {tr.value:.4g} in the baseline")
+    for pillar, pr in old.pillars.items():
+        mine = new.pillars.get(pillar)
+        for row, got in pr.rows.items():
+            now = (mine.rows.get(row) or {}) if mine else {}
+            if got.get("trust_score") is not None and now.get("trust_score") is None:
+                n += 1
+                failures.append(f"{model}: pillar:{pillar} row '{row}' has no trust score, but "
+                                f"{got['trust_score']:g} in the baseline")
+        if pr.trust_score is not None and mine is not None and mine.partial and not pr.partial:
+            n += 1
+            failures.append(f"{model}: pillar:{pillar} is partial ({mine.n_rows_measured} of {mine.n_rows} rows), "
+                            f"complete in the baseline: not comparable")
+    return failures, n
