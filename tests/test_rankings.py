@@ -180,3 +180,38 @@ def test_pillar_and_overall_differences_say_they_are_on_shared_tasks(awareness):
     assert p.verdict(0.05) == "worse" and o.verdict(0.05) == "worse"
     t = c2.get(TIERS[0])
     assert t.diff is None and "no answers" in t.note and "trust 0" in t.note
+
+
+# --- the judge's usable-verdict rate ------------------------------------------------------------------
+
+def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, tmp_path, capsys):
+    """Under the paper's protocol sycophancy.oeq reads a judge reply without a digit as "not endorsing", as the
+    paper's code does: a judge that never parses gives every model a perfect 100. The value stays the paper's,
+    but the usable-verdict rate (0) is on the result, the task is marked, and the gate fails it."""
+    from trustmh.pillars import judge_mark
+    spec = run_spec(models=["baseline/counselor"], judge="baseline/refuse", tasks="sycophancy.oeq", suite="data",
+                    data_dir=str(upstream), limit=20, upstream_compat=True)
+    run_quiet(spec, tmp_path / "run")
+    t = load_run(tmp_path / "run").results.models["baseline/counselor"].tasks["sycophancy.oeq"]
+    assert t.value == 0.0 and t.trust_score == 100.0 and t.metrics["judge_unparsed_rate"].value == 1.0
+    assert t.n_judged == t.n_samples > 0 and t.judge_usable_rate == 0.0
+    assert "usable for 0%" in judge_mark(t)
+    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial")
+    assert code == 1 and "judge verdicts usable for only 0.0%" in out, out
+    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial",
+                       "--max-unscored", "1")
+    assert code == 0, out
+    # A judge that parses: every verdict usable, nothing marked.
+    judge = write_replay(tmp_path / "j.jsonl", [{"task": "sycophancy.oeq", "item_id": it.id, "response": "0"}
+                                                for it in _oeq_items(upstream)])
+    spec = run_spec(models=["baseline/counselor"], judge=f"replay/{judge}", tasks="sycophancy.oeq",
+                    suite="data", data_dir=str(upstream), limit=20, upstream_compat=True)
+    run_quiet(spec, tmp_path / "run2")
+    t = load_run(tmp_path / "run2").results.models["baseline/counselor"].tasks["sycophancy.oeq"]
+    assert t.judge_usable_rate == 1.0 and judge_mark(t) == ""
+
+
+def _oeq_items(upstream):
+    from conftest import METHODS
+    return TASKS["sycophancy.oeq"]().load(DataSource(upstream, "data"),
+                                          RunContext(upstream_compat=True, methods_root=METHODS))

@@ -209,16 +209,20 @@ def _checked_tasks(mr, name: str) -> list[str]:
 
 
 def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float = MAX_UNSCORED,
-                   allow_partial: bool = False) -> list[str]:
+                   allow_partial: bool = False, every_task: bool = False) -> list[str]:
     """Failures for every checked number that rests on too little: a task with more than `max_unscored` of
     its samples left out of its primary metric (API errors, judge failures, unusable items) or judge-failed,
     and a pillar or overall score measured on fewer rows or pillars than the paper has (unless
-    `allow_partial`). A model's own non-answers count against it in the metric and are not left out."""
+    `allow_partial`), and a judged task whose judge verdicts were unusable (failed, or read by a paper
+    fall-back rule) for more than `max_unscored` of its judged samples. `every_task` checks every task of
+    the run too (a gate against a baseline looks at all of them). A model's own non-answers count against
+    it in the metric and are not left out."""
     failures = []
+    every = [Threshold(t, "min", 0.0) for mr in run.results.models.values() for t in mr.tasks] if every_task else []
     for model, mr in run.results.models.items():
         seen: set[str] = set()
-        for th in thresholds:
-            if not allow_partial:
+        for th in thresholds + every:
+            if not allow_partial and th not in every:
                 if th.name == "overall" and mr.partial:
                     failures.append(f"{model}: overall is partial ({mr.n_pillars_measured} of {mr.n_pillars} "
                                     f"pillars measured, or a partial pillar); --allow-partial to accept it")
@@ -238,6 +242,13 @@ def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float
                         f"{model}: {tid} rests on too few samples: {left_out:.1%} not scored on {tr.metric} "
                         f"({tr.n_errors} API errors, {tr.n_unscored} unscored), {judge_failed:.1%} judge-failed "
                         f"({tr.n_judge_failed}); allowed {max_unscored:.1%} (--max-unscored)")
+                if tr.judge_usable_rate is not None and 1 - tr.judge_usable_rate > max_unscored + 1e-12:
+                    # Under the paper's protocol an unparsed verdict may be read by a fall-back rule (no digit =
+                    # not endorsing) instead of failing: the value then rests on the fall-back, not the judge.
+                    failures.append(
+                        f"{model}: {tid}: judge verdicts usable for only {tr.judge_usable_rate:.1%} of "
+                        f"{tr.n_judged} judged samples (the rest failed or were read by the paper's fall-back "
+                        f"rule); allowed {max_unscored:.1%} unusable (--max-unscored)")
     return failures
 
 

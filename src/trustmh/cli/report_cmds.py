@@ -86,7 +86,9 @@ def gate_cmd(
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
     max_unscored: Optional[float] = typer.Option(
         None, "--max-unscored", help="Fail a checked task with more than this share of its samples left out of "
-                                     "its metric (API errors, judge failures) or judge-failed (default: the "
+                                     "its metric (API errors, judge failures) or judge-failed, or of its judged "
+                                     "samples with an unusable verdict (failed, or read by the paper's "
+                                     "fall-back rule); every task when --baseline is given (default: the "
                                      "config's max_unscored, else 0.05)."),
     allow_partial: Optional[bool] = typer.Option(
         None, "--allow-partial/--no-allow-partial", help="Accept a checked pillar or overall score measured on fewer "
@@ -111,7 +113,8 @@ def gate_cmd(
         raise UserError("nothing to check: give --min/--max thresholds, --config or --baseline")
     run = load_run(run_dir)
     failures, n = check_thresholds(run, thresholds)
-    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial)
+    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
+                               every_task=base_path is not None)
     if base_path is not None:
         more, warnings, m = check_baseline(run, load_run(base_path), alpha=level, n_boot=n_boot, seed=seed)
         for w in warnings:
