@@ -215,3 +215,76 @@ def _oeq_items(upstream):
     from conftest import METHODS
     return TASKS["sycophancy.oeq"]().load(DataSource(upstream, "data"),
                                           RunContext(upstream_compat=True, methods_root=METHODS))
+
+
+# --- the paper's rank table ----------------------------------------------------------------------------
+
+def _tr(task, trust):
+    from trustmh.pillars import PAPER_TASKS
+    from trustmh.results import TaskResult
+    return TaskResult(task=task, pillar=PAPER_TASKS.get(task, "safety"), status="ok", metric="m", value=trust / 100,
+                      trust_score=trust, higher_is_better=True, trust_range=(0.0, 1.0), n_samples=10, n=10)
+
+
+def _runs(scores: dict[str, dict[str, float]]):
+    """One in-memory run per model (label = model name) with the given task trust scores."""
+    from trustmh.compare import Run
+    from trustmh.pillars import model_summary
+    from trustmh.results import RunResults
+    runs = []
+    for model, tasks in scores.items():
+        mr = model_summary(model, {t: _tr(t, v) for t, v in tasks.items()})
+        runs.append(Run(Path("/nonexistent") / model, RunResults(
+            run_id=model, created="", spec={}, data={}, versions={}, bootstrap={}, models={model: mr})))
+    return runs
+
+
+def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart():
+    from trustmh.compare import entries
+    from trustmh.report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
+    tiers = {t: 50.0 for t in TIERS}
+    runs = _runs({
+        "A": {"reliability.knowledge": 80, **tiers, "privacy.leakage": 10},
+        "B": {"reliability.knowledge": 60, "privacy.awareness_tier1": 90, "privacy.leakage": 20},  # a tier missing
+        "C": {"reliability.knowledge": 80, **tiers, "privacy.leakage": 30},
+        "D": {"reliability.knowledge": 40, **{t: 70.0 for t in TIERS}, "privacy.leakage": 30},
+    })
+    ents = entries(runs, groups={"A": "general", "B": "mental-health", "C": "general", "D": "mental-health"})
+    board = leaderboard(ents, task_meta(ents), ["reliability", "privacy"], paired=False, n_boot=0)
+    table = rank_table(ents, board, {e.label: e.group for e in ents})
+    rows = {r.row: r for r in table.rows}
+    by = lambda row: {table.labels[i]: (c.rank, bool(c.apart)) for i, c in enumerate(rows[row].cells)}
+    # Knowledge 80, 60, 80, 40 → A and C tie at 1, B 3 (the next rank skips), D 4.
+    assert by("Knowledge") == {"A": (1, False), "B": (3, False), "C": (1, False), "D": (4, False)}
+    # Awareness: B has one tier of three (90) and is ranked apart, alone; A, C (50) tie below D (70).
+    assert by("Privacy Awareness") == {"A": (2, False), "B": (1, True), "C": (2, False), "D": (1, False)}
+    assert by("Privacy Leakage") == {"A": (4, False), "B": (3, False), "C": (1, False), "D": (1, False)}
+    # Pillar privacy: A 30, C 40, D 50 complete; B (90 + 20) / 2 = 55 partial, ranked apart and never above them.
+    priv = {ents[i].label: (board.cells[(i, "privacy")].rank, board.cells[(i, "privacy")].apart) for i in range(4)}
+    assert priv["D"] == (1, "") and priv["C"] == (2, "") and priv["A"] == (3, "") and priv["B"][0] == 1 and priv["B"][1]
+    # One overall ordering: the complete models by overall score, the partial B after them, wherever shown.
+    overall = {e.label: board.cells[(i, "overall")].score for i, e in enumerate(ents)}
+    assert overall == {"A": pytest.approx((80 + 30) / 2), "B": pytest.approx((60 + 55) / 2),
+                       "C": pytest.approx((80 + 40) / 2), "D": pytest.approx((40 + 50) / 2)}
+    assert [ents[i].label for i in board.order] == ["C", "A", "D", "B"]
+    # Columns grouped in the order the groups first appear in the overall ordering, each by that ordering.
+    assert [table.labels[i] for i in table.columns] == ["C", "A", "D", "B"]
+    assert table.groups == [("general", 2), ("mental-health", 2)]
+    csv_rows = rank_csv(table).splitlines()
+    assert csv_rows[0] == "pillar,row,model,group,trust_score,rank,ranked_apart"
+    assert "reliability,Knowledge,C,general,80.0,1," in csv_rows
+    md = rank_markdown(table)
+    assert "| reliability | Knowledge | 1 (80.0) | 1 (80.0) | 4 (40.0) | 3 (60.0) |" in md
+    assert "1* (90.0)" in md and "1, 2, 2, 4" in md
+
+
+def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awareness):
+    """In the three-model awareness run all three are measured on the same tasks: the answering model is first;
+    refuse and constant tie at 0 below it."""
+    from trustmh.compare import entries
+    from trustmh.report.leaderboard import leaderboard, task_meta
+    ents = entries([load_run(awareness["run"])])
+    board = leaderboard(ents, task_meta(ents), ["privacy"], paired=True, n_boot=200)
+    ranks = {e.model: board.cells[(i, "overall")].rank for i, e in enumerate(ents)}
+    assert ranks == {awareness["answers"]: 1, awareness["constant"]: 2, awareness["refuse"]: 2}
+    assert ents[board.order[0]].model == awareness["answers"]

@@ -102,14 +102,16 @@ class Entry:
     run: Run
     model: str
     label: str
+    group: str = ""  # e.g. "general" / "mental-health": the rank table groups its columns by it
 
     @property
     def result(self):
         return self.run.results.models[self.model]
 
 
-def entries(runs: list[Run]) -> list[Entry]:
-    """Every model of every run; a model name seen in two runs is labelled with its run id."""
+def entries(runs: list[Run], groups: dict[str, str] | None = None) -> list[Entry]:
+    """Every model of every run; a model name seen in two runs is labelled with its run id. A model's group
+    comes from `groups` (label or model spec -> group), else from its run's spec (`model_groups`)."""
     pairs = [(r, m) for r in runs for m in r.results.models]
     seen: dict[str, int] = {}
     for _, m in pairs:
@@ -119,7 +121,10 @@ def entries(runs: list[Run]) -> list[Entry]:
         label = m if seen[m] == 1 else f"{m} @ {r.id}"
         if any(e.label == label for e in out):  # the same run given twice
             label = f"{label} ({len(out)})"
-        out.append(Entry(r, m, label))
+        spec_groups = r.results.spec.get("model_groups") or (r.results.spec.get("options") or {}).get("model_groups")
+        given = (groups or {}).get(label) or (groups or {}).get(m)
+        group = given or (spec_groups.get(m) if isinstance(spec_groups, dict) else None) or ""
+        out.append(Entry(r, m, label, str(group)))
     return out
 
 
