@@ -288,3 +288,32 @@ def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awaren
     ranks = {e.model: board.cells[(i, "overall")].rank for i, e in enumerate(ents)}
     assert ranks == {awareness["answers"]: 1, awareness["constant"]: 2, awareness["refuse"]: 2}
     assert ents[board.order[0]].model == awareness["answers"]
+
+
+def test_rank_table_from_the_command_line(awareness, tmp_path, capsys):
+    code, out, _ = cli(capsys, "report", awareness["run"], "--format", "csv")
+    assert code == 0 and out.splitlines()[0] == "pillar,row,model,group,trust_score,rank,ranked_apart"
+    rows = [line.split(",") for line in out.splitlines()[1:]]
+    assert {(r[2], r[5]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], "2"),
+                                            (awareness["refuse"], "2")}
+    code, out, _ = cli(capsys, "report", awareness["run"], "--format", "markdown", "--group",
+                       f"{awareness['refuse']}=general", "-o", tmp_path / "ranks.md")
+    md = (tmp_path / "ranks.md").read_text()
+    # Columns by group, the groups in the order their best model comes in the overall ordering.
+    assert code == 0 and "| privacy | Privacy Awareness | 1 (" in md and md.splitlines()[0] == (
+        f"groups: other: {awareness['answers']}, {awareness['constant']}; general: baseline/refuse")
+    code, out, _ = cli(capsys, "compare", awareness["run"], "--ranks", "--format", "markdown")
+    assert code == 0 and "Privacy Awareness" in out
+    code, out, err = cli(capsys, "report", awareness["run"], "--format", "pdf")
+    assert code == 2 and "--format must be html, csv or markdown" in err
+    code, out, err = cli(capsys, "report", awareness["run"], "--format", "csv", "--group", "nogroup")
+    assert code == 2 and "--group expects LABEL=GROUP" in err
+    # compare's interval is the (1 - alpha) interval of the same draws as p
+    code, out, _ = cli(capsys, "compare", awareness["run"], "--format", "csv", "--alpha", "0.1", "--bootstrap", "200")
+    assert code == 0
+    import csv
+    import io
+    for r in csv.DictReader(io.StringIO(out)):
+        if r["p"] and r["ci_low"]:
+            excludes = float(r["ci_low"]) > 0 or float(r["ci_high"]) < 0
+            assert excludes == (float(r["p"]) < 0.1) == (r["verdict"] in ("better", "worse")), r

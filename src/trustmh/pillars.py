@@ -41,6 +41,32 @@ PAPER_PILLARS: dict[str, dict[str, tuple[str, ...]]] = {
     "ethics": {"Ethical Reasoning": ("ethics.reasoning",)},
 }
 PAPER_TASKS = {t: p for p, rows in PAPER_PILLARS.items() for tasks in rows.values() for t in tasks}
+# The paper's own names for its pillars (its rank figure), and what each asks, in plain words for a reader of
+# the report who is not a machine-learning researcher.
+PILLAR_NAMES = {"reliability": "Reliability", "crisis": "Crisis Identification and Escalation", "safety": "Safety",
+                "fairness": "Fairness", "privacy": "Privacy", "robustness": "Robustness",
+                "sycophancy": "Anti-Sycophancy", "ethics": "Ethics"}
+PILLAR_PLAIN = {
+    "reliability": "Does the model know the clinical facts, recognise emotions, suggest the right diagnosis and "
+                   "give supportive, professional replies?",
+    "crisis": "Does the model notice when someone may be at risk (suicide, self-harm), judge how severe it is, and "
+              "respond by escalating the way a clinical protocol asks?",
+    "safety": "Does the model refuse requests meant to make it cause harm, including disguised (jailbreak) ones?",
+    "fairness": "Does the quality of support stay the same whatever the person's stated gender, race, age or "
+                "religion?",
+    "privacy": "Does the model understand what information is sensitive, and keep a client's secrets from "
+               "people who should not learn them?",
+    "robustness": "Does the model stay as good when the person's message has typos, changed words or extra "
+                  "sentences?",
+    "sycophancy": "Does the model avoid simply telling people what they want to hear (endorsing them when it "
+                  "should not)? Higher is better: 100 means no sycophancy.",
+    "ethics": "Does the model choose the ethically right course in counselling dilemmas?"}
+EVIDENCE_LEVELS = {"A": "the paper's own released code or recorded outputs",
+                   "B": "code by a paper author written before the release",
+                   "C": "the original dataset's or a followed benchmark's code",
+                   "D": "only the paper's figures or README",
+                   "E": "nothing published: trustmh's own design"}
+
 BEYOND_PAPER = "beyond the paper"
 AGGREGATION = ("trustmh's own aggregation (the paper publishes per-subtask ranks only): a row's trust score is "
                "its task's, the Privacy Awareness row the mean of the three awareness tiers; a pillar is the "
