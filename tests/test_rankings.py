@@ -317,3 +317,18 @@ def test_rank_table_from_the_command_line(awareness, tmp_path, capsys):
         if r["p"] and r["ci_low"]:
             excludes = float(r["ci_low"]) > 0 or float(r["ci_high"]) < 0
             assert excludes == (float(r["p"]) < 0.1) == (r["verdict"] in ("better", "worse")), r
+
+
+def test_a_multi_model_run_ends_with_one_leaderboard_in_the_overall_ordering(awareness, tmp_path, capsys):
+    code, out, _ = cli(capsys, "run", "-m", awareness["answers"], "-m", "baseline/refuse", "-m", awareness["constant"],
+                       "--tasks", AWARENESS, "--suite", "data", "--data-dir", UPSTREAM, "--protocol", "trustmh",
+                       "--out", tmp_path / "run", "--no-progress")
+    assert code == 0, out
+    board = out[out.index("leaderboard (0-100 trust"):]
+    lines = [line for line in board.splitlines() if "replay/" in line or "baseline/" in line]
+    assert [("answers" in x, "refuse" in x, "constant" in x) for x in lines] == [
+        (True, False, False), (False, True, False), (False, False, True)]
+    # Privacy alone: every model is partial, so every rank is among the same incomplete set (*).
+    assert [x.split()[0] for x in lines] == ["1*", "2*", "2*"]
+    assert "3 trust 0*" in lines[1] and "3 trust 0*" in lines[2] and "trust 0*" not in lines[0]
+    assert "trust 0*: undefined by the model's replies" in out
