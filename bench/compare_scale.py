@@ -8,7 +8,8 @@ protocol) against trustmh's loopback fake server, whose replies vary with a hash
 model name and hold an option letter, a rating and a JSON object of judge criteria, so most tasks score
 (judged ones through the same server as judge). Then it compares the first model with the other M - 1,
 once with the batched draws and once with the per-resample path (`paired_draws(..., batched=False)`),
-in one process on one machine, and prints both times, their ratio, and whether the draws agree."""
+in one process on one machine, and prints both times, their ratio, and whether the draws agree; then the
+time `trustmh report` takes to write the page with its paired tie notes (batched)."""
 
 from __future__ import annotations
 
@@ -85,6 +86,11 @@ def main() -> None:
         print(f"{'per-resample (aggregate)':30}{slow:>10.2f} s")
         print(f"{'ratio per-resample / batched':30}{slow / fast:>10.1f} x")
         print(f"largest difference between the two paths' draws: {worst:.2e}")
+        from trustmh.report import write_report
+        t0 = time.perf_counter()
+        write_report([loaded], tmp / "report.html", paired=True, n_boot=200)
+        print(f"trustmh report with paired tie notes (batched draws): {time.perf_counter() - t0:.2f} s, "
+              f"{(tmp / 'report.html').stat().st_size / 1e6:.1f} MB")
 
 
 if __name__ == "__main__":

@@ -43,8 +43,9 @@ def report_cmd(
         _emit(_rank_text(loaded, fmt, groups, paired=paired), output)
         return
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
-    path = write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
-                        paired=paired, groups=groups)
+    path = _with_progress(lambda progress: write_report(
+        loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size, paired=paired,
+        groups=groups, progress=progress))
     out.print(f"report: {path}")
 
 
@@ -129,7 +130,7 @@ def compare_cmd(
 def _with_progress(work):
     """Run `work(progress)` with a bar on stderr (shown only on a terminal): one step per comparison."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    with Progress(TextColumn("comparing"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[label]}",
+    with Progress(TextColumn("paired comparisons"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[label]}",
                                                                                         markup=False),
                   TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("compare", total=None, label="")

@@ -36,7 +36,7 @@ def fmt(v: float | None, digits: int = 3) -> str:
 
 def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, page_size: int = 50,
              paired: bool = True, n_boot: int = 200, max_samples: int = 50_000,
-             include_samples: bool = True, groups: dict[str, str] | None = None
+             include_samples: bool = True, groups: dict[str, str] | None = None, progress=None
              ) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
     """The page's context without its sample JSON block, the drill-down (spooled), and the block's head."""
     from ..pillars import EVIDENCE_LEVELS, PILLAR_NAMES, PILLAR_PLAIN, judge_mark
@@ -46,7 +46,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     seen_pillars = list(dict.fromkeys(m.pillar for m in metas.values()))
     pillars = [p for p in PILLARS if p in seen_pillars] + [p for p in seen_pillars if p not in PILLARS]
     task_ids = [t for p in pillars for t in metas if metas[t].pillar == p]
-    board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot)
+    board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot, progress=progress)
     ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
     colors = [PALETTE[i % len(PALETTE)] for i in range(len(ents))]
     axes = list(PILLARS) + [p for p in pillars if p not in PILLARS]

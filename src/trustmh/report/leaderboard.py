@@ -113,7 +113,8 @@ def _measured(pr) -> tuple[str, ...]:
 
 
 def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str], *, paired: bool,
-                n_boot: int) -> Board:
+                n_boot: int, progress=None) -> Board:
+    """`progress(done, total, label)`, when given, is called after each paired comparison it makes."""
     from ..pillars import PAPER_PILLARS
     board = Board(pillars + ["overall"])
     # Scores and intervals are results.json's own (trustmh.pillars); the report only ranks them.
@@ -144,6 +145,8 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
                     rows_cache[key] = read_rows(a.run)
                 rows = rows_cache[key]
                 pair_cache[(i, j)] = compare(a, b, rows, rows, n_boot=n_boot, seed=0)
+                if progress is not None:
+                    progress(len(pair_cache), None, f"{b.label} vs {a.label}")  # the pairs needed are not known ahead
         return pair_cache[(i, j)]
 
     every = {p: [t for ts in rows.values() for t in ts] for p, rows in PAPER_PILLARS.items()}
