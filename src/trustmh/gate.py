@@ -209,16 +209,20 @@ def _checked_tasks(mr, name: str) -> list[str]:
 
 
 def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float = MAX_UNSCORED,
-                   allow_partial: bool = False) -> list[str]:
+                   allow_partial: bool = False, every_task: bool = False) -> list[str]:
     """Failures for every checked number that rests on too little: a task with more than `max_unscored` of
     its samples left out of its primary metric (API errors, judge failures, unusable items) or judge-failed,
     and a pillar or overall score measured on fewer rows or pillars than the paper has (unless
-    `allow_partial`). A model's own non-answers count against it in the metric and are not left out."""
+    `allow_partial`), and a judged task whose judge verdicts were unusable (failed, or read by a paper
+    fall-back rule) for more than `max_unscored` of its judged samples. `every_task` checks every task of
+    the run too (a gate against a baseline looks at all of them). A model's own non-answers count against
+    it in the metric and are not left out."""
     failures = []
+    every = [Threshold(t, "min", 0.0) for mr in run.results.models.values() for t in mr.tasks] if every_task else []
     for model, mr in run.results.models.items():
         seen: set[str] = set()
-        for th in thresholds:
-            if not allow_partial:
+        for th in thresholds + every:
+            if not allow_partial and th not in every:
                 if th.name == "overall" and mr.partial:
                     failures.append(f"{model}: overall is partial ({mr.n_pillars_measured} of {mr.n_pillars} "
                                     f"pillars measured, or a partial pillar); --allow-partial to accept it")
@@ -238,6 +242,13 @@ def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float
                         f"{model}: {tid} rests on too few samples: {left_out:.1%} not scored on {tr.metric} "
                         f"({tr.n_errors} API errors, {tr.n_unscored} unscored), {judge_failed:.1%} judge-failed "
                         f"({tr.n_judge_failed}); allowed {max_unscored:.1%} (--max-unscored)")
+                if tr.judge_usable_rate is not None and 1 - tr.judge_usable_rate > max_unscored + 1e-12:
+                    # Under the paper's protocol an unparsed verdict may be read by a fall-back rule (no digit =
+                    # not endorsing) instead of failing: the value then rests on the fall-back, not the judge.
+                    failures.append(
+                        f"{model}: {tid}: judge verdicts usable for only {tr.judge_usable_rate:.1%} of "
+                        f"{tr.n_judged} judged samples (the rest failed or were read by the paper's fall-back "
+                        f"rule); allowed {max_unscored:.1%} unusable (--max-unscored)")
     return failures
 
 
@@ -259,7 +270,9 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
             if tr.status == "ok" and (mine is None or mine.status != "ok"):
                 n += 1
                 failures.append(f"{e.model}: {tid} not run, but ran in the baseline")
-        c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed)
+        more, m = _lost_values(e.model, ref.result, e.result)
+        failures, n = failures + more, n + m
+        c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
         warnings += [f"{e.model}: {w}" for w in c.warnings]
         for d in c.diffs:
             if d.kind == "metric" or d.diff is None:
@@ -268,5 +281,36 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
             if d.verdict(alpha) == "worse":
                 ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
                 failures.append(f"{e.model}: {d.name} regressed against the baseline: {d.diff:+.4g} "
-                                f"(95% CI {ci}, p={d.p:.3g}, {d.n_shared} shared samples)")
+                                f"({1 - alpha:.0%} CI {ci}, p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
+                                f"{d.n_shared} shared samples)")
     return failures, warnings, n
+
+
+def _lost_values(model: str, old, new) -> tuple[list[str], int]:
+    """A task, paper row, pillar or overall score that had a value in the baseline and has none now fails:
+    a number that went missing (undefined, a row no longer measured) must never read as "no regression"."""
+    failures, n = [], 0
+    for tid, tr in old.tasks.items():
+        mine = new.tasks.get(tid)
+        if tr.status != "ok" or mine is None or mine.status != "ok":
+            continue  # not run: reported above
+        n += 1
+        if tr.trust_score is not None and mine.trust_score is None:
+            failures.append(f"{model}: {tid}: trust score undefined ({mine.reason or 'no value'}), but "
+                            f"{tr.trust_score:g} in the baseline")
+        elif tr.value is not None and mine.value is None:
+            failures.append(f"{model}: {tid}: {mine.metric} undefined ({mine.undefined_by_model or mine.reason}), "
+                            f"but {tr.value:.4g} in the baseline")
+    for pillar, pr in old.pillars.items():
+        mine = new.pillars.get(pillar)
+        for row, got in pr.rows.items():
+            now = (mine.rows.get(row) or {}) if mine else {}
+            if got.get("trust_score") is not None and now.get("trust_score") is None:
+                n += 1
+                failures.append(f"{model}: pillar:{pillar} row '{row}' has no trust score, but "
+                                f"{got['trust_score']:g} in the baseline")
+        if pr.trust_score is not None and mine is not None and mine.partial and not pr.partial:
+            n += 1
+            failures.append(f"{model}: pillar:{pillar} is partial ({mine.n_rows_measured} of {mine.n_rows} rows), "
+                            f"complete in the baseline: not comparable")
+    return failures, n

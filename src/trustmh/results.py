@@ -62,6 +62,14 @@ class TaskResult(BaseModel):
                                                "unusable judge output, no judge): left out of the judged values "
                                                "and never counted against the model")
     judge_failed_reasons: dict[str, int] = {}
+    n_judged: int = Field(0, description="samples whose reply a judge model or classifier was asked about")
+    judge_usable_rate: float | None = Field(None, description="share of the judged samples whose verdict could be "
+                                                              "used as given (not a judge failure, not read by a "
+                                                              "paper fall-back rule such as 'no digit = not "
+                                                              "endorsing'); null when nothing was judged by a model")
+    undefined_by_model: str | None = Field(None, description="why the primary metric is undefined by the model's own "
+                                                             "replies (no answers, constant answers, one class "
+                                                             "only): its trust score is then 0, the worst")
     n_stale_judgements: int = Field(0, description="stored verdicts made with another version of their rubric, "
                                                    "left out unless scored with --accept-stored")
     base_metric: str | None = Field(None, description="for a relative measure (robustness drop, fairness gap): "

@@ -12,6 +12,10 @@ from ..errors import UserError
 from ._base import _INCLUDE_HELP, _load_plugins, app, err, out
 
 
+_GROUP_HELP = ("LABEL=GROUP: a model's group in the rank table (e.g. general, mental-health); repeatable. LABEL is "
+               "the model as listed (its spec, or 'spec @ run' when runs share one). Default: the run's model_groups.")
+
+
 @app.command("report")
 def report_cmd(
     runs: list[Path] = typer.Argument(..., help="Run directories (or their results.json); several are merged."),
@@ -22,17 +26,59 @@ def report_cmd(
     page_size: int = typer.Option(50, help="Samples per page in the drill-down (0: all on one page)."),
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
+    fmt: str = typer.Option("html", "--format", "-f", help="html (the report), or the paper's rank table alone as "
+                                                           "csv or markdown (to --output, else to stdout)."),
+    group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
     from ..compare import load_run
     from ..report import write_report
     _load_plugins(include)
+    if fmt not in ("html", "csv", "markdown"):
+        raise UserError(f"--format must be html, csv or markdown, not '{fmt}'")
+    groups = _groups(group)
     loaded = [load_run(r) for r in runs]
+    if fmt != "html":
+        _emit(_rank_text(loaded, fmt, groups, paired=paired), output)
+        return
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
-    path = write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
-                        paired=paired)
+    path = _with_progress(lambda progress: write_report(
+        loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size, paired=paired,
+        groups=groups, progress=progress))
     out.print(f"report: {path}")
+
+
+def _groups(pairs: list[str]) -> dict[str, str]:
+    out_: dict[str, str] = {}
+    for p in pairs:
+        label, sep, grp = p.rpartition("=")
+        if not sep or not label.strip() or not grp.strip():
+            raise UserError(f"--group expects LABEL=GROUP, not '{p}'")
+        out_[label.strip()] = grp.strip()
+    return out_
+
+
+def _rank_text(loaded, fmt: str, groups: dict[str, str], *, paired: bool = False, n_boot: int = 200) -> str:
+    """The paper's rank table (subtask rows x models) as CSV or Markdown, in the report's overall ordering."""
+    from ..compare import entries
+    from ..report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
+    from ..tasks import PILLARS
+    ents = entries(loaded, groups)
+    metas = task_meta(ents)
+    pillars = [p for p in PILLARS if any(m.pillar == p for m in metas.values())]
+    board = leaderboard(ents, metas, pillars, paired=False, n_boot=n_boot)
+    table = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
+    return rank_csv(table) if fmt == "csv" else rank_markdown(table)
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from ..engine.rundir import atomic_write
+    atomic_write(output, text)
+    err.print(f"ranks: {output}", markup=False, highlight=False)
 
 
 @app.command("compare")
@@ -43,7 +89,12 @@ def compare_cmd(
     all_metrics: bool = typer.Option(False, help="Compare every sub-metric too, not only primary metrics."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
-    alpha: float = typer.Option(0.05, help="Significance level for the verdict column."),
+    alpha: float = typer.Option(0.05, help="Significance level for the verdict column; the interval shown is the "
+                                           "(1 - alpha) interval of the same draws, so it excludes 0 exactly when "
+                                           "p < alpha."),
+    ranks: bool = typer.Option(False, "--ranks", help="Print the paper's rank table (subtask rows x models) "
+                                                      "instead of the differences (--format csv or markdown)."),
+    group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Differences between models per task, pillar and overall: paired bootstrap CI over shared items, p-value."""
@@ -56,7 +107,12 @@ def compare_cmd(
     if n_boot < 100:
         raise UserError("--bootstrap must be at least 100")
     loaded = [load_run(r) for r in runs]
-    comparisons = compare_runs(loaded, n_boot=n_boot, seed=seed, all_metrics=all_metrics)
+    if ranks:
+        _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group)), None)
+        return
+    comparisons = _with_progress(lambda progress: compare_runs(loaded, n_boot=n_boot, seed=seed,
+                                                              all_metrics=all_metrics, level=1 - alpha,
+                                                              progress=progress))
     if fmt == "table":
         for c, table in rich_tables(comparisons, alpha):
             for w in c.warnings:
@@ -67,8 +123,21 @@ def compare_cmd(
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if html:
         from ..report import write_report
-        write_report(loaded, html, comparisons=comparisons)
+        write_report(loaded, html, comparisons=comparisons, groups=_groups(group))
         err.print(f"report: {html}", markup=False, highlight=False)
+
+
+def _with_progress(work):
+    """Run `work(progress)` with a bar on stderr (shown only on a terminal): one step per comparison."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("paired comparisons"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[label]}",
+                                                                                        markup=False),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("compare", total=None, label="")
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, label=label)
+        return work(progress)
 
 
 @app.command("gate")
@@ -86,7 +155,9 @@ def gate_cmd(
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
     max_unscored: Optional[float] = typer.Option(
         None, "--max-unscored", help="Fail a checked task with more than this share of its samples left out of "
-                                     "its metric (API errors, judge failures) or judge-failed (default: the "
+                                     "its metric (API errors, judge failures) or judge-failed, or of its judged "
+                                     "samples with an unusable verdict (failed, or read by the paper's "
+                                     "fall-back rule); every task when --baseline is given (default: the "
                                      "config's max_unscored, else 0.05)."),
     allow_partial: Optional[bool] = typer.Option(
         None, "--allow-partial/--no-allow-partial", help="Accept a checked pillar or overall score measured on fewer "
@@ -111,7 +182,8 @@ def gate_cmd(
         raise UserError("nothing to check: give --min/--max thresholds, --config or --baseline")
     run = load_run(run_dir)
     failures, n = check_thresholds(run, thresholds)
-    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial)
+    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
+                               every_task=base_path is not None)
     if base_path is not None:
         more, warnings, m = check_baseline(run, load_run(base_path), alpha=level, n_boot=n_boot, seed=seed)
         for w in warnings:

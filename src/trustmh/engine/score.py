@@ -24,9 +24,9 @@ from typing import IO, Any, Generator
 import numpy as np
 
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..metrics import Table, bootstrap, count, derived_seed, trust_score
+from ..metrics import Table, bootstrap, count, derived_seed
 from ..models import ModelRef
-from ..pillars import model_summary, task_meta
+from ..pillars import judge_usable_rate, model_summary, task_meta, task_trust
 from ..results import MetricValue, ModelResults, RunResults, TaskResult
 from ..store import Store
 from ..tasks import RunContext, Task
@@ -102,7 +102,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     errors, judge_errors = collections.Counter(), collections.Counter()
     unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
     no_answer, judge_failed = collections.Counter(), collections.Counter()
-    reasked = 0
+    reasked = n_judged = n_usable = 0
     primary = task.primary_value
     # A verdict the offline rules judge cannot give is "not judged" (unscored, with its reason); a judge
     # failure is a judge model's or classifier's verdict that is missing or unusable.
@@ -135,6 +135,10 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                 no_answer[score.no_answer] += 1
             if score.judge_failed is not None and judged_by_model:
                 judge_failed[score.judge_failed] += 1
+            if judged_by_model and judged and (score.judge_failed is not None
+                                               or any(v.text is not None for v in judged.values())):
+                n_judged += 1  # usable: neither failed nor read by a fall-back ("judge_unparsed")
+                n_usable += score.judge_failed is None and score.values.get("judge_unparsed") != 1.0
             first = next(iter(judged.values())) if judged else None
             line.update(response=resp.text, finish_reason=resp.finish_reason, latency_s=resp.latency_s,
                         tokens={"prompt": resp.prompt_tokens, "completion": resp.completion_tokens},
@@ -165,8 +169,11 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                   if n_primary == 0 else
                   f"{task.metric.name} is undefined on the scored samples (e.g. constant ratings for a "
                   f"correlation, or a class missing from both gold and predictions)")
-    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name), reason=reason,
-                      trust_score=trust_score(value, task.metric.lo, task.metric.hi, task.metric.higher_is_better),
+    trust, why = task_trust(task, table, value)
+    if why is not None:
+        reason = f"undefined by the model's replies ({why}): trust score 0, the worst"
+    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name), reason=reason, trust_score=trust,
+                      undefined_by_model=why, n_judged=n_judged, judge_usable_rate=judge_usable_rate(n_judged, n_usable),
                       n=n_primary, n_samples=len(p.samples),
                       n_unscored=sum(unscored_primary.values()), unscored_reasons=dict(unscored_primary),
                       unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
