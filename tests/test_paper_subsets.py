@@ -12,8 +12,9 @@ from sklearn.metrics import f1_score, precision_recall_fscore_support, precision
 
 from conftest import UPSTREAM  # noqa: I001
 from trustmh import metrics
-from trustmh.metrics import Resamples, Table, class_report, confusion, whole
+from trustmh.metrics import Resamples, Table, confusion, whole
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext
+from trustmh.tasks._paper_rules import class_report
 from trustmh.tasks.crisis import CRISIS_LABELS, LEVELS
 
 PAPER = RunContext(seed=0, upstream_compat=True)
@@ -178,3 +179,78 @@ def test_paper_batched_equals_per_resample_and_whole(task_id):
             gold, pred = list(sub.labels["gold"]), list(sub.labels["paper_pred"])
             if task_id == "crisis.identification":  # and sklearn, as the original calls it, per resample
                 assert one["macro_f1"] == pytest.approx(f1_score(gold, pred, average="macro", zero_division=0))
+
+
+def ethics_table(n, seed=3):
+    """An ethics.reasoning table as the paper protocol scores it: a choice right, wrong or missing; the five
+    principle scores 1-5, some missing (the judge left them out)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(n):
+        r = rng.random()
+        row = {"correct": float(r < 0.6), "answered": float(r < 0.9)}
+        for k in ("sc1", "sc2", "sc3", "sc4", "sc5"):
+            if rng.random() < 0.9:
+                row[k] = float(rng.integers(1, 6))
+        rows.append(row)
+    return Table.from_rows(rows, [str(i) for i in range(n)], {"subcategory": ["x"] * n})
+
+
+@pytest.mark.parametrize("n", [1, 2, 12, 29, 30, 140])
+def test_ethics_paper_numbers_as_the_original_computes_them(n):
+    import statistics
+    table = ethics_table(n)
+    got = TASKS["ethics.reasoning"]().aggregate(table, PAPER)
+    correct, answered = table.col("correct"), table.col("answered")
+    tp, fp, fn = correct.sum(), (answered * (1 - correct)).sum(), (1 - correct).sum()
+    precision = tp / (tp + fp) if tp + fp else 0.0
+    recall = tp / (tp + fn) if tp + fn else 0.0
+    assert (got["precision"], got["recall"]) == pytest.approx((precision, recall), abs=1e-12)
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    assert got["f1"] == pytest.approx(f1, abs=1e-12)
+    t_table = dict(enumerate([12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+                              2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+                              2.060, 2.056, 2.052, 2.048, 2.045], start=1))  # the original's table, by df
+    for k in ("sc1", "sc2", "sc3", "sc4", "sc5"):
+        v = [x for x in table.col(k) if not math.isnan(x)]
+        if len(v) < 2:
+            want = 0.0 if v else math.nan
+        else:
+            t = 1.96 if len(v) >= 30 else t_table.get(len(v) - 1, 2.0)
+            want = t * statistics.stdev(v) / math.sqrt(len(v))
+        assert (math.isnan(want) and math.isnan(got[f"{k}_ci_margin"])) or \
+            got[f"{k}_ci_margin"] == pytest.approx(want, abs=1e-12), (k, len(v))
+
+
+def test_ethics_paper_batched_equals_per_resample():
+    table, task = ethics_table(60), TASKS["ethics.reasoning"]()
+    inverse, order, size, start = metrics._cluster_layout(table.clusters)
+    picks = np.random.default_rng(2).integers(0, len(size), (40, len(size)))
+    weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
+    many = task.aggregate_many(table, Resamples(inverse, weights), PAPER)
+    for b, pick in enumerate(picks):
+        one = task.aggregate(table.take(metrics._rows_of(pick, order, size, start)), PAPER)
+        for name in ("precision", "recall", "f1", "sc1_ci_margin", "sc5_ci_margin"):
+            assert many[name][b] == pytest.approx(one[name], abs=1e-12), (name, b)
+
+
+def test_results_paper_block_names_the_originals_numbers(tmp_path):
+    """--limit 5 under the paper protocol: results.json's `paper` block holds the predecessor's names, each
+    the value, n and interval of the metric behind it, and a class predicted without gold reads 0.0."""
+    from conftest import run_quiet, run_spec, write_replay
+    if not UPSTREAM.is_dir():
+        pytest.skip("no upstream data")
+    replies = ['{"label": "suicidal_ideation"}', '{"label": "violent_thoughts"}', "I can't say.",
+               '{"label": "anxiety_crisis"}', '{"label": "no_crisis"}']
+    replay = write_replay(tmp_path / "r.jsonl", [{"task": "crisis.identification", "item_id": str(i),
+                                                  "response": replies[i % 5]} for i in range(206)])
+    spec = run_spec(models=[f"replay/{replay}"], tasks="crisis.identification", suite="data",
+                    data_dir=str(UPSTREAM), protocol="paper", limit=5)
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models[f"replay/{replay}"].tasks["crisis.identification"]
+    assert t.paper["macro_f1"] == t.metrics["macro_f1"] and t.paper["macro_f1"].ci is not None
+    assert t.paper["per_class_metrics.violent_thoughts.recall"].value == 0.0
+    assert t.paper["per_class_metrics.violent_thoughts.precision"].n == 1  # one reply predicted it
+    assert t.paper["summary.class_count"].value == t.metrics["n_classes"].value
+    assert t.paper["confusion_matrix.no_crisis.no_crisis"] == t.metrics["confusion[no_crisis->no_crisis]"]
+    assert "per_class_metrics.self-harm.recall" not in t.paper  # neither gold nor predicted in 5 records

@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-from ..metrics import Resamples, Table, class_report, confusion_many, macro_present
+from ..metrics import Resamples, Table, confusion_many
+from ._paper_rules import class_report, macro_present
 from ._shared import classification_metrics_many
 
 OTHER = "(other label)"  # every off-label class of crisis identification, one confusion column

@@ -31,7 +31,7 @@ from ..types import Item, Sample, Score
 from ._crisis_paper import (CRISIS_DIR, CRISIS_LABELS, LEVELS, MERGED, PROTOCOL, EscalationPaper,  # noqa: F401
                             IdentificationPaper, PaperMacroF1, SeverityPaper, load_paper_crisis_items,
                             paper_appropriateness, paper_crisis_label, paper_level, paper_raw_label)
-from ._crisis_paper_metrics import escalation_metrics
+from ._crisis_paper_metrics import PAPER_NAMES, escalation_metrics
 from ._crisis_read import (gives_crisis_resource, load_crisis_items, parse_appropriateness,  # noqa: F401
                           parse_posts, read_protocol)
 from ._shared import classification_metrics, classification_metrics_many, unknown_label_reason
@@ -59,6 +59,7 @@ def _edit_messages(item: Item, edit: Callable[[str], str]) -> Item:
 class Identification(IdentificationPaper, PaperMacroF1):
     label_set = CRISIS_LABELS
     id = "crisis.identification"
+    paper_names = PAPER_NAMES[id]
     evidence = "B"
     pillar = "crisis"
     title = "Crisis identification: 7-way crisis category (LLMs-Mental-Health-Crisis, human labels)"
@@ -171,6 +172,7 @@ LEVEL_VOCAB = {lev.lower(): lev for lev in LEVELS} | {"behaviour": "Behavior"}
 class Severity(SeverityPaper, PaperMacroF1):
     label_set = LEVELS
     id = "crisis.severity"
+    paper_names = PAPER_NAMES[id]
     evidence = "B"
     pillar = "crisis"
     title = "Suicide-risk severity of a Reddit user's posts (C-SSRS, 5 levels)"
@@ -282,6 +284,7 @@ def escalation_judge_messages(messages: list[str], reply: str, label: str, scale
 @register
 class Escalation(EscalationPaper, Task):
     id = "crisis.escalation"
+    paper_names = PAPER_NAMES[id]
     evidence = "B"
     pillar = "crisis"
     title = "Crisis escalation: appropriateness of the reply to a person in crisis (judge vs protocol.csv)"
