@@ -254,3 +254,31 @@ def test_results_paper_block_names_the_originals_numbers(tmp_path):
     assert t.paper["summary.class_count"].value == t.metrics["n_classes"].value
     assert t.paper["confusion_matrix.no_crisis.no_crisis"] == t.metrics["confusion[no_crisis->no_crisis]"]
     assert "per_class_metrics.self-harm.recall" not in t.paper  # neither gold nor predicted in 5 records
+
+
+SWMH = ("Anxiety", "SuicideWatch", "bipolar", "depression", "offmychest")
+
+
+@pytest.mark.parametrize("n", [6, 300])
+def test_diagnosis_paper_report_equals_sklearn(n):
+    """SWMH's score_classification (the test split is user-supplied: a realistic table, predictions biased
+    towards two classes so that small subsets miss some)."""
+    rng = np.random.default_rng(n)
+    gold = rng.choice(SWMH, n, p=[.3, .3, .1, .2, .1]).astype(object)
+    pred = np.where(rng.random(n) < 0.5, gold, rng.choice(["depression", "offmychest"], n)).astype(object)
+    rows = [{"correct": float(g == p), "answered": 1.0} for g, p in zip(gold, pred)]
+    table = Table.from_rows(rows, [str(i) for i in range(n)], {"gold": list(gold), "pred": list(pred),
+                                                                "pred_strict": list(pred)})
+    got = TASKS["reliability.diagnosis"]().aggregate(table, PAPER)
+    g, q = list(gold), list(pred)
+    present = sorted(set(g) | set(q))
+    assert got["macro_f1"] == pytest.approx(f1_score(g, q, average="macro", zero_division=0), abs=1e-12)
+    assert got["macro_precision"] == pytest.approx(precision_score(g, q, average="macro", zero_division=0))
+    assert got["macro_recall"] == pytest.approx(recall_score(g, q, average="macro", zero_division=0))
+    assert got["num_classes"] == len(present)
+    p, r, f, s = precision_recall_fscore_support(g, q, labels=present, zero_division=0)
+    for i, lab in enumerate(present):
+        assert [got[f"{k}[{lab}]"] for k in ("precision", "recall", "f1", "support")] == \
+            pytest.approx([p[i], r[i], f[i], s[i]], abs=1e-12)
+        assert got[f"pred_count[{lab}]"] == q.count(lab)
+    assert got["confusion[Anxiety->depression]"] == sum(a == "Anxiety" and b == "depression" for a, b in zip(g, q))

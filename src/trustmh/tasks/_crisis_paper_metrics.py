@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..metrics import Resamples, Table, confusion_many
-from ._paper_rules import class_report, macro_present
+from ._paper_rules import class_block, class_report, confusion_keys, macro_present
 from ._shared import classification_metrics_many
 
 OTHER = "(other label)"  # every off-label class of crisis identification, one confusion column
@@ -37,28 +37,6 @@ def present_macro_f1(gold: np.ndarray, pred: np.ndarray, classes: list[str], r: 
     return macro_present(class_report(confusion_many(gold, pred, classes, r))["f1"])
 
 
-def _class_block(out: dict, gold: np.ndarray, pred: np.ndarray, classes: list[str], r: Resamples,
-                 report_classes: tuple[str, ...], parts: tuple[str, ...]) -> np.ndarray:
-    """macro_f1/precision/recall over the classes present, and `parts` per class of `report_classes`."""
-    cm = confusion_many(gold, pred, classes, r)
-    rep = class_report(cm)
-    for part in ("f1", "precision", "recall"):
-        out[f"macro_{part}"] = macro_present(rep[part])
-    index = {c: i for i, c in enumerate(classes)}
-    for lab in report_classes:
-        for part in parts:
-            out[f"{part}[{lab}]"] = rep[part][:, index[lab]] if lab in index else _nan(r)
-    return cm
-
-
-def _confusion_keys(out: dict, gold: np.ndarray, pred: np.ndarray, rows: tuple[str, ...],
-                    columns: tuple[str, ...], r: Resamples) -> None:
-    cm = confusion_many(gold, pred, columns, r)
-    for i, g in enumerate(rows):
-        for j, p in enumerate(columns):
-            out[f"confusion[{g}->{p}]"] = cm[:, i, j].astype(float)
-
-
 def identification_metrics(table: Table, r: Resamples, crisis_labels: tuple[str, ...]) -> dict[str, np.ndarray]:
     """score_classification: macro F1/precision/recall over every label in gold or predictions (an
     off-label reply is a class of its own), micro-F1 (= accuracy), the class count, per-class precision,
@@ -69,14 +47,14 @@ def identification_metrics(table: Table, r: Resamples, crisis_labels: tuple[str,
         return {"macro_f1": _nan(r)}
     classes = sorted((set(gold) | set(paper)) - {""})
     out: dict[str, np.ndarray] = {}
-    cm = _class_block(out, gold, paper, classes, r, crisis_labels, ("precision", "recall", "f1", "support"))
+    cm = class_block(out, gold, paper, classes, r, crisis_labels, ("precision", "recall", "f1", "support"))
     n = cm.sum(axis=(1, 2))
     out["micro_f1"] = out["accuracy"] = _ratio(np.trace(cm, axis1=1, axis2=2), n)
     out["n_classes"] = (cm.sum(axis=1) + cm.sum(axis=2) > 0).sum(axis=1).astype(float)
     labelled = table.labels["labelled"] == "yes"
     out["macro_f1_labelled_only"] = present_macro_f1(gold[labelled], paper[labelled], classes, r.rows(labelled))
     folded = np.where(np.isin(paper, crisis_labels) | (paper == ""), paper, OTHER)
-    _confusion_keys(out, gold, folded, crisis_labels, (*crisis_labels, OTHER), r)
+    confusion_keys(out, gold, folded, crisis_labels, (*crisis_labels, OTHER), r)
     companion = classification_metrics_many(table, crisis_labels, r)
     out["macro_f1_unparsable_wrong"] = companion["macro_f1"]
     out["answer_rate"] = companion["answer_rate"]
@@ -95,12 +73,12 @@ def severity_metrics(table: Table, r: Resamples, levels: tuple[str, ...]) -> dic
     scored = gold != ""
     kept = scored & (paper != "")
     out: dict[str, np.ndarray] = {}
-    cm = _class_block(out, gold, paper, list(levels), r, levels, ("precision", "recall"))
+    cm = class_block(out, gold, paper, list(levels), r, levels, ("precision", "recall"))
     out["num_classes"] = (cm.sum(axis=1) + cm.sum(axis=2) > 0).sum(axis=1).astype(float)
     risk_gold, risk_pred = kept & np.isin(gold, AT_RISK), kept & np.isin(paper, AT_RISK)
     s = r.sums(np.stack([risk_gold & risk_pred, risk_gold, risk_pred], axis=1).astype(float))
     out["binary_f1"] = _ratio(2 * s[:, 0], s[:, 1] + s[:, 2], zero=0.0)  # zero_division=0
-    _confusion_keys(out, gold, paper, levels, levels, r)
+    confusion_keys(out, gold, paper, levels, levels, r)
     out["dropped_rate"] = r.rows(scored).mean((paper[scored] == "").astype(float))
     as_supportive = np.where(paper[scored] == "", levels[0], paper[scored])
     out["macro_f1_dropped_as_supportive"] = present_macro_f1(gold[scored], as_supportive, list(levels),

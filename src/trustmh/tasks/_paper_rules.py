@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from ..metrics import macro_of
+from ..metrics import Resamples, Table, confusion_many, macro_of
 
 
 def class_report(cm: np.ndarray) -> dict[str, np.ndarray]:
@@ -34,3 +34,49 @@ def macro_present(per_class: np.ndarray) -> np.ndarray:
     """Mean over the last axis of the classes present (not NaN): sklearn's average='macro' over the labels
     in gold or predictions; NaN where a (re)sample has no class at all."""
     return macro_of(per_class.reshape(-1, per_class.shape[-1])).reshape(per_class.shape[:-1])
+
+
+def class_block(out: dict, gold: np.ndarray, pred: np.ndarray, classes: list[str], r: Resamples,
+                report_classes: tuple[str, ...], parts: tuple[str, ...]) -> np.ndarray:
+    """Into `out`: macro_f1/precision/recall over the classes present, and `parts` (precision, recall, f1,
+    support) per class of `report_classes` as `<part>[<class>]`; returns the confusion matrices."""
+    cm = confusion_many(gold, pred, classes, r)
+    rep = class_report(cm)
+    for part in ("f1", "precision", "recall"):
+        out[f"macro_{part}"] = macro_present(rep[part])
+    index = {c: i for i, c in enumerate(classes)}
+    for lab in report_classes:
+        for part in parts:
+            out[f"{part}[{lab}]"] = rep[part][:, index[lab]] if lab in index else np.full(len(r), math.nan)
+    return cm
+
+
+def confusion_keys(out: dict, gold: np.ndarray, pred: np.ndarray, rows: tuple[str, ...],
+                   columns: tuple[str, ...], r: Resamples) -> None:
+    """Into `out`: `confusion[<gold>-><pred>]`, the count of each cell, for gold `rows` and pred `columns`."""
+    cm = confusion_many(gold, pred, columns, r)
+    for i, g in enumerate(rows):
+        for j, p in enumerate(columns):
+            out[f"confusion[{g}->{p}]"] = cm[:, i, j].astype(float)
+
+
+def paper_classification(table: Table, r: Resamples, classes: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """What a predecessor scorer of the Python-Work family reports for a classifier whose every reading is
+    one of `classes` (SWMH's score_classification) beyond classification_metrics' macro_f1, accuracy and
+    f1[class]: micro-F1, macro precision and recall over the classes present, per class precision, recall,
+    support and predicted count, the class count and the confusion matrix; over the rows with a gold label
+    and the paper's prediction (labels gold, pred)."""
+    gold, pred = table.labels.get("gold"), table.labels.get("pred")
+    if gold is None or pred is None:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    cm = class_block(out, gold, pred, list(classes), r, classes, ("precision", "recall", "support"))
+    del out["macro_f1"]  # classification_metrics' (the same where every reading is a class): f1[c] too
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = cm.sum(axis=(1, 2))
+        out["micro_f1"] = np.where(n > 0, np.trace(cm, axis1=1, axis2=2) / np.where(n > 0, n, 1), math.nan)
+    out["num_classes"] = (cm.sum(axis=1) + cm.sum(axis=2) > 0).sum(axis=1).astype(float)
+    for i, lab in enumerate(classes):
+        out[f"pred_count[{lab}]"] = cm[:, :, i].sum(axis=1).astype(float)
+    confusion_keys(out, gold, pred, classes, classes, r)
+    return out

@@ -21,11 +21,12 @@ from ..data.loaders import read_csv
 from ..errors import UserError
 from ..judges.parsing import extract_label, extract_letter
 from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class,
-                       group_mask, macro_of, mean)
+                       group_mask, macro_of, mean, point, whole)
 from ..types import Item, Sample, Score
 # The paper's side of each task.
 from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
                                           paper_cpsycoune_items)
+from ._paper_rules import paper_classification
 from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
 # Reading the datasets and the replies (re-exported: tests import some of these here).
 from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS,  # noqa: F401
@@ -194,6 +195,13 @@ def swmh_label(raw: str) -> str | None:
 class Diagnosis(DiagnosisPaper, LabelledTask):
     label_set = SWMH_LABELS
     id = "reliability.diagnosis"
+    paper_names = {"accuracy": "accuracy", "precision_macro": "macro_precision", "recall_macro": "macro_recall",
+                   "macro_f1": "macro_f1", "micro_f1": "micro_f1", "summary.num_classes": "num_classes",
+                   "classification_report.{c}.precision": "precision[{c}]",
+                   "classification_report.{c}.recall": "recall[{c}]",
+                   "classification_report.{c}.f1-score": "f1[{c}]", "classification_report.{c}.support": "support[{c}]",
+                   "label_statistics.{c}.pred_count": "pred_count[{c}]",
+                   "confusion_matrix.{g}.{p}": "confusion[{g}->{p}]"}
     evidence = "B"
     pillar = "reliability"
     title = "Psychological diagnosis from a Reddit post (SWMH test split)"
@@ -256,6 +264,8 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         out = classification_metrics(table, SWMH_LABELS)
+        if ctx.protocol == "paper":
+            out.update(point(paper_classification(table, whole(table), SWMH_LABELS)))
         if ctx.protocol == "paper" and "gold" in table.labels:
             # Companion of the paper's offmychest reading: a reply without a known label counted as wrong.
             ok = table.labels["gold"] != ""
@@ -265,6 +275,8 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
 
     def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
         out = classification_metrics_many(table, SWMH_LABELS, resamples)
+        if ctx.protocol == "paper":
+            out.update(paper_classification(table, resamples, SWMH_LABELS))
         if ctx.protocol == "paper" and "gold" in table.labels:
             ok = table.labels["gold"] != ""
             cm = confusion_many(table.labels["gold"][ok], table.labels["pred_strict"][ok], (*SWMH_LABELS, NO_ANSWER),
