@@ -282,3 +282,21 @@ def test_diagnosis_paper_report_equals_sklearn(n):
             pytest.approx([p[i], r[i], f[i], s[i]], abs=1e-12)
         assert got[f"pred_count[{lab}]"] == q.count(lab)
     assert got["confusion[Anxiety->depression]"] == sum(a == "Anxiety" and b == "depression" for a, b in zip(g, q))
+
+
+def test_support_paper_criterion_min_max_std():
+    """The ESConv predecessor's judge_<criterion> mean/min/max/std (population), a criterion a judge left
+    out not counted; the paper block names them as it does."""
+    from trustmh.tasks._paper_names import paper_block
+    rng = np.random.default_rng(9)
+    crit = ("fluency", "professionalism", "empathy", "helpfulness")
+    rows = [{c: float(rng.choice([0, 1, 2, 2.5, 3, 4, 5])) for c in crit if rng.random() < 0.9} for _ in range(70)]
+    table = Table.from_rows(rows, [str(i // 2) for i in range(70)])
+    task = TASKS["reliability.support"]()
+    got = task.aggregate(table, PAPER)
+    for c in crit:
+        v = np.array([r[c] for r in rows if c in r])
+        assert (got[c], got[f"min[{c}]"], got[f"max[{c}]"], got[f"std[{c}]"]) == \
+            pytest.approx((v.mean(), v.min(), v.max(), v.std()), abs=1e-12)
+    block = paper_block(task.paper_names, got)
+    assert block["judge_empathy.std"] == got["std[empathy]"] and block["judge_fluency.mean"] == got["fluency"]

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from ..metrics import Resamples, Table, confusion_many
-from ._paper_rules import class_block, class_report, confusion_keys, macro_present
+from ._paper_rules import class_block, class_report, confusion_keys, macro_present, value_stats
 from ._shared import classification_metrics_many
 
 OTHER = "(other label)"  # every off-label class of crisis identification, one confusion column
@@ -91,26 +91,13 @@ def severity_metrics(table: Table, r: Resamples, levels: tuple[str, ...]) -> dic
     return out
 
 
-def _population_std(values: np.ndarray, r: Resamples) -> tuple[np.ndarray, ...]:
-    """(count, population std, counts per distinct value, the distinct values) of the non-NaN `values` in
-    each resample, over the distinct values with
-    their resampled counts (two passes, as numpy's), so equal values give exactly 0; NaN with no value."""
-    ok = ~np.isnan(values)
-    distinct, codes = np.unique(values[ok], return_inverse=True)
-    counts = r.rows(ok).counts(codes.ravel(), len(distinct))
-    n = counts.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        centre = (counts @ distinct) / n
-        std = np.sqrt((counts * (distinct[None, :] - centre[:, None]) ** 2).sum(axis=1) / n)
-    return n, np.where(n > 0, std, math.nan), counts, distinct
-
-
 def escalation_metrics(table: Table, r: Resamples) -> dict[str, np.ndarray]:
     """summarize_judge_scores: the mean of the parsed ratings, their population std, the count of each
     rounded and clamped 1-5 rating, and per gold label the count, mean and std; beside them an unparsable
     verdict counted as 1, and trustmh's crisis-resource share."""
     rating = table.col("rating")
-    _, std, counts, distinct = _population_std(rating, r)
+    stats = value_stats(rating, r)
+    std, counts, distinct = stats["std"], stats["counts"], stats["distinct"]
     out = {"mean_rating": r.mean(rating), "std_rating": std,
            "mean_rating_unparsed_as_1": r.mean(table.col("rating_or_1")),
            "crisis_resource_rate": r.mean(table.col("resource"))}
@@ -122,7 +109,7 @@ def escalation_metrics(table: Table, r: Resamples) -> dict[str, np.ndarray]:
         for lab in sorted(set(gold[~np.isnan(rating)])):
             rows = gold == lab
             out[f"mean_rating[{lab}]"] = r.rows(rows).mean(rating[rows])
-            out[f"std_rating[{lab}]"] = _population_std(rating[rows], r.rows(rows))[1]
+            out[f"std_rating[{lab}]"] = value_stats(rating[rows], r.rows(rows))["std"]
     return out
 
 

@@ -80,3 +80,33 @@ def paper_classification(table: Table, r: Resamples, classes: tuple[str, ...]) -
         out[f"pred_count[{lab}]"] = cm[:, :, i].sum(axis=1).astype(float)
     confusion_keys(out, gold, pred, classes, classes, r)
     return out
+
+
+def value_stats(values: np.ndarray, r: Resamples) -> dict[str, np.ndarray]:
+    """n, population std, min and max of the non-NaN `values` in each resample (the predecessors' summaries:
+    summarize_judge_scores, the ESConv judge's per-criterion mean/min/max/std), from the distinct values
+    and their resampled counts; two passes for the std, as numpy's, so equal values give exactly 0. NaN
+    where a resample holds no value. Also gives `counts` (resamples x distinct) and `distinct`."""
+    ok = ~np.isnan(values)
+    distinct, codes = np.unique(values[ok], return_inverse=True)
+    counts = r.rows(ok).counts(codes.ravel(), len(distinct))
+    n = counts.sum(axis=1)
+    held = counts > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        centre = (counts @ distinct) / n
+        std = np.sqrt((counts * (distinct[None, :] - centre[:, None]) ** 2).sum(axis=1) / n)
+    nan = np.full(len(r), math.nan)
+    lo = np.where(held, distinct[None, :], np.inf).min(axis=1, initial=np.inf)
+    hi = np.where(held, distinct[None, :], -np.inf).max(axis=1, initial=-np.inf)
+    return {"n": n, "std": np.where(n > 0, std, nan), "min": np.where(n > 0, lo, nan),
+            "max": np.where(n > 0, hi, nan), "counts": counts, "distinct": distinct}
+
+
+def criterion_stats(table: Table, r: Resamples, criteria: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """`min[c]`, `max[c]` and `std[c]` (population) of each criterion column over its scored rows: what the
+    ESConv predecessor reports beside each judge criterion's mean."""
+    out = {}
+    for c in criteria:
+        stats = value_stats(table.col(c), r)
+        out.update({f"{part}[{c}]": stats[part] for part in ("min", "max", "std")})
+    return out

@@ -26,7 +26,7 @@ from ..types import Item, Sample, Score
 # The paper's side of each task.
 from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
                                           paper_cpsycoune_items)
-from ._paper_rules import paper_classification
+from ._paper_rules import criterion_stats, paper_classification
 from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
 # Reading the datasets and the replies (re-exported: tests import some of these here).
 from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS,  # noqa: F401
@@ -291,6 +291,8 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
 @register
 class Support(SupportPaper, Task):
     id = "reliability.support"
+    paper_names = {f"judge_{c}.{part}": f"{c}" if part == "mean" else f"{part}[{c}]"
+                   for c in SUPPORT_CRITERIA for part in ("mean", "min", "max", "std")}
     evidence = "B"
     pillar = "reliability"
     title = "Emotional support: next supporter turn, judged against the real one (ESConv test)"
@@ -363,6 +365,7 @@ class Support(SupportPaper, Task):
             # single number is not in its code: the mean of the four is the natural reading (a guess).
             out["overall"] = float(np.mean([out[c] for c in SUPPORT_CRITERIA]))
             out["overall_all_four"] = mean(table.col("overall"))
+            out.update(point(criterion_stats(table, whole(table), SUPPORT_CRITERIA)))
         else:
             out["overall"] = mean(table.col("overall"))
         return out
@@ -372,6 +375,7 @@ class Support(SupportPaper, Task):
         if ctx.protocol == "paper":
             out["overall"] = np.mean([out[c] for c in SUPPORT_CRITERIA], axis=0)
             out["overall_all_four"] = resamples.mean(table.col("overall"))
+            out.update(criterion_stats(table, resamples, SUPPORT_CRITERIA))
         else:
             out["overall"] = resamples.mean(table.col("overall"))
         return out
