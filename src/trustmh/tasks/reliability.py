@@ -117,8 +117,17 @@ class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
     LANGS = ("en", "zh", "all")
     paper_protocol = True
 
+    paper_names = {"EU.{lang}.Overall": "accuracy[lang={lang}]",
+                   "EU.{lang}.{coarse_category}": "accuracy[lang_category={lang}:{coarse_category}]"}
+
+    @staticmethod
+    def language(ctx: RunContext) -> str:
+        """--lang, else the protocol's default: `all` under the paper's (EmoBench's main.py runs both
+        languages unless told one), `en` under trustmh's."""
+        return str(ctx.options.get("lang", "all" if ctx.protocol == "paper" else "en"))
+
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        lang = str(ctx.options.get("lang", "en"))
+        lang = self.language(ctx)
         if lang not in self.LANGS:
             raise UserError(f"--lang must be one of {', '.join(self.LANGS)}, not '{lang}'")
         return read_emobench(data.path(self.files[0]), lang)
@@ -164,15 +173,18 @@ class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
         return sc
 
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        return {"category": sample.item.meta.get("category", ""), "lang": sample.item.meta.get("lang", "")}
+        lang, category = sample.item.meta.get("lang", ""), sample.item.meta.get("category", "")
+        return {"category": category, "lang": lang, "lang_category": f"{lang}:{category}"}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         out = {"accuracy": means("correct"), "emotion_accuracy": means("emotion_correct"),
                "cause_accuracy": means("cause_correct")}
         answer_metrics(out, table, {"accuracy": "correct"}, means)
         _group_accuracy(out, means, table.labels.get("category"), "category")
-        if ctx.options.get("lang") == "all":
+        if self.language(ctx) == "all":  # en, zh and both together (`accuracy`)
             _group_accuracy(out, means, table.labels.get("lang"), "lang")
+        if ctx.protocol == "paper":  # evaluate_results: per language, the accuracy of each coarse category
+            _group_accuracy(out, means, table.labels.get("lang_category"), "lang_category")
         return out
 
 
