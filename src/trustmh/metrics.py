@@ -154,12 +154,20 @@ class Means:
         self.table, self.resamples = table, resamples
 
     def __call__(self, column: str, mask: np.ndarray | None = None) -> Any:
-        values = self.table.col(column)
+        return self.of(self.table.col(column), mask)
+
+    def of(self, values: np.ndarray, mask: np.ndarray | None = None) -> Any:
+        """The mean of per-row `values` (one per table row, NaN skipped), e.g. a column squared."""
         if mask is not None:
             values = values[mask]
         if self.resamples is None:
             return mean(values)
         return (self.resamples if mask is None else self.resamples.rows(mask)).mean(values)
+
+    def count(self, column: str) -> Any:
+        """How many rows hold a value of `column` (per resample: counting each drawn row as often as drawn)."""
+        present = (~np.isnan(self.table.col(column))).astype(float)
+        return float(present.sum()) if self.resamples is None else self.resamples.sums(present)
 
 
 AggregateMany = Callable[[Table, Resamples], "dict[str, np.ndarray] | None"]
@@ -319,6 +327,24 @@ def macro_of(f1: np.ndarray) -> np.ndarray:
     defined = (~np.isnan(f1)).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(defined > 0, np.nansum(f1, axis=1) / defined, math.nan)
+
+
+def whole(table: Table) -> Resamples:
+    """The table itself as a block of one resample (each cluster drawn once), so that a body written over
+    Resamples gives the point value too: one body for aggregate() and aggregate_many(), never two."""
+    inverse = np.unique(table.clusters.astype(str), return_inverse=True)[1].ravel().astype(int)
+    return Resamples(inverse, np.ones((1, int(inverse.max()) + 1 if inverse.size else 0)))
+
+
+def point(values: dict[str, Any]) -> dict[str, float]:
+    """The point values of a body run over `whole(table)`; a per-class entry (`name[class]`) that is
+    undefined there is left out, as the original leaves a class it never saw out of its report."""
+    out = {}
+    for k, v in values.items():
+        x = float(np.asarray(v, dtype=float).reshape(-1)[0])
+        if not (math.isnan(x) and k.endswith("]")):
+            out[k] = x
+    return out
 
 
 def binary_f1(gold_pos: np.ndarray, pred_pos: np.ndarray) -> float:

@@ -78,6 +78,16 @@ class TaskResult(BaseModel):
                                                       "near perfect on the relative measure, not on this")
     base_value: float | None = None
     metrics: dict[str, MetricValue] = {}
+    paper: dict[str, MetricValue] = Field({}, description="under --protocol paper: every quantity the original "
+                                                          "code reports, under the name it reports it by "
+                                                          "(e.g. per_class_metrics.self-harm.recall), with the "
+                                                          "value, n and interval of the trustmh metric holding "
+                                                          "it (README, Protocols)")
+    n_judge_addressed: int = Field(0, description="judged samples whose reply addresses the judge (a rubric-"
+                                                  "format verdict, an instruction to an evaluator, the rubric's "
+                                                  "score lines, a closing tag): flagged, still scored as judged")
+    judge_addressed: list[dict[str, str]] = Field([], description="those samples: item id, variant and what "
+                                                                  "was found (at most 50)")
 
 
 class PillarResult(BaseModel):

@@ -85,7 +85,9 @@ def run_cmd(
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
     fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
     max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
-    lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
+    lang: Optional[str] = typer.Option(None, help="Language of reliability.emotion_recognition items: en, zh or "
+                                                  "all (default: all under --protocol paper, as EmoBench runs, "
+                                                  "en under trustmh's)."),
     perturbations: Optional[str] = typer.Option(
         None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence "
                    "or all, each optionally @low/@medium/@high, or an intensity alone; default all 30). Under "
@@ -162,10 +164,10 @@ def run_cmd(
         spec.options["base_urls"] = own_urls
     if transport != "http":  # set only when not the default, so default runs keep their run id
         spec.options["transport"] = transport
-    if lang not in ("en", "zh", "all"):
+    if lang is not None and lang not in ("en", "zh", "all"):
         raise UserError(f"--lang must be en, zh or all, not '{lang}'")
-    if lang != "en":  # set only when not the default, so default runs keep their run id
-        spec.options["lang"] = lang
+    if lang is not None and lang != ("all" if spec.protocol == "paper" else "en"):
+        spec.options["lang"] = lang  # set only when not the protocol's default, so default runs keep their run id
     if perturbations:
         from ..tasks import RunContext
         from ..tasks.robustness import selected_perturbations

@@ -30,6 +30,7 @@ from ..pillars import judge_usable_rate, model_summary, task_meta, task_trust
 from ..results import MetricValue, ModelResults, RunResults, TaskResult
 from ..store import Store
 from ..tasks import RunContext, Task
+from ..tasks._paper_names import paper_block
 from ..types import Sample
 from .collect import judge_ids
 from .identity import model_ref, recorded
@@ -161,6 +162,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                     n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: task.aggregate_many(t, r, ctx))
     value = _clean(values.get(task.metric.name))
     metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k)) for k, v in values.items()}
+    paper = paper_block(task.paper_names, metrics) if ctx.protocol == "paper" and task.paper_protocol else {}
     n_primary = count(table.col(primary))
     reason = None
     if value is None:
@@ -181,7 +183,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
                       n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer), n_reasked=reasked,
                       n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
-                      n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics,
+                      n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics, paper=paper,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")), **base)
 
 

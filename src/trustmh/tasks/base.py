@@ -131,6 +131,9 @@ class Task:
     # whether `--protocol paper` follows it here, and the templates it reads from the authors' files.
     evidence: ClassVar[str] = "E"
     paper_protocol: ClassVar[bool] = False
+    # Under the paper protocol, the original's name of each number it reports -> the metric key holding it
+    # (placeholders {c}, {k}, ... for classes and ratings; tasks/_paper_names.py): results.json's `paper`.
+    paper_names: ClassVar[dict[str, str]] = {}
     method_templates: ClassVar[tuple[MethodTemplate, ...]] = ()
     # For a relative measure (a drop, a gap between groups): the metric holding the base task's own value on
     # the same replies. A model that gives one reply to everything scores near perfect on the relative
