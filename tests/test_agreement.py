@@ -9,8 +9,8 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 
-from trustmh.agreement import (BELOW, NO_CEILING, WITHIN, criterion_agreement, icc, icc_bootstrap,
-                               judge_and_ceiling, pair_stats)
+from trustmh.agreement import (BELOW, INCONCLUSIVE, MARGIN, NO_CEILING, WITHIN, criterion_agreement, icc,
+                               icc_bootstrap, judge_and_ceiling, pair_stats)
 from trustmh.metrics import Table
 
 SCALE = (1, 2, 3, 4, 5)
@@ -118,8 +118,8 @@ def _humans(seed, n=60, raters=("A", "B", "C"), noise=0.6):
     return truth, human, rng
 
 
-def test_verdicts_within_below_and_no_ceiling():
-    truth, human, rng = _humans(11)
+def test_verdicts_within_below_inconclusive_and_no_ceiling():
+    truth, human, rng = _humans(11, n=150)
     like_a_human = {i: float(np.clip(np.round(truth[k] + rng.normal(0, 0.6)), 1, 5)) for k, i in enumerate(human)}
     random_judge = {i: float(rng.integers(1, 6)) for i in human}
     good = criterion_agreement("empathy", human, like_a_human, SCALE, seed=0, n_boot=300)
@@ -131,13 +131,20 @@ def test_verdicts_within_below_and_no_ceiling():
         assert hi < 0 and lo <= bad.values[f"diff.{s}"] <= hi
         lo, hi = good.cis[f"ceiling.{s}"]
         assert lo <= good.values[f"ceiling.{s}"] <= hi
+    for s in ("icc_c1", "icc_a1"):  # "within": the whole interval of judge - ceiling is above -MARGIN
+        assert good.cis[f"diff.{s}"][0] >= -MARGIN and good.cis[f"diff.{s}"][1] >= 0
+    few = {i: human[i] for i in list(human)[:8]}  # the same judge on 8 items: too wide an interval to say
+    small = criterion_agreement("empathy", few, like_a_human, SCALE, seed=0, n_boot=300)
+    assert set(small.verdicts.values()) == {INCONCLUSIVE}
+    assert all(small.cis[f"diff.{s}"][0] < -MARGIN <= 0 <= small.cis[f"diff.{s}"][1] for s in small.verdicts)
     one_rater = {i: {"A": v["A"]} for i, v in human.items()}
     alone = criterion_agreement("empathy", one_rater, like_a_human, SCALE, seed=0, n_boot=100)
     assert set(alone.verdicts.values()) == {NO_CEILING} and not math.isnan(alone.values["judge.icc_a1"])
     # a judge failure leaves the item out of the judge's comparison only
-    partial = dict(list(like_a_human.items())[:40])
+    partial = dict(list(like_a_human.items())[:100])
     part = criterion_agreement("empathy", human, partial, SCALE, seed=0, n_boot=0)
-    assert part.n_items == 40 and part.values["ceiling.icc_a1"] == pytest.approx(good.values["ceiling.icc_a1"])
+    assert part.n_items == 100 and set(part.verdicts.values()) == {INCONCLUSIVE}  # no interval, no verdict
+    assert part.values["ceiling.icc_a1"] == pytest.approx(good.values["ceiling.icc_a1"])
 
 
 def test_icc_bootstrap_is_seeded_and_keep_drops_out_of_range_resamples():

@@ -168,3 +168,19 @@ def test_context_turns():
         {"speaker": "seeker", "text": "hi\nthere"}, {"speaker": "supporter", "text": "hello"},
         {"speaker": "seeker", "text": "again"}]
     assert context_turns("no speaker named", "client", "counsellor") == [{"speaker": "client", "text": "no speaker named"}]
+
+
+def test_hostile_jsonl_lines_are_counted_not_fatal(tmp_path):
+    from trustmh.human_ratings import pick_rubric, read_rated_set
+    good = {"item": "a", "context": "Seeker: hi", "reply": "hello", "criterion": "empathy", "rater": "A", "rating": 3}
+    lines = [json.dumps(good), json.dumps({**good, "rater": "B", "rating": 4}), "{not json", "[1, 2]",
+             json.dumps({**good, "rater": "C", "context": 5}), json.dumps({**good, "rater": "D", "rating": True}),
+             json.dumps({**good, "rater": "E", "rating": 1e400}), json.dumps({**good, "rater": "F", "rating": 2.5}),
+             json.dumps({**good, "rater": ["x"]}), json.dumps({**good, "rater": "G", "reply": "x" * 100_001}),
+             json.dumps({**good, "rater": "H", "criterion": ""})]
+    (tmp_path / "r.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rs = read_rated_set(tmp_path / "r.jsonl", pick_rubric("reliability.support"), (1, 5))
+    assert rs.ratings == {"empathy": {"a": {"A": 3.0, "B": 4.0}}} and rs.n_lines == 11
+    assert rs.left_out == {"line is not a JSON object": 2, "context is not text of at most 100000 characters": 1,
+                           "rating is not a whole number 0-5": 3, "rater is not a short text": 1,
+                           "reply is not text of at most 100000 characters": 1, "no criterion": 1}

@@ -12,7 +12,8 @@ the raters. The human ceiling is the same statistic for each human against the o
 out), averaged over the humans: what a judge as good as one more human would reach. Every value gets a
 percentile bootstrap interval over items, and the difference judge - ceiling a paired one (the same
 items drawn for both), from which the verdict is read: "below the human ceiling" when the whole interval
-of the difference is under 0, "within the human ceiling" otherwise.
+of the difference is under 0, "within the human ceiling" when its lower end is no lower than -MARGIN
+(0.1), "inconclusive" otherwise (an interval too wide to say: more items are needed).
 
 Everything here is numpy on arrays; no file, judge or run is touched. tests/test_agreement.py checks it
 against hand computation, Shrout & Fleiss's published example, scipy and scikit-learn."""
@@ -28,9 +29,13 @@ from .metrics import Table, bootstrap, derived_seed, spearman, weighted_kappa
 
 STATS = ("icc_c1", "icc_a1", "kappa_quadratic", "spearman")
 STAT_NAMES = {"icc_c1": "ICC(C,1)", "icc_a1": "ICC(A,1)", "kappa_quadratic": "QW kappa", "spearman": "Spearman rho"}
-WITHIN, BELOW, NO_CEILING, UNDEFINED = ("within the human ceiling", "below the human ceiling",
-                                        "no human ceiling (fewer than two raters on shared items)",
-                                        "undefined")
+# How far below the ceiling a judge may be, at the interval's lower end, and still be "within" it: the
+# same statistic 0.1 lower (an ICC of 0.75 instead of 0.85) is a difference a user would still accept.
+MARGIN = 0.1
+WITHIN, BELOW, INCONCLUSIVE, NO_CEILING, UNDEFINED = (
+    "within the human ceiling", "below the human ceiling",
+    f"inconclusive (judge - ceiling may be 0 or below -{MARGIN}: more items needed)",
+    "no human ceiling (fewer than two raters on shared items)", "undefined")
 
 
 def icc(ratings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -102,15 +107,17 @@ class CriterionAgreement:
 
 
 def verdict(value: float, ceiling: float, diff_ci: tuple[float, float] | None) -> str:
+    """BELOW when the whole interval of judge - ceiling is under 0; WITHIN when its lower end is at least
+    -MARGIN (at worst a little below people, at 95%); INCONCLUSIVE otherwise, and without an interval."""
     if math.isnan(ceiling):
         return NO_CEILING
     if math.isnan(value):
         return UNDEFINED
-    if diff_ci is not None and diff_ci[1] < 0:
+    if diff_ci is None:
+        return INCONCLUSIVE
+    if diff_ci[1] < 0:
         return BELOW
-    if diff_ci is None and value < ceiling:  # too few resamples for an interval: the point values decide
-        return BELOW
-    return WITHIN
+    return WITHIN if diff_ci[0] >= -MARGIN else INCONCLUSIVE
 
 
 def criterion_agreement(criterion: str, human: dict[str, dict[str, float]], judge: dict[str, float],

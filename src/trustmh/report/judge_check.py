@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from ..agreement import BELOW, STAT_NAMES, WITHIN
+from ..agreement import BELOW, MARGIN, STAT_NAMES, WITHIN
 
 _SECTION = """
 <section id="judge-check">
@@ -22,7 +22,8 @@ _SECTION = """
 <p class="note">Judge <code>{{ a.judge }}</code>{% if a.rubric %}, rubric <code>{{ a.rubric }}</code>{% endif %}.
 Each statistic compares the judge with every human rater on the items both rated (averaged over raters);
 the human ceiling is the same statistic for each human against the other humans (leave one out). The
-verdict reads the paired bootstrap interval of judge &minus; ceiling: <b>below</b> when all of it is under 0.
+verdict reads the paired bootstrap interval of judge &minus; ceiling: <b>below</b> when all of it is under 0,
+<b>within</b> when its lower end is no lower than &minus;{{ margin }}, <b>inconclusive</b> otherwise (more items needed).
 {% if a.lines_left_out %}Lines left out of the set:
 {% for why, n in a.lines_left_out.items() %}{{ n }} &times; {{ why }}{% if not loop.last %}; {% endif %}{% endfor %}.{% endif %}</p>
 {% for c in a.criteria %}
@@ -57,7 +58,7 @@ def _cell(value: float | None, ci: list[float] | tuple[float, float] | None) -> 
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    env.globals.update(cell=_cell, names=STAT_NAMES, below=BELOW, within=WITHIN)
+    env.globals.update(cell=_cell, names=STAT_NAMES, below=BELOW, within=WITHIN, margin=MARGIN)
     return env
 
 
