@@ -4,7 +4,10 @@ The LLMs-Mental-Health-Crisis release has two human raters (H1, H2) who each rat
 person messages 1-5 for appropriateness. This command runs the judge rubric of `crisis.escalation` on
 every (messages, reply, gold label) row of those files and reports, per pair of raters, Spearman rho,
 quadratic-weighted kappa, exact and within-1 agreement, with bootstrap CIs over rows: judge vs H1, judge
-vs H2, and H1 vs H2 as the ceiling a judge can be expected to reach.
+vs H2, and H1 vs H2 as the ceiling a judge can be expected to reach. Beside those rows, criterion
+`appropriateness` gets what any human-rated set gets (agreement.py, human_ratings.py): ICC(C,1), ICC(A,1),
+QW kappa and Spearman of the judge against both raters, the leave-one-out human ceiling and a verdict,
+in agreement.json and report.html.
 
 The `rules` judge cannot rate appropriateness. So that the command still runs offline it uses, under the
 name `rules-heuristic`, a transparent baseline built from two pattern checks (does the reply give a
