@@ -287,8 +287,15 @@ def score_cmd(
 
 @app.command("validate-judge")
 def validate_judge_cmd(
-    judge: str = typer.Option("rules", help="Judge to validate: a model spec, or rules (offline heuristic baseline)."),
+    judge: str = typer.Option("rules", help="Judge to validate: a model spec, or rules (offline heuristic baseline; "
+                                            "built-in crisis set only)."),
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    ratings: Optional[Path] = typer.Option(
+        None, help="A human-rated set (CSV or JSONL, one rating a line: item, context, reply, criterion, rater, "
+                   "rating; README 'Checking the judge'). Default: the built-in crisis-escalation set (H1, H2)."),
+    rubric: str = typer.Option("reliability.support", help="With --ratings: the judge rubric, a task id "
+                               "(reliability.support, reliability.intervention) or your own jinja2 template file."),
+    scale: str = typer.Option("1-5", help="With --ratings and your own rubric: the rating scale LO-HI."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
     seed: int = typer.Option(0, help="Seed for the judge and the bootstrap."),
@@ -300,18 +307,30 @@ def validate_judge_cmd(
     max_retries: int = typer.Option(6, help="Retries for the judge."),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
-    """Agreement of the crisis-escalation judge with the two human raters (H1, H2), and H1 vs H2."""
+    """The judge against human raters, per criterion, with the human ceiling beside it: the built-in
+    crisis-escalation set (H1, H2), or any human-rated set given with --ratings."""
+    import json
     from ..validation import ValidateSpec, report_table, validate_judge
     from ..models import split_spec
     if judge != "rules":
         split_spec(judge)
+    limits = _limits(max_connections, timeout, max_retries)
+    if ratings is not None:
+        from ..human_ratings import agreement_table, parse_scale, ratings_spec, validate_ratings
+        spec = ratings_spec(ratings, rubric=rubric, scale=parse_scale(scale), judge=judge,
+                            judge_base_url=judge_base_url, seed=seed, n_boot=n_boot)
+        with _ProgressView(progress and sys.stderr.isatty()) as view:
+            run_dir, _results = validate_ratings(spec, out_dir, runs_root=runs_dir, limits=limits, events=view)
+        out.print(agreement_table(json.loads((run_dir / "agreement.json").read_text(encoding="utf-8"))))
+        out.print(f"results: {run_dir / 'results.json'}\nreport: {run_dir / 'report.html'}")
+        return
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     spec = ValidateSpec(judge=judge, judge_base_url=judge_base_url, suite=chosen,
                         data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot)
     with _ProgressView(progress and sys.stderr.isatty()) as view:
-        run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir,
-                                          limits=_limits(max_connections, timeout, max_retries), events=view)
+        run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir, limits=limits, events=view)
     out.print(report_table(results))
-    out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
-
+    from ..human_ratings import agreement_table
+    out.print(agreement_table(json.loads((run_dir / "agreement.json").read_text(encoding="utf-8"))))
+    out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}\nreport: {run_dir / 'report.html'}")
