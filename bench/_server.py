@@ -67,6 +67,7 @@ def _http(status: str, body: bytes, extra: str = "") -> bytes:
 
 
 OK = _http("200 OK", _reply_body("Answer: 1"))
+MODEL_OK = OK  # what model endpoints (any path but /judge/...) answer; --reply sets it
 
 
 class Conn(asyncio.Protocol):
@@ -117,12 +118,12 @@ class Conn(asyncio.Protocol):
         Stats.in_flight += 1
         Stats.max_in_flight = max(Stats.max_in_flight, Stats.in_flight)
         delay = self.latency * (1 + self.jitter * (2 * random.random() - 1)) if self.jitter else self.latency
-        asyncio.get_running_loop().call_later(delay, self.answer)
+        asyncio.get_running_loop().call_later(delay, self.answer, OK if endpoint == "/judge" else MODEL_OK)
 
-    def answer(self) -> None:
+    def answer(self, body: bytes = OK) -> None:
         Stats.in_flight -= 1
         if not self.transport.is_closing():  # a client killed mid-request was never answered: not paid
-            self.transport.write(OK)
+            self.transport.write(body)
             Stats.ok += 1
             Stats.last_answer = time.monotonic()
 
@@ -142,7 +143,12 @@ def main() -> None:
     ap.add_argument("--rate-limit", type=float, default=None)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--jitter", type=float, default=0.0, help="latency varies uniformly by +- this fraction")
+    ap.add_argument("--reply", default=None, help="the text model endpoints answer (default 'Answer: 1'; the "
+                                                  "judge, at /judge/v1, always answers 'Answer: 1')")
     a = ap.parse_args()
+    if a.reply is not None:
+        global MODEL_OK
+        MODEL_OK = _http("200 OK", _reply_body(a.reply))
     try:  # the server should cost as little as it can: its own CPU adds to the latency the client sees
         import uvloop
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

@@ -121,3 +121,77 @@ def test_the_judge_takes_the_models_in_turn():
     assert [name for name, _ in served] == ["a", "b", "c", "a", "b", "a", "a", "a"]
     assert [job for _, job in served if _ == "a"] == [f"a{k}" for k in range(5)]  # each model's own order kept
     assert (pool.n_queued, pool.n_done, pool.n_errors) == (8, 8, 1)
+
+
+def cli(*args):
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, OPENAI_API_KEY="test-not-a-key")
+    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+def test_models_file_names_every_model_and_reaches_results(tmp_path):
+    with FakeLLMServer(reply=lambda body: f"an answer from {body['model']}") as one, \
+            FakeLLMServer(reply=lambda body: f"an answer from {body['model']}") as two:
+        listing = tmp_path / "models.toml"
+        listing.write_text(f'''
+[[model]]
+spec = "openai/general-1"
+base_url = "{one.openai_base_url}"
+label = "General One"
+group = "general"
+
+[[model]]
+spec = "openai/mh-1"
+base_url = "{two.openai_base_url}"
+group = "mental-health"
+
+[[model]]
+spec = "baseline/refuse"
+''')
+        out = tmp_path / "run"
+        done = cli("run", "--models", listing, "--suite", "sample", "--tasks", "ethics", "--limit", "2",
+                   "--bootstrap", "20", "--out", out, "--no-progress")
+        assert done.returncode == 0, done.stderr
+        assert one.n_requests > 0 and two.n_requests > 0
+        assert {r["model"] for r in one.requests} == {"general-1"} and {r["model"] for r in two.requests} == {"mh-1"}
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["models"]) == ["openai/general-1", "openai/mh-1", "baseline/refuse"]
+    assert results["spec"]["options"]["model_info"] == {
+        "openai/general-1": {"label": "General One", "group": "general"},
+        "openai/mh-1": {"group": "mental-health"}}
+    # a new label is how the report shows the run, not another run: the same --out resumes, paying nothing
+    # (the servers are gone: a call would fail)
+    listing.write_text(listing.read_text().replace("General One", "General 1"))
+    again = cli("run", "--models", listing, "--suite", "sample", "--tasks", "ethics", "--limit", "2",
+                "--bootstrap", "20", "--out", out, "--no-progress")
+    assert again.returncode == 0, again.stderr
+    assert json.loads((out / "results.json").read_text())["spec"]["options"]["model_info"]["openai/general-1"] == {
+        "label": "General 1", "group": "general"}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[[model]]\nlabel = 'x'\n", "has no spec"),
+    ("[[model]]\nspec = 'openai/a'\ncolour = 'red'\n", "unknown key 'colour'"),
+    ("[[model]]\nspec = 'openai/a'\nbase_url = 'localhost:8000'\n", "http:// or https://"),
+    ("[[model]]\nspec = 'openai/a'\nlabel = 3\n", "label must be"),
+    ("model = 'openai/a'\n", "no [[model]] entry"),
+    ("[[model]\n", "not valid TOML"),
+    ("[[model]]\nspec = 'openai/a'\n[[model]]\nspec = 'openai/a'\n", "given twice"),
+])
+def test_a_bad_models_file_is_a_one_line_error(tmp_path, text, needle):
+    listing = tmp_path / "models.toml"
+    listing.write_text(text)
+    done = cli("run", "--models", listing, "--suite", "sample", "--out", tmp_path / "run", "--no-progress")
+    assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout, done.stderr
+    assert needle in done.stderr, done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_models_file_and_model_are_one_or_the_other(tmp_path):
+    listing = tmp_path / "models.toml"
+    listing.write_text("[[model]]\nspec = 'baseline/refuse'\n")
+    done = cli("run", "--models", listing, "--model", "baseline/random", "--suite", "sample", "--no-progress")
+    assert done.returncode == 2 and "give the models one way" in done.stderr
