@@ -11,12 +11,14 @@ TOML file), against `_server.py` in another: model i answers at <server>/m<i>/v1
 rest on what was really sent.
 
 Ideal: nothing but the server's latency L costs time, so each endpoint's N calls run C at a time back to
-back; the run can end no sooner than its busiest endpoint: N_busiest * L / C, plus one L before the first
-replies let the judge start and one for the last judgement (`run`: the child's whole wall time, start-up
-and report included). `window` is the same from the server's first request to its last reply (ideal
-N_busiest * L / C + L): the request path alone, what "transport speed" means. Printed ratios are
-ideal / measured (1.0 = transport speed). CPU is the child's user + system time; per call it is an upper
-bound (start-up, scoring and the report are in it). Peak RSS is the child's own (wait4).
+back; the run can end no sooner than its busiest endpoint: ceil(N_busiest / C) * L, plus one L before the
+first replies let the judge start and one for the last judgement (`run`: the child's whole wall time,
+start-up and report included). `window` is the same from the server's first request to its last reply
+(ideal (ceil(N_busiest / C) + 1) * L): the request path alone, what "transport speed" means. Printed
+ratios are ideal / measured (1.0 = transport speed). CPU is the child's user + system time; `ms/call` is
+that over its calls (start-up, scoring and the report in it), `marginal` the extra CPU per extra call
+against the first row of the table (the same job for fewer models: start-up cancels out, the scoring and
+report of the extra samples stay in). Peak RSS is the child's own (wait4).
 
 The whole benchmark for M models takes M x ~20k model and ~45k judge calls; at 64 connections and
 200 ms the judge alone needs 12 x 45k x 0.2 / 64 s, ~28 min, more than a bench run may take here. With
@@ -33,7 +35,7 @@ rating does not parse) do not turn one call per sample into five."""
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
 import shutil
 import subprocess
@@ -112,9 +114,10 @@ def one_run(a, m: int, tasks: str, limit: int | None, conn: int, latency: float,
     by = stats["by_endpoint"]
     r["calls"], r["busiest"] = sum(by.values()), max(by.values())
     r["judge_calls"] = by.get("/judge", 0)
-    r["ideal"] = r["busiest"] * latency / conn + 2 * latency
+    waves = math.ceil(r["busiest"] / conn)  # C at a time: the last wave takes a whole L however full
+    r["ideal"] = (waves + 2) * latency
     r["window"] = stats["last_answer"] - stats["first_request"]
-    r["window_ideal"] = r["busiest"] * latency / conn + latency
+    r["window_ideal"] = (waves + 1) * latency
     r["report_mb"] = (run_dir / "report.html").stat().st_size / 2**20
     r["samples_mb"] = (run_dir / "samples.jsonl").stat().st_size / 2**20
     r["store_mb"] = (run_dir / "store.sqlite").stat().st_size / 2**20
@@ -163,13 +166,17 @@ def main() -> None:
         print(f"planned calls per model: {at[0]} model + {at[1]} judge at this limit; the whole benchmark "
               f"{full[0]} + {full[1]} (x{scale:.1f})")
         print(f"{'M':>3} {'calls':>7} {'busiest':>7} {'window s':>8} {'ideal':>6} {'ratio':>5}   {'run s':>6} "
-              f"{'ideal':>6} {'ratio':>5} {'CPU s':>6} {'ms/call':>7} {'RSS MiB':>7} {'report MB':>9} "
+              f"{'ideal':>6} {'ratio':>5} {'CPU s':>6} {'ms/call':>7} {'marginal':>8} {'RSS MiB':>7} {'report MB':>9} "
               f"{'samples MB':>10} {'report s':>8}  load")
+        first = None
         for m in (int(x) for x in a.models.split(",")):
             r = one_run(a, m, a.tasks, limit, a.connections, a.latency, tmp, report=True)
+            first = first or r
+            marginal = (f"{(r['cpu'] - first['cpu']) / (r['calls'] - first['calls']) * 1e3:>8.3f}"
+                        if r["calls"] > first["calls"] else f"{'-':>8}")
             print(f"{m:>3} {r['calls']:>7} {r['busiest']:>7} {r['window']:>8.1f} {r['window_ideal']:>6.1f} "
                   f"{r['window_ideal'] / r['window']:>5.2f}   {r['wall']:>6.1f} {r['ideal']:>6.1f} "
-                  f"{r['ideal'] / r['wall']:>5.2f} {r['cpu']:>6.1f} {r['cpu'] / r['calls'] * 1e3:>7.3f} "
+                  f"{r['ideal'] / r['wall']:>5.2f} {r['cpu']:>6.1f} {r['cpu'] / r['calls'] * 1e3:>7.3f} {marginal} "
                   f"{r['rss']:>7.0f} {r['report_mb']:>9.1f} {r['samples_mb']:>10.1f} {r['report_s']:>8.1f}  "
                   f"{r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
             if limit:
