@@ -42,8 +42,13 @@ _MAX_FAILED_HELP = "Exit 2 when more than this share of a task's samples failed 
 
 @app.command("run")
 def run_cmd(
-    model: list[str] = typer.Option(["baseline/counselor"], "--model", "-m",
-                                    help="Model spec provider/name; repeat for several models."),
+    model: Optional[list[str]] = typer.Option(None, "--model", "-m",
+                                              help="Model spec provider/name; repeat for several models "
+                                                   "(default: baseline/counselor)."),
+    models_file: Optional[Path] = typer.Option(
+        None, "--models", help="A TOML file listing the models to test, one [[model]] table each: spec, and "
+                               "optionally base_url, label and group (e.g. general, mental-health), which the "
+                               "report shows; all run at the same time. Instead of --model."),
     judge: Optional[str] = typer.Option(
         None, help=f"Judge: a model spec, or rules (offline heuristics; judge-rated metrics then stay unscored). "
                    f"Default: {PAPER_JUDGE}, the paper's judge, under --protocol paper; rules otherwise."),
@@ -125,7 +130,15 @@ def run_cmd(
     if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
         raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
-    model, own_urls, shared_url = _model_urls(model, base_url or [])
+    info: dict[str, dict[str, str]] = {}
+    if models_file is not None:
+        if model:
+            raise UserError("--models FILE and --model: give the models one way (list them all in the file)")
+        from .models_file import model_info, read_models_file
+        listed = read_models_file(models_file)
+        model = [f"{m.spec}@{m.base_url}" if m.base_url else m.spec for m in listed]
+        info = model_info(listed)
+    model, own_urls, shared_url = _model_urls(model or ["baseline/counselor"], base_url or [])
     for m in model:
         split_spec(m)
     if data_dir is not None and not data_dir.is_dir():  # a typo must not fall back to the sample suite
@@ -162,6 +175,8 @@ def run_cmd(
         for url in own_urls.values():
             check_url("--base-url", url)
         spec.options["base_urls"] = own_urls
+    if info:  # how the report names and groups the models (a label or group never changes a result)
+        spec.options["model_info"] = info
     if transport != "http":  # set only when not the default, so default runs keep their run id
         spec.options["transport"] = transport
     if lang is not None and lang not in ("en", "zh", "all"):

@@ -23,6 +23,7 @@ DEFAULT_PARAMS = {"temperature": 0.0, "max_tokens": 1024}
 JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 512}
 SUITES = ("sample", "data")
 PROTOCOLS = ("paper", "trustmh")
+PRESENTATION = ("model_info",)  # options that only say how results are shown: never in the run's identity
 
 
 @dataclass
@@ -89,7 +90,10 @@ class RunSpec:
         return d
 
     def run_id(self) -> str:
-        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        d = self.to_json()
+        # How the report names and groups models (--models FILE) is not part of what decides the results.
+        d["options"] = {k: v for k, v in d["options"].items() if k not in PRESENTATION}
+        blob = json.dumps(d, sort_keys=True).encode()
         slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.models[0].split("/", 1)[-1]).strip("-.")[:40] or "run"
         return f"{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
 
