@@ -77,6 +77,35 @@ def test_bad_url_or_timeout_refused_at_start(args, needle, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("args,needle", [
+    (("--temperature", "nan"), "--temperature must be a finite number from 0 to 2"),
+    (("--temperature", "inf"), "--temperature must be a finite number from 0 to 2"),
+    (("--temperature", "-1"), "--temperature must be a finite number from 0 to 2"),
+    (("--temperature", "2.5"), "--temperature must be a finite number from 0 to 2"),
+    (("--base-url", "{url}?api-version=2024"), "must not carry a query or fragment"),
+    (("--base-url", "{url}#frag"), "must not carry a query or fragment"),
+    (("--judge", "openai/j", "--judge-base-url", "{url}?k=v"), "--judge-base-url must not carry a query"),
+])
+def test_nonsense_settings_refused_before_anything_is_sent(args, needle, tmp_path, dead_url):
+    """Issue 24: `--temperature nan` was sent as a non-JSON NaN body; a base URL with a query or fragment
+    sent requests to another URL than the spec records."""
+    args = [a.format(url=dead_url) for a in args]
+    if "--base-url" not in args:
+        args += ["--base-url", dead_url]
+    proc = cli("run", "-m", "openai/m", "--suite", "sample", "--no-progress", "--out", tmp_path / "run", *args,
+               cwd=tmp_path, env_extra=KEY, timeout=120)
+    assert_user_error(proc, needle)
+    assert not (tmp_path / "run").exists()
+
+
+def test_temperature_over_anthropic_s_range_is_refused():
+    from conftest import run_spec
+    from trustmh.errors import UserError
+    with pytest.raises(UserError, match="outside what anthropic/claude accepts"):
+        run_spec(models=["anthropic/claude"], temperature=1.5, suite="sample")
+    assert run_spec(models=["openai/m"], temperature=1.5, suite="sample").temperature == 1.5
+
+
 # --- failed samples -------------------------------------------------------------------------------
 
 def _replay_one(tmp_path):
@@ -225,15 +254,23 @@ def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, 
     assert code in (0, None)
     before = (out / "results.json").read_text()
 
-    from pathlib import Path
-    real = Path.write_text
+    import contextlib
+    from trustmh.engine import rundir
+    real = rundir._replacing  # the one writer every output goes through
 
-    def full(self, data, *a, **kw):  # the disk fills while results.json is written
-        if self.name.startswith("results.json"):
-            real(self, data[:10], *a, **kw)
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):  # the disk fills while results.json is written
+            self.fh.write(data[:10])
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, data, *a, **kw)
-    monkeypatch.setattr(Path, "write_text", full)
+
+    @contextlib.contextmanager
+    def full(path, binary):
+        with real(path, binary) as fh:
+            yield Full(fh) if path.name == "results.json" else fh
+    monkeypatch.setattr(rundir, "_replacing", full)
     code, _, err = _main(monkeypatch, capsys, *RUN, "--out", out)
     assert code == 2 and "No space left on device" in err and "Traceback" not in err  # today: a traceback
     assert len(err.strip().splitlines()) <= 2, err

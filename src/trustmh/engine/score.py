@@ -14,7 +14,6 @@ import collections
 import datetime as dt
 import json
 import math
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from .collect import judge_ids
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import SLICE_S, Prepared
-from .rundir import HashingWriter, Utf8Writer, append_part, atomic_write
+from .rundir import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_write
 from .spec import RunSpec, data_source, param_notes, versions
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
@@ -156,7 +155,8 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
                     n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: task.aggregate_many(t, r, ctx))
     value = _clean(values.get(task.metric.name))
-    metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k)) for k, v in values.items()}
+    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=task.metric_n(table, k))
+               for k, v in values.items()}
     n_primary = count(table.col(primary))
     reason = None
     if value is None:
@@ -165,7 +165,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                   if n_primary == 0 else
                   f"{task.metric.name} is undefined on the scored samples (e.g. constant ratings for a "
                   f"correlation, or a class missing from both gold and predictions)")
-    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name), reason=reason,
+    return TaskResult(status="ok", value=value, ci=_clean_ci(cis.get(task.metric.name)), reason=reason,
                       trust_score=trust_score(value, task.metric.lo, task.metric.hi, task.metric.higher_is_better),
                       n=n_primary, n_samples=len(p.samples),
                       n_unscored=sum(unscored_primary.values()), unscored_reasons=dict(unscored_primary),
@@ -179,7 +179,12 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
 
 
 def _clean(v: float | None) -> float | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+    """A metric value as results.json holds it: a finite number, or None (results.json has no NaN/inf)."""
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _clean_ci(ci: tuple[float, float] | None) -> tuple[float, float] | None:
+    return ci if ci is not None and all(math.isfinite(x) for x in ci) else None
 
 
 def task_origins(prepared: list[Prepared]) -> dict[str, dict[str, str]]:
@@ -307,16 +312,14 @@ class Phase2:
             models[model_spec] = model_summary(model_spec, tasks, seed=spec.seed)
             models[model_spec].identity = recorded(model_spec, self.store)
         events(PhaseDone("score", "scoring"))
-        tmp = run_dir / "samples.jsonl.tmp"
-        with tmp.open("wb") as fh:
+        # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
+        # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
+        with atomic_open(run_dir / "samples.jsonl", binary=True) as fh:
             out = HashingWriter(fh)
             for key in ((m, p.task.id) for m in spec.models for p in self.prepared):
                 append_part(out, self.parts.pop(key))
         results = self._results(models, checksums)
-        # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
-        # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
         results.outputs = {"samples_sha256": out.sha256.hexdigest()}
-        os.replace(tmp, run_dir / "samples.jsonl")
         atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
         return results
 
