@@ -113,6 +113,29 @@ def _replay_one(tmp_path):
     return write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}])
 
 
+def test_a_judge_that_fails_every_call_fails_run_and_score(tmp_path):
+    """Issue 24: a judge answering HTTP 500 to every call left every judged value empty and `run` exited 0,
+    even with --fail-on-error."""
+    judge_down = lambda n, body: Fault("status", status=500) if body.get("model") == "judge" else None  # noqa: E731
+    with FakeLLMServer(faults=judge_down) as srv:
+        url = srv.openai_base_url
+        args = ("run", "-m", "openai/m", "--base-url", url, "--judge", "openai/judge", "--judge-base-url", url,
+                "--suite", "sample", "--tasks", "ethics", "--max-retries", "0", "--no-progress", "--bootstrap", "0",
+                "--out", tmp_path / "run")
+        proc = cli(*args, cwd=tmp_path, env_extra=KEY)
+        assert_user_error(proc, "no usable judge verdict", "ethics.reasoning", "judge error: server_error",
+                          "--max-judge-failed")
+        assert (tmp_path / "run" / "results.json").is_file()  # written all the same
+        proc = cli(*args, "--fail-on-error", cwd=tmp_path, env_extra=KEY)
+        assert proc.returncode == 1 and "judge calls failed (server_error" in proc.stderr, proc.stderr
+        proc = cli("score", tmp_path / "run", "--max-retries", "0", "--no-progress", cwd=tmp_path, env_extra=KEY)
+        assert_user_error(proc, "no usable judge verdict")
+        proc = cli(*args, "--max-judge-failed", "1", cwd=tmp_path, env_extra=KEY)  # the user accepts it
+        assert proc.returncode == 0, proc.stderr
+        assert_user_error(cli(*args, "--max-judge-failed", "nan", cwd=tmp_path, env_extra=KEY),
+                          "--max-judge-failed must be between 0 and 1")
+
+
 def test_failed_share_over_max_exits_2_and_names_the_kinds(tmp_path):
     rep = _replay_one(tmp_path)
     args = ("run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks", "privacy.awareness_tier1",
