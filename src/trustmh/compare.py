@@ -57,6 +57,9 @@ class Run:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise UserError(f"{self.samples_path}:{lineno}: invalid JSON ({e.msg})") from None
+                except (ValueError, RecursionError) as e:  # 5,000 digits; nesting past the parser's depth
+                    why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:120]
+                    raise UserError(f"{self.samples_path}:{lineno}: unreadable JSON ({why})") from None
                 problem = _sample_shape(rec)
                 if problem:  # a crafted or damaged file: one line naming it, not a traceback in the report
                     raise UserError(f"{self.samples_path}:{lineno}: {problem}")
@@ -85,14 +88,25 @@ def load_run(path: Path | str) -> Run:
     try:
         results = RunResults.model_validate_json(file.read_text(encoding="utf-8"))
     except ValueError as e:
-        first = str(e).splitlines()[0]
-        raise UserError(f"{file}: not a valid results.json ({first})") from None
+        raise UserError(f"{file}: not a valid results.json ({_first_problem(e)})") from None
     run = Run(file.parent, results)
     expected = results.outputs.get("samples_sha256")
     if expected and run.samples_path.is_file() and file_sha256(run.samples_path) != expected:
         raise UserError(f"{run.samples_path} does not belong to {file} (the run was interrupted while writing "
                         f"them); rerun the same trustmh command to rewrite both")
     return run
+
+
+def _first_problem(e: ValueError) -> str:
+    """Where and what, from a pydantic error (`models.m.tasks.t.value: Input should be a finite number`)."""
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"[:300]
+        except Exception:  # noqa: BLE001 - fall back to the text
+            pass
+    return str(e).splitlines()[0][:300]
 
 
 @dataclass

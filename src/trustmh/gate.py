@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,11 +60,11 @@ def load_config(path: Path) -> GateConfig:
     """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
     optional top-level baseline = "runs/main", alpha = 0.05, max_unscored = 0.2 and allow_partial = true."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: gate config not found") from None
+        data = tomllib.loads(_read_config(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: invalid TOML ({e})") from None
+    except RecursionError:
+        raise UserError(f"{path}: invalid TOML (nested too deeply)") from None
     unknown = set(data) - {"min", "max", "baseline", "alpha", "max_unscored", "allow_partial"}
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, "
@@ -97,6 +99,30 @@ def load_config(path: Path) -> GateConfig:
     return out
 
 
+CONFIG_MAX_BYTES = 1 << 20  # a gate config is a few lines; more is not one
+
+
+def _read_config(path: Path) -> str:
+    """The config's text: a regular file (a FIFO would block, /dev/zero never end), at most 1 MiB, UTF-8.
+    Every problem is a usage error (exit 2), never exit 1, which means a threshold failed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UserError(f"{path}: gate config not found") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the gate config ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UserError(f"{path}: the gate config must be a regular file")
+        raw = fh.read(CONFIG_MAX_BYTES + 1)
+    if len(raw) > CONFIG_MAX_BYTES:
+        raise UserError(f"{path}: gate config larger than {CONFIG_MAX_BYTES >> 20} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not valid UTF-8 text (byte {e.start})") from None
+
+
 def _flatten(table: dict, prefix: str = ""):
     """An unquoted dotted key (crisis.identification = 0.6) arrives as nested tables: join it back."""
     for k, v in table.items():
@@ -111,6 +137,40 @@ def _alpha(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise UserError(f"{where}: alpha must be a number between 0 and 1")
     return float(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the gate reads must be able to carry a verdict: it fails closed on anything it cannot trust.
+
+MIN_BOOTSTRAP = 100  # as `trustmh compare`: fewer resamples cannot tell a regression from noise
+
+
+def check_bootstrap(n_boot: int) -> None:
+    if n_boot < MIN_BOOTSTRAP:
+        raise UserError(f"--bootstrap must be at least {MIN_BOOTSTRAP} (as for trustmh compare), not {n_boot}")
+
+
+def check_input(run: Run) -> None:
+    """A results file the gate can judge: at least one model, and counts that can be true (the schema
+    already refuses NaN, Infinity and negative counts). Anything else is damaged or crafted: exit 2."""
+    where = run.dir / "results.json"
+    if not run.results.models:
+        raise UserError(f"{where}: no models in this run, so nothing can be checked")
+    for model, mr in run.results.models.items():
+        scores = [("overall", mr.trust_score)] + [(f"pillar:{p}", pr.trust_score) for p, pr in mr.pillars.items()]
+        for tid, tr in mr.tasks.items():
+            scores.append((tid, tr.trust_score))
+            problems = [f"{name} ({value}) > n_samples ({tr.n_samples})" for name, value in (
+                ("n", tr.n), ("n_errors", tr.n_errors), ("n_unscored", tr.n_unscored),
+                ("n_judge_failed", tr.n_judge_failed), ("n + n_errors", tr.n + tr.n_errors))
+                if value > tr.n_samples]
+            if problems:
+                raise UserError(f"{where}: {model} {tid}: impossible counts ({'; '.join(problems)}); the file is "
+                                f"damaged or was not written by trustmh")
+        for name, value in scores:
+            if value is not None and not 0 <= value <= 100:
+                raise UserError(f"{where}: {model} {name}: trust score {value} outside 0-100; the file is "
+                                f"damaged or was not written by trustmh")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ import datetime as dt
 import hashlib
 import json
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -262,7 +261,7 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
                    limits=None, events=None) -> tuple[Path, RunResults]:
     """Judge every H1/H2 row, compare with the humans, write results.json and samples.jsonl."""
     from .engine import AuthFailure, EndpointDown, Limits, RunSpec, data_source, ignore
-    from .engine.rundir import atomic_write, open_run_dir, run_lock
+    from .engine.rundir import atomic_open, atomic_write, open_run_dir, run_lock
     from .engine.spec import versions
     from .report.judge_check import judge_check_html
     from .store import Store
@@ -331,7 +330,7 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
         results[tr.task] = tr
         agreement = _with_ceiling(spec, cases, judged, judge_name, results)
 
-        with (run_dir / "samples.jsonl.tmp").open("w", encoding="utf-8") as fh:
+        with atomic_open(run_dir / "samples.jsonl") as fh:
             for c in cases:
                 rating, text, reason = judged[c.id]
                 fh.write(json.dumps({"task": TASK, "item_id": c.id, "row": c.row, "label": c.label,
@@ -348,10 +347,7 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
             bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                        "method": "percentile, resampling rows"},
             models={judge_name: ModelResults(model=judge_name, tasks=results, pillars={})})
-        tmp = run_dir / "results.json.tmp"
-        tmp.write_text(run_results.model_dump_json(indent=2), encoding="utf-8")
-        os.replace(tmp, run_dir / "results.json")
-        os.replace(run_dir / "samples.jsonl.tmp", run_dir / "samples.jsonl")
+        atomic_write(run_dir / "results.json", run_results.model_dump_json(indent=2))
         atomic_write(run_dir / "agreement.json", json.dumps(agreement, indent=2, ensure_ascii=False))
         atomic_write(run_dir / "report.html", judge_check_html(agreement))
     return run_dir, run_results

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _load_plugins, app, err, out
+from ._base import _INCLUDE_HELP, _load_plugins, app, err, out, printable
 
 
 _GROUP_HELP = ("LABEL=GROUP: a model's group in the rank table (e.g. general, mental-health); repeatable. LABEL is "
@@ -33,6 +33,7 @@ def report_cmd(
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
     from ..compare import load_run
+    from ..engine.rundir import check_output_target
     from ..report import write_report
     _load_plugins(include)
     if fmt not in ("html", "csv", "markdown"):
@@ -43,6 +44,7 @@ def report_cmd(
         _emit(_rank_text(loaded, fmt, groups, paired=paired), output)
         return
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
+    check_output_target(target, [r.dir for r in loaded], "-o")  # never a run's own file, a link or a device
     path = _with_progress(lambda progress: write_report(
         loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size, paired=paired,
         groups=groups, progress=progress))
@@ -107,6 +109,9 @@ def compare_cmd(
     if n_boot < 100:
         raise UserError("--bootstrap must be at least 100")
     loaded = [load_run(r) for r in runs]
+    if html:
+        from ..engine.rundir import check_output_target
+        check_output_target(html, [r.dir for r in loaded], "--html")  # refused before any work is done
     if ranks:
         _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group)), None)
         return
@@ -119,7 +124,7 @@ def compare_cmd(
                 err.print(f"warning: {w}", markup=False, highlight=False)
             out.print(table)
     else:
-        text = {"json": to_json, "markdown": to_markdown, "csv": to_csv}[fmt](comparisons, alpha)
+        text = printable({"json": to_json, "markdown": to_markdown, "csv": to_csv}[fmt](comparisons, alpha))
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if html:
         from ..report import write_report
@@ -166,7 +171,8 @@ def gate_cmd(
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..compare import load_run
-    from ..gate import GateConfig, check_baseline, check_coverage, check_thresholds, load_config, parse_threshold
+    from ..gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input, check_thresholds,
+                        load_config, parse_threshold)
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
     max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)
@@ -180,12 +186,17 @@ def gate_cmd(
         raise UserError("--alpha must be between 0 and 1")
     if not thresholds and base_path is None:
         raise UserError("nothing to check: give --min/--max thresholds, --config or --baseline")
+    if base_path is not None:
+        check_bootstrap(n_boot)
     run = load_run(run_dir)
+    check_input(run)  # fails closed: a file that cannot carry a verdict is exit 2, never a pass
     failures, n = check_thresholds(run, thresholds)
     failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
                                every_task=base_path is not None)
     if base_path is not None:
-        more, warnings, m = check_baseline(run, load_run(base_path), alpha=level, n_boot=n_boot, seed=seed)
+        base_run = load_run(base_path)
+        check_input(base_run)
+        more, warnings, m = check_baseline(run, base_run, alpha=level, n_boot=n_boot, seed=seed)
         for w in warnings:
             err.print(f"warning: {w}", markup=False, highlight=False)
         failures, n = failures + more, n + m
@@ -193,5 +204,7 @@ def gate_cmd(
         out.print(f"FAIL {line}", markup=False, highlight=False, soft_wrap=True)
     if failures:
         raise typer.Exit(1)
+    if n == 0:  # a gate that checked nothing has not passed
+        raise UserError("nothing was checked (no threshold applies to this run's models)")
     out.print(f"gate passed: {n} checks on {len(run.results.models)} model(s)", markup=False, highlight=False)
 

@@ -38,6 +38,9 @@ def _model_urls(models: list[str], base_urls: list[str]) -> tuple[list[str], dic
 
 
 _MAX_FAILED_HELP = "Exit 2 when more than this share of a task's samples failed with API errors (0 to 1)."
+_MAX_JUDGE_FAILED_HELP = ("Exit 2 when more than this share of a task's samples got no usable judge verdict (judge "
+                          "API errors, unusable judge output; 0 to 1). Never counts a --judge rules verdict.")
+_FAIL_ON_ERROR_HELP = "Exit 1 if any sample failed with an API error of the model or of the judge."
 
 
 @app.command("run")
@@ -88,8 +91,9 @@ def run_cmd(
     force: bool = typer.Option(False, help="Run into an --out that holds a run of another spec (its results are "
                                            "replaced), or whose local (hf/) model files have changed since."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
-    fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    fail_on_error: bool = typer.Option(False, help=_FAIL_ON_ERROR_HELP),
     max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
+    max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
     lang: Optional[str] = typer.Option(None, help="Language of reliability.emotion_recognition items: en, zh or "
                                                   "all (default: all under --protocol paper, as EmoBench runs, "
                                                   "en under trustmh's)."),
@@ -127,6 +131,7 @@ def run_cmd(
     from ..executors import make_executor
     from ..models import split_spec
     _check_share(max_failed)
+    _check_share(max_judge_failed, "--max-judge-failed")
     if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
         raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
@@ -221,37 +226,53 @@ def run_cmd(
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
-    _failed_exit(results, fail_on_error, max_failed)
+    _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
 
 
-def _check_share(max_failed: float) -> None:
-    if not 0 <= max_failed <= 1:
-        raise UserError("--max-failed must be between 0 and 1")
+def _check_share(share: float, flag: str = "--max-failed") -> None:
+    if not 0 <= share <= 1:  # NaN fails this too
+        raise UserError(f"{flag} must be between 0 and 1")
 
 
-def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
-    """Samples that failed are named by error kind. Exit 1 on any with --fail-on-error; otherwise exit 2
-    when a task lost more than `max_failed` of its samples: its value rests on too little to be read."""
+def _failed_exit(results, fail_on_error: bool, max_failed: float, max_judge_failed: float = 0.05) -> None:
+    """Samples that failed are named by error kind. Exit 1 on any model or judge API error with
+    --fail-on-error; otherwise exit 2 when a task lost more than `max_failed` of its samples to API errors,
+    or more than `max_judge_failed` of them to its judge (no usable verdict): its value rests on too little
+    to be read. A judge that fails every call must not leave a run that looks finished."""
     import collections
     kinds: collections.Counter = collections.Counter()
-    over = []
+    judge_kinds: collections.Counter = collections.Counter()
+    over, judge_over = [], []
     for mr in results.models.values():
         for t in mr.tasks.values():
             kinds.update(t.error_kinds)
+            judge_kinds.update(t.judge_error_kinds)
             if t.n_samples and t.n_errors / t.n_samples > max_failed:
                 over.append(f"{mr.model} {t.task} {t.n_errors}/{t.n_samples}")
-    n_err = sum(kinds.values())
-    if not n_err:
-        return
-    shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
-    err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
-              style="red", markup=False, highlight=False, soft_wrap=True)
-    if fail_on_error:
+            if t.n_samples and t.n_judge_failed / t.n_samples > max_judge_failed:
+                why = ", ".join(f"{r} {k}" for r, k in collections.Counter(t.judge_failed_reasons).most_common(2))
+                judge_over.append(f"{mr.model} {t.task} {t.n_judge_failed}/{t.n_samples}: {why}")
+    n_err, n_judge = sum(kinds.values()), sum(judge_kinds.values())
+    if n_err:
+        shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
+        err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
+                  style="red", markup=False, highlight=False, soft_wrap=True)
+    if n_judge:
+        shown = ", ".join(f"{k} {v}" for k, v in judge_kinds.most_common())
+        err.print(f"{n_judge} judge calls failed ({shown}); their verdicts are left out, never counted against the "
+                  f"model; rerun the same command to retry them", style="red", markup=False, highlight=False,
+                  soft_wrap=True)
+    if fail_on_error and (n_err or n_judge):
         raise typer.Exit(1)
     if over:
         err.print(f"error: more than {max_failed:.0%} of a task's samples failed ({'; '.join(over)}); the run "
                   f"is incomplete (--max-failed sets the share)", style="red", markup=False, highlight=False,
                   soft_wrap=True)
+        raise typer.Exit(2)
+    if judge_over:
+        err.print(f"error: more than {max_judge_failed:.0%} of a task's samples have no usable judge verdict "
+                  f"({'; '.join(judge_over)}); its judged metrics rest on too little (--max-judge-failed sets "
+                  f"the share)", style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
 
@@ -270,13 +291,15 @@ def score_cmd(
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Write the re-scored run to this new folder (a copy "
                                                               "of the store) and leave RUN_DIR as it is."),
-    fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    fail_on_error: bool = typer.Option(False, help=_FAIL_ON_ERROR_HELP),
     max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
+    max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
     as `run`'s does, whether too many samples failed."""
     _load_plugins(include)
     _check_share(max_failed)
+    _check_share(max_judge_failed, "--max-judge-failed")
     from ..engine import load_spec, run
     from ..models import split_spec
     spec = load_spec(run_dir)
@@ -297,7 +320,7 @@ def score_cmd(
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
-    _failed_exit(results, fail_on_error, max_failed)
+    _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
 
 
 @app.command("validate-judge")

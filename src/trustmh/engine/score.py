@@ -14,7 +14,6 @@ import collections
 import datetime as dt
 import json
 import math
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from .collect import judge_ids
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import SLICE_S, Prepared
-from .rundir import HashingWriter, Utf8Writer, append_part, atomic_write
+from .rundir import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_write
 from .slices import in_slices
 from .spec import RunSpec, data_source, param_notes, versions
 
@@ -164,7 +163,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
         table, lambda t: pause() or task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
         n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or task.aggregate_many(t, r, ctx)))
     value = _clean(values.get(task.metric.name))
-    metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k)) for k, v in values.items()}
+    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=task.metric_n(table, k)) for k, v in values.items()}
     paper = paper_block(task.paper_names, metrics) if ctx.protocol == "paper" and task.paper_protocol else {}
     n_primary = count(table.col(primary))
     reason = None
@@ -177,7 +176,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     trust, why = task_trust(task, table, value)
     if why is not None:
         reason = f"undefined by the model's replies ({why}): trust score 0, the worst"
-    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name), reason=reason, trust_score=trust,
+    return TaskResult(status="ok", value=value, ci=_clean_ci(cis.get(task.metric.name)), reason=reason, trust_score=trust,
                       undefined_by_model=why, n_judged=n_judged, judge_usable_rate=judge_usable_rate(n_judged, n_usable),
                       n=n_primary, n_samples=len(p.samples),
                       n_unscored=sum(unscored_primary.values()), unscored_reasons=dict(unscored_primary),
@@ -191,7 +190,12 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
 
 
 def _clean(v: float | None) -> float | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+    """A metric value as results.json holds it: a finite number, or None (results.json has no NaN/inf)."""
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _clean_ci(ci: tuple[float, float] | None) -> tuple[float, float] | None:
+    return ci if ci is not None and all(math.isfinite(x) for x in ci) else None
 
 
 def task_origins(prepared: list[Prepared]) -> dict[str, dict[str, str]]:
@@ -319,16 +323,14 @@ class Phase2:
             models[model_spec] = model_summary(model_spec, tasks, seed=spec.seed)
             models[model_spec].identity = recorded(model_spec, self.store)
         events(PhaseDone("score", "scoring"))
-        tmp = run_dir / "samples.jsonl.tmp"
-        with tmp.open("wb") as fh:
+        # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
+        # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
+        with atomic_open(run_dir / "samples.jsonl", binary=True) as fh:
             out = HashingWriter(fh)
             for key in ((m, p.task.id) for m in spec.models for p in self.prepared):
                 append_part(out, self.parts.pop(key))
         results = self._results(models, checksums)
-        # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
-        # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
         results.outputs = {"samples_sha256": out.sha256.hexdigest()}
-        os.replace(tmp, run_dir / "samples.jsonl")
         atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
         return results
 

@@ -364,7 +364,17 @@ class MeanMetrics:
 TASKS: dict[str, type[Task]] = {}
 
 
+# A task id is a gate name, a --tasks entry, a results.json key and a report anchor: letters, digits, '_' and
+# '-' in dot-separated parts. ':' would split it as task:metric, and the words below mean something else.
+_TASK_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
+_RESERVED_IDS = {"all", "overall", "pillar"}
+
+
 def register(cls: type[Task]) -> type[Task]:
+    tid = getattr(cls, "id", None)
+    if not isinstance(tid, str) or len(tid) > 100 or not _TASK_ID.fullmatch(tid) or tid.lower() in _RESERVED_IDS:
+        raise ValueError(f"task id {tid!r} is not allowed: use letters, digits, '_' and '-' in dot-separated "
+                         f"parts (such as mine.short), at most 100 characters, and not all, overall or pillar")
     if cls.id in TASKS:
         raise ValueError(f"task id registered twice: {cls.id}")
     TASKS[cls.id] = cls
