@@ -138,10 +138,10 @@ def test_interval_p_and_verdict_agree_on_random_draws():
 
 def test_batched_paired_draws_equal_the_per_resample_path(awareness):
     import numpy as np
-    from trustmh.compare import Rows, _ctx, paired_draws, read_rows
+    from trustmh.compare import _ctx, paired_draws, read_rows
     run = load_run(awareness["run"])
     rows = read_rows(run)
-    for tid in TIERS + []:
+    for tid in TIERS:
         task = TASKS[tid]()
         ka, kb = rows[(awareness["answers"], tid)], rows[(awareness["constant"], tid)]
         keys = [k for k in ka.values if k in kb.values]
