@@ -2,32 +2,17 @@
 outranks one that answers; partial scores are never ranked against complete ones; a judge that never parses
 marks its task and fails the gate; the rank table equals ranks computed by hand."""
 
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
+from test_compare_gate import cli
 from trustmh.compare import load_run
 from trustmh.tasks import TASKS, DataSource, RunContext
 
 AWARENESS = "privacy.awareness_tier1,privacy.awareness_tier2a,privacy.awareness_tier2b"
 TIERS = AWARENESS.split(",")
-
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    from trustmh import cli as trustmh_cli
-    old = sys.argv
-    sys.argv = ["trustmh", *map(str, args)]
-    try:
-        trustmh_cli.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
 
 
 def nearest(value: float, allowed) -> int:
@@ -153,10 +138,10 @@ def test_interval_p_and_verdict_agree_on_random_draws():
 
 def test_batched_paired_draws_equal_the_per_resample_path(awareness):
     import numpy as np
-    from trustmh.compare import Rows, _ctx, paired_draws, read_rows
+    from trustmh.compare import _ctx, paired_draws, read_rows
     run = load_run(awareness["run"])
     rows = read_rows(run)
-    for tid in TIERS + []:
+    for tid in TIERS:
         task = TASKS[tid]()
         ka, kb = rows[(awareness["answers"], tid)], rows[(awareness["constant"], tid)]
         keys = [k for k in ka.values if k in kb.values]

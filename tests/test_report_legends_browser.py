@@ -3,29 +3,18 @@ read first (protocol, judge, data, subset, a --limit banner), the pillar and col
 than hover tooltips (so they survive printing), evidence levels explained, provenance behind a "sources"
 toggle, the paper's rank table shaded by rank, and the same page printed to PDF."""
 
-import os
 from pathlib import Path
 
 import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec
 from test_rankings import AWARENESS, TIERS, awareness_replays
+from test_report_browser import ARTIFACTS, chromium  # noqa: F401 - the fixture: Chromium or skip (fail in CI)
 from trustmh.compare import load_run
 from trustmh.report import write_report
-from trustmh.testing.browser import chromium_tab, find_chromium
+from trustmh.testing.browser import chromium_tab
 
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 LIMIT = 8
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is required in CI (.ci/run installs the Debian package)")
-        pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
-    return exe
 
 
 @pytest.fixture(scope="module")
