@@ -121,7 +121,8 @@ def synthetic_reply(body: dict) -> str:
     n = int(re.search(r"(?:item|case)-(\d+)", text).group(1))
     if "APA" in text:  # the ethics judge rubric
         scores = {f"sc{k}": 1 + (n * k) % 5 for k in range(1, 6)}
-        return json.dumps(scores, separators=(",", ":")) + " rationale:" + " fine" * 6
+        # Fenced, so that the paper's parser (fenced object or the whole text) reads it as trustmh's does.
+        return "```json " + json.dumps(scores, separators=(",", ":")) + " ``` rationale:" + " fine" * 6
     if "case-" in text:
         return f"Answer: {'ABCD'[n % 4]}." + " because" * 8
     return f"Answer: {1 + n % 4})" + " because" * 8

@@ -208,8 +208,16 @@ def test_identification_bad_gold_and_empty_message_are_unscored(tmp_path):
 
 # --- severity (C-SSRS) -----------------------------------------------------------------------------
 
-def test_posts_parsing(upstream):
-    csv.field_size_limit(sys.maxsize)
+@pytest.fixture
+def wide_csv_fields():
+    """C-SSRS cells exceed the csv module's default field limit; the limit is process-wide, so it is set
+    back afterwards (tests of the strict readers rely on the default)."""
+    before = csv.field_size_limit(sys.maxsize)
+    yield
+    csv.field_size_limit(before)
+
+
+def test_posts_parsing(upstream, wide_csv_fields):
     with (upstream / "c-ssrs/500_Reddit_users_posts_labels.csv").open(encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     bad = [r for r in rows if not _literal_ok(r["Post"])]
@@ -230,8 +238,7 @@ def _literal_ok(cell):
         return False
 
 
-def test_severity_full_file_metrics_by_hand(upstream, tmp_path):
-    csv.field_size_limit(sys.maxsize)
+def test_severity_full_file_metrics_by_hand(upstream, tmp_path, wide_csv_fields):
     with (upstream / "c-ssrs/500_Reddit_users_posts_labels.csv").open(encoding="utf-8", newline="") as fh:
         gold = {r["User"]: r["Label"] for r in csv.DictReader(fh)}
     assert len(gold) == 500

@@ -20,12 +20,15 @@ against hand computation, Shrout & Fleiss's published example, scipy and scikit-
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .metrics import Table, bootstrap, derived_seed, spearman, weighted_kappa
+from .results import MetricValue, TaskResult
 
 STATS = ("icc_c1", "icc_a1", "kappa_quadratic", "spearman")
 STAT_NAMES = {"icc_c1": "ICC(C,1)", "icc_a1": "ICC(A,1)", "kappa_quadratic": "QW kappa", "spearman": "Spearman rho"}
@@ -155,3 +158,30 @@ def icc_bootstrap(ratings: np.ndarray, *, seed: int, n_boot: int = 1000, level: 
         kept = draws[ok]
         out[name] = (float(np.quantile(kept, alpha)), float(np.quantile(kept, 1 - alpha))) if kept.size >= 10 else None
     return out
+
+
+def agreement_task_result(ca: CriterionAgreement, n_rated: int, failed: collections.Counter,
+                 judge_errors: collections.Counter) -> TaskResult:
+    """One criterion's agreement as a results.json task row (validate_judge.<criterion>)."""
+    metrics = {f"{who}.{s}": MetricValue(value=None if math.isnan(v := ca.values[f"{who}.{s}"]) else v,
+                                         ci=ca.cis.get(f"{who}.{s}"), n=ca.n_items)
+               for who in ("judge", "ceiling", "diff") for s in STATS}
+    head = metrics["judge.icc_a1"]
+    return TaskResult(task=f"validate_judge.{ca.criterion}", pillar="judge", status="ok", metric="judge.icc_a1",
+                      value=head.value, ci=head.ci, higher_is_better=True, n=ca.n_items, n_samples=n_rated,
+                      n_judge_failed=sum(failed.values()), judge_failed_reasons=dict(failed),
+                      n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
+                      description="; ".join(f"{s}: {v}" for s, v in ca.verdicts.items()), metrics=metrics)
+
+
+def agreement_json(ca_list: list[CriterionAgreement], **about: Any) -> dict[str, Any]:
+    """agreement.json: per criterion and statistic the judge's value, the human ceiling, their difference
+    (each with its interval) and the verdict; what the report section shows."""
+    def num(v: float) -> float | None:
+        return None if math.isnan(v) else v
+
+    return {**about, "criteria": [
+        {"criterion": ca.criterion, "n_items": ca.n_items, "raters": ca.raters, "statistics": {
+            s: {**{w: num(ca.values[f"{w}.{s}"]) for w in ("judge", "ceiling", "diff")},
+                **{f"{w}_ci": ca.cis.get(f"{w}.{s}") for w in ("judge", "ceiling", "diff")},
+                "verdict": ca.verdicts[s]} for s in STATS}} for ca in ca_list]}

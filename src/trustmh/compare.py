@@ -445,5 +445,3 @@ def compare_runs(runs: list[Run], *, n_boot: int = 1000, seed: int = 0, all_metr
             progress(i, len(ents) - 1, e.label)
     return out
 
-
-from .compare_format import COLUMNS, records, rich_tables, to_csv, to_json, to_markdown  # noqa: E402,F401

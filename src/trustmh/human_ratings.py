@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .agreement import STATS, CriterionAgreement, criterion_agreement
+from .agreement import STATS, CriterionAgreement, agreement_json, agreement_task_result, criterion_agreement
 from .data.loaders import file_sha256
 from .errors import UserError
 from .judges.parsing import extract_json_object, parse_int_scores
@@ -298,32 +298,6 @@ def read_verdict(resp: Response | None, criteria: list[str], scale_of) -> tuple[
     return values, reasons
 
 
-def _task_result(ca: CriterionAgreement, n_rated: int, failed: collections.Counter,
-                 judge_errors: collections.Counter) -> TaskResult:
-    metrics = {f"{who}.{s}": MetricValue(value=None if math.isnan(v := ca.values[f"{who}.{s}"]) else v,
-                                         ci=ca.cis.get(f"{who}.{s}"), n=ca.n_items)
-               for who in ("judge", "ceiling", "diff") for s in STATS}
-    head = metrics["judge.icc_a1"]
-    return TaskResult(task=f"validate_judge.{ca.criterion}", pillar="judge", status="ok", metric="judge.icc_a1",
-                      value=head.value, ci=head.ci, higher_is_better=True, n=ca.n_items, n_samples=n_rated,
-                      n_judge_failed=sum(failed.values()), judge_failed_reasons=dict(failed),
-                      n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
-                      description="; ".join(f"{s}: {v}" for s, v in ca.verdicts.items()), metrics=metrics)
-
-
-def agreement_json(ca_list: list[CriterionAgreement], **about: Any) -> dict[str, Any]:
-    """agreement.json: per criterion and statistic the judge's value, the human ceiling, their difference
-    (each with its interval) and the verdict; what the report section shows."""
-    def num(v: float) -> float | None:
-        return None if math.isnan(v) else v
-
-    return {**about, "criteria": [
-        {"criterion": ca.criterion, "n_items": ca.n_items, "raters": ca.raters, "statistics": {
-            s: {**{w: num(ca.values[f"{w}.{s}"]) for w in ("judge", "ceiling", "diff")},
-                **{f"{w}_ci": ca.cis.get(f"{w}.{s}") for w in ("judge", "ceiling", "diff")},
-                "verdict": ca.verdicts[s]} for s in STATS}} for ca in ca_list]}
-
-
 def validate_ratings(spec: RatingsSpec, out: Path | None = None, *, runs_root: Path = Path("runs"),
                      limits=None, events=None) -> tuple[Path, RunResults]:
     """Judge every item of the rated set, compare with the humans, write results.json, agreement.json,
@@ -370,7 +344,7 @@ def validate_ratings(spec: RatingsSpec, out: Path | None = None, *, runs_root: P
             ca = criterion_agreement(c, rated.ratings[c], judged, tuple(range(lo, hi + 1)), seed=spec.seed,
                                      n_boot=spec.n_boot)
             found.append(ca)
-            results[f"validate_judge.{c}"] = _task_result(ca, len(rated.ratings[c]), failed,
+            results[f"validate_judge.{c}"] = agreement_task_result(ca, len(rated.ratings[c]), failed,
                                                           judge_errors if failed else collections.Counter())
         with atomic_open(run_dir / "samples.jsonl") as fh:
             for i in items:

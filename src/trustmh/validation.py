@@ -357,13 +357,12 @@ def _with_ceiling(spec: ValidateSpec, cases: list[Case], judged: dict, judge_nam
                   results: dict[str, TaskResult]) -> dict[str, Any]:
     """ICC, kappa and Spearman of the judge against H1 and H2 with the human ceiling (H1 vs H2) and the
     verdict (agreement.py), added to `results` as validate_judge.appropriateness; agreement.json's content."""
-    from .agreement import criterion_agreement
-    from .human_ratings import _task_result, agreement_json
+    from .agreement import agreement_json, agreement_task_result, criterion_agreement
     judge = {c.id: r for c in cases if (r := judged[c.id][0]) is not None}
     failed = collections.Counter(judged[c.id][2] for c in cases if judged[c.id][0] is None)
     ca = criterion_agreement("appropriateness", {c.id: c.human for c in cases}, judge, RATINGS, seed=spec.seed,
                              n_boot=spec.n_boot)
-    results["validate_judge.appropriateness"] = _task_result(ca, len(cases), failed, collections.Counter())
+    results["validate_judge.appropriateness"] = agreement_task_result(ca, len(cases), failed, collections.Counter())
     return agreement_json([ca], judge=judge_name, rubric="crisis.escalation (crisis_escalation_judge.j2)",
                           ratings="built-in: LLMs-Mental-Health-Crisis H1/H2", lines_left_out={},
                           seed=spec.seed, n_boot=spec.n_boot)

@@ -101,7 +101,8 @@ def compare_cmd(
 ) -> None:
     """Differences between models per task, pillar and overall: paired bootstrap CI over shared items, p-value."""
     _load_plugins(include)
-    from ..compare import compare_runs, load_run, rich_tables, to_csv, to_json, to_markdown
+    from ..compare import compare_runs, load_run
+    from ..compare_format import rich_tables, to_csv, to_json, to_markdown
     if fmt not in ("table", "json", "markdown", "csv"):
         raise UserError(f"--format must be table, json, markdown or csv, not '{fmt}'")
     if not 0 < alpha < 1:
