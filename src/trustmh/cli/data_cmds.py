@@ -62,22 +62,52 @@ def data_pull(
             return
     statuses = pull(ddir, datasets=datasets or None, url_base=url_base, from_dir=from_dir,
                     progress=sys.stderr.isatty(), force=force)
-    fetched = sum(1 for s in statuses if s.detail != "already present")
-    out.print(f"{len(statuses)} files verified in {ddir} ({fetched} fetched, {len(statuses) - fetched} already present)")
+    out.print(pull_line(statuses, ddir, from_dir), markup=False, highlight=False, soft_wrap=True)
+
+
+def pull_line(statuses, ddir: Path, from_dir: Path | None) -> str:
+    """One line: what a pull took (data and method files apart), and per dataset what the source lacked."""
+    from collections import Counter
+
+    from ..data.manifest import dataset_for_path
+    took = [s for s in statuses if s.state == "present"]
+    new = [s for s in took if s.detail != "already present"]
+    n_methods = sum(s.path.startswith("methods/") for s in new)
+    verb = f"imported from {from_dir}" if from_dir is not None else "fetched"
+    line = (f"{len(took)} files verified in {ddir}: {verb} {len(new) - n_methods} data and {n_methods} "
+            f"method files, {len(took) - len(new)} already present")
+    lacking = [s.path for s in statuses if s.state == "missing"]
+    if lacking:
+        parts = []
+        data = Counter(getattr(dataset_for_path(p), "name", p) for p in lacking if not p.startswith("methods/"))
+        if data:
+            names = list(data)
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            parts.append(f"{sum(data.values())} data files ({shown})")
+        if len(lacking) > sum(data.values()):
+            parts.append(f"{len(lacking) - sum(data.values())} method files")
+        line += f"; not in the copy: {' and '.join(parts)} (`trustmh data check` says how to get them)"
+    return line
 
 
 @data_app.command("check")
 def data_check(
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    methods_dir: Optional[Path] = typer.Option(
+        None, "--methods-dir", help="The authors' method files, as `run --methods-dir` (default $TRUSTMH_METHODS_DIR, "
+                                    "else <data dir>/methods)."),
 ) -> None:
     """Report which datasets are present, missing or corrupt, and how to get what is missing."""
     from ..data.fetch import check
+    from ..data.methods import methods_dir as methods_root
     ddir = _data_dir(data_dir)
-    table = RichTable(title=f"datasets in {ddir}")
+    mroot = methods_root(ddir, methods_dir)  # the same place `run` reads them from
+    title = f"datasets in {ddir}" + ("" if mroot == ddir / "methods" else f"; method files in {mroot}")
+    table = RichTable(title=title)
     for col in ("dataset", "state", "files", "license", "how to get"):
         table.add_column(col, overflow="fold")
     bad = False
-    for st in check(ddir):
+    for st in check(ddir, methods_root=mroot):
         colour = {"present": "green", "user-supplied": "green", "corrupt": "red"}.get(st.state, "yellow")
         ok = sum(1 for f in st.files if f.state == "present")
         table.add_row(st.dataset.name, f"[{colour}]{st.state}[/]", f"{ok}/{len(st.files)}", st.dataset.license,

@@ -135,7 +135,14 @@ def run_cmd(
     default_judge = judge is None
     if judge is None:
         paper = protocol == "paper" or upstream_compat or (protocol is None and chosen == "data")
-        judge = PAPER_JUDGE if paper else "rules"
+        # The offline default stays offline once data is present: baselines are judged by the rules unless
+        # a judge is named (a paid judge for a baseline is never what `trustmh run` alone should mean).
+        offline = all(m.startswith("baseline/") for m in model)
+        judge = PAPER_JUDGE if paper and not offline else "rules"
+        if paper and offline:
+            err.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
+                      f"judge)", style="yellow", markup=False, highlight=False)
+            default_judge = False  # no paper proxy judge either
     if judge != "rules":
         split_spec(judge)
     if limit is not None and limit < 1:
@@ -205,6 +212,19 @@ def run_cmd(
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed)
+    _methods_exit(results)
+
+
+def _methods_exit(results) -> None:
+    """Exit 2 when a task could not follow the paper's protocol for want of a method file: the run is not
+    what was asked for, and one command fixes it."""
+    missing = sorted({t.task for mr in results.models.values() for t in mr.tasks.values()
+                      if t.status != "ok" and (t.reason or "").startswith("method file")})
+    if missing:
+        raise UserError(f"{len(missing)} task(s) not run for want of the authors' method files "
+                        f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): run `trustmh data pull "
+                        f"methods` (or `trustmh data pull --from DIR` with a copy holding methods/, or pass "
+                        f"--methods-dir DIR), then the same command again")
 
 
 def _check_share(max_failed: float) -> None:

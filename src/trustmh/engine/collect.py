@@ -67,7 +67,7 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
     if "proxy" in roles and spec.options.get("proxy_judge"):
         models["proxy"] = make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
                                      timeout=limits.timeout,
-                                     seed=spec.seed, purpose="judge", transport=spec.options.get("transport", "http"),
+                                     seed=spec.seed, purpose="proxy", transport=spec.options.get("transport", "http"),
                                      max_connections=limits.max_connections)
     if "classifier" in roles and ctx.options.get("refusal_classifier"):
         from ..judges.hf_classifier import ClassifierModel, parse_spec
