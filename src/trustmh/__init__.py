@@ -1,7 +1,7 @@
 """trustmh: measure how far a large language model can be trusted in mental-health use.
 
 Public API (everything else is private and may change); README "Use from Python" shows it at work:
-    run, RunSpec, Limits               - run or resume an evaluation programmatically
+    run, RunSpec, Limits               - run or resume an evaluation programmatically (writes report.html too)
     Task, register, MetricSpec, RunContext, DataSource, Item, Sample, Score - define a task
     Rubric, Judged, Verdicts           - the judgements a task asks of a judge, and their verdicts
     Table, mean, count, answered, no_answer, answer_metrics, render, render_judge - scoring and prompting
@@ -15,7 +15,7 @@ from .types import Item, Request, Response, Sample, Score
 
 # Where each lazily loaded name lives: `import trustmh` stays light (no SDKs, numpy or torch until used).
 _LAZY = {
-    "run": "engine", "RunSpec": "engine", "Limits": "engine",
+    "run": "api", "RunSpec": "engine", "Limits": "engine",
     "Task": "tasks", "register": "tasks", "MetricSpec": "tasks", "RunContext": "tasks", "DataSource": "tasks",
     "Rubric": "tasks", "Judged": "tasks", "Verdicts": "tasks",
     "render": "tasks.base", "render_judge": "tasks.base", "answered": "tasks.base", "no_answer": "tasks.base",

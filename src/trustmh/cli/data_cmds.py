@@ -11,37 +11,61 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app, out
+from ._base import _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app, err, out
 
 
 @app.command("list")
 def list_tasks(
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="Count items in: auto, sample or data."),
+    protocol: Optional[str] = typer.Option(
+        None, help="Count the items this protocol runs: paper, trustmh or both (default: the one `run` uses: paper "
+                   "on real data, trustmh on the sample suite)."),
+    methods_dir: Optional[Path] = typer.Option(
+        None, "--methods-dir", help="The authors' method files, for the paper protocol's counts (as `run`)."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """List tasks: pillar, dataset, metric, direction and number of items."""
     _load_plugins(include)
-    from ..engine import data_source
-    from ..tasks import RunContext, resolve_tasks
+    from ..engine import context, data_source
+    from ..tasks import resolve_tasks
     ddir = _data_dir(data_dir)
-    suite = _choose_suite(suite, ddir)
-    source = data_source(_probe_spec(suite, ddir))
-    table = RichTable(title=f"trustmh tasks ({'sample suite' if suite == 'sample' else ddir})")
-    for col in ("task", "pillar", "dataset", "metric", "better", "items"):
+    chosen = _choose_suite(suite, ddir)
+    if chosen == "sample" and suite == "auto":
+        err.print()  # the notice above is its own paragraph, not the table's first line
+    if protocol not in (None, "paper", "trustmh", "both"):
+        raise UserError(f"--protocol must be paper, trustmh or both, not '{protocol}'")
+    if chosen == "sample" and protocol in ("paper", "both"):
+        raise UserError("--protocol paper counts real data; the sample suite runs the trustmh protocol only")
+    shown = (["paper", "trustmh"] if protocol == "both" else [protocol] if protocol
+             else ["paper" if chosen == "data" else "trustmh"])
+    from ..engine import RunSpec
+    source = data_source(_probe_spec(chosen, ddir))
+    contexts = {name: context(RunSpec(models=["baseline/refuse"], suite=chosen, data_dir=str(ddir), protocol=name,
+                                      methods_dir=str(methods_dir) if methods_dir else None)) for name in shown}
+    where = "sample suite" if chosen == "sample" else str(ddir)
+    table = RichTable(title=f"trustmh tasks ({where}; items under the {' and the '.join(shown)} protocol"
+                            f"{'s' if len(shown) > 1 else ''})", title_justify="left")
+    for col in ("task", "pillar", "dataset", "metric", "better"):
         table.add_column(col)
+    for name in shown:
+        table.add_column("items" if len(shown) == 1 else f"items ({name})", justify="right")
+    # Fresh task objects per protocol: a task may adapt itself to the protocol it loads under (the files
+    # it reads), and one protocol's count must not change the other's.
+    counts = {name: {t.id: _count(t, source, ctx) for t in resolve_tasks("all")} for name, ctx in contexts.items()}
     for task in resolve_tasks("all"):
-        missing = task.missing_files(source)
-        if missing:
-            n = "[red]missing[/]"
-        else:
-            try:
-                n = str(len(task.load(source, RunContext())))
-            except UserError as e:
-                n = Text(f"error: {e}", style="red")  # text: a message may hold brackets ('trustmh[hf]')
         table.add_row(task.id, task.pillar, task.dataset, task.metric.name,
-                      "higher" if task.metric.higher_is_better else "lower", n)
+                      "higher" if task.metric.higher_is_better else "lower", *(counts[n][task.id] for n in shown))
     out.print(table)
+
+
+def _count(task, source, ctx) -> str | Text:
+    if task.missing_files(source):
+        return Text("missing", style="red")
+    try:
+        return str(len(task.load(source, ctx)))
+    except UserError as e:  # text: a message may hold brackets ('trustmh[hf]')
+        return Text(f"error: {str(e).split(' — ')[0]}", style="red")
 
 
 @data_app.command("pull")

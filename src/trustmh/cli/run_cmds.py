@@ -232,6 +232,12 @@ def _check_share(max_failed: float) -> None:
         raise UserError("--max-failed must be between 0 and 1")
 
 
+# Error kinds a rerun meets again (the same request gets the same answer), with what would fix them.
+_NOT_RETRIED = {"not_recorded": "the replay file holds no reply for them; record them, a rerun cannot",
+                "context_length": "the prompt does not fit the model's context; a rerun sends the same",
+                "content_filter": "the provider's filter refused the prompt; a rerun sends the same"}
+
+
 def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
     """Samples that failed are named by error kind. Exit 1 on any with --fail-on-error; otherwise exit 2
     when a task lost more than `max_failed` of its samples: its value rests on too little to be read."""
@@ -247,8 +253,10 @@ def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
     if not n_err:
         return
     shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
-    err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
-              style="red", markup=False, highlight=False, soft_wrap=True)
+    fixed = [f"{k}: {why}" for k, why in _NOT_RETRIED.items() if k in kinds]
+    advice = "rerun the same command to retry them" if set(kinds) - set(_NOT_RETRIED) else "a rerun cannot help"
+    err.print(f"{n_err} samples failed with errors (not scored: {shown}); {advice}"
+              + (f" ({'; '.join(fixed)})" if fixed else ""), style="red", markup=False, highlight=False, soft_wrap=True)
     if fail_on_error:
         raise typer.Exit(1)
     if over:
