@@ -68,3 +68,19 @@ def test_the_python_api_writes_the_report_as_the_cli_does(tmp_path):
     trustmh.run(trustmh.RunSpec(models=["baseline/refuse"], tasks="privacy.awareness_tier1", suite="sample",
                                 n_boot=50), tmp_path / "bare", report=False)
     assert not (tmp_path / "bare" / "report.html").exists()
+
+
+def test_gate_ends_with_n_of_m_failed_and_says_why_a_pillar_is_partial(tmp_path):
+    run = cli("run", "--suite", "sample", "--model", "baseline/random", "--tasks",
+              "privacy.awareness_tier1,safety.over_refusal", "--out", tmp_path / "run", "--no-progress", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    gate = cli("gate", tmp_path / "run", "--min", "pillar:privacy=10", "--max", "safety.over_refusal=0.5")
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    lines = gate.stdout.strip().splitlines()
+    # 2 thresholds, the privacy pillar's partial check, and the coverage of the 2 tasks they rest on
+    assert lines[-1] == ("gate failed: 2 of 5 checks failed (thresholds missed: 1, partial scores: 1) "
+                         "on 1 model(s)")
+    (partial,) = [ln for ln in lines if "is partial" in ln]
+    assert "privacy.leakage not in this run" in partial and "privacy.awareness_tier2a not in this run" in partial
+    ok = cli("gate", tmp_path / "run", "--max", "safety.over_refusal=1")
+    assert ok.returncode == 0 and ok.stdout.strip().splitlines()[-1] == "gate passed: 2 checks on 1 model(s)"
