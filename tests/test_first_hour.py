@@ -84,3 +84,37 @@ def test_gate_ends_with_n_of_m_failed_and_says_why_a_pillar_is_partial(tmp_path)
     assert "privacy.leakage not in this run" in partial and "privacy.awareness_tier2a not in this run" in partial
     ok = cli("gate", tmp_path / "run", "--max", "safety.over_refusal=1")
     assert ok.returncode == 0 and ok.stdout.strip().splitlines()[-1] == "gate passed: 2 checks on 1 model(s)"
+
+
+def test_dry_run_plans_a_large_task_from_a_spread_of_items_and_says_each_reason_once(tmp_path, monkeypatch):
+    from conftest import make_synthetic_data, run_spec
+
+    from trustmh.engine import context, prepare
+    from trustmh.engine.plan import PLAN_ITEMS, plan
+    from trustmh.tasks.privacy import AwarenessTier1
+    data = make_synthetic_data(tmp_path / "data", n_tier1=250, n_ethics=3)
+    spec = run_spec(models=["baseline/refuse"], tasks="privacy.awareness_tier1", suite="data", data_dir=str(data))
+    ctx = context(spec)
+    built = []
+    real = AwarenessTier1.samples
+    monkeypatch.setattr(AwarenessTier1, "samples", lambda self, item, c: built.append(item.id) or real(self, item, c))
+    prepared, _ = prepare(spec, ctx, lazy=True)
+    (row,) = plan(spec, ctx, prepared, tmp_path / "no-run")
+    assert len(built) == PLAN_ITEMS < 250  # not every item: a spread of them
+    assert built[:3] == ["0", "2", "5"] and built[-1] == str(99 * 250 // PLAN_ITEMS)
+    assert row.estimated and row.samples == row.model_calls == 250  # one sample per item, scaled back up
+    # on the command line: one row per task, one line per model, each not-run reason once
+    args = ["run", "--data-dir", data, "--protocol", "trustmh", "--tasks",
+            "privacy.awareness_tier1,ethics.reasoning,reliability.diagnosis,robustness.diagnosis",
+            "--model", "baseline/refuse", "--model", "baseline/random", "--model", "baseline/counselor",
+            "--dry-run", "--out", tmp_path / "run"]
+    dry = cli(*args, cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    text = dry.stdout
+    assert text.count("swmh missing") == 1
+    assert "reliability.diagnosis, robustness.diagnosis: not run: swmh missing" in " ".join(text.split())
+    rows = [ln for ln in text.splitlines() if ln.startswith("│ privacy.awareness_tier1")]
+    assert len(rows) == 1 and "~750" in rows[0] and "3 models" in rows[0]  # 250 items x 3 models
+    per_model = [ln for ln in text.splitlines() if ln.startswith("│ baseline/")]
+    assert len(per_model) == 3 and all("~253" in ln for ln in per_model), per_model
+    assert not (tmp_path / "run").exists()

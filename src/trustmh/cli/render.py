@@ -137,28 +137,51 @@ def _summary(results) -> None:
 
 
 def _dry_run(spec, run_dir: Path) -> None:
-    """Per task and model, the calls `run` would make (stored ones left out) and their estimated size."""
+    """Per task, the calls `run` would make (stored ones left out) and their estimated size, then one line
+    per model and each reason a task cannot run, once."""
     from ..engine import context, prepare
-    from ..engine.plan import CHARS_PER_TOKEN, plan
+    from ..engine.plan import CHARS_PER_TOKEN, PLAN_ITEMS, plan
     ctx = context(spec)
-    prepared, _ = prepare(spec, ctx)
+    prepared, _ = prepare(spec, ctx, lazy=True)  # the plan builds what it needs (plan.sampled)
     rows = plan(spec, ctx, prepared, run_dir)
+    ran = [r for r in rows if not r.note.startswith("not run")]
+    models = list(dict.fromkeys(r.model for r in rows))
+    fields = ("samples", "model_calls", "model_tokens", "judge_calls", "judge_tokens")
+
+    def cells(group) -> list[str]:
+        approx = "~" if any(r.estimated for r in group) else ""
+        return [f"{approx if n else ''}{n}" for n in (sum(getattr(r, f) for r in group) for f in fields)]
+
     table = RichTable(title=f"dry run: calls a run into {run_dir} would make (nothing was called)",
                       title_justify="left")
-    for col in ("task", "model", "samples", "model calls", "~prompt tokens", "judge calls", "~judge tokens", ""):
-        table.add_column(col, justify="left" if col in ("task", "model", "") else "right", no_wrap=col == "task")
-    for r in rows:
-        table.add_row(r.task, r.model, str(r.samples), str(r.model_calls), str(r.model_tokens), str(r.judge_calls),
-                      str(r.judge_tokens), escape(r.note))
-    table.add_row("total", "", str(sum(r.samples for r in rows)), str(sum(r.model_calls for r in rows)),
-                  str(sum(r.model_tokens for r in rows)), str(sum(r.judge_calls for r in rows)),
-                  str(sum(r.judge_tokens for r in rows)), "", style="bold")
+    for col in ("task", "model" if len(models) == 1 else "models", "samples", "model calls", "~prompt tokens",
+                "judge calls", "~judge tokens"):
+        table.add_column(col, justify="left" if col in ("task", "model", "models") else "right", no_wrap=col == "task")
+    who = models[0] if len(models) == 1 else f"{len(models)} models"
+    for task in dict.fromkeys(r.task for r in ran):  # one row per task, every model's calls added up
+        table.add_row(task, who, *cells([r for r in ran if r.task == task]))
+    table.add_row("total", "", *cells(ran), style="bold")
     out.print(table)
+    if len(models) > 1:
+        per = RichTable(title="per model", title_justify="left")
+        for col in ("model", "tasks", "samples", "model calls", "~prompt tokens", "judge calls", "~judge tokens"):
+            per.add_column(col, justify="left" if col == "model" else "right")
+        for m in models:
+            mine = [r for r in ran if r.model == m]
+            per.add_row(m, str(len(mine)), *cells(mine))
+        out.print(per)
+    not_run: dict[str, list[str]] = {}  # reason -> tasks: the same for every model, and often for several tasks
+    for r in rows:
+        if r.note.startswith("not run") and r.task not in not_run.setdefault(r.note, []):
+            not_run[r.note].append(r.task)
+    for note, tasks in not_run.items():
+        out.print(f"  {', '.join(tasks)}: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     judge = "rules judge: no judge calls" if spec.judge == "rules" else f"judge {spec.judge}"
     if spec.options.get("proxy_judge"):
         judge += f", proxy judge {spec.options['proxy_judge']}"
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
-              f"judge calls assume every reply is judged and judge prompts leave out the reply's text; {judge}",
+              f"judge calls assume every reply is judged and judge prompts leave out the reply's text; "
+              f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
               markup=False, highlight=False)
 
 
