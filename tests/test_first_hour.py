@@ -118,3 +118,27 @@ def test_dry_run_plans_a_large_task_from_a_spread_of_items_and_says_each_reason_
     per_model = [ln for ln in text.splitlines() if ln.startswith("│ baseline/")]
     assert len(per_model) == 3 and all("~253" in ln for ln in per_model), per_model
     assert not (tmp_path / "run").exists()
+
+
+def test_the_summary_reads_whole_at_80_columns(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRUSTMH_METHODS_DIR"}
+    env["COLUMNS"] = "80"
+    proc = subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "--suite", "sample", "--out", tmp_path / "run",
+                           "--no-progress", "--bootstrap", "50"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert "…" not in text  # no header, metric or number cut to an ellipsis
+    res = json.loads((tmp_path / "run" / "results.json").read_text())
+    tasks = res["models"]["baseline/counselor"]["tasks"]
+    lines = text.splitlines()
+    for tid, t in tasks.items():
+        assert any(ln.split()[:1] == [tid] for ln in lines), tid  # every task id whole, at a row's start
+        if t["status"] == "ok":
+            assert any(ln.strip().startswith(t["metric"] + " ") for ln in lines), t["metric"]
+            if t["trust_score"] is not None:
+                row = next(ln for ln in lines if ln.split()[:1] == [tid])
+                assert row.split()[-1] == f"{t['trust_score']:.1f}", row
+    # the framed tables keep within 80 columns (prose lines wrap as the terminal does)
+    table_lines = [ln for ln in lines if ln.startswith(" ") and not ln.startswith("  ")]
+    assert table_lines and max(map(len, table_lines)) <= 80

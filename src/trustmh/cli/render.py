@@ -55,8 +55,9 @@ class _ProgressView:
 
 def _pillar_summary(mr) -> None:
     """The paper's pillars with what each rests on; the overall score says how many pillars it covers."""
+    narrow = out.width < 120  # no frame: at 80 columns every cell reads whole
     table = RichTable(title=f"{mr.model}: pillars (trustmh's aggregation; the paper publishes ranks only)",
-                      title_justify="left")
+                      title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for col in ("pillar", "trust", "~95% CI", "rows", "samples", ""):
         table.add_column(col, justify="left" if col in ("pillar", "") else "right", no_wrap=True)
     for p in mr.pillars.values():
@@ -76,51 +77,69 @@ def _pillar_summary(mr) -> None:
         out.print(f"beyond the paper (in no pillar): {shown}", markup=False, highlight=False)
 
 
-# Short headers under 120 columns (each explained below the table), so all ten columns fit at 80.
-_NARROW = {"95% CI": "95%\nCI", "no answer": "no\nans", "unscored": "unsc", "judge failed": "judge\nfail",
-           "errors": "err"}
+def _value_cells(t) -> tuple[str, str]:
+    val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
+    ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+    if t.base_metric:  # a relative measure: its base task's own value beside it
+        val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
+    return val, ci
+
+
+def _red(n: int) -> str:
+    return f"[red]{n}[/]" if n else "0"
+
+
+def _task_tables(mr) -> list[RichTable]:
+    """The per-task table: one of ten columns from 120 columns on; under that (80 columns must read whole:
+    task ids are never cut, they are what users copy into --tasks and gates) two tables, the values and
+    then the counts they rest on, each with its full headers."""
+    trust = lambda t: "-" if t.trust_score is None else f"{t.trust_score:.1f}"  # noqa: E731
+    arrow = lambda t: "↑" if t.higher_is_better else "↓"  # noqa: E731
+    ok = [t for t in mr.tasks.values() if t.status == "ok"]
+    if out.width >= 120:
+        table = RichTable(title=mr.model, title_justify="left", box=box.HEAVY_HEAD)
+        for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
+                    "trust"):
+            table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
+                             no_wrap=col in ("task", "value", "95% CI", "trust"))
+        for t in mr.tasks.values():
+            if t.status != "ok":
+                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "")
+                continue
+            table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), str(t.n_no_answer),
+                          str(t.n_unscored), _red(t.n_judge_failed), _red(t.n_errors), trust(t))
+        return [table]
+    values = RichTable(title=f"{mr.model}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                       padding=(0, 1, 0, 0))
+    for col in ("task / metric", "value", "95% CI", "trust"):
+        values.add_column(col, justify="left" if col == "task / metric" else "right", no_wrap=True)
+    for t in mr.tasks.values():
+        if t.status != "ok":
+            values.add_row(t.task, Text("not run", style="yellow"), "", "")
+            continue
+        val, ci = _value_cells(t)
+        values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val.replace(" (base", "\n(base"), ci, trust(t))
+    counts = RichTable(title=f"{mr.model}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
+                       pad_edge=False, padding=(0, 1, 0, 0))
+    for col in ("task", "n", "no\nanswer", "unscored", "judge\nfailed", "errors"):
+        counts.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
+    for t in ok:
+        counts.add_row(t.task, str(t.n), str(t.n_no_answer), str(t.n_unscored), _red(t.n_judge_failed),
+                       _red(t.n_errors))
+    return [values, counts]
 
 
 def _summary(results) -> None:
     if results.banner:  # above and below: the tables between are long, and either end may be all one reads
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
     for model, mr in results.models.items():
-        # Under 120 columns the frame goes (lines between columns only) so that all ten columns still fit
-        # at 80 without any header cut to an ellipsis.
-        narrow = out.width < 120
-        table = RichTable(title=f"{model}", title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
-                          pad_edge=not narrow, padding=(0, 0 if narrow else 1))
-        for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
-                    "trust"):
-            # Task ids are what users copy into --tasks and gate thresholds: never cut or wrap them.
-            table.add_column(_NARROW.get(col, col) if narrow else col,
-                             justify="right" if col not in ("task", "metric") else "left",
-                             no_wrap=col in ("task", "value", "95% CI", "trust"),
-                             min_width=max(map(len, (_NARROW.get(col, col) if narrow else col).split())))
-        not_run = []
-        for t in mr.tasks.values():
-            if t.status != "ok":
-                # The reason goes on its own line below the table: in a cell it squeezed every other
-                # column to a sliver at 80 or 120 columns. It is text, never markup ('trustmh[hf]').
-                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "")
-                not_run.append(f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}")
-                continue
-            val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
-            ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
-            arrow = "↑" if t.higher_is_better else "↓"
-            if t.base_metric:  # a relative measure: its base task's own value beside it
-                val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
-            table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_no_answer), str(t.n_unscored),
-                          f"[red]{t.n_judge_failed}[/]" if t.n_judge_failed else "0",
-                          f"[red]{t.n_errors}[/]" if t.n_errors else "0",
-                          "-" if t.trust_score is None else f"{t.trust_score:.1f}")
-        out.print(table)
+        for table in _task_tables(mr):
+            out.print(table)
+        not_run = [f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}" for t in mr.tasks.values()
+                   if t.status != "ok"]  # own lines: in a cell the reason squeezed every other column
         if not_run:
             out.print("\n".join(not_run) + "\n  (how to get the data: `trustmh data check`)", style="yellow",
                       markup=False, highlight=False, soft_wrap=True)
-        if narrow:
-            out.print("  ".join(f"{v.replace(chr(10), ' ')} = {k}" for k, v in _NARROW.items() if k != "95% CI"),
-                      markup=False, highlight=False)
         out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
                   "failed: left out of the value, not the model's doing", markup=False, highlight=False)
         relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
