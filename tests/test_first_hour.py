@@ -142,3 +142,39 @@ def test_the_summary_reads_whole_at_80_columns(tmp_path):
     # the framed tables keep within 80 columns (prose lines wrap as the terminal does)
     table_lines = [ln for ln in lines if ln.startswith(" ") and not ln.startswith("  ")]
     assert table_lines and max(map(len, table_lines)) <= 80
+
+
+def test_progress_totals_are_known_from_the_start_and_add_up_over_models(tmp_path):
+    from pathlib import Path
+
+    from trustmh.cli.render import _ProgressView
+    from trustmh.engine import PhaseProgress, RunSpec, TaskProgress, run
+    from trustmh.testing.fake_server import FakeLLMServer
+    # ethics' replies recorded for 2 of its 5 items: the other 3 are errors of that task
+    rep = write_replay(tmp_path / "r.jsonl", [{"task": "ethics.reasoning", "item_id": str(i), "response": "Answer: A"}
+                                              for i in range(2)])
+    events = []
+    with FakeLLMServer(reply=lambda body: "Answer: A. 3") as srv:
+        spec = RunSpec(models=["openai/a", f"replay/{rep}"], judge="openai/j", suite="sample",
+                       tasks="ethics,fairness.support,robustness.crisis", base_url=srv.openai_base_url,
+                       judge_base_url=srv.openai_base_url, n_boot=50)
+        view = _ProgressView(False)
+        with view:
+            _, results, _ = run(spec, Path(tmp_path / "run"), events=lambda e: (events.append(e), view(e)))
+    for model, mr in results.models.items():
+        gen = [e for e in events if isinstance(e, PhaseProgress) and e.phase == "generate" and e.label == model]
+        n_samples = sum(t.n_samples for t in mr.tasks.values())
+        # the total is the run's from the first report on (robustness builds its variants as it goes)
+        assert gen and {e.total for e in gen} == {n_samples}, (model, [(e.done, e.total) for e in gen[:3]])
+        final = {e.task: e for e in events if isinstance(e, TaskProgress) and e.model == model and e.finished}
+        assert set(final) == set(mr.tasks)
+        for tid, t in mr.tasks.items():
+            assert (final[tid].done, final[tid].total, final[tid].errors) == (t.n_samples, t.n_samples, t.n_errors)
+    assert results.models[f"replay/{rep}"].tasks["ethics.reasoning"].n_errors == 3
+    # one judge bar per tested model (they collided: the second model's counts replaced the first's)
+    judge_labels = {e.label for e in events if isinstance(e, PhaseProgress) and e.phase == "judge"}
+    assert judge_labels == {"judge openai/j for openai/a", f"judge openai/j for replay/{rep}"}
+    last = {e.label: e for e in events if isinstance(e, PhaseProgress)}
+    done, total, errors, approx = view.phase_totals("generate")
+    assert done == total == sum(last[m].total for m in results.models) and not approx
+    assert view.phase_totals("judge")[:2] == (sum(last[lb].done for lb in judge_labels),) * 2

@@ -14,16 +14,21 @@ from ._base import err, out
 
 
 class _ProgressView:
-    """Renders the engine's events: a rich bar per phase while it runs, notices as they come, and the
-    run's totals at the end. With bars off (not a terminal, --no-progress) only notices and totals show."""
+    """Renders the engine's events: one bar per phase (generate, judge, score: every model's added up, so
+    the total is the run's from the start and the time left is true), below them a row per task in flight
+    with its done / total, errors and failed judge calls, and notices as they come; the run's totals at the
+    end. With bars off (not a terminal, --no-progress) only notices and totals show."""
 
     def __init__(self, bars: bool):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-            TimeRemainingColumn
-        self.bars = Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[errors]}", style="red"), TextColumn("{task.fields[rate]}"),
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        self.bars = Progress(TextColumn("{task.description:<34}", markup=False), BarColumn(bar_width=20),
+                             TextColumn("{task.fields[count]}", markup=False),
+                             TextColumn("{task.fields[extra]}", style="red", markup=False),
                              TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=not bars)
-        self.ids: dict[tuple[str, str], object] = {}
+        self.parts: dict[tuple[str, str], tuple[int, int, int, bool]] = {}  # (phase, label): done, total, errors, ~
+        self.phase_ids: dict[str, object] = {}
+        self.task_ids: dict[tuple[str, str], object] = {}
+        self.models: set[str] = set()
 
     def __enter__(self):
         self.bars.__enter__()
@@ -32,18 +37,24 @@ class _ProgressView:
     def __exit__(self, *exc):
         return self.bars.__exit__(*exc)
 
+    def phase_totals(self, phase: str) -> tuple[int, int, int, bool]:
+        """done, total, errors and whether the total is still an estimate, over every bar of the phase."""
+        parts = [v for (ph, _), v in self.parts.items() if ph == phase]
+        return (sum(v[0] for v in parts), sum(v[1] for v in parts), sum(v[2] for v in parts),
+                any(v[3] for v in parts))
+
     def __call__(self, event) -> None:
-        from ..engine import Notice, PhaseProgress, PhaseStarted, RunTotals
+        from ..engine import Notice, PhaseProgress, PhaseStarted, RunTotals, TaskProgress
         if isinstance(event, PhaseStarted):
-            key = (event.phase, event.label)
-            if key not in self.ids:
-                self.ids[key] = self.bars.add_task(event.label, total=event.total, errors="", rate="")
+            self.parts.setdefault((event.phase, event.label), (0, event.total or 0, 0,
+                                                               event.estimated or event.total is None))
+            self._draw(event.phase)
         elif isinstance(event, PhaseProgress):
-            tid = self.ids.get((event.phase, event.label))
-            if tid is not None:
-                self.bars.update(tid, completed=event.done, total=event.total,
-                                 errors=f"{event.errors} errors" if event.errors else "",
-                                 rate=f"{event.rate:.1f}/s" if event.rate else "")
+            self.parts[(event.phase, event.label)] = (event.done, event.total or 0, event.errors,
+                                                      event.estimated or event.total is None)
+            self._draw(event.phase)
+        elif isinstance(event, TaskProgress):
+            self._task_row(event)
         elif isinstance(event, Notice):
             self.bars.console.print(f"note: {event.text}", style="yellow", markup=False, highlight=False)
         elif isinstance(event, RunTotals):
@@ -51,6 +62,33 @@ class _ProgressView:
             err.print(f"calls made: {calls or 'none'}; tokens stored: {event.prompt_tokens} prompt, "
                       f"{event.completion_tokens} completion; {event.seconds:.1f} s "
                       f"(scoring {event.scoring_seconds:.1f} s)", markup=False, highlight=False)
+
+    def _draw(self, phase: str) -> None:
+        done, total, errors, approx = self.phase_totals(phase)
+        fields = {"count": f"{done}/{'~' if approx else ''}{total}", "extra": f"{errors} errors" if errors else ""}
+        if phase not in self.phase_ids:
+            self.phase_ids[phase] = self.bars.add_task(phase, total=total or None, **fields)
+        self.bars.update(self.phase_ids[phase], completed=done, total=total or None, **fields)
+
+    def _task_row(self, e) -> None:
+        self.models.add(e.model)
+        key = (e.model, e.task)
+        tid = self.task_ids.get(key)
+        if e.finished:  # its calls are all stored: the summary reports it, the row goes
+            if tid is not None:
+                self.bars.remove_task(tid)
+                self.task_ids[key] = None  # never shown again
+            return
+        if key in self.task_ids and tid is None:
+            return
+        extra = ", ".join(x for x in (f"{e.errors} errors" if e.errors else "",
+                                      f"{e.judge_failed} judge failed" if e.judge_failed else "") if x)
+        fields = {"count": f"{e.done}/{e.total}", "extra": extra}
+        if tid is None:
+            label = f"  {e.task}" + (f" ({e.model})" if len(self.models) > 1 else "")
+            self.task_ids[key] = self.bars.add_task(label, total=e.total or None, completed=e.done, **fields)
+        else:
+            self.bars.update(tid, completed=e.done, total=e.total or None, **fields)
 
 
 def _pillar_summary(mr) -> None:

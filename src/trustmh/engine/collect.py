@@ -22,7 +22,7 @@ from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
 from . import identity
 from .identity import model_ref
-from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
+from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
 from .prepare import Prepared, samples_except
 from .spec import Limits, RunSpec, generation_request, judge_request
 
@@ -102,6 +102,9 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
                      for role, m in judge_models.items()})
     calls: collections.Counter = collections.Counter()
+    for model_spec in spec.models:  # every model's bar from the start: the run's total is known before any call
+        events(PhaseStarted("generate", model_spec, sum(p.expected_samples() for p in prepared),
+                            estimated=any(p.pending is not None for p in prepared)))
     side_jobs = [asyncio.create_task(job()) for job in beside]
     try:
         for model_spec in spec.models:
@@ -205,6 +208,7 @@ class _Collector:
                 key = (task_id, item_id, variant)
                 if key in linked and wanted <= judged.get(key, nothing):
                     self.n["gen"] += 1
+                    self.n[f"done:{task_id}"] += 1
                     return True
                 return False
 
@@ -238,8 +242,10 @@ class _Collector:
                 if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
                     resp = await self._reask(sample, request, reask)
                 self.n["gen"] += 1
+                self.n[f"done:{sample.task}"] += 1
                 if resp is None or not resp.ok:
                     self.n["gen_errors"] += 1
+                    self.n[f"errors:{sample.task}"] += 1
                 elif self.queues:
                     self._queue_judgements(task, sample, resp.text or "")
                 self._settle(sample.task)
@@ -256,7 +262,7 @@ class _Collector:
             jobs += [asyncio.create_task(self._judge_worker(role, ep)) for _ in range(ep.width)]
         self.events(PhaseStarted("generate", self.label, self._n_samples()))
         for role, ep in self.judges.endpoints.items():
-            self.events(PhaseStarted("judge", f"judge {ep.model.spec}", None))
+            self.events(PhaseStarted("judge", self._judge_label(ep), None))
         t_start = asyncio.get_running_loop().time()
         tick = asyncio.create_task(self._ticker(t_start))
         try:
@@ -271,7 +277,7 @@ class _Collector:
             self._show(t_start)
             self.events(PhaseDone("generate", self.label))
             for ep in self.judges.endpoints.values():
-                self.events(PhaseDone("judge", f"judge {ep.model.spec}"))
+                self.events(PhaseDone("judge", self._judge_label(ep)))
 
     async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
         """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
@@ -333,6 +339,7 @@ class _Collector:
                      for attempt in range(1, rubric.attempts + 1)]
             if not (await self._until_parsed(ep, tries, rubric.parses)).ok:
                 self.n[f"judge_errors:{role}"] += 1
+                self.n[f"judge_failed:{sample.task}"] += 1
             self.n[f"judge_done:{role}"] += 1
             self._settle(sample.task)
 
@@ -346,8 +353,12 @@ class _Collector:
 
     # --- progress -----------------------------------------------------------------------------------
     def _n_samples(self) -> int:
-        """The samples built so far: all of them, unless phase 1 is still building them as it goes."""
-        return sum(len(p.samples) for p in self.prepared)
+        """The samples of the run: exact once built, counted ahead from the items while phase 1 still builds
+        them as it goes (Prepared.expected_samples), so a bar's total is known from its start."""
+        return sum(p.expected_samples() for p in self.prepared)
+
+    def _judge_label(self, ep: Endpoint) -> str:
+        return f"judge {ep.model.spec} for {self.label}"  # one bar per judge and tested model
 
     async def _ticker(self, t_start: float) -> None:
         while True:
@@ -357,8 +368,18 @@ class _Collector:
     def _show(self, t_start: float) -> None:
         elapsed = asyncio.get_running_loop().time() - t_start
         n = self.n
-        self.events(PhaseProgress("generate", self.label, n["gen"], self._n_samples(), n["gen_errors"],
-                                  n["gen"] / elapsed if elapsed > 0 else None))
+        total, building = self._n_samples(), any(p.pending is not None for p in self.prepared)
+        self.events(PhaseProgress("generate", self.label, n["gen"], total, n["gen_errors"],
+                                  n["gen"] / elapsed if elapsed > 0 else None, estimated=building))
+        left = max(0, total - n["gen"])  # replies still to come, each asking the judges as those so far did
         for role, ep in self.judges.endpoints.items():
-            self.events(PhaseProgress("judge", f"judge {ep.model.spec}", n[f"judge_done:{role}"], n[f"judge:{role}"],
-                                      n[f"judge_errors:{role}"]))
+            queued = n[f"judge:{role}"]
+            ahead = round(left * queued / n["gen"]) if n["gen"] else 0
+            self.events(PhaseProgress("judge", self._judge_label(ep), n[f"judge_done:{role}"], queued + ahead,
+                                      n[f"judge_errors:{role}"], estimated=left > 0))
+        for p in self.prepared:
+            tid = p.task.id
+            if p.not_run or not (n[f"done:{tid}"] or tid in self.built):
+                continue
+            self.events(TaskProgress(self.label, tid, n[f"done:{tid}"], p.expected_samples(), n[f"errors:{tid}"],
+                                     n[f"judge_failed:{tid}"], tid in self.built and self.left[tid] == 0))
