@@ -227,9 +227,12 @@ def test_the_paper_protocol_judges_with_gpt_41_unless_told_otherwise(upstream, t
                                str(upstream), "--tasks", "ethics", "--limit", "2", "--no-progress", *args],
                               capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
 
-    no_key = cli("--out", str(tmp_path / "a"))
+    # a model that needs a judge: the paper's, whose missing key names --judge-base-url and --judge rules
+    no_key = cli("--out", str(tmp_path / "a"), "--model", "openai/m", "--base-url", "http://127.0.0.1:9/v1")
     assert no_key.returncode == 2 and "openai/gpt-4.1" in no_key.stderr and "--judge rules" in no_key.stderr
-    offline = cli("--out", str(tmp_path / "b"), "--judge", "rules")
+    assert "--judge-base-url" in no_key.stderr
+    # the offline default (a baseline) stays offline with data present: the rules judge, no proxy
+    offline = cli("--out", str(tmp_path / "b"))
     assert offline.returncode == 0, offline.stderr
     import json
     res = json.loads((tmp_path / "b" / "results.json").read_text())

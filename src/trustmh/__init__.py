@@ -1,7 +1,7 @@
 """trustmh: measure how far a large language model can be trusted in mental-health use.
 
 Public API (everything else is private and may change); README "Use from Python" shows it at work:
-    run, RunSpec, Limits               - run or resume an evaluation programmatically
+    run, RunSpec, Limits               - run or resume an evaluation programmatically (writes report.html too)
     Task, register, MetricSpec, RunContext, DataSource, Item, Sample - declare a task and its data
     render, render_judge               - prompts from templates (render_judge: a judge rubric that shows a
                                          reply, fenced)
@@ -23,7 +23,8 @@ from .errors import DataError, UserError
 from .types import Item, ModelError, Request, Response, Sample, Score
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors; never run
-    from .engine import Limits, RunSpec, run
+    from .api import run
+    from .engine import Limits, RunSpec
     from .judges.rubric import Judged, Rubric, Verdicts
     from .metrics import Means, Resamples, Table, count, mean
     from .models import Model, register_model
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
 # Where each lazily loaded name lives: `import trustmh` stays light (no SDKs, numpy or jinja2 until used).
 # tests/test_package_api.py checks that the TYPE_CHECKING imports above say the same.
 _LAZY = {
-    "run": "engine", "RunSpec": "engine", "Limits": "engine",
+    "run": "api", "RunSpec": "engine", "Limits": "engine",
     "Rubric": "judges.rubric", "Judged": "judges.rubric", "Verdicts": "judges.rubric",
     "Table": "metrics", "mean": "metrics", "count": "metrics", "Means": "metrics", "Resamples": "metrics",
     "Model": "models", "register_model": "models",

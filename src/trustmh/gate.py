@@ -269,32 +269,36 @@ def _checked_tasks(mr, name: str) -> list[str]:
 
 
 def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float = MAX_UNSCORED,
-                   allow_partial: bool = False, every_task: bool = False) -> list[str]:
+                   allow_partial: bool = False, every_task: bool = False,
+                   made: list[int] | None = None) -> list[str]:
     """Failures for every checked number that rests on too little: a task with more than `max_unscored` of
     its samples left out of its primary metric (API errors, judge failures, unusable items) or judge-failed,
     and a pillar or overall score measured on fewer rows or pillars than the paper has (unless
     `allow_partial`), and a judged task whose judge verdicts were unusable (failed, or read by a paper
     fall-back rule) for more than `max_unscored` of its judged samples. `every_task` checks every task of
     the run too (a gate against a baseline looks at all of them). A model's own non-answers count against
-    it in the metric and are not left out."""
-    failures = []
+    it in the metric and are not left out. `made`, when given, gets the number of checks made appended
+    (for the gate's summary line)."""
+    failures, n = [], 0
     every = [Threshold(t, "min", 0.0) for mr in run.results.models.values() for t in mr.tasks] if every_task else []
     for model, mr in run.results.models.items():
         seen: set[str] = set()
         for th in thresholds + every:
             if not allow_partial and th not in every:
+                n += th.name == "overall" or th.name.startswith("pillar:")
                 if th.name == "overall" and mr.partial:
                     failures.append(f"{model}: overall is partial ({mr.n_pillars_measured} of {mr.n_pillars} "
                                     f"pillars measured, or a partial pillar); --allow-partial to accept it")
                 p = mr.pillars.get(th.name[len("pillar:"):]) if th.name.startswith("pillar:") else None
                 if p is not None and p.partial:
                     failures.append(f"{model}: {th.name} is partial ({p.n_rows_measured} of {p.n_rows} rows "
-                                    f"measured); --allow-partial to accept it")
+                                    f"measured{_unmeasured(mr, p)}); --allow-partial to accept it")
             for tid in _checked_tasks(mr, th.name):
                 tr = mr.tasks.get(tid)
                 if tid in seen or tr is None or tr.status != "ok" or not tr.n_samples:
                     continue
                 seen.add(tid)
+                n += 1
                 left_out = (tr.n_samples - tr.n) / tr.n_samples
                 judge_failed = tr.n_judge_failed / tr.n_samples
                 if left_out > max_unscored or judge_failed > max_unscored:
@@ -309,7 +313,35 @@ def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float
                         f"{model}: {tid}: judge verdicts usable for only {tr.judge_usable_rate:.1%} of "
                         f"{tr.n_judged} judged samples (the rest failed or were read by the paper's fall-back "
                         f"rule); allowed {max_unscored:.1%} unusable (--max-unscored)")
+    if made is not None:
+        made.append(n)
     return failures
+
+
+def _unmeasured(mr, pillar) -> str:
+    """Why a partial pillar's rows are missing: each unmeasured task, not run (and why) or not in the run."""
+    why = []
+    for row, r in pillar.rows.items():
+        for tid in r.get("tasks", []):
+            if tid in r.get("measured", []):
+                continue
+            tr = mr.tasks.get(tid)
+            if tr is None:
+                why.append(f"{tid} not in this run")
+            elif tr.status != "ok":
+                why.append(f"{tid} not run: {(tr.reason or '').split(' — ')[0]}")
+            else:
+                why.append(f"{tid}: {tr.metric} undefined (n={tr.n})")
+    return f": {'; '.join(why)}" if why else ""
+
+
+def summary(failures: dict[str, list[str]], n_checks: int) -> str:
+    """The gate's last line: how many checks failed of how many, by reason (`failures`: reason -> lines)."""
+    n_failed = sum(map(len, failures.values()))
+    if not n_failed:
+        return f"gate passed: {n_checks} checks"
+    reasons = ", ".join(f"{reason}: {len(lines)}" for reason, lines in failures.items() if lines)
+    return f"gate failed: {n_failed} of {n_checks} checks failed ({reasons})"
 
 
 def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int = 1000,

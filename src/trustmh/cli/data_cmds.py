@@ -11,37 +11,61 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app, out
+from ._base import _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app, err, out
 
 
 @app.command("list")
 def list_tasks(
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="Count items in: auto, sample or data."),
+    protocol: Optional[str] = typer.Option(
+        None, help="Count the items this protocol runs: paper, trustmh or both (default: the one `run` uses: paper "
+                   "on real data, trustmh on the sample suite)."),
+    methods_dir: Optional[Path] = typer.Option(
+        None, "--methods-dir", help="The authors' method files, for the paper protocol's counts (as `run`)."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """List tasks: pillar, dataset, metric, direction and number of items."""
     _load_plugins(include)
-    from ..engine import data_source
-    from ..tasks import RunContext, resolve_tasks
+    from ..engine import context, data_source
+    from ..tasks import resolve_tasks
     ddir = _data_dir(data_dir)
-    suite = _choose_suite(suite, ddir)
-    source = data_source(_probe_spec(suite, ddir))
-    table = RichTable(title=f"trustmh tasks ({'sample suite' if suite == 'sample' else ddir})")
-    for col in ("task", "pillar", "dataset", "metric", "better", "items"):
+    chosen = _choose_suite(suite, ddir)
+    if chosen == "sample" and suite == "auto":
+        err.print()  # the notice above is its own paragraph, not the table's first line
+    if protocol not in (None, "paper", "trustmh", "both"):
+        raise UserError(f"--protocol must be paper, trustmh or both, not '{protocol}'")
+    if chosen == "sample" and protocol in ("paper", "both"):
+        raise UserError("--protocol paper counts real data; the sample suite runs the trustmh protocol only")
+    shown = (["paper", "trustmh"] if protocol == "both" else [protocol] if protocol
+             else ["paper" if chosen == "data" else "trustmh"])
+    from ..engine import RunSpec
+    source = data_source(_probe_spec(chosen, ddir))
+    contexts = {name: context(RunSpec(models=["baseline/refuse"], suite=chosen, data_dir=str(ddir), protocol=name,
+                                      methods_dir=str(methods_dir) if methods_dir else None)) for name in shown}
+    where = "sample suite" if chosen == "sample" else str(ddir)
+    table = RichTable(title=f"trustmh tasks ({where}; items under the {' and the '.join(shown)} protocol"
+                            f"{'s' if len(shown) > 1 else ''})", title_justify="left")
+    for col in ("task", "pillar", "dataset", "metric", "better"):
         table.add_column(col)
+    for name in shown:
+        table.add_column("items" if len(shown) == 1 else f"items ({name})", justify="right")
+    # Fresh task objects per protocol: a task may adapt itself to the protocol it loads under (the files
+    # it reads), and one protocol's count must not change the other's.
+    counts = {name: {t.id: _count(t, source, ctx) for t in resolve_tasks("all")} for name, ctx in contexts.items()}
     for task in resolve_tasks("all"):
-        missing = task.missing_files(source)
-        if missing:
-            n = "[red]missing[/]"
-        else:
-            try:
-                n = str(len(task.load(source, RunContext())))
-            except UserError as e:
-                n = Text(f"error: {e}", style="red")  # text: a message may hold brackets ('trustmh[hf]')
         table.add_row(task.id, task.pillar, task.dataset, task.metric.name,
-                      "higher" if task.metric.higher_is_better else "lower", n)
+                      "higher" if task.metric.higher_is_better else "lower", *(counts[n][task.id] for n in shown))
     out.print(table)
+
+
+def _count(task, source, ctx) -> str | Text:
+    if task.missing_files(source):
+        return Text("missing", style="red")
+    try:
+        return str(len(task.load(source, ctx)))
+    except UserError as e:  # text: a message may hold brackets ('trustmh[hf]')
+        return Text(f"error: {str(e).split(' — ')[0]}", style="red")
 
 
 @data_app.command("pull")
@@ -62,22 +86,52 @@ def data_pull(
             return
     statuses = pull(ddir, datasets=datasets or None, url_base=url_base, from_dir=from_dir,
                     progress=sys.stderr.isatty(), force=force)
-    fetched = sum(1 for s in statuses if s.detail != "already present")
-    out.print(f"{len(statuses)} files verified in {ddir} ({fetched} fetched, {len(statuses) - fetched} already present)")
+    out.print(pull_line(statuses, ddir, from_dir), markup=False, highlight=False, soft_wrap=True)
+
+
+def pull_line(statuses, ddir: Path, from_dir: Path | None) -> str:
+    """One line: what a pull took (data and method files apart), and per dataset what the source lacked."""
+    from collections import Counter
+
+    from ..data.manifest import dataset_for_path
+    took = [s for s in statuses if s.state == "present"]
+    new = [s for s in took if s.detail != "already present"]
+    n_methods = sum(s.path.startswith("methods/") for s in new)
+    verb = f"imported from {from_dir}" if from_dir is not None else "fetched"
+    line = (f"{len(took)} files verified in {ddir}: {verb} {len(new) - n_methods} data and {n_methods} "
+            f"method files, {len(took) - len(new)} already present")
+    lacking = [s.path for s in statuses if s.state == "missing"]
+    if lacking:
+        parts = []
+        data = Counter(getattr(dataset_for_path(p), "name", p) for p in lacking if not p.startswith("methods/"))
+        if data:
+            names = list(data)
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            parts.append(f"{sum(data.values())} data files ({shown})")
+        if len(lacking) > sum(data.values()):
+            parts.append(f"{len(lacking) - sum(data.values())} method files")
+        line += f"; not in the copy: {' and '.join(parts)} (`trustmh data check` says how to get them)"
+    return line
 
 
 @data_app.command("check")
 def data_check(
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
+    methods_dir: Optional[Path] = typer.Option(
+        None, "--methods-dir", help="The authors' method files, as `run --methods-dir` (default $TRUSTMH_METHODS_DIR, "
+                                    "else <data dir>/methods)."),
 ) -> None:
     """Report which datasets are present, missing or corrupt, and how to get what is missing."""
     from ..data.fetch import check
+    from ..data.methods import methods_dir as methods_root
     ddir = _data_dir(data_dir)
-    table = RichTable(title=f"datasets in {ddir}")
+    mroot = methods_root(ddir, methods_dir)  # the same place `run` reads them from
+    title = f"datasets in {ddir}" + ("" if mroot == ddir / "methods" else f"; method files in {mroot}")
+    table = RichTable(title=title)
     for col in ("dataset", "state", "files", "license", "how to get"):
         table.add_column(col, overflow="fold")
     bad = False
-    for st in check(ddir):
+    for st in check(ddir, methods_root=mroot):
         colour = {"present": "green", "user-supplied": "green", "corrupt": "red"}.get(st.state, "yellow")
         ok = sum(1 for f in st.files if f.state == "present")
         table.add_row(st.dataset.name, f"[{colour}]{st.state}[/]", f"{ok}/{len(st.files)}", st.dataset.license,

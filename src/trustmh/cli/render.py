@@ -14,16 +14,21 @@ from ._base import err, out
 
 
 class _ProgressView:
-    """Renders the engine's events: a rich bar per phase while it runs, notices as they come, and the
-    run's totals at the end. With bars off (not a terminal, --no-progress) only notices and totals show."""
+    """Renders the engine's events: one bar per phase (generate, judge, score: every model's added up, so
+    the total is the run's from the start and the time left is true), below them a row per task in flight
+    with its done / total, errors and failed judge calls, and notices as they come; the run's totals at the
+    end. With bars off (not a terminal, --no-progress) only notices and totals show."""
 
     def __init__(self, bars: bool):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-            TimeRemainingColumn
-        self.bars = Progress(TextColumn("{task.description:<28}", markup=False), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[errors]}", style="red"), TextColumn("{task.fields[rate]}"),
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        self.bars = Progress(TextColumn("{task.description:<34}", markup=False), BarColumn(bar_width=20),
+                             TextColumn("{task.fields[count]}", markup=False),
+                             TextColumn("{task.fields[extra]}", style="red", markup=False),
                              TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=not bars)
-        self.ids: dict[tuple[str, str], object] = {}
+        self.parts: dict[tuple[str, str], tuple[int, int, int, bool]] = {}  # (phase, label): done, total, errors, ~
+        self.phase_ids: dict[str, object] = {}
+        self.task_ids: dict[tuple[str, str], object] = {}
+        self.models: set[str] = set()
 
     def __enter__(self):
         self.bars.__enter__()
@@ -32,18 +37,24 @@ class _ProgressView:
     def __exit__(self, *exc):
         return self.bars.__exit__(*exc)
 
+    def phase_totals(self, phase: str) -> tuple[int, int, int, bool]:
+        """done, total, errors and whether the total is still an estimate, over every bar of the phase."""
+        parts = [v for (ph, _), v in self.parts.items() if ph == phase]
+        return (sum(v[0] for v in parts), sum(v[1] for v in parts), sum(v[2] for v in parts),
+                any(v[3] for v in parts))
+
     def __call__(self, event) -> None:
-        from ..engine import Notice, PhaseProgress, PhaseStarted, RunTotals
+        from ..engine import Notice, PhaseProgress, PhaseStarted, RunTotals, TaskProgress
         if isinstance(event, PhaseStarted):
-            key = (event.phase, event.label)
-            if key not in self.ids:
-                self.ids[key] = self.bars.add_task(event.label, total=event.total, errors="", rate="")
+            self.parts.setdefault((event.phase, event.label), (0, event.total or 0, 0,
+                                                               event.estimated or event.total is None))
+            self._draw(event.phase)
         elif isinstance(event, PhaseProgress):
-            tid = self.ids.get((event.phase, event.label))
-            if tid is not None:
-                self.bars.update(tid, completed=event.done, total=event.total,
-                                 errors=f"{event.errors} errors" if event.errors else "",
-                                 rate=f"{event.rate:.1f}/s" if event.rate else "")
+            self.parts[(event.phase, event.label)] = (event.done, event.total or 0, event.errors,
+                                                      event.estimated or event.total is None)
+            self._draw(event.phase)
+        elif isinstance(event, TaskProgress):
+            self._task_row(event)
         elif isinstance(event, Notice):
             self.bars.console.print(f"note: {event.text}", style="yellow", markup=False, highlight=False)
         elif isinstance(event, RunTotals):
@@ -52,11 +63,39 @@ class _ProgressView:
                       f"{event.completion_tokens} completion; {event.seconds:.1f} s "
                       f"(scoring {event.scoring_seconds:.1f} s)", markup=False, highlight=False)
 
+    def _draw(self, phase: str) -> None:
+        done, total, errors, approx = self.phase_totals(phase)
+        fields = {"count": f"{done}/{'~' if approx else ''}{total}", "extra": f"{errors} errors" if errors else ""}
+        if phase not in self.phase_ids:
+            self.phase_ids[phase] = self.bars.add_task(phase, total=total or None, **fields)
+        self.bars.update(self.phase_ids[phase], completed=done, total=total or None, **fields)
+
+    def _task_row(self, e) -> None:
+        self.models.add(e.model)
+        key = (e.model, e.task)
+        tid = self.task_ids.get(key)
+        if e.finished:  # its calls are all stored: the summary reports it, the row goes
+            if tid is not None:
+                self.bars.remove_task(tid)
+                self.task_ids[key] = None  # never shown again
+            return
+        if key in self.task_ids and tid is None:
+            return
+        extra = ", ".join(x for x in (f"{e.errors} errors" if e.errors else "",
+                                      f"{e.judge_failed} judge failed" if e.judge_failed else "") if x)
+        fields = {"count": f"{e.done}/{e.total}", "extra": extra}
+        if tid is None:
+            label = f"  {e.task}" + (f" ({e.model})" if len(self.models) > 1 else "")
+            self.task_ids[key] = self.bars.add_task(label, total=e.total or None, completed=e.done, **fields)
+        else:
+            self.bars.update(tid, completed=e.done, total=e.total or None, **fields)
+
 
 def _pillar_summary(mr) -> None:
     """The paper's pillars with what each rests on; the overall score says how many pillars it covers."""
+    narrow = out.width < 120  # no frame: at 80 columns every cell reads whole
     table = RichTable(title=f"{mr.model}: pillars (trustmh's aggregation; the paper publishes ranks only)",
-                      title_justify="left")
+                      title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for col in ("pillar", "trust", "~95% CI", "rows", "samples", ""):
         table.add_column(col, justify="left" if col in ("pillar", "") else "right", no_wrap=True)
     for p in mr.pillars.values():
@@ -76,9 +115,60 @@ def _pillar_summary(mr) -> None:
         out.print(f"beyond the paper (in no pillar): {shown}", markup=False, highlight=False)
 
 
-# Short headers under 120 columns (each explained below the table), so all ten columns fit at 80.
-_NARROW = {"95% CI": "95%\nCI", "no answer": "no\nans", "unscored": "unsc", "judge failed": "judge\nfail",
-           "errors": "err"}
+def _value_cells(t) -> tuple[str, str]:
+    from ..pillars import judge_mark
+    val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
+    ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+    if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
+        bad = bool(judge_mark(t))
+        val += f" {'[red]' if bad else ''}(judge {t.judge_usable_rate:.0%}{'!' if bad else ''}){'[/]' if bad else ''}"
+    if t.base_metric:  # a relative measure: its base task's own value beside it
+        val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
+    return val, ci
+
+
+def _red(n: int) -> str:
+    return f"[red]{n}[/]" if n else "0"
+
+
+def _task_tables(mr) -> list[RichTable]:
+    """The per-task table: one of ten columns from 120 columns on; under that (80 columns must read whole:
+    task ids are never cut, they are what users copy into --tasks and gates) two tables, the values and
+    then the counts they rest on, each with its full headers."""
+    trust = lambda t: "-" if t.trust_score is None else f"{t.trust_score:.1f}{'*' if t.undefined_by_model else ''}"  # noqa: E731
+    arrow = lambda t: "↑" if t.higher_is_better else "↓"  # noqa: E731
+    ok = [t for t in mr.tasks.values() if t.status == "ok"]
+    if out.width >= 120:
+        table = RichTable(title=mr.model, title_justify="left", box=box.HEAVY_HEAD)
+        for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
+                    "trust"):
+            table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
+                             no_wrap=col in ("task", "value", "95% CI", "trust"))
+        for t in mr.tasks.values():
+            if t.status != "ok":
+                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "")
+                continue
+            table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), str(t.n_no_answer),
+                          str(t.n_unscored), _red(t.n_judge_failed), _red(t.n_errors), trust(t))
+        return [table]
+    values = RichTable(title=f"{mr.model}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+                       padding=(0, 1, 0, 0))
+    for col in ("task / metric", "value", "95% CI", "trust"):
+        values.add_column(col, justify="left" if col == "task / metric" else "right", no_wrap=True)
+    for t in mr.tasks.values():
+        if t.status != "ok":
+            values.add_row(t.task, Text("not run", style="yellow"), "", "")
+            continue
+        val, ci = _value_cells(t)
+        values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val.replace(" (base", "\n(base"), ci, trust(t))
+    counts = RichTable(title=f"{mr.model}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
+                       pad_edge=False, padding=(0, 1, 0, 0))
+    for col in ("task", "n", "no\nanswer", "unscored", "judge\nfailed", "errors"):
+        counts.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
+    for t in ok:
+        counts.add_row(t.task, str(t.n), str(t.n_no_answer), str(t.n_unscored), _red(t.n_judge_failed),
+                       _red(t.n_errors))
+    return [values, counts]
 
 
 def _summary(results) -> None:
@@ -86,45 +176,13 @@ def _summary(results) -> None:
     if results.banner:  # above and below: the tables between are long, and either end may be all one reads
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
     for model, mr in results.models.items():
-        # Under 120 columns the frame goes (lines between columns only) so that all ten columns still fit
-        # at 80 without any header cut to an ellipsis.
-        narrow = out.width < 120
-        table = RichTable(title=f"{model}", title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
-                          pad_edge=not narrow, padding=(0, 0 if narrow else 1))
-        for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
-                    "trust"):
-            # Task ids are what users copy into --tasks and gate thresholds: never cut or wrap them.
-            table.add_column(_NARROW.get(col, col) if narrow else col,
-                             justify="right" if col not in ("task", "metric") else "left",
-                             no_wrap=col in ("task", "value", "95% CI", "trust"),
-                             min_width=max(map(len, (_NARROW.get(col, col) if narrow else col).split())))
-        not_run = []
-        for t in mr.tasks.values():
-            if t.status != "ok":
-                # The reason goes on its own line below the table: in a cell it squeezed every other
-                # column to a sliver at 80 or 120 columns. It is text, never markup ('trustmh[hf]').
-                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "")
-                not_run.append(f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}")
-                continue
-            val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
-            if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
-                bad = bool(judge_mark(t))
-                val += f" {'[red]' if bad else ''}(judge {t.judge_usable_rate:.0%}{'!' if bad else ''}){'[/]' if bad else ''}"
-            ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
-            arrow = "↑" if t.higher_is_better else "↓"
-            if t.base_metric:  # a relative measure: its base task's own value beside it
-                val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
-            table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_no_answer), str(t.n_unscored),
-                          f"[red]{t.n_judge_failed}[/]" if t.n_judge_failed else "0",
-                          f"[red]{t.n_errors}[/]" if t.n_errors else "0",
-                          "-" if t.trust_score is None else f"{t.trust_score:.1f}{'*' if t.undefined_by_model else ''}")
-        out.print(table)
+        for table in _task_tables(mr):
+            out.print(table)
+        not_run = [f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}" for t in mr.tasks.values()
+                   if t.status != "ok"]  # own lines: in a cell the reason squeezed every other column
         if not_run:
             out.print("\n".join(not_run) + "\n  (how to get the data: `trustmh data check`)", style="yellow",
                       markup=False, highlight=False, soft_wrap=True)
-        if narrow:
-            out.print("  ".join(f"{v.replace(chr(10), ' ')} = {k}" for k, v in _NARROW.items() if k != "95% CI"),
-                      markup=False, highlight=False)
         out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
                   "failed: left out of the value, not the model's doing", markup=False, highlight=False)
         undefined = [t for t in mr.tasks.values() if t.status == "ok" and t.undefined_by_model]
@@ -188,28 +246,51 @@ def _leaderboard(results) -> None:
 
 
 def _dry_run(spec, run_dir: Path) -> None:
-    """Per task and model, the calls `run` would make (stored ones left out) and their estimated size."""
+    """Per task, the calls `run` would make (stored ones left out) and their estimated size, then one line
+    per model and each reason a task cannot run, once."""
     from ..engine import context, prepare
-    from ..engine.plan import CHARS_PER_TOKEN, plan
+    from ..engine.plan import CHARS_PER_TOKEN, PLAN_ITEMS, plan
     ctx = context(spec)
-    prepared, _ = prepare(spec, ctx)
+    prepared, _ = prepare(spec, ctx, lazy=True)  # the plan builds what it needs (plan.sampled)
     rows = plan(spec, ctx, prepared, run_dir)
+    ran = [r for r in rows if not r.note.startswith("not run")]
+    models = list(dict.fromkeys(r.model for r in rows))
+    fields = ("samples", "model_calls", "model_tokens", "judge_calls", "judge_tokens")
+
+    def cells(group) -> list[str]:
+        approx = "~" if any(r.estimated for r in group) else ""
+        return [f"{approx if n else ''}{n}" for n in (sum(getattr(r, f) for r in group) for f in fields)]
+
     table = RichTable(title=f"dry run: calls a run into {run_dir} would make (nothing was called)",
                       title_justify="left")
-    for col in ("task", "model", "samples", "model calls", "~prompt tokens", "judge calls", "~judge tokens", ""):
-        table.add_column(col, justify="left" if col in ("task", "model", "") else "right", no_wrap=col == "task")
-    for r in rows:
-        table.add_row(r.task, r.model, str(r.samples), str(r.model_calls), str(r.model_tokens), str(r.judge_calls),
-                      str(r.judge_tokens), escape(r.note))
-    table.add_row("total", "", str(sum(r.samples for r in rows)), str(sum(r.model_calls for r in rows)),
-                  str(sum(r.model_tokens for r in rows)), str(sum(r.judge_calls for r in rows)),
-                  str(sum(r.judge_tokens for r in rows)), "", style="bold")
+    for col in ("task", "model" if len(models) == 1 else "models", "samples", "model calls", "~prompt tokens",
+                "judge calls", "~judge tokens"):
+        table.add_column(col, justify="left" if col in ("task", "model", "models") else "right", no_wrap=col == "task")
+    who = models[0] if len(models) == 1 else f"{len(models)} models"
+    for task in dict.fromkeys(r.task for r in ran):  # one row per task, every model's calls added up
+        table.add_row(task, who, *cells([r for r in ran if r.task == task]))
+    table.add_row("total", "", *cells(ran), style="bold")
     out.print(table)
+    if len(models) > 1:
+        per = RichTable(title="per model", title_justify="left")
+        for col in ("model", "tasks", "samples", "model calls", "~prompt tokens", "judge calls", "~judge tokens"):
+            per.add_column(col, justify="left" if col == "model" else "right")
+        for m in models:
+            mine = [r for r in ran if r.model == m]
+            per.add_row(m, str(len(mine)), *cells(mine))
+        out.print(per)
+    not_run: dict[str, list[str]] = {}  # reason -> tasks: the same for every model, and often for several tasks
+    for r in rows:
+        if r.note.startswith("not run") and r.task not in not_run.setdefault(r.note, []):
+            not_run[r.note].append(r.task)
+    for note, tasks in not_run.items():
+        out.print(f"  {', '.join(tasks)}: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     judge = "rules judge: no judge calls" if spec.judge == "rules" else f"judge {spec.judge}"
     if spec.options.get("proxy_judge"):
         judge += f", proxy judge {spec.options['proxy_judge']}"
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
-              f"judge calls assume every reply is judged and judge prompts leave out the reply's text; {judge}",
+              f"judge calls assume every reply is judged and judge prompts leave out the reply's text; "
+              f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
               markup=False, highlight=False)
 
 

@@ -173,7 +173,7 @@ def gate_cmd(
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..compare import load_run
     from ..gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input, check_thresholds,
-                        load_config, parse_threshold)
+                        load_config, parse_threshold, summary)
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
     max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)
@@ -192,8 +192,13 @@ def gate_cmd(
     run = load_run(run_dir)
     check_input(run)  # fails closed: a file that cannot carry a verdict is exit 2, never a pass
     failures, n = check_thresholds(run, thresholds)
-    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
-                               every_task=base_path is not None)
+    made: list[int] = []
+    coverage = check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
+                              every_task=base_path is not None, made=made)
+    # by reason, for the summary line (a coverage check is one of its own beside its threshold's)
+    by_reason = {"thresholds missed": failures, "too few samples": [c for c in coverage if "is partial" not in c],
+                 "partial scores": [c for c in coverage if "is partial" in c]}
+    failures, n = failures + coverage, n + made[0]
     if base_path is not None:
         base_run = load_run(base_path)
         check_input(base_run)
@@ -201,11 +206,13 @@ def gate_cmd(
         for w in warnings:
             err.print(f"warning: {w}", markup=False, highlight=False)
         failures, n = failures + more, n + m
+        by_reason["regressions or tasks lost against the baseline"] = more
+    if n == 0 and not failures:  # a gate that checked nothing has not passed
+        raise UserError("nothing was checked (no threshold applies to this run's models)")
     for line in failures:
         out.print(f"FAIL {line}", markup=False, highlight=False, soft_wrap=True)
+    line = summary(by_reason, n) + f" on {len(run.results.models)} model(s)"
+    out.print(line, markup=False, highlight=False, soft_wrap=True)
     if failures:
         raise typer.Exit(1)
-    if n == 0:  # a gate that checked nothing has not passed
-        raise UserError("nothing was checked (no threshold applies to this run's models)")
-    out.print(f"gate passed: {n} checks on {len(run.results.models)} model(s)", markup=False, highlight=False)
 

@@ -155,7 +155,14 @@ def run_cmd(
     default_judge = judge is None
     if judge is None:
         paper = protocol == "paper" or upstream_compat or (protocol is None and chosen == "data")
-        judge = PAPER_JUDGE if paper else "rules"
+        # The offline default stays offline once data is present: baselines are judged by the rules unless
+        # a judge is named (a paid judge for a baseline is never what `trustmh run` alone should mean).
+        offline = all(m.startswith("baseline/") for m in model)
+        judge = PAPER_JUDGE if paper and not offline else "rules"
+        if paper and offline:
+            err.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
+                      f"judge)", style="yellow", markup=False, highlight=False)
+            default_judge = False  # no paper proxy judge either
     if judge != "rules":
         split_spec(judge)
     if limit is not None and limit < 1:
@@ -227,11 +234,30 @@ def run_cmd(
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
+    _methods_exit(results)
+
+
+def _methods_exit(results) -> None:
+    """Exit 2 when a task could not follow the paper's protocol for want of a method file: the run is not
+    what was asked for, and one command fixes it."""
+    missing = sorted({t.task for mr in results.models.values() for t in mr.tasks.values()
+                      if t.status != "ok" and (t.reason or "").startswith("method file")})
+    if missing:
+        raise UserError(f"{len(missing)} task(s) not run for want of the authors' method files "
+                        f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): run `trustmh data pull "
+                        f"methods` (or `trustmh data pull --from DIR` with a copy holding methods/, or pass "
+                        f"--methods-dir DIR), then the same command again")
 
 
 def _check_share(share: float, flag: str = "--max-failed") -> None:
     if not 0 <= share <= 1:  # NaN fails this too
         raise UserError(f"{flag} must be between 0 and 1")
+
+
+# Error kinds a rerun meets again (the same request gets the same answer), with what would fix them.
+_NOT_RETRIED = {"not_recorded": "the replay file holds no reply for them; record them, a rerun cannot",
+                "context_length": "the prompt does not fit the model's context; a rerun sends the same",
+                "content_filter": "the provider's filter refused the prompt; a rerun sends the same"}
 
 
 def _failed_exit(results, fail_on_error: bool, max_failed: float, max_judge_failed: float = 0.05) -> None:
@@ -255,8 +281,11 @@ def _failed_exit(results, fail_on_error: bool, max_failed: float, max_judge_fail
     n_err, n_judge = sum(kinds.values()), sum(judge_kinds.values())
     if n_err:
         shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
-        err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
-                  style="red", markup=False, highlight=False, soft_wrap=True)
+        fixed = [f"{k}: {why}" for k, why in _NOT_RETRIED.items() if k in kinds]
+        advice = "rerun the same command to retry them" if set(kinds) - set(_NOT_RETRIED) else "a rerun cannot help"
+        err.print(f"{n_err} samples failed with errors (not scored: {shown}); {advice}"
+                  + (f" ({'; '.join(fixed)})" if fixed else ""), style="red", markup=False, highlight=False,
+                  soft_wrap=True)
     if n_judge:
         shown = ", ".join(f"{k} {v}" for k, v in judge_kinds.most_common())
         err.print(f"{n_judge} judge calls failed ({shown}); their verdicts are left out, never counted against the "

@@ -38,6 +38,7 @@ from trustmh.data.manifest import DATASETS, DataFile, Dataset
 from trustmh.errors import UserError
 
 _CHUNK = 1 << 20
+_METHODS_PREFIX = "methods/"  # where the method files sit in the data-dir layout (methods.as_dataset)
 _TIMEOUT = httpx.Timeout(60.0, connect=15.0)
 # The upstream zips are ~1-5 MB; a source sending more than this for one is not sending that zip.
 _MAX_ZIP = 256 << 20
@@ -75,8 +76,8 @@ class DatasetStatus:
 # ---------------------------------------------------------------------------------------------- check
 
 
-def _file_status(data_dir: Path, f: DataFile, verify_hash: bool) -> FileStatus:
-    p = data_dir / f.path
+def _file_status(data_dir: Path, f: DataFile, verify_hash: bool, at: Path | None = None) -> FileStatus:
+    p = at or data_dir / f.path
     if not p.is_file():
         return FileStatus(f.path, "missing")
     size = p.stat().st_size
@@ -92,9 +93,12 @@ def _how_to_get(d: Dataset) -> str:
 
 
 def check(
-    data_dir: Path, *, verify_hash: bool = True, manifest: dict[str, Dataset] | None = None
+    data_dir: Path, *, verify_hash: bool = True, manifest: dict[str, Dataset] | None = None,
+    methods_root: Path | None = None,
 ) -> list[DatasetStatus]:
-    """Status of every dataset in `data_dir`. Without `verify_hash` only sizes are compared (fast)."""
+    """Status of every dataset in `data_dir`. Without `verify_hash` only sizes are compared (fast).
+    `methods_root`: where the method files are read from when not `<data dir>/methods` (as `run` reads
+    them: --methods-dir, $TRUSTMH_METHODS_DIR)."""
     out = []
     for d in (manifest or DATASETS).values():
         if d.gated:
@@ -104,7 +108,7 @@ def check(
             ]
             state = "user-supplied" if all(f.state == "present" for f in files) else "not-supplied"
         else:
-            files = [_file_status(data_dir, f, verify_hash) for f in d.files]
+            files = [_file_status(data_dir, f, verify_hash, _checked_at(f.path, methods_root)) for f in d.files]
             states = {f.state for f in files}
             if "corrupt" in states:
                 state = "corrupt"
@@ -116,6 +120,12 @@ def check(
                 state = "partial"
         out.append(DatasetStatus(d, state, files, _how_to_get(d)))
     return out
+
+
+def _checked_at(path: str, methods_root: Path | None) -> Path | None:
+    if methods_root is not None and path.startswith(_METHODS_PREFIX):
+        return methods_root / path[len(_METHODS_PREFIX):]
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- pull
@@ -152,9 +162,9 @@ class _Fetcher:
     """Byte sources for one pull: a local copy, a mirror, or the pinned upstream URLs (zips fetched once)."""
 
     def __init__(self, stack: contextlib.ExitStack, bar: Progress, data_dir: Path,
-                 from_dir: Path | None, url_base: str | None):
+                 from_dir: tuple[Path | None, Path | None] | None, url_base: str | None):
         self.stack, self.bar, self.data_dir = stack, bar, data_dir
-        self.from_dir, self.url_base = from_dir, url_base
+        self.from_dir, self.url_base = from_dir, url_base  # from_dir: copy_roots() of a local copy
         self._client: httpx.Client | None = None
         self._zips: dict[str, Path] = {}
         self._zip_dir: Path | None = None
@@ -170,7 +180,7 @@ class _Fetcher:
         """The bytes of `f`, advancing `task`. Raises UserError on network failure, KeyError/BadZipFile
         when a zip lacks the member or is not a zip."""
         if self.from_dir is not None:
-            yield from self._read_local(self.from_dir / f.path, f.size, task)
+            yield from self._read_local(copy_path(self.from_dir, f.path), f.size, task)
         elif self.url_base is not None:
             yield from self._download(f"{self.url_base.rstrip('/')}/{quote(f.path)}", f.size, task)
         elif f.zip_member is not None:
@@ -259,6 +269,35 @@ def _install(dest: Path, f: DataFile, chunks: Iterable[bytes]) -> FileStatus:
         tmp.unlink(missing_ok=True)  # no-op after a successful os.replace
 
 
+def _has_any(root: Path, paths: Iterable[str]) -> bool:
+    return any((root / p).is_file() for p in paths)
+
+
+def copy_roots(from_dir: Path, manifest: dict[str, Dataset] | None = None) -> tuple[Path | None, Path | None]:
+    """Where a local copy keeps the data and the method files: (data root, methods root), None where it
+    holds none. Three layouts are read: the data dir's own (data files at the top, method files under
+    `methods/`), a folder holding `data/upstream/` and `methods/` (as ../shared is), and a methods folder
+    itself (`<owner>+<repo>/...`); the upstream folder also finds the `methods/` beside its `data/`."""
+    datasets = (manifest or DATASETS).values()
+    data_paths = [f.path for d in datasets for f in d.files if not f.path.startswith(_METHODS_PREFIX)]
+    method_paths = [f.path[len(_METHODS_PREFIX):] for d in datasets for f in d.files
+                    if f.path.startswith(_METHODS_PREFIX)]
+    data_root = next((r for r in (from_dir, from_dir / "data" / "upstream") if _has_any(r, data_paths)), None)
+    candidates = [from_dir / "methods", from_dir]
+    if from_dir.name == "upstream" and from_dir.parent.name == "data":
+        candidates.append(from_dir.parent.parent / "methods")
+    methods_root = next((r for r in candidates if _has_any(r, method_paths)), None)
+    return data_root, methods_root
+
+
+def copy_path(roots: tuple[Path | None, Path | None], path: str) -> Path | None:
+    """The file of a local copy that holds manifest `path` (None: the copy holds no such part)."""
+    data_root, methods_root = roots
+    if path.startswith(_METHODS_PREFIX):
+        return None if methods_root is None else methods_root / path[len(_METHODS_PREFIX):]
+    return None if data_root is None else data_root / path
+
+
 def pull(
     data_dir: Path,
     *,
@@ -271,21 +310,24 @@ def pull(
 ) -> list[FileStatus]:
     """Make the chosen datasets (default: all downloadable ones) present and verified in `data_dir`.
 
-    Sources, first that applies: `from_dir` (a local copy in the data-dir layout), `url_base` or
+    Sources, first that applies: `from_dir` (a local copy, in any layout `copy_roots` reads; with no
+    `datasets` named, what it lacks is returned as "missing", not raised), `url_base` or
     $TRUSTMH_DATA_URL (a mirror in that layout), else each file's pinned upstream URL. Files already
     present with the right sha256 are skipped unless `force`. Files that fail verification are not
     installed; after everything else is pulled, a UserError lists them. `manifest` replaces the built-in
     one (tests).
     """
     chosen = _select(manifest or DATASETS, datasets)
+    roots = None
     if from_dir is not None:
         from_dir = Path(from_dir).expanduser()
         if not from_dir.is_dir():
             raise UserError(f"--from {from_dir}: no such directory")
-        if datasets is None:
-            # A copy of the data without the authors' method files (or without MentalAlign-70k, staged
-            # apart too): import the rest; `data check` and a paper-protocol run say what is missing.
-            chosen = [d for d in chosen if d.name not in ("methods", "mentalalign") or (from_dir / d.name).is_dir()]
+        roots = copy_roots(from_dir, manifest)
+        if roots == (None, None) and datasets is None:  # named datasets: each file says it is not there
+            raise UserError(f"--from {from_dir}: holds neither trustmh's data layout (e.g. "
+                            f"trustmh/ethics/EthicMH.csv), nor data/upstream/, nor the authors' method files "
+                            f"(<owner>+<repo>/..., or methods/ holding them)")
     elif url_base is None:
         url_base = os.environ.get("TRUSTMH_DATA_URL") or None
     data_dir = Path(data_dir).expanduser()
@@ -304,10 +346,13 @@ def pull(
     with contextlib.ExitStack() as stack:
         bar = stack.enter_context(Progress(*columns, disable=not progress, transient=True))
         total = bar.add_task(f"{len(todo)} files", total=sum(f.size for f in todo))
-        fetcher = _Fetcher(stack, bar, data_dir, from_dir, url_base)
+        fetcher = _Fetcher(stack, bar, data_dir, roots, url_base)
         for f in todo:
-            if from_dir is not None and not (from_dir / f.path).is_file():
-                failures.append(FileStatus(f.path, "missing", f"not in {from_dir}"))
+            if roots is not None and not ((src := copy_path(roots, f.path)) and src.is_file()):
+                # Importing everything a copy holds (no names given), a file it lacks is reported as
+                # missing, not a failure: `data check` and `run` say what it leaves out.
+                status = FileStatus(f.path, "missing", f"not in {from_dir}")
+                (failures if datasets is not None else results).append(status)
                 continue
             task = bar.add_task(f.path, total=f.size)
             chunks = fetcher.chunks(f, task)
@@ -324,6 +369,11 @@ def pull(
             (results if status.state == "present" else failures).append(status)
 
     if failures:
-        listed = "; ".join(f"{s.path} ({s.detail})" for s in failures)
-        raise UserError(f"{len(failures)} file(s) not installed: {listed}")
+        raise UserError(f"{len(failures)} file(s) not installed: {_short_list(failures)}")
     return results
+
+
+def _short_list(failures: list[FileStatus], shown: int = 3) -> str:
+    """The first few failures, then how many more: one readable line however many files failed."""
+    listed = "; ".join(f"{s.path} ({s.detail})" for s in failures[:shown])
+    return listed + (f"; and {len(failures) - shown} more" if len(failures) > shown else "")

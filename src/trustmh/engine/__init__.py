@@ -19,7 +19,8 @@ from ..tasks import TASKS, RunContext
 from . import identity
 from .collect import collect
 from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
-from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, ignore
+from .events import (Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseStarted, RunTotals, TaskProgress,
+                     ignore)
 from .prepare import Prepared, Recorder, prepare, prepare_from_store
 from .rundir import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, finalize, task_origins
@@ -27,7 +28,7 @@ from .spec import (DEFAULT_PARAMS, JUDGE_PARAMS, PRESENTATION, Limits, RunSpec, 
                    judge_request)
 
 __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
-           "PhaseDone", "Notice", "RunTotals", "AuthFailure", "EndpointDown", "Endpoint", "CallWriter", "Prepared",
+           "PhaseDone", "TaskProgress", "Notice", "RunTotals", "AuthFailure", "EndpointDown", "Endpoint", "CallWriter", "Prepared",
            "prepare",
            "collect", "finalize", "data_source", "generation_request", "judge_request", "DEFAULT_PARAMS",
            "JUDGE_PARAMS"]

@@ -25,7 +25,7 @@ from .endpoint import CallWriter, Endpoint
 from .judge_pool import JudgePool
 from . import identity
 from .identity import model_ref
-from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
+from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
 from .prepare import Prepared, samples_except
 from .spec import Limits, RunSpec, generation_request, judge_request
 
@@ -70,7 +70,7 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
     if "proxy" in roles and spec.options.get("proxy_judge"):
         models["proxy"] = make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
                                      timeout=limits.timeout,
-                                     seed=spec.seed, purpose="judge", transport=spec.options.get("transport", "http"),
+                                     seed=spec.seed, purpose="proxy", transport=spec.options.get("transport", "http"),
                                      max_connections=limits.max_connections)
     if "classifier" in roles and ctx.options.get("refusal_classifier"):
         from ..judges.hf_classifier import ClassifierModel, parse_spec
@@ -148,8 +148,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
 async def _run_together(collectors: list["_Collector"], pools: dict[str, JudgePool], events: EventSink) -> None:
     """Every model's phase 1 at once, with the shared judge pools; the first failure (an endpoint down, a
     rejected key) stops them all."""
-    for c in collectors:
-        events(PhaseStarted("generate", c.label, c._n_samples()))
+    for c in collectors:  # every model's bar from the start: the run's total is known before any call
+        events(PhaseStarted("generate", c.label, c._n_samples(), estimated=c._building()))
     for pool in pools.values():
         events(PhaseStarted("judge", pool.label, None))
     loop = asyncio.get_running_loop()
@@ -170,7 +170,9 @@ async def _run_together(collectors: list["_Collector"], pools: dict[str, JudgePo
         for c in collectors:
             c._show(elapsed)
         for pool in pools.values():
-            events(PhaseProgress("judge", pool.label, pool.n_done, pool.n_queued, pool.n_errors))
+            ahead = sum(c._judgements_ahead(pool.role) for c in collectors)
+            events(PhaseProgress("judge", pool.label, pool.n_done, pool.n_queued + ahead, pool.n_errors,
+                                 estimated=ahead > 0))
 
     async def ticker() -> None:
         # Progress is counted on the way and shown a few times a second: an event per reply cost more
@@ -265,6 +267,7 @@ class _Collector:
                 key = (task_id, item_id, variant)
                 if key in linked and wanted <= judged.get(key, nothing):
                     self.n["gen"] += 1
+                    self.n[f"done:{task_id}"] += 1
                     return True
                 return False
 
@@ -299,8 +302,10 @@ class _Collector:
                 if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
                     resp = await self._reask(sample, request, reask)
                 self.n["gen"] += 1
+                self.n[f"done:{sample.task}"] += 1
                 if resp is None or not resp.ok:
                     self.n["gen_errors"] += 1
+                    self.n[f"errors:{sample.task}"] += 1
                 elif self.pools:
                     self._queue_judgements(task, sample, resp.text or "")
                 self._settle(sample.task)
@@ -357,6 +362,7 @@ class _Collector:
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
             if rubric.role in self.pools and name not in judged:
+                self.n[f"judge:{rubric.role}"] += 1
                 self.left[sample.task] += 1
                 self.judging += 1
                 self.pools[rubric.role].put(self, (sample, rubric, messages, task.judge_params(rubric, self.ctx)))
@@ -369,6 +375,8 @@ class _Collector:
         tries = [(judge_request(sample, messages, self.spec, rubric.name, exact, attempt), link)
                  for attempt in range(1, rubric.attempts + 1)]
         ok = (await self._until_parsed(ep, tries, rubric.parses)).ok
+        if not ok:
+            self.n[f"judge_failed:{sample.task}"] += 1
         self._settle(sample.task)
         self.judging -= 1
         if self.judging == 0 and self.judged_all is not None and not self.judged_all.done():
@@ -385,10 +393,27 @@ class _Collector:
 
     # --- progress -----------------------------------------------------------------------------------
     def _n_samples(self) -> int:
-        """The samples built so far: all of them, unless phase 1 is still building them as it goes."""
-        return sum(len(p.samples) for p in self.prepared)
+        """The samples of the run: exact once built, counted ahead from the items while phase 1 still builds
+        them as it goes (Prepared.expected_samples), so a bar's total is known from its start."""
+        return sum(p.expected_samples() for p in self.prepared)
+
+    def _building(self) -> bool:
+        return any(p.pending is not None for p in self.prepared)
+
+    def _judgements_ahead(self, role: str) -> int:
+        """Judgements of `role` this model will still queue: its replies still to come, each asking the judge
+        as those so far did (an estimate that converges; 0 once every reply is in)."""
+        n = self.n
+        left = max(0, self._n_samples() - n["gen"])
+        return round(left * n[f"judge:{role}"] / n["gen"]) if n["gen"] else 0
 
     def _show(self, elapsed: float) -> None:
         n = self.n
         self.events(PhaseProgress("generate", self.label, n["gen"], self._n_samples(), n["gen_errors"],
-                                  n["gen"] / elapsed if elapsed > 0 else None))
+                                  n["gen"] / elapsed if elapsed > 0 else None, estimated=self._building()))
+        for p in self.prepared:
+            tid = p.task.id
+            if p.not_run or not (n[f"done:{tid}"] or tid in self.built):
+                continue
+            self.events(TaskProgress(self.label, tid, n[f"done:{tid}"], p.expected_samples(), n[f"errors:{tid}"],
+                                     n[f"judge_failed:{tid}"], tid in self.built and self.left[tid] == 0))

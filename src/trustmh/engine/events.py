@@ -14,16 +14,35 @@ class PhaseStarted:
     phase: str
     label: str
     total: int | None
+    estimated: bool = False  # as PhaseProgress.estimated
 
 
 @dataclass
 class PhaseProgress:
+    """Where a bar stands. Labels are unique per bar (a judge's bar names the tested model it judges for),
+    so several models' bars of one phase can be added up."""
+
     phase: str
     label: str
     done: int
     total: int | None
     errors: int = 0
     rate: float | None = None  # per second, since the phase started
+    estimated: bool = False  # `total` counts samples not built yet at the mean of those built (converges)
+
+
+@dataclass
+class TaskProgress:
+    """One task of one tested model during phase 1: samples with a reply (`done`) of `total`, API errors,
+    judge calls that failed; `finished` once every call it needs is stored."""
+
+    model: str
+    task: str
+    done: int
+    total: int
+    errors: int = 0
+    judge_failed: int = 0
+    finished: bool = False
 
 
 @dataclass
@@ -50,7 +69,7 @@ class RunTotals:
     scoring_seconds: float = 0.0
 
 
-Event = Union[PhaseStarted, PhaseProgress, PhaseDone, Notice, RunTotals]
+Event = Union[PhaseStarted, PhaseProgress, PhaseDone, TaskProgress, Notice, RunTotals]
 EventSink = Callable[[Event], None]
 
 

@@ -3,13 +3,20 @@
 Nothing here builds a model client: the cache keys come from the spec alone (as re-scoring finds them), so
 an API key, a server or a paid call is never needed to see what a run would cost. Prompt tokens are an
 estimate (characters / 4) of what would be sent. For a reply not stored yet, the judge calls assume it is
-judged (a task may skip some replies, e.g. empty ones) and its prompt is sized without the reply's text."""
+judged (a task may skip some replies, e.g. empty ones) and its prompt is sized without the reply's text.
+
+A task with more than PLAN_ITEMS items is planned from PLAN_ITEMS of them, spread evenly over its data
+(the first, and every n/PLAN_ITEMS-th after it: stored and new items alike), and its counts are scaled to
+all of them (`PlanRow.estimated`): building every perturbed variant of the benchmark takes ~40 s, a plan
+of this size a few seconds. Tasks of the same length sample the same positions, so a request two tasks
+share (robustness and its base task) is still counted once."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.methods import MethodError
 from ..store import Store
 from ..tasks import RunContext
 from .collect import judge_ids as role_endpoints
@@ -19,6 +26,7 @@ from .spec import RunSpec, generation_request, judge_request
 
 CHARS_PER_TOKEN = 4
 PLACEHOLDER = "(reply)"
+PLAN_ITEMS = 100
 
 
 @dataclass
@@ -31,6 +39,7 @@ class PlanRow:
     judge_calls: int  # LLM-judge requests not already stored (for stored replies: exactly; else one per rubric)
     judge_tokens: int
     note: str = ""
+    estimated: bool = False  # scaled up from PLAN_ITEMS of the task's items (see the module's docstring)
 
 
 def _tokens(messages: list[dict[str, str]]) -> int:
@@ -43,19 +52,45 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
     # The LLM judges by rubric role (the classifier's calls are local and free: not counted).
     judge_ids = {role: jid for role, jid in role_endpoints(spec, ctx, store).items() if role != "classifier"}
     rows = []
+    planned = [sampled(p, ctx) for p in prepared]
     try:
         for model_spec in spec.models:
             model_id = model_ref(model_spec, spec.model_base_url(model_spec), store).endpoint
             seen: set[str] = set()  # one request asked twice (robustness shares its base task's) is one call
-            for p in prepared:
+            for p, scale in planned:
                 if p.not_run:
                     rows.append(PlanRow(p.task.id, model_spec, 0, 0, 0, 0, 0, f"not run: {p.not_run}"))
                     continue
-                rows.append(_task_row(spec, ctx, p, model_spec, model_id, judge_ids, store, seen))
+                row = _task_row(spec, ctx, p, model_spec, model_id, judge_ids, store, seen)
+                if scale != 1.0:
+                    for name in ("samples", "model_calls", "model_tokens", "judge_calls", "judge_tokens"):
+                        setattr(row, name, round(getattr(row, name) * scale))
+                    row.estimated = True
+                rows.append(row)
     finally:
         if store is not None:
             store.close()
     return rows
+
+
+def sampled(p: Prepared, ctx: RunContext, max_items: int = PLAN_ITEMS) -> tuple[Prepared, float]:
+    """The task with its samples built for at most `max_items` items spread over its data, and the factor
+    that scales their counts to every item (1.0: all of them built, exact). Takes a lazily prepared task
+    (the first item built, the rest pending) or a fully built one."""
+    if p.not_run or p.pending is None:
+        return p, 1.0
+    first = p.samples[0].item if p.samples else None
+    rest = list(p.pending)
+    items = ([first] if first is not None else []) + rest
+    n = len(items)
+    chosen = items if n <= max_items else [items[i * n // max_items] for i in range(max_items)]
+    samples = [s for s in p.samples] if first is not None else []
+    try:
+        for item in chosen[1:] if first is not None else chosen:
+            samples.extend(p.task.samples(item, ctx))
+    except MethodError as e:
+        return Prepared(p.task, not_run=str(e)), 1.0
+    return Prepared(p.task, samples=samples, all_ids=p.all_ids), n / len(chosen) if chosen else 1.0
 
 
 def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, model_id: str,

@@ -25,6 +25,15 @@ class Prepared:
     # Items whose samples are not built yet: a run builds them as phase 1 reaches them (`batches`).
     pending: Iterator[Item] | None = None
     on_built: Callable[[], None] | None = None  # told of each item built (Recorder follows the building)
+    n_items: int = 0  # the items the run takes (after --limit), known before any is built
+    n_built: int = 0  # of them, the items built so far
+
+    def expected_samples(self) -> int:
+        """The samples this task will have: exact once every item is built; before that the items not built
+        yet are counted at the mean of those built (tasks whose variants vary per item differ by a few %)."""
+        if self.pending is None or not self.n_built:
+            return len(self.samples)
+        return round(len(self.samples) * max(self.n_items, self.n_built) / self.n_built)
 
     def build_next(self, ctx: RunContext) -> bool:
         """Build the next pending item's samples; False once none is left."""
@@ -35,6 +44,7 @@ class Prepared:
         else:
             try:
                 self.samples.extend(self.task.samples(item, ctx))
+                self.n_built += 1
             except MethodError as e:
                 # The paper's protocol without its method file (or with an altered one): this task does not
                 # run, and says why; there is no fall-back to other text.
@@ -81,7 +91,8 @@ def prepare(spec: RunSpec, ctx: RunContext, *, lazy: bool = False) -> tuple[list
             prepared.append(p)
             continue
         p.all_ids = {it.id for it in items}
-        p.pending = iter(items[: spec.limit] if spec.limit is not None else items)
+        taken = items[: spec.limit] if spec.limit is not None else items
+        p.n_items, p.pending = len(taken), iter(taken)
         while p.build_next(ctx) and not lazy:
             pass
         if p.not_run:

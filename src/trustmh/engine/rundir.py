@@ -30,16 +30,27 @@ def _open_lock(path: Path):
 
 @contextlib.contextmanager
 def run_lock(run_dir: Path):
-    """One process per run directory: a second `trustmh run` on it refuses instead of interleaving."""
-    fh = _open_lock(run_dir / "run.lock")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        raise UserError(f"another trustmh process is using {run_dir}; wait for it or pass a different --out")
+    """One process per run directory: a second `trustmh run` on it refuses instead of interleaving. The
+    lock file is removed when the run ends (a killed run leaves it: it marks the folder as a run's)."""
+    path = run_dir / "run.lock"
+    while True:
+        fh = _open_lock(path)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise UserError(f"another trustmh process is using {run_dir}; wait for it or pass a different --out")
+        try:
+            current = os.fstat(fh.fileno()).st_ino == path.stat().st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        fh.close()  # the holder before us removed the file as it finished: lock the one there now
     try:
         yield
     finally:
+        path.unlink(missing_ok=True)  # still held: whoever opens the name next gets a new file
         fcntl.flock(fh, fcntl.LOCK_UN)
         fh.close()
 

@@ -239,8 +239,8 @@ class Phase2:
         self.started = False
 
     @property
-    def total(self) -> int:  # grows while phase 1 builds samples as it goes
-        return len(self.spec.models) * sum(len(p.samples) for p in self.prepared)
+    def total(self) -> int:  # counted ahead while phase 1 still builds samples (Prepared.expected_samples)
+        return len(self.spec.models) * sum(p.expected_samples() for p in self.prepared)
 
     # Made on first use: phase 1 records the judges' and models' identities these are read from.
     @property
@@ -268,7 +268,8 @@ class Phase2:
     def _scored(self, key: tuple[str, str], result: TaskResult) -> None:
         self.results[key] = result
         self.n_scored += len(self.by_id[key[1]].samples)
-        self.events(PhaseProgress("score", "scoring", self.n_scored, self.total))
+        self.events(PhaseProgress("score", "scoring", self.n_scored, self.total,
+                                  estimated=any(p.pending is not None for p in self.prepared)))
 
     # --- while phase 1 runs -----------------------------------------------------------------------
     def ready(self, model_spec: str, task_id: str) -> None:

@@ -144,6 +144,11 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
 
 # --- the built-in providers --------------------------------------------------------------------------
 
+# The flag that gives each role its own server: a key hint names the one that applies.
+_URL_FLAG = {"judge": "--judge-base-url", "proxy": "--proxy-judge-base-url"}
+_ROLE = {"proxy": "proxy judge"}
+
+
 @register_model("openai")
 def _openai(name: str, *, spec: str, base_url: str | None, timeout: float, purpose: str, transport: str,
             max_connections: int | None, **_: object) -> Model:
@@ -151,8 +156,8 @@ def _openai(name: str, *, spec: str, base_url: str | None, timeout: float, purpo
         _env_value(var)  # refused now, by name, rather than as a broken request later
     key = _env_key("OPENAI_API_KEY")
     if not key and not base_url:
-        raise UserError(f"{purpose} {spec} needs an API key: set OPENAI_API_KEY (or pass --base-url for "
-                        f"a local OpenAI-compatible server)")
+        raise UserError(f"{_ROLE.get(purpose, purpose)} {spec} needs an API key: set OPENAI_API_KEY (or pass "
+                        f"{_URL_FLAG.get(purpose, '--base-url')} for a local OpenAI-compatible server)")
     from .openai_api import OpenAIModel
     return OpenAIModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout,
                        transport=transport, max_connections=max_connections)
@@ -162,7 +167,8 @@ def _openai(name: str, *, spec: str, base_url: str | None, timeout: float, purpo
 def _anthropic(name: str, *, spec: str, base_url: str | None, timeout: float, purpose: str, **_: object) -> Model:
     key = _env_key("ANTHROPIC_API_KEY")
     if not key and not base_url:
-        raise UserError(f"{purpose} {spec} needs an API key: set ANTHROPIC_API_KEY")
+        raise UserError(f"{_ROLE.get(purpose, purpose)} {spec} needs an API key: set ANTHROPIC_API_KEY (or pass "
+                        f"{_URL_FLAG.get(purpose, '--base-url')} for an Anthropic-compatible server)")
     from .anthropic_api import AnthropicModel
     return AnthropicModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
 
