@@ -24,7 +24,7 @@ needs_upstream = pytest.mark.skipif(not (UPSTREAM.is_dir() and MENTALALIGN.is_di
                                     reason=f"no staged upstream data at {UPSTREAM} and {MENTALALIGN}")
 
 METHODS = UPSTREAM.parent.parent / "methods"
-DOWNLOADABLE = [d for d in DATASETS.values() if not d.gated]
+DOWNLOADABLE = [d for d in DATASETS.values() if not d.gated and not d.on_request]  # what a plain pull fetches
 ALL_FILES = [f for d in DOWNLOADABLE for f in d.files]
 # The data proper; the authors' method files ("methods") are staged apart, in ../shared/methods.
 DATA_FILES = [f for d in DOWNLOADABLE if d.name != "methods" for f in d.files]
@@ -106,8 +106,9 @@ def test_manifest_matches_every_staged_file():
                    if p.is_file() and p.name != "MANIFEST.md"})
     staged.update({f"methods/{p.relative_to(METHODS).as_posix()}": p for p in METHODS.rglob("*")
                    if p.is_file() and p.name not in ("MANIFEST.json", "MANIFEST.md")})
-    in_manifest = {f.path: f for f in ALL_FILES}
-    assert len(in_manifest) == len(ALL_FILES), "a path is listed twice"
+    listed = [f for d in DATASETS.values() if not d.gated for f in d.files]  # on request too
+    in_manifest = {f.path: f for f in listed}
+    assert len(in_manifest) == len(listed), "a path is listed twice"
     assert sorted(in_manifest) == sorted(staged)
     for rel, p in staged.items():
         f = in_manifest[rel]
@@ -160,6 +161,17 @@ def test_full_pull_verifies_every_file(pulled):
     assert all(states[d.name] == "present" for d in DOWNLOADABLE), states
     assert all(states[d.name] == "not-supplied" for d in DATASETS.values() if d.gated), states
     assert not leftovers(pulled)
+
+
+@needs_upstream
+def test_a_dataset_on_request_is_pulled_only_when_named(pulled, mirror):
+    on_request = [d for d in DATASETS.values() if d.on_request]
+    assert [d.name for d in on_request] == ["mentalalign"]
+    assert not (pulled / "mentalalign").exists()  # a plain pull left it out: the benchmark does not need it
+    result = pull(pulled, datasets=["mentalalign"], url_base=mirror.url, progress=False)
+    assert len(result) == len(on_request[0].files)
+    for f in on_request[0].files:
+        assert sha256(pulled / f.path) == f.sha256, f.path
 
 
 @needs_upstream

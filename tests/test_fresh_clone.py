@@ -51,7 +51,8 @@ def test_method_file_tests_skip_with_one_reason_without_shared_and_fail_in_ci(tm
     assert ci.returncode == 4, ci.stdout + ci.stderr  # a usage error: nothing ran, nothing looks green
     assert "CI: upstream data missing" in ci.stdout + ci.stderr
     # with the data there but the method files absent, CI stops on the method files
-    (tmp_path / "shared" / "data" / "upstream").mkdir(parents=True)
+    for sibling in ("upstream", "external/mentalalign"):  # all CI needs but the method files
+        (tmp_path / "shared" / "data" / sibling).mkdir(parents=True)
     ci = _pytest(project, ci=True)
     assert ci.returncode == 4 and f"CI: method files missing: {missing}" in ci.stdout + ci.stderr
 

@@ -188,12 +188,12 @@ def _summary(results) -> None:
         undefined = [t for t in mr.tasks.values() if t.status == "ok" and t.undefined_by_model]
         if undefined:
             out.print("trust 0*: undefined by the model's replies, the worst score: " + "; ".join(
-                f"{t.task}: {t.undefined_by_model}" for t in undefined), markup=False, highlight=False, soft_wrap=True)
+                f"{t.task}: {t.undefined_by_model}" for t in undefined), markup=False, highlight=False)
         marked = [t for t in mr.tasks.values() if t.status == "ok" and judge_mark(t)]
         if marked:
             out.print("judge N%!: fewer than 95% of the judged samples had a usable verdict; the value rests on the "
                       "judge's fall-back reading: " + ", ".join(t.task for t in marked), style="red", markup=False,
-                      highlight=False, soft_wrap=True)
+                      highlight=False)
         relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
         if relative:
             out.print("relative measures (base): a model that gives the same reply to everything scores near "

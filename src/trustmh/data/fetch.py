@@ -133,7 +133,7 @@ def _checked_at(path: str, methods_root: Path | None) -> Path | None:
 
 def _select(manifest: dict[str, Dataset], names: list[str] | None) -> list[Dataset]:
     if names is None:  # everything that can be downloaded; gated sets are the user's to place
-        return [d for d in manifest.values() if not d.gated]
+        return [d for d in manifest.values() if not d.gated and not d.on_request]
     chosen = []
     for name in dict.fromkeys(names):  # a name given twice is pulled once
         if name not in manifest:

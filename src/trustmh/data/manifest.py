@@ -37,6 +37,7 @@ class Dataset:
     gated: bool = False  # cannot be downloaded for the user; they place `user_files` themselves
     how_to_get: str = ""
     user_files: tuple[str, ...] = ()  # paths or globs relative to the data dir
+    on_request: bool = False  # fetched only when named (`trustmh data pull NAME`): not needed to run the benchmark
 
 
 def _dataset(entry: dict) -> Dataset:
@@ -47,7 +48,7 @@ def _dataset(entry: dict) -> Dataset:
                            f.get("member")) for f in entry.get("files", ()))
     return Dataset(entry["name"], entry["description"], entry["license"],
                    f"{repo}@{commit}" if repo else entry["source"], files, entry.get("gated", False),
-                   entry.get("how_to_get", ""), tuple(entry.get("user_files", ())))
+                   entry.get("how_to_get", ""), tuple(entry.get("user_files", ())), entry.get("on_request", False))
 
 
 def as_dataset() -> Dataset:
