@@ -7,9 +7,10 @@ judged (a task may skip some replies, e.g. empty ones) and its prompt is sized w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..prices import completion_tokens
 from ..store import Store
 from ..tasks import RunContext
 from .collect import judge_ids as role_endpoints
@@ -31,6 +32,10 @@ class PlanRow:
     judge_calls: int  # LLM-judge requests not already stored (for stored replies: exactly; else one per rubric)
     judge_tokens: int
     note: str = ""
+    # For the cost estimate (prices.plan_costs): completion tokens the model calls would return, and the
+    # judge calls by rubric role ("llm", "proxy") as [calls, prompt tokens, completion tokens].
+    model_completion: int = 0
+    by_role: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _tokens(messages: list[dict[str, str]]) -> int:
@@ -69,6 +74,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             seen.add(key)
             row.model_calls += 1
             row.model_tokens += _tokens(req.messages)
+            row.model_completion += completion_tokens(req.params)
     llm = {r.name: r for r in p.task.active_rubrics(ctx) if r.role in judge_ids}
     if not llm:
         return row
@@ -81,10 +87,15 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             if name not in llm:
                 continue
             exact = p.task.judge_params(llm[name], ctx)
-            jkey = judge_request(sample, messages, spec, name, exact).cache_key(judge_ids[llm[name].role])
+            jreq = judge_request(sample, messages, spec, name, exact)
+            jkey = jreq.cache_key(judge_ids[llm[name].role])
             if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
                 continue
             seen.add(jkey)
             row.judge_calls += 1
             row.judge_tokens += _tokens(messages)
+            by_role = row.by_role.setdefault(llm[name].role, [0, 0, 0])
+            by_role[0] += 1
+            by_role[1] += _tokens(messages)
+            by_role[2] += completion_tokens(jreq.params)
     return row
