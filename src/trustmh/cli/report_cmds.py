@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Optional
@@ -19,6 +20,10 @@ def report_cmd(
                                           help="HTML file (default: RUN/report.html for one run, else report.html)."),
     samples: bool = typer.Option(True, help="Include the per-sample drill-down."),
     max_samples: int = typer.Option(50_000, help="Most samples embedded (the lowest-scoring of each model and task)."),
+    samples_per_task: int = typer.Option(100, help="Most samples embedded per model and task: its lowest-scoring "
+                                                   "(`trustmh view` pages through all of them)."),
+    sample_mb: float = typer.Option(20.0, help="Most megabytes of sample data embedded (spread evenly over the "
+                                               "models and tasks), so that the page opens in a browser."),
     page_size: int = typer.Option(50, help="Samples per page in the drill-down (0: all on one page)."),
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
@@ -28,11 +33,40 @@ def report_cmd(
     from ..compare import load_run
     from ..report import write_report
     _load_plugins(include)
+    if samples_per_task < 1 or max_samples < 1:
+        raise UserError("--samples-per-task and --max-samples must be at least 1")
+    if not 0 < sample_mb < 1e6:
+        raise UserError("--sample-mb must be a positive number of megabytes")
     loaded = [load_run(r) for r in runs]
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
-    path = write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
-                        paired=paired)
-    out.print(f"report: {path}")
+    with _report_progress() as progress:
+        path = write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
+                            paired=paired, per_task=samples_per_task, max_bytes=int(sample_mb * 1e6),
+                            progress=progress)
+    out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@contextlib.contextmanager
+def _report_progress():
+    """A bar for reading the samples (on a terminal), then one line saying how many were read and how fast."""
+    import time
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    bars = Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err, disable=not sys.stderr.isatty())
+    ids: dict[str, object] = {}
+    read = [0]
+    t0 = time.perf_counter()
+
+    def progress(stage: str, done: int, total: int | None) -> None:
+        if stage not in ids:
+            ids[stage] = bars.add_task(stage, total=total)
+        bars.update(ids[stage], completed=done, total=total)
+        read[0] = done
+
+    with bars:
+        yield progress
+    err.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
+              markup=False, highlight=False)
 
 
 @app.command("compare")
