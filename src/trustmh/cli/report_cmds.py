@@ -69,6 +69,32 @@ def _report_progress():
               markup=False, highlight=False)
 
 
+@app.command("view")
+def view_cmd(
+    runs: list[Path] = typer.Argument(..., help="Run directories (or their results.json); several are merged."),
+    port: int = typer.Option(7575, help="Port on 127.0.0.1 (0: any free one)."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+) -> None:
+    """Page through every sample of runs in a browser: a read-only server on 127.0.0.1 (filter by model, task,
+    outcome; search), reading the runs' own files. Ctrl-C stops it."""
+    from ..compare import load_run
+    from ..report.viewer import make_server
+    _load_plugins(include)
+    if not 0 <= port <= 65535:
+        raise UserError("--port must be 0 to 65535")
+    loaded = [load_run(r) for r in runs]
+    server = make_server(loaded, port)
+    index = server.RequestHandlerClass.index
+    out.print(f"trustmh view: {len(index.rows)} samples at http://127.0.0.1:{server.server_address[1]}/ "
+              f"(read-only, this machine only; Ctrl-C stops it)", markup=False, highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
 @app.command("compare")
 def compare_cmd(
     runs: list[Path] = typer.Argument(..., help="Runs; every model is compared with the first model of the first run."),
