@@ -3,7 +3,7 @@
 (function () {
   "use strict";
   var $ = function (id) { return document.getElementById(id); };
-  var meta = null, page = 0, total = 0, seq = 0;
+  var meta = null, page = 0, total = 0, seq = 0, loads = 0;
   var asked = Number(new URLSearchParams(location.search).get("size"));  // ?size=N rows a page (1 to 200)
   var size = asked >= 1 && asked <= 200 ? Math.floor(asked) : 50;
   var controls = ["f-model", "f-task", "f-status", "f-sort"].map($);
@@ -122,6 +122,7 @@
       $("f-count").textContent = total + " of " + meta.total + " samples";
       $("v-status").textContent = "";
       document.body.setAttribute("data-ready", "1");
+      document.body.setAttribute("data-loads", String(++loads));  // pages shown so far (for tests, bench/)
     }, function (e) { if (mine === seq) $("v-status").textContent = "error: " + e.message; });
   }
 

@@ -88,10 +88,11 @@ class Index:
         writes it, and only the lines that pass are parsed and checked for real."""
         needle = json.dumps(q, ensure_ascii=False)[1:-1].lower().encode("utf-8")
         needle_ascii = json.dumps(q)[1:-1].lower().encode("ascii")
-        out = []
+        out = set()
         handles: dict[int, Any] = {}
         try:
-            for i in candidates:
+            # Read in file order (the candidates come worst first): one sequential pass, not a seek per row.
+            for i in sorted(candidates, key=lambda i: (self.rows[i].p, self.offsets[i])):
                 r = self.rows[i]
                 fh = handles.get(r.p) or handles.setdefault(r.p, _open_regular(self.runs[r.p].samples_path))
                 fh.seek(self.offsets[i])
@@ -100,11 +101,11 @@ class Index:
                     continue  # (bytes.lower() folds ASCII only: other queries are checked on every line)
                 rec = json.loads(raw.decode("utf-8", errors="replace"))
                 if q in _haystack(rec):
-                    out.append(i)
+                    out.add(i)
         finally:
             for fh in handles.values():
                 fh.close()
-        return out
+        return [i for i in candidates if i in out]
 
 
 def _haystack(rec: dict[str, Any]) -> str:
