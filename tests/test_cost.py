@@ -159,3 +159,39 @@ def test_max_cost_refuses_a_model_it_cannot_price(tmp_path):
         assert_user_error(cli("run", "--suite", "sample", "--tasks", "ethics", "--max-cost", "-1", cwd=tmp_path),
                           "positive number")
         assert srv.n_requests == 0
+
+
+def test_the_budget_waits_for_calls_in_flight_and_never_reserves_past_the_cap():
+    """Many calls at once against one cap: what is spent plus what is reserved never passes it, a call that
+    does not fit beside those in flight waits for them, and the stop comes only when one cannot fit with
+    none in flight, after every call sent has settled."""
+    import asyncio
+    from trustmh.engine.budget import Budget, BudgetStop
+    from trustmh.prices import Price, PriceTable
+    from trustmh.types import Request, Response
+
+    table = PriceTable({"openai/m": Price(1e6, 0.0, "test")})  # $1 a prompt token: cost = tokens
+    budget = Budget(100.0, table)
+    req = Request([{"role": "user", "content": "x" * 40}], {"max_tokens": 5}, "t", "i", "", "generate", None)
+    peak, settled, stopped = [0.0], [0], []
+
+    async def call(k: int) -> None:
+        try:
+            held = await budget.reserve("openai/m", req)  # 40 chars: 10 tokens, $10
+        except BudgetStop:
+            stopped.append((k, budget.in_flight))
+            return
+        peak[0] = max(peak[0], budget.spent + budget.reserved)
+        await asyncio.sleep(0.001 * (k % 3))
+        budget.settle("openai/m", req, held, Response(text="ok", prompt_tokens=9, completion_tokens=1))
+        settled[0] += 1
+
+    async def main() -> None:
+        await asyncio.gather(*(call(k) for k in range(40)))
+
+    asyncio.run(main())
+    assert peak[0] <= 100.0
+    # Each call reserves $10 and costs $9 once answered: after 10 ($90 spent) an 11th still fits ($90 + $10),
+    # a 12th does not ($99 + $10).
+    assert settled[0] == 11 and budget.spent == pytest.approx(99.0) and budget.calls == 11
+    assert len(stopped) == 29 and all(in_flight == 0 for _, in_flight in stopped)

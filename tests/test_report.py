@@ -33,6 +33,18 @@ def test_run_writes_report_next_to_results(tmp_path, capsys):
     assert "report:" in out and 'id="leaderboard"' in html and "ethics.reasoning" in html
 
 
+def test_report_command_says_how_far_it_got_and_how_big_the_page_is(tmp_path, capsys):
+    code, _, _ = cli(capsys, "run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
+                     "--out", tmp_path / "run", "--no-progress")
+    n = sum(1 for _ in (tmp_path / "run" / "samples.jsonl").open())
+    code, out, err = cli(capsys, "report", tmp_path / "run", "--samples-per-task", "2")
+    assert code == 0 and re.search(r"report: .*report\.html \(\d+\.\d MB\)", out)
+    assert f"report: {n} samples read" in err
+    assert "2 samples of" in (tmp_path / "run" / "report.html").read_text()
+    code, _, err = cli(capsys, "report", tmp_path / "run", "--samples-per-task", "0")
+    assert code == 2 and "--samples-per-task" in err
+
+
 def test_a_report_failure_never_loses_the_results(tmp_path, capsys, monkeypatch):
     import trustmh.report
 
