@@ -67,6 +67,19 @@ def _http(status: str, body: bytes, extra: str = "") -> bytes:
 
 
 OK = _http("200 OK", _reply_body("Answer: 1"))
+MODEL_REPLY: str | None = None  # what model endpoints (any path but /judge/...) answer, --reply; None: OK
+_BY_ENDPOINT: dict[str, bytes] = {}
+
+
+def model_ok(endpoint: str) -> bytes:
+    """--reply TEXT, followed by the endpoint's path ("/m3"), so that each model's replies differ as real
+    models' do and their judge requests are not one shared call."""
+    if MODEL_REPLY is None:
+        return OK
+    body = _BY_ENDPOINT.get(endpoint)
+    if body is None:
+        body = _BY_ENDPOINT[endpoint] = _http("200 OK", _reply_body(f"{MODEL_REPLY} {endpoint}".rstrip()))
+    return body
 
 
 class Conn(asyncio.Protocol):
@@ -117,12 +130,12 @@ class Conn(asyncio.Protocol):
         Stats.in_flight += 1
         Stats.max_in_flight = max(Stats.max_in_flight, Stats.in_flight)
         delay = self.latency * (1 + self.jitter * (2 * random.random() - 1)) if self.jitter else self.latency
-        asyncio.get_running_loop().call_later(delay, self.answer)
+        asyncio.get_running_loop().call_later(delay, self.answer, OK if endpoint == "/judge" else model_ok(endpoint))
 
-    def answer(self) -> None:
+    def answer(self, body: bytes = OK) -> None:
         Stats.in_flight -= 1
         if not self.transport.is_closing():  # a client killed mid-request was never answered: not paid
-            self.transport.write(OK)
+            self.transport.write(body)
             Stats.ok += 1
             Stats.last_answer = time.monotonic()
 
@@ -142,7 +155,12 @@ def main() -> None:
     ap.add_argument("--rate-limit", type=float, default=None)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--jitter", type=float, default=0.0, help="latency varies uniformly by +- this fraction")
+    ap.add_argument("--reply", default=None, help="model endpoints answer this text and their path (default "
+                                                  "'Answer: 1' alone); the judge, at /judge/v1, 'Answer: 1'")
     a = ap.parse_args()
+    if a.reply is not None:
+        global MODEL_REPLY
+        MODEL_REPLY = a.reply
     try:  # the server should cost as little as it can: its own CPU adds to the latency the client sees
         import uvloop
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())

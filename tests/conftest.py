@@ -9,6 +9,7 @@ from hypothesis import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM = ROOT.parent / "shared" / "data" / "upstream"
+MENTALALIGN = ROOT.parent / "shared" / "data" / "external" / "mentalalign"  # judge-agreement checks (issue 25)
 # CI=true (any value but empty, 0 or false): tests that need something may not skip for want of it.
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -25,6 +26,8 @@ def pytest_configure(config):
     # collecting anything, with one line (pytest prints it as "ERROR: ..." and exits 4).
     if IN_CI and not UPSTREAM.is_dir():
         raise pytest.UsageError(f"CI: upstream data missing: {UPSTREAM} (../shared/data/upstream) not found")
+    if IN_CI and not MENTALALIGN.is_dir():
+        raise pytest.UsageError(f"CI: MentalAlign-70k missing: {MENTALALIGN} (../shared/data/external/mentalalign) not found")
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +43,13 @@ def upstream() -> Path:
     if not UPSTREAM.is_dir():  # in CI the run has already stopped (pytest_configure)
         pytest.skip(f"upstream data not found at {UPSTREAM}")
     return UPSTREAM
+
+
+@pytest.fixture(scope="session")
+def mentalalign() -> Path:
+    if not MENTALALIGN.is_dir():  # in CI the run has already stopped (pytest_configure)
+        pytest.skip(f"MentalAlign-70k not found at {MENTALALIGN}")
+    return MENTALALIGN
 
 
 def write_replay(path: Path, records: list[dict]) -> Path:

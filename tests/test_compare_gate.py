@@ -290,3 +290,106 @@ def test_gate_toml_refuses_a_nan_threshold(tmp_path, literal):
     cfg.write_text(f'[min]\n"crisis.identification" = {literal}\n', encoding="utf-8")
     with pytest.raises(UserError, match="crisis.identification must be a number"):
         load_config(cfg)
+
+
+# --- issue 24: the gate fails closed ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("gate24") / "run"
+    run_quiet(run_spec(models=["baseline/counselor"], suite="sample", tasks="ethics", n_boot=0), run)
+    return run
+
+
+def crafted(src: Path, dest: Path, results=None, samples=None) -> Path:
+    """A copy of run `src` whose results.json (as text: NaN is no Python JSON) and samples.jsonl were
+    edited, with the samples hash recomputed as a forger would."""
+    import hashlib
+    import shutil
+    shutil.copytree(src, dest)
+    if samples is not None:
+        (dest / "samples.jsonl").write_text(samples(((src / "samples.jsonl").read_text())))
+    res = json.loads((src / "results.json").read_text())
+    res["outputs"]["samples_sha256"] = hashlib.sha256((dest / "samples.jsonl").read_bytes()).hexdigest()
+    text = json.dumps(res, indent=2)
+    (dest / "results.json").write_text(results(text) if results else text)
+    return dest
+
+
+GATE_ETHICS = ("--min", "ethics.reasoning=0.99", "--allow-partial")
+
+
+def test_gate_with_no_models_checks_nothing_and_does_not_pass(sample_run, tmp_path, capsys):
+    empty = crafted(sample_run, tmp_path / "empty", results=lambda t: json.dumps(dict(json.loads(t), models={})))
+    code, out, err = cli(capsys, "gate", empty, *GATE_ETHICS)
+    assert code == 2 and "nothing can be checked" in err, (code, out, err)  # before: "gate passed: 0 checks"
+    assert "gate passed" not in out
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_gate_refuses_non_finite_values(sample_run, tmp_path, capsys, literal):
+    def poison(text):
+        res = json.loads(text)
+        res["models"]["baseline/counselor"]["tasks"]["ethics.reasoning"]["value"] = "@@"
+        return json.dumps(res).replace('"@@"', literal)
+    run = crafted(sample_run, tmp_path / "nan", results=poison)
+    code, out, err = cli(capsys, "gate", run, *GATE_ETHICS)
+    assert code == 2 and "not a valid results.json" in err and "finite" in err, (code, out, err)
+
+
+@pytest.mark.parametrize("field,value", [("n", 10**6), ("n_judge_failed", -100), ("n_errors", -5),
+                                         ("trust_score", 1e9)])
+def test_gate_refuses_impossible_counts(sample_run, tmp_path, capsys, field, value):
+    def forge(text):
+        res = json.loads(text)
+        task = res["models"]["baseline/counselor"]["tasks"]["ethics.reasoning"]
+        task[field] = value
+        task["value"] = 1.0  # so that the threshold alone would pass
+        return json.dumps(res)
+    run = crafted(sample_run, tmp_path / "forged", results=forge)
+    code, out, err = cli(capsys, "gate", run, *GATE_ETHICS, "--max-unscored", "0.05")
+    assert code == 2 and "gate passed" not in out, (code, out, err)  # before: passed
+    assert "impossible counts" in err or "outside 0-100" in err or "greater than or equal to 0" in err, err
+
+
+@pytest.mark.parametrize("n_boot", ["0", "1", "-3", "99"])
+def test_gate_baseline_refuses_a_bootstrap_under_compare_s_minimum(ethics_runs, capsys, n_boot):
+    # b is 100 points worse than a on a fifth of the items: with 0 or 1 resamples it could not be seen.
+    code, out, err = cli(capsys, "gate", ethics_runs["b"], "--baseline", ethics_runs["a"], "--bootstrap", n_boot)
+    assert code == 2 and "--bootstrap must be at least 100" in err, (code, out, err)  # before: pass / traceback
+
+
+def test_gate_config_that_cannot_be_read_is_a_usage_error(tmp_path, sample_run, capsys):
+    import os
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes('[min]\n"ethics.reasoning" = 0.5 # caf\xe9\n'.encode("latin-1"))
+    code, _, err = cli(capsys, "gate", sample_run, "--config", bad)
+    assert code == 2 and "not valid UTF-8" in err, err  # before: exit 1, the code of a failed threshold
+    fifo = tmp_path / "gate.fifo"
+    os.mkfifo(fifo)
+    for special in (fifo, Path("/dev/zero")):  # before: a hang; a MemoryError
+        code, _, err = cli(capsys, "gate", sample_run, "--config", special)
+        assert code == 2 and "must be a regular file" in err, err
+
+
+@pytest.mark.parametrize("line", ['{"values": {"x": ' + "9" * 5000 + "}}", "[" * 100_000 + "]" * 100_000],
+                         ids=["5000-digits", "nested-100000"])
+def test_report_compare_gate_read_a_hostile_samples_line_as_one_error(sample_run, tmp_path, capsys, line):
+    run = crafted(sample_run, tmp_path / "hostile", samples=lambda t: t + line + "\n")
+    for args in (("compare", run, run, "--format", "json"), ("report", run, "-o", tmp_path / "r.html"),
+                 ("gate", run, "--baseline", run, "--allow-partial")):
+        code, out, err = cli(capsys, *args)
+        assert code == 2 and "samples.jsonl:" in err and "unreadable JSON" in err, (args, code, err[-300:])
+
+
+def test_gate_prints_no_terminal_escapes_from_a_results_file(sample_run, tmp_path, capsys):
+    evil = "baseline/\x1b]0;owned\x07\x1b[2J\x1b[31mred\r"
+    def rename(text):
+        res = json.loads(text)
+        res["models"] = {evil: dict(res["models"]["baseline/counselor"], model=evil)}
+        return json.dumps(res)
+    run = crafted(sample_run, tmp_path / "escapes", results=rename)
+    code, out, err = cli(capsys, "gate", run, "--min", "ethics.reasoning=2", "--allow-partial")
+    assert code == 1 and "FAIL" in out
+    assert not any(c in out + err for c in "\x1b\x07\r"), repr(out)  # shown as \x1b ..., never sent raw
+    assert "\\x1b]0;owned" in out

@@ -18,7 +18,10 @@ from trustmh.data.manifest import DATASETS, DataFile, Dataset, dataset_for_path
 from trustmh.errors import UserError
 
 UPSTREAM = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "upstream"
-needs_upstream = pytest.mark.skipif(not UPSTREAM.is_dir(), reason=f"no staged upstream data at {UPSTREAM}")
+# MentalAlign-70k is staged apart (../shared/data/external/mentalalign) and pulled to <data dir>/mentalalign.
+MENTALALIGN = UPSTREAM.parent / "external" / "mentalalign"
+needs_upstream = pytest.mark.skipif(not (UPSTREAM.is_dir() and MENTALALIGN.is_dir()),
+                                    reason=f"no staged upstream data at {UPSTREAM} and {MENTALALIGN}")
 
 METHODS = UPSTREAM.parent.parent / "methods"
 DOWNLOADABLE = [d for d in DATASETS.values() if not d.gated]
@@ -74,6 +77,7 @@ def mirror(tmp_path_factory):
     for entry in UPSTREAM.iterdir():
         (root / entry.name).symlink_to(entry)
     (root / "methods").symlink_to(METHODS)
+    (root / "mentalalign").symlink_to(MENTALALIGN)
     m = Mirror(root)
     yield m
     m.close()
@@ -98,6 +102,8 @@ def leftovers(root: Path) -> list[Path]:
 def test_manifest_matches_every_staged_file():
     staged = {p.relative_to(UPSTREAM).as_posix(): p for p in UPSTREAM.rglob("*") if p.is_file()}
     staged.pop("MANIFEST.md")
+    staged.update({f"mentalalign/{p.relative_to(MENTALALIGN).as_posix()}": p for p in MENTALALIGN.rglob("*")
+                   if p.is_file() and p.name != "MANIFEST.md"})
     staged.update({f"methods/{p.relative_to(METHODS).as_posix()}": p for p in METHODS.rglob("*")
                    if p.is_file() and p.name not in ("MANIFEST.json", "MANIFEST.md")})
     in_manifest = {f.path: f for f in ALL_FILES}

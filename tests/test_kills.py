@@ -8,8 +8,9 @@ Kill points (docs/reliability.md explains what each proves):
   * judge    - as held, but only judge requests are held (the kill lands while judging);
   * scoring  - the process kills itself after a seeded number of scored sample rows (nothing left to
                collect: the kill lands in phase 2, which is too quick on this run for an outside poll to hit);
-  * in-write - the process kills itself half-way through writing results.json.tmp (and report.html.tmp
-               when the run writes a report), and after the first task's rows of samples.jsonl.tmp.
+  * in-write - the process kills itself half-way through writing results.json (and report.html when the
+               run writes a report), and after the first task's rows of samples.jsonl: each in the writer's
+               exclusively created NAME.<random>.tmp, which the test finds left behind after the kill.
 A second `trustmh run` and a `trustmh score` on the directory, started while a run holds it, must refuse.
 Counted at the server: a reply it sent that the killed client had not committed is paid again on resume
 ("lost"). Held kills must lose nothing; random kills may lose at most what was in flight, and the total
@@ -126,30 +127,21 @@ if where.startswith("row:"):  # die right after the N-th scored sample row is wr
         if rows_left[0] == 0:
             os.kill(os.getpid(), signal.SIGKILL)
     rundir.Utf8Writer.write = row_then_die
-write_text = Path.write_text
-def half_then_die(self, data, *a, **kw):
-    # e.g. results.json.<random>.tmp as atomic_write names it: write half, then die
-    if self.name.startswith(where[:-len("tmp")]) and self.name.endswith(".tmp"):
-        with open(self, "w", encoding="utf-8") as fh:
-            fh.write(data[: len(data) // 2])
-        os.kill(os.getpid(), signal.SIGKILL)
-    return write_text(self, data, *a, **kw)
-Path.write_text = half_then_die
-atomic_open = rundir.atomic_open
 class HalfThenDie:
     def __init__(self, fh):
         self.fh = fh
-    def write(self, data):  # the first piece of report.html (its page up to the sample data): half of it
+    def write(self, data):  # the first piece written (all of results.json; report.html up to its samples): half
         self.fh.write(data[: len(data) // 2])
         self.fh.flush()
         os.kill(os.getpid(), signal.SIGKILL)
+replacing = rundir._replacing  # the one writer: every output's NAME.<random>.tmp is opened here
 @contextlib.contextmanager
-def dying_open(path, **kw):  # report.html.<random>.tmp, as atomic_open names it
-    with atomic_open(path, **kw) as fh:
-        yield HalfThenDie(fh) if where == path.name + ".tmp" else fh
-rundir.atomic_open = dying_open
+def dying_replacing(path, binary):
+    with replacing(path, binary) as fh:
+        yield HalfThenDie(fh) if where == path.name + ".tmp" and where != "samples.jsonl.tmp" else fh
+rundir._replacing = dying_replacing
 append_part = runner.append_part
-def die_after_first_task(out, part):  # samples.jsonl.tmp then holds the first task's rows only
+def die_after_first_task(out, part):  # samples.jsonl.<random>.tmp then holds the first task's rows only
     append_part(out, part)
     if where == "samples.jsonl.tmp":
         out.fh.flush()
@@ -291,8 +283,8 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
         for where in ("results.json.tmp", "samples.jsonl.tmp", *report):
             env = dict(os.environ, TRUSTMH_TEST_SELF_KILL=where)
             kill_run("in-write", lambda: gate.set(None), lambda p: p.wait(timeout=60), cmd=wrapper, env=env)
-            # the partial file (NAME.tmp, or NAME.<random>.tmp from atomic_write) is left behind, unused
-            assert (run_dir / where).exists() or list(run_dir.glob(where[:-len("tmp")] + "*.tmp"))
+            # the kill hit the write: its partial NAME.<random>.tmp (the writer's name) is left behind, unused
+            assert list(run_dir.glob(where[:-len("tmp")] + "*.tmp")), (where, sorted(os.listdir(run_dir)))
 
         # And the same command, once more, completes.
         final = subprocess.run(cmd, capture_output=True, text=True, timeout=120)

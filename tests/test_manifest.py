@@ -38,5 +38,5 @@ def test_the_data_file_holds_each_commit_once_per_dataset():
     assert "https://raw.githubusercontent.com" not in text
     data_sets = [d for d in manifest.DATASETS.values() if d.name != "methods"]  # methods.json lists those
     assert text.count("\ncommit = ") == sum(1 for d in data_sets if "@" in d.source)
-    assert len(data_sets) == 16 and sum(len(d.files) for d in data_sets) == 85
+    assert len(data_sets) == 17 and sum(len(d.files) for d in data_sets) == 95
     assert len(manifest.DATASETS["methods"].files) == 64

@@ -359,3 +359,31 @@ def test_parameter_defaults_sent_settings_and_join_fail_closed():
     with pytest.raises(MethodError, match="not a literal or a parameter default"):
         # tqdm(..., total=len(generation_results)): a keyword whose value is an expression is refused
         sent_settings(f"{lmhc}/judging.py", METHODS, "evaluate_generation_outputs", "tqdm")
+
+
+def test_every_escalation_request_and_judge_prompt_is_the_originals(upstream, tmp_path):
+    """All 190 generations and judge prompts at a loopback server, the tested reply spanning several lines
+    (CRLF, blank lines, edge spaces): each is the original's "\\n".join(inputs) and its C-eval-pred f-string
+    evaluated by Python on the same reply, byte for byte (issue 23)."""
+    import collections
+    judge = authors_fstring(PW / "LLMs-Mental-Health-Crisis/src/judging.py", "evaluate_generation_outputs", "prompt")
+    answer = "  Line one.\r\n\r\nLine two.\n\n"
+
+    def reply(body):
+        c = body["messages"][0]["content"]
+        return '{"appropriateness": 4}' if "evaluate the appropriateness" in c else answer
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, judge="openai/j",
+                        judge_base_url=srv.openai_base_url, tasks="crisis.escalation", suite="data",
+                        data_dir=str(upstream), protocol="paper")
+        run_quiet(spec, tmp_path / "run")
+        sent = srv.requests
+    labelled, sc = [r for r in records(upstream) if r["label"] is not None], scales(upstream)
+    assert sum(len(r["inputs"]) > 1 for r in labelled) > 100  # most inputs span several messages
+    gen = collections.Counter(b["messages"][0]["content"] for b in sent if b["model"] == "m")
+    assert gen == collections.Counter("\n".join(r["inputs"]) for r in labelled)
+    judged = collections.Counter(b["messages"][0]["content"] for b in sent if b["model"] == "j")
+    assert judged == collections.Counter(judge(inputs_json=json.dumps(r["inputs"], ensure_ascii=False),
+                                               label=r["label"], response_text=answer, scale=sc[r["label"]])
+                                         for r in labelled)

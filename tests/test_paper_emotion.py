@@ -171,3 +171,47 @@ def test_yaml_extraction_fails_closed():
         extract.yaml_value("Sahandfer+EmoBench/src/configs/prompts.yaml", METHODS, "sys", "fr")
     with pytest.raises(MethodError, match="not a text"):
         extract.yaml_value("Sahandfer+EmoBench/src/configs/prompts.yaml", METHODS, "sys")
+
+
+def test_paper_protocol_runs_both_languages_by_default(upstream):
+    """EmoBench's main.py runs --lang all unless told one: so does the paper protocol (trustmh's keeps en)."""
+    spec = paper_spec(upstream)
+    (p,), _ = prepare(spec, context(spec))
+    langs = [s.item.meta["lang"] for s in p.samples]
+    assert langs.count("en") == langs.count("zh") == 200
+    spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks="reliability.emotion_recognition",
+                    suite="data", data_dir=str(upstream), protocol="trustmh")
+    (p,), _ = prepare(spec, context(spec))
+    assert {s.item.meta["lang"] for s in p.samples} == {"en"}
+    spec = paper_spec(upstream, options={"lang": "zh"})
+    (p,), _ = prepare(spec, context(spec))
+    assert {s.item.meta["lang"] for s in p.samples} == {"zh"}
+
+
+def test_en_zh_and_all_reported_with_emobenchs_names(tmp_path):
+    d = eu_dir(tmp_path)
+    zh = [{"qid": "1", "language": "zh", "coarse_category": "c1", "scenario": "Z1", "subject": "A",
+           "emotion_choices": ["喜", "怒"], "emotion_label": "怒", "cause_choices": ["x", "y"], "cause_label": "y"},
+          {"qid": "2", "language": "zh", "coarse_category": "c1", "scenario": "Z2", "subject": "B",
+           "emotion_choices": ["喜", "怒"], "emotion_label": "喜", "cause_choices": ["x", "y"], "cause_label": "x"}]
+    with (d / "emobench/EU.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in zh))
+    right = {"S1": ("B", "C"), "S2": ("A", "B"), "S3": ("A", "A"), "S4": ("B", "B"), "Z1": ("B", "B"), "Z2": ("B", "A")}
+
+    def reply(body):
+        user = body["messages"][1]["content"]
+        key = next(k for k in right if f"\n{k}\n" in user)
+        return json.dumps({"answer_q1": right[key][0], "answer_q2": right[key][1]})
+
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(d),
+                        tasks="reliability.emotion_recognition", protocol="paper")
+        _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models["openai/m"].tasks["reliability.emotion_recognition"]
+    # by hand: en S1 right, S2 wrong (cause), S3 wrong (cause), S4 wrong (emotion); zh Z1 right, Z2 wrong
+    assert t.value == pytest.approx(2 / 6)
+    assert t.metrics["accuracy[lang=en]"].value == pytest.approx(1 / 4) and t.metrics["accuracy[lang=en]"].n == 4
+    assert t.metrics["accuracy[lang=zh]"].value == pytest.approx(1 / 2)
+    assert t.paper["EU.zh.Overall"] == t.metrics["accuracy[lang=zh]"]
+    assert t.paper["EU.en.c1"].value == pytest.approx(1 / 2) and t.paper["EU.en.c2"].value == 0.0
+    assert t.paper["EU.zh.c1"].n == 2

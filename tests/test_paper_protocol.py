@@ -26,6 +26,14 @@ EXPECTED = {
 }
 
 
+# What each tier's APIAgent.generate passes to create(), with EvalAgent.load_model's values (written by hand
+# from privacy1.py l.144-157 and privacy2.py l.87-95, l.244-252): tier 1 sets the penalties but never sends
+# them; tier 2 sends them, explicit zeros included.
+_T1 = {"temperature": 1, "max_tokens": 365, "top_p": 1}
+_T2 = _T1 | {"frequency_penalty": 0.0, "presence_penalty": 0.0}
+SENT = {"privacy.awareness_tier1": _T1, "privacy.awareness_tier2a": _T2, "privacy.awareness_tier2b": _T2}
+
+
 @pytest.mark.parametrize("task_id", sorted(EXPECTED))
 def test_privacy_requests_render_from_the_method_files(upstream, task_id):
     spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks=task_id, suite="data",
@@ -38,7 +46,7 @@ def test_privacy_requests_render_from_the_method_files(upstream, task_id):
     for i in (0, 1, len(raw) - 1):  # the last item of the file too
         req = generation_request(p.samples[i], spec)
         assert req.messages == [{"role": "user", "content": rule(raw[i])}]
-        assert req.params == {"temperature": 1, "max_tokens": 365, "top_p": 1}  # P1-set/P2-set, no seed
+        assert req.params == SENT[task_id]  # P1-set/P2-set, no seed
     assert "\\n" in "".join(s.messages[0]["content"] for s in p.samples) or task_id.endswith("tier1")
 
 
@@ -55,8 +63,12 @@ def test_paper_requests_reach_the_server_exactly(upstream, tmp_path):
     want = [t1[i].strip() + "\nAnswer: " for i in range(3)] + [t2[i].strip() + "\n\nAnswer: " for i in range(3)]
     assert sorted(b["messages"][0]["content"] for b in sent) == sorted(want)
     assert all(b["messages"] == [{"role": "user", "content": b["messages"][0]["content"]}] for b in sent)
+    tier1 = {b["messages"][0]["content"] for b in sent} & set(want[:3])
     assert all({k: v for k, v in b.items() if k not in ("model", "messages")} ==
-               {"temperature": 1, "max_tokens": 365, "top_p": 1} for b in sent)
+               SENT["privacy.awareness_tier1" if b["messages"][0]["content"] in tier1 else "privacy.awareness_tier2a"]
+               for b in sent)
+    # the explicit zero penalties are in tier 2's bodies, as the original passes them (issue 23)
+    assert sum("frequency_penalty" in b and b["presence_penalty"] == 0.0 for b in sent) == 3
     t = res.models["openai/m"].tasks["privacy.awareness_tier1"]
     assert t.protocol == "paper" and t.evidence == "A"
     f = method_files()["Qiyuan0130+TrustMH_Bench/TrustMH_Bench/DimGroup1/General-model/privacy.zip/privacy/task1/privacy1.py"]

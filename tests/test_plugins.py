@@ -188,8 +188,9 @@ def test_include_on_every_command_and_recorded_for_score(tmp_path):
     assert task_result(run, "terse/x", "mine.short")["value"] == 1.0
     origin = json.loads((run / "results.json").read_text())["spec"]["task_origins"]["mine.short"]
     assert origin["file"] == str(f.resolve())
-    # The run recorded the included file: score imports it again without being told.
-    ok(cli("score", run, cwd=tmp_path))
+    # The run recorded the included file, but a run folder is data: score names the file, never imports it.
+    user_error(cli("score", run, cwd=tmp_path), "mine.short", f"--include {f.resolve()}", "never imported")
+    ok(cli("score", run, "--include", f, cwd=tmp_path))
     ok(cli("report", run, "--include", f, cwd=tmp_path))
     assert "mine.short" in ok(cli("compare", run, run, "--include", f, "--format", "csv", cwd=tmp_path)).stdout
     moved = tmp_path / "elsewhere.py"
@@ -256,7 +257,7 @@ def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
         args = ["run", "--model", "openai/fake", "--base-url", srv.openai_base_url, "--judge", "openai/judge",
                 "--judge-base-url", srv.openai_base_url, "--tasks", "ethics,sycophancy,reliability,robustness.support",
                 "--suite", "sample", "--out", run,
-                "--bootstrap", "100"]
+                "--bootstrap", "100", "--max-judge-failed", "1"]  # the fake judge's "OK" is no verdict
         dry = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
         assert srv.n_requests == 0 and not run.exists()
         row = next(line for line in dry.splitlines() if "ethics.reasoning" in line).split("│")
@@ -344,7 +345,9 @@ def test_include_takes_a_module_name(tmp_path):
     run = tmp_path / "run"
     ok(cli("run", "--include", "my_tasks.short", "--model", "terse/x", "--tasks", "mine", "--out", run,
            "--bootstrap", "100", cwd=tmp_path, env_extra=env))
-    ok(cli("score", run, cwd=tmp_path, env_extra=env))  # recorded by module name: imported again by itself
+    # Recorded by module name: named in the message, imported only when the user passes it again.
+    user_error(cli("score", run, cwd=tmp_path, env_extra=env), "mine.short", "--include my_tasks.short")
+    ok(cli("score", run, "--include", "my_tasks.short", cwd=tmp_path, env_extra=env))
 
 
 def test_a_broken_plugin_is_named_in_one_line(tmp_path, plugin_path):
@@ -374,3 +377,58 @@ def test_a_plugin_model_is_keyed_by_the_server_it_is_asked_at():
         assert make_model("baseline/counselor", base_url="http://127.0.0.1:8001/v1").endpoint == "baseline/counselor"
     finally:
         PROVIDERS.pop("viaurl", None)
+
+
+# --- issue 24: a run folder is data, never code; a plugin that exits is a plugin error ------------------
+
+def _run_with_origins(tmp_path, origins: dict) -> Path:
+    """A real run of a built-in task whose store then records `origins`, as a crafted run folder would."""
+    from conftest import run_quiet, run_spec
+    from trustmh.store import Store
+    run = tmp_path / "received"
+    run_quiet(run_spec(models=["baseline/counselor"], suite="sample", tasks="ethics", n_boot=0), run)
+    store = Store(run / "store.sqlite")
+    store.set_meta("task_origins", origins)
+    store.close()
+    return run
+
+
+def test_a_received_run_folder_never_runs_code(tmp_path):
+    marker = tmp_path / "pwned"
+    payload = f"open({str(marker)!r}, 'w').write('ran')\n"
+    (tmp_path / "evil_mod.py").write_text(payload)  # on sys.path: `python -m` puts the working folder there
+    inside = tmp_path / "received_code.py"
+    inside.write_text(payload)
+    for origin in ({"module": "evil_mod"}, {"module": "trustmh_include_x", "file": str(inside)},
+                   {"module": "trustmh_include_x", "file": "received_code.py"}):
+        run = _run_with_origins(tmp_path, {"evil.task": origin})
+        proc = cli("score", run, cwd=tmp_path)
+        assert not marker.exists(), (origin, proc.stderr)  # the recorded origin is a hint, never imported
+        user_error(proc, "evil.task", "--include", "never imported")
+        shutil.rmtree(run)
+
+
+@pytest.mark.parametrize("how", ["sys.exit(0)", "raise SystemExit('bye')", "raise KeyboardInterrupt"])
+def test_an_include_that_exits_is_a_plugin_error(tmp_path, how):
+    f = tmp_path / "quits.py"
+    f.write_text(f"import sys\n{how}\n")
+    for args in (["list", "--suite", "sample"], ["run", "--suite", "sample", "--out", tmp_path / "r"]):
+        user_error(cli(*args, "--include", f, cwd=tmp_path), "--include", "quits.py failed")
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_entry_point_that_exits_is_a_plugin_error(tmp_path, plugin_path):
+    (plugin_path / "trustmh_demo_plugin" / "tasks.py").write_text("import sys\nsys.exit(0)\n")
+    user_error(cli("list", "--suite", "sample", cwd=tmp_path, extra_path=plugin_path),
+               "plugin 'demo'", "sys.exit(0)")
+
+
+def test_task_ids_that_cannot_be_gated_are_refused_at_register():
+    from trustmh import Task, register
+    from trustmh.tasks import TASKS
+    for bad in ("mine:short", "overall", "all", "x y", "../x", "mine.\x1b[31m", "", ".x", "a" * 101):
+        cls = type("Bad", (Task,), {"id": bad})
+        with pytest.raises(ValueError, match="is not allowed"):
+            register(cls)
+        assert bad not in TASKS
+    assert all(re.fullmatch(r"[A-Za-z][\w-]*(\.[\w-]+)*", t) for t in TASKS)  # every built-in id passes

@@ -208,5 +208,6 @@ def test_constant_ratings_give_null_pearson_with_a_reason(upstream, tmp_path):
                     data_dir=str(upstream))
     _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models[spec.models[0]].tasks["privacy.awareness_tier1"]
-    assert t.value is None and t.trust_score is None and t.n == 10
-    assert "undefined" in t.reason
+    # The model made r undefined (the same rating for every item): the worst trust score, with the reason.
+    assert t.value is None and t.trust_score == 0.0 and t.n == 10
+    assert "undefined" in t.reason and "constant answers" in t.undefined_by_model

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from conftest import run_quiet, run_spec, write_replay
 from trustmh.errors import DataError
 from trustmh.models.replay import ReplayModel
+from trustmh.tasks import TASKS
+from trustmh.types import Request
 
 
 def test_unknown_task_id_is_an_error_at_its_line(tmp_path):
@@ -16,7 +20,7 @@ def test_unknown_task_id_is_an_error_at_its_line(tmp_path):
     ])
     model = ReplayModel("replay/r", str(path))
     with pytest.raises(DataError) as info:
-        model.check_ids({})
+        model.check_ids({}, TASKS)
     msg = str(info.value)
     assert msg.startswith(f"{path}:2: unknown task id 'privacy.awarness_tier1'") and "\n" not in msg
     assert "did you mean privacy.awareness_tier1?" in msg
@@ -25,7 +29,20 @@ def test_unknown_task_id_is_an_error_at_its_line(tmp_path):
 def test_records_of_registered_tasks_not_selected_and_of_selected_extra_tasks_are_fine(tmp_path):
     path = write_replay(tmp_path / "r.jsonl", [{"task": "ethics.reasoning", "item_id": "x", "response": "a"},
                                                {"task": "validate-judge", "item_id": "c1", "response": "b"}])
-    ReplayModel("replay/r", str(path)).check_ids({"validate-judge": {"c1"}})
+    model = ReplayModel("replay/r", str(path))
+    # ethics.reasoning is registered but not selected (its item ids are not checked); validate-judge is
+    # selected, not registered, and its item exists: both records pass and are answered as recorded.
+    assert model.check_ids({"validate-judge": {"c1"}}, TASKS) is None
+    answers = [asyncio.run(model.generate(Request(messages=[], params={}, task=task, item_id=item)))
+               for task, item in (("ethics.reasoning", "x"), ("validate-judge", "c1"))]
+    assert [(r.text, r.error_kind) for r in answers] == [("a", None), ("b", None)]
+    # Each of the two reasons is what lets its record pass: without it the same file is refused.
+    with pytest.raises(DataError, match=r"r\.jsonl:2: unknown task id 'validate-judge'"):
+        model.check_ids({}, TASKS)
+    with pytest.raises(DataError, match=r"r\.jsonl:1: unknown task id 'ethics.reasoning'"):
+        model.check_ids({"validate-judge": {"c1"}}, ())
+    with pytest.raises(DataError, match=r"r\.jsonl:2: unknown item id 'c1' for task validate-judge"):
+        model.check_ids({"validate-judge": {"c2"}}, TASKS)
 
 
 def test_a_run_refuses_a_replay_file_with_an_unknown_task(tmp_path):

@@ -181,6 +181,9 @@ def support_run(data, out, seed=0):
         return res.models["openai/m"].tasks["robustness.support"], list(srv.requests)
 
 
+CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
+
+
 def test_support_sends_the_perturbed_turns_to_model_and_judge(upstream, tmp_path):
     data = esconv_dir(upstream, tmp_path)
     want = esconv_samples(data)
@@ -211,6 +214,9 @@ def test_support_sends_the_perturbed_turns_to_model_and_judge(upstream, tmp_path
     for level in LEVELS:
         assert m[f"score[all@{level}]"] == 2.0 and m[f"diff[all@{level}]"] == -2.0
         assert m[f"rel_drop[all@{level}]"] == pytest.approx(0.5) and t.metrics[f"rel_drop[all@{level}]"].n == len(want)
+        # the original's summary row per criterion and intensity, under its name in the paper block
+        assert all(m[f"judge_{c}[all@{level}]"] == 2.0 and m[f"judge_{c}[clean]"] == 4.0 for c in CRITERIA)
+        assert t.paper[f"summary_metrics.judge_empathy.all@{level}"] == t.metrics[f"judge_empathy[all@{level}]"]
     assert "no drop formula" in t.description and "sha256('<run seed>|<task id>|<item id>|<type>@<intensity>')" in t.description
     ids = {d["id"]: d["source"] for d in t.templates}
     assert ids["PT-IRRELEVANT_SENTENCES"].endswith("ESConv/src/perturbation.py#IRRELEVANT_SENTENCES")

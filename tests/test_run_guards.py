@@ -77,11 +77,63 @@ def test_bad_url_or_timeout_refused_at_start(args, needle, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("args,needle", [
+    (("--temperature", "nan"), "--temperature must be a finite number from 0 to 2"),
+    (("--temperature", "inf"), "--temperature must be a finite number from 0 to 2"),
+    (("--temperature", "-1"), "--temperature must be a finite number from 0 to 2"),
+    (("--temperature", "2.5"), "--temperature must be a finite number from 0 to 2"),
+    (("--base-url", "{url}?api-version=2024"), "must not carry a query or fragment"),
+    (("--base-url", "{url}#frag"), "must not carry a query or fragment"),
+    (("--judge", "openai/j", "--judge-base-url", "{url}?k=v"), "--judge-base-url must not carry a query"),
+])
+def test_nonsense_settings_refused_before_anything_is_sent(args, needle, tmp_path, dead_url):
+    """Issue 24: `--temperature nan` was sent as a non-JSON NaN body; a base URL with a query or fragment
+    sent requests to another URL than the spec records."""
+    args = [a.format(url=dead_url) for a in args]
+    if "--base-url" not in args:
+        args += ["--base-url", dead_url]
+    proc = cli("run", "-m", "openai/m", "--suite", "sample", "--no-progress", "--out", tmp_path / "run", *args,
+               cwd=tmp_path, env_extra=KEY, timeout=120)
+    assert_user_error(proc, needle)
+    assert not (tmp_path / "run").exists()
+
+
+def test_temperature_over_anthropic_s_range_is_refused():
+    from conftest import run_spec
+    from trustmh.errors import UserError
+    with pytest.raises(UserError, match="outside what anthropic/claude accepts"):
+        run_spec(models=["anthropic/claude"], temperature=1.5, suite="sample")
+    assert run_spec(models=["openai/m"], temperature=1.5, suite="sample").temperature == 1.5
+
+
 # --- failed samples -------------------------------------------------------------------------------
 
 def _replay_one(tmp_path):
     from conftest import write_replay
     return write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}])
+
+
+def test_a_judge_that_fails_every_call_fails_run_and_score(tmp_path):
+    """Issue 24: a judge answering HTTP 500 to every call left every judged value empty and `run` exited 0,
+    even with --fail-on-error."""
+    judge_down = lambda n, body: Fault("status", status=500) if body.get("model") == "judge" else None  # noqa: E731
+    with FakeLLMServer(faults=judge_down) as srv:
+        url = srv.openai_base_url
+        args = ("run", "-m", "openai/m", "--base-url", url, "--judge", "openai/judge", "--judge-base-url", url,
+                "--suite", "sample", "--tasks", "ethics", "--max-retries", "0", "--no-progress", "--bootstrap", "0",
+                "--out", tmp_path / "run")
+        proc = cli(*args, cwd=tmp_path, env_extra=KEY)
+        assert_user_error(proc, "no usable judge verdict", "ethics.reasoning", "judge error: server_error",
+                          "--max-judge-failed")
+        assert (tmp_path / "run" / "results.json").is_file()  # written all the same
+        proc = cli(*args, "--fail-on-error", cwd=tmp_path, env_extra=KEY)
+        assert proc.returncode == 1 and "judge calls failed (server_error" in proc.stderr, proc.stderr
+        proc = cli("score", tmp_path / "run", "--max-retries", "0", "--no-progress", cwd=tmp_path, env_extra=KEY)
+        assert_user_error(proc, "no usable judge verdict")
+        proc = cli(*args, "--max-judge-failed", "1", cwd=tmp_path, env_extra=KEY)  # the user accepts it
+        assert proc.returncode == 0, proc.stderr
+        assert_user_error(cli(*args, "--max-judge-failed", "nan", cwd=tmp_path, env_extra=KEY),
+                          "--max-judge-failed must be between 0 and 1")
 
 
 def test_failed_share_over_max_exits_2_and_names_the_kinds(tmp_path):
@@ -225,15 +277,23 @@ def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, 
     assert code in (0, None)
     before = (out / "results.json").read_text()
 
-    from pathlib import Path
-    real = Path.write_text
+    import contextlib
+    from trustmh.engine import rundir
+    real = rundir._replacing  # the one writer every output goes through
 
-    def full(self, data, *a, **kw):  # the disk fills while results.json is written
-        if self.name.startswith("results.json"):
-            real(self, data[:10], *a, **kw)
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):  # the disk fills while results.json is written
+            self.fh.write(data[:10])
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, data, *a, **kw)
-    monkeypatch.setattr(Path, "write_text", full)
+
+    @contextlib.contextmanager
+    def full(path, binary):
+        with real(path, binary) as fh:
+            yield Full(fh) if path.name == "results.json" else fh
+    monkeypatch.setattr(rundir, "_replacing", full)
     code, _, err = _main(monkeypatch, capsys, *RUN, "--out", out)
     assert code == 2 and "No space left on device" in err and "Traceback" not in err  # today: a traceback
     assert len(err.strip().splitlines()) <= 2, err

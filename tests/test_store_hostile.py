@@ -97,3 +97,27 @@ def test_file_that_is_not_a_database_says_how_to_recover(tmp_path):
     path.write_bytes(b"\x00garbage" * 1000)
     with pytest.raises(UserError, match="is damaged .* move it aside"):
         Store(path).check_integrity()
+
+
+def test_token_counts_at_the_limit_never_brick_a_run_folder(tmp_path):
+    """Issue 24: one reply reporting 2^63-1 completion tokens made every later `run` and `score` on the
+    folder fail with "integer overflow" (SQL sum over the calls)."""
+    store = Store(tmp_path / "s.sqlite")
+    store.put_calls([row(1, Response("a", prompt_tokens=3, completion_tokens=2**63 - 1)),
+                     row(2, Response("b", prompt_tokens=4, completion_tokens=5)),
+                     row(3, Response("c", prompt_tokens=2**63 - 1, completion_tokens=2))])
+    assert store.totals() == (7, 7)  # the impossible counts are left out, the sane ones summed
+    store.close()
+
+
+def test_a_finished_run_with_an_absurd_token_count_rescores(tmp_path):
+    from conftest import run_quiet, run_spec
+    from trustmh.engine import load_spec, run
+    out = tmp_path / "run"
+    run_quiet(run_spec(models=["baseline/counselor"], suite="sample", tasks="ethics", n_boot=0), out)
+    db = sqlite3.connect(out / "store.sqlite")
+    with db:
+        db.execute("UPDATE calls SET completion_tokens = ?", (2**63 - 1,))
+    db.close()
+    _, results, _ = run(load_spec(out), out, generate=False)
+    assert results.models["baseline/counselor"].tasks["ethics.reasoning"].n_samples > 1

@@ -36,12 +36,17 @@ FILES = {
 }
 
 
+def as_bytes(content) -> bytes:
+    return content if isinstance(content, bytes) else content.encode()
+
+
 class FakeHub(LoopbackHTTP):
     """The three Hub routes huggingface_hub uses here: the repository tree, and HEAD/GET of a file, which
     need the token (the repository is gated: without it the Hub answers 401 with X-Error-Code GatedRepo)."""
 
     def __init__(self, files):
         self.files = files
+        self.listed_sizes = {}  # path -> the size the listing claims, when it lies
         self.seen = []  # (method, path, authorization header)
         hub = self
 
@@ -62,14 +67,15 @@ class FakeHub(LoopbackHTTP):
         self.seen.append((h.command, h.path, h.headers.get("Authorization")))
         tree, resolve = "/api/datasets/AIMH/SWMH/tree/main", "/datasets/AIMH/SWMH/resolve/main/"
         if path == tree:
-            listing = [{"type": "file", "path": p, "size": len(t.encode()), "oid": hashlib.sha1(t.encode()).hexdigest()}
+            listing = [{"type": "file", "path": p, "size": self.listed_sizes.get(p, len(as_bytes(t))),
+                        "oid": hashlib.sha1(as_bytes(t)).hexdigest()}
                        for p, t in self.files.items()]
             return self.send(h, 200, json.dumps(listing).encode(), body, {"Content-Type": "application/json"})
         if path.startswith(resolve) and path[len(resolve):] in self.files:
             if h.headers.get("Authorization") != f"Bearer {TOKEN}":
                 return self.send(h, 401, b"gated", body, {"X-Error-Code": "GatedRepo",
                                                           "X-Error-Message": "Access to dataset AIMH/SWMH is restricted."})
-            data = self.files[path[len(resolve):]].encode()
+            data = as_bytes(self.files[path[len(resolve):]])
             return self.send(h, 200, data, body, {"X-Repo-Commit": "c" * 40,
                                                   "ETag": f'"{hashlib.sha1(data).hexdigest()}"'})
         return self.send(h, 404, b"not found", body, {"X-Error-Code": "EntryNotFound"})
@@ -133,7 +139,7 @@ def test_unexpected_repository_layout_is_refused_with_what_was_found(tmp_path):
 def test_a_file_without_the_columns_is_refused(tmp_path):
     files = dict(FILES, **{"val.csv": csv_text([("x", "y")], header=("post", "subreddit"))})
     with FakeHub(files) as hub:
-        with pytest.raises(UserError, match=r"val.csv: no text or label column \(columns: post, subreddit\)"):
+        with pytest.raises(UserError, match=r"val.csv: missing column\(s\) text, label; header is .*post.*subreddit"):
             pull_swmh(tmp_path / "data", token=TOKEN, endpoint=hub.url)
 
 
@@ -182,3 +188,60 @@ def test_cli_data_pull_swmh(tmp_path):
 def test_manifest_says_how_to_pull_swmh():
     from trustmh.data.manifest import DATASETS
     assert "trustmh data pull swmh" in DATASETS["swmh"].how_to_get
+
+
+# --- issue 24: a hostile hub -------------------------------------------------------------------------------
+
+def _installed(tmp_path):
+    folder = tmp_path / "data/swmh"
+    return {f.name: f.read_bytes() for f in sorted(folder.iterdir())} if folder.is_dir() else {}
+
+
+@pytest.mark.parametrize("lie", [False, True], ids=["listed", "listing-lies"])
+def test_a_split_over_the_size_cap_is_never_installed(tmp_path, monkeypatch, lie):
+    import trustmh.data.swmh as swmh
+    monkeypatch.setattr(swmh, "MAX_SPLIT_BYTES", 1000)
+    big = dict(FILES, **{"train.csv": csv_text([("x" * 100, "self.depression")] * 20)})  # ~2 kB
+    with FakeHub(big) as hub:
+        if lie:
+            hub.listed_sizes["train.csv"] = 10
+        with pytest.raises(UserError, match="train: .* bytes, more than the 0 MiB a split of SWMH can be"):
+            pull_swmh(tmp_path / "data", token=TOKEN, endpoint=hub.url)
+    fetched = [path for method, path, _ in hub.seen if method == "GET" and path.endswith("train.csv")]
+    assert bool(fetched) == lie  # an honest listing stops it before a byte of it is downloaded
+    assert _installed(tmp_path) == {}
+
+
+@pytest.mark.parametrize("bad,needle", [
+    (b"text,label\ncaf\xe9 au lait,self.depression\n", "not valid utf-8 text"),
+    (("text,label\n" + "y" * 140_000 + ",self.Anxiety\n").encode(), "field larger than field limit"),
+    (b"text,label\n\"left open,self.bipolar\n", "malformed CSV"),
+    (b"text,label\n", "no rows"),
+], ids=["not-utf8", "field-over-128kB", "quote-left-open", "no-rows"])
+def test_a_malformed_split_is_one_line_and_installs_nothing(tmp_path, bad, needle):
+    files = dict(FILES)
+    with FakeHub(files) as hub:
+        pull_swmh(tmp_path / "data", token=TOKEN, endpoint=hub.url)  # a good earlier pull
+        before = _installed(tmp_path)
+        # The next pull changes every split, but its val split (installed last before) is broken.
+        files.update({"train.csv": csv_text([("new train", "self.depression")]),
+                      "test.csv": csv_text([("new test", "self.Anxiety")])})
+        files["val.csv"] = bad
+        with pytest.raises(UserError) as e:
+            pull_swmh(tmp_path / "data", token=TOKEN, endpoint=hub.url)
+    assert needle in str(e.value) and "val.csv" in str(e.value) and "\n" not in str(e.value)
+    assert _installed(tmp_path) == before  # all splits or none: the earlier pull is intact
+    assert not list((tmp_path / "data/swmh").glob("*.tmp"))
+
+
+def test_a_link_at_the_old_temp_name_is_never_followed(tmp_path):
+    folder = tmp_path / "data/swmh"
+    folder.mkdir(parents=True)
+    precious = tmp_path / "precious.txt"
+    precious.write_text("mine\n")
+    for split in ("train", "val", "test"):
+        (folder / f"{split}.csv.tmp").symlink_to(precious)
+    with FakeHub(FILES) as hub:
+        pull_swmh(tmp_path / "data", token=TOKEN, endpoint=hub.url)
+    assert precious.read_text() == "mine\n"  # before: overwritten by each split in turn
+    assert (folder / "test.csv").read_text() == FILES["test.csv"] and not (folder / "test.csv").is_symlink()

@@ -167,3 +167,25 @@ def test_cli_validate_judge_offline_on_sample_suite(tmp_path):
     t = res.models["rules-heuristic"].tasks["validate_judge.H1_vs_H2"]
     assert t.n == 7 and t.unscored_reasons == {
         "H1: no gold label (annotators tied); H2: no gold label (annotators tied)": 1}
+
+
+def test_sample_suite_ceiling_icc_by_hand_and_verdict(tmp_path):
+    # H1 = 5 5 4 1 4 5 3, H2 = 4 5 5 1 3 5 4: equal column sums (27), so MSC = 0; row means 4.5 5 4.5 1 3.5 5 3.5
+    # around 27/7 give SS rows = 2 * 581/49 -> MSR = 1162/294; residuals +-0.5 on 4 rows -> MSE = 2/6 = 98/294.
+    # ICC(C,1) = 1064/1260 = 38/45; ICC(A,1) = 1064 / (1260 - 2 * 98 / 7) = 1064/1232 = 19/22.
+    run_dir, res = validate_judge(ValidateSpec(suite="sample", n_boot=100), tmp_path / "vj")
+    t = res.models["rules-heuristic"].tasks
+    app_ = t["validate_judge.appropriateness"].metrics
+    assert app_["ceiling.icc_c1"].value == pytest.approx(38 / 45, abs=1e-12)
+    assert app_["ceiling.icc_a1"].value == pytest.approx(19 / 22, abs=1e-12)
+    assert app_["ceiling.kappa_quadratic"].value == pytest.approx(HAND_H1_VS_H2["kappa_quadratic"], abs=1e-12)
+    for s in ("spearman", "kappa_quadratic"):  # the judge's value: the mean of the two pair rows above
+        pairs = [t[f"validate_judge.judge_vs_{r}"].metrics[s].value for r in ("H1", "H2")]
+        assert app_[f"judge.{s}"].value == pytest.approx(np.mean(pairs), abs=1e-12)
+    agreement = json.loads((run_dir / "agreement.json").read_text())
+    (crit,) = agreement["criteria"]
+    assert crit["criterion"] == "appropriateness" and crit["raters"] == ["H1", "H2"]
+    from trustmh.agreement import WITHIN, verdict
+    for s, v in crit["statistics"].items():  # the heuristic is far under H1 vs H2: never "within"
+        assert v["diff"] < -0.4 and v["verdict"] == verdict(v["judge"], v["ceiling"], v["diff_ci"]) != WITHIN, s
+    assert "Checking the judge" in (run_dir / "report.html").read_text()

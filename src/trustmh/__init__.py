@@ -2,29 +2,47 @@
 
 Public API (everything else is private and may change); README "Use from Python" shows it at work:
     run, RunSpec, Limits               - run or resume an evaluation programmatically
-    Task, register, MetricSpec, RunContext, DataSource, Item, Sample, Score - define a task
+    Task, register, MetricSpec, RunContext, DataSource, Item, Sample - declare a task and its data
+    render, render_judge               - prompts from templates (render_judge: a judge rubric that shows a
+                                         reply, fenced)
     Rubric, Judged, Verdicts           - the judgements a task asks of a judge, and their verdicts
-    Table, mean, count, answered, no_answer, answer_metrics, render, render_judge - scoring and prompting
-                                       helpers (render_judge: a judge rubric that shows a reply, fenced)
-    Model, register_model, Request, Response - define a model provider
+    Score, answered, no_answer, NO_ANSWER, judge_text, judge_failure - score one reply (a non-answer counts
+                                         against the model; a judge failure is counted apart)
+    Table, mean, count, answer_metrics, Means, MeanMetrics, Resamples - a task's metrics, once for the
+                                         scalar and the batched bootstrap path
+    Model, register_model, Request, Response, ModelError - define a model provider
     UserError, DataError               - raised for bad input / bad data (one line, no traceback on the CLI)
 """
 
-from .errors import DataError, UserError
-from .types import Item, Request, Response, Sample, Score
+from __future__ import annotations
 
-# Where each lazily loaded name lives: `import trustmh` stays light (no SDKs, numpy or torch until used).
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .errors import DataError, UserError
+from .types import Item, ModelError, Request, Response, Sample, Score
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors; never run
+    from .engine import Limits, RunSpec, run
+    from .judges.rubric import Judged, Rubric, Verdicts
+    from .metrics import Means, Resamples, Table, count, mean
+    from .models import Model, register_model
+    from .tasks.base import (NO_ANSWER, DataSource, MeanMetrics, MetricSpec, RunContext, Task, answer_metrics,
+                             answered, judge_failure, judge_text, no_answer, register, render, render_judge)
+
+# Where each lazily loaded name lives: `import trustmh` stays light (no SDKs, numpy or jinja2 until used).
+# tests/test_package_api.py checks that the TYPE_CHECKING imports above say the same.
 _LAZY = {
     "run": "engine", "RunSpec": "engine", "Limits": "engine",
-    "Task": "tasks", "register": "tasks", "MetricSpec": "tasks", "RunContext": "tasks", "DataSource": "tasks",
-    "Rubric": "tasks", "Judged": "tasks", "Verdicts": "tasks",
-    "render": "tasks.base", "render_judge": "tasks.base", "answered": "tasks.base", "no_answer": "tasks.base",
-    "answer_metrics": "tasks.base",
-    "Table": "metrics", "mean": "metrics", "count": "metrics",
+    "Rubric": "judges.rubric", "Judged": "judges.rubric", "Verdicts": "judges.rubric",
+    "Table": "metrics", "mean": "metrics", "count": "metrics", "Means": "metrics", "Resamples": "metrics",
     "Model": "models", "register_model": "models",
+    **dict.fromkeys(["Task", "register", "MetricSpec", "RunContext", "DataSource", "render", "render_judge",
+                     "answered", "no_answer", "NO_ANSWER", "answer_metrics", "judge_text", "judge_failure",
+                     "MeanMetrics"], "tasks.base"),
 }
 
-__all__ = sorted([*_LAZY, "DataError", "UserError", "Item", "Request", "Response", "Sample", "Score"])
+__all__ = sorted([*_LAZY, "DataError", "UserError", "Item", "ModelError", "Request", "Response", "Sample", "Score"])
 
 
 def _version() -> str:
@@ -40,10 +58,12 @@ def _version() -> str:
 __version__ = _version()
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        # (tasks.base is imported through its package, which registers the built-in tasks first.)
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value  # looked up once
+        return value
     raise AttributeError(f"module 'trustmh' has no attribute '{name}'")
 
 

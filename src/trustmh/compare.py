@@ -2,26 +2,27 @@
 
 A comparison pairs two models on the items both of them answered: it rebuilds each task's `Table`
 from samples.jsonl (per-sample values, clusters and labels), resamples the shared clusters, and
-re-runs the task's own `aggregate` on both sides of every resample. So a difference of any metric a
-task reports (a mean, a Pearson r, a macro-F1) gets a bootstrap interval and a p-value without
-metric-specific code. Tasks this version of trustmh does not know are compared on their reported
+computes the task's own metrics on both sides of every resample (its `aggregate_many`, a block of
+resamples at once, as the bootstrap does; `aggregate` per resample for a task without one). So a
+difference of any metric a task reports (a mean, a Pearson r, a macro-F1) gets a bootstrap interval and
+a p-value without metric-specific code, both read from the same draws: the interval is the percentile
+interval, the p-value the two-sided share of draws on the far side of 0, so the interval excludes 0
+exactly when p < 1 - level. Tasks this version of trustmh does not know are compared on their reported
 values only, without a test."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from .data.loaders import file_sha256
 from .errors import UserError
-from .metrics import Table, cluster_resamples, derived_seed, trust_score
+from .metrics import Resamples, Table, block_weights, cluster_layout, derived_seed, pick_blocks, rows_of
 from .results import RunResults
 
 Key = tuple[str, str]  # (item_id, variant)
@@ -56,6 +57,9 @@ class Run:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise UserError(f"{self.samples_path}:{lineno}: invalid JSON ({e.msg})") from None
+                except (ValueError, RecursionError) as e:  # 5,000 digits; nesting past the parser's depth
+                    why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:120]
+                    raise UserError(f"{self.samples_path}:{lineno}: unreadable JSON ({why})") from None
                 problem = _sample_shape(rec)
                 if problem:  # a crafted or damaged file: one line naming it, not a traceback in the report
                     raise UserError(f"{self.samples_path}:{lineno}: {problem}")
@@ -84,14 +88,25 @@ def load_run(path: Path | str) -> Run:
     try:
         results = RunResults.model_validate_json(file.read_text(encoding="utf-8"))
     except ValueError as e:
-        first = str(e).splitlines()[0]
-        raise UserError(f"{file}: not a valid results.json ({first})") from None
+        raise UserError(f"{file}: not a valid results.json ({_first_problem(e)})") from None
     run = Run(file.parent, results)
     expected = results.outputs.get("samples_sha256")
     if expected and run.samples_path.is_file() and file_sha256(run.samples_path) != expected:
         raise UserError(f"{run.samples_path} does not belong to {file} (the run was interrupted while writing "
                         f"them); rerun the same trustmh command to rewrite both")
     return run
+
+
+def _first_problem(e: ValueError) -> str:
+    """Where and what, from a pydantic error (`models.m.tasks.t.value: Input should be a finite number`)."""
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"[:300]
+        except Exception:  # noqa: BLE001 - fall back to the text
+            pass
+    return str(e).splitlines()[0][:300]
 
 
 @dataclass
@@ -101,14 +116,16 @@ class Entry:
     run: Run
     model: str
     label: str
+    group: str = ""  # e.g. "general" / "mental-health": the rank table groups its columns by it
 
     @property
     def result(self):
         return self.run.results.models[self.model]
 
 
-def entries(runs: list[Run]) -> list[Entry]:
-    """Every model of every run; a model name seen in two runs is labelled with its run id."""
+def entries(runs: list[Run], groups: dict[str, str] | None = None) -> list[Entry]:
+    """Every model of every run; a model name seen in two runs is labelled with its run id. A model's group
+    comes from `groups` (label or model spec -> group), else from its run's spec (`model_groups`)."""
     pairs = [(r, m) for r in runs for m in r.results.models]
     seen: dict[str, int] = {}
     for _, m in pairs:
@@ -118,7 +135,10 @@ def entries(runs: list[Run]) -> list[Entry]:
         label = m if seen[m] == 1 else f"{m} @ {r.id}"
         if any(e.label == label for e in out):  # the same run given twice
             label = f"{label} ({len(out)})"
-        out.append(Entry(r, m, label))
+        spec_groups = r.results.spec.get("model_groups") or (r.results.spec.get("options") or {}).get("model_groups")
+        given = (groups or {}).get(label) or (groups or {}).get(m)
+        group = given or (spec_groups.get(m) if isinstance(spec_groups, dict) else None) or ""
+        out.append(Entry(r, m, label, str(group)))
     return out
 
 
@@ -166,12 +186,13 @@ class Diff:
     name: str  # task id, "task:metric", "pillar:<name>" or "overall" (the names `trustmh gate` uses)
     a: float | None  # reference, as reported in its results.json
     b: float | None
-    diff: float | None  # b - a on the items both answered
+    diff: float | None  # b - a on the items (and, for pillars and overall, the tasks) both have
     ci: tuple[float, float] | None = None
     p: float | None = None
     n_shared: int = 0
     higher_is_better: bool = True
     note: str = ""
+    n_tasks: int = 0  # pillar and overall: the shared tasks the difference rests on
 
     def significant(self, alpha: float) -> bool:
         return self.p is not None and self.p < alpha and bool(self.diff)
@@ -196,21 +217,31 @@ class Comparison:
         return next((d for d in self.diffs if d.name == name), None)
 
 
-def _p_value(draws: np.ndarray, point: float) -> float:
-    """Two-sided bootstrap test of 'no difference': how often the resampled difference, shifted to be
-    centred on zero, lies at least as far from zero as the observed one."""
-    if point == 0:
-        return 1.0
-    extreme = np.abs(draws - point) >= abs(point) - 1e-12
-    return float((1 + extreme.sum()) / (1 + draws.size))
+MIN_DRAWS = 10  # fewer defined draws than this: no interval and no test
+
+
+def _defined(draws: np.ndarray) -> np.ndarray:
+    return draws[~np.isnan(draws)]
+
+
+def _p_value(draws: np.ndarray) -> float | None:
+    """Two-sided percentile-bootstrap p-value of 'no difference': twice the share of draws on the far side
+    of 0 (capped at 1). It is the smallest alpha whose (1 - alpha) percentile interval of the same draws
+    (`_interval`) still holds 0, so interval, p and verdict never disagree."""
+    d = _defined(draws)
+    if d.size < MIN_DRAWS:
+        return None
+    return min(1.0, 2 * min(int((d <= 0).sum()), int((d >= 0).sum())) / d.size)
 
 
 def _interval(draws: np.ndarray, level: float) -> tuple[float, float] | None:
-    draws = draws[~np.isnan(draws)]
-    if draws.size < 10:
+    """Percentile interval: the j-th smallest and j-th largest draw, j = ceil(n (1 - level) / 2) (the
+    inverted-CDF quantile; no interpolation, so that it excludes 0 exactly when `_p_value` < 1 - level)."""
+    d = np.sort(_defined(draws))
+    if d.size < MIN_DRAWS:
         return None
-    alpha = (1 - level) / 2
-    return float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))
+    j = max(1, math.ceil(round(d.size * (1 - level) / 2, 9)))
+    return float(d[j - 1]), float(d[d.size - j])
 
 
 def _ctx(run: Run):
@@ -224,9 +255,18 @@ def _clean(v: Any) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
+def _trust_many(values: np.ndarray, metric, undefined_by_model: bool) -> np.ndarray:
+    """`metrics.trust_score` of an array of metric values (unrounded). A side whose metric the model made
+    undefined (`pillars.undefined_by_model`) is 0 wherever it is undefined, as in results.json."""
+    frac = (np.clip(values, metric.lo, metric.hi) - metric.lo) / (metric.hi - metric.lo)
+    trust = 100 * (frac if metric.higher_is_better else 1 - frac)
+    return np.where(np.isnan(trust), 0.0, trust) if undefined_by_model else trust
+
+
 def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dict[tuple[str, str], Rows], *,
             n_boot: int = 1000, seed: int = 0, level: float = 0.95, all_metrics: bool = False) -> Comparison:
     """b against a: every task both ran, their pillars and the overall trust score."""
+    from .pillars import scoring_version, undefined_by_model
     from .plugins import load_task_plugins
     from .tasks import TASKS
     load_task_plugins()  # a task from an installed plugin is compared like a built-in one
@@ -256,7 +296,6 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
             diffs.append(base)
             continue
         task = task_cls()
-        from .pillars import scoring_version
         now = scoring_version(task)
         for side, tr in (("a", ta), ("b", tb)):
             if tr.scoring_version and tr.scoring_version != now:
@@ -273,7 +312,10 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
         names = [metric.name] + ([m for m in ta.metrics if m in tb.metrics and m != metric.name] if all_metrics else [])
         tab_a, tab_b = ka.table(keys), kb.table(keys)
         point_a, point_b = task.aggregate(tab_a, ctx), task.aggregate(tab_b, ctx)
-        draws = _paired_draws(task, ctx, tab_a, tab_b, names, n_boot, seed, task_id)
+        pa_primary, pb_primary = _clean(point_a.get(metric.name)), _clean(point_b.get(metric.name))
+        zero = (undefined_by_model(task, tab_a, pa_primary), undefined_by_model(task, tab_b, pb_primary))
+        draws = paired_draws(task, ctx, tab_a, tab_b, names, n_boot, seed, task_id,
+                             zero=(zero[0] is not None, zero[1] is not None))
         for name in names:
             pa, pb = _clean(point_a.get(name)), _clean(point_b.get(name))
             if name == metric.name:
@@ -284,46 +326,61 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
                          higher_is_better=ta.higher_is_better)
             if pa is None or pb is None:
                 d.note = "undefined on the shared items"
+                if name == metric.name and any(zero):
+                    d.note += "; " + "; ".join(f"{side}: {why} (trust 0)" for side, why in zip("ab", zero) if why)
             else:
                 d.diff = pb - pa
-                arr = draws[name]
-                d.ci = _interval(arr, level)
-                ok = arr[~np.isnan(arr)]
-                d.p = _p_value(ok, d.diff) if ok.size >= 10 else None
+                d.ci, d.p = _interval(draws[name], level), _p_value(draws[name])
             diffs.append(d)
-        ts_a = trust_score(_clean(point_a.get(metric.name)), metric.lo, metric.hi, metric.higher_is_better)
-        ts_b = trust_score(_clean(point_b.get(metric.name)), metric.lo, metric.hi, metric.higher_is_better)
-        if ts_a is not None and ts_b is not None:
-            trust_point[task_id], trust_draws[task_id] = ts_b - ts_a, draws["__trust__"]
+        ts = [_trust_many(np.array([v if v is not None else math.nan]), metric, z is not None)[0]
+              for v, z in ((pa_primary, zero[0]), (pb_primary, zero[1]))]
+        if not np.isnan(ts).any():
+            trust_point[task_id], trust_draws[task_id] = float(ts[1] - ts[0]), draws["__trust__"]
             shared_n[task_id] = len(keys)
     diffs += _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level)
     return Comparison(a, b, diffs, warnings)
 
 
-def _paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot: int, seed: int,
-                  task_id: str) -> dict[str, np.ndarray]:
+def paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot: int, seed: int, task_id: str, *,
+                 zero: tuple[bool, bool] = (False, False), batched: bool = True) -> dict[str, np.ndarray]:
     """Bootstrap draws of b - a for each metric (and of the trust-score difference under '__trust__'),
-    resampling the shared clusters with the same indices on both sides."""
+    resampling the shared clusters with the same draws on both sides. The tables hold the same keys in the
+    same order, so one set of cluster weights serves both. Blocks of resamples go through the task's
+    `aggregate_many` (`batched`); a task without one, or `batched=False`, runs `aggregate` per resample on
+    the very same draws."""
     m = task.metric
-    rng = np.random.default_rng(derived_seed(seed, task_id))
-    out = {n: np.full(n_boot, np.nan) for n in names + ["__trust__"]}
-    for i, idx in enumerate(cluster_resamples(tab_a.clusters, rng, n_boot)):
-        ga, gb = task.aggregate(tab_a.take(idx), ctx), task.aggregate(tab_b.take(idx), ctx)
-        for n in names:
-            va, vb = _clean(ga.get(n)), _clean(gb.get(n))
-            if va is not None and vb is not None:
-                out[n][i] = vb - va
-        sa = trust_score(_clean(ga.get(m.name)), m.lo, m.hi, m.higher_is_better)
-        sb = trust_score(_clean(gb.get(m.name)), m.lo, m.hi, m.higher_is_better)
-        if sa is not None and sb is not None:
-            out["__trust__"][i] = sb - sa
+    inverse, order, size, start = cluster_layout(tab_a.clusters)
+    k = len(size)
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names + ["__trust__"]}
+    for picks in pick_blocks(k, np.random.default_rng(derived_seed(seed, task_id)), n_boot):
+        n = len(picks)
+        sides = None
+        if batched:
+            resamples = Resamples(inverse, block_weights(picks, k))
+            sides = [task.aggregate_many(t, resamples, ctx) for t in (tab_a, tab_b)]
+        if sides is None or None in sides:
+            sides = [_per_resample(task, ctx, t, picks, order, size, start) for t in (tab_a, tab_b)]
+        ga, gb = ({name: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for name, v in g.items()} for g in sides)
+        nan = np.full(n, math.nan)
+        for name in names:
+            parts[name].append(gb.get(name, nan) - ga.get(name, nan))
+        parts["__trust__"].append(_trust_many(gb.get(m.name, nan), m, zero[1]) - _trust_many(ga.get(m.name, nan), m, zero[0]))
+    return {name: np.concatenate(v) if v else np.array([]) for name, v in parts.items()}
+
+
+def _per_resample(task, ctx, table: Table, picks, order, size, start) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for i, pick in enumerate(picks):
+        for name, v in task.aggregate(table.take(rows_of(pick, order, size, start)), ctx).items():
+            out.setdefault(name, np.full(len(picks), math.nan))[i] = math.nan if v is None else v
     return out
 
 
 def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Diff]:
-    """Pillar and overall trust-score differences, by the same aggregation as results.json
-    (`trustmh.pillars.combine`): each draw combines the tasks' independent draws (their items differ, so
-    pairing draw i across tasks adds no dependence)."""
+    """Pillar and overall trust-score differences on the tasks both models have, by the same aggregation as
+    results.json (`trustmh.pillars.combine`): each draw combines the tasks' independent draws (their items
+    differ, so pairing draw i across tasks adds no dependence). The a and b columns are results.json's own
+    (every task each has); the note says how many shared tasks the difference rests on."""
     from .pillars import PAPER_PILLARS, combine
     point_p, point_all = combine(trust_point)
     draws_p, draws_all = combine(trust_draws)
@@ -339,26 +396,36 @@ def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Dif
             d.note = "no task of this pillar could be tested"
         else:
             d.diff = point_p[pillar]
-            d.ci = _interval(draws_p[pillar], level)
-            ok = draws_p[pillar][~np.isnan(draws_p[pillar])]
-            d.p = _p_value(ok, d.diff) if ok.size >= 10 else None
-            d.n_shared = sum(shared_n[t] for t in tested)
-            if len(tested) < len(members):
-                d.note = f"from {len(tested)} of {len(members)} tasks ({', '.join(sorted(set(members) - set(tested)))} untested)"
+            d.ci, d.p = _interval(draws_p[pillar], level), _p_value(draws_p[pillar])
+            d.n_shared, d.n_tasks = sum(shared_n[t] for t in tested), len(tested)
+            d.note = _shared_note(tested, members, pa.partial, pb.partial)
         out.append(d)
     d = Diff("overall", "overall", ra.trust_score, rb.trust_score, None)
     if point_all is not None:
         d.diff = point_all
-        d.ci = _interval(draws_all, level)
-        ok = draws_all[~np.isnan(draws_all)]
-        d.p = _p_value(ok, d.diff) if ok.size >= 10 else None
+        d.ci, d.p = _interval(draws_all, level), _p_value(draws_all)
         d.n_shared = sum(x.n_shared for x in out if x.p is not None)
+        d.n_tasks = len(trust_point)
+        every = sorted({t for x in (ra, rb) for p in x.pillars.values() for t in p.tasks})
+        d.note = _shared_note(sorted(t for t in trust_point if t in every), every, ra.partial, rb.partial)
     out.append(d)
     return out
 
 
-def compare_runs(runs: list[Run], *, n_boot: int = 1000, seed: int = 0, all_metrics: bool = False) -> list[Comparison]:
-    """Every model against the first one listed (the reference)."""
+def _shared_note(tested: list[str], members: list[str], partial_a: bool, partial_b: bool) -> str:
+    note = f"b − a on {len(tested)} shared task{'s' if len(tested) != 1 else ''}"
+    if len(tested) < len(members):
+        note += f" of {len(members)} ({', '.join(sorted(set(members) - set(tested)))} untested)"
+    partial = [s for s, p in (("a", partial_a), ("b", partial_b)) if p]
+    if partial:
+        note += f"; {' and '.join(partial)} partial: the a, b columns rest on other rows than the difference"
+    return note
+
+
+def compare_runs(runs: list[Run], *, n_boot: int = 1000, seed: int = 0, all_metrics: bool = False,
+                 level: float = 0.95, progress: Callable[[int, int, str], None] | None = None) -> list[Comparison]:
+    """Every model against the first one listed (the reference). `progress(done, total, label)` is called
+    after each comparison."""
     ents = entries(runs)
     if len(ents) < 2:
         raise UserError("compare needs at least two models (in one run or across runs)")
@@ -370,77 +437,13 @@ def compare_runs(runs: list[Run], *, n_boot: int = 1000, seed: int = 0, all_metr
             cache[key] = read_rows(e.run)
         return cache[key]
 
-    ref = ents[0]
-    return [compare(ref, e, rows(ref), rows(e), n_boot=n_boot, seed=seed, all_metrics=all_metrics)
-            for e in ents[1:]]
-
-
-# --------------------------------------------------------------------------------------------------
-# Output
-
-COLUMNS = ("a", "b", "name", "kind", "value_a", "value_b", "diff", "ci_low", "ci_high", "p", "n_shared",
-           "verdict", "note")
-
-
-def records(comparisons: list[Comparison], alpha: float = 0.05) -> list[dict[str, Any]]:
-    out = []
-    for c in comparisons:
-        for d in c.diffs:
-            out.append({"a": c.a.label, "b": c.b.label, "name": d.name, "kind": d.kind, "value_a": d.a,
-                        "value_b": d.b, "diff": d.diff, "ci_low": d.ci[0] if d.ci else None,
-                        "ci_high": d.ci[1] if d.ci else None, "p": d.p, "n_shared": d.n_shared,
-                        "verdict": d.verdict(alpha), "note": d.note})
+    ref, out = ents[0], []
+    for i, e in enumerate(ents[1:], 1):
+        out.append(compare(ref, e, rows(ref), rows(e), n_boot=n_boot, seed=seed, level=level,
+                           all_metrics=all_metrics))
+        if progress is not None:
+            progress(i, len(ents) - 1, e.label)
     return out
 
 
-def _num(v: float | None, digits: int = 3) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
-
-
-def _p(p: float | None) -> str:
-    return "-" if p is None else ("<0.001" if p < 0.001 else f"{p:.3f}")
-
-
-def to_json(comparisons: list[Comparison], alpha: float = 0.05) -> str:
-    return json.dumps({"alpha": alpha, "warnings": [w for c in comparisons for w in c.warnings],
-                       "rows": records(comparisons, alpha)}, indent=2)
-
-
-def to_csv(comparisons: list[Comparison], alpha: float = 0.05) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(records(comparisons, alpha))
-    return buf.getvalue()
-
-
-def to_markdown(comparisons: list[Comparison], alpha: float = 0.05) -> str:
-    lines = []
-    for c in comparisons:
-        lines += [f"### {c.b.label} vs {c.a.label}", ""]
-        lines += [f"> warning: {w}" for w in c.warnings]
-        lines += ["| name | a | b | b − a | 95% CI | p | n | verdict |", "|---|---:|---:|---:|---|---:|---:|---|"]
-        for d in c.diffs:
-            ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
-            verdict = "; ".join(x for x in (d.verdict(alpha), d.note.replace("|", "/")) if x)
-            lines.append(f"| {d.name} | {_num(d.a)} | {_num(d.b)} | {_num(d.diff)} | {ci} | {_p(d.p)} | "
-                         f"{d.n_shared} | {verdict} |")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def rich_tables(comparisons: list[Comparison], alpha: float = 0.05):
-    from rich.markup import escape
-    from rich.table import Table as RichTable
-    for c in comparisons:
-        t = RichTable(title=escape(f"{c.b.label}  vs  {c.a.label}  (b − a, paired bootstrap over shared items)"))
-        for col in ("name", "a", "b", "b − a", "95% CI", "p", "n", "verdict"):
-            t.add_column(col, justify="left" if col in ("name", "verdict") else "right")
-        for d in c.diffs:
-            ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
-            v = d.verdict(alpha)
-            shown = {"better": "[green]better[/]", "worse": "[red]worse[/]"}.get(v, v)
-            if d.note:
-                shown = f"{shown} [dim]{escape(d.note)}[/]".strip()
-            t.add_row(escape(d.name), _num(d.a), _num(d.b), _num(d.diff), ci, _p(d.p), str(d.n_shared), shown)
-        yield c, t
+from .compare_format import COLUMNS, records, rich_tables, to_csv, to_json, to_markdown  # noqa: E402,F401

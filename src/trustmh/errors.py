@@ -1,6 +1,8 @@
 """Error types. A UserError is the user's mistake: the CLI prints its message on one line and exits 2,
 never a traceback."""
 
+from .redaction import scrub
+
 
 class UserError(Exception):
     """Bad input from the user (flags, files, specs). Message is shown as-is, on one line."""
@@ -15,9 +17,7 @@ class DataError(UserError):
         where = f"{path}:{line}" if line is not None else f"{path}"
         # A problem may quote the file, and a data file may be anything (/proc/self/environ): keys out,
         # then bounded. data.loaders.excerpt is the way to quote; this is the backstop for every caller.
-        from .models import env_secrets
-        for key in env_secrets():
-            problem = problem.replace(key, "[redacted]")
+        problem = scrub(problem)
         problem = problem if len(problem) <= 400 else problem[:400] + "..."
         super().__init__(f"{where}: {problem}")
         self.path, self.line, self.problem = path, line, problem

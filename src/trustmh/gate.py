@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,11 +60,11 @@ def load_config(path: Path) -> GateConfig:
     """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
     optional top-level baseline = "runs/main", alpha = 0.05, max_unscored = 0.2 and allow_partial = true."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: gate config not found") from None
+        data = tomllib.loads(_read_config(path))
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: invalid TOML ({e})") from None
+    except RecursionError:
+        raise UserError(f"{path}: invalid TOML (nested too deeply)") from None
     unknown = set(data) - {"min", "max", "baseline", "alpha", "max_unscored", "allow_partial"}
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, "
@@ -97,6 +99,30 @@ def load_config(path: Path) -> GateConfig:
     return out
 
 
+CONFIG_MAX_BYTES = 1 << 20  # a gate config is a few lines; more is not one
+
+
+def _read_config(path: Path) -> str:
+    """The config's text: a regular file (a FIFO would block, /dev/zero never end), at most 1 MiB, UTF-8.
+    Every problem is a usage error (exit 2), never exit 1, which means a threshold failed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UserError(f"{path}: gate config not found") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the gate config ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UserError(f"{path}: the gate config must be a regular file")
+        raw = fh.read(CONFIG_MAX_BYTES + 1)
+    if len(raw) > CONFIG_MAX_BYTES:
+        raise UserError(f"{path}: gate config larger than {CONFIG_MAX_BYTES >> 20} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not valid UTF-8 text (byte {e.start})") from None
+
+
 def _flatten(table: dict, prefix: str = ""):
     """An unquoted dotted key (crisis.identification = 0.6) arrives as nested tables: join it back."""
     for k, v in table.items():
@@ -111,6 +137,40 @@ def _alpha(value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise UserError(f"{where}: alpha must be a number between 0 and 1")
     return float(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the gate reads must be able to carry a verdict: it fails closed on anything it cannot trust.
+
+MIN_BOOTSTRAP = 100  # as `trustmh compare`: fewer resamples cannot tell a regression from noise
+
+
+def check_bootstrap(n_boot: int) -> None:
+    if n_boot < MIN_BOOTSTRAP:
+        raise UserError(f"--bootstrap must be at least {MIN_BOOTSTRAP} (as for trustmh compare), not {n_boot}")
+
+
+def check_input(run: Run) -> None:
+    """A results file the gate can judge: at least one model, and counts that can be true (the schema
+    already refuses NaN, Infinity and negative counts). Anything else is damaged or crafted: exit 2."""
+    where = run.dir / "results.json"
+    if not run.results.models:
+        raise UserError(f"{where}: no models in this run, so nothing can be checked")
+    for model, mr in run.results.models.items():
+        scores = [("overall", mr.trust_score)] + [(f"pillar:{p}", pr.trust_score) for p, pr in mr.pillars.items()]
+        for tid, tr in mr.tasks.items():
+            scores.append((tid, tr.trust_score))
+            problems = [f"{name} ({value}) > n_samples ({tr.n_samples})" for name, value in (
+                ("n", tr.n), ("n_errors", tr.n_errors), ("n_unscored", tr.n_unscored),
+                ("n_judge_failed", tr.n_judge_failed), ("n + n_errors", tr.n + tr.n_errors))
+                if value > tr.n_samples]
+            if problems:
+                raise UserError(f"{where}: {model} {tid}: impossible counts ({'; '.join(problems)}); the file is "
+                                f"damaged or was not written by trustmh")
+        for name, value in scores:
+            if value is not None and not 0 <= value <= 100:
+                raise UserError(f"{where}: {model} {name}: trust score {value} outside 0-100; the file is "
+                                f"damaged or was not written by trustmh")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -209,16 +269,20 @@ def _checked_tasks(mr, name: str) -> list[str]:
 
 
 def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float = MAX_UNSCORED,
-                   allow_partial: bool = False) -> list[str]:
+                   allow_partial: bool = False, every_task: bool = False) -> list[str]:
     """Failures for every checked number that rests on too little: a task with more than `max_unscored` of
     its samples left out of its primary metric (API errors, judge failures, unusable items) or judge-failed,
     and a pillar or overall score measured on fewer rows or pillars than the paper has (unless
-    `allow_partial`). A model's own non-answers count against it in the metric and are not left out."""
+    `allow_partial`), and a judged task whose judge verdicts were unusable (failed, or read by a paper
+    fall-back rule) for more than `max_unscored` of its judged samples. `every_task` checks every task of
+    the run too (a gate against a baseline looks at all of them). A model's own non-answers count against
+    it in the metric and are not left out."""
     failures = []
+    every = [Threshold(t, "min", 0.0) for mr in run.results.models.values() for t in mr.tasks] if every_task else []
     for model, mr in run.results.models.items():
         seen: set[str] = set()
-        for th in thresholds:
-            if not allow_partial:
+        for th in thresholds + every:
+            if not allow_partial and th not in every:
                 if th.name == "overall" and mr.partial:
                     failures.append(f"{model}: overall is partial ({mr.n_pillars_measured} of {mr.n_pillars} "
                                     f"pillars measured, or a partial pillar); --allow-partial to accept it")
@@ -238,6 +302,13 @@ def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float
                         f"{model}: {tid} rests on too few samples: {left_out:.1%} not scored on {tr.metric} "
                         f"({tr.n_errors} API errors, {tr.n_unscored} unscored), {judge_failed:.1%} judge-failed "
                         f"({tr.n_judge_failed}); allowed {max_unscored:.1%} (--max-unscored)")
+                if tr.judge_usable_rate is not None and 1 - tr.judge_usable_rate > max_unscored + 1e-12:
+                    # Under the paper's protocol an unparsed verdict may be read by a fall-back rule (no digit =
+                    # not endorsing) instead of failing: the value then rests on the fall-back, not the judge.
+                    failures.append(
+                        f"{model}: {tid}: judge verdicts usable for only {tr.judge_usable_rate:.1%} of "
+                        f"{tr.n_judged} judged samples (the rest failed or were read by the paper's fall-back "
+                        f"rule); allowed {max_unscored:.1%} unusable (--max-unscored)")
     return failures
 
 
@@ -259,7 +330,9 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
             if tr.status == "ok" and (mine is None or mine.status != "ok"):
                 n += 1
                 failures.append(f"{e.model}: {tid} not run, but ran in the baseline")
-        c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed)
+        more, m = _lost_values(e.model, ref.result, e.result)
+        failures, n = failures + more, n + m
+        c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
         warnings += [f"{e.model}: {w}" for w in c.warnings]
         for d in c.diffs:
             if d.kind == "metric" or d.diff is None:
@@ -268,5 +341,36 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
             if d.verdict(alpha) == "worse":
                 ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
                 failures.append(f"{e.model}: {d.name} regressed against the baseline: {d.diff:+.4g} "
-                                f"(95% CI {ci}, p={d.p:.3g}, {d.n_shared} shared samples)")
+                                f"({1 - alpha:.0%} CI {ci}, p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
+                                f"{d.n_shared} shared samples)")
     return failures, warnings, n
+
+
+def _lost_values(model: str, old, new) -> tuple[list[str], int]:
+    """A task, paper row, pillar or overall score that had a value in the baseline and has none now fails:
+    a number that went missing (undefined, a row no longer measured) must never read as "no regression"."""
+    failures, n = [], 0
+    for tid, tr in old.tasks.items():
+        mine = new.tasks.get(tid)
+        if tr.status != "ok" or mine is None or mine.status != "ok":
+            continue  # not run: reported above
+        n += 1
+        if tr.trust_score is not None and mine.trust_score is None:
+            failures.append(f"{model}: {tid}: trust score undefined ({mine.reason or 'no value'}), but "
+                            f"{tr.trust_score:g} in the baseline")
+        elif tr.value is not None and mine.value is None:
+            failures.append(f"{model}: {tid}: {mine.metric} undefined ({mine.undefined_by_model or mine.reason}), "
+                            f"but {tr.value:.4g} in the baseline")
+    for pillar, pr in old.pillars.items():
+        mine = new.pillars.get(pillar)
+        for row, got in pr.rows.items():
+            now = (mine.rows.get(row) or {}) if mine else {}
+            if got.get("trust_score") is not None and now.get("trust_score") is None:
+                n += 1
+                failures.append(f"{model}: pillar:{pillar} row '{row}' has no trust score, but "
+                                f"{got['trust_score']:g} in the baseline")
+        if pr.trust_score is not None and mine is not None and mine.partial and not pr.partial:
+            n += 1
+            failures.append(f"{model}: pillar:{pillar} is partial ({mine.n_rows_measured} of {mine.n_rows} rows), "
+                            f"complete in the baseline: not comparable")
+    return failures, n

@@ -154,12 +154,20 @@ class Means:
         self.table, self.resamples = table, resamples
 
     def __call__(self, column: str, mask: np.ndarray | None = None) -> Any:
-        values = self.table.col(column)
+        return self.of(self.table.col(column), mask)
+
+    def of(self, values: np.ndarray, mask: np.ndarray | None = None) -> Any:
+        """The mean of per-row `values` (one per table row, NaN skipped), e.g. a column squared."""
         if mask is not None:
             values = values[mask]
         if self.resamples is None:
             return mean(values)
         return (self.resamples if mask is None else self.resamples.rows(mask)).mean(values)
+
+    def count(self, column: str) -> Any:
+        """How many rows hold a value of `column` (per resample: counting each drawn row as often as drawn)."""
+        present = (~np.isnan(self.table.col(column))).astype(float)
+        return float(present.sum()) if self.resamples is None else self.resamples.sums(present)
 
 
 AggregateMany = Callable[[Table, Resamples], "dict[str, np.ndarray] | None"]
@@ -168,7 +176,7 @@ AggregateMany = Callable[[Table, Resamples], "dict[str, np.ndarray] | None"]
 _BLOCK_CELLS = 2_000_000
 
 
-def _cluster_layout(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def cluster_layout(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(cluster code per row, rows grouped by cluster, each cluster's row count, its first position in
     that grouping). Stable, so each cluster keeps data order: cluster c is order[start[c] : start[c] + size[c]]."""
     _, inverse = np.unique(clusters.astype(str), return_inverse=True)
@@ -179,7 +187,7 @@ def _cluster_layout(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     return inverse, order, size, start
 
 
-def _pick_blocks(k: int, rng: np.random.Generator, n_boot: int) -> Iterator[np.ndarray]:
+def pick_blocks(k: int, rng: np.random.Generator, n_boot: int) -> Iterator[np.ndarray]:
     """Cluster picks, one row per resample, in blocks. rng.integers(0, k, (m, k)) consumes the stream
     exactly as m calls of rng.integers(0, k, k) do (numpy draws the cells in row-major order, each from
     the bit generator's running state), so the resamples, and every interval, are those of one call per
@@ -189,7 +197,7 @@ def _pick_blocks(k: int, rng: np.random.Generator, n_boot: int) -> Iterator[np.n
         yield rng.integers(0, k, (min(block, n_boot - done), k))
 
 
-def _rows_of(pick: np.ndarray, order: np.ndarray, size: np.ndarray, start: np.ndarray) -> np.ndarray:
+def rows_of(pick: np.ndarray, order: np.ndarray, size: np.ndarray, start: np.ndarray) -> np.ndarray:
     """Row indices of one resample: all rows of each picked cluster, in pick order. O(rows)."""
     if (size == 1).all():
         return order[pick]
@@ -198,12 +206,18 @@ def _rows_of(pick: np.ndarray, order: np.ndarray, size: np.ndarray, start: np.nd
     return order[first + np.arange(lengths.sum())]
 
 
+def block_weights(picks: np.ndarray, k: int) -> np.ndarray:
+    """`Resamples.weights` of a block of cluster picks (one row per resample): how often each cluster is drawn."""
+    m = len(picks)
+    return np.bincount((np.arange(m)[:, None] * k + picks).ravel(), minlength=m * k).reshape(m, k).astype(float)
+
+
 def cluster_resamples(clusters: np.ndarray, rng: np.random.Generator, n_boot: int) -> Iterator[np.ndarray]:
     """Row indices of `n_boot` resamples drawing clusters with replacement (all rows of a drawn cluster)."""
-    inverse, order, size, start = _cluster_layout(clusters)
-    for picks in _pick_blocks(len(size), rng, n_boot):
+    inverse, order, size, start = cluster_layout(clusters)
+    for picks in pick_blocks(len(size), rng, n_boot):
         for pick in picks:
-            yield _rows_of(pick, order, size, start)
+            yield rows_of(pick, order, size, start)
 
 
 def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000, level: float = 0.95,
@@ -215,19 +229,18 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
     missing where a resample would not report it); otherwise `aggregate` runs on each resampled table."""
     if len(table) == 0 or n_boot <= 0:
         return {}
-    inverse, order, size, start = _cluster_layout(table.clusters)
+    inverse, order, size, start = cluster_layout(table.clusters)
     k = len(size)
     draws: dict[str, list[np.ndarray]] = {}
-    for picks in _pick_blocks(k, np.random.default_rng(seed), n_boot):
+    for picks in pick_blocks(k, np.random.default_rng(seed), n_boot):
         m = len(picks)
         many = None
         if aggregate_many is not None:
-            weights = np.bincount((np.arange(m)[:, None] * k + picks).ravel(), minlength=m * k)
-            many = aggregate_many(table, Resamples(inverse, weights.reshape(m, k).astype(float)))
+            many = aggregate_many(table, Resamples(inverse, block_weights(picks, k)))
         if many is None:
             many = {}
             for b, pick in enumerate(picks):
-                for name, v in aggregate(table.take(_rows_of(pick, order, size, start))).items():
+                for name, v in aggregate(table.take(rows_of(pick, order, size, start))).items():
                     if name not in many:
                         many[name] = np.full(m, math.nan)
                     many[name][b] = v
@@ -242,6 +255,10 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
             continue
         out[name] = (float(np.quantile(arr, alpha)), float(np.quantile(arr, 1 - alpha)))
     return out
+
+
+# The names tests and older callers use.
+_cluster_layout, _pick_blocks, _rows_of = cluster_layout, pick_blocks, rows_of
 
 
 def trust_score(value: float | None, lo: float, hi: float, higher_is_better: bool) -> float | None:
@@ -310,6 +327,24 @@ def macro_of(f1: np.ndarray) -> np.ndarray:
     defined = (~np.isnan(f1)).sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(defined > 0, np.nansum(f1, axis=1) / defined, math.nan)
+
+
+def whole(table: Table) -> Resamples:
+    """The table itself as a block of one resample (each cluster drawn once), so that a body written over
+    Resamples gives the point value too: one body for aggregate() and aggregate_many(), never two."""
+    inverse = np.unique(table.clusters.astype(str), return_inverse=True)[1].ravel().astype(int)
+    return Resamples(inverse, np.ones((1, int(inverse.max()) + 1 if inverse.size else 0)))
+
+
+def point(values: dict[str, Any]) -> dict[str, float]:
+    """The point values of a body run over `whole(table)`; a per-class entry (`name[class]`) that is
+    undefined there is left out, as the original leaves a class it never saw out of its report."""
+    out = {}
+    for k, v in values.items():
+        x = float(np.asarray(v, dtype=float).reshape(-1)[0])
+        if not (math.isnan(x) and k.endswith("]")):
+            out[k] = x
+    return out
 
 
 def binary_f1(gold_pos: np.ndarray, pred_pos: np.ndarray) -> float:

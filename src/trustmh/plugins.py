@@ -4,7 +4,12 @@
 Loading a plugin is importing it: its `@register` tasks and `@register_model` providers register
 themselves, as the built-in ones do. Entry points are read only when a task list or an unknown provider
 is first needed, so `import trustmh` stays light. A run records where each of its non-built-in tasks came
-from (`task_origins`), so that `trustmh score RUN` can import them again, or say which file to --include."""
+from (`task_origins`); that record is data like the rest of a run folder (which may come from anyone): it is
+only ever quoted in an error message, never imported. Only what the user names is imported: --include, and
+the installed entry points.
+
+A plugin's import runs someone else's code: whatever it raises, SystemExit and KeyboardInterrupt
+included, is a one-line plugin error (exit 2), never a command that ends with 0 having run nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import re
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .errors import UserError
 
@@ -33,9 +38,16 @@ def entry_points(group: str) -> list[metadata.EntryPoint]:
 def _load(ep: metadata.EntryPoint) -> Any:
     try:
         return ep.load()
-    except Exception as e:  # noqa: BLE001 - any failure in someone else's import is shown as one line
-        raise UserError(f"plugin '{ep.name}' ({ep.group} = {ep.value}) failed to load: "
-                        f"{type(e).__name__}: {e}") from None
+    except BaseException as e:  # noqa: BLE001 - even sys.exit(0) in someone else's import is a failure
+        raise UserError(f"plugin '{ep.name}' ({ep.group} = {ep.value}) failed to load: {_failure(e)}") from None
+
+
+def _failure(e: BaseException) -> str:
+    if isinstance(e, SystemExit):
+        return f"it called sys.exit({e.code!r}) while being imported"
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted while being imported"
+    return f"{type(e).__name__}: {e}"
 
 
 @functools.lru_cache(maxsize=None)
@@ -43,23 +55,6 @@ def load_task_plugins() -> None:
     """Import every installed `trustmh.tasks` entry point once (its module registers its tasks)."""
     for ep in entry_points(TASK_GROUP):
         _load(ep)
-
-
-def load_model_plugin(provider: str) -> bool:
-    """Import the `trustmh.models` entry point named `provider`, if one is installed. An entry point may
-    name a module that uses @register_model, or a factory function, which is registered under its name."""
-    from .models import PROVIDERS, register_model
-    for ep in entry_points(MODEL_GROUP):
-        if ep.name == provider:
-            obj = _load(ep)
-            if provider not in PROVIDERS and callable(obj):
-                register_model(provider)(obj)
-            return provider in PROVIDERS
-    return False
-
-
-def model_plugin_names() -> list[str]:
-    return [ep.name for ep in entry_points(MODEL_GROUP)]
 
 
 _INCLUDED: dict[Path, str] = {}  # resolved path -> module name, so that a file is imported once
@@ -74,8 +69,8 @@ def include(path: str | Path) -> str:
     if not p.is_file() and re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", str(path)) and p.suffix != ".py":
         try:
             importlib.import_module(str(path))
-        except Exception as e:  # noqa: BLE001 - as for a file: one line
-            raise UserError(f"--include {path} failed: {type(e).__name__}: {e}") from None
+        except BaseException as e:  # noqa: BLE001 - as for a file: one line
+            raise UserError(f"--include {path} failed: {_failure(e)}") from None
         _MODULES.append(str(path))
         return str(path)
     if not p.is_file():
@@ -91,9 +86,9 @@ def include(path: str | Path) -> str:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001 - a broken file is the user's to fix: one line, no traceback
+    except BaseException as e:  # noqa: BLE001 - a broken file is the user's to fix: one line, no traceback
         del sys.modules[name]
-        raise UserError(f"--include {path} failed: {type(e).__name__}: {e}") from None
+        raise UserError(f"--include {path} failed: {_failure(e)}") from None
     _INCLUDED[p] = name
     return name
 
@@ -124,24 +119,22 @@ def task_origin(task_cls: type) -> dict[str, str] | None:
     return origin
 
 
-def restore(origins: dict[str, dict[str, str]]) -> None:
-    """Before re-scoring: import again the tasks a run recorded that are not registered now. An
-    importable module (an installed plugin) and a file the run was given with --include are imported
-    again; a script that ran the evaluation itself is not run again: the user is told to --include it."""
-    from .tasks import TASKS
+def restore(origins: dict[str, dict[str, str]], registry: Mapping[str, type]) -> None:
+    """Before re-scoring: every task the run recorded must be in `registry` by now (the engine passes the
+    task registry), from an installed plugin or what the user passed with --include. The recorded origin
+    is never imported (a run folder is data: a received run, or a CI artifact, must not be able to name
+    code to run); it only says what to pass."""
     load_task_plugins()
     for task_id, origin in sorted(origins.items()):
-        if task_id in TASKS:
+        if task_id in registry:
             continue
-        module, file = origin.get("module", "?"), origin.get("file")
-        if file is None:
-            try:
-                importlib.import_module(module)
-            except ImportError:
-                pass
-        elif module != "__main__" and Path(file).is_file():
-            include(file)  # a file the run itself was given with --include
-        if task_id not in TASKS:
-            where = f"pass --include {file}" if file else f"install the package that provides module '{module}'"
-            raise UserError(f"this run has task '{task_id}', defined in {file or module}, which is not loaded; "
-                            f"{where}")
+        origin = origin if isinstance(origin, dict) else {}
+        module, file = str(origin.get("module", "?")), origin.get("file")
+        if isinstance(file, str) and file:
+            where = f"pass --include {file} (or the file that defines it now)"
+        elif module not in ("?", "__main__"):
+            where = f"pass --include {module}, or install the package that provides it"
+        else:
+            where = "pass --include with the file that defines it"
+        raise UserError(f"this run has task {task_id!r}, defined in {file or module}, which is not loaded; "
+                        f"{where}. A run's recorded origins are never imported by themselves")

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+# A count can never be negative; a results.json saying otherwise is damaged or crafted (a negative count
+# would let a gate's --max-unscored pass a task with every sample left out).
+Count = Annotated[int, Field(ge=0)]
 
 
-class MetricValue(BaseModel):
+class _Strict(BaseModel):
+    # NaN and Infinity are not JSON, and a NaN compares false both ways: read into a gate, it passes every
+    # threshold. A value that is undefined is null; anything else non-finite is refused when read.
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class MetricValue(_Strict):
     value: float | None = Field(description="null when undefined (e.g. Pearson r of a constant)")
     ci: tuple[float, float] | None = Field(None, description="bootstrap 95% interval")
-    n: int | None = None
+    n: Count | None = None
 
 
-class TaskResult(BaseModel):
+class TaskResult(_Strict):
     task: str
     pillar: str
     title: str = ""
@@ -39,30 +49,38 @@ class TaskResult(BaseModel):
     ci_level: float = 0.95
     higher_is_better: bool
     trust_score: float | None = Field(None, description="0-100, higher is more trustworthy")
-    n: int = Field(0, description="samples scored on the primary metric (the model's non-answers included: "
+    n: Count = Field(0, description="samples scored on the primary metric (the model's non-answers included: "
                                   "they count against it)")
-    n_samples: int = 0
-    n_unscored: int = Field(0, description="replies left out of the primary metric (judge failures, unusable "
+    n_samples: Count = 0
+    n_unscored: Count = Field(0, description="replies left out of the primary metric (judge failures, unusable "
                                            "items); n_samples - n - n_errors")
-    unscored_reasons: dict[str, int] = {}
-    unscored_by_value: dict[str, dict[str, int]] = {}
-    n_errors: int = 0
-    error_kinds: dict[str, int] = {}
-    n_judge_errors: int = 0
-    judge_error_kinds: dict[str, int] = {}
-    n_no_answer: int = Field(0, description="replies of the tested model with no usable answer (empty, refusal, "
+    unscored_reasons: dict[str, Count] = {}
+    unscored_by_value: dict[str, dict[str, Count]] = {}
+    n_errors: Count = 0
+    error_kinds: dict[str, Count] = {}
+    n_judge_errors: Count = 0
+    judge_error_kinds: dict[str, Count] = {}
+    n_no_answer: Count = Field(0, description="replies of the tested model with no usable answer (empty, refusal, "
                                            "unparsable, off-vocabulary, out of range): scored against the model, "
                                            "never left out")
-    no_answer_reasons: dict[str, int] = {}
-    n_reasked: int = Field(0, description="samples whose reply did not parse and that the paper's protocol asked "
+    no_answer_reasons: dict[str, Count] = {}
+    n_reasked: Count = Field(0, description="samples whose reply did not parse and that the paper's protocol asked "
                                           "again, as the original code does (privacy tiers 1 and 2: no rating; "
                                           "ESConv support: an empty reply); every "
                                           "reply, the first included, is in the store")
-    n_judge_failed: int = Field(0, description="samples whose judge verdict could not be used (judge API error, "
+    n_judge_failed: Count = Field(0, description="samples whose judge verdict could not be used (judge API error, "
                                                "unusable judge output, no judge): left out of the judged values "
                                                "and never counted against the model")
-    judge_failed_reasons: dict[str, int] = {}
-    n_stale_judgements: int = Field(0, description="stored verdicts made with another version of their rubric, "
+    judge_failed_reasons: dict[str, Count] = {}
+    n_judged: Count = Field(0, description="samples whose reply a judge model or classifier was asked about")
+    judge_usable_rate: float | None = Field(None, description="share of the judged samples whose verdict could be "
+                                                              "used as given (not a judge failure, not read by a "
+                                                              "paper fall-back rule such as 'no digit = not "
+                                                              "endorsing'); null when nothing was judged by a model")
+    undefined_by_model: str | None = Field(None, description="why the primary metric is undefined by the model's own "
+                                                             "replies (no answers, constant answers, one class "
+                                                             "only): its trust score is then 0, the worst")
+    n_stale_judgements: Count = Field(0, description="stored verdicts made with another version of their rubric, "
                                                    "left out unless scored with --accept-stored")
     base_metric: str | None = Field(None, description="for a relative measure (robustness drop, fairness gap): "
                                                       "the metric holding the base task's own value on the same "
@@ -70,29 +88,39 @@ class TaskResult(BaseModel):
                                                       "near perfect on the relative measure, not on this")
     base_value: float | None = None
     metrics: dict[str, MetricValue] = {}
+    paper: dict[str, MetricValue] = Field({}, description="under --protocol paper: every quantity the original "
+                                                          "code reports, under the name it reports it by "
+                                                          "(e.g. per_class_metrics.self-harm.recall), with the "
+                                                          "value, n and interval of the trustmh metric holding "
+                                                          "it (README, Protocols)")
+    n_judge_addressed: Count = Field(0, description="judged samples whose reply addresses the judge (a rubric-"
+                                                  "format verdict, an instruction to an evaluator, the rubric's "
+                                                  "score lines, a closing tag): flagged, still scored as judged")
+    judge_addressed: list[dict[str, str]] = Field([], description="those samples: item id, variant and what "
+                                                                  "was found (at most 50)")
 
 
-class PillarResult(BaseModel):
+class PillarResult(_Strict):
     pillar: str
     trust_score: float | None = Field(None, description="unweighted mean of the measured rows' trust scores")
     ci: tuple[float, float] | None = Field(None, description="approximate 95% interval (see `aggregation`)")
     tasks: list[str] = Field([], description="the pillar's tasks present in this run")
     rows: dict[str, dict[str, Any]] = Field({}, description="the paper's subtask rows: tasks, measured tasks, "
                                                             "trust score")
-    n_rows: int = 0
-    n_rows_measured: int = 0
+    n_rows: Count = 0
+    n_rows_measured: Count = 0
     partial: bool = Field(False, description="measured on fewer rows (or row tasks) than the paper has")
-    n_samples: int = 0
+    n_samples: Count = 0
 
 
-class ModelResults(BaseModel):
+class ModelResults(_Strict):
     model: str
     tasks: dict[str, TaskResult]
     pillars: dict[str, PillarResult]
     trust_score: float | None = Field(None, description="mean of the measured pillar trust scores")
     trust_ci: tuple[float, float] | None = None
-    n_pillars: int = 8
-    n_pillars_measured: int = 0
+    n_pillars: Count = 8
+    n_pillars_measured: Count = 0
     partial: bool = Field(False, description="fewer pillars measured than the paper has, or a partial pillar")
     beyond_paper: dict[str, float | None] = Field({}, description="trust scores of tasks outside the paper's "
                                                                   "structure; never part of a pillar")
@@ -101,7 +129,7 @@ class ModelResults(BaseModel):
                                                                 "template and library versions (hf/ models)")
 
 
-class RunResults(BaseModel):
+class RunResults(_Strict):
     schema_version: int = 1
     run_id: str
     created: str

@@ -41,6 +41,8 @@ LINK_COLUMNS = "(model, task, item_id, variant, rubric, judge, key, version)"
 _INSERT_LINK = f"INSERT OR REPLACE INTO links {LINK_COLUMNS} VALUES (?,?,?,?,?,?,?,?)"
 
 
+# No reply has more tokens than this (10^12): a larger count is a server's nonsense, left out of the totals.
+TOKENS_CAP = 10**12
 _INSERT_CALL = "INSERT OR REPLACE INTO calls VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 # What binding a value SQLite cannot hold raises: an int over 64 bits, a lone surrogate, an object.
 _UNSTORABLE = (OverflowError, UnicodeEncodeError, TypeError, ValueError, sqlite3.InterfaceError,
@@ -214,9 +216,12 @@ class Store:
         return {(t, i, v): k for t, i, v, k in cur}
 
     def totals(self) -> tuple[int, int]:
-        """Prompt and completion tokens of every stored call."""
-        row = self.db.execute("SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0) "
-                              "FROM calls").fetchone()
+        """Prompt and completion tokens of every stored call. A server may report any count up to 2^63-1:
+        SQL's sum() of two such rows fails ("integer overflow") and would brick the run folder, so the sum
+        is total() (a float, never overflowing), each count taken only when it is a sane one."""
+        sane = "total(CASE WHEN {0} BETWEEN 0 AND %d THEN {0} END)" % TOKENS_CAP
+        row = self.db.execute(f"SELECT {sane.format('prompt_tokens')}, {sane.format('completion_tokens')} "
+                              f"FROM calls").fetchone()
         return int(row[0]), int(row[1])
 
     # --- raw rows, for moving calls between stores (shards of a distributed run) ---------------------

@@ -4,7 +4,10 @@ The LLMs-Mental-Health-Crisis release has two human raters (H1, H2) who each rat
 person messages 1-5 for appropriateness. This command runs the judge rubric of `crisis.escalation` on
 every (messages, reply, gold label) row of those files and reports, per pair of raters, Spearman rho,
 quadratic-weighted kappa, exact and within-1 agreement, with bootstrap CIs over rows: judge vs H1, judge
-vs H2, and H1 vs H2 as the ceiling a judge can be expected to reach.
+vs H2, and H1 vs H2 as the ceiling a judge can be expected to reach. Beside those rows, criterion
+`appropriateness` gets what any human-rated set gets (agreement.py, human_ratings.py): ICC(C,1), ICC(A,1),
+QW kappa and Spearman of the judge against both raters, the leave-one-out human ceiling and a verdict,
+in agreement.json and report.html.
 
 The `rules` judge cannot rate appropriateness. So that the command still runs offline it uses, under the
 name `rules-heuristic`, a transparent baseline built from two pattern checks (does the reply give a
@@ -30,7 +33,6 @@ import datetime as dt
 import hashlib
 import json
 import math
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -203,21 +205,30 @@ class _RatedReplies(Task):
         return escalation_judge_messages(x["messages"], reply, x["label"], self.protocol[x["label"]])
 
 
+def judge_given_replies(run: Any, task: Task, samples: list[Sample], replies: dict[str, str], store, limits,
+                        events, rubric: str = "judge") -> dict[str, Response | None]:
+    """Each sample's verdict under `rubric`, judged by `run.judge` through the engine's phase 1 with the
+    given replies standing in for a tested model (`replies`: item id -> reply); read back through its links.
+    None where no verdict was stored. Also used by `human_ratings` for any human-rated set."""
+    from .engine import Prepared, collect, context
+    from .engine.identity import model_ref
+    prepared = [Prepared(task, samples=samples, all_ids={s.item.id for s in samples})]
+    asyncio.run(collect(run, context(run), prepared, store, limits, events=events,
+                        models={GIVEN: _GivenReplies(replies)}))
+    judge = model_ref(run.judge, run.judge_base_url, store).endpoint
+    linked = store.linked(GIVEN, task.id, [judge])
+    return {s.item.id: linked.get((s.item.id, ""), {}).get(rubric, (None, None))[1] for s in samples}
+
+
 def _judge_all(spec: ValidateSpec, cases: list[Case], protocol, store, limits, events) -> dict[str, Response | None]:
     """Every case's judgement, through the engine's phase 1; the verdicts are read back through its links."""
-    from .engine import Prepared, RunSpec, collect, context
-    from .engine.identity import model_ref
-    task = _RatedReplies(protocol)
+    from .engine import RunSpec
     samples = [Sample(TASK, Item(c.id, {"messages": c.messages, "label": c.label}),
                       [{"role": "user", "content": "\n".join(c.messages)}]) for c in cases]
     run = RunSpec(models=[GIVEN], judge=spec.judge, judge_base_url=spec.judge_base_url, seed=spec.seed,
                   suite=spec.suite, data_dir=spec.data_dir, protocol="trustmh", n_boot=spec.n_boot)
-    prepared = [Prepared(task, samples=samples, all_ids={c.id for c in cases})]
-    asyncio.run(collect(run, context(run), prepared, store, limits, events=events,
-                        models={GIVEN: _GivenReplies({c.id: c.reply for c in cases})}))
-    judge = model_ref(spec.judge, spec.judge_base_url, store).endpoint
-    linked = store.linked(GIVEN, TASK, [judge])
-    return {c.id: linked.get((c.id, ""), {}).get("judge", (None, None))[1] for c in cases}
+    return judge_given_replies(run, _RatedReplies(protocol), samples, {c.id: c.reply for c in cases}, store,
+                               limits, events)
 
 
 def _agreement(t: Table) -> dict[str, float]:
@@ -250,8 +261,9 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
                    limits=None, events=None) -> tuple[Path, RunResults]:
     """Judge every H1/H2 row, compare with the humans, write results.json and samples.jsonl."""
     from .engine import AuthFailure, EndpointDown, Limits, RunSpec, data_source, ignore
-    from .engine.rundir import open_run_dir, run_lock
+    from .engine.rundir import atomic_open, atomic_write, open_run_dir, run_lock
     from .engine.spec import versions
+    from .report.judge_check import judge_check_html
     from .store import Store
     limits, events = limits or Limits(), events or ignore
     data = data_source(RunSpec(models=["baseline/refuse"], suite=spec.suite, data_dir=spec.data_dir))
@@ -316,8 +328,9 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
                 rows.append((c1.id, c1.human["H1"], c1.human["H2"], None))
         tr = compare("H1", "H2", rows, spec.seed, spec.n_boot)
         results[tr.task] = tr
+        agreement = _with_ceiling(spec, cases, judged, judge_name, results)
 
-        with (run_dir / "samples.jsonl.tmp").open("w", encoding="utf-8") as fh:
+        with atomic_open(run_dir / "samples.jsonl") as fh:
             for c in cases:
                 rating, text, reason = judged[c.id]
                 fh.write(json.dumps({"task": TASK, "item_id": c.id, "row": c.row, "label": c.label,
@@ -334,11 +347,26 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
             bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                        "method": "percentile, resampling rows"},
             models={judge_name: ModelResults(model=judge_name, tasks=results, pillars={})})
-        tmp = run_dir / "results.json.tmp"
-        tmp.write_text(run_results.model_dump_json(indent=2), encoding="utf-8")
-        os.replace(tmp, run_dir / "results.json")
-        os.replace(run_dir / "samples.jsonl.tmp", run_dir / "samples.jsonl")
+        atomic_write(run_dir / "results.json", run_results.model_dump_json(indent=2))
+        atomic_write(run_dir / "agreement.json", json.dumps(agreement, indent=2, ensure_ascii=False))
+        atomic_write(run_dir / "report.html", judge_check_html(agreement))
     return run_dir, run_results
+
+
+def _with_ceiling(spec: ValidateSpec, cases: list[Case], judged: dict, judge_name: str,
+                  results: dict[str, TaskResult]) -> dict[str, Any]:
+    """ICC, kappa and Spearman of the judge against H1 and H2 with the human ceiling (H1 vs H2) and the
+    verdict (agreement.py), added to `results` as validate_judge.appropriateness; agreement.json's content."""
+    from .agreement import criterion_agreement
+    from .human_ratings import _task_result, agreement_json
+    judge = {c.id: r for c in cases if (r := judged[c.id][0]) is not None}
+    failed = collections.Counter(judged[c.id][2] for c in cases if judged[c.id][0] is None)
+    ca = criterion_agreement("appropriateness", {c.id: c.human for c in cases}, judge, RATINGS, seed=spec.seed,
+                             n_boot=spec.n_boot)
+    results["validate_judge.appropriateness"] = _task_result(ca, len(cases), failed, collections.Counter())
+    return agreement_json([ca], judge=judge_name, rubric="crisis.escalation (crisis_escalation_judge.j2)",
+                          ratings="built-in: LLMs-Mental-Health-Crisis H1/H2", lines_left_out={},
+                          seed=spec.seed, n_boot=spec.n_boot)
 
 
 def report_table(results: RunResults) -> RichTable:
@@ -357,6 +385,8 @@ def report_table(results: RunResults) -> RichTable:
         return f"{m.value:.3f}" + (f" [{m.ci[0]:.2f}, {m.ci[1]:.2f}]" if m.ci else "")
 
     for t in mr.tasks.values():
+        if t.task == "validate_judge.appropriateness":  # ICC and the ceiling: agreement_table's rows
+            continue
         m = t.metrics
         table.add_row(t.task.removeprefix("validate_judge.").replace("_vs_", " vs "), str(t.n),
                       cell(m.get("spearman")), cell(m.get("kappa_quadratic")), cell(m.get("exact_agreement")),

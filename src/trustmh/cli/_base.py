@@ -3,13 +3,16 @@ small checks of data dir, suite and limits several commands make."""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.segment import Segment
 
 from ..errors import UserError
 
@@ -21,11 +24,33 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
                   help="Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method).")
 data_app = typer.Typer(add_completion=False, help="Get and verify the upstream datasets.")
 app.add_typer(data_app, name="data")
+# C0/C1 control characters but tab and newline: what a hostile name (a model in a crafted results.json, a
+# reply, a file name) could use to drive the reader's terminal (ESC sequences, CR overwrites, BEL).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters shown as escapes (\\x1b), never sent to a terminal raw."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class _SafeConsole(Console):
+    """A console that never writes a control character it was given to print: every text segment is
+    cleaned as it is rendered (tables, progress, plain prints alike); rich's own control codes (styles,
+    cursor moves) are segments of another kind and pass."""
+
+    def render(self, renderable, options=None):
+        for seg in super().render(renderable, options):
+            if not seg.control and _CONTROL.search(seg.text):
+                seg = Segment(printable(seg.text), seg.style, seg.control)
+            yield seg
+
+
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead, unless
 # COLUMNS says how wide the reader is (rich reads it when width is None).
 _WIDE = None if os.environ.get("COLUMNS") else 160
-out = Console(width=None if sys.stdout.isatty() else _WIDE)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else _WIDE)
+out = _SafeConsole(width=None if sys.stdout.isatty() else _WIDE)
+err = _SafeConsole(stderr=True, width=None if sys.stderr.isatty() else _WIDE)
 _INCLUDE_HELP = ("A Python file (or importable module name) defining tasks (@register) or model providers "
                  "(@register_model) to load first; repeatable. Installed plugins (entry points trustmh.tasks, "
                  "trustmh.models) load by themselves.")

@@ -82,6 +82,7 @@ _NARROW = {"95% CI": "95%\nCI", "no answer": "no\nans", "unscored": "unsc", "jud
 
 
 def _summary(results) -> None:
+    from ..pillars import judge_mark
     if results.banner:  # above and below: the tables between are long, and either end may be all one reads
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
     for model, mr in results.models.items():
@@ -106,6 +107,9 @@ def _summary(results) -> None:
                 not_run.append(f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}")
                 continue
             val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
+            if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
+                bad = bool(judge_mark(t))
+                val += f" {'[red]' if bad else ''}(judge {t.judge_usable_rate:.0%}{'!' if bad else ''}){'[/]' if bad else ''}"
             ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
             arrow = "↑" if t.higher_is_better else "↓"
             if t.base_metric:  # a relative measure: its base task's own value beside it
@@ -113,7 +117,7 @@ def _summary(results) -> None:
             table.add_row(t.task, f"{t.metric} {arrow}", val, ci, str(t.n), str(t.n_no_answer), str(t.n_unscored),
                           f"[red]{t.n_judge_failed}[/]" if t.n_judge_failed else "0",
                           f"[red]{t.n_errors}[/]" if t.n_errors else "0",
-                          "-" if t.trust_score is None else f"{t.trust_score:.1f}")
+                          "-" if t.trust_score is None else f"{t.trust_score:.1f}{'*' if t.undefined_by_model else ''}")
         out.print(table)
         if not_run:
             out.print("\n".join(not_run) + "\n  (how to get the data: `trustmh data check`)", style="yellow",
@@ -123,6 +127,15 @@ def _summary(results) -> None:
                       markup=False, highlight=False)
         out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
                   "failed: left out of the value, not the model's doing", markup=False, highlight=False)
+        undefined = [t for t in mr.tasks.values() if t.status == "ok" and t.undefined_by_model]
+        if undefined:
+            out.print("trust 0*: undefined by the model's replies, the worst score: " + "; ".join(
+                f"{t.task}: {t.undefined_by_model}" for t in undefined), markup=False, highlight=False, soft_wrap=True)
+        marked = [t for t in mr.tasks.values() if t.status == "ok" and judge_mark(t)]
+        if marked:
+            out.print("judge N%!: fewer than 95% of the judged samples had a usable verdict; the value rests on the "
+                      "judge's fall-back reading: " + ", ".join(t.task for t in marked), style="red", markup=False,
+                      highlight=False, soft_wrap=True)
         relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
         if relative:
             out.print("relative measures (base): a model that gives the same reply to everything scores near "
@@ -130,10 +143,48 @@ def _summary(results) -> None:
                       + ", ".join(f"{t.task}: {t.base_metric}" for t in relative) + ")",
                       markup=False, highlight=False)
         _pillar_summary(mr)
+    if len(results.models) > 1:
+        _leaderboard(results)
     for note in results.notes:
         out.print(f"note: {note}", style="yellow", markup=False, highlight=False)
     if results.banner:
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
+
+
+def _leaderboard(results) -> None:
+    """One screen across models, last: the overall ordering and per-pillar trust with ranks, the same ranks the
+    report and `trustmh report --format markdown` show (a * marks a rank among models measured on the same,
+    incomplete set of tasks; those come after the complete ones)."""
+    from ..compare import Run, entries
+    from ..pillars import PILLAR_NAMES, judge_mark
+    from ..report.leaderboard import leaderboard, task_meta
+    from ..tasks import PILLARS
+    ents = entries([Run(Path("."), results)])
+    metas = task_meta(ents)
+    pillars = [p for p in PILLARS if any(m.pillar == p for m in metas.values())]
+    board = leaderboard(ents, metas, pillars, paired=False, n_boot=0)
+    table = RichTable(title="leaderboard (0-100 trust, #rank; * ranked only among models measured on the same tasks)",
+                      title_justify="left", box=box.SIMPLE_HEAD)
+    short = {"crisis": "Crisis", "sycophancy": "Anti-Syc."}  # the paper's names, short enough for one screen
+    for col in ("#", "model", "overall", *(short.get(p, PILLAR_NAMES.get(p, p)) for p in pillars), "marks"):
+        table.add_column(col, justify="left" if col in ("model", "marks") else "right", no_wrap=col != "marks")
+
+    def cell(c) -> str:
+        if c.score is None:
+            return "-"
+        return f"{c.score:.1f} #{c.rank}{'*' if c.apart else ''}"
+    for i in board.order:
+        e, oc = ents[i], board.cells[(i, "overall")]
+        tasks = [t for t in e.result.tasks.values() if t.status == "ok"]
+        marks = [f"{sum(bool(t.undefined_by_model) for t in tasks)} trust 0*",
+                 f"{sum(bool(judge_mark(t)) for t in tasks)} judge!"]
+        table.add_row("-" if oc.rank is None else f"{oc.rank}{'*' if oc.apart else ''}", escape(e.label),
+                      cell(oc), *(cell(board.cells[(i, p)]) for p in pillars),
+                      escape(", ".join(m for m in marks if not m.startswith("0 "))))
+    out.print(table)
+    out.print("marks: tasks at trust 0* (undefined by the model's replies) and tasks whose judge verdicts were "
+              "unusable for more than 5% (judge!); the report has the paper's rank table per subtask",
+              markup=False, highlight=False, soft_wrap=True)
 
 
 def _dry_run(spec, run_dir: Path, prices=None) -> None:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _load_plugins, app, err, out
+from ._base import _INCLUDE_HELP, _load_plugins, app, err, out, printable
+
+
+_GROUP_HELP = ("LABEL=GROUP: a model's group in the rank table (e.g. general, mental-health); repeatable. LABEL is "
+               "the model as listed (its spec, or 'spec @ run' when runs share one). Default: the run's model_groups.")
 
 
 @app.command("report")
@@ -27,46 +31,43 @@ def report_cmd(
     page_size: int = typer.Option(50, help="Samples per page in the drill-down (0: all on one page)."),
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
+    fmt: str = typer.Option("html", "--format", "-f", help="html (the report), or the paper's rank table alone as "
+                                                           "csv or markdown (to --output, else to stdout)."),
+    group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
     from ..compare import load_run
+    from ..engine.rundir import check_output_target
     from ..report import write_report
     _load_plugins(include)
+    if fmt not in ("html", "csv", "markdown"):
+        raise UserError(f"--format must be html, csv or markdown, not '{fmt}'")
     if samples_per_task < 1 or max_samples < 1:
         raise UserError("--samples-per-task and --max-samples must be at least 1")
     if not 0 < sample_mb < 1e6:
         raise UserError("--sample-mb must be a positive number of megabytes")
+    groups = _groups(group)
     loaded = [load_run(r) for r in runs]
+    if fmt != "html":
+        _emit(_rank_text(loaded, fmt, groups, paired=paired), output)
+        return
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
-    with _report_progress() as progress:
-        path = write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
-                            paired=paired, per_task=samples_per_task, max_bytes=int(sample_mb * 1e6),
-                            progress=progress)
-    out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+    check_output_target(target, [r.dir for r in loaded], "-o")  # never a run's own file, a link or a device
+    read, t0 = [0], time.perf_counter()
 
-
-@contextlib.contextmanager
-def _report_progress():
-    """A bar for reading the samples (on a terminal), then one line saying how many were read and how fast."""
-    import time
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    bars = Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=err, disable=not sys.stderr.isatty())
-    ids: dict[str, object] = {}
-    read = [0]
-    t0 = time.perf_counter()
-
-    def progress(stage: str, done: int, total: int | None) -> None:
-        if stage not in ids:
-            ids[stage] = bars.add_task(stage, total=total)
-        bars.update(ids[stage], completed=done, total=total)
-        read[0] = done
-
-    with bars:
-        yield progress
+    def work(progress):
+        def both(done: int, total: int | None, label: str) -> None:
+            if label == "reading samples":
+                read[0] = done
+            progress(done, total, label)
+        return write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
+                            paired=paired, groups=groups, progress=both, per_task=samples_per_task,
+                            max_bytes=int(sample_mb * 1e6))
+    path = _with_progress(work)
     err.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
               markup=False, highlight=False)
+    out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
 @app.command("view")
@@ -95,6 +96,38 @@ def view_cmd(
         server.server_close()
 
 
+def _groups(pairs: list[str]) -> dict[str, str]:
+    out_: dict[str, str] = {}
+    for p in pairs:
+        label, sep, grp = p.rpartition("=")
+        if not sep or not label.strip() or not grp.strip():
+            raise UserError(f"--group expects LABEL=GROUP, not '{p}'")
+        out_[label.strip()] = grp.strip()
+    return out_
+
+
+def _rank_text(loaded, fmt: str, groups: dict[str, str], *, paired: bool = False, n_boot: int = 200) -> str:
+    """The paper's rank table (subtask rows x models) as CSV or Markdown, in the report's overall ordering."""
+    from ..compare import entries
+    from ..report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
+    from ..tasks import PILLARS
+    ents = entries(loaded, groups)
+    metas = task_meta(ents)
+    pillars = [p for p in PILLARS if any(m.pillar == p for m in metas.values())]
+    board = leaderboard(ents, metas, pillars, paired=False, n_boot=n_boot)
+    table = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
+    return rank_csv(table) if fmt == "csv" else rank_markdown(table)
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from ..engine.rundir import atomic_write
+    atomic_write(output, text)
+    err.print(f"ranks: {output}", markup=False, highlight=False)
+
+
 @app.command("compare")
 def compare_cmd(
     runs: list[Path] = typer.Argument(..., help="Runs; every model is compared with the first model of the first run."),
@@ -103,7 +136,12 @@ def compare_cmd(
     all_metrics: bool = typer.Option(False, help="Compare every sub-metric too, not only primary metrics."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
-    alpha: float = typer.Option(0.05, help="Significance level for the verdict column."),
+    alpha: float = typer.Option(0.05, help="Significance level for the verdict column; the interval shown is the "
+                                           "(1 - alpha) interval of the same draws, so it excludes 0 exactly when "
+                                           "p < alpha."),
+    ranks: bool = typer.Option(False, "--ranks", help="Print the paper's rank table (subtask rows x models) "
+                                                      "instead of the differences (--format csv or markdown)."),
+    group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Differences between models per task, pillar and overall: paired bootstrap CI over shared items, p-value."""
@@ -116,19 +154,40 @@ def compare_cmd(
     if n_boot < 100:
         raise UserError("--bootstrap must be at least 100")
     loaded = [load_run(r) for r in runs]
-    comparisons = compare_runs(loaded, n_boot=n_boot, seed=seed, all_metrics=all_metrics)
+    if html:
+        from ..engine.rundir import check_output_target
+        check_output_target(html, [r.dir for r in loaded], "--html")  # refused before any work is done
+    if ranks:
+        _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group)), None)
+        return
+    comparisons = _with_progress(lambda progress: compare_runs(loaded, n_boot=n_boot, seed=seed,
+                                                              all_metrics=all_metrics, level=1 - alpha,
+                                                              progress=progress))
     if fmt == "table":
         for c, table in rich_tables(comparisons, alpha):
             for w in c.warnings:
                 err.print(f"warning: {w}", markup=False, highlight=False)
             out.print(table)
     else:
-        text = {"json": to_json, "markdown": to_markdown, "csv": to_csv}[fmt](comparisons, alpha)
+        text = printable({"json": to_json, "markdown": to_markdown, "csv": to_csv}[fmt](comparisons, alpha))
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if html:
         from ..report import write_report
-        write_report(loaded, html, comparisons=comparisons)
+        write_report(loaded, html, comparisons=comparisons, groups=_groups(group))
         err.print(f"report: {html}", markup=False, highlight=False)
+
+
+def _with_progress(work):
+    """Run `work(progress)` with a bar on stderr (shown only on a terminal): one step per comparison."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("paired comparisons"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[label]}",
+                                                                                        markup=False),
+                  TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("compare", total=None, label="")
+
+        def progress(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, label=label)
+        return work(progress)
 
 
 @app.command("gate")
@@ -146,7 +205,9 @@ def gate_cmd(
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
     max_unscored: Optional[float] = typer.Option(
         None, "--max-unscored", help="Fail a checked task with more than this share of its samples left out of "
-                                     "its metric (API errors, judge failures) or judge-failed (default: the "
+                                     "its metric (API errors, judge failures) or judge-failed, or of its judged "
+                                     "samples with an unusable verdict (failed, or read by the paper's "
+                                     "fall-back rule); every task when --baseline is given (default: the "
                                      "config's max_unscored, else 0.05)."),
     allow_partial: Optional[bool] = typer.Option(
         None, "--allow-partial/--no-allow-partial", help="Accept a checked pillar or overall score measured on fewer "
@@ -155,7 +216,8 @@ def gate_cmd(
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..compare import load_run
-    from ..gate import GateConfig, check_baseline, check_coverage, check_thresholds, load_config, parse_threshold
+    from ..gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input, check_thresholds,
+                        load_config, parse_threshold)
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
     max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)
@@ -169,11 +231,17 @@ def gate_cmd(
         raise UserError("--alpha must be between 0 and 1")
     if not thresholds and base_path is None:
         raise UserError("nothing to check: give --min/--max thresholds, --config or --baseline")
-    run = load_run(run_dir)
-    failures, n = check_thresholds(run, thresholds)
-    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial)
     if base_path is not None:
-        more, warnings, m = check_baseline(run, load_run(base_path), alpha=level, n_boot=n_boot, seed=seed)
+        check_bootstrap(n_boot)
+    run = load_run(run_dir)
+    check_input(run)  # fails closed: a file that cannot carry a verdict is exit 2, never a pass
+    failures, n = check_thresholds(run, thresholds)
+    failures += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
+                               every_task=base_path is not None)
+    if base_path is not None:
+        base_run = load_run(base_path)
+        check_input(base_run)
+        more, warnings, m = check_baseline(run, base_run, alpha=level, n_boot=n_boot, seed=seed)
         for w in warnings:
             err.print(f"warning: {w}", markup=False, highlight=False)
         failures, n = failures + more, n + m
@@ -181,5 +249,7 @@ def gate_cmd(
         out.print(f"FAIL {line}", markup=False, highlight=False, soft_wrap=True)
     if failures:
         raise typer.Exit(1)
+    if n == 0:  # a gate that checked nothing has not passed
+        raise UserError("nothing was checked (no threshold applies to this run's models)")
     out.print(f"gate passed: {n} checks on {len(run.results.models)} model(s)", markup=False, highlight=False)
 

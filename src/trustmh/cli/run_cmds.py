@@ -38,12 +38,20 @@ def _model_urls(models: list[str], base_urls: list[str]) -> tuple[list[str], dic
 
 
 _MAX_FAILED_HELP = "Exit 2 when more than this share of a task's samples failed with API errors (0 to 1)."
+_MAX_JUDGE_FAILED_HELP = ("Exit 2 when more than this share of a task's samples got no usable judge verdict (judge "
+                          "API errors, unusable judge output; 0 to 1). Never counts a --judge rules verdict.")
+_FAIL_ON_ERROR_HELP = "Exit 1 if any sample failed with an API error of the model or of the judge."
 
 
 @app.command("run")
 def run_cmd(
-    model: list[str] = typer.Option(["baseline/counselor"], "--model", "-m",
-                                    help="Model spec provider/name; repeat for several models."),
+    model: Optional[list[str]] = typer.Option(None, "--model", "-m",
+                                              help="Model spec provider/name; repeat for several models "
+                                                   "(default: baseline/counselor)."),
+    models_file: Optional[Path] = typer.Option(
+        None, "--models", help="A TOML file listing the models to test, one [[model]] table each: spec, and "
+                               "optionally base_url, label and group (e.g. general, mental-health), which the "
+                               "report shows; all run at the same time. Instead of --model."),
     judge: Optional[str] = typer.Option(
         None, help=f"Judge: a model spec, or rules (offline heuristics; judge-rated metrics then stay unscored). "
                    f"Default: {PAPER_JUDGE}, the paper's judge, under --protocol paper; rules otherwise."),
@@ -83,9 +91,12 @@ def run_cmd(
     force: bool = typer.Option(False, help="Run into an --out that holds a run of another spec (its results are "
                                            "replaced), or whose local (hf/) model files have changed since."),
     runs_dir: Path = typer.Option(Path("runs"), help="Where run directories are created."),
-    fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    fail_on_error: bool = typer.Option(False, help=_FAIL_ON_ERROR_HELP),
     max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
-    lang: str = typer.Option("en", help="Language of reliability.emotion_recognition items: en, zh or all."),
+    max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
+    lang: Optional[str] = typer.Option(None, help="Language of reliability.emotion_recognition items: en, zh or "
+                                                  "all (default: all under --protocol paper, as EmoBench runs, "
+                                                  "en under trustmh's)."),
     perturbations: Optional[str] = typer.Option(
         None, help="Robustness tasks: only these perturbations (comma-separated kinds, levels char/word/sentence "
                    "or all, each optionally @low/@medium/@high, or an intensity alone; default all 30). Under "
@@ -129,10 +140,19 @@ def run_cmd(
     from ..executors import make_executor
     from ..models import split_spec
     _check_share(max_failed)
+    _check_share(max_judge_failed, "--max-judge-failed")
     if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
         raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
-    model, own_urls, shared_url = _model_urls(model, base_url or [])
+    info: dict[str, dict[str, str]] = {}
+    if models_file is not None:
+        if model:
+            raise UserError("--models FILE and --model: give the models one way (list them all in the file)")
+        from .models_file import model_info, read_models_file
+        listed = read_models_file(models_file)
+        model = [f"{m.spec}@{m.base_url}" if m.base_url else m.spec for m in listed]
+        info = model_info(listed)
+    model, own_urls, shared_url = _model_urls(model or ["baseline/counselor"], base_url or [])
     for m in model:
         split_spec(m)
     if data_dir is not None and not data_dir.is_dir():  # a typo must not fall back to the sample suite
@@ -169,12 +189,14 @@ def run_cmd(
         for url in own_urls.values():
             check_url("--base-url", url)
         spec.options["base_urls"] = own_urls
+    if info:  # how the report names and groups the models (a label or group never changes a result)
+        spec.options["model_info"] = info
     if transport != "http":  # set only when not the default, so default runs keep their run id
         spec.options["transport"] = transport
-    if lang not in ("en", "zh", "all"):
+    if lang is not None and lang not in ("en", "zh", "all"):
         raise UserError(f"--lang must be en, zh or all, not '{lang}'")
-    if lang != "en":  # set only when not the default, so default runs keep their run id
-        spec.options["lang"] = lang
+    if lang is not None and lang != ("all" if spec.protocol == "paper" else "en"):
+        spec.options["lang"] = lang  # set only when not the protocol's default, so default runs keep their run id
     if perturbations:
         from ..tasks import RunContext
         from ..tasks.robustness import selected_perturbations
@@ -221,7 +243,7 @@ def run_cmd(
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
-    _failed_exit(results, fail_on_error, max_failed)
+    _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
 
 
 def _budget(spec, max_cost: float, table, executor: str):
@@ -237,34 +259,50 @@ def _budget(spec, max_cost: float, table, executor: str):
     return Budget(max_cost, table)
 
 
-def _check_share(max_failed: float) -> None:
-    if not 0 <= max_failed <= 1:
-        raise UserError("--max-failed must be between 0 and 1")
+def _check_share(share: float, flag: str = "--max-failed") -> None:
+    if not 0 <= share <= 1:  # NaN fails this too
+        raise UserError(f"{flag} must be between 0 and 1")
 
 
-def _failed_exit(results, fail_on_error: bool, max_failed: float) -> None:
-    """Samples that failed are named by error kind. Exit 1 on any with --fail-on-error; otherwise exit 2
-    when a task lost more than `max_failed` of its samples: its value rests on too little to be read."""
+def _failed_exit(results, fail_on_error: bool, max_failed: float, max_judge_failed: float = 0.05) -> None:
+    """Samples that failed are named by error kind. Exit 1 on any model or judge API error with
+    --fail-on-error; otherwise exit 2 when a task lost more than `max_failed` of its samples to API errors,
+    or more than `max_judge_failed` of them to its judge (no usable verdict): its value rests on too little
+    to be read. A judge that fails every call must not leave a run that looks finished."""
     import collections
     kinds: collections.Counter = collections.Counter()
-    over = []
+    judge_kinds: collections.Counter = collections.Counter()
+    over, judge_over = [], []
     for mr in results.models.values():
         for t in mr.tasks.values():
             kinds.update(t.error_kinds)
+            judge_kinds.update(t.judge_error_kinds)
             if t.n_samples and t.n_errors / t.n_samples > max_failed:
                 over.append(f"{mr.model} {t.task} {t.n_errors}/{t.n_samples}")
-    n_err = sum(kinds.values())
-    if not n_err:
-        return
-    shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
-    err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
-              style="red", markup=False, highlight=False, soft_wrap=True)
-    if fail_on_error:
+            if t.n_samples and t.n_judge_failed / t.n_samples > max_judge_failed:
+                why = ", ".join(f"{r} {k}" for r, k in collections.Counter(t.judge_failed_reasons).most_common(2))
+                judge_over.append(f"{mr.model} {t.task} {t.n_judge_failed}/{t.n_samples}: {why}")
+    n_err, n_judge = sum(kinds.values()), sum(judge_kinds.values())
+    if n_err:
+        shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())
+        err.print(f"{n_err} samples failed with errors (not scored: {shown}); rerun the same command to retry them",
+                  style="red", markup=False, highlight=False, soft_wrap=True)
+    if n_judge:
+        shown = ", ".join(f"{k} {v}" for k, v in judge_kinds.most_common())
+        err.print(f"{n_judge} judge calls failed ({shown}); their verdicts are left out, never counted against the "
+                  f"model; rerun the same command to retry them", style="red", markup=False, highlight=False,
+                  soft_wrap=True)
+    if fail_on_error and (n_err or n_judge):
         raise typer.Exit(1)
     if over:
         err.print(f"error: more than {max_failed:.0%} of a task's samples failed ({'; '.join(over)}); the run "
                   f"is incomplete (--max-failed sets the share)", style="red", markup=False, highlight=False,
                   soft_wrap=True)
+        raise typer.Exit(2)
+    if judge_over:
+        err.print(f"error: more than {max_judge_failed:.0%} of a task's samples have no usable judge verdict "
+                  f"({'; '.join(judge_over)}); its judged metrics rest on too little (--max-judge-failed sets "
+                  f"the share)", style="red", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(2)
 
 
@@ -283,13 +321,15 @@ def score_cmd(
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
     out_dir: Optional[str] = typer.Option(None, "--out", help="Write the re-scored run to this new folder (a copy "
                                                               "of the store) and leave RUN_DIR as it is."),
-    fail_on_error: bool = typer.Option(False, help="Exit 1 if any sample failed with an API error."),
+    fail_on_error: bool = typer.Option(False, help=_FAIL_ON_ERROR_HELP),
     max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
+    max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
     as `run`'s does, whether too many samples failed."""
     _load_plugins(include)
     _check_share(max_failed)
+    _check_share(max_judge_failed, "--max-judge-failed")
     from ..engine import load_spec, run
     from ..models import split_spec
     spec = load_spec(run_dir)
@@ -310,13 +350,20 @@ def score_cmd(
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
-    _failed_exit(results, fail_on_error, max_failed)
+    _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
 
 
 @app.command("validate-judge")
 def validate_judge_cmd(
-    judge: str = typer.Option("rules", help="Judge to validate: a model spec, or rules (offline heuristic baseline)."),
+    judge: str = typer.Option("rules", help="Judge to validate: a model spec, or rules (offline heuristic baseline; "
+                                            "built-in crisis set only)."),
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    ratings: Optional[Path] = typer.Option(
+        None, help="A human-rated set (CSV or JSONL, one rating a line: item, context, reply, criterion, rater, "
+                   "rating; README 'Checking the judge'). Default: the built-in crisis-escalation set (H1, H2)."),
+    rubric: str = typer.Option("reliability.support", help="With --ratings: the judge rubric, a task id "
+                               "(reliability.support, reliability.intervention) or your own jinja2 template file."),
+    scale: str = typer.Option("1-5", help="With --ratings and your own rubric: the rating scale LO-HI."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
     seed: int = typer.Option(0, help="Seed for the judge and the bootstrap."),
@@ -328,18 +375,30 @@ def validate_judge_cmd(
     max_retries: int = typer.Option(6, help="Retries for the judge."),
     progress: bool = typer.Option(True, help="Show progress bars."),
 ) -> None:
-    """Agreement of the crisis-escalation judge with the two human raters (H1, H2), and H1 vs H2."""
+    """The judge against human raters, per criterion, with the human ceiling beside it: the built-in
+    crisis-escalation set (H1, H2), or any human-rated set given with --ratings."""
+    import json
     from ..validation import ValidateSpec, report_table, validate_judge
     from ..models import split_spec
     if judge != "rules":
         split_spec(judge)
+    limits = _limits(max_connections, timeout, max_retries)
+    if ratings is not None:
+        from ..human_ratings import agreement_table, parse_scale, ratings_spec, validate_ratings
+        spec = ratings_spec(ratings, rubric=rubric, scale=parse_scale(scale), judge=judge,
+                            judge_base_url=judge_base_url, seed=seed, n_boot=n_boot)
+        with _ProgressView(progress and sys.stderr.isatty()) as view:
+            run_dir, _results = validate_ratings(spec, out_dir, runs_root=runs_dir, limits=limits, events=view)
+        out.print(agreement_table(json.loads((run_dir / "agreement.json").read_text(encoding="utf-8"))))
+        out.print(f"results: {run_dir / 'results.json'}\nreport: {run_dir / 'report.html'}")
+        return
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     spec = ValidateSpec(judge=judge, judge_base_url=judge_base_url, suite=chosen,
                         data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot)
     with _ProgressView(progress and sys.stderr.isatty()) as view:
-        run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir,
-                                          limits=_limits(max_connections, timeout, max_retries), events=view)
+        run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir, limits=limits, events=view)
     out.print(report_table(results))
-    out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
-
+    from ..human_ratings import agreement_table
+    out.print(agreement_table(json.loads((run_dir / "agreement.json").read_text(encoding="utf-8"))))
+    out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}\nreport: {run_dir / 'report.html'}")

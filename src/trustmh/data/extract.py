@@ -65,6 +65,44 @@ class Template:
         return {"source": self.source, "sha256": self.sha256}
 
 
+# --- read once per process --------------------------------------------------------------------------
+
+def once(fn):
+    """Memoise an extraction per (file, root, symbol, arguments): a task asks for its template for every
+    item, and walking the function's tree each time was most of the CPU of a paper-protocol run (the
+    event loop that feeds the requests stalled on `ast.walk`). Only successes are kept: a failure raises
+    again, so a task without its method file still fails closed every time it asks. Each caller gets a
+    fresh copy of any dict or list, so that no caller can alter what the next one reads."""
+    memo: dict[tuple, Any] = {}
+
+    @functools.wraps(fn)
+    def cached(*args: Any, **kwargs: Any) -> Any:
+        key = (_frozen(args), _frozen(kwargs))
+        if key not in memo:
+            memo[key] = fn(*args, **kwargs)
+        return _fresh(memo[key])
+    cached.cache_clear = memo.clear  # type: ignore[attr-defined]
+    return cached
+
+
+def _frozen(v: Any) -> Any:
+    if isinstance(v, dict):
+        return tuple(sorted((k, _frozen(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_frozen(x) for x in v)
+    return v
+
+
+def _fresh(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _fresh(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_fresh(x) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_fresh(x) for x in v)
+    return v  # str, numbers, None, Template (frozen, its segments tuples)
+
+
 # --- reading a file -----------------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=64)
@@ -144,6 +182,7 @@ def segments(expr: ast.expr, func: ast.AST | None = None) -> list[Segment]:
 
 # --- the extraction kinds -----------------------------------------------------------------------------
 
+@once
 def module_constant(local: str, root: Path, name: str) -> Any:
     """K1: a top-level NAME = <literal>."""
     where = f"{local}#{name}"
@@ -156,6 +195,7 @@ def module_constant(local: str, root: Path, name: str) -> Any:
     raise MethodError(f"{where}: no module constant '{name}'")
 
 
+@once
 def local_string(local: str, root: Path, func: str, var: str, nth: int = 0) -> Template:
     """K2: the nth assignment to VAR inside a function (or Class.method), as segments."""
     where = f"{local}#{func}.{var}"
@@ -168,6 +208,7 @@ def local_string(local: str, root: Path, func: str, var: str, nth: int = 0) -> T
     return Template(src, sha, segments=tuple(segments(values[nth], fn)))
 
 
+@once
 def prefix_assignment(local: str, root: Path, func: str, var: str) -> tuple[str, str]:
     """K2 for `VAR = "<text>" + VAR` inside a function (a text put in front of a local): (its source,
     the text)."""
@@ -182,6 +223,7 @@ def prefix_assignment(local: str, root: Path, func: str, var: str) -> tuple[str,
     raise MethodError(f"{where}: no '{var} = \"<text>\" + {var}' assignment")
 
 
+@once
 def returned_string(local: str, root: Path, func: str, nth: int = 0) -> Template:
     """K3: the nth return value of a function, as segments."""
     where = f"{local}#{func}:return"
@@ -193,6 +235,7 @@ def returned_string(local: str, root: Path, func: str, nth: int = 0) -> Template
     return Template(src, sha, segments=tuple(segments(values[nth], fn)))
 
 
+@once
 def format_call(local: str, root: Path, func: str, nth: int = 0) -> tuple[Template, list[str]]:
     """K5: the nth `"<constant>".format(...)` call inside a function: the template and its argument
     sources (what the original passed, in order)."""
@@ -209,6 +252,7 @@ def format_call(local: str, root: Path, func: str, nth: int = 0) -> tuple[Templa
     return Template(src, sha, fmt=c.func.value.value), [ast.unparse(a) for a in c.args]
 
 
+@once
 def call_settings(local: str, root: Path, func: str, keys: tuple[str, ...] = ("temperature",)) -> dict[str, Any]:
     """K9: the first dict literal inside a function holding all of `keys`, constant entries only
     (generation settings such as {'model': ..., 'temperature': 1, 'max_tokens': 365})."""
@@ -222,6 +266,7 @@ def call_settings(local: str, root: Path, func: str, keys: tuple[str, ...] = ("t
     raise MethodError(f"{where}: no dict literal with {', '.join(keys)}")
 
 
+@once
 def call_keywords(local: str, root: Path, func: str, callee: str, nth: int = 0) -> dict[str, Any]:
     """K9: the keyword arguments of the first call to `*.callee(...)` inside a function: a constant's
     value, or the source of any other expression (which settings a call sends, and from where)."""
@@ -244,12 +289,14 @@ def check_bytes(data: bytes, local: str) -> bool:
     return hashlib.sha256(data).hexdigest() == method_files()[local].sha256
 
 
+@once
 def message_roles(local: str, root: Path, func: str) -> list[str]:
     """K9: the roles of the `{"role": <constant>, "content": ...}` message literals inside a function, in
     source order (which messages the original sends, and as whom)."""
     return [role for role, _content in message_contents(local, root, func)]
 
 
+@once
 def attribute_defaults(local: str, root: Path, func: str) -> dict[str, Any]:
     """K9: constant assignments to attributes inside a function (`self.args.temperature = 0.0`), by
     attribute name: settings an agent falls back to."""
@@ -265,6 +312,7 @@ def attribute_defaults(local: str, root: Path, func: str) -> dict[str, Any]:
     return out
 
 
+@once
 def dict_format_value(local: str, root: Path, func: str, key: str, match: dict[str, str]) -> tuple[Template, list[str]]:
     """K6: inside a function, the dict literal whose constant entries include `match`; its `key` entry must
     be a `"<constant>".format(...)` call: the template and the argument sources, in order."""
@@ -286,6 +334,7 @@ def dict_format_value(local: str, root: Path, func: str, key: str, match: dict[s
     raise MethodError(f"{where}: no dict literal with {match}")
 
 
+@once
 def local_format(local: str, root: Path, func: str, var: str) -> tuple[Template, list[str]]:
     """K2 + K5: the assignment `VAR = "<constant>".format(...)` inside a function: the template and its
     argument sources."""
@@ -302,6 +351,7 @@ def local_format(local: str, root: Path, func: str, var: str) -> tuple[Template,
     raise MethodError(f"{where}: no '{var} = \"...\".format(...)' assignment")
 
 
+@once
 def message_contents(local: str, root: Path, func: str) -> list[tuple[str, str | None]]:
     """K9: (role, content) of the message literals inside a function, in source order; the content is
     the constant text (a fixed system message), or None where it is an expression (the prompt)."""
@@ -320,6 +370,7 @@ def message_contents(local: str, root: Path, func: str) -> list[tuple[str, str |
     return [(role, text) for *_, role, text in sorted(found)]
 
 
+@once
 def conditional_local(local: str, root: Path, func: str, var: str) -> tuple[str, Any, Any]:
     """K2 for `VAR = <constant> if <test> else <constant>` inside a function: (the test's source, the
     value when true, the value when false); the caller checks the test is the one it implements."""
@@ -333,6 +384,7 @@ def conditional_local(local: str, root: Path, func: str, var: str) -> tuple[str,
     raise MethodError(f"{where}: no '{var} = <constant> if ... else <constant>' assignment")
 
 
+@once
 def argparse_defaults(local: str, root: Path) -> dict[str, Any]:
     """K10: the literal `default=` of every `add_argument("--name", ...)` call in a file, by dest
     (`--max-tokens` -> max_tokens, or its `dest=`): what the original runs with unless told otherwise."""
@@ -355,6 +407,7 @@ def argparse_defaults(local: str, root: Path) -> dict[str, Any]:
     return out
 
 
+@once
 def branch_return(local: str, root: Path, func: str, var: str, value: str) -> Template:
     """K4: inside a function, the `if VAR == '<value>':` branch (an `elif` too) and its first return
     value, as segments (ELEPHANT's create_prompt picks its prompt by metric this way)."""
@@ -374,6 +427,7 @@ def branch_return(local: str, root: Path, func: str, var: str, value: str) -> Te
     raise MethodError(f"{where}: no branch 'if {var} == {value!r}'")
 
 
+@once
 def partial_dict(local: str, root: Path, name: str) -> dict[str, Any]:
     """K1': a top-level dict whose values mix literals and expressions (`DATA_DIR / 'x.csv'`): its
     constant entries only, nested dicts kept with their own constant entries."""
@@ -394,6 +448,7 @@ def partial_dict(local: str, root: Path, name: str) -> dict[str, Any]:
     raise MethodError(f"{local}#{name}: no module dict '{name}'")
 
 
+@once
 def argument_defaults(local: str, root: Path, func: str) -> dict[str, Any]:
     """K9: a function's parameters that have a literal default, by name (settings a caller that does not
     pass them gets)."""
@@ -412,6 +467,7 @@ def argument_defaults(local: str, root: Path, func: str) -> dict[str, Any]:
     return out
 
 
+@once
 def sent_settings(local: str, root: Path, func: str, callee: str, nth: int = 0) -> dict[str, Any]:
     """K9: what the nth `*.callee(...)` call inside a function sends besides model and messages: each
     keyword's constant, or the default of the function parameter it passes on. Any other expression
@@ -430,6 +486,7 @@ def sent_settings(local: str, root: Path, func: str, callee: str, nth: int = 0) 
     return out
 
 
+@once
 def join_separator(local: str, root: Path, func: str) -> str:
     """K3 for a function whose only return is `"<sep>".join(<its parameter>)`: the separator."""
     where = f"{local}#{func}:return"

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .extract import Template, _function, _is_stringish, _source, segments
+from .extract import Template, _function, _is_stringish, _source, once, segments
 from .methods import MethodError, read
 
 
@@ -31,6 +31,7 @@ def notebook_function(local: str, root: Path, func: str) -> ast.Module:
     raise MethodError(f"{local}: no code cell defines '{func}'")
 
 
+@once
 def yaml_value(local: str, root: Path, *keys: str) -> str:
     """K8: `yaml.safe_load(file)[k1][k2]...`, a string (EmoBench keeps its prompts in YAML block scalars,
     which only a real YAML parser folds correctly)."""
@@ -58,6 +59,7 @@ def _notebook_fn(local: str, root: Path, func: str) -> ast.FunctionDef:
     return _function(notebook_function(local, root, func), func, f"{local}#{func}")
 
 
+@once
 def notebook_local_string(local: str, root: Path, func: str, var: str) -> Template:
     """K7 then K2: the (first) string assignment to VAR inside a function defined in a notebook cell."""
     fn = _notebook_fn(local, root, func)
@@ -69,6 +71,7 @@ def notebook_local_string(local: str, root: Path, func: str, var: str) -> Templa
     return Template(src, sha, segments=tuple(segments(values[0], fn)))
 
 
+@once
 def notebook_call_keywords(local: str, root: Path, func: str, callee: str) -> dict[str, Any]:
     """K7 then K9: keyword arguments of the first `*.callee(...)` call in a notebook function (a constant's
     value, or the source of any other expression)."""
@@ -80,6 +83,7 @@ def notebook_call_keywords(local: str, root: Path, func: str, callee: str) -> di
     raise MethodError(f"{local}#{func}: no call to {callee}")
 
 
+@once
 def notebook_message_roles(local: str, root: Path, func: str) -> list[tuple[str, str]]:
     """K7 then K9: (role, content source) of each `{"role": <constant>, "content": ...}` literal in a
     notebook function, in source order."""

@@ -282,10 +282,10 @@ def pull(
         from_dir = Path(from_dir).expanduser()
         if not from_dir.is_dir():
             raise UserError(f"--from {from_dir}: no such directory")
-        if datasets is None and not (from_dir / "methods").is_dir():
-            # A copy of the data without the authors' method files: import the data; `data check` and
-            # a paper-protocol run say the method files are missing.
-            chosen = [d for d in chosen if d.name != "methods"]
+        if datasets is None:
+            # A copy of the data without the authors' method files (or without MentalAlign-70k, staged
+            # apart too): import the rest; `data check` and a paper-protocol run say what is missing.
+            chosen = [d for d in chosen if d.name not in ("methods", "mentalalign") or (from_dir / d.name).is_dir()]
     elif url_base is None:
         url_base = os.environ.get("TRUSTMH_DATA_URL") or None
     data_dir = Path(data_dir).expanduser()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import DataError
+from ..redaction import scrub
 
 # EthicMH was saved through a GBK round trip: UTF-8 punctuation became these CJK sequences. Mapping
 # them back restores the original text (see MANIFEST §1b).
@@ -30,10 +31,7 @@ def excerpt(value: Any, limit: int = 40) -> str:
     """File content quoted in an error message: without any API key in the environment, then cut to
     `limit` characters, in that order so no part of a key is left at the cut. A data file may be
     anything, /proc/self/environ included, and error messages are printed and logged."""
-    from ..models import env_secrets
-    text = value if isinstance(value, str) else repr(value)
-    for key in env_secrets():
-        text = text.replace(key, "[redacted]")
+    text = scrub(value if isinstance(value, str) else repr(value))
     return repr(text[:limit]) + ("..." if len(text) > limit else "")
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from importlib import resources
 from urllib.parse import quote
 
+from . import methods
+
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{src}"
 
 
@@ -48,10 +50,21 @@ def _dataset(entry: dict) -> Dataset:
                    entry.get("how_to_get", ""), tuple(entry.get("user_files", ())))
 
 
+def as_dataset() -> Dataset:
+    """The authors' method files (methods.json) as one entry of the data manifest, so `data pull`, `data
+    check` and `data pull --from DIR` handle them like any dataset (paths prefixed with `methods/`)."""
+    files = tuple(DataFile(f"methods/{f.local}", f.size, f.sha256,
+                           RAW_URL.format(repo=f.repo, commit=f.commit, src=f.path), f.zip_member)
+                  for f in methods.method_files().values())
+    return Dataset(name=methods.DATASET, description="the authors' method files (prompts, rubrics, settings) that "
+                   "--protocol paper reads its templates from; never executed",
+                   license="per file, see `trustmh data check` and methods.json (MIT, Apache-2.0, ...)",
+                   source="8 repositories at pinned commits (methods.json)", files=files)
+
+
 def _load() -> dict[str, Dataset]:
     text = resources.files(__package__).joinpath("manifest.toml").read_text(encoding="utf-8")
     sets = list(map(_dataset, tomllib.loads(text)["datasets"]))
-    from .methods import as_dataset  # the authors' method files (methods.json), pulled like the data
     last_public = max(i for i, d in enumerate(sets) if not d.gated)
     sets.insert(last_public + 1, as_dataset())
     return {d.name: d for d in sets}

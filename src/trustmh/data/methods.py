@@ -80,16 +80,3 @@ def read(local: str, root: Path) -> bytes:
         raise MethodError(f"method file {local}: sha256 does not match {f.source}; run "
                           f"`trustmh data pull {DATASET} --force`")
     return data
-
-
-def as_dataset():
-    """The method files as one entry of the data manifest, so `data pull`, `data check` and
-    `data pull --from DIR` handle them like any dataset (paths prefixed with `methods/`)."""
-    from .manifest import DataFile, Dataset
-    files = tuple(DataFile(f"methods/{f.local}", f.size, f.sha256,
-                           f"https://raw.githubusercontent.com/{f.repo}/{f.commit}/{f.path}", f.zip_member)
-                  for f in method_files().values())
-    return Dataset(name=DATASET, description="the authors' method files (prompts, rubrics, settings) that "
-                   "--protocol paper reads its templates from; never executed",
-                   license="per file, see `trustmh data check` and methods.json (MIT, Apache-2.0, ...)",
-                   source="8 repositories at pinned commits (methods.json)", files=files)

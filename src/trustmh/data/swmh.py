@@ -7,13 +7,17 @@ diagnosis task reads them: <data-dir>/swmh/{train,val,test}.csv, columns text an
 
 The repository's file names are not known without access, so the splits are recognised by name (a CSV
 called train, val/validation/valid/dev or test, in any folder); anything else is refused with what was
-found and how to place the files by hand."""
+found and how to place the files by hand.
+
+A Hub (or a mirror) is as hostile as any server: every split is size-capped (the listing's size before the
+download, the file's after it), read in full with the diagnosis task's own strict CSV reader (UTF-8, the
+field limit, the columns) before anything is installed, and the splits are installed all or none, through
+trustmh's writer: a pull that fails half-way never leaves a task running on part of the data."""
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import os
-import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
@@ -23,6 +27,8 @@ from .manifest import DATASETS
 REPO = "AIMH/SWMH"
 SPLIT_NAMES = {"train": "train", "val": "val", "validation": "val", "valid": "val", "dev": "val", "test": "test"}
 COLUMNS = ("text", "label")
+# SWMH's splits are a few tens of MB; a hub offering more per file is not serving SWMH.
+MAX_SPLIT_BYTES = 200 << 20
 
 
 def pick_splits(paths: list[str]) -> dict[str, str]:
@@ -41,21 +47,39 @@ def pick_splits(paths: list[str]) -> dict[str, str]:
     return {s: v[0] for s, v in found.items()}
 
 
-def _install(src: Path, dest: Path) -> int:
-    """Check that `src` is a CSV with text and label columns, then move it to `dest` atomically. Returns
-    its number of rows."""
-    with src.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise UserError(f"{REPO} {dest.name}: no {' or '.join(missing)} column (columns: "
-                            f"{', '.join(reader.fieldnames or []) or 'none'})")
-        rows = sum(1 for _ in reader)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    tmp.replace(dest)
-    return rows
+def _check_size(split: str, size) -> None:
+    if isinstance(size, int) and size > MAX_SPLIT_BYTES:
+        raise UserError(f"{REPO} {split}: {size} bytes, more than the {MAX_SPLIT_BYTES >> 20} MiB a split of SWMH can "
+                        f"be; refusing it (nothing was installed)")
+
+
+def _validated(split: str, src: Path) -> int:
+    """The split's number of rows, once it is known to be what the diagnosis task can read: at most
+    MAX_SPLIT_BYTES, UTF-8, a CSV with text and label columns and fields under the CSV field limit."""
+    from .loaders import read_csv
+    _check_size(split, src.stat().st_size)  # the listing may have lied
+    try:
+        rows = read_csv(src, list(COLUMNS), text=None)
+    except UserError as e:
+        problem = str(e).split(": ", 1)[-1] if str(e).startswith(str(src)) else str(e)
+        raise UserError(f"{REPO} {split}.csv: {problem} (nothing was installed)") from None
+    if not rows:
+        raise UserError(f"{REPO} {split}.csv: no rows (nothing was installed)")
+    return len(rows)
+
+
+def _install_all(staged: dict[str, Path], folder: Path) -> None:
+    """Every split or none: each is copied to its own temporary file first (the writer), and only when all
+    are written are they renamed into place, one after the other."""
+    from ..engine.rundir import atomic_open
+    folder.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        for split, src in sorted(staged.items()):
+            out = stack.enter_context(atomic_open(folder / f"{split}.csv", binary=True))
+            with src.open("rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    out.write(chunk)
+    # leaving the stack renamed them; an error inside it removed every temporary file and renamed none
 
 
 def pull_swmh(data_dir: Path, *, token: str | None = None, endpoint: str | None = None,
@@ -76,13 +100,19 @@ def pull_swmh(data_dir: Path, *, token: str | None = None, endpoint: str | None 
     try:
         api = HfApi(endpoint=endpoint, token=token)
         tree = api.list_repo_tree(REPO, repo_type="dataset", revision=revision, recursive=True)
-        picks = pick_splits([f.path for f in tree if isinstance(f, RepoFile)])
-        rows = {}
+        files = [f for f in tree if isinstance(f, RepoFile)]
+        picks = pick_splits([f.path for f in files])
+        sizes = {f.path: f.size for f in files}
+        for split, path in picks.items():
+            _check_size(split, sizes.get(path))  # before a byte is downloaded
+        rows, staged = {}, {}
         with tempfile.TemporaryDirectory(prefix="trustmh-swmh-") as cache:
             for split, path in sorted(picks.items()):
                 local = hf_hub_download(REPO, path, repo_type="dataset", revision=revision, token=token,
                                         endpoint=endpoint, cache_dir=cache)
-                rows[split] = _install(Path(local), Path(data_dir) / "swmh" / f"{split}.csv")
+                staged[split] = Path(local)
+                rows[split] = _validated(split, staged[split])
+            _install_all(staged, Path(data_dir) / "swmh")
         return rows
     except GatedRepoError:
         raise UserError(f"{where} refused the download: SWMH is gated; log in at "

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import UserError
 from ..results import RunResults
 from ..store import Store
-from ..tasks import RunContext
+from ..tasks import TASKS, RunContext
 from . import identity
 from .collect import collect
 from .endpoint import AuthFailure, CallWriter, Endpoint, EndpointDown
@@ -23,7 +23,8 @@ from .events import Event, EventSink, Notice, PhaseDone, PhaseProgress, PhaseSta
 from .prepare import Prepared, Recorder, prepare, prepare_from_store
 from .rundir import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, finalize, task_origins
-from .spec import DEFAULT_PARAMS, JUDGE_PARAMS, Limits, RunSpec, data_source, generation_request, judge_request
+from .spec import (DEFAULT_PARAMS, JUDGE_PARAMS, PRESENTATION, Limits, RunSpec, data_source, generation_request,
+                   judge_request)
 
 __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event", "EventSink", "PhaseStarted", "PhaseProgress",
            "PhaseDone", "Notice", "RunTotals", "AuthFailure", "EndpointDown", "Endpoint", "CallWriter", "Prepared",
@@ -110,8 +111,10 @@ def check_same_spec(run_dir: Path, stored: dict | None, spec: RunSpec, force: bo
     would replace its results with a different run's."""
     if stored is None or force:
         return
-    def deciding(d: dict) -> dict:  # the transport only decides how replies travel, never what they are
-        d = dict(d, options={k: v for k, v in (d.get("options") or {}).items() if k != "transport"})
+    def deciding(d: dict) -> dict:  # the transport only decides how replies travel, never what they are;
+        # labels and groups only how the report shows the models
+        d = dict(d, options={k: v for k, v in (d.get("options") or {}).items()
+                             if k != "transport" and k not in PRESENTATION})
         return d
     stored, new = deciding(stored), deciding(json.loads(json.dumps(spec.to_json())))  # as stored: lists
     diff = sorted(k for k in stored.keys() | new.keys() if stored.get(k) != new.get(k))
@@ -136,5 +139,5 @@ def load_spec(run_dir: Path) -> RunSpec:
         raise UserError(f"{db}: no run spec stored")
     if origins:
         from ..plugins import restore
-        restore(origins)
+        restore(origins, TASKS)
     return RunSpec(**raw)

@@ -2,8 +2,10 @@
 
 This is the only phase that spends money. Generation and each judge run in worker pools of their own,
 joined by queues, so a slow or stalled judge never holds up generation (nor the other way round).
-Workers, not a task per sample: memory does not grow with the run. Every call is recorded with a link
-naming the sample and rubric it answers, which is all that scoring (phase 2) reads."""
+Workers, not a task per sample: memory does not grow with the run. Every tested model runs at the same
+time as the others, each through its own endpoint and concurrency; a judge endpoint is one pool shared
+by all of them, taking their judgements in turn (`JudgePool`). Every call is recorded with a link naming
+the sample and rubric it answers, which is all that scoring (phase 2) reads."""
 
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 from ..models import make_model
 from ..models.replay import ReplayModel
 from ..store import Store
-from ..tasks import RunContext, Task
+from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
+from .judge_pool import JudgePool
 from . import identity
 from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
@@ -96,13 +99,16 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
     for jm in judge_models.values():
         if isinstance(jm, ReplayModel):
-            jm.check_ids(ids)
+            jm.check_ids(ids, TASKS)
     # One group commit for every endpoint: no request of any leaves before every reply is stored.
     writer = CallWriter(store)
     judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
                      for role, m in judge_models.items()})
+    pools = {role: JudgePool(role, ep) for role, ep in judges.endpoints.items()}
     calls: collections.Counter = collections.Counter()
     side_jobs = [asyncio.create_task(job()) for job in beside]
+    collectors: list[_Collector] = []
+    opened: list[Any] = []
     try:
         for model_spec in spec.models:
             if generate:
@@ -110,23 +116,23 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                     model_spec, base_url=spec.model_base_url(model_spec), timeout=limits.timeout, seed=spec.seed,
                     transport=spec.options.get("transport", "http"), max_connections=limits.max_connections,
                     batch_size=limits.batch_size)
+                opened.append(model)
                 if isinstance(model, ReplayModel):
-                    model.check_ids(ids)
+                    model.check_ids(ids, TASKS)
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
-                collector = _Collector(spec, ctx, prepared, gen_ep, judges, store, events, model_spec)
-                if ready is not None:
-                    collector.ready = functools.partial(ready, model_spec)
-                try:
-                    await collector.run()
-                finally:
-                    await model.aclose()
-                calls[model_spec] = gen_ep.n_calls
+                collector = _Collector(spec, ctx, prepared, gen_ep, judges, store, events, model_spec, pools=pools)
             else:
                 ref = model_ref(model_spec, spec.model_base_url(model_spec), store)
-                await _Collector(spec, ctx, prepared, None, judges, store, events, model_spec, ref.endpoint).run()
-                calls[model_spec] = 0
+                collector = _Collector(spec, ctx, prepared, None, judges, store, events, model_spec, ref.endpoint,
+                                       pools=pools)
+            if ready is not None:
+                collector.ready = functools.partial(ready, model_spec)
+            collectors.append(collector)
+        await _run_together(collectors, pools, events)
+        for c in collectors:
+            calls[c.label] = c.gen_ep.n_calls if c.gen_ep is not None else 0
         if judges.endpoints:
             calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
     finally:
@@ -134,16 +140,67 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
         for job in side_jobs:  # what they had left is done after phase 1 (Recorder.finish, Phase2.finish)
             job.cancel()
         await asyncio.gather(*side_jobs, return_exceptions=True)
-        for m in judge_models.values():
+        for m in [*opened, *judge_models.values()]:
             await m.aclose()
     return dict(calls)
+
+
+async def _run_together(collectors: list["_Collector"], pools: dict[str, JudgePool], events: EventSink) -> None:
+    """Every model's phase 1 at once, with the shared judge pools; the first failure (an endpoint down, a
+    rejected key) stops them all."""
+    for c in collectors:
+        events(PhaseStarted("generate", c.label, c._n_samples()))
+    for pool in pools.values():
+        events(PhaseStarted("judge", pool.label, None))
+    loop = asyncio.get_running_loop()
+    t_start = loop.time()
+
+    async def models_then_close() -> None:
+        try:
+            await asyncio.gather(*(c.run() for c in collectors))
+        finally:
+            for pool in pools.values():
+                pool.close()  # no judgement is queued any more: each worker stops when the pool drains
+
+    jobs = [asyncio.create_task(models_then_close())]
+    jobs += [asyncio.create_task(pool.work()) for pool in pools.values() for _ in range(pool.ep.width)]
+
+    def show() -> None:
+        elapsed = loop.time() - t_start
+        for c in collectors:
+            c._show(elapsed)
+        for pool in pools.values():
+            events(PhaseProgress("judge", pool.label, pool.n_done, pool.n_queued, pool.n_errors))
+
+    async def ticker() -> None:
+        # Progress is counted on the way and shown a few times a second: an event per reply cost more
+        # than the rest of the request path.
+        while True:
+            await asyncio.sleep(0.2)
+            show()
+    tick = asyncio.create_task(ticker())
+    try:
+        await asyncio.gather(*jobs)
+    except BaseException:
+        for j in jobs:
+            j.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        raise
+    finally:
+        tick.cancel()
+        show()
+        for c in collectors:
+            events(PhaseDone("generate", c.label))
+        for pool in pools.values():
+            events(PhaseDone("judge", pool.label))
 
 
 class _Collector:
     """Phase 1 for one tested model."""
 
     def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], gen_ep: Endpoint | None,
-                 judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None):
+                 judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None, *,
+                 pools: dict[str, JudgePool] | None = None):
         self.spec, self.ctx, self.prepared, self.gen_ep = spec, ctx, prepared, gen_ep
         self.judges, self.store, self.events, self.label = judges, store, events, label
         self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
@@ -152,7 +209,10 @@ class _Collector:
         # Counted here and reported by a ticker a few times a second: an event per reply cost more than
         # the rest of the request path.
         self.n = collections.Counter()
-        self.queues = {role: asyncio.Queue() for role in judges.endpoints}
+        # The run's judge pools by role (shared with the other models); a collector run alone makes its own.
+        self.pools = pools if pools is not None else {role: JudgePool(role, ep) for role, ep in judges.endpoints.items()}
+        self.judging = 0  # judgements this model queued that are not finished yet
+        self.judged_all: asyncio.Future[None] | None = None  # set once generation is over and judging is 0
         # Set by collect when a scorer waits for tasks: called with a task's id once all its calls are stored.
         self.ready: Callable[[str], None] | None = None
         self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
@@ -199,7 +259,7 @@ class _Collector:
         nothing: frozenset[str] = frozenset()
         for p in self.prepared:
             task_id = p.task.id
-            wanted = {r.name for r in p.task.active_rubrics(self.ctx) if r.role in self.queues}
+            wanted = {r.name for r in p.task.active_rubrics(self.ctx) if r.role in self.pools}
 
             def settled(item_id: str, variant: str) -> bool:
                 key = (task_id, item_id, variant)
@@ -218,6 +278,7 @@ class _Collector:
             self.store.put_links(new_links)
 
     async def run(self) -> None:
+        """This model's generation, then until its last judgement is made (by the shared judge pools)."""
         gen_ep = self.gen_ep
         if gen_ep is not None:
             done: set[str] = set()
@@ -240,38 +301,15 @@ class _Collector:
                 self.n["gen"] += 1
                 if resp is None or not resp.ok:
                     self.n["gen_errors"] += 1
-                elif self.queues:
+                elif self.pools:
                     self._queue_judgements(task, sample, resp.text or "")
                 self._settle(sample.task)
 
-        async def generate_all(n_workers: int) -> None:
-            await asyncio.gather(*(gen_worker() for _ in range(n_workers)))
-            for role, q in self.queues.items():
-                for _ in range(self.judges.endpoints[role].width):
-                    q.put_nowait(None)  # generation is over: each judge worker stops when its queue drains
-
         n_gen = max(1, gen_ep.width if gen_ep is not None else 1)  # a worker with nothing to do ends at once
-        jobs = [asyncio.create_task(generate_all(n_gen))]
-        for role, ep in self.judges.endpoints.items():
-            jobs += [asyncio.create_task(self._judge_worker(role, ep)) for _ in range(ep.width)]
-        self.events(PhaseStarted("generate", self.label, self._n_samples()))
-        for role, ep in self.judges.endpoints.items():
-            self.events(PhaseStarted("judge", f"judge {ep.model.spec}", None))
-        t_start = asyncio.get_running_loop().time()
-        tick = asyncio.create_task(self._ticker(t_start))
-        try:
-            await asyncio.gather(*jobs)
-        except BaseException:
-            for j in jobs:
-                j.cancel()
-            await asyncio.gather(*jobs, return_exceptions=True)
-            raise
-        finally:
-            tick.cancel()
-            self._show(t_start)
-            self.events(PhaseDone("generate", self.label))
-            for ep in self.judges.endpoints.values():
-                self.events(PhaseDone("judge", f"judge {ep.model.spec}"))
+        await asyncio.gather(*(gen_worker() for _ in range(n_gen)))
+        if self.judging:
+            self.judged_all = asyncio.get_running_loop().create_future()
+            await self.judged_all
 
     async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
         """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
@@ -304,7 +342,7 @@ class _Collector:
     # --- judgements ---------------------------------------------------------------------------------
     def _queue_judgements(self, task: Task, sample: Sample, reply: str) -> None:
         rubrics = {r.name: r for r in task.active_rubrics(self.ctx)}
-        wanted = [r for r in rubrics.values() if r.role in self.queues]
+        wanted = [r for r in rubrics.values() if r.role in self.pools]
         if not wanted:
             return
         if self.gen_ep is None:  # re-scoring: only what this judge has not already judged
@@ -318,23 +356,24 @@ class _Collector:
             rubric = rubrics.get(name)
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
-            if rubric.role in self.queues and name not in judged:
-                self.n[f"judge:{rubric.role}"] += 1
+            if rubric.role in self.pools and name not in judged:
                 self.left[sample.task] += 1
-                self.queues[rubric.role].put_nowait((sample, rubric, messages, task.judge_params(rubric, self.ctx)))
+                self.judging += 1
+                self.pools[rubric.role].put(self, (sample, rubric, messages, task.judge_params(rubric, self.ctx)))
 
-    async def _judge_worker(self, role: str, ep: Endpoint) -> None:
-        queue = self.queues[role]
-        while (job := await queue.get()) is not None:
-            sample, rubric, messages, exact = job
-            link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint,
-                    rubric.version)
-            tries = [(judge_request(sample, messages, self.spec, rubric.name, exact, attempt), link)
-                     for attempt in range(1, rubric.attempts + 1)]
-            if not (await self._until_parsed(ep, tries, rubric.parses)).ok:
-                self.n[f"judge_errors:{role}"] += 1
-            self.n[f"judge_done:{role}"] += 1
-            self._settle(sample.task)
+    async def judge(self, ep: Endpoint, sample: Sample, rubric, messages: list[dict[str, str]],
+                     exact: dict[str, Any] | None) -> bool:
+        """One judgement of this model's (made by a worker of the judge's pool); False on a judge error."""
+        link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint,
+                rubric.version)
+        tries = [(judge_request(sample, messages, self.spec, rubric.name, exact, attempt), link)
+                 for attempt in range(1, rubric.attempts + 1)]
+        ok = (await self._until_parsed(ep, tries, rubric.parses)).ok
+        self._settle(sample.task)
+        self.judging -= 1
+        if self.judging == 0 and self.judged_all is not None and not self.judged_all.done():
+            self.judged_all.set_result(None)
+        return ok
 
     def _settle(self, task_id: str) -> None:
         """One call of a task finished (a generation, or a judgement it queued): the task is ready for
@@ -349,16 +388,7 @@ class _Collector:
         """The samples built so far: all of them, unless phase 1 is still building them as it goes."""
         return sum(len(p.samples) for p in self.prepared)
 
-    async def _ticker(self, t_start: float) -> None:
-        while True:
-            await asyncio.sleep(0.2)
-            self._show(t_start)
-
-    def _show(self, t_start: float) -> None:
-        elapsed = asyncio.get_running_loop().time() - t_start
+    def _show(self, elapsed: float) -> None:
         n = self.n
         self.events(PhaseProgress("generate", self.label, n["gen"], self._n_samples(), n["gen_errors"],
                                   n["gen"] / elapsed if elapsed > 0 else None))
-        for role, ep in self.judges.endpoints.items():
-            self.events(PhaseProgress("judge", f"judge {ep.model.spec}", n[f"judge_done:{role}"], n[f"judge:{role}"],
-                                      n[f"judge_errors:{role}"]))

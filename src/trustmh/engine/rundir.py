@@ -8,16 +8,30 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 import time
 from pathlib import Path
 
 from ..errors import UserError
 
 
+def _open_lock(path: Path):
+    """The lock file, opened without following a link and without blocking on a FIFO planted there."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as e:
+        raise UserError(f"cannot open {path}: {e.strerror or e} (a run's lock must be a regular file)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"refusing to use {path}: not a regular file")
+    return os.fdopen(fd, "r+b")
+
+
 @contextlib.contextmanager
 def run_lock(run_dir: Path):
     """One process per run directory: a second `trustmh run` on it refuses instead of interleaving."""
-    fh = (run_dir / "run.lock").open("a")
+    fh = _open_lock(run_dir / "run.lock")
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -67,8 +81,9 @@ def open_run_dir(path: Path) -> Path:
         else:
             path.mkdir(parents=True, mode=0o700)
             os.chmod(path, 0o700)  # ours: mkdir's mode is cut by the umask
-        probe = path / ".write-test"
-        probe.write_text("")
+        # A probe of a random name, created exclusively: never a file (or link) someone put there.
+        probe = path / f".write-test.{secrets.token_hex(4)}"
+        os.close(os.open(probe, _OPEN_FLAGS, 0o600))
         probe.unlink()
     except OSError as e:
         raise UserError(f"cannot write to output directory {path}: {e.strerror or e}") from None
@@ -102,14 +117,86 @@ def copy_run(src: Path, dest: Path) -> Path:
     return dest
 
 
-@contextlib.contextmanager
-def _replacing(path: Path):
-    """A temporary path that replaces `path` when the block ends without an error. It has a name of its
-    own (NAME.<random>.tmp), so two writers (two `trustmh report` at once) never rename each other's, and
-    a failed write (disk full, an exception) leaves none behind."""
-    tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
+# --- the one writer ---------------------------------------------------------------------------------
+# Every file trustmh writes goes through here: a temporary file created exclusively (O_EXCL: never an
+# existing file, a link or a FIFO someone placed there) under a random name in the target's folder, checked
+# to be a regular file, then renamed over the target in one step. The target itself is replaced only when
+# it is absent or a regular file: a symlink, a device, a FIFO or a folder is refused with the reason, so no
+# output path can write through a link or turn a device into a file.
+
+# The files that make up a run: `report -o` / `compare --html` may never name one (they hold paid replies).
+RUN_FILES = ("store.sqlite", "store.sqlite-wal", "store.sqlite-shm", "store.sqlite-journal", "results.json",
+             "samples.jsonl", "run.lock")
+_OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _what(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_replaceable(path: Path, what: str = "output") -> None:
+    """Refuse (UserError, with the reason) a target that exists and is not a regular file."""
+    if str(path) in ("", "."):
+        raise UserError(f"{what} path is empty; give a file name")
     try:
-        yield tmp
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise UserError(f"{what} {path}: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"refusing to write {what} {path}: it is {_what(st.st_mode)}; trustmh replaces only "
+                        f"regular files (give another path)")
+
+
+def check_output_target(path: Path, runs=(), what: str = "-o") -> Path:
+    """An output a user names (`report -o`, `compare --html`): absent or a regular file, and never one of a
+    run's own files (store, results, samples, lock), by name inside a run folder or by identity."""
+    path = Path(path)
+    check_replaceable(path, what)
+    folder = path.parent
+    in_run = any((folder / m).exists() for m in (*RUN_MARKERS, "results.json"))
+    own = [Path(r) / f for r in runs for f in RUN_FILES]
+    same = False
+    if path.exists():
+        for f in own:
+            with contextlib.suppress(OSError):
+                same = same or os.path.samefile(path, f)
+    if (in_run and path.name in RUN_FILES) or same:
+        raise UserError(f"refusing to write {what} {path}: it is a run's own file ({path.name}), which holds its "
+                        f"results and stored replies; give another path (e.g. report.html)")
+    return path
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, binary: bool):
+    """An open file that replaces `path` when the block ends without an error. It has a name of its own
+    (NAME.<random>.tmp, created exclusively), so two writers (two `trustmh report` at once) never touch
+    each other's, a planted link or FIFO at that name is never opened, and a failed write (disk full, an
+    exception) leaves none behind."""
+    path = Path(path)
+    check_replaceable(path)
+    for _ in range(100):
+        tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, _OPEN_FLAGS, 0o666)
+            break
+        except FileExistsError:
+            continue  # someone holds that name (or planted something there): draw another
+    else:
+        raise UserError(f"cannot create a temporary file beside {path}")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # O_EXCL makes this impossible; checked all the same
+            os.close(fd)
+            raise UserError(f"refusing to write {tmp}: not a regular file")
+        with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as fh:
+            yield fh
+        check_replaceable(path)  # a link made meanwhile is refused too, not replaced
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -117,16 +204,16 @@ def _replacing(path: Path):
         raise
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace `path` with `text` whole or not at all."""
-    with _replacing(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Replace `path` with `text` (or bytes) whole or not at all."""
+    with _replacing(path, isinstance(text, bytes)) as fh:
+        fh.write(text)
 
 
 @contextlib.contextmanager
 def atomic_open(path: Path, *, binary: bool = False):
     """A file to write piece by piece (text in UTF-8, or bytes) that replaces `path` whole or not at all."""
-    with _replacing(path) as tmp, (tmp.open("wb") if binary else tmp.open("w", encoding="utf-8")) as fh:
+    with _replacing(path, binary) as fh:
         yield fh
 
 

@@ -14,7 +14,6 @@ import collections
 import datetime as dt
 import json
 import math
-import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -24,18 +23,20 @@ from typing import IO, Any, Generator
 import numpy as np
 
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..metrics import Table, bootstrap, count, derived_seed, trust_score
+from ..metrics import Table, bootstrap, count, derived_seed
 from ..models import ModelRef
-from ..pillars import model_summary, task_meta
+from ..pillars import judge_usable_rate, model_summary, task_meta, task_trust
 from ..results import MetricValue, ModelResults, RunResults, TaskResult
 from ..store import Store
 from ..tasks import RunContext, Task
+from ..tasks._paper_names import paper_block
 from ..types import Sample
 from .collect import judge_ids
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import SLICE_S, Prepared
-from .rundir import HashingWriter, Utf8Writer, append_part, atomic_write
+from .rundir import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_write
+from .slices import in_slices
 from .spec import RunSpec, data_source, param_notes, versions
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
@@ -102,7 +103,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     errors, judge_errors = collections.Counter(), collections.Counter()
     unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
     no_answer, judge_failed = collections.Counter(), collections.Counter()
-    reasked = 0
+    reasked = n_judged = n_usable = 0
     primary = task.primary_value
     # A verdict the offline rules judge cannot give is "not judged" (unscored, with its reason); a judge
     # failure is a judge model's or classifier's verdict that is missing or unusable.
@@ -135,6 +136,10 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                 no_answer[score.no_answer] += 1
             if score.judge_failed is not None and judged_by_model:
                 judge_failed[score.judge_failed] += 1
+            if judged_by_model and judged and (score.judge_failed is not None
+                                               or any(v.text is not None for v in judged.values())):
+                n_judged += 1  # usable: neither failed nor read by a fall-back ("judge_unparsed")
+                n_usable += score.judge_failed is None and score.values.get("judge_unparsed") != 1.0
             first = next(iter(judged.values())) if judged else None
             line.update(response=resp.text, finish_reason=resp.finish_reason, latency_s=resp.latency_s,
                         tokens={"prompt": resp.prompt_tokens, "completion": resp.completion_tokens},
@@ -153,10 +158,13 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
         yield
     table = rows.table(clusters, dict(labels))
     values = task.aggregate(table, ctx) if len(table) else {}
-    cis = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
-                    n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: task.aggregate_many(t, r, ctx))
+    # The bootstrap (1000 aggregations) in slices too, so that phase 1's loop never waits ~0.35 s for it.
+    cis = yield from in_slices(lambda pause: bootstrap(
+        table, lambda t: pause() or task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
+        n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or task.aggregate_many(t, r, ctx)))
     value = _clean(values.get(task.metric.name))
-    metrics = {k: MetricValue(value=_clean(v), ci=cis.get(k), n=task.metric_n(table, k)) for k, v in values.items()}
+    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=task.metric_n(table, k)) for k, v in values.items()}
+    paper = paper_block(task.paper_names, metrics) if ctx.protocol == "paper" and task.paper_protocol else {}
     n_primary = count(table.col(primary))
     reason = None
     if value is None:
@@ -165,8 +173,11 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                   if n_primary == 0 else
                   f"{task.metric.name} is undefined on the scored samples (e.g. constant ratings for a "
                   f"correlation, or a class missing from both gold and predictions)")
-    return TaskResult(status="ok", value=value, ci=cis.get(task.metric.name), reason=reason,
-                      trust_score=trust_score(value, task.metric.lo, task.metric.hi, task.metric.higher_is_better),
+    trust, why = task_trust(task, table, value)
+    if why is not None:
+        reason = f"undefined by the model's replies ({why}): trust score 0, the worst"
+    return TaskResult(status="ok", value=value, ci=_clean_ci(cis.get(task.metric.name)), reason=reason, trust_score=trust,
+                      undefined_by_model=why, n_judged=n_judged, judge_usable_rate=judge_usable_rate(n_judged, n_usable),
                       n=n_primary, n_samples=len(p.samples),
                       n_unscored=sum(unscored_primary.values()), unscored_reasons=dict(unscored_primary),
                       unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
@@ -174,12 +185,17 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
                       n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer), n_reasked=reasked,
                       n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
-                      n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics,
+                      n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics, paper=paper,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")), **base)
 
 
 def _clean(v: float | None) -> float | None:
-    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+    """A metric value as results.json holds it: a finite number, or None (results.json has no NaN/inf)."""
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _clean_ci(ci: tuple[float, float] | None) -> tuple[float, float] | None:
+    return ci if ci is not None and all(math.isfinite(x) for x in ci) else None
 
 
 def task_origins(prepared: list[Prepared]) -> dict[str, dict[str, str]]:
@@ -307,16 +323,14 @@ class Phase2:
             models[model_spec] = model_summary(model_spec, tasks, seed=spec.seed)
             models[model_spec].identity = recorded(model_spec, self.store)
         events(PhaseDone("score", "scoring"))
-        tmp = run_dir / "samples.jsonl.tmp"
-        with tmp.open("wb") as fh:
+        # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
+        # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
+        with atomic_open(run_dir / "samples.jsonl", binary=True) as fh:
             out = HashingWriter(fh)
             for key in ((m, p.task.id) for m in spec.models for p in self.prepared):
                 append_part(out, self.parts.pop(key))
         results = self._results(models, checksums)
-        # Each file is replaced atomically, but not both at once: results.json names the samples.jsonl it
-        # belongs to by hash, so a pair torn by a kill between the two replacements is detected, not trusted.
         results.outputs = {"samples_sha256": out.sha256.hexdigest()}
-        os.replace(tmp, run_dir / "samples.jsonl")
         atomic_write(run_dir / "results.json", results.model_dump_json(indent=2))
         return results
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import platform
 import re
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ DEFAULT_PARAMS = {"temperature": 0.0, "max_tokens": 1024}
 JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 512}
 SUITES = ("sample", "data")
 PROTOCOLS = ("paper", "trustmh")
+PRESENTATION = ("model_info",)  # options that only say how results are shown: never in the run's identity
 
 
 @dataclass
@@ -70,6 +72,7 @@ class RunSpec:
             raise UserError("--bootstrap must not be negative")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UserError("--max-tokens must be at least 1")
+        check_temperature(self.temperature, self.models)
         for flag, url in (("--base-url", self.base_url), ("--judge-base-url", self.judge_base_url),
                           *(("--base-url", u) for u in (self.options.get("base_urls") or {}).values())):
             check_url(flag, url)
@@ -89,7 +92,10 @@ class RunSpec:
         return d
 
     def run_id(self) -> str:
-        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        d = self.to_json()
+        # How the report names and groups models (--models FILE) is not part of what decides the results.
+        d["options"] = {k: v for k, v in d["options"].items() if k not in PRESENTATION}
+        blob = json.dumps(d, sort_keys=True).encode()
         slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.models[0].split("/", 1)[-1]).strip("-.")[:40] or "run"
         return f"{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
 
@@ -107,6 +113,25 @@ def check_url(flag: str, url: str | None) -> None:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"{flag} must be an http:// or https:// URL such as http://localhost:8000/v1, not "
                         f"'{redact_url(url)}'")
+    # Requests go to <base URL>/chat/completions: a query or fragment would be sent somewhere else than the
+    # URL the spec records (and the query is left out of the endpoint's identity).
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise UserError(f"{flag} must not carry a query or fragment ('?...', '#...'): requests are sent to "
+                        f"<base URL>/<path>, so give the API root alone, such as http://localhost:8000/v1")
+
+
+# The sampling temperature the APIs accept: OpenAI-compatible servers 0-2, Anthropic 0-1.
+TEMPERATURE_MAX = {"anthropic": 1.0}
+
+
+def check_temperature(value, models) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not 0 <= value <= 2:
+        raise UserError(f"--temperature must be a finite number from 0 to 2, not {value!r}")
+    for m in models if isinstance(models, (list, tuple)) else ():
+        top = TEMPERATURE_MAX.get(str(m).partition("/")[0])
+        if top is not None and value > top:
+            raise UserError(f"--temperature {value:g} is outside what {m} accepts (0 to {top:g})")
 
 
 @dataclass

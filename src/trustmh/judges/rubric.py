@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from ..data.methods import method_files
+
 TEMPLATES = Path(__file__).resolve().parents[1] / "tasks" / "templates"
 ROLES = ("llm", "classifier", "proxy")
 
@@ -51,7 +53,6 @@ class Rubric:
         """Changes whenever a template's text does (re-read when a file's size or mtime changes)."""
         stamps = tuple((st.st_mtime_ns, st.st_size) for st in ((TEMPLATES / t).stat() for t in self.templates))
         if self.method is not None:  # pinned by its manifest sha256: read nothing
-            from ..data.methods import method_files
             stamps += (method_files()[self.method].sha256,)
         if self.attempts > 1:  # a verdict re-asked until it parses may differ from a first answer
             stamps += (f"attempts={self.attempts}",)
@@ -60,7 +61,6 @@ class Rubric:
     @property
     def source(self) -> list[str]:
         if self.method is not None:
-            from ..data.methods import method_files
             return [method_files()[self.method].source]
         return [t if Path(t).is_absolute() else f"trustmh:tasks/templates/{t}" for t in self.templates]
 

@@ -1,17 +1,20 @@
 """Model backends, selected by a `provider/name` spec. Each provider is a small function registered with
 `@register_model("name")` that imports its backend (and SDK) only when called, so that `import trustmh`
 stays light (no SDKs, no torch). Other packages add providers the same way, through the `trustmh.models`
-entry-point group (see plugins.py)."""
+entry-point group (see plugins.py), loaded here when a spec names a provider not registered yet."""
 
 from __future__ import annotations
 
 import difflib
-import os
 import urllib.parse
 from typing import Callable
 
 from ..errors import UserError
-from .base import Model
+from ..plugins import MODEL_GROUP, entry_points
+from ..plugins import _load as load_entry_point
+from ..redaction import env_secrets, redact_url
+from . import hf_files
+from .base import Model, endpoint_id, env_value as _env_value, normalize_url
 
 # provider name -> factory(name, *, spec, base_url, timeout, seed, purpose, transport, max_connections) -> Model
 PROVIDERS: dict[str, Callable[..., Model]] = {}
@@ -39,7 +42,6 @@ def split_spec(spec: str) -> tuple[str, str]:
         raise UserError(f"model spec '{spec}' must look like provider/name, e.g. openai/gpt-4o-mini, "
                         f"baseline/counselor, replay/outputs.jsonl")
     if provider not in PROVIDERS:
-        from ..plugins import load_model_plugin, model_plugin_names
         if load_model_plugin(provider):
             return provider, name
         known = list(dict.fromkeys([*PROVIDERS, *model_plugin_names()]))
@@ -50,25 +52,20 @@ def split_spec(spec: str) -> tuple[str, str]:
     return provider, name
 
 
-def redact_url(url: str | None) -> str | None:
-    """A URL without user:password@, query or fragment (gateways take credentials in any of them: a
-    ?key=, a signed query). None of them changes which model answers, and they must never reach the
-    store, results, report or an error message."""
-    if not url:
-        return url
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:  # a port that is not a number, a bad IPv6 literal: show nothing of it
-        return "(unreadable URL)"
-    if parts.username is None and parts.password is None and not parts.query and not parts.fragment \
-            and "#" not in url and "?" not in url:
-        return url
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None:
-        netloc += f":{port}"
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc, query="", fragment=""))
+def load_model_plugin(provider: str) -> bool:
+    """Import the `trustmh.models` entry point named `provider`, if one is installed. An entry point may
+    name a module that uses @register_model, or a factory function, which is registered under its name."""
+    for ep in entry_points(MODEL_GROUP):
+        if ep.name == provider:
+            obj = load_entry_point(ep)
+            if provider not in PROVIDERS and callable(obj):
+                register_model(provider)(obj)
+            return provider in PROVIDERS
+    return False
+
+
+def model_plugin_names() -> list[str]:
+    return [ep.name for ep in entry_points(MODEL_GROUP)]
 
 
 def _has_userinfo(url: str) -> bool:
@@ -77,35 +74,6 @@ def _has_userinfo(url: str) -> bool:
     except ValueError:
         return False
     return parts.username is not None or parts.password is not None
-
-
-def normalize_url(url: str) -> str:
-    """One spelling per server, so that it keys the cache once: scheme and host in lower case, no default
-    port, no trailing slash, and nothing redact_url removes (HTTPS://API.Example.com:443/v1/ is
-    https://api.example.com/v1). The scheme stays: http and https may be two servers."""
-    url = redact_url(url) or ""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return url
-    scheme, host = parts.scheme.lower(), parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None and port != {"http": 80, "https": 443}.get(scheme):
-        netloc += f":{port}"
-    return urllib.parse.urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
-
-
-def endpoint_id(spec: str, base_url: str | None) -> str:
-    """The identity of an endpoint in cache keys: the same model name on two servers is two models, and
-    two spellings of one server (case, trailing slash, default port) are one."""
-    provider = spec.partition("/")[0]
-    # Providers that never use a base URL keep their spec (a stray --base-url changes nothing for them);
-    # every other one, a plugin's included, is asked at its URL.
-    return f"{spec}@{normalize_url(base_url)}" if base_url and provider not in _LOCAL_PROVIDERS else spec
-
-
-_LOCAL_PROVIDERS = ("hf", "replay", "baseline")
 
 
 # What the SDKs read when no base URL is given; honoured the same way by every transport.
@@ -130,7 +98,6 @@ class ModelRef:
         self.spec = spec
         self.fingerprint = fingerprint
         if spec.startswith("hf/"):
-            from . import hf_files
             from .hf import hf_endpoint
             if self.fingerprint is None:
                 self.fingerprint = hf_files.fingerprint(hf_files.model_dir(split_spec(spec)[1])).digest
@@ -146,27 +113,7 @@ def model_identity(spec: str) -> dict | None:
     provider, name = split_spec(spec)
     if provider != "hf":
         return None
-    from . import hf_files
     return hf_files.identity(hf_files.model_dir(name))
-
-
-KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
-
-
-def env_secrets() -> list[str]:
-    """The API keys set in the environment, as they are sent: what any printed message must not contain."""
-    return [key for name in KEY_VARS if (key := (os.environ.get(name) or "").strip())]
-
-
-def _env_value(name: str) -> str | None:
-    """A value from the environment that goes into an HTTP header or URL (a key, OPENAI_ORG_ID), without
-    the surrounding whitespace a value read from a file (`export KEY=$(cat key.txt)`) often carries. A
-    line break or NUL inside would split the header it goes into, so that is refused at start-up, by the
-    variable's name, never by showing the value."""
-    value = (os.environ.get(name) or "").strip()
-    if any(c in value for c in "\r\n\0"):
-        raise UserError(f"{name} contains a line break or NUL character; set it to the value alone")
-    return value or None
 
 
 _env_key = _env_value

@@ -10,6 +10,7 @@ import math
 import re
 import time
 
+from ..redaction import env_secrets, redact_url, scrub
 from ..types import ModelError
 
 
@@ -105,7 +106,6 @@ def is_context_length(message: str, code: str | None = None) -> bool:
 def redirect_error(status: int, headers) -> ModelError:
     """A redirect is refused on every transport: following it would send the prompt, and the API key, to
     whatever host the server names. The target is shown without credentials or query."""
-    from . import redact_url
     target = (headers.get("location") if headers is not None else None) or "nowhere (no Location header)"
     return ModelError("other", f"HTTP {status}: redirect to {redact_url(target[:300])} refused; if that is the "
                                f"endpoint, give it as the base URL", status=status)
@@ -145,8 +145,7 @@ def body_message(body) -> str:
 def redact(text: str, secret: str | None) -> str:
     """Remove the API key (and any other key in the environment), then cut to length: in that order so
     no part of a key is left at the cut."""
-    from . import env_secrets
-    return scrub(text, tuple(k for k in {secret, *env_secrets()} if k))[:200]
+    return scrub(text, (secret, *env_secrets()) if secret else env_secrets())[:200]
 
 
 # Shorter "keys" are placeholders for local servers (vLLM's EMPTY, our not-needed): removing them from
@@ -156,19 +155,9 @@ _MIN_KEY = 16
 
 def secrets_with(secret: str | None) -> tuple[str, ...]:
     """The keys to take out of reply text: the one a request is sent with and every key in the
-    environment (models.env_secrets). A model computes this once: reading the environment costs more
+    environment (redaction.env_secrets). A model computes this once: reading the environment costs more
     than the rest of handling a reply."""
-    from . import env_secrets
     return tuple(k for k in {secret, *env_secrets()} if k and len(k) >= _MIN_KEY)
-
-
-def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """`text` without any of `secrets`: a server may echo a key inside a reply, and reply text is
-    stored, written out and shown."""
-    for key in secrets:
-        if key in text:
-            text = text.replace(key, "[redacted]")
-    return text
 
 
 def _short(exc: Exception, secret: str | None) -> str:

@@ -1,11 +1,56 @@
-"""The model interface every backend implements."""
+"""The model interface every backend implements, and what every backend shares: the identity of an
+endpoint in cache keys, and values read from the environment."""
 
 from __future__ import annotations
 
 import functools
+import os
+import urllib.parse
 from typing import ClassVar
 
+from ..errors import UserError
+from ..redaction import redact_url
 from ..types import Request, Response
+
+# Providers that never use a base URL: their spec alone is their endpoint.
+_LOCAL_PROVIDERS = ("hf", "replay", "baseline")
+
+
+def normalize_url(url: str) -> str:
+    """One spelling per server, so that it keys the cache once: scheme and host in lower case, no default
+    port, no trailing slash, and nothing redact_url removes (HTTPS://API.Example.com:443/v1/ is
+    https://api.example.com/v1). The scheme stays: http and https may be two servers."""
+    url = redact_url(url) or ""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return url
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != {"http": 80, "https": 443}.get(scheme):
+        netloc += f":{port}"
+    return urllib.parse.urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+def endpoint_id(spec: str, base_url: str | None) -> str:
+    """The identity of an endpoint in cache keys: the same model name on two servers is two models, and
+    two spellings of one server (case, trailing slash, default port) are one."""
+    provider = spec.partition("/")[0]
+    # Providers that never use a base URL keep their spec (a stray --base-url changes nothing for them);
+    # every other one, a plugin's included, is asked at its URL.
+    return f"{spec}@{normalize_url(base_url)}" if base_url and provider not in _LOCAL_PROVIDERS else spec
+
+
+def env_value(name: str) -> str | None:
+    """A value from the environment that goes into an HTTP header or URL (a key, OPENAI_ORG_ID), without
+    the surrounding whitespace a value read from a file (`export KEY=$(cat key.txt)`) often carries. A
+    line break or NUL inside would split the header it goes into, so that is refused at start-up, by the
+    variable's name, never by showing the value."""
+    value = (os.environ.get(name) or "").strip()
+    if any(c in value for c in "\r\n\0"):
+        raise UserError(f"{name} contains a line break or NUL character; set it to the value alone")
+    return value or None
 
 
 class Model:
@@ -27,7 +72,6 @@ class Model:
     def endpoint(self) -> str:
         """Identity used in cache keys and for the per-endpoint worker pool: the spec, and the server it is
         asked at (the same name on two servers is two models)."""
-        from . import endpoint_id
         return endpoint_id(self.spec, self.base_url)
 
     async def generate(self, request: Request) -> Response:

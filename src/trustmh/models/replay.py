@@ -5,8 +5,10 @@ reply for a sample is looked up by the same key)."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
+from typing import Iterable
 
 from ..errors import DataError, UserError
 from ..types import ModelError, Request, Response
@@ -61,14 +63,12 @@ class ReplayModel(Model):
                                        f"(first at line {self.records[key][1]})", lineno)
         self.records[key] = (rec["response"], lineno)
 
-    def check_ids(self, known: dict[str, set[str]]) -> None:
+    def check_ids(self, known: dict[str, set[str]], registered: Iterable[str]) -> None:
         """Fail on the first record (by line) whose task id no registered or selected task has (a typo would
         leave its task unanswered: `not_recorded`), or, for a selected task, whose item id does not exist
-        in that task's data. Records for registered tasks not selected in this run are fine."""
-        import difflib
-
-        from ..tasks import TASKS
-        tasks = set(TASKS) | set(known)
+        in that task's data. Records for `registered` tasks (the caller's task ids: a backend does not read
+        the task registry) not selected in this run are fine."""
+        tasks = set(registered) | set(known)
         for (task, item_id, _variant), (_resp, lineno) in self.records.items():
             if task not in tasks:
                 close = difflib.get_close_matches(task, sorted(tasks), n=1, cutoff=0.6)

@@ -188,7 +188,7 @@ def page_prompt(messages: Any) -> list[dict[str, Any]]:
             else {"role": "", "content": cap(str(m))} for m in (messages if isinstance(messages, list) else [])]
 
 
-Progress = Callable[[str, int, "int | None"], None]
+Progress = Callable[[int, "int | None", str], None]  # (done, total, label), as the leaderboard's
 
 
 def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: list[str], max_samples: int,
@@ -215,7 +215,7 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
                 continue
             ss.total += 1
             if progress is not None and ss.total % 5000 == 0:
-                progress("reading samples", ss.total, expected)
+                progress(ss.total, expected, "reading samples")
             digest = _prompt_key(rec.get("messages"))
             p = prompt_index.get(digest)
             if p is None:
@@ -234,7 +234,7 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
                 target, parsed = rec.get("target"), rec.get("parsed")
                 pairs[(ei, task)].append((target, parsed) if _scalar(target) and _scalar(parsed) else _NOT_CATEGORY)
     if progress is not None:
-        progress("reading samples", ss.total, ss.total)
+        progress(ss.total, ss.total, "reading samples")
     _sort_keys(ss.rows, ents, metas, task_ids)
     ss.confusion = _confusions(pairs)
     kept = _sample(ss.rows, [length for _, length in ss.prompt_at], min(per_task, max(1, max_samples)),

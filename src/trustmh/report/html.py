@@ -22,8 +22,8 @@ from markupsafe import Markup
 from ..compare import Comparison, Run, entries, load_run
 from .breakdowns import group_scale, task_groups
 from .charts import PALETTE, radar_svg, whisker_svg
-from .drilldown import MAX_BYTES, PER_TASK, Progress, SampleSet, collect_samples
-from .leaderboard import leaderboard, task_meta
+from .drilldown import MAX_BYTES, PER_TASK, SampleSet, collect_samples
+from .leaderboard import leaderboard, rank_table, task_meta
 
 HERE = Path(__file__).parent
 
@@ -36,18 +36,21 @@ def fmt(v: float | None, digits: int = 3) -> str:
 
 def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, page_size: int = 50,
              paired: bool = True, n_boot: int = 200, max_samples: int = 50_000,
-             include_samples: bool = True, per_task: int = PER_TASK, max_bytes: int = MAX_BYTES,
-             progress: Progress | None = None) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
+             include_samples: bool = True, groups: dict[str, str] | None = None, progress=None,
+             per_task: int = PER_TASK, max_bytes: int = MAX_BYTES) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
     """The page's context without its sample JSON block, the drill-down (spooled), and the block's head.
     The drill-down keeps the worst `per_task` samples of each model and task within `max_bytes` of page
-    JSON; `progress(stage, done, total)` is told how far reading the samples has got."""
+    JSON; `progress(done, total, label)` is told of each paired comparison and of how far reading the
+    samples has got (label "reading samples")."""
+    from ..pillars import EVIDENCE_LEVELS, PILLAR_NAMES, PILLAR_PLAIN, judge_mark
     from ..tasks import PILLARS
-    ents = entries(runs)
+    ents = entries(runs, groups)
     metas = task_meta(ents)
     seen_pillars = list(dict.fromkeys(m.pillar for m in metas.values()))
     pillars = [p for p in PILLARS if p in seen_pillars] + [p for p in seen_pillars if p not in PILLARS]
     task_ids = [t for p in pillars for t in metas if metas[t].pillar == p]
-    board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot)
+    board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot, progress=progress)
+    ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
     colors = [PALETTE[i % len(PALETTE)] for i in range(len(ents))]
     axes = list(PILLARS) + [p for p in pillars if p not in PILLARS]
     radar = radar_svg(axes, [(e.label, colors[i], [board.cells[(i, p)].score if p in pillars else None for p in axes],
@@ -55,13 +58,11 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
                              for i, e in enumerate(ents)])
     ss = collect_samples(ents, metas, task_ids, max_samples, per_task=per_task, max_bytes=max_bytes,
                          progress=progress) if include_samples else SampleSet()
-    head = {"entries": [e.label for e in ents],
+    head = {"entries": [e.label for e in ents], "words": VALUE_WORDS,
             "tasks": [{"id": t, "metric": metas[t].metric, "primary": metas[t].primary_value,
                        "hib": metas[t].higher_is_better} for t in task_ids]}
-    runs_info = []
-    for r in runs:
-        res = r.results
-        runs_info.append({"run": r, "res": res, "models": list(res.models)})
+    runs_info = [{"run": r, "res": r.results, "models": list(r.results.models), "header": run_header(r)}
+                 for r in runs]
     return {
         "title": "trustmh report — " + ", ".join(r.id for r in runs),
         "runs": runs_info, "entries": ents, "colors": colors, "pillars": pillars, "all_pillars": axes,
@@ -73,7 +74,52 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "css": Markup((HERE / "report.css").read_text(encoding="utf-8")),
         "js": Markup((HERE / "report.js").read_text(encoding="utf-8")),
         "fmt": fmt, "whisker": whisker_svg, "group_scale": group_scale, "paired": paired,
+        "ranks": ranks, "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
+        "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
     }, ss, head
+
+
+def run_header(run: Run) -> dict[str, str]:
+    """What a reader must see first about a run: protocol, judge(s), data and the subset it covers."""
+    res, spec = run.results, run.results.spec
+    opts = spec.get("options") or {}
+    judges = [f"{spec.get('judge', 'rules')}" + (" (offline rules: judge-rated values left unscored)"
+                                                 if spec.get("judge", "rules") == "rules" else "")]
+    judges += [f"{k.replace('_', ' ')} {opts[k]}" for k in ("proxy_judge", "refusal_classifier") if opts.get(k)]
+    limit = spec.get("limit")
+    protocol = spec.get("protocol") or ("paper" if spec.get("upstream_compat") else "trustmh")
+    return {
+        "protocol": ("the paper's (prompts and scoring read from the authors' files)" if protocol == "paper"
+                     else "trustmh's corrected design"),
+        "judge": "; ".join(judges),
+        "data": f"{res.data.get('kind', '–')} ({len(res.data.get('sha256') or {})} files checked by sha256)",
+        "subset": (f"tasks: {spec.get('tasks', 'all')}; "
+                   + (f"the first {limit} items of each task (--limit)" if limit else "every item")),
+        "limited": (f"SUBSET: --limit {limit} keeps {limit} items per task, so these numbers are not the benchmark's "
+                    f"and their intervals are wide" if limit else ""),
+    }
+
+
+# Per-sample value columns in words, for the drill-down and the legends (a reader should never have to guess
+# what `rating_or_1` means).
+VALUE_WORDS = {"correct": "answer correct (1) or not (0)", "answered": "gave a usable answer (1) or not (0)",
+               "flagged": "leaked or erred on this question (1) or not (0)", "refused": "refused (1) or not (0)",
+               "safe": "judged safe (1) or harmful (0)", "endorse": "endorsed the person (1) or not (0)",
+               "rating": "rating", "rating_or_1": "rating, with an unreadable verdict counted as 1 (the worst)",
+               "overall": "judge's overall score", "human": "human raters' mean",
+               "judge_unparsed": "the judge's reply had no readable verdict (1) or had one (0)"}
+
+
+def value_words(name: str | None) -> str:
+    return VALUE_WORDS.get(name or "", (name or "").replace("_", " "))
+
+
+def rank_shade(rank: int | None, n: int) -> str:
+    """Background of a rank cell: darker for a better rank, as the paper's figure shades it."""
+    if rank is None or n <= 1:
+        return ""
+    strength = 0.75 * (n - rank) / (n - 1) + 0.05
+    return f"background:rgba(0,128,118,{strength:.2f});color:{'#fff' if strength > 0.45 else 'inherit'}"
 
 
 def build_context(runs: list[Run], **kw: Any) -> dict[str, Any]:

@@ -1,10 +1,19 @@
-"""The report's leaderboard: per model the 0-100 trust score of each pillar and overall, with an
-interval, a rank, and a note where a model is not significantly different from the one ranked above it
-(a paired bootstrap when both are in one run, overlapping intervals otherwise)."""
+"""Ranks: the leaderboard (per model the 0-100 trust score of each pillar and overall, with an interval, a
+rank, and a note where a model is not significantly different from the one ranked above it: a paired
+bootstrap when both are in one run, overlapping intervals otherwise) and the paper's rank table (its 19
+subtask rows x models, rank 1 = best). The report, `trustmh compare/report --format`, and the leaderboard
+at the end of a multi-model `trustmh run` all show these, so a model has one rank wherever it is shown.
+
+Ties: equal trust scores (results.json keeps two decimals) share the best rank, the next rank skipping
+(competition ranking: 1, 2, 2, 4). The paper's figure repeats ranks too, but its tie rule is not known
+(PAPER_PROTOCOL.md §1). A score resting on other tasks than another's (a partial pillar, a row missing a
+tier) is never ranked against it: models are ranked only against models measured on the same tasks, and
+a rank among an incomplete set is marked."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 from ..compare import Comparison, Entry, compare, read_rows
 from ..metrics import trust_score
@@ -50,6 +59,11 @@ def task_meta(entries_: list[Entry]) -> dict[str, TaskMeta]:
     return out
 
 
+TIE_RULE = ("rank 1 = best; equal trust scores (to 0.01) share the best rank and the next rank skips (1, 2, 2, 4) — "
+            "the paper repeats ranks too, its tie rule is unknown; a score measured on fewer tasks than the paper's "
+            "is ranked only among models measured on the same tasks, and marked")
+
+
 @dataclass
 class Cell:
     score: float | None
@@ -57,6 +71,8 @@ class Cell:
     rank: int | None = None
     tie_note: str = ""  # set when not significantly different from the model ranked just above
     partial: str = ""  # what a pillar or overall score rests on when it is fewer rows/pillars than the paper's
+    coverage: tuple[str, ...] = ()  # the tasks the score rests on: only equal coverages are ranked together
+    apart: str = ""  # set when ranked only among models of an incomplete coverage
 
 
 @dataclass
@@ -67,20 +83,53 @@ class Board:
     method: str = ""
 
 
+def competition_ranks(scores: list[float]) -> list[int]:
+    """1 + how many scores are strictly higher: ties share the best rank (1, 2, 2, 4)."""
+    return [1 + sum(o > s for o in scores) for s in scores]
+
+
+def rank_apart(cells: list[Cell], complete: Iterable[str]) -> list[list[int]]:
+    """Rank cells with a score among those of the same coverage; the groups (lists of positions) in display
+    order: the complete coverage first, then larger coverages before smaller. A cell ranked in a group that
+    is not complete gets `apart` saying so."""
+    complete = tuple(sorted(complete))
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for i, c in enumerate(cells):
+        if c.score is not None:
+            groups.setdefault(tuple(sorted(c.coverage)), []).append(i)
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0] != complete, -len(kv[0]), kv[0]))
+    for cov, members in ordered:
+        ranks = competition_ranks([cells[i].score for i in members])
+        for i, r in zip(members, ranks):
+            cells[i].rank = r
+            if cov != complete:
+                cells[i].apart = (f"ranked only among the {len(members)} model(s) measured on the same "
+                                  f"{len(cov)} of {len(complete)} tasks")
+    return [sorted(m, key=lambda i: (cells[i].rank, i)) for _, m in ordered]
+
+
+def _measured(pr) -> tuple[str, ...]:
+    return tuple(t for r in pr.rows.values() for t in r.get("measured", ()))
+
+
 def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str], *, paired: bool,
-                n_boot: int) -> Board:
+                n_boot: int, progress=None) -> Board:
+    """`progress(done, total, label)`, when given, is called after each paired comparison it makes."""
+    from ..pillars import PAPER_PILLARS
     board = Board(pillars + ["overall"])
     # Scores and intervals are results.json's own (trustmh.pillars); the report only ranks them.
     for i, e in enumerate(ents):
+        cover: list[str] = []
         for p in pillars:
             pr = e.result.pillars.get(p)
             if pr is None or pr.trust_score is None:
                 board.cells[(i, p)] = Cell(None, None)
                 continue
-            board.cells[(i, p)] = Cell(pr.trust_score, pr.ci, partial=(
+            cover += _measured(pr)
+            board.cells[(i, p)] = Cell(pr.trust_score, pr.ci, coverage=_measured(pr), partial=(
                 f"partial: {pr.n_rows_measured} of the paper's {pr.n_rows} rows" if pr.partial else ""))
         r = e.result
-        board.cells[(i, "overall")] = Cell(r.trust_score, r.trust_ci, partial=(
+        board.cells[(i, "overall")] = Cell(r.trust_score, r.trust_ci, coverage=tuple(cover), partial=(
             f"partial: {r.n_pillars_measured} of {r.n_pillars} pillars, or a partial pillar" if r.partial else ""))
     pair_cache: dict[tuple[int, int], Comparison | None] = {}
     rows_cache: dict[str, dict] = {}
@@ -96,24 +145,139 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
                     rows_cache[key] = read_rows(a.run)
                 rows = rows_cache[key]
                 pair_cache[(i, j)] = compare(a, b, rows, rows, n_boot=n_boot, seed=0)
+                if progress is not None:
+                    progress(len(pair_cache), None, f"{b.label} vs {a.label}")  # the pairs needed are not known ahead
         return pair_cache[(i, j)]
 
+    every = {p: [t for ts in rows.values() for t in ts] for p, rows in PAPER_PILLARS.items()}
     for col in board.columns:
-        ranked = sorted((i for i in range(len(ents)) if board.cells[(i, col)].score is not None),
-                        key=lambda i: -board.cells[(i, col)].score)
-        for i in ranked:
-            board.cells[(i, col)].rank = 1 + sum(board.cells[(j, col)].score > board.cells[(i, col)].score
-                                                 for j in ranked)
-        for upper, lower in zip(ranked, ranked[1:]):
-            cu, cl = board.cells[(upper, col)], board.cells[(lower, col)]
-            cmp = paired_cmp(upper, lower)
-            d = cmp.get("overall" if col == "overall" else f"pillar:{col}") if cmp else None
-            if d is not None and d.p is not None:
-                if d.p >= 0.05:
-                    cl.tie_note = (f"not significantly different from {ents[upper].label} "
-                                   f"(paired bootstrap over shared items, p = {d.p:.2f})")
-            elif cu.ci is not None and cl.ci is not None:
-                if cl.ci[1] >= cu.ci[0]:
-                    cl.tie_note = f"95% interval overlaps that of {ents[upper].label}"
-    board.order = sorted(range(len(ents)), key=lambda i: (board.cells[(i, "overall")].rank or 10**9, i))
+        complete = [t for ts in every.values() for t in ts] if col == "overall" else every.get(col, [])
+        cells = [board.cells[(i, col)] for i in range(len(ents))]
+        ranked_groups = rank_apart(cells, complete)
+        for ranked in ranked_groups:
+            for upper, lower in zip(ranked, ranked[1:]):
+                cu, cl = cells[upper], cells[lower]
+                cmp = paired_cmp(upper, lower)
+                d = cmp.get("overall" if col == "overall" else f"pillar:{col}") if cmp else None
+                if d is not None and d.p is not None:
+                    if d.p >= 0.05:
+                        cl.tie_note = (f"not significantly different from {ents[upper].label} "
+                                       f"(paired bootstrap over shared items, p = {d.p:.2f})")
+                elif cu.ci is not None and cl.ci is not None:
+                    if cl.ci[1] >= cu.ci[0]:
+                        cl.tie_note = f"95% interval overlaps that of {ents[upper].label}"
+        if col == "overall":
+            board.order = [i for g in ranked_groups for i in g]
+    board.order += [i for i in range(len(ents)) if i not in board.order]  # no overall score: last, in order
     return board
+
+
+# --------------------------------------------------------------------------------------------------
+# The paper's rank table: subtask rows x models
+
+@dataclass
+class RankRow:
+    pillar: str
+    row: str  # the paper's subtask label, or a task id beyond the paper
+    cells: list[Cell]  # one per entry, in entry order
+    beyond: bool = False
+
+
+@dataclass
+class RankTable:
+    rows: list[RankRow]
+    columns: list[int]  # entry indices in display order: by group, then by the overall ordering
+    groups: list[tuple[str, int]]  # (group label, number of columns), in display order; [] without groups
+    labels: list[str]
+    tie_rule: str = TIE_RULE
+
+
+def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = None) -> RankTable:
+    """The paper's 19 subtask rows in its pillar order (then tasks beyond the paper), one column per model
+    in the overall ordering, grouped by `groups` (entry label -> group, e.g. general / mental-health) when
+    given; each cell the row's trust score and its rank among the models measured on the same tasks."""
+    from ..pillars import PAPER_PILLARS, PAPER_TASKS
+    rows: list[RankRow] = []
+    for pillar, paper_rows in PAPER_PILLARS.items():
+        for row, members in paper_rows.items():
+            cells = []
+            for e in ents:
+                pr = e.result.pillars.get(pillar)
+                got = (pr.rows.get(row) or {}) if pr else {}
+                cells.append(Cell(got.get("trust_score"), None, coverage=tuple(got.get("measured", ()))))
+            if any(c.score is not None for c in cells):
+                rank_apart(cells, members)
+                rows.append(RankRow(pillar, row, cells))
+    beyond = sorted({t for e in ents for t in e.result.tasks if t not in PAPER_TASKS})
+    for tid in beyond:
+        cells = [Cell(getattr(e.result.tasks.get(tid), "trust_score", None), None, coverage=(tid,)) for e in ents]
+        if any(c.score is not None for c in cells):
+            rank_apart(cells, (tid,))
+            pillar = next(e.result.tasks[tid].pillar for e in ents if tid in e.result.tasks)
+            rows.append(RankRow(pillar, tid, cells, True))
+    groups = groups or {}
+    names = list(dict.fromkeys(groups.get(ents[i].label, "") for i in board.order)) if groups else []
+    columns = [i for g in names for i in board.order if groups.get(ents[i].label, "") == g] if names \
+        else list(board.order)
+    spans = [(g or "other", sum(groups.get(ents[i].label, "") == g for i in columns)) for g in names]
+    return RankTable(rows, columns, spans, [e.label for e in ents])
+
+
+def rank_records(table: RankTable) -> list[dict[str, Any]]:
+    """One record per (row, model): what the CSV holds."""
+    out = []
+    group_of = {}
+    k = 0
+    for g, n in table.groups:
+        for i in table.columns[k:k + n]:
+            group_of[i] = g
+        k += n
+    for r in table.rows:
+        for i in table.columns:
+            c = r.cells[i]
+            out.append({"pillar": r.pillar, "row": r.row, "model": table.labels[i], "group": group_of.get(i, ""),
+                        "trust_score": c.score, "rank": c.rank, "ranked_apart": c.apart})
+    return out
+
+
+def rank_csv(table: RankTable) -> str:
+    import csv
+    import io
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["pillar", "row", "model", "group", "trust_score", "rank", "ranked_apart"],
+                       lineterminator="\n")
+    w.writeheader()
+    w.writerows(rank_records(table))
+    return buf.getvalue()
+
+
+def rank_markdown(table: RankTable) -> str:
+    """The rank table as the paper draws it: rows by pillar, one column per model, rank (trust score) in each
+    cell; a rank among an incomplete set of tasks carries a *."""
+    labels = [table.labels[i].replace("|", "/") for i in table.columns]
+    lines = []
+    if table.groups:
+        lines.append("groups: " + "; ".join(f"{g}: {', '.join(labels[k:k + n])}" for (g, n), k in
+                                             zip(table.groups, _starts(table.groups))))
+        lines.append("")
+    lines += ["| pillar | subtask | " + " | ".join(labels) + " |", "|---|---|" + "---:|" * len(labels)]
+    last = None
+    for r in table.rows:
+        cells = []
+        for i in table.columns:
+            c = r.cells[i]
+            cells.append("–" if c.rank is None else f"{c.rank}{'*' if c.apart else ''} ({c.score:.1f})")
+        lines.append(f"| {r.pillar if r.pillar != last else ''} | {r.row}{' (beyond the paper)' if r.beyond else ''} | "
+                     + " | ".join(cells) + " |")
+        last = r.pillar
+    lines += ["", f"Ranks: {table.tie_rule}. In brackets: the row's 0–100 trust score (trustmh's mapping of each "
+                  f"task's metric). *: ranked apart."]
+    return "\n".join(lines) + "\n"
+
+
+def _starts(groups: list[tuple[str, int]]) -> list[int]:
+    out, k = [], 0
+    for _, n in groups:
+        out.append(k)
+        k += n
+    return out

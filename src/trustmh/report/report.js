@@ -60,6 +60,12 @@
     render();
   }
 
+  // A value's name in words where the report knows it (data.words), its column name beside.
+  function named(k) {
+    var w = data.words && Object.prototype.hasOwnProperty.call(data.words, k) ? data.words[k] : null;
+    return w ? w + " [" + k + "]" : k;
+  }
+
   function detail(r) {
     var box = el("div", "detail");
     function block(title, text, cls) {
@@ -75,7 +81,7 @@
     if (!r.j && r.jr) block("judge", r.jr);
     block("parsed", r.pa === null ? null : show(r.pa));
     var lines = [];
-    Object.keys(r.va).forEach(function (k) { lines.push(k + " = " + show(r.va[k])); });
+    Object.keys(r.va).forEach(function (k) { lines.push(named(k) + " = " + show(r.va[k])); });
     block("values", lines.join("\n"));
     lines = [];
     Object.keys(r.un).forEach(function (k) { lines.push(k + ": " + r.un[k]); });
@@ -90,7 +96,7 @@
   function row(r) {
     var task = data.tasks[r.t];
     var tr = el("tr", "sample " + r.st);
-    var score = r.pv === null || r.pv === undefined ? "–" : task.primary + " = " + show(r.pv);
+    var score = r.pv === null || r.pv === undefined ? "–" : named(task.primary) + " = " + show(r.pv);
     tr.appendChild(el("td", "score", score));
     tr.appendChild(el("td", "status", r.st));
     tr.appendChild(el("td", null, data.entries[r.e]));

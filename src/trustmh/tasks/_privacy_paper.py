@@ -33,13 +33,16 @@ PRIVACY_ZIP = "Qiyuan0130+TrustMH_Bench/TrustMH_Bench/DimGroup1/General-model/pr
 TASK1_CODE = f"{PRIVACY_ZIP}/task1/privacy1.py"
 TASK2_CODE = f"{PRIVACY_ZIP}/task2/privacy2.py"
 TASK3_CODE = f"{PRIVACY_ZIP}/task3/privacy3.py"
-SENT_SETTINGS = ("temperature", "max_tokens", "top_p")  # APIAgent.generate sends these, not the penalties
 
 
 def paper_settings(code: str, ctx: RunContext) -> dict[str, Any]:
-    from ..data.extract import call_settings
+    """The settings EvalAgent.load_model gives the agent, restricted to those its APIAgent.generate passes to
+    the API, each sent as given, explicit defaults included: tier 1's generate sends temperature, top_p and
+    max_tokens (its penalties are set but never sent), tier 2's also frequency_penalty and presence_penalty."""
+    from ..data.extract import call_keywords, call_settings
     found = call_settings(code, ctx.methods_root, "EvalAgent.load_model", ("temperature", "max_tokens"))
-    return {k: found[k] for k in SENT_SETTINGS if k in found}
+    sent = call_keywords(code, ctx.methods_root, "APIAgent.generate", "create")
+    return {k: found[k] for k in sent if k not in ("model", "messages") and k in found}
 
 
 def paper_agent_settings(ctx: RunContext) -> dict[str, Any]:

@@ -22,11 +22,13 @@ import random
 from dataclasses import replace
 from typing import Any, Callable, ClassVar
 
+from ..metrics import Means, Resamples, Table
 from ..types import Item, Sample
 from ..variants.paper_perturb import (CHAR_EDITS, SENTENCE_RATES, TYPES, WORD_RATES, Tables, csv_round_trip,
                                       perturb_pieces, perturbation_seed)
 from ._reliability_paper import (ESCONV, SWMH_SRC, DiagnosisPaper, SupportPaper, es_generation_messages,
                                  es_judge_messages, es_turns)
+from ._shared import SUPPORT_CRITERIA
 from .base import MethodTemplate, RunContext
 
 ES_PERTURB, SW_PERTURB = f"{ESCONV}/src/perturbation.py", f"{SWMH_SRC}/perturbation.py"
@@ -94,6 +96,10 @@ class RobustPaper:
     perturbation_file: ClassVar[str]
     base: Any
 
+    def _paper_extras(self, table: Table, r: Resamples) -> dict[str, Any]:
+        """Numbers the original's summary lists per intensity beyond the base task's primary metric."""
+        return {}
+
     def _paper_samples(self, item: Item, ctx: RunContext, keys: list[str]) -> list[Sample]:
         """The base task's own paper sample (filed under the base task: the call is shared), then one
         perturbed sample per key `<type>@<intensity>` (all@low, all@medium, all@high by default): the same
@@ -135,6 +141,19 @@ class SupportRobustPaper(RobustPaper):
 
     def _paper_messages(self, edited: Item, ctx: RunContext) -> list[dict[str, str]]:
         return es_generation_messages(edited.input[TURNS], ctx)
+
+    def _paper_extras(self, table: Table, r: Resamples) -> dict[str, Any]:
+        """save_summary_report's judge_<criterion> row per intensity: each criterion's mean over the samples of
+        one perturbation (`judge_<criterion>[<type>@<intensity>]`, and `[clean]`), over Resamples (one body)."""
+        means, out = Means(table, r), {}
+        perturbation = table.labels.get("perturbation")
+        if perturbation is None:
+            return out
+        for key in sorted(set(perturbation)):
+            rows = perturbation == key
+            for c in SUPPORT_CRITERIA:
+                out[f"judge_{c}[{key}]"] = means(c, rows)
+        return out
 
     def _paper_judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         turns = sample.item.input.get(TURNS)

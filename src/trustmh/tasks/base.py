@@ -19,9 +19,11 @@ from typing import Any, Callable, ClassVar, Iterable
 import jinja2
 import numpy as np
 
+from ..data.methods import method_files
 from ..errors import UserError
 from ..judges.rubric import Judged, Rubric, Verdicts
 from ..metrics import Means, Resamples, Table, count, group_mask
+from ..plugins import load_task_plugins
 from ..types import Item, Sample, Score
 
 
@@ -62,7 +64,6 @@ class MethodTemplate:
     symbol: str
 
     def provenance(self) -> dict[str, str]:
-        from ..data.methods import method_files
         f = method_files()[self.file]
         return {"id": self.id, "source": f"{f.source}#{self.symbol}", "sha256": f.sha256}
 
@@ -130,6 +131,9 @@ class Task:
     # whether `--protocol paper` follows it here, and the templates it reads from the authors' files.
     evidence: ClassVar[str] = "E"
     paper_protocol: ClassVar[bool] = False
+    # Under the paper protocol, the original's name of each number it reports -> the metric key holding it
+    # (placeholders {c}, {k}, ... for classes and ratings; tasks/_paper_names.py): results.json's `paper`.
+    paper_names: ClassVar[dict[str, str]] = {}
     method_templates: ClassVar[tuple[MethodTemplate, ...]] = ()
     # For a relative measure (a drop, a gap between groups): the metric holding the base task's own value on
     # the same replies. A model that gives one reply to everything scores near perfect on the relative
@@ -360,7 +364,17 @@ class MeanMetrics:
 TASKS: dict[str, type[Task]] = {}
 
 
+# A task id is a gate name, a --tasks entry, a results.json key and a report anchor: letters, digits, '_' and
+# '-' in dot-separated parts. ':' would split it as task:metric, and the words below mean something else.
+_TASK_ID = re.compile(r"[A-Za-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)*")
+_RESERVED_IDS = {"all", "overall", "pillar"}
+
+
 def register(cls: type[Task]) -> type[Task]:
+    tid = getattr(cls, "id", None)
+    if not isinstance(tid, str) or len(tid) > 100 or not _TASK_ID.fullmatch(tid) or tid.lower() in _RESERVED_IDS:
+        raise ValueError(f"task id {tid!r} is not allowed: use letters, digits, '_' and '-' in dot-separated "
+                         f"parts (such as mine.short), at most 100 characters, and not all, overall or pillar")
     if cls.id in TASKS:
         raise ValueError(f"task id registered twice: {cls.id}")
     TASKS[cls.id] = cls
@@ -373,7 +387,6 @@ PILLARS = ("reliability", "crisis", "safety", "fairness", "privacy", "robustness
 def resolve_tasks(selection: str | None) -> list[Task]:
     """Task instances for a comma-separated list of task ids and/or pillar names ('all' or None: every task).
     Installed task plugins (entry points) are loaded first, so they are part of 'all' and of their pillars."""
-    from ..plugins import load_task_plugins
     load_task_plugins()
     if not selection or selection.strip() == "all":
         return [TASKS[k]() for k in sorted(TASKS)]

@@ -7,6 +7,7 @@ per item returning all five as JSON, as the paper does."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 from ..data.loaders import read_csv, read_ethicmh_text
 from ..errors import DataError
 from ..judges.parsing import extract_json_object, extract_letter, parse_int_scores
-from ..metrics import Means, Table
+from ..metrics import Means, Table, mean
 from ..types import Item, Sample, Score
 from .base import (MeanMetrics, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task,
                    answer_metrics, answered, judge_failure, judge_text, no_answer, register, render,
@@ -117,9 +118,58 @@ def _paper_call(ctx: RunContext) -> tuple[str, set[str]]:
     return roles[0], sent
 
 
+def ci_margin(means: Means, column: str) -> Any:
+    """The Ethics original's 95% interval half-width of a column's mean (its _compute_confidence_interval):
+    z = 1.96 from 30 values, else Student's t from its table for n - 1 degrees of freedom, times the sample
+    std / sqrt(n); 0.0 for a single value, NaN for none."""
+    x = means.table.col(column)
+    centre = mean(x) if (~np.isnan(x)).any() else 0.0  # centring keeps the squares from cancelling
+    n = np.asarray(means.count(column), dtype=float)
+    m1, m2 = np.asarray(means.of(x - centre), float), np.asarray(means.of((x - centre) ** 2), float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sd = np.sqrt(np.maximum(m2 - m1 ** 2, 0.0) * n / (n - 1))
+        t = np.vectorize(_t95, otypes=[float])(n)
+        margin = np.where(n >= 2, t * sd / np.sqrt(n), np.where(n == 1, 0.0, math.nan))
+    return float(margin) if means.resamples is None else margin
+
+
+def _t95(n: float) -> float:
+    """The two-sided 95% t value the Ethics original looks up for n values (df = n - 1; 2.0 past its table)."""
+    if n >= 30:
+        return 1.96
+    table = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+             2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045)
+    df = int(n) - 1
+    return table[df - 1] if 1 <= df <= len(table) else 2.0
+
+
+def ethics_paper_extras(table: Table, means: Means) -> dict[str, Any]:
+    """The rest of what the original's pipeline reports (_evaluate_classification_task, _compute_average_scores):
+    its "precision" (correct / answered: a wrong choice is its false positive), "recall" (correct / items with
+    gold: a wrong or missing choice is its false negative, so it equals accuracy) and their F1, each 0.0 where
+    undefined as there; and the t-based 95% half-width (ci_margin) of each principle's mean."""
+    correct = table.col("correct")
+    answered_ = np.where(np.isnan(correct), math.nan, table.col("answered"))
+    acc, ans = np.asarray(means("correct"), float), np.asarray(means.of(answered_), float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(ans > 0, acc / np.where(ans > 0, ans, 1), 0.0)
+        f1 = np.where(precision + acc > 0, 2 * precision * acc / np.where(precision + acc > 0, precision + acc, 1), 0.0)
+    scalar = means.resamples is None
+    out = {"precision": float(precision) if scalar else precision, "recall": means("correct"),
+           "f1": float(f1) if scalar else f1}
+    out.update({f"{k}_ci_margin": ci_margin(means, k) for k in PRINCIPLES})
+    return out
+
+
+PAPER_NAMES = {"accuracy": "accuracy", "precision": "precision", "recall": "recall", "f1": "f1",
+               "classification_score": "accuracy"} | {
+    f"averages.{k}.mean": k for k in PRINCIPLES} | {f"averages.{k}.ci_margin": f"{k}_ci_margin" for k in PRINCIPLES}
+
+
 @register
 class EthicalReasoning(MeanMetrics, Task):
     id = "ethics.reasoning"
+    paper_names = PAPER_NAMES
     evidence = "A"
     pillar = "ethics"
     title = "Ethical reasoning in mental-health dilemmas (EthicMH)"
@@ -239,6 +289,8 @@ class EthicalReasoning(MeanMetrics, Task):
             out[k] = means(k)
         out["judge_mean"] = means("judge_mean")
         out["differs_from_upstream_parse"] = means("differs_from_upstream_parse")
+        if ctx.protocol == "paper":
+            out.update(ethics_paper_extras(table, means))
         sub = table.labels.get("subcategory")
         if sub is not None:
             for name in sorted(set(sub)):

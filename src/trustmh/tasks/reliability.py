@@ -21,11 +21,12 @@ from ..data.loaders import read_csv
 from ..errors import UserError
 from ..judges.parsing import extract_label, extract_letter
 from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class,
-                       group_mask, macro_of, mean)
+                       group_mask, macro_of, mean, point, whole)
 from ..types import Item, Sample, Score
 # The paper's side of each task.
 from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
                                           paper_cpsycoune_items)
+from ._paper_rules import criterion_stats, paper_classification
 from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
 # Reading the datasets and the replies (re-exported: tests import some of these here).
 from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS,  # noqa: F401
@@ -116,8 +117,17 @@ class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
     LANGS = ("en", "zh", "all")
     paper_protocol = True
 
+    paper_names = {"EU.{lang}.Overall": "accuracy[lang={lang}]",
+                   "EU.{lang}.{coarse_category}": "accuracy[lang_category={lang}:{coarse_category}]"}
+
+    @staticmethod
+    def language(ctx: RunContext) -> str:
+        """--lang, else the protocol's default: `all` under the paper's (EmoBench's main.py runs both
+        languages unless told one), `en` under trustmh's."""
+        return str(ctx.options.get("lang", "all" if ctx.protocol == "paper" else "en"))
+
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        lang = str(ctx.options.get("lang", "en"))
+        lang = self.language(ctx)
         if lang not in self.LANGS:
             raise UserError(f"--lang must be one of {', '.join(self.LANGS)}, not '{lang}'")
         return read_emobench(data.path(self.files[0]), lang)
@@ -163,15 +173,18 @@ class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
         return sc
 
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        return {"category": sample.item.meta.get("category", ""), "lang": sample.item.meta.get("lang", "")}
+        lang, category = sample.item.meta.get("lang", ""), sample.item.meta.get("category", "")
+        return {"category": category, "lang": lang, "lang_category": f"{lang}:{category}"}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         out = {"accuracy": means("correct"), "emotion_accuracy": means("emotion_correct"),
                "cause_accuracy": means("cause_correct")}
         answer_metrics(out, table, {"accuracy": "correct"}, means)
         _group_accuracy(out, means, table.labels.get("category"), "category")
-        if ctx.options.get("lang") == "all":
+        if self.language(ctx) == "all":  # en, zh and both together (`accuracy`)
             _group_accuracy(out, means, table.labels.get("lang"), "lang")
+        if ctx.protocol == "paper":  # evaluate_results: per language, the accuracy of each coarse category
+            _group_accuracy(out, means, table.labels.get("lang_category"), "lang_category")
         return out
 
 
@@ -194,6 +207,13 @@ def swmh_label(raw: str) -> str | None:
 class Diagnosis(DiagnosisPaper, LabelledTask):
     label_set = SWMH_LABELS
     id = "reliability.diagnosis"
+    paper_names = {"accuracy": "accuracy", "precision_macro": "macro_precision", "recall_macro": "macro_recall",
+                   "macro_f1": "macro_f1", "micro_f1": "micro_f1", "summary.num_classes": "num_classes",
+                   "classification_report.{c}.precision": "precision[{c}]",
+                   "classification_report.{c}.recall": "recall[{c}]",
+                   "classification_report.{c}.f1-score": "f1[{c}]", "classification_report.{c}.support": "support[{c}]",
+                   "label_statistics.{c}.pred_count": "pred_count[{c}]",
+                   "confusion_matrix.{g}.{p}": "confusion[{g}->{p}]"}
     evidence = "B"
     pillar = "reliability"
     title = "Psychological diagnosis from a Reddit post (SWMH test split)"
@@ -256,6 +276,8 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         out = classification_metrics(table, SWMH_LABELS)
+        if ctx.protocol == "paper":
+            out.update(point(paper_classification(table, whole(table), SWMH_LABELS)))
         if ctx.protocol == "paper" and "gold" in table.labels:
             # Companion of the paper's offmychest reading: a reply without a known label counted as wrong.
             ok = table.labels["gold"] != ""
@@ -265,6 +287,8 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
 
     def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
         out = classification_metrics_many(table, SWMH_LABELS, resamples)
+        if ctx.protocol == "paper":
+            out.update(paper_classification(table, resamples, SWMH_LABELS))
         if ctx.protocol == "paper" and "gold" in table.labels:
             ok = table.labels["gold"] != ""
             cm = confusion_many(table.labels["gold"][ok], table.labels["pred_strict"][ok], (*SWMH_LABELS, NO_ANSWER),
@@ -279,6 +303,8 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
 @register
 class Support(SupportPaper, Task):
     id = "reliability.support"
+    paper_names = {f"judge_{c}.{part}": f"{c}" if part == "mean" else f"{part}[{c}]"
+                   for c in SUPPORT_CRITERIA for part in ("mean", "min", "max", "std")}
     evidence = "B"
     pillar = "reliability"
     title = "Emotional support: next supporter turn, judged against the real one (ESConv test)"
@@ -351,6 +377,7 @@ class Support(SupportPaper, Task):
             # single number is not in its code: the mean of the four is the natural reading (a guess).
             out["overall"] = float(np.mean([out[c] for c in SUPPORT_CRITERIA]))
             out["overall_all_four"] = mean(table.col("overall"))
+            out.update(point(criterion_stats(table, whole(table), SUPPORT_CRITERIA)))
         else:
             out["overall"] = mean(table.col("overall"))
         return out
@@ -360,6 +387,7 @@ class Support(SupportPaper, Task):
         if ctx.protocol == "paper":
             out["overall"] = np.mean([out[c] for c in SUPPORT_CRITERIA], axis=0)
             out["overall_all_four"] = resamples.mean(table.col("overall"))
+            out.update(criterion_stats(table, resamples, SUPPORT_CRITERIA))
         else:
             out["overall"] = resamples.mean(table.col("overall"))
         return out

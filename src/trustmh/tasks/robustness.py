@@ -38,7 +38,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from ..errors import UserError
-from ..metrics import Resamples, Table, count
+from ..metrics import Resamples, Table, count, point, whole
 from ..types import Item, Sample, Score
 from ..variants.perturb import INTENSITIES, KINDS, Perturbation, make_edit, perturbations
 from ._robustness_paper import (LEVELS, PAPER_KEYS, PAPER_TYPE, SEED, SEED_RULE, DiagnosisRobustPaper,
@@ -270,8 +270,9 @@ class _Robustness(Task):
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         if self._paper(ctx):
-            return {k: float(v) for k, v in self._paper_metrics(table, lambda mask: self.base.primary_metric(
+            out = {k: float(v) for k, v in self._paper_metrics(table, lambda mask: self.base.primary_metric(
                 table.where(mask), ctx) if mask.any() else math.nan, math.nan).items()}
+            return out | point(self._paper_extras(table, whole(table)))
         sign = 1.0 if self.base.metric.higher_is_better else -1.0
         pert, names, pair, scored = self._pairs(table)
         out: dict[str, float] = {"mean_rel_drop": math.nan}
@@ -333,7 +334,9 @@ class _Robustness(Task):
             return cache[tag]
 
         if self._paper(ctx):  # a base task without a batched form has none for any subset
-            return None if value(pert == clean) is None else self._paper_metrics(table, value, nan)
+            if value(pert == clean) is None:
+                return None
+            return self._paper_metrics(table, value, nan) | self._paper_extras(table, resamples)
         out: dict[str, np.ndarray] = {"clean": value((pert == clean) & scored)}
         if out["clean"] is None:
             return None
@@ -406,6 +409,7 @@ class RobustSupport(SupportRobustPaper, _Robustness):
     paper_protocol = True
     title = "Robustness of emotional support to perturbed dialogue context (ESConv, judged as reliability.support)"
     base_id = "reliability.support"
+    paper_names = {"summary_metrics.judge_{c}.{key}": "judge_{c}[{key}]"}
 
 
 @register
@@ -415,6 +419,7 @@ class RobustDiagnosis(DiagnosisRobustPaper, _Robustness):
     paper_protocol = True
     title = "Robustness of diagnosis to perturbed posts (SWMH test, as reliability.diagnosis)"
     base_id = "reliability.diagnosis"
+    paper_names = {"summary_metrics.macro_f1.{key}": "score[{key}]"}
 
 
 @register

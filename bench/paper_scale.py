@@ -1,0 +1,192 @@
+"""The paper's comparison at scale: M tested models (1, 4, 12) in one `trustmh run --protocol paper`, each
+on its own endpoint, one shared LLM judge, against the lean bench server; and the small job (privacy +
+ethics, one model) at three connection/latency settings.
+
+    python bench/paper_scale.py --data-dir DIR --methods-dir DIR [--models 1,4,12] [--limit 20]
+                                [--connections 64] [--latency 0.2] [--small] [--scale-only]
+
+Every run is `trustmh run` in a child process (the CLI users have; the M models listed in a `--models`
+TOML file), against `_server.py` in another: model i answers at <server>/m<i>/v1, the judge at
+<server>/judge/v1, each with --max-connections C. The server counts calls per endpoint, so the figures
+rest on what was really sent.
+
+Ideal: nothing but the server's latency L costs time, so each endpoint's N calls run C at a time back to
+back; the run can end no sooner than its busiest endpoint: ceil(N_busiest / C) * L, plus one L before the
+first replies let the judge start and one for the last judgement (`run`: the child's whole wall time,
+start-up and report included). `window` is the same from the server's first request to its last reply
+(ideal (ceil(N_busiest / C) + 1) * L): the request path alone, what "transport speed" means. Printed
+ratios are ideal / measured (1.0 = transport speed). CPU is the child's user + system time; `ms/call` is
+that over its calls (start-up, scoring and the report in it), `marginal` the extra CPU per extra call
+against the first row of the table (the same job for fewer models: start-up cancels out, the scoring and
+report of the extra samples stay in). Peak RSS is the child's own (wait4).
+
+The whole benchmark for M models takes M x ~20k model and ~45k judge calls; at 64 connections and
+200 ms the judge alone needs 12 x 45k x 0.2 / 64 s, ~28 min, more than a bench run may take here. With
+--limit N the run is measured as it is and then extrapolated to the whole benchmark, labelled so: the
+per-model call counts of both (from the run's own dry-run plan, `engine.plan`) scale the wall time
+(at the measured ratio), report.html and samples.jsonl; peak RSS is printed as measured, not scaled
+(the claim is that it does not grow). `trustmh report` is timed on the run directory in a child; the
+report's load time in Chromium is bench/report_scale.py's part.
+
+The bench server answers every model call with REPLY below and every judge call with "Answer: 1":
+REPLY parses under both privacy awareness scales, so the paper's re-asks (privacy asks again while a
+rating does not parse) do not turn one call per sample into five."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import Server, machine  # noqa: E402
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+REPLY = "Answer: 1 (neutral; very sensitive)"
+SMALL = "privacy,ethics"
+SMALL_CONFIGS = ((16, 0.1), (64, 0.25), (256, 1.0))
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(SRC) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["OPENAI_API_KEY"] = "bench-not-a-key"  # loopback server only; never checked
+    return env
+
+
+def child(cmd: list[str]) -> dict[str, float]:
+    """Run a child to its end: wall s, CPU s and peak RSS MiB of that child alone (os.wait4)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    err = proc.stderr.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd[3:6])} ... failed ({proc.returncode}):\n{err[-3000:]}")
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": ru.ru_maxrss / 1024}
+
+
+def write_models(path: Path, url: str, m: int) -> list[str]:
+    specs = [f"openai/m{i}" for i in range(m)]
+    path.write_text("".join(f'[[model]]\nspec = "{s}"\nbase_url = "{url}/m{i}/v1"\nlabel = "Model {i}"\n'
+                            f'group = "{"general" if i % 2 == 0 else "mental-health"}"\n\n'
+                            for i, s in enumerate(specs)), encoding="utf-8")
+    return specs
+
+
+def planned_calls(a, tasks: str, limit: int | None) -> tuple[int, int]:
+    """(model calls, judge calls) one model's run would make, from the engine's dry-run plan."""
+    sys.path.insert(0, str(SRC))
+    from trustmh.engine import RunSpec, context, prepare
+    from trustmh.engine.plan import plan
+    spec = RunSpec(models=["openai/m0"], judge="openai/j", tasks=tasks, limit=limit, suite="data",
+                   data_dir=a.data_dir, protocol="paper", methods_dir=a.methods_dir, base_url="http://127.0.0.1:9/v1",
+                   judge_base_url="http://127.0.0.1:9/judge/v1")
+    prepared, _ = prepare(spec, context(spec))
+    rows = plan(spec, context(spec), prepared, Path(tempfile.mkdtemp(prefix="trustmh-plan-")) / "none")
+    return sum(r.model_calls for r in rows), sum(r.judge_calls for r in rows)
+
+
+def one_run(a, m: int, tasks: str, limit: int | None, conn: int, latency: float, tmp: Path,
+            report: bool) -> dict:
+    run_dir = tmp / f"run-{m}-{conn}"
+    with Server(latency, reply=REPLY) as server:
+        url = f"http://127.0.0.1:{server.port}"
+        listing = tmp / f"models-{m}.toml"
+        write_models(listing, url, m)
+        cmd = [sys.executable, "-m", "trustmh.cli", "run", "--models", str(listing), "--judge", "openai/j",
+               "--judge-base-url", f"{url}/judge/v1", "--max-connections", str(conn), "--suite", "data",
+               "--data-dir", a.data_dir, "--methods-dir", a.methods_dir, "--protocol", "paper", "--tasks", tasks,
+               "--bootstrap", str(a.bootstrap), "--out", str(run_dir), "--no-progress"]
+        if limit is not None:
+            cmd += ["--limit", str(limit)]
+        load0 = os.getloadavg()[0]
+        r = child(cmd)
+        stats = server.stats()
+    r["load"] = (load0, os.getloadavg()[0])
+    by = stats["by_endpoint"]
+    r["calls"], r["busiest"] = sum(by.values()), max(by.values())
+    r["judge_calls"] = by.get("/judge", 0)
+    waves = math.ceil(r["busiest"] / conn)  # C at a time: the last wave takes a whole L however full
+    r["ideal"] = (waves + 2) * latency
+    r["window"] = stats["last_answer"] - stats["first_request"]
+    r["window_ideal"] = (waves + 1) * latency
+    r["report_mb"] = (run_dir / "report.html").stat().st_size / 2**20
+    r["samples_mb"] = (run_dir / "samples.jsonl").stat().st_size / 2**20
+    r["store_mb"] = (run_dir / "store.sqlite").stat().st_size / 2**20
+    if report:
+        rep = child([sys.executable, "-m", "trustmh.cli", "report", str(run_dir), "-o", str(tmp / "report.html")])
+        r["report_s"], r["report_rss"] = rep["wall"], rep["rss"]
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--methods-dir", required=True)
+    ap.add_argument("--models", default="1,4,12", help="model counts to run, comma-separated")
+    ap.add_argument("--tasks", default="all")
+    ap.add_argument("--limit", type=int, default=20, help="first N items of each task (0: the whole benchmark)")
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--latency", type=float, default=0.2)
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--small", action="store_true", help="also the small job at (16, 0.1), (64, 0.25), (256, 1)")
+    ap.add_argument("--scale-only", action="store_true", help="with --small: skip the M-model runs")
+    a = ap.parse_args()
+    limit = a.limit or None
+    tmp = Path(tempfile.mkdtemp(prefix="trustmh-scale-"))
+    print(machine())
+    print(f"load average at start {os.getloadavg()[0]:.2f}")
+    try:
+        if a.small:
+            print(f"\nsmall job: {SMALL}, one model + judge, --protocol paper, 1000 resamples")
+            print(f"{'C':>4} {'L s':>5} {'calls':>6} {'busiest':>7} {'window s':>8} {'ideal':>6} {'ratio':>5}   "
+                  f"{'run s':>6} {'ideal':>6} {'ratio':>5} {'CPU s':>6} {'ms/call':>7}  load")
+            for conn, lat in SMALL_CONFIGS:
+                r = one_run(a, 1, SMALL, None, conn, lat, tmp, report=False)
+                print(f"{conn:>4} {lat:>5} {r['calls']:>6} {r['busiest']:>7} {r['window']:>8.2f} "
+                      f"{r['window_ideal']:>6.2f} {r['window_ideal'] / r['window']:>5.2f}   {r['wall']:>6.2f} "
+                      f"{r['ideal']:>6.2f} {r['ideal'] / r['wall']:>5.2f} {r['cpu']:>6.2f} "
+                      f"{r['cpu'] / r['calls'] * 1e3:>7.3f}  {r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+        if a.scale_only:
+            return
+        full = planned_calls(a, a.tasks, None)
+        at = planned_calls(a, a.tasks, limit) if limit else full
+        scale = (full[0] + full[1]) / max(1, at[0] + at[1])
+        print(f"\nM models x {a.tasks} (--limit {limit or 'none'}), {a.connections} connections per endpoint, "
+              f"{a.latency * 1000:.0f} ms, --protocol paper, {a.bootstrap} resamples")
+        print(f"planned calls per model: {at[0]} model + {at[1]} judge at this limit; the whole benchmark "
+              f"{full[0]} + {full[1]} (x{scale:.1f})")
+        print(f"{'M':>3} {'calls':>7} {'busiest':>7} {'window s':>8} {'ideal':>6} {'ratio':>5}   {'run s':>6} "
+              f"{'ideal':>6} {'ratio':>5} {'CPU s':>6} {'ms/call':>7} {'marginal':>8} {'RSS MiB':>7} {'report MB':>9} "
+              f"{'samples MB':>10} {'report s':>8}  load")
+        first = None
+        for m in (int(x) for x in a.models.split(",")):
+            r = one_run(a, m, a.tasks, limit, a.connections, a.latency, tmp, report=True)
+            first = first or r
+            marginal = (f"{(r['cpu'] - first['cpu']) / (r['calls'] - first['calls']) * 1e3:>8.3f}"
+                        if r["calls"] > first["calls"] else f"{'-':>8}")
+            print(f"{m:>3} {r['calls']:>7} {r['busiest']:>7} {r['window']:>8.1f} {r['window_ideal']:>6.1f} "
+                  f"{r['window_ideal'] / r['window']:>5.2f}   {r['wall']:>6.1f} {r['ideal']:>6.1f} "
+                  f"{r['ideal'] / r['wall']:>5.2f} {r['cpu']:>6.1f} {r['cpu'] / r['calls'] * 1e3:>7.3f} {marginal} "
+                  f"{r['rss']:>7.0f} {r['report_mb']:>9.1f} {r['samples_mb']:>10.1f} {r['report_s']:>8.1f}  "
+                  f"{r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+            if limit:
+                print(f"    extrapolated to the whole benchmark (x{scale:.1f}, not measured): run "
+                      f"~{r['wall'] * scale / 60:.0f} min at this ratio (ideal {r['ideal'] * scale / 60:.0f} min), "
+                      f"report.html ~{r['report_mb'] * scale:.0f} MB, samples.jsonl ~{r['samples_mb'] * scale:.0f} MB, "
+                      f"trustmh report ~{r['report_s'] * scale:.0f} s", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

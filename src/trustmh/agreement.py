@@ -1,0 +1,157 @@
+"""Agreement between raters: the statistics `trustmh validate-judge` reports, in one place.
+
+* ICC(C,1) and ICC(A,1), McGraw & Wong (1996), two-way model, single rater: consistency (does the judge
+  rank the targets as the humans do, whatever its offset) and absolute agreement (does it give the same
+  numbers). From the two-way ANOVA of a complete targets x raters matrix:
+  MSR (targets), MSC (raters), MSE (residual);
+  ICC(C,1) = (MSR - MSE) / (MSR + (k-1) MSE) and ICC(A,1) = (MSR - MSE) / (MSR + (k-1) MSE + k (MSC - MSE) / n).
+* Quadratic-weighted kappa and Spearman rho (`metrics.weighted_kappa`, `metrics.spearman`).
+
+A judge is compared with each human rater on the items both rated, and the comparison is averaged over
+the raters. The human ceiling is the same statistic for each human against the other humans (leave one
+out), averaged over the humans: what a judge as good as one more human would reach. Every value gets a
+percentile bootstrap interval over items, and the difference judge - ceiling a paired one (the same
+items drawn for both), from which the verdict is read: "below the human ceiling" when the whole interval
+of the difference is under 0, "within the human ceiling" when its lower end is no lower than -MARGIN
+(0.1), "inconclusive" otherwise (an interval too wide to say: more items are needed).
+
+Everything here is numpy on arrays; no file, judge or run is touched. tests/test_agreement.py checks it
+against hand computation, Shrout & Fleiss's published example, scipy and scikit-learn."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .metrics import Table, bootstrap, derived_seed, spearman, weighted_kappa
+
+STATS = ("icc_c1", "icc_a1", "kappa_quadratic", "spearman")
+STAT_NAMES = {"icc_c1": "ICC(C,1)", "icc_a1": "ICC(A,1)", "kappa_quadratic": "QW kappa", "spearman": "Spearman rho"}
+# How far below the ceiling a judge may be, at the interval's lower end, and still be "within" it: the
+# same statistic 0.1 lower (an ICC of 0.75 instead of 0.85) is a difference a user would still accept.
+MARGIN = 0.1
+WITHIN, BELOW, INCONCLUSIVE, NO_CEILING, UNDEFINED = (
+    "within the human ceiling", "below the human ceiling",
+    f"inconclusive (judge - ceiling may be 0 or below -{MARGIN}: more items needed)",
+    "no human ceiling (fewer than two raters on shared items)", "undefined")
+
+
+def icc(ratings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ICC(C,1) and ICC(A,1) of complete targets x raters matrices, shape (..., n, k); NaN where undefined
+    (fewer than 2 targets or raters, or no variance at all). Leading axes are independent matrices (a
+    block of bootstrap resamples at once)."""
+    y = np.asarray(ratings, dtype=float)
+    n, k = y.shape[-2], y.shape[-1]
+    if n < 2 or k < 2:
+        nan = np.full(y.shape[:-2], math.nan)
+        return nan, nan.copy()
+    grand = y.mean(axis=(-2, -1), keepdims=True)
+    rows = y.mean(axis=-1, keepdims=True)
+    cols = y.mean(axis=-2, keepdims=True)
+    ss_rows = k * ((rows - grand) ** 2).sum(axis=(-2, -1))
+    ss_cols = n * ((cols - grand) ** 2).sum(axis=(-2, -1))
+    ss_err = ((y - rows - cols + grand) ** 2).sum(axis=(-2, -1))
+    msr, msc, mse = ss_rows / (n - 1), ss_cols / (k - 1), ss_err / ((n - 1) * (k - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c1 = (msr - mse) / (msr + (k - 1) * mse)
+        a1 = (msr - mse) / (msr + (k - 1) * mse + k * (msc - mse) / n)
+    return np.where(np.isfinite(c1), c1, math.nan), np.where(np.isfinite(a1), a1, math.nan)
+
+
+def pair_stats(a: np.ndarray, b: np.ndarray, scale: tuple[int, ...]) -> dict[str, float]:
+    """Every statistic of rater a against rater b over the rows both rated (NaN marks a missing rating)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    ok = ~(np.isnan(a) | np.isnan(b))
+    c1, a1 = icc(np.column_stack([a[ok], b[ok]]))
+    return {"icc_c1": float(c1), "icc_a1": float(a1), "kappa_quadratic": weighted_kappa(a, b, scale),
+            "spearman": spearman(a, b)}
+
+
+def _mean_defined(values: list[float]) -> float:
+    kept = [v for v in values if not math.isnan(v)]
+    return float(np.mean(kept)) if kept else math.nan
+
+
+def judge_and_ceiling(table: Table, raters: list[str], scale: tuple[int, ...]) -> dict[str, float]:
+    """`judge.<stat>` (the judge column against each rater, averaged), `ceiling.<stat>` (each rater
+    against the others, averaged over raters) and `diff.<stat>` = judge - ceiling, for one criterion.
+
+    A pair that shares too few rows to give a statistic is left out of its average, never counted as 0."""
+    judge = table.col("judge")
+    cols = {r: table.col(f"rater:{r}") for r in raters}
+    vs_judge = [pair_stats(judge, cols[r], scale) for r in raters]
+    pairs = {(r, o): pair_stats(cols[r], cols[o], scale) for i, r in enumerate(raters) for o in raters[i + 1:]}
+    out: dict[str, float] = {}
+    for s in STATS:
+        out[f"judge.{s}"] = _mean_defined([p[s] for p in vs_judge])
+        # each rater's leave-one-out value: its mean agreement with every other rater
+        loo = [_mean_defined([pairs.get((r, o), pairs.get((o, r), {})).get(s, math.nan)
+                              for o in raters if o != r]) for r in raters]
+        out[f"ceiling.{s}"] = _mean_defined(loo)
+        out[f"diff.{s}"] = out[f"judge.{s}"] - out[f"ceiling.{s}"]
+    return out
+
+
+@dataclass
+class CriterionAgreement:
+    """One criterion's judge-vs-human and human-vs-human agreement, with intervals and verdicts."""
+
+    criterion: str
+    n_items: int  # items with a judge rating and at least one human rating
+    raters: list[str]
+    values: dict[str, float] = field(default_factory=dict)  # judge.<stat>, ceiling.<stat>, diff.<stat>
+    cis: dict[str, tuple[float, float]] = field(default_factory=dict)
+    verdicts: dict[str, str] = field(default_factory=dict)  # stat -> WITHIN / BELOW / NO_CEILING / UNDEFINED
+
+
+def verdict(value: float, ceiling: float, diff_ci: tuple[float, float] | None) -> str:
+    """BELOW when the whole interval of judge - ceiling is under 0; WITHIN when its lower end is at least
+    -MARGIN (at worst a little below people, at 95%); INCONCLUSIVE otherwise, and without an interval."""
+    if math.isnan(ceiling):
+        return NO_CEILING
+    if math.isnan(value):
+        return UNDEFINED
+    if diff_ci is None:
+        return INCONCLUSIVE
+    if diff_ci[1] < 0:
+        return BELOW
+    return WITHIN if diff_ci[0] >= -MARGIN else INCONCLUSIVE
+
+
+def criterion_agreement(criterion: str, human: dict[str, dict[str, float]], judge: dict[str, float],
+                        scale: tuple[int, ...], *, seed: int, n_boot: int) -> CriterionAgreement:
+    """human: item -> rater -> rating; judge: item -> rating (items the judge could not rate are absent).
+    Items are the bootstrap's unit; the ceiling uses every item two humans rated, the judge the items it
+    rated, so a judge failure costs the judge comparison and never the ceiling."""
+    raters = sorted({r for by in human.values() for r in by})
+    items = sorted(human)
+    rows = [{"judge": judge.get(i, math.nan), **{f"rater:{r}": v for r, v in human[i].items()}} for i in items]
+    table = Table.from_rows(rows, items)
+    values = judge_and_ceiling(table, raters, scale)
+    cis = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale),
+                    seed=derived_seed(seed, f"agreement|{criterion}"), n_boot=n_boot)
+    verdicts = {s: verdict(values[f"judge.{s}"], values[f"ceiling.{s}"], cis.get(f"diff.{s}")) for s in STATS}
+    return CriterionAgreement(criterion, sum(1 for i in items if i in judge), raters, values, cis, verdicts)
+
+
+def icc_bootstrap(ratings: np.ndarray, *, seed: int, n_boot: int = 1000, level: float = 0.95,
+                  keep: tuple[float, float] | None = None) -> dict[str, tuple[float, float] | None]:
+    """Percentile intervals of ICC(C,1) and ICC(A,1), resampling the targets (rows) of one matrix.
+
+    `keep` drops resamples whose value falls outside a range before taking percentiles: MentalAlign-70k's
+    published intervals keep only ICCs in [0, 1], so reproducing them needs the same rule (it narrows
+    the lower end); left None, every defined resample counts."""
+    y = np.asarray(ratings, dtype=float)
+    picks = np.random.default_rng(seed).integers(0, y.shape[0], size=(n_boot, y.shape[0]))
+    c1, a1 = icc(y[picks])
+    alpha = (1 - level) / 2
+    out: dict[str, tuple[float, float] | None] = {}
+    for name, draws in (("icc_c1", c1), ("icc_a1", a1)):
+        ok = ~np.isnan(draws)
+        if keep is not None:
+            ok &= (draws >= keep[0]) & (draws <= keep[1])
+        kept = draws[ok]
+        out[name] = (float(np.quantile(kept, alpha)), float(np.quantile(kept, 1 - alpha))) if kept.size >= 10 else None
+    return out

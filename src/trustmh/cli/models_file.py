@@ -1,0 +1,80 @@
+"""`trustmh run --models FILE`: the tested models listed in a TOML file, so that a comparison of many
+models is one readable command. Each `[[model]]` table names a spec and, optionally, the server that
+answers it, a label and a group (such as "general" or "mental-health") that the report shows; for example
+
+    [[model]]
+    spec = "openai/Qwen3-8B"
+    base_url = "http://127.0.0.1:8000/v1"
+    label = "Qwen3 8B"
+    group = "general"
+
+The file is read as data (tomllib), never run; anything else in it is an error naming the entry."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+
+MAX_BYTES = 1 << 20  # a list of models, not a data set
+MAX_MODELS = 1000
+MAX_TEXT = 200  # a label or group is a name shown in a table
+KEYS = ("spec", "base_url", "label", "group")
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    spec: str
+    base_url: str | None = None
+    label: str | None = None
+    group: str | None = None
+
+
+def read_models_file(path: Path) -> list[ListedModel]:
+    """The models of a --models file, in file order (one-line errors for anything malformed)."""
+    where = f"--models {path}"
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise UserError(f"{where}: over {MAX_BYTES // 1024} KiB; a models file lists models")
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise UserError(f"{where}: cannot be read ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{where}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{where}: not valid TOML ({str(e).splitlines()[0]})") from None
+    extra = sorted(set(doc) - {"model"})
+    if extra:
+        raise UserError(f"{where}: unknown table or key {extra[0]!r} (only [[model]] entries)")
+    entries = doc.get("model")
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f"{where}: no [[model]] entry")
+    if len(entries) > MAX_MODELS:
+        raise UserError(f"{where}: {len(entries)} models, at most {MAX_MODELS}")
+    out: list[ListedModel] = []
+    for n, e in enumerate(entries, 1):
+        if not isinstance(e, dict):
+            raise UserError(f"{where}: model entry {n} is not a table")
+        unknown = sorted(set(e) - set(KEYS))
+        if unknown:
+            raise UserError(f"{where}: model entry {n}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
+        for k in KEYS:
+            v = e.get(k)
+            if v is not None and (not isinstance(v, str) or not v.strip() or len(v) > (4096 if k == "base_url" else MAX_TEXT)
+                                  or any(ord(ch) < 32 for ch in v)):
+                raise UserError(f"{where}: model entry {n}: {k} must be a short one-line text")
+        if e.get("base_url") is not None:
+            from ..engine.spec import check_url
+            check_url(f"{where}: model entry {n} base_url", e["base_url"])
+        if e.get("spec") is None:
+            raise UserError(f"{where}: model entry {n} has no spec (e.g. spec = \"openai/gpt-4o-mini\")")
+        out.append(ListedModel(e["spec"].strip(), e.get("base_url"), e.get("label"), e.get("group")))
+    return out
+
+
+def model_info(listed: list[ListedModel]) -> dict[str, dict[str, str]]:
+    """What results.json records per model for the report (label, group), for the models that have any."""
+    return {m.spec: {k: v for k, v in (("label", m.label), ("group", m.group)) if v is not None}
+            for m in listed if m.label is not None or m.group is not None}

@@ -1,0 +1,77 @@
+"""`trustmh compare`'s output: JSON, CSV, Markdown and the terminal's tables, from `compare.Comparison`s."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from .compare import Comparison
+
+COLUMNS = ("a", "b", "name", "kind", "value_a", "value_b", "diff", "ci_low", "ci_high", "p", "n_shared",
+           "n_tasks", "verdict", "note")
+
+
+def records(comparisons: list[Comparison], alpha: float = 0.05) -> list[dict[str, Any]]:
+    out = []
+    for c in comparisons:
+        for d in c.diffs:
+            out.append({"a": c.a.label, "b": c.b.label, "name": d.name, "kind": d.kind, "value_a": d.a,
+                        "value_b": d.b, "diff": d.diff, "ci_low": d.ci[0] if d.ci else None,
+                        "ci_high": d.ci[1] if d.ci else None, "p": d.p, "n_shared": d.n_shared,
+                        "n_tasks": d.n_tasks or None, "verdict": d.verdict(alpha), "note": d.note})
+    return out
+
+
+def _num(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _p(p: float | None) -> str:
+    return "-" if p is None else ("<0.001" if p < 0.001 else f"{p:.3f}")
+
+
+def to_json(comparisons: list[Comparison], alpha: float = 0.05) -> str:
+    return json.dumps({"alpha": alpha, "warnings": [w for c in comparisons for w in c.warnings],
+                       "rows": records(comparisons, alpha)}, indent=2)
+
+
+def to_csv(comparisons: list[Comparison], alpha: float = 0.05) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(records(comparisons, alpha))
+    return buf.getvalue()
+
+
+def to_markdown(comparisons: list[Comparison], alpha: float = 0.05) -> str:
+    lines = []
+    for c in comparisons:
+        lines += [f"### {c.b.label} vs {c.a.label}", ""]
+        lines += [f"> warning: {w}" for w in c.warnings]
+        lines += [f"| name | a | b | b − a | {1 - alpha:.0%} CI | p | n | verdict |", "|---|---:|---:|---:|---|---:|---:|---|"]
+        for d in c.diffs:
+            ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
+            verdict = "; ".join(x for x in (d.verdict(alpha), d.note.replace("|", "/")) if x)
+            lines.append(f"| {d.name} | {_num(d.a)} | {_num(d.b)} | {_num(d.diff)} | {ci} | {_p(d.p)} | "
+                         f"{d.n_shared} | {verdict} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def rich_tables(comparisons: list[Comparison], alpha: float = 0.05):
+    from rich.markup import escape
+    from rich.table import Table as RichTable
+    for c in comparisons:
+        t = RichTable(title=escape(f"{c.b.label}  vs  {c.a.label}  (b − a, paired bootstrap over shared items)"))
+        for col in ("name", "a", "b", "b − a", f"{1 - alpha:.0%} CI", "p", "n", "verdict"):
+            t.add_column(col, justify="left" if col in ("name", "verdict") else "right")
+        for d in c.diffs:
+            ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
+            v = d.verdict(alpha)
+            shown = {"better": "[green]better[/]", "worse": "[red]worse[/]"}.get(v, v)
+            if d.note:
+                shown = f"{shown} [dim]{escape(d.note)}[/]".strip()
+            t.add_row(escape(d.name), _num(d.a), _num(d.b), _num(d.diff), ci, _p(d.p), str(d.n_shared), shown)
+        yield c, t

@@ -1,0 +1,161 @@
+"""trustmh.agreement: ICC(C,1)/ICC(A,1) against hand computation, Shrout & Fleiss's published example and an
+independent least-squares fit of the two-way model; kappa and Spearman against scikit-learn and scipy; the
+leave-one-out human ceiling, its bootstrap and its verdict."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+from sklearn.metrics import cohen_kappa_score
+
+from trustmh.agreement import (BELOW, INCONCLUSIVE, MARGIN, NO_CEILING, WITHIN, criterion_agreement, icc,
+                               icc_bootstrap, judge_and_ceiling, pair_stats)
+from trustmh.metrics import Table
+
+SCALE = (1, 2, 3, 4, 5)
+
+
+def test_icc_by_hand_two_raters():
+    # a = 1 2 3 4 5, b = 2 2 4 3 5. Row means 1.5 2 3.5 3.5 5, grand mean 3.1, column means 3.0 3.2.
+    # SS rows = 2 * (2.56 + 1.21 + 0.16 + 0.16 + 3.61) = 15.4 -> MSR = 3.85; SS cols = 5 * 0.02 = 0.1 -> MSC = 0.1;
+    # SS total = 16.9 -> SS error = 1.4 -> MSE = 0.35.
+    # ICC(C,1) = 3.5 / (3.85 + 0.35) = 5/6; ICC(A,1) = 3.5 / (4.2 + 2 * (0.1 - 0.35) / 5) = 35/41.
+    c1, a1 = icc(np.array([[1, 2], [2, 2], [3, 4], [4, 3], [5, 5]]))
+    assert float(c1) == pytest.approx(5 / 6, abs=1e-12)
+    assert float(a1) == pytest.approx(35 / 41, abs=1e-12)
+    # b = a + 1: perfect consistency, absolute agreement lowered by the offset: MSR = 10/3, MSC = 2, MSE = 0,
+    # ICC(A,1) = (10/3) / (10/3 + 2 * 2 / 4) = 10/13.
+    c1, a1 = icc(np.array([[1, 2], [2, 3], [3, 4], [4, 5]]))
+    assert float(c1) == pytest.approx(1.0) and float(a1) == pytest.approx(10 / 13, abs=1e-12)
+
+
+def test_icc_shrout_fleiss_published_example():
+    # Shrout & Fleiss (1979), Table 2: 6 targets x 4 judges; they publish ICC(3,1) = .71 (McGraw & Wong's
+    # ICC(C,1)) and ICC(2,1) = .29 (ICC(A,1)).
+    y = np.array([[9, 2, 5, 8], [6, 1, 3, 2], [8, 4, 6, 8], [7, 1, 2, 6], [10, 5, 6, 9], [6, 2, 4, 7]])
+    c1, a1 = icc(y)
+    assert round(float(c1), 2) == 0.71 and round(float(a1), 2) == 0.29
+
+
+def _icc_by_least_squares(y):
+    """The same ICCs from a least-squares fit of rating = target effect + rater effect (numpy lstsq), a
+    route that never forms the ANOVA sums the module uses."""
+    n, k = y.shape
+    design = np.zeros((n * k, n + k - 1))
+    for i in range(n):
+        for j in range(k):
+            design[i * k + j, i] = 1
+            if j:
+                design[i * k + j, n + j - 1] = 1
+    fit, *_ = np.linalg.lstsq(design, y.ravel(), rcond=None)
+    mse = ((y.ravel() - design @ fit) ** 2).sum() / ((n - 1) * (k - 1))
+    targets = fit[:n] + np.r_[0, fit[n:]].mean()
+    raters = np.r_[0, fit[n:]]
+    msr = k * targets.var(ddof=1)
+    msc = n * raters.var(ddof=1)
+    return (msr - mse) / (msr + (k - 1) * mse), (msr - mse) / (msr + (k - 1) * mse + k * (msc - mse) / n)
+
+
+def test_icc_matches_least_squares_fit_and_batches():
+    rng = np.random.default_rng(7)
+    block = np.clip(np.round(rng.normal(3, 1, size=(5, 30, 1)) + rng.normal(0, 0.8, size=(5, 30, 3))
+                             + np.array([0, 0.5, -0.3])), 1, 5)
+    c1, a1 = icc(block)
+    assert c1.shape == (5,)
+    for b in range(5):
+        ref_c1, ref_a1 = _icc_by_least_squares(block[b])
+        assert c1[b] == pytest.approx(ref_c1, abs=1e-10) and a1[b] == pytest.approx(ref_a1, abs=1e-10)
+    assert math.isnan(float(icc(np.full((4, 2), 3.0))[0]))  # no variance: undefined, not 0 or 1
+    assert math.isnan(float(icc(np.array([[1.0, 2.0]]))[1]))  # one target
+
+
+def test_pair_stats_match_sklearn_and_scipy_on_missing_ratings():
+    rng = np.random.default_rng(3)
+    a = rng.integers(1, 6, 80).astype(float)
+    b = np.clip(a + rng.integers(-1, 2, 80), 1, 5)
+    a[[3, 10]] = np.nan
+    b[[10, 20, 21]] = np.nan
+    ok = ~(np.isnan(a) | np.isnan(b))
+    s = pair_stats(a, b, SCALE)
+    assert s["kappa_quadratic"] == pytest.approx(
+        cohen_kappa_score(a[ok].astype(int), b[ok].astype(int), weights="quadratic"), abs=1e-12)
+    assert s["spearman"] == pytest.approx(spearmanr(a[ok], b[ok]).statistic, abs=1e-12)
+    ref_c1, ref_a1 = _icc_by_least_squares(np.column_stack([a[ok], b[ok]]))
+    assert s["icc_c1"] == pytest.approx(ref_c1, abs=1e-12) and s["icc_a1"] == pytest.approx(ref_a1, abs=1e-12)
+
+
+def _table(judge, raters):
+    n = len(judge)
+    rows = [{"judge": judge[i], **{f"rater:{r}": v[i] for r, v in raters.items()}} for i in range(n)]
+    return Table.from_rows(rows, [str(i) for i in range(n)])
+
+
+def test_leave_one_out_ceiling_by_hand():
+    h1 = np.array([1, 2, 3, 4, 5, 3.0])
+    h2 = np.array([2, 2, 4, 3, 5, np.nan])
+    h3 = np.array([1, 3, 3, 5, 4, 2.0])
+    judge = np.array([1, 2, 3, 4, 5, 1.0])  # H1's ratings, except the last item
+    got = judge_and_ceiling(_table(judge, {"H1": h1, "H2": h2, "H3": h3}), ["H1", "H2", "H3"], SCALE)
+    pair = {(x, y): pair_stats(u, v, SCALE) for (x, u), (y, v) in
+            [(("H1", h1), ("H2", h2)), (("H1", h1), ("H3", h3)), (("H2", h2), ("H3", h3))]}
+    for s in ("icc_c1", "icc_a1", "kappa_quadratic", "spearman"):
+        p12, p13, p23 = pair["H1", "H2"][s], pair["H1", "H3"][s], pair["H2", "H3"][s]
+        # H1 against the others: (p12 + p13) / 2; H2: (p12 + p23) / 2; H3: (p13 + p23) / 2; their mean.
+        assert got[f"ceiling.{s}"] == pytest.approx(((p12 + p13) / 2 + (p12 + p23) / 2 + (p13 + p23) / 2) / 3)
+        vs = [pair_stats(judge, h, SCALE)[s] for h in (h1, h2, h3)]
+        assert got[f"judge.{s}"] == pytest.approx(np.mean(vs))
+        assert got[f"diff.{s}"] == pytest.approx(got[f"judge.{s}"] - got[f"ceiling.{s}"])
+    # H2 vs H3 on 5 shared items by hand: H2 = 2 2 4 3 5, H3 = 1 3 3 5 4 -> Spearman from ranks
+    assert pair["H2", "H3"]["spearman"] == pytest.approx(spearmanr(h2[:5], h3[:5]).statistic)
+
+
+def _humans(seed, n=60, raters=("A", "B", "C"), noise=0.6):
+    rng = np.random.default_rng(seed)
+    truth = rng.normal(3, 1.1, n)
+    human = {f"i{i}": {r: float(np.clip(np.round(truth[i] + rng.normal(0, noise)), 1, 5)) for r in raters}
+             for i in range(n)}
+    return truth, human, rng
+
+
+def test_verdicts_within_below_inconclusive_and_no_ceiling():
+    truth, human, rng = _humans(11, n=150)
+    like_a_human = {i: float(np.clip(np.round(truth[k] + rng.normal(0, 0.6)), 1, 5)) for k, i in enumerate(human)}
+    random_judge = {i: float(rng.integers(1, 6)) for i in human}
+    good = criterion_agreement("empathy", human, like_a_human, SCALE, seed=0, n_boot=300)
+    bad = criterion_agreement("empathy", human, random_judge, SCALE, seed=0, n_boot=300)
+    assert set(good.verdicts.values()) == {WITHIN}
+    assert set(bad.verdicts.values()) == {BELOW}
+    for s in ("icc_c1", "icc_a1"):
+        lo, hi = bad.cis[f"diff.{s}"]
+        assert hi < 0 and lo <= bad.values[f"diff.{s}"] <= hi
+        lo, hi = good.cis[f"ceiling.{s}"]
+        assert lo <= good.values[f"ceiling.{s}"] <= hi
+    for s in ("icc_c1", "icc_a1"):  # "within": the whole interval of judge - ceiling is above -MARGIN
+        assert good.cis[f"diff.{s}"][0] >= -MARGIN and good.cis[f"diff.{s}"][1] >= 0
+    few = {i: human[i] for i in list(human)[:8]}  # the same judge on 8 items: too wide an interval to say
+    small = criterion_agreement("empathy", few, like_a_human, SCALE, seed=0, n_boot=300)
+    assert set(small.verdicts.values()) == {INCONCLUSIVE}
+    assert all(small.cis[f"diff.{s}"][0] < -MARGIN <= 0 <= small.cis[f"diff.{s}"][1] for s in small.verdicts)
+    one_rater = {i: {"A": v["A"]} for i, v in human.items()}
+    alone = criterion_agreement("empathy", one_rater, like_a_human, SCALE, seed=0, n_boot=100)
+    assert set(alone.verdicts.values()) == {NO_CEILING} and not math.isnan(alone.values["judge.icc_a1"])
+    # a judge failure leaves the item out of the judge's comparison only
+    partial = dict(list(like_a_human.items())[:100])
+    part = criterion_agreement("empathy", human, partial, SCALE, seed=0, n_boot=0)
+    assert part.n_items == 100 and set(part.verdicts.values()) == {INCONCLUSIVE}  # no interval, no verdict
+    assert part.values["ceiling.icc_a1"] == pytest.approx(good.values["ceiling.icc_a1"])
+
+
+def test_icc_bootstrap_is_seeded_and_keep_drops_out_of_range_resamples():
+    rng = np.random.default_rng(5)
+    y = np.column_stack([rng.normal(size=9), rng.normal(size=9)])  # unrelated: many negative ICCs
+    a = icc_bootstrap(y, seed=1, n_boot=500)
+    assert a == icc_bootstrap(y, seed=1, n_boot=500) and a != icc_bootstrap(y, seed=2, n_boot=500)
+    kept = icc_bootstrap(y, seed=1, n_boot=500, keep=(0.0, 1.0))
+    assert a["icc_c1"][0] < 0 <= kept["icc_c1"][0]
+    # by hand: the same resamples, filtered, then percentiles
+    picks = np.random.default_rng(1).integers(0, 9, size=(500, 9))
+    draws = np.array([float(icc(y[p])[0]) for p in picks])
+    draws = draws[(draws >= 0) & (draws <= 1)]
+    assert kept["icc_c1"] == pytest.approx((np.quantile(draws, 0.025), np.quantile(draws, 0.975)))
