@@ -33,6 +33,18 @@ def test_run_writes_report_next_to_results(tmp_path, capsys):
     assert "report:" in out and 'id="leaderboard"' in html and "ethics.reasoning" in html
 
 
+def test_report_command_says_how_far_it_got_and_how_big_the_page_is(tmp_path, capsys):
+    code, _, _ = cli(capsys, "run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
+                     "--out", tmp_path / "run", "--no-progress")
+    n = sum(1 for _ in (tmp_path / "run" / "samples.jsonl").open())
+    code, out, err = cli(capsys, "report", tmp_path / "run", "--samples-per-task", "2")
+    assert code == 0 and re.search(r"report: .*report\.html \(\d+\.\d MB\)", out)
+    assert f"report: {n} samples read" in err
+    assert "2 samples of" in (tmp_path / "run" / "report.html").read_text()
+    code, _, err = cli(capsys, "report", tmp_path / "run", "--samples-per-task", "0")
+    assert code == 2 and "--samples-per-task" in err
+
+
 def test_a_report_failure_never_loses_the_results(tmp_path, capsys, monkeypatch):
     import trustmh.report
 
@@ -114,7 +126,7 @@ def test_leaderboard_ties_by_interval_overlap_without_pairing(three_models):
 
 def test_lowest_scoring_samples_sort_first_and_are_kept_when_trimming(three_models):
     run, specs, _ = three_models
-    data = json.loads(JSON_BLOCK.search(render([run], paired=False)).group(1))
+    data = json.loads(JSON_BLOCK.search(render([run], paired=False, per_task=10**6)).group(1))
     sixty = data["entries"].index(specs[2])
     rows = [r for r in data["rows"] if r["e"] == sixty]
     # Accuracy is the mean of `correct`, so each sample's score is its own correctness.
@@ -204,7 +216,12 @@ def test_trimming_ranks_unanswered_samples_with_the_scored(tmp_path):
     ctx = build_context([run], paired=False, max_samples=2)
     kept = json.loads(str(ctx["samples_json"]))["rows"]
     assert len(kept) == ctx["n_rows"] == 2 < len(full) == ctx["n_total"]
-    assert kept == [r for r in full if r in kept]  # data order, page JSON unchanged by the trimming
+    # Data order, page JSON unchanged by the trimming but for the prompt index: only the kept rows'
+    # prompts are in the page, re-numbered.
+    prompts = json.loads(str(ctx["samples_json"]))["prompts"]
+    assert len(prompts) == len({r["p"] for r in kept}) and sorted({r["p"] for r in kept}) == list(range(len(prompts)))
+    assert [dict(r, p=None) for r in kept] == [dict(r, p=None) for r in full if dict(r, p=None) in
+                                               [dict(k, p=None) for k in kept]]
 
 
 def test_the_sample_block_streams_as_it_would_be_written_whole(tmp_path, monkeypatch):
@@ -226,3 +243,31 @@ def test_the_sample_block_streams_as_it_would_be_written_whole(tmp_path, monkeyp
     out = write_report([run], tmp_path / "r.html", paired=False)
     assert out.read_text(encoding="utf-8") == render([run], paired=False)
     assert not list(tmp_path.glob("r.html.*.tmp"))
+
+
+def test_the_page_keeps_the_worst_of_each_task_within_its_byte_budget_and_no_other_prompt(three_models):
+    run, specs, _ = three_models
+    full = json.loads(JSON_BLOCK.search(render([run], paired=False, per_task=10**6)).group(1))
+    ctx = build_context([run], paired=False, per_task=10)
+    page = json.loads(str(ctx["samples_json"]))
+    # The 10 worst of each model: the one-off model's single miss and the sixty model's misses come first.
+    by_model = {e: [r for r in page["rows"] if r["e"] == e] for e in range(3)}
+    assert [len(v) for v in by_model.values()] == [10, 10, 10]
+    sixty = page["entries"].index(specs[2])
+    assert all(r["s"] == 0 for r in by_model[sixty])
+    one_off = page["entries"].index(specs[1])
+    assert sorted(r["s"] for r in by_model[one_off])[0] == 0
+    # A byte budget: the block is under it, still spread over every model, and holds only the prompts of
+    # the rows it keeps (the prompt of a dropped row is nowhere in the page).
+    budget = 12_000
+    html = render([run], paired=False, max_bytes=budget)
+    block = JSON_BLOCK.search(html).group(1)
+    small = json.loads(block)
+    assert len(block.encode("utf-8")) <= budget and {r["e"] for r in small["rows"]} == {0, 1, 2}
+    kept_ids = {r["id"] for r in small["rows"]}
+    dropped = {full["prompts"][r["p"]][0]["content"] for r in full["rows"] if r["id"] not in kept_ids}
+    assert dropped and len(small["prompts"]) == len(kept_ids)
+    from trustmh.report.drilldown import script_json
+    assert not any(script_json(text)[1:-1] in block for text in dropped)
+    assert all(script_json(m["content"])[1:-1] in block for m in small["prompts"][0])  # the check can fail
+    assert ctx["n_total"] == len(full["rows"]) and f"of {ctx['n_total']}" in html and "trustmh view" in html

@@ -115,3 +115,65 @@ def test_the_marker_check_detects_running_script(chromium, tmp_path):
         return True
 
     assert run_page(chromium, bad, check)
+
+
+def test_view_pages_filters_and_searches_in_chromium(chromium, report):
+    """`trustmh view`'s page on its loopback server: pages, filters by model, task and outcome, searches,
+    opens a sample whose reply is a script injection as text; no console error, no outside request."""
+    import threading
+    from trustmh.report.viewer import make_server
+    path, per_model, n_ethics = report
+    total = 2 * per_model
+    server = make_server([load_run(path.parent)], 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    outside = []
+
+    def check(tab):
+        page = tab.page
+        page.on("request", lambda r: None if r.url.startswith(base) else outside.append(r.url))
+        page.goto(base + f"?size={PAGE_SIZE}")
+        ready = page.locator("body[data-ready='1']")
+        ready.wait_for(state="attached")
+        pages = -(-total // PAGE_SIZE)
+        assert page.locator("#v-rows tr.sample").count() == PAGE_SIZE
+        assert page.text_content("#page-info") == f"page 1 of {pages}"
+        assert page.text_content("#f-count") == f"{total} of {total} samples"
+        def shown():
+            return list(zip(texts(page, "#v-rows tr.sample td:nth-child(3)"),
+                            texts(page, "#v-rows tr.sample td:nth-child(5)")))
+        first = shown()
+        page.click("#next")
+        expect(page.locator("#page-info")).to_have_text(f"page 2 of {pages}")
+        assert len(shown()) == PAGE_SIZE and not set(shown()) & set(first)
+
+        page.select_option("#f-model", label="baseline/counselor")
+        expect(page.locator("#f-count")).to_have_text(f"{per_model} of {total} samples")
+        assert set(texts(page, "#v-rows tr.sample td:nth-child(3)")) == {"baseline/counselor"}
+        page.select_option("#f-task", label="ethics.reasoning")
+        expect(page.locator("#f-count")).to_have_text(f"{n_ethics} of {total} samples")
+        assert set(texts(page, "#v-rows tr.sample td:nth-child(4)")) == {"ethics.reasoning"}
+        page.select_option("#f-status", "error")
+        expect(page.locator("#f-count")).to_have_text(f"0 of {total} samples")
+        assert page.text_content("#v-rows") == "no sample matches"
+        page.select_option("#f-status", "")
+        page.select_option("#f-model", "")
+        page.select_option("#f-task", "")
+
+        page.fill("#f-search", "__pwned")
+        expect(page.locator("#f-count")).to_have_text(f"1 of {total} samples")
+        page.click("#v-rows tr.sample")
+        page.locator("#v-rows tr.sample[data-opened='1']").wait_for()
+        assert page.text_content("#v-rows .detail pre.reply") == EVIL
+        assert page.evaluate("typeof window.__pwned") == "undefined"
+        assert page.locator("#samples img, #samples a[href], #samples script").count() == 0
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=ARTIFACTS / "view.png", full_page=True)
+        assert tab.errors == [] and outside == []
+
+    try:
+        with chromium_tab(chromium) as tab:
+            check(tab)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -245,9 +245,10 @@ def _leaderboard(results) -> None:
               markup=False, highlight=False, soft_wrap=True)
 
 
-def _dry_run(spec, run_dir: Path) -> None:
+def _dry_run(spec, run_dir: Path, prices=None) -> None:
     """Per task, the calls `run` would make (stored ones left out) and their estimated size, then one line
-    per model and each reason a task cannot run, once."""
+    per model and each reason a task cannot run, once; then per model and judge their estimated cost
+    (`prices`: a prices.PriceTable)."""
     from ..engine import context, prepare
     from ..engine.plan import CHARS_PER_TOKEN, PLAN_ITEMS, plan
     ctx = context(spec)
@@ -292,6 +293,33 @@ def _dry_run(spec, run_dir: Path) -> None:
               f"judge calls assume every reply is judged and judge prompts leave out the reply's text; "
               f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
               markup=False, highlight=False)
+    _cost_table(rows, spec, prices)
+
+
+def _cost_table(rows, spec, prices=None) -> None:
+    """The plan's estimated cost per tested model and judge, and the total, from the price table."""
+    from ..prices import DEFAULT_COMPLETION_TOKENS, load_prices, plan_costs, total_cost
+    table_of = prices or load_prices()
+    lines = plan_costs(rows, spec, table_of)
+    table = RichTable(title="ESTIMATED cost (list prices, token estimates; not a bill)", title_justify="left")
+    for col in ("", "spec", "calls", "~prompt tokens", "~completion tokens", "USD / M in, out", "~USD"):
+        table.add_column(col, justify="left" if col in ("", "spec") else "right")
+    for line in lines:
+        price = line.price
+        shown = "no price" if price is None else ("local: free" if price.source == "local" else
+                                                  f"{price.input_per_mtok:g}, {price.output_per_mtok:g}")
+        table.add_row(line.role, escape(line.spec), str(line.calls), str(line.prompt_tokens),
+                      str(line.completion_tokens), shown, "?" if line.cost is None else f"{line.cost:.2f}")
+    total, unpriced = total_cost(lines)
+    table.add_row("total", "", str(sum(x.calls for x in lines)), str(sum(x.prompt_tokens for x in lines)),
+                  str(sum(x.completion_tokens for x in lines)), "",
+                  f"{total:.2f}" + ("+?" if unpriced else ""), style="bold")
+    out.print(table)
+    note = (f"estimated total: ${total:.2f}" + (f" plus the calls of {', '.join(x.spec for x in unpriced)}, which "
+                                                f"have no price (add them with --prices FILE.toml)" if unpriced else "")
+            + f". Prices: {table_of.label()}. Completion tokens: the request's max_tokens where a task sets one "
+              f"(an upper bound), else {DEFAULT_COMPLETION_TOKENS} a reply.")
+    out.print(note, markup=False, highlight=False, soft_wrap=True)
 
 
 def _write_report(run_dir: Path) -> None:

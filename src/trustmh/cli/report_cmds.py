@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -23,6 +24,10 @@ def report_cmd(
                                           help="HTML file (default: RUN/report.html for one run, else report.html)."),
     samples: bool = typer.Option(True, help="Include the per-sample drill-down."),
     max_samples: int = typer.Option(50_000, help="Most samples embedded (the lowest-scoring of each model and task)."),
+    samples_per_task: int = typer.Option(100, help="Most samples embedded per model and task: its lowest-scoring "
+                                                   "(`trustmh view` pages through all of them)."),
+    sample_mb: float = typer.Option(20.0, help="Most megabytes of sample data embedded (spread evenly over the "
+                                               "models and tasks), so that the page opens in a browser."),
     page_size: int = typer.Option(50, help="Samples per page in the drill-down (0: all on one page)."),
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
@@ -38,6 +43,10 @@ def report_cmd(
     _load_plugins(include)
     if fmt not in ("html", "csv", "markdown"):
         raise UserError(f"--format must be html, csv or markdown, not '{fmt}'")
+    if samples_per_task < 1 or max_samples < 1:
+        raise UserError("--samples-per-task and --max-samples must be at least 1")
+    if not 0 < sample_mb < 1e6:
+        raise UserError("--sample-mb must be a positive number of megabytes")
     groups = _groups(group)
     loaded = [load_run(r) for r in runs]
     if fmt != "html":
@@ -45,10 +54,46 @@ def report_cmd(
         return
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
     check_output_target(target, [r.dir for r in loaded], "-o")  # never a run's own file, a link or a device
-    path = _with_progress(lambda progress: write_report(
-        loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size, paired=paired,
-        groups=groups, progress=progress))
-    out.print(f"report: {path}")
+    read, t0 = [0], time.perf_counter()
+
+    def work(progress):
+        def both(done: int, total: int | None, label: str) -> None:
+            if label == "reading samples":
+                read[0] = done
+            progress(done, total, label)
+        return write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
+                            paired=paired, groups=groups, progress=both, per_task=samples_per_task,
+                            max_bytes=int(sample_mb * 1e6))
+    path = _with_progress(work)
+    err.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
+              markup=False, highlight=False)
+    out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+@app.command("view")
+def view_cmd(
+    runs: list[Path] = typer.Argument(..., help="Run directories (or their results.json); several are merged."),
+    port: int = typer.Option(7575, help="Port on 127.0.0.1 (0: any free one)."),
+    include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+) -> None:
+    """Page through every sample of runs in a browser: a read-only server on 127.0.0.1 (filter by model, task,
+    outcome; search), reading the runs' own files. Ctrl-C stops it."""
+    from ..compare import load_run
+    from ..report.viewer import make_server
+    _load_plugins(include)
+    if not 0 <= port <= 65535:
+        raise UserError("--port must be 0 to 65535")
+    loaded = [load_run(r) for r in runs]
+    server = make_server(loaded, port)
+    index = server.RequestHandlerClass.index
+    out.print(f"trustmh view: {len(index.rows)} samples at http://127.0.0.1:{server.server_address[1]}/ "
+              f"(read-only, this machine only; Ctrl-C stops it)", markup=False, highlight=False)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 def _groups(pairs: list[str]) -> dict[str, str]:

@@ -123,7 +123,16 @@ def run_cmd(
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the model and judge calls this run would make "
                                                           "(minus those stored in --out) with an estimate of their "
-                                                          "prompt tokens, and exit without calling anything."),
+                                                          "tokens and cost per model and judge, and exit without "
+                                                          "calling anything."),
+    prices: Optional[Path] = typer.Option(
+        None, "--prices", help="A TOML price table ([models.\"SPEC\"] input_per_mtok, output_per_mtok: USD per "
+                               "million tokens) over trustmh's shipped one (list prices of a stated date); for "
+                               "--dry-run and --max-cost estimates."),
+    max_cost: Optional[float] = typer.Option(
+        None, "--max-cost", help="Stop before the estimated spend of this invocation would pass this many USD "
+                                 "(stored calls cost nothing): exit 2 with what was spent and what remains; "
+                                 "rerun the same command to continue."),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
     _load_plugins(include)
@@ -214,14 +223,22 @@ def run_cmd(
         from ..judges.hf_classifier import parse_spec
         parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
         spec.options["refusal_classifier"] = refusal_classifier
+    from ..prices import load_prices
+    table = load_prices(prices) if prices is not None or max_cost is not None or dry_run else None
     if dry_run:
-        _dry_run(spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())
+        _dry_run(spec, Path(out_dir) if out_dir else runs_dir / spec.run_id(), table)
         return
+    limits = _limits(max_connections, timeout, max_retries, batch_size)
+    if max_cost is not None:
+        limits.budget = _budget(spec, max_cost, table, executor)
+    from ..engine.budget import BudgetStop, stop_message
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
-                                           limits=_limits(max_connections, timeout, max_retries, batch_size),
-                                           executor=chosen_executor, force=force, events=view)
+                                           limits=limits, executor=chosen_executor, force=force, events=view)
+    except BudgetStop as stop:
+        raise UserError(stop_message(stop.budget, spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())) \
+            from None
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
         raise typer.Exit(130)
@@ -247,6 +264,19 @@ def _methods_exit(results) -> None:
                         f"({', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}): run `trustmh data pull "
                         f"methods` (or `trustmh data pull --from DIR` with a copy holding methods/, or pass "
                         f"--methods-dir DIR), then the same command again")
+
+
+def _budget(spec, max_cost: float, table, executor: str):
+    """--max-cost: a spend cap every endpoint checks before it sends a call (engine/budget.py)."""
+    import math
+    from ..engine.budget import Budget
+    from ..prices import check_priced
+    if not (math.isfinite(max_cost) and max_cost > 0):
+        raise UserError(f"--max-cost must be a positive number of USD, not {max_cost}")
+    if executor != "local":
+        raise UserError("--max-cost works with the local executor only (Ray workers spend out of its sight)")
+    check_priced([*spec.models, spec.judge, spec.options.get("proxy_judge", "")], table)
+    return Budget(max_cost, table)
 
 
 def _check_share(share: float, flag: str = "--max-failed") -> None:

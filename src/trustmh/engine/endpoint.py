@@ -106,8 +106,11 @@ class Endpoint:
         shared = self.pending.get(key)
         if shared is not None:
             return await shared
+        budget = self.limits.budget  # --max-cost: the call's estimated cost is reserved before it leaves
+        held = await budget.reserve(self.model.spec, request) if budget is not None else 0.0
         # A plain future, not a task per call: the caller does the work itself (one scheduling hop less).
         fut = self.pending[key] = asyncio.get_running_loop().create_future()
+        resp = None
         try:
             resp = await self._call(request, key)
         except asyncio.CancelledError:
@@ -120,6 +123,8 @@ class Endpoint:
             raise
         finally:
             del self.pending[key]
+            if budget is not None:
+                budget.settle(self.model.spec, request, held, resp)
         if not fut.done():
             fut.set_result(resp)
         return resp

@@ -13,10 +13,11 @@ share (robustness and its base task) is still counted once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.methods import MethodError
+from ..prices import completion_tokens
 from ..store import Store
 from ..tasks import RunContext
 from .collect import judge_ids as role_endpoints
@@ -40,6 +41,10 @@ class PlanRow:
     judge_tokens: int
     note: str = ""
     estimated: bool = False  # scaled up from PLAN_ITEMS of the task's items (see the module's docstring)
+    # For the cost estimate (prices.plan_costs): completion tokens the model calls would return, and the
+    # judge calls by rubric role ("llm", "proxy") as [calls, prompt tokens, completion tokens].
+    model_completion: int = 0
+    by_role: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _tokens(messages: list[dict[str, str]]) -> int:
@@ -63,8 +68,10 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
                     continue
                 row = _task_row(spec, ctx, p, model_spec, model_id, judge_ids, store, seen)
                 if scale != 1.0:
-                    for name in ("samples", "model_calls", "model_tokens", "judge_calls", "judge_tokens"):
+                    for name in ("samples", "model_calls", "model_tokens", "judge_calls", "judge_tokens",
+                                 "model_completion"):
                         setattr(row, name, round(getattr(row, name) * scale))
+                    row.by_role = {role: [round(x * scale) for x in v] for role, v in row.by_role.items()}
                     row.estimated = True
                 rows.append(row)
     finally:
@@ -104,6 +111,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             seen.add(key)
             row.model_calls += 1
             row.model_tokens += _tokens(req.messages)
+            row.model_completion += completion_tokens(req.params)
     llm = {r.name: r for r in p.task.active_rubrics(ctx) if r.role in judge_ids}
     if not llm:
         return row
@@ -116,10 +124,15 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             if name not in llm:
                 continue
             exact = p.task.judge_params(llm[name], ctx)
-            jkey = judge_request(sample, messages, spec, name, exact).cache_key(judge_ids[llm[name].role])
+            jreq = judge_request(sample, messages, spec, name, exact)
+            jkey = jreq.cache_key(judge_ids[llm[name].role])
             if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
                 continue
             seen.add(jkey)
             row.judge_calls += 1
             row.judge_tokens += _tokens(messages)
+            by_role = row.by_role.setdefault(llm[name].role, [0, 0, 0])
+            by_role[0] += 1
+            by_role[1] += _tokens(messages)
+            by_role[2] += completion_tokens(jreq.params)
     return row

@@ -1,11 +1,14 @@
 """The report's sample drill-down data: every run's samples.jsonl streamed into compact rows (prompts
 de-duplicated), each row given a worst-first sort key where one reply has a score of its own, gold x
-prediction counts for categorical tasks, and the rows trimmed to a cap keeping the worst of each task.
+prediction counts for categorical tasks, and a bounded sample of the rows kept for the page: the worst of
+each model and task, at most `per_task` of them and `max_bytes` of page JSON in all (rows and the prompts
+they show). `trustmh view` (report/viewer.py) pages through every sample from the run's own files.
 
 A large run's rows are never held in memory: one pass over samples.jsonl writes each prompt and row as
-page-ready JSON to temporary spool files and keeps only what the sort keys, the trimming and the
+page-ready JSON to temporary spool files and keeps only what the sort keys, the sampling and the
 confusion counts need (a few numbers per row); `SampleSet.json_chunks` then streams the page's JSON
-block from the spools. The chunks join to exactly `script_json` of the whole payload."""
+block from the spools, with only the prompts of the rows kept. The chunks join to exactly `script_json`
+of the whole payload."""
 
 from __future__ import annotations
 
@@ -15,12 +18,14 @@ import math
 import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterator
+from typing import IO, Any, Callable, Iterator
 
 from ..compare import Entry
 from .leaderboard import TaskMeta
 
-TEXT_CAP = 20_000  # characters of one text field kept in the page; samples.jsonl has the rest
+TEXT_CAP = 4_000  # characters of one text field kept in the page; samples.jsonl (and `trustmh view`) has the rest
+PER_TASK = 100  # rows kept per model and task: the worst ones
+MAX_BYTES = 20_000_000  # page JSON of the kept rows and their prompts: the page stays well under 25 MB
 _NOT_CATEGORY = object()  # a (target, parsed) pair that cannot be a cell of a confusion matrix
 
 
@@ -53,12 +58,15 @@ def script_json(obj: Any) -> str:
 
 @dataclass(slots=True)
 class _Row:
-    """What a row's sort key and trimming need; its page JSON (without the key) waits in the spool."""
+    """What a row's sort key and sampling need; its page JSON (without the prompt index and the key)
+    waits in the spool."""
 
     e: int
     t: int
     pv: Any
     st: str
+    p: int = 0  # its prompt
+    size: int = 0  # bytes of its page JSON
     s: float | None = None
 
 
@@ -71,23 +79,35 @@ class SampleSet:
     confusion: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
     rows: list[_Row] = field(default_factory=list)
     kept: list[bool] | None = None  # None: every row
-    n_prompts: int = 0
+    prompt_at: list[tuple[int, int]] = field(default_factory=list)  # prompt -> (offset, length) in its spool
     prompt_spool: IO[bytes] | None = None  # page JSON, UTF-8, a line each
     row_spool: IO[bytes] | None = None
+
+    @property
+    def n_prompts(self) -> int:
+        return len(self.prompt_at)
 
     @property
     def n_rows(self) -> int:
         return len(self.rows) if self.kept is None else sum(self.kept)
 
+    def _kept_prompts(self) -> list[int]:
+        """The prompts the kept rows show, in order of first use: the page holds no other."""
+        used = dict.fromkeys(r.p for i, r in enumerate(self.rows) if self.kept is None or self.kept[i])
+        return list(used)
+
     def json_chunks(self, head: dict[str, Any]) -> Iterator[bytes]:
-        """The page's JSON block in UTF-8: `head` (entries, tasks), then "prompts" and "rows" from the
-        spools, copied as they are."""
+        """The page's JSON block in UTF-8: `head` (entries, tasks), then "prompts" (those of the kept rows,
+        re-numbered) and "rows" from the spools."""
         text = script_json(head)
         yield (text[:-1] + (',"prompts":[' if head else '{"prompts":[')).encode("utf-8")
+        renumber: dict[int, int] = {}
         if self.prompt_spool is not None:
-            self.prompt_spool.seek(0)
-            for i, line in enumerate(self.prompt_spool):
-                yield (b"," + line[:-1]) if i else line[:-1]
+            for new, old in enumerate(self._kept_prompts()):
+                renumber[old] = new
+                offset, length = self.prompt_at[old]
+                self.prompt_spool.seek(offset)
+                yield (b"," if new else b"") + self.prompt_spool.read(length)
         yield b'],"rows":['
         if self.row_spool is not None:
             self.row_spool.seek(0)
@@ -95,8 +115,9 @@ class SampleSet:
             for i, line in enumerate(self.row_spool):
                 if self.kept is not None and not self.kept[i]:
                     continue
-                s = self.rows[i].s
-                yield (b"" if first else b",") + line[:-1] + (b"null" if s is None else repr(s).encode()) + b"}"
+                r = self.rows[i]
+                yield ((b"" if first else b",") + line[:-1] + b'"p":' + str(renumber[r.p]).encode()
+                       + b',"s":' + (b"null" if r.s is None else repr(r.s).encode()) + b"}")
                 first = False
         yield b"]}"
 
@@ -108,7 +129,7 @@ class SampleSet:
 
 def cap(text: Any) -> Any:
     if isinstance(text, str) and len(text) > TEXT_CAP:
-        return text[:TEXT_CAP] + f"… [{len(text) - TEXT_CAP} more characters in samples.jsonl]"
+        return text[:TEXT_CAP] + f"… [{len(text) - TEXT_CAP} more characters: `trustmh view` shows them]"
     return text
 
 
@@ -138,15 +159,51 @@ def _prompt_key(messages: Any) -> bytes:
     return h.digest()
 
 
-def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: list[str],
-                    max_samples: int) -> SampleSet:
-    """Stream every run's samples.jsonl into the page's rows, then give each row a sort key."""
+def row_status(rec: dict[str, Any], primary: str | None) -> tuple[str, Any]:
+    """A sample's outcome (ok, no_answer: scored against the model, unscored, error) and its primary value."""
+    values = rec.get("values") or {}
+    if rec.get("error"):
+        status = "error"
+    elif (primary is not None and primary not in values) or (primary is None and not values):
+        status = "unscored"
+    else:
+        status = "no_answer" if rec.get("no_answer") else "ok"
+    pv = values.get(primary) if primary else None
+    return status, pv if isinstance(pv, (int, float)) and not isinstance(pv, bool) else None
+
+
+def page_row(rec: dict[str, Any], status: str, pv: Any) -> dict[str, Any]:
+    """A sample as the page shows it (texts capped), without its prompt, which goes apart."""
+    judge = rec.get("judge") or {}
+    notes = [str(n) for n in rec.get("notes") or []] + [f"{k.replace('_', ' ')}: {rec[k]}"
+                                                         for k in ("no_answer", "judge_failed") if rec.get(k)]
+    return {"id": str(rec.get("item_id")), "v": str(rec.get("variant") or ""), "tg": cap(rec.get("target")),
+            "r": cap(rec.get("response")), "j": cap(judge.get("text")), "jr": cap(judge.get("reason")),
+            "pa": cap(rec.get("parsed")), "va": rec.get("values") or {}, "un": rec.get("unscored") or {},
+            "er": rec.get("error"), "no": notes, "lb": rec.get("labels") or {}, "st": status, "pv": pv}
+
+
+def page_prompt(messages: Any) -> list[dict[str, Any]]:
+    return [{"role": str(m.get("role", "")), "content": cap(m.get("content"))} if isinstance(m, dict)
+            else {"role": "", "content": cap(str(m))} for m in (messages if isinstance(messages, list) else [])]
+
+
+Progress = Callable[[int, "int | None", str], None]  # (done, total, label), as the leaderboard's
+
+
+def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: list[str], max_samples: int,
+                    *, per_task: int = PER_TASK, max_bytes: int = MAX_BYTES,
+                    progress: Progress | None = None) -> SampleSet:
+    """Stream every run's samples.jsonl into the page's rows, give each row a sort key, keep a bounded
+    sample of them (the worst of each model and task)."""
     ss = SampleSet(prompt_spool=_spool(), row_spool=_spool())
     prompt_index: dict[bytes, int] = {}  # digest of the prompt's JSON -> its index: the texts stay on disk
     by_run_model = {(str(e.run.dir), e.model): i for i, e in enumerate(ents)}
     tindex = {t: k for k, t in enumerate(task_ids)}
     pairs: dict[tuple[int, str], list[Any]] = defaultdict(list)  # (entry, task) -> (target, parsed)
+    expected = sum(t.n_samples or 0 for e in ents for t in e.result.tasks.values()) or None
     seen_runs = set()
+    at = 0  # the prompt spool's length
     for e in ents:
         if str(e.run.dir) in seen_runs:
             continue
@@ -157,44 +214,32 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
             if ei is None or task not in tindex:
                 continue
             ss.total += 1
+            if progress is not None and ss.total % 5000 == 0:
+                progress(ss.total, expected, "reading samples")
             digest = _prompt_key(rec.get("messages"))
             p = prompt_index.get(digest)
             if p is None:
                 p = prompt_index[digest] = ss.n_prompts
-                ss.n_prompts += 1
-                ss.prompt_spool.write((script_json(
-                    [{"role": str(m.get("role", "")), "content": cap(m.get("content"))}
-                     if isinstance(m, dict) else {"role": "", "content": cap(str(m))}
-                     for m in (rec.get("messages") or [])]) + "\n").encode("utf-8"))
-            meta = metas[task]
-            values = rec.get("values") or {}
-            judge = rec.get("judge") or {}
-            error = rec.get("error")
-            primary = meta.primary_value
-            if error:
-                status = "error"
-            elif (primary is not None and primary not in values) or (primary is None and not values):
-                status = "unscored"
-            else:
-                status = "no_answer" if rec.get("no_answer") else "ok"  # scored, against the model
-            notes = (rec.get("notes") or []) + [f"{k.replace('_', ' ')}: {rec[k]}" for k in ("no_answer", "judge_failed")
-                                                if rec.get(k)]
-            pv = values.get(primary) if primary else None
-            row = {"e": ei, "t": tindex[task], "id": str(rec.get("item_id")), "v": rec.get("variant") or "",
-                   "p": p, "tg": cap(rec.get("target")), "r": cap(rec.get("response")),
-                   "j": cap(judge.get("text")), "jr": judge.get("reason"), "pa": cap(rec.get("parsed")),
-                   "va": values, "un": rec.get("unscored") or {}, "er": error, "no": notes,
-                   "lb": rec.get("labels") or {}, "st": status, "pv": pv}
-            # "s" (the sort key) is the row's last field, known once every row is read: spooled without it.
-            ss.row_spool.write((script_json(row)[:-1] + ',"s":\n').encode("utf-8"))
-            ss.rows.append(_Row(ei, tindex[task], pv, status))
-            if not error:
+                blob = script_json(page_prompt(rec.get("messages"))).encode("utf-8")
+                ss.prompt_spool.write(blob)
+                ss.prompt_at.append((at, len(blob)))
+                at += len(blob)
+            status, pv = row_status(rec, metas[task].primary_value)
+            row = {"e": ei, "t": tindex[task], **page_row(rec, status, pv)}
+            # "p" and "s" (the sort key) end the row, known once every row is read: spooled without them.
+            line = (script_json(row)[:-1] + ",\n").encode("utf-8")
+            ss.row_spool.write(line)
+            ss.rows.append(_Row(ei, tindex[task], pv, status, p, len(line) + 24))
+            if not rec.get("error"):
                 target, parsed = rec.get("target"), rec.get("parsed")
                 pairs[(ei, task)].append((target, parsed) if _scalar(target) and _scalar(parsed) else _NOT_CATEGORY)
+    if progress is not None:
+        progress(ss.total, ss.total, "reading samples")
     _sort_keys(ss.rows, ents, metas, task_ids)
     ss.confusion = _confusions(pairs)
-    if len(ss.rows) > max_samples:
-        ss.kept = _trim(ss.rows, max_samples)
+    kept = _sample(ss.rows, [length for _, length in ss.prompt_at], min(per_task, max(1, max_samples)),
+                   max_samples, max_bytes)
+    ss.kept = None if all(kept) else kept
     return ss
 
 
@@ -238,16 +283,47 @@ def _confusions(pairs) -> dict[tuple[int, str], dict[str, Any]]:
     return out
 
 
-def _trim(rows: list[_Row], limit: int) -> list[bool]:
-    """Keep the lowest-scoring rows of every (model, task) in proportion, then the rest in data order."""
+def _sample(rows: list[_Row], prompt_sizes: list[int], per_task: int, max_rows: int, max_bytes: int) -> list[bool]:
+    """Which rows the page keeps: of every (model, task), its worst rows first, at most `per_task` and an
+    equal share of `max_rows`; then as many of those as `max_bytes` allows, spread evenly over the tasks
+    (a level that each task's rows, taken worst first, may fill; a row too big to fit is passed over). A
+    prompt's bytes count once on the page: while choosing, each row bears its share of its prompt."""
     buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
+    uses: Counter = Counter()
     for i, r in enumerate(rows):
         buckets[(r.e, r.t)].append(i)
-    share = max(1, limit // len(buckets))
+        uses[r.p] += 1
+    if not buckets:
+        return []
+    share = max(1, min(per_task, max_rows // len(buckets)))
+    ranked = [sorted(members, key=lambda i: _worst_first(rows[i]))[:share] for members in buckets.values()]
+    cost = {i: rows[i].size + prompt_sizes[rows[i].p] / uses[rows[i].p] for members in ranked for i in members}
+
+    def fill(level: float) -> list[int]:
+        taken = []
+        for members in ranked:
+            used = 0.0
+            for i in members:
+                if used + cost[i] <= level:
+                    used += cost[i]
+                    taken.append(i)
+        return taken
+
+    def page_bytes(taken: list[int]) -> int:
+        return sum(rows[i].size for i in taken) + sum(prompt_sizes[p] for p in {rows[i].p for i in taken})
+
+    budget = float(max_bytes)
+    taken = fill(float("inf"))
+    while page_bytes(taken) > max_bytes:  # exact bytes (each prompt once) over the budget: a lower level
+        lo, hi = 0.0, max(sum(cost[i] for i in members) for members in ranked)
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if sum(cost[i] for i in fill(mid)) <= budget else (lo, mid)
+        taken = fill(lo)
+        budget *= 0.9  # the shares were estimates of the prompts' bytes: tighten until the exact sum fits
     kept = [False] * len(rows)
-    for members in buckets.values():
-        for i in sorted(members, key=lambda i: _worst_first(rows[i]))[:share]:
-            kept[i] = True
+    for i in taken:
+        kept[i] = True
     return kept
 
 

@@ -22,7 +22,7 @@ from markupsafe import Markup
 from ..compare import Comparison, Run, entries, load_run
 from .breakdowns import group_scale, task_groups
 from .charts import PALETTE, radar_svg, whisker_svg
-from .drilldown import SampleSet, collect_samples
+from .drilldown import MAX_BYTES, PER_TASK, SampleSet, collect_samples
 from .leaderboard import leaderboard, rank_table, task_meta
 
 HERE = Path(__file__).parent
@@ -36,9 +36,12 @@ def fmt(v: float | None, digits: int = 3) -> str:
 
 def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, page_size: int = 50,
              paired: bool = True, n_boot: int = 200, max_samples: int = 50_000,
-             include_samples: bool = True, groups: dict[str, str] | None = None, progress=None
-             ) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
-    """The page's context without its sample JSON block, the drill-down (spooled), and the block's head."""
+             include_samples: bool = True, groups: dict[str, str] | None = None, progress=None,
+             per_task: int = PER_TASK, max_bytes: int = MAX_BYTES) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
+    """The page's context without its sample JSON block, the drill-down (spooled), and the block's head.
+    The drill-down keeps the worst `per_task` samples of each model and task within `max_bytes` of page
+    JSON; `progress(done, total, label)` is told of each paired comparison and of how far reading the
+    samples has got (label "reading samples")."""
     from ..pillars import EVIDENCE_LEVELS, PILLAR_NAMES, PILLAR_PLAIN, judge_mark
     from ..tasks import PILLARS
     ents = entries(runs, groups)
@@ -53,7 +56,8 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     radar = radar_svg(axes, [(e.label, colors[i], [board.cells[(i, p)].score if p in pillars else None for p in axes],
                               [bool(board.cells[(i, p)].partial) if p in pillars else False for p in axes])
                              for i, e in enumerate(ents)])
-    ss = collect_samples(ents, metas, task_ids, max_samples) if include_samples else SampleSet()
+    ss = collect_samples(ents, metas, task_ids, max_samples, per_task=per_task, max_bytes=max_bytes,
+                         progress=progress) if include_samples else SampleSet()
     head = {"entries": [e.label for e in ents], "words": VALUE_WORDS,
             "tasks": [{"id": t, "metric": metas[t].metric, "primary": metas[t].primary_value,
                        "hib": metas[t].higher_is_better} for t in task_ids]}

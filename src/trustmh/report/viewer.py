@@ -1,0 +1,333 @@
+"""`trustmh view RUN...`: every sample of one or more runs, paged from the runs' own files by a small
+read-only web server on 127.0.0.1 (report.html keeps only a bounded sample of them), as `inspect view`
+serves inspect_ai logs.
+
+At start one pass over each samples.jsonl records, per sample, where its line is (offset, length), its
+model, task, outcome and worst-first sort key (the report's own rules, report/drilldown.py); nothing else
+is kept in memory. A page of rows, a filter or a search reads the lines it needs back from the file.
+
+The run folder is treated as hostile, as everywhere in trustmh: only regular files are read, a line over
+MAX_LINE bytes or one that is not a sample record is counted and left out (never parsed), every text
+sent to the page is capped and shown by the page with textContent only. The server answers GET on a
+fixed set of routes: a URL names a sample by its number, never a file, so nothing outside the runs'
+samples.jsonl can be reached. It binds 127.0.0.1 only and answers only requests whose Host is that
+address (a page on another site cannot reach it through DNS rebinding); its page fetches nothing but
+its own API (Content-Security-Policy), and it writes nothing anywhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from ..compare import Run, entries
+from ..errors import UserError
+from .drilldown import _Row, _sort_keys, _worst_first, page_prompt, page_row, row_status
+from .leaderboard import task_meta
+
+HERE = Path(__file__).parent
+MAX_LINE = 16 * 1024 * 1024  # a sample's line in samples.jsonl; longer ones are left out, counted
+MAX_SAMPLES = 20_000_000  # lines indexed per run
+TEXT_LIMIT = 200_000  # characters of one text field sent to the page
+PAGE_MAX = 200
+QUERY_MAX = 200
+STATUSES = ("ok", "no_answer", "unscored", "error")
+
+
+@dataclass
+class Index:
+    """Where every sample of the runs is, with what filtering and ordering need."""
+
+    runs: list[Run]
+    labels: list[str] = field(default_factory=list)  # entries (run, model), as the report names them
+    tasks: list[str] = field(default_factory=list)
+    rows: list[_Row] = field(default_factory=list)  # p: the run's number, size: the line's length
+    offsets: list[int] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)  # why lines were left out -> how many
+    order: list[int] = field(default_factory=list)  # rows worst first
+    _cache: dict[tuple, list[int]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+    def line(self, i: int) -> dict[str, Any]:
+        r = self.rows[i]
+        with _open_regular(self.runs[r.p].samples_path) as fh:
+            fh.seek(self.offsets[i])
+            raw = fh.read(r.size)
+        rec = json.loads(raw.decode("utf-8", errors="replace"))
+        return rec if isinstance(rec, dict) else {}
+
+    def select(self, e: int | None, t: int | None, st: str | None, q: str, worst: bool) -> list[int]:
+        key = (e, t, st, q, worst)
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        base = self.order if worst else range(len(self.rows))
+        found = [i for i in base if (e is None or self.rows[i].e == e) and (t is None or self.rows[i].t == t)
+                 and (st is None or self.rows[i].st == st)]
+        if q:
+            found = self._search(found, q)
+        with self._lock:
+            if len(self._cache) > 64:
+                self._cache.clear()
+            self._cache[key] = found
+        return found
+
+    def _search(self, candidates: list[int], q: str) -> list[int]:
+        """Rows whose texts hold `q` (any case): the raw line is checked first for the query as JSON
+        writes it, and only the lines that pass are parsed and checked for real."""
+        needle = json.dumps(q, ensure_ascii=False)[1:-1].lower().encode("utf-8")
+        needle_ascii = json.dumps(q)[1:-1].lower().encode("ascii")
+        out = set()
+        handles: dict[int, Any] = {}
+        try:
+            # Read in file order (the candidates come worst first): one sequential pass, not a seek per row.
+            for i in sorted(candidates, key=lambda i: (self.rows[i].p, self.offsets[i])):
+                r = self.rows[i]
+                fh = handles.get(r.p) or handles.setdefault(r.p, _open_regular(self.runs[r.p].samples_path))
+                fh.seek(self.offsets[i])
+                raw = fh.read(r.size).lower()
+                if q.isascii() and needle not in raw and needle_ascii not in raw:
+                    continue  # (bytes.lower() folds ASCII only: other queries are checked on every line)
+                rec = json.loads(raw.decode("utf-8", errors="replace"))
+                if q in _haystack(rec):
+                    out.add(i)
+        finally:
+            for fh in handles.values():
+                fh.close()
+        return [i for i in candidates if i in out]
+
+
+def _haystack(rec: dict[str, Any]) -> str:
+    judge = rec.get("judge") if isinstance(rec.get("judge"), dict) else {}
+    parts = [rec.get("item_id"), rec.get("variant"), rec.get("response"), judge.get("text"), judge.get("reason"),
+             rec.get("target"), rec.get("parsed"), rec.get("labels"), rec.get("error")]
+    for m in rec.get("messages") if isinstance(rec.get("messages"), list) else []:
+        parts.append(m.get("content") if isinstance(m, dict) else m)
+    return "\n".join(p if isinstance(p, str) else json.dumps(p, ensure_ascii=False) for p in parts
+                     if p is not None).lower()
+
+
+def _open_regular(path: Path):
+    """A regular file, opened for reading: a FIFO, a device or a folder named samples.jsonl is refused."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"{path}: not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def build_index(runs: list[Run]) -> Index:
+    """One pass over each run's samples.jsonl (see the module's docstring)."""
+    ents = entries(runs)
+    metas = task_meta(ents)
+    idx = Index(runs, labels=[e.label for e in ents], tasks=list(metas))
+    tindex = {t: k for k, t in enumerate(idx.tasks)}
+    by_run_model = {(ri, e.model): k for k, e in enumerate(ents) for ri, r in enumerate(runs) if e.run is r}
+    for ri, run in enumerate(runs):
+        if not run.samples_path.exists():
+            continue
+        with _open_regular(run.samples_path) as fh:
+            at, n = 0, 0
+            while n < MAX_SAMPLES:
+                n += 1
+                raw = fh.readline(MAX_LINE + 1)
+                if not raw:
+                    break
+                start, at = at, at + len(raw)
+                if len(raw) > MAX_LINE:  # too long: skip to its end, never parsed
+                    while raw and not raw.endswith(b"\n"):
+                        raw = fh.readline(MAX_LINE)
+                        at += len(raw)
+                    idx.skip(f"line over {MAX_LINE // 2**20} MiB")
+                    continue
+                if not raw.strip():
+                    continue
+                try:
+                    rec = json.loads(raw.decode("utf-8", errors="replace"))
+                except ValueError:
+                    idx.skip("not JSON")
+                    continue
+                e = by_run_model.get((ri, rec.get("model"))) if isinstance(rec, dict) else None
+                task = rec.get("task") if isinstance(rec, dict) else None
+                if e is None or task not in tindex or not isinstance(rec.get("values") or {}, dict):
+                    idx.skip("not a sample of these results")
+                    continue
+                status, pv = row_status(rec, metas[task].primary_value)
+                idx.rows.append(_Row(e, tindex[task], pv, status, ri, len(raw)))
+                idx.offsets.append(start)
+    _sort_keys(idx.rows, ents, metas, idx.tasks)
+    idx.order = sorted(range(len(idx.rows)), key=lambda i: _worst_first(idx.rows[i]))
+    return idx
+
+
+def _capped(v: Any) -> Any:
+    if isinstance(v, str) and len(v) > TEXT_LIMIT:
+        return v[:TEXT_LIMIT] + f"… [{len(v) - TEXT_LIMIT} more characters in samples.jsonl]"
+    if isinstance(v, dict):
+        return {str(k)[:200]: _capped(x) for k, x in list(v.items())[:500]}
+    if isinstance(v, list):
+        return [_capped(x) for x in v[:500]]
+    return v
+
+
+def _summary(idx: Index, i: int, rec: dict[str, Any]) -> dict[str, Any]:
+    r = idx.rows[i]
+    text = rec.get("response") if isinstance(rec.get("response"), str) else ""
+    err = rec.get("error") if isinstance(rec.get("error"), dict) else None
+    if not text and err:
+        text = f"[{err.get('kind')}]"
+    return {"i": i, "e": r.e, "t": r.t, "st": r.st, "pv": r.pv, "s": r.s, "id": str(rec.get("item_id"))[:200],
+            "v": str(rec.get("variant") or "")[:200], "preview": str(text)[:160]}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "trustmh-view"
+    index: Index
+    page: bytes
+    nonce: str
+    allowed_hosts: set[str]
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the terminal shows the URL only
+        pass
+
+    def _send(self, code: int, body: bytes, ctype: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Content-Security-Policy",
+                         f"default-src 'none'; script-src 'nonce-{self.nonce}'; style-src 'unsafe-inline'; "
+                         f"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+                         f"frame-ancestors 'none'")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, obj: Any, code: int = 200) -> None:
+        self._send(code, json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str).encode("ascii"),
+                   "application/json; charset=utf-8")
+
+    def _refuse(self, code: int, why: str) -> None:
+        self._json({"error": why}, code)
+
+    def do_POST(self) -> None:  # noqa: N802 - read-only
+        self._refuse(405, "read-only")
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.do_GET()
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.headers.get("Host", "") not in self.allowed_hosts:
+            return self._refuse(403, "this viewer answers its own address only")
+        url = urlsplit(self.path)
+        try:
+            args = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=20).items()}
+        except ValueError:
+            return self._refuse(400, "bad query")
+        try:
+            if url.path == "/":
+                return self._send(200, self.page, "text/html; charset=utf-8")
+            if url.path == "/api/meta":
+                return self._json(self._meta())
+            if url.path == "/api/rows":
+                return self._json(self._rows(args))
+            if url.path == "/api/sample":
+                return self._json(self._sample(args))
+        except _BadRequest as e:
+            return self._refuse(400, str(e))
+        return self._refuse(404, "no such page")
+
+    def _meta(self) -> dict[str, Any]:
+        idx = self.index
+        return {"runs": [r.id for r in idx.runs], "entries": idx.labels, "tasks": idx.tasks, "statuses": STATUSES,
+                "total": len(idx.rows), "skipped": idx.skipped}
+
+    def _rows(self, args: dict[str, str]) -> dict[str, Any]:
+        idx = self.index
+        e = _int(args, "model", len(idx.labels))
+        t = _int(args, "task", len(idx.tasks))
+        st = args.get("status") or None
+        if st is not None and st not in STATUSES:
+            raise _BadRequest("unknown status")
+        q = args.get("q", "").strip().lower()
+        if len(q) > QUERY_MAX:
+            raise _BadRequest(f"search over {QUERY_MAX} characters")
+        size = _int(args, "size", PAGE_MAX + 1) or 50
+        page = _int(args, "page", 10**9) or 0
+        found = idx.select(e, t, st, q, args.get("sort", "worst") == "worst")
+        chosen = found[page * size:(page + 1) * size]
+        return {"total": len(found), "page": page, "size": size,
+                "rows": [_summary(idx, i, idx.line(i)) for i in chosen]}
+
+    def _sample(self, args: dict[str, str]) -> dict[str, Any]:
+        idx = self.index
+        i = _int(args, "i", len(idx.rows))
+        if i is None:
+            raise _BadRequest("which sample? ?i=N")
+        rec = idx.line(i)
+        r = idx.rows[i]
+        row = page_row(rec, r.st, r.pv)
+        # The page's own capping is for report.html; here the texts go whole up to TEXT_LIMIT.
+        judge = rec.get("judge") if isinstance(rec.get("judge"), dict) else {}
+        row.update({"tg": rec.get("target"), "r": rec.get("response"), "j": judge.get("text"),
+                    "pa": rec.get("parsed"), "prompt": [{"role": str(m.get("role", "")), "content": m.get("content")}
+                                                       if isinstance(m, dict) else {"role": "", "content": str(m)}
+                                                       for m in (rec.get("messages") or [])]
+                    if isinstance(rec.get("messages"), list) else page_prompt(None)})
+        return _capped({"i": i, "e": r.e, "t": r.t, "s": r.s, **row})
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _int(args: dict[str, str], name: str, below: int) -> int | None:
+    """A query argument that must be an integer 0 <= n < below, or absent."""
+    v = args.get(name, "")
+    if v == "":
+        return None
+    if not v.isdigit() or len(v) > 12 or int(v) >= below:
+        raise _BadRequest(f"{name} must be a number below {below}")
+    return int(v)
+
+
+def _page(nonce: str) -> bytes:
+    css = (HERE / "report.css").read_text(encoding="utf-8")
+    js = (HERE / "viewer.js").read_text(encoding="utf-8")
+    html = (HERE / "viewer.html").read_text(encoding="utf-8")
+    # The nonce first: the style sheet and the script are inserted as they are, after it.
+    head, _, tail = html.replace("NONCE", nonce).partition("/*JS*/")
+    return (head.replace("/*CSS*/", css) + js + tail).encode("utf-8")
+
+
+def make_server(runs: list[Run], port: int = 0) -> ThreadingHTTPServer:
+    """The viewer's server on 127.0.0.1:`port` (0: any free port), not yet serving."""
+    idx = build_index(runs)
+    nonce = secrets.token_urlsafe(18)
+    handler = type("Handler", (_Handler,), {"index": idx, "nonce": nonce, "page": _page(nonce)})
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as e:
+        raise UserError(f"cannot listen on 127.0.0.1:{port} ({e.strerror}); pick another --port") from None
+    server.daemon_threads = True
+    bound = server.server_address[1]
+    handler.allowed_hosts = {f"127.0.0.1:{bound}", f"localhost:{bound}"}
+    return server
