@@ -20,6 +20,7 @@ import jinja2
 from markupsafe import Markup
 
 from ..compare import Comparison, Run, entries, load_run
+from .addressed import judge_addressed_rows
 from .breakdowns import group_scale, task_groups
 from .charts import PALETTE, radar_svg, whisker_svg
 from .drilldown import SampleSet, collect_samples
@@ -69,6 +70,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "css": Markup((HERE / "report.css").read_text(encoding="utf-8")),
         "js": Markup((HERE / "report.js").read_text(encoding="utf-8")),
         "fmt": fmt, "whisker": whisker_svg, "group_scale": group_scale, "paired": paired,
+        "judge_addressed": judge_addressed_rows(ents),
     }, ss, head
 
 
