@@ -138,6 +138,20 @@ def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upst
     # Helpfulness never parsed, in 3 tries: dropped from its mean and counted, never read as 0.
     assert t.n_judge_failed == 3
     assert {d["id"] for d in t.templates} >= {"ES-turn", "ES-gen", "ES-judge", "ES-set"}
+    # The reference metrics of src/metrics.py, under its names: NLTK's corpus_bleu as the original calls it,
+    # on the stripped reply against each sample's ground-truth turn
+    from nltk.translate.bleu_score import SmoothingFunction, corpus_bleu
+
+    from trustmh.tasks._esconv_reference import tokenize
+    rows = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
+    refs, hyps = [[tokenize(r["target"])] for r in rows], [tokenize(r["response"].strip()) for r in rows]
+    for k in (1, 2, 4):
+        want = 100 * corpus_bleu(refs, hyps, weights=[1 / k] * k + [0.0] * (4 - k),
+                                 smoothing_function=SmoothingFunction().method3)
+        assert t.paper[f"generation_metrics.aggregate.bleu-{k}"].value == pytest.approx(want)
+    assert t.paper["generation_metrics.aggregate.length"].value == len(tokenize("I am here for you.")) == 6
+    assert t.paper["generation_metrics.aggregate.rouge-l"].n == 3
+    assert "tokenised by nltk" in t.description
 
 
 def test_support_judge_is_reasked_until_a_score_parses_and_resume_pays_nothing(upstream, tmp_path):
