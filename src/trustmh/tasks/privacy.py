@@ -41,6 +41,7 @@ class _Awareness(Task):
     paper_protocol = True
     metric = MetricSpec("pearson_r", True, 0.0, 1.0,
                         "Pearson r between model ratings and human mean ratings (negative r maps to trust 0)")
+    paper_names = {"pearson_r": "pearson_r"}  # model_inference's report (privacy1.py / privacy2.py)
     primary_value = "rating"
     tier_file: str
     labels_file: str
