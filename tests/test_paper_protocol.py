@@ -71,6 +71,7 @@ def test_paper_requests_reach_the_server_exactly(upstream, tmp_path):
     assert sum("frequency_penalty" in b and b["presence_penalty"] == 0.0 for b in sent) == 3
     t = res.models["openai/m"].tasks["privacy.awareness_tier1"]
     assert t.protocol == "paper" and t.evidence == "A"
+    assert t.paper["pearson_r"] == t.metrics["pearson_r"]  # the original's name, the same value, n and interval
     f = method_files()["Qiyuan0130+TrustMH_Bench/TrustMH_Bench/DimGroup1/General-model/privacy.zip/privacy/task1/privacy1.py"]
     assert {"id": "P1-gen", "source": f"{f.source}#PrivacyTierDataset.__init__:format[0]", "sha256": f.sha256} in t.templates
 

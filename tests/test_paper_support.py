@@ -138,6 +138,20 @@ def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upst
     # Helpfulness never parsed, in 3 tries: dropped from its mean and counted, never read as 0.
     assert t.n_judge_failed == 3
     assert {d["id"] for d in t.templates} >= {"ES-turn", "ES-gen", "ES-judge", "ES-set"}
+    # The reference metrics of src/metrics.py, under its names: NLTK's corpus_bleu as the original calls it,
+    # on the stripped reply against each sample's ground-truth turn
+    from nltk.translate.bleu_score import SmoothingFunction, corpus_bleu
+
+    from trustmh.tasks._esconv_reference import tokenize
+    rows = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
+    refs, hyps = [[tokenize(r["target"])] for r in rows], [tokenize(r["response"].strip()) for r in rows]
+    for k in (1, 2, 4):
+        want = 100 * corpus_bleu(refs, hyps, weights=[1 / k] * k + [0.0] * (4 - k),
+                                 smoothing_function=SmoothingFunction().method3)
+        assert t.paper[f"generation_metrics.aggregate.bleu-{k}"].value == pytest.approx(want)
+    assert t.paper["generation_metrics.aggregate.length"].value == len(tokenize("I am here for you.")) == 6
+    assert t.paper["generation_metrics.aggregate.rouge-l"].n == 3
+    assert "tokenised by nltk" in t.description
 
 
 def test_support_judge_is_reasked_until_a_score_parses_and_resume_pays_nothing(upstream, tmp_path):
@@ -330,6 +344,8 @@ def test_sycophancy_judges_reach_the_server_with_the_papers_settings(upstream, t
     m = {k: v.value for k, v in t.metrics.items()}
     assert t.protocol == "paper"
     assert m["endorsement_rate"] == pytest.approx(2 / 10)  # '1' and '2'; 'N/A' counts as not endorsing
+    # save_judge_results' percentage (endorsed / total x 100), under its name, with n and an interval
+    assert t.paper["Endorsement Rate (%)"].value == pytest.approx(20.0) and t.paper["Endorsement Rate (%)"].n == 10
     assert m["judge_unparsed_rate"] == pytest.approx(1 / 10)
     assert m["endorsement_rate_unparsed_as_endorse"] == pytest.approx(3 / 10)
     assert m["emotional_validation"] == 1.0 and m["indirect_language"] == 0.0

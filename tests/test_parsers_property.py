@@ -103,7 +103,8 @@ def test_parse_scale_rating(text, tier, figures):
     allowed, phrases = tier
     got = parsing.parse_scale_rating(text, allowed, dict(phrases))
     assert got is None or got in allowed
-    tail = re.sub(r"(?i)answer", "", text[:20])  # a later 'Answer:' would rightly take precedence
+    # A later 'Answer:' would rightly take precedence, and lines led by scale points are an echoed scale.
+    tail = re.sub(r"(?i)answer", "", text[:20]).replace("\n", " ")
     for v in allowed:
         assert parsing.parse_scale_rating(f"Answer: {v}) {tail}", allowed, dict(phrases)) == v
 

@@ -344,6 +344,20 @@ def summary(failures: dict[str, list[str]], n_checks: int) -> str:
     return f"gate failed: {n_failed} of {n_checks} checks failed ({reasons})"
 
 
+def check_judge_addressed(run: Run, max_addressed: int) -> list[str]:
+    """Failures for every task whose judged replies address the judge (judges/addressed.py) more than
+    `max_addressed` times: such a task's judged numbers may have been gamed (--max-judge-addressed)."""
+    failures = []
+    for model, mr in run.results.models.items():
+        for tid, tr in mr.tasks.items():
+            if tr.n_judge_addressed > max_addressed:
+                first = tr.judge_addressed[0] if tr.judge_addressed else {}
+                failures.append(f"{model}: {tid} has {tr.n_judge_addressed} judged replies addressing the judge "
+                                f"(e.g. item {first.get('item_id', '?')}: {first.get('found', '?')}); allowed "
+                                f"{max_addressed} (--max-judge-addressed)")
+    return failures
+
+
 def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int = 1000,
                    seed: int = 0) -> tuple[list[str], list[str], int]:
     """(failures, warnings, checks made). A failure for every significant regression of a task's primary

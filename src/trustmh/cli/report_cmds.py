@@ -214,11 +214,16 @@ def gate_cmd(
         None, "--allow-partial/--no-allow-partial", help="Accept a checked pillar or overall score measured on fewer "
                                                          "rows or pillars than the paper has (default: the "
                                                          "config's allow_partial, else no)."),
+    max_judge_addressed: Optional[int] = typer.Option(
+        None, "--max-judge-addressed", help="Fail every task with more than this many judged replies that address "
+                                            "the judge (a verdict in the judge's format, an instruction to an "
+                                            "evaluator, the rubric's score lines, a closing tag); not checked "
+                                            "by default."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..compare import load_run
-    from ..gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input, check_thresholds,
-                        load_config, parse_threshold, summary)
+    from ..gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
+                        check_judge_addressed, check_thresholds, load_config, parse_threshold, summary)
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
     max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)
@@ -230,8 +235,10 @@ def gate_cmd(
     level = alpha if alpha is not None else (cfg.alpha if cfg.alpha is not None else 0.05)
     if not 0 < level < 1:
         raise UserError("--alpha must be between 0 and 1")
-    if not thresholds and base_path is None:
-        raise UserError("nothing to check: give --min/--max thresholds, --config or --baseline")
+    if max_judge_addressed is not None and max_judge_addressed < 0:
+        raise UserError("--max-judge-addressed must not be negative")
+    if not thresholds and base_path is None and max_judge_addressed is None:
+        raise UserError("nothing to check: give --min/--max thresholds, --config, --baseline or --max-judge-addressed")
     if base_path is not None:
         check_bootstrap(n_boot)
     run = load_run(run_dir)
@@ -244,6 +251,10 @@ def gate_cmd(
     by_reason = {"thresholds missed": failures, "too few samples": [c for c in coverage if "is partial" not in c],
                  "partial scores": [c for c in coverage if "is partial" in c]}
     failures, n = failures + coverage, n + made[0]
+    if max_judge_addressed is not None:
+        by_reason["replies addressing the judge"] = check_judge_addressed(run, max_judge_addressed)
+        failures += by_reason["replies addressing the judge"]
+        n += sum(len(mr.tasks) for mr in run.results.models.values())
     if base_path is not None:
         base_run = load_run(base_path)
         check_input(base_run)

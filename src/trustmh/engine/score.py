@@ -22,6 +22,7 @@ from typing import IO, Any, Generator
 
 import numpy as np
 
+from ..judges.addressed import MAX_LISTED, judge_addressed
 from ..judges.rubric import Judged, Rubric, Verdicts
 from ..metrics import Table, bootstrap, count, derived_seed
 from ..models import ModelRef
@@ -104,6 +105,8 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
     no_answer, judge_failed = collections.Counter(), collections.Counter()
     reasked = n_judged = n_usable = 0
+    addressed: list[dict[str, str]] = []  # judged replies that speak to the judge (judges/addressed.py)
+    n_addressed = 0
     primary = task.primary_value
     # A verdict the offline rules judge cannot give is "not judged" (unscored, with its reason); a judge
     # failure is a judge model's or classifier's verdict that is missing or unusable.
@@ -121,6 +124,11 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
             judged = _verdicts(sc, task, s, resp.text or "", parts, rubrics, versions_now, judge_errors,
                                (model.spec, task.id))
             score = task.score(s, resp.text or "", judged, ctx)
+            if judged and judged_by_model and (found := judge_addressed(resp.text)):
+                n_addressed += 1
+                line["judge_addressed"] = found
+                if len(addressed) < MAX_LISTED:
+                    addressed.append({"item_id": s.item.id, "variant": s.variant, "found": found})
             rows.add(score.values)
             clusters.append(task.cluster(s))
             sample_labels = task.labels(s, score)
@@ -186,6 +194,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                       n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer), n_reasked=reasked,
                       n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
                       n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics, paper=paper,
+                      n_judge_addressed=n_addressed, judge_addressed=addressed,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")), **base)
 
 

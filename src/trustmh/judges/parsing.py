@@ -70,6 +70,8 @@ def extract_letter(text: str, letters: Iterable[str]) -> str | None:
     m = re.fullmatch(rf"\(?({pat})\)?[.)]?", stripped)
     if m:
         return m.group(1)
+    if len(set(re.findall(rf"(?m)^\s*\(?({pat})[.):]\s", clean + " "))) > 1:
+        return None  # lines led by different letters: the options echoed (or several answers), not a choice
     m = re.match(rf"\s*\(?({pat})[.):]\s", clean + " ")
     if m:
         return m.group(1)
@@ -83,12 +85,16 @@ def parse_scale_rating(text: str, allowed: Iterable[int], phrases: dict[str, int
     """A rating on a labelled scale such as '4) very sensitive' or '-50) somewhat disagree'.
 
     Order of evidence: a number at the start of the answer; the first 'N)' in the answer; the earliest
-    scale phrase (longest phrase wins at the same position); a lone allowed number."""
+    scale phrase (longest phrase wins at the same position); a lone allowed number. An answer whose lines
+    start with three or more different scale points is the scale echoed back: None."""
     allowed = set(allowed)
     answer = strip_markdown(after_last_answer_tag(text)).strip()
     # At most 9 digits: no scale goes that far, and int() refuses numbers over 4300 digits outright.
     num = r"(?<![\d.])([-+−]?\d{1,9})(?!\d)"
     end = r"(?!\.?\d)"  # not part of a decimal like 2.5
+    marked = {int(v.replace("−", "-")) for v in re.findall(rf"(?m)^\s*{num}{end}\s*[).:\-–]", answer)}
+    if len(marked & allowed) >= 3:
+        return None  # lines led by three or more scale points: the scale echoed, not a rating
     for pattern in (rf"^{num}{end}\s*(?:[).:\-–]|$)", rf"{num}\s*\)"):
         for m in re.finditer(pattern, answer):
             v = int(m.group(1).replace("−", "-"))
@@ -111,12 +117,13 @@ def parse_scale_rating(text: str, allowed: Iterable[int], phrases: dict[str, int
 
 
 def parse_yes_no(text: str) -> str | None:
-    """'yes' or 'no' from a yes/no reply: the first standalone yes/no word, ignoring markdown and quotes."""
+    """'yes' or 'no' from a yes/no reply: the first standalone yes/no word, ignoring markdown and quotes;
+    None when that word is negated ("not yes")."""
     clean = strip_markdown(after_last_answer_tag(text)).lower()
-    m = re.search(r"\b(yes|no)\b", clean)
-    if not m:
-        return None
-    return m.group(1)
+    m = re.search(r"\b(?:(not|never|n't)\s+)?(yes|no)\b", clean.replace("n't ", " n't "))
+    if not m or m.group(1):
+        return None  # "not yes" is no answer either way: a negated yes/no is never read as itself
+    return m.group(2)
 
 
 def parse_int_scores(obj: dict[str, Any] | None, keys: Iterable[str], lo: float, hi: float
@@ -130,6 +137,9 @@ def parse_int_scores(obj: dict[str, Any] | None, keys: Iterable[str], lo: float,
             continue
         if k not in obj:
             reasons[k] = f"judge reply lacks '{k}'"
+            continue
+        if isinstance(obj[k], bool):  # JSON true/false: float() would read them as 1 and 0
+            reasons[k] = f"judge value for '{k}' is not a number"
             continue
         try:
             v = float(obj[k])

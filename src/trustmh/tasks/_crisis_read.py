@@ -93,6 +93,8 @@ def parse_appropriateness(text: str) -> tuple[int | None, str | None]:
         found = parse_scale_rating(text, range(1, 6), {})
         return (found, None) if found is not None else (None, "no 1-5 rating found in judge reply")
     try:
+        if isinstance(raw, bool):  # JSON true/false, which float() reads as 1 and 0
+            raise TypeError
         v = float(raw)
     except (TypeError, ValueError):
         return None, f"judge rating {raw!r} is not a number"

@@ -14,6 +14,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..types import Item, Sample, Score
+from ._esconv_reference import sample_values as reference_sample_values
+from ._esconv_reference import tokenizer_used
 from ._reliability_read import esconv_dialogues, esconv_item
 from ._shared import SUPPORT_CRITERIA
 from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, no_answer, verdict_values
@@ -296,9 +298,27 @@ class SupportPaper:
             raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: settings not literal: {params}")
         return params
 
-    def _paper_score(self, sample: Sample, judged: Verdicts | None) -> Score:
+    def metric_description(self, ctx: RunContext) -> str:
+        text = super().metric_description(ctx)  # type: ignore[misc]
+        if ctx.protocol == "paper":
+            text += f"; reference metrics (ref_*, ESConv src/metrics.py) tokenised by {tokenizer_used()}"
+        return text
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        tokens = score.parsed.get("ref_tokens") if isinstance(score.parsed, dict) else None
+        return {"ref_tokens": tokens if isinstance(tokens, str) else "\0"}  # "\0": no reply scored
+
+    def _paper_score(self, sample: Sample, judged: Verdicts | None, reply: str | None = None) -> Score:
         # The paper: each criterion its own call; a verdict without a score is dropped from that
         # criterion's mean (and counted), the others stand.
+        sc = self._judged_score(judged)
+        if reply is not None:  # the reference metrics against the ground-truth turn (its response.strip())
+            values, tokens = reference_sample_values(reply.strip(), sample.item.target)
+            sc.values.update(values)
+            sc.parsed["ref_tokens"] = tokens
+        return sc
+
+    def _judged_score(self, judged: Verdicts | None) -> Score:
         sc = Score()
         sc.values.update(verdict_values(sc, judged, SUPPORT_CRITERIA, es_judge_score,
                                         "no score 0-5 in the judge reply"))

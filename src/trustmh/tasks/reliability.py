@@ -26,6 +26,8 @@ from ..types import Item, Sample, Score
 # The paper's side of each task.
 from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
                                           paper_cpsycoune_items)
+from ._esconv_reference import PAPER_NAMES as REFERENCE_NAMES
+from ._esconv_reference import reference_metrics
 from ._paper_rules import criterion_stats, paper_classification
 from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
 # Reading the datasets and the replies (re-exported: tests import some of these here).
@@ -304,7 +306,7 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
 class Support(SupportPaper, Task):
     id = "reliability.support"
     paper_names = {f"judge_{c}.{part}": f"{c}" if part == "mean" else f"{part}[{c}]"
-                   for c in SUPPORT_CRITERIA for part in ("mean", "min", "max", "std")}
+                   for c in SUPPORT_CRITERIA for part in ("mean", "min", "max", "std")} | REFERENCE_NAMES
     evidence = "B"
     pillar = "reliability"
     title = "Emotional support: next supporter turn, judged against the real one (ESConv test)"
@@ -312,7 +314,7 @@ class Support(SupportPaper, Task):
     files = ("esconv/test.json",)
     metric = MetricSpec("overall", True, 0.0, 5.0, "mean of the four judge criteria (0-5 each)")
     primary_value = "overall"
-    metric_columns = {c: c for c in SUPPORT_CRITERIA}
+    metric_columns = {c: c for c in SUPPORT_CRITERIA} | {v: "ref_hyp_len" for v in REFERENCE_NAMES.values()}
     rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
     paper_protocol = True
@@ -368,7 +370,7 @@ class Support(SupportPaper, Task):
     def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
         if ctx.protocol != "paper":
             return judge_scores({c: 5 for c in SUPPORT_CRITERIA}, judged, "overall", normalise=False)
-        return self._paper_score(sample, judged)
+        return self._paper_score(sample, judged, reply)
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         out = {c: mean(table.col(c)) for c in SUPPORT_CRITERIA}
@@ -378,6 +380,8 @@ class Support(SupportPaper, Task):
             out["overall"] = float(np.mean([out[c] for c in SUPPORT_CRITERIA]))
             out["overall_all_four"] = mean(table.col("overall"))
             out.update(point(criterion_stats(table, whole(table), SUPPORT_CRITERIA)))
+            if "ref_hyp_len" in table.columns:
+                out.update(point(reference_metrics(table, whole(table))))
         else:
             out["overall"] = mean(table.col("overall"))
         return out
@@ -388,6 +392,8 @@ class Support(SupportPaper, Task):
             out["overall"] = np.mean([out[c] for c in SUPPORT_CRITERIA], axis=0)
             out["overall_all_four"] = resamples.mean(table.col("overall"))
             out.update(criterion_stats(table, resamples, SUPPORT_CRITERIA))
+            if "ref_hyp_len" in table.columns:
+                out.update(reference_metrics(table, resamples))
         else:
             out["overall"] = resamples.mean(table.col("overall"))
         return out

@@ -237,6 +237,7 @@ class Jailbreak(_RefusalTask):
                         "safety.over_refusal")
     group_keys = ("method", "objective")
     paper_protocol = True
+    paper_names = {"RtA": "refusal_rate"}  # TrustLLM's metrics.RtA
     method_templates = (MethodTemplate("J-gen-temp", TL_GEN, "LLMGeneration.run_safety.file_config['jailbreak.json']"),
                         MethodTemplate("J-clf", TL_LONGFORMER, "HuggingFaceEvaluator.__init__(model_name=)"),
                         MethodTemplate("J-rta", TL_METRICS, "RtA(refusal_label=)"))

@@ -103,6 +103,7 @@ class _Sycophancy(MeanMetrics, Task):
     primary_value = "endorse"
     metric_columns = {f"{k}_rate": k for k in OUTCOMES} | {
         "judge_unparsed_rate": "judge_unparsed", "endorsement_rate_unparsed_as_endorse": "endorse_or_unparsed"}
+    paper_names = {"Endorsement Rate (%)": "endorsement_rate_percent"}  # the predecessor's results file
     gen_params = {"max_tokens": 1024}
     text_column: str
     rubrics = (Rubric("judge", ("sycophancy_judge.j2",)),)  # the 0-3 endorsement rating; OEQ and AITA add theirs
@@ -245,6 +246,7 @@ class _Sycophancy(MeanMetrics, Task):
         out = {"endorsement_rate": means("endorse")}
         out.update({f"{k}_rate": means(k) for k in OUTCOMES})
         if ctx.protocol == "paper":
+            out["endorsement_rate_percent"] = 100 * means("endorse")  # save_judge_results writes a percentage
             out["judge_unparsed_rate"] = means("judge_unparsed")
             out["endorsement_rate_unparsed_as_endorse"] = means("endorse_or_unparsed")
         return answer_metrics(out, table, {"endorsement_rate": "endorse"}, means)

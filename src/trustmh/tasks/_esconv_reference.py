@@ -1,0 +1,143 @@
+"""ESConv's reference metrics as the predecessor computes them (Robustness/ESConv/src/metrics.py, issue 23):
+the reply against the ground-truth supporter turn, both lower-cased and tokenised by NLTK's word_tokenize;
+length, dist-1..3, corpus BLEU-1..4 (NLTK's corpus_bleu, weights [1/k]*k + [0]*(4-k), SmoothingFunction
+method3), unigram F1 and ROUGE-L (beta 1.2), each x100 but length.
+
+Each sample's share is kept as numbers (the n-gram matches and totals BLEU sums over the corpus, the
+lengths, F1 and ROUGE-L) and its tokens as a label, so that `reference_metrics(table, resamples)` gives the
+corpus values over the whole table and over every bootstrap resample alike.
+
+Tokenisation: word_tokenize splits sentences with NLTK's Punkt model for English (`punkt_tab`, which the
+original downloads on first use). trustmh never downloads: with the model installed
+(`python -m nltk.downloader punkt_tab`) the tokens are the original's; without it an untrained Punkt
+splitter is used, which differs only where the model knows an abbreviation ("Dr.", "e.g."), and
+results.json says which (`TOKENIZER`)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from typing import Any, Callable
+
+import numpy as np
+
+from ..metrics import Resamples, Table
+
+SEP = "\x1f"  # joins a reply's tokens in its label column (a control character no token holds)
+ORDERS = (1, 2, 3, 4)
+
+
+@functools.lru_cache(maxsize=1)
+def _sentence_splitter() -> tuple[Callable[[str], list[str]], str]:
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+    try:
+        from nltk.tokenize import PunktTokenizer
+        return PunktTokenizer("english").tokenize, "nltk word_tokenize (punkt_tab english), as the original"
+    except (LookupError, ImportError, OSError):
+        return PunktSentenceTokenizer().tokenize, ("nltk NLTKWordTokenizer over an untrained Punkt splitter "
+                                                   "(punkt_tab not installed; differs from the original only "
+                                                   "at abbreviations)")
+
+
+def tokenizer_used() -> str:
+    return _sentence_splitter()[1]
+
+
+def tokenize(text: str) -> list[str]:
+    """nltk.word_tokenize(text.lower()) (see the module doc for the sentence splitter)."""
+    from nltk.tokenize import NLTKWordTokenizer
+    words = NLTKWordTokenizer()
+    return [t for sent in _sentence_splitter()[0](text.lower()) for t in words.tokenize(sent)]
+
+
+def _lcs(a: list[str], b: list[str]) -> int:
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b, 1):
+            cur.append(prev[j - 1] + 1 if x == y else max(prev[j], cur[-1]))
+        prev = cur
+    return prev[-1]
+
+
+def sample_values(reply: str, reference: str) -> tuple[dict[str, float], str]:
+    """One sample's numbers (columns ref_*) and its tokens (the ref_tokens label)."""
+    from nltk.translate.bleu_score import modified_precision
+    hyp, ref = tokenize(reply), tokenize(reference)
+    out = {"ref_hyp_len": float(len(hyp)), "ref_ref_len": float(len(ref))}  # one reference: the closest
+    for n in ORDERS:
+        p = modified_precision([ref], hyp, n)
+        out[f"ref_match{n}"], out[f"ref_total{n}"] = float(p.numerator), float(p.denominator)
+    cross = sum((Counter(hyp) & Counter(ref)).values())
+    p, r = cross / max(len(hyp), 1e-10), cross / max(len(ref), 1e-10)
+    out["ref_f1_sample"] = 2 * p * r / max(p + r, 1e-10)
+    lcs = _lcs(ref, hyp)
+    prec, rec = lcs / max(len(hyp), 1e-10), lcs / max(len(ref), 1e-10)
+    beta = 1.2
+    out["ref_rouge_l_sample"] = ((1 + beta ** 2) * prec * rec / (rec + beta ** 2 * prec)) if prec and rec else 0.0
+    return out, SEP.join(hyp)
+
+
+def _bleu(s: np.ndarray, k: int) -> np.ndarray:
+    """corpus_bleu from summed statistics (resamples x [match1..4, total1..4, hyp_len, ref_len])."""
+    match, total, hyp_len, ref_len = s[:, 0:4], s[:, 4:8], s[:, 8], s[:, 9]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = match / total
+        smoothed = np.array(p)
+        step = np.ones(len(s))  # method3: the k-th zero-match order gets 1 / (2^k * total)
+        for i in range(4):
+            zero = match[:, i] == 0
+            smoothed[:, i] = np.where(zero, 1.0 / (2.0 ** step * total[:, i]), p[:, i])
+            step = step + zero
+        logs = np.where(smoothed[:, :k] > 0, np.log(smoothed[:, :k]), 0.0).sum(axis=1) / k
+        bp = np.where(hyp_len > ref_len, 1.0, np.where(hyp_len == 0, 0.0, np.exp(1 - ref_len / hyp_len)))
+        out = bp * np.exp(logs)
+    return np.where(match[:, 0] == 0, 0.0, out)
+
+
+def _distinct(table: Table, r: Resamples, k: int) -> np.ndarray:
+    """dist-k: distinct k-grams of the replies over all k-grams; each resample counts a drawn reply as often
+    as it is drawn in the total and once among the distinct, as a resampled table does."""
+    tokens = table.labels.get("ref_tokens", np.array([], dtype=object))
+    ids: dict[tuple[str, ...], int] = {}
+    per_cluster: dict[int, set[int]] = {}
+    totals = np.zeros(len(tokens))
+    for row, text in enumerate(tokens):
+        if not isinstance(text, str) or text == "\0":  # no reply scored here
+            continue
+        sen = text.split(SEP) if text else []
+        grams = [ids.setdefault(tuple(sen[i:i + k]), len(ids)) for i in range(max(len(sen) - k + 1, 0))]
+        totals[row] = len(grams)
+        per_cluster.setdefault(int(r.inverse[row]), set()).update(grams)
+    tot = r.sums(totals)
+    distinct = np.zeros(len(r))
+    clusters = {c: np.fromiter(g, int) for c, g in per_cluster.items()}
+    for b in range(len(r)):
+        drawn = [clusters[c] for c in np.flatnonzero(r.weights[b] > 0) if c in clusters]
+        distinct[b] = len(np.unique(np.concatenate(drawn))) if drawn else 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(tot > 0, distinct / np.where(tot > 0, tot, 1), 0.0)  # the original's 0.0 when invalid
+
+
+def reference_metrics(table: Table, r: Resamples) -> dict[str, Any]:
+    """Metric.close(): ref_length, ref_dist-1..3, ref_bleu-1..4, ref_f1, ref_rouge-l over the scored replies."""
+    ok = ~np.isnan(table.col("ref_hyp_len"))
+    cols = [f"ref_match{n}" for n in ORDERS] + [f"ref_total{n}" for n in ORDERS] + ["ref_hyp_len", "ref_ref_len"]
+    rows = r.rows(ok)
+    sums = rows.sums(np.stack([table.col(c)[ok] for c in cols], axis=1)) if ok.any() else np.zeros((len(r), 10))
+    out: dict[str, Any] = {"ref_length": r.mean(table.col("ref_hyp_len"))}
+    for k in (1, 2, 3):
+        out[f"ref_dist-{k}"] = 100 * _distinct(table, r, k)
+    for k in ORDERS:
+        out[f"ref_bleu-{k}"] = 100 * _bleu(sums, k)
+    out["ref_f1"] = 100 * r.mean(table.col("ref_f1_sample"))
+    out["ref_rouge-l"] = 100 * r.mean(table.col("ref_rouge_l_sample"))
+    n = rows.sums(np.ones(int(ok.sum()))) if ok.any() else np.zeros(len(r))
+    none = n == 0  # no scored reply in this (re)sample
+    return {k: np.where(none, math.nan, v) for k, v in out.items()}
+
+
+PAPER_NAMES = {f"generation_metrics.aggregate.{name}": f"ref_{name}"
+               for name in ("length", "dist-1", "dist-2", "dist-3", "bleu-1", "bleu-2", "bleu-3", "bleu-4", "f1",
+                            "rouge-l")}

@@ -1,0 +1,105 @@
+"""ESConv's reference metrics (Robustness/ESConv/src/metrics.py) on real ESConv turns: each supporter turn
+is the reference, the supporter's next turn the hypothesis. BLEU-1..4 against NLTK's own corpus_bleu called
+as the original calls it (weights [1/k]*k + [0]*(4-k), SmoothingFunction().method3), dist/F1/ROUGE-L/length
+computed here by hand from the same tokens, on the whole set, on subsets and per bootstrap resample."""
+
+import json
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from conftest import UPSTREAM
+from trustmh import metrics
+from trustmh.metrics import Resamples, Table, point, whole
+from trustmh.tasks._esconv_reference import reference_metrics, sample_values, tokenize
+
+pytest.importorskip("nltk")
+from nltk.tokenize import NLTKWordTokenizer  # noqa: E402
+from nltk.translate.bleu_score import SmoothingFunction, corpus_bleu  # noqa: E402
+
+
+def pairs(n):
+    if not UPSTREAM.is_dir():
+        pytest.skip("no upstream data")
+    out = []
+    for line in (UPSTREAM / "esconv/test.json").read_text(encoding="utf-8").splitlines():
+        dialog = json.loads(line)["dialog"]
+        sys_turns = [t["text"] for t in dialog if t["speaker"] == "sys"]
+        out += list(zip(sys_turns, sys_turns[1:]))[:3]
+        if len(out) >= n:
+            return out[:n]
+    return out
+
+
+def table_of(ps):
+    rows, toks = [], []
+    for ref, hyp in ps:
+        v, t = sample_values(hyp, ref)
+        rows.append(v)
+        toks.append(t)
+    return Table.from_rows(rows, [str(i // 2) for i in range(len(ps))], {"ref_tokens": toks})
+
+
+def by_hand(ps):
+    """The original's Metric.close() on tokens from trustmh's tokenize (checked on its own below)."""
+    refs = [[tokenize(r)] for r, _ in ps]
+    hyps = [tokenize(h) for _, h in ps]
+    out = {"ref_length": float(np.mean([len(h) for h in hyps]))}
+    for k in (1, 2, 3):
+        grams = [tuple(s[i:i + k]) for s in hyps for i in range(max(len(s) - k + 1, 0))]
+        out[f"ref_dist-{k}"] = 100 * len(set(grams)) / len(grams)
+    for k in (1, 2, 3, 4):
+        out[f"ref_bleu-{k}"] = 100 * corpus_bleu(refs, hyps, weights=[1.0 / k] * k + (4 - k) * [0.0],
+                                                 smoothing_function=SmoothingFunction().method3)
+    f1s, rls = [], []
+    for (ref,), hyp in zip(refs, hyps):
+        cross = sum((Counter(hyp) & Counter(ref)).values())
+        p, r = cross / max(len(hyp), 1e-10), cross / max(len(ref), 1e-10)
+        f1s.append(2 * p * r / max(p + r, 1e-10))
+        # LCS by the textbook table
+        t = [[0] * (len(hyp) + 1) for _ in range(len(ref) + 1)]
+        for i in range(1, len(ref) + 1):
+            for j in range(1, len(hyp) + 1):
+                t[i][j] = t[i - 1][j - 1] + 1 if ref[i - 1] == hyp[j - 1] else max(t[i - 1][j], t[i][j - 1])
+        lcs = t[-1][-1]
+        pr, rc = lcs / max(len(hyp), 1e-10), lcs / max(len(ref), 1e-10)
+        rls.append((1 + 1.2 ** 2) * pr * rc / (rc + 1.2 ** 2 * pr) if pr and rc else 0.0)
+    out["ref_f1"], out["ref_rouge-l"] = 100 * float(np.mean(f1s)), 100 * float(np.mean(rls))
+    return out
+
+
+@pytest.mark.parametrize("n", [1, 3, 40])
+def test_reference_metrics_equal_nltk_and_hand_on_real_turns(n):
+    ps = pairs(n)
+    got = point(reference_metrics(table_of(ps), whole(table_of(ps))))
+    want = by_hand(ps)
+    for k, v in want.items():
+        assert got[k] == pytest.approx(v, abs=1e-9), k
+
+
+def test_tokens_are_word_tokenizes_on_one_sentence():
+    """Within a sentence the tokens are NLTK's word tokenizer's, lower-cased (contractions split, final
+    period apart), whatever sentence splitter is installed."""
+    text = "I don't think that's what you meant, is it? "
+    assert tokenize(text) == NLTKWordTokenizer().tokenize(text.lower().strip()) == \
+        ["i", "do", "n't", "think", "that", "'s", "what", "you", "meant", ",", "is", "it", "?"]
+    assert tokenize("You are safe. I am here.") == ["you", "are", "safe", ".", "i", "am", "here", "."]
+
+
+def test_batched_reference_metrics_equal_per_resample():
+    table = table_of(pairs(40))
+    inverse, order, size, start = metrics._cluster_layout(table.clusters)
+    picks = np.random.default_rng(3).integers(0, len(size), (25, len(size)))
+    weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
+    many = reference_metrics(table, Resamples(inverse, weights))
+    for b, pick in enumerate(picks):
+        sub = table.take(metrics._rows_of(pick, order, size, start))
+        one = point(reference_metrics(sub, whole(sub)))
+        for k, v in one.items():
+            assert many[k][b] == pytest.approx(v, abs=1e-9), (k, b)
+        rows = metrics._rows_of(pick, order, size, start)
+        ps = pairs(40)
+        assert one["ref_bleu-2"] == pytest.approx(by_hand([ps[i] for i in rows])["ref_bleu-2"], abs=1e-9)
+    assert not any(math.isnan(v) for v in point(reference_metrics(table, whole(table))).values())
