@@ -257,7 +257,7 @@ def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
         args = ["run", "--model", "openai/fake", "--base-url", srv.openai_base_url, "--judge", "openai/judge",
                 "--judge-base-url", srv.openai_base_url, "--tasks", "ethics,sycophancy,reliability,robustness.support",
                 "--suite", "sample", "--out", run,
-                "--bootstrap", "100"]
+                "--bootstrap", "100", "--max-judge-failed", "1"]  # the fake judge's replies are not verdicts
         dry = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
         assert srv.n_requests == 0 and not run.exists()
         row = next(line for line in dry.splitlines() if "ethics.reasoning" in line).split("│")

@@ -63,7 +63,7 @@ def test_api_key_never_reaches_an_output(provider, tmp_path, figures):
         url = srv.openai_base_url if provider == "openai" else srv.base_url
         common = ["--base-url", url, "--tasks", "privacy.awareness_tier1,ethics.reasoning", "--suite", "data",
                   "--data-dir", data, "--max-retries", "1", "--no-progress", "--protocol", "trustmh",
-                  "--max-failed", "1"]  # errors are the point here: the run still exits 0
+                  "--max-failed", "1", "--max-judge-failed", "1"]  # errors are the point here: the run still exits 0
         run = cli("run", "-m", f"{provider}/fake", "--judge", f"{provider}/judge", "--judge-base-url", url,
                   "--out", tmp_path / "run", *common, env=env, cwd=tmp_path)
         assert run.returncode == 0, run.stderr
