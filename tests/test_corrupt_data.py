@@ -86,6 +86,10 @@ CASES = [
     ("duplicate id", "crisis.severity", "c-ssrs/500_Reddit_users_posts_labels.csv",
      lambda p: duplicate_first_row(p.read_text()),
      "duplicate user 'user-0'"),
+    ("a field of the wrong type (a number as a list)", "reliability.knowledge", "usmle-mental/USMLE-mental.jsonl",
+     lambda p: (replace_line(p.read_text(), 2, json.dumps(dict(json.loads(lines_of(p.read_text())[1]),
+                                                               meta_info2=5))), 2),
+     "'meta_info2' must be a text or a list of texts"),
 ]
 
 

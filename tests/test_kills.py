@@ -161,7 +161,8 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
     def cli_args(url: str, out: Path) -> list[str]:
         return ["run", "-m", "openai/fake", "--judge", "openai/judge", "--base-url", url, "--judge-base-url", url,
                 "--tasks", "privacy.awareness_tier1,ethics.reasoning", "--suite", "data", "--data-dir", str(data),
-                "--out", str(out), "--max-connections", str(MAX_CONN), "--no-progress", "--bootstrap", "1000"]
+                "--out", str(out), "--max-connections", str(MAX_CONN), "--no-progress", "--bootstrap", "1000",
+                "--max-judge-failed", "1"]  # the synthetic judge's replies are not five-principle verdicts
 
     # The uninterrupted reference, on a server of its own.
     with FakeLLMServer(reply=synthetic_reply, latency_s=0.01) as ref_srv:

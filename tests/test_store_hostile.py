@@ -121,3 +121,19 @@ def test_a_finished_run_with_an_absurd_token_count_rescores(tmp_path):
     db.close()
     _, results, _ = run(load_spec(out), out, generate=False)
     assert results.models["baseline/counselor"].tasks["ethics.reasoning"].n_samples > 1
+
+
+def test_a_store_that_is_a_link_is_never_written_through(tmp_path):
+    """A received run folder whose store.sqlite links to another database of the user's: refused."""
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE mine (x)")
+    con.commit()
+    con.close()
+    before = other.read_bytes()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "store.sqlite").symlink_to(other)
+    with pytest.raises(UserError, match="symbolic link"):
+        Store(run / "store.sqlite")
+    assert other.read_bytes() == before and not (tmp_path / "other.sqlite-wal").exists()

@@ -63,6 +63,10 @@ def sample_row(seq: int, s: Sample) -> tuple:
 class Store:
     def __init__(self, path: Path):
         self.path = Path(path)
+        # A run folder may come from anyone: a store that is a link (to another database of the user's) or
+        # not a regular file is refused, never opened for writing through.
+        if self.path.is_symlink() or (self.path.exists() and not self.path.is_file()):
+            raise UserError(f"refusing to open run store {self.path}: it is a symbolic link or not a regular file")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fresh = not self.path.exists()

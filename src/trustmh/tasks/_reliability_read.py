@@ -35,6 +35,8 @@ def read_usmle(path: Path) -> list[Item]:
         conditions = rec.get("meta_info2") or []
         if isinstance(conditions, str):
             conditions = [conditions]
+        if not isinstance(conditions, list):  # a number here was a TypeError traceback
+            raise DataError(path, "'meta_info2' must be a text or a list of texts", line)
         gold = rec.get("answer")
         items.append(Item(str(i), {"question": rec["question"], "options": dict(sorted(options.items()))},
                           target=gold if isinstance(gold, str) else None,
