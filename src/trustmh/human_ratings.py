@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections
 import csv
 import datetime as dt
-import hashlib
 import io
 import json
 import math
@@ -258,9 +257,8 @@ class RatingsSpec:
     n_boot: int = 1000
 
     def run_id(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.judge.split("/", 1)[-1]).strip("-.")[:40] or "judge"
-        return f"validate-judge-{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
+        from .validation import validation_run_id
+        return validation_run_id(asdict(self), self.judge)
 
 
 class _RatedItems(Task):
@@ -308,7 +306,9 @@ def _task_result(ca: CriterionAgreement, n_rated: int, failed: collections.Count
                       value=head.value, ci=head.ci, higher_is_better=True, n=ca.n_items, n_samples=n_rated,
                       n_judge_failed=sum(failed.values()), judge_failed_reasons=dict(failed),
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
-                      description="; ".join(f"{s}: {v}" for s, v in ca.verdicts.items()), metrics=metrics)
+                      description="ICC(A,1) of the judge against each human rater, averaged; metrics ceiling.* "
+                                  "are the humans against each other, diff.* judge - ceiling; the verdicts are "
+                                  "in agreement.json", metrics=metrics)
 
 
 def agreement_json(ca_list: list[CriterionAgreement], **about: Any) -> dict[str, Any]:
