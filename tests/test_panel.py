@@ -100,6 +100,8 @@ def test_panel_mean_majority_failures_and_alpha(judged):
         assert t.alpha == pytest.approx(krippendorff.alpha(reliability_data=matrix, level_of_measurement=level))
         assert t.alpha_ci is not None and t.alpha_ci[0] <= t.alpha <= t.alpha_ci[1]
         assert t.low_agreement == (t.alpha < 0.667)
+        assert t.alpha_by_value[column] == pytest.approx(t.alpha)  # judge-independent values have none
+        assert "resource" not in t.alpha_by_value and "refused_phrase" not in t.alpha_by_value
     assert n_failed["score"] > 0 and n_failed["label"] > 0  # the verdicts above make some samples fail
     reasons = result["crisis.escalation"].judge_failed_reasons
     assert set(reasons) == {"only 1 of 3 judges gave a usable verdict"}

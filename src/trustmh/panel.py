@@ -51,6 +51,8 @@ class PanelTask:
     alpha_ci: tuple[float, float] | None = None
     alpha_level: str = "interval"
     low_agreement: bool = False
+    # alpha of every per-sample value the judges do not all give alike (a task with several rubrics has one each)
+    alpha_by_value: dict[str, float | None] = field(default_factory=dict)
 
 
 def add_judge(run_dir: Path, judge: str, out: Path, *, judge_base_url: str | None = None, limits=None,
@@ -77,6 +79,21 @@ def _alpha_ci(data: np.ndarray, level: str, seed: int, n_boot: int) -> tuple[flo
     return float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))
 
 
+def _matrix(rows: list[Rows], keys: list, column: str) -> np.ndarray:
+    """judges x samples values of one column (NaN: no usable verdict)."""
+    return np.array([[r.values.get(k, {}).get(column, math.nan) for k in keys] for r in rows], dtype=float)
+
+
+def _alpha_of(matrix: np.ndarray) -> tuple[float, str]:
+    """Krippendorff's alpha of a judges x samples matrix at the level its values call for, 1.0 when every
+    judge gives every sample the same value (nothing judge-dependent)."""
+    finite = matrix[~np.isnan(matrix)]
+    level = "nominal" if finite.size and np.isin(finite, (0.0, 1.0)).all() else "interval"
+    if finite.size and np.all(np.nan_to_num(matrix - matrix[0], nan=0.0) == 0):
+        return 1.0, level
+    return float(krippendorff_alpha(matrix, level)), level
+
+
 def _combine(rows: list[Rows], keys: list, primary: str) -> tuple[Rows, collections.Counter, np.ndarray]:
     """The panel's Rows (each value combined over the judges), the primary value's judge-failure reasons
     and the judges x samples matrix of the primary value (NaN: no usable verdict)."""
@@ -98,8 +115,7 @@ def _combine(rows: list[Rows], keys: list, primary: str) -> tuple[Rows, collecti
                 failed[why] += 1
         first = next(r for r in rows if k in r.values)
         combined.values[k], combined.clusters[k], combined.labels[k] = vals, first.clusters[k], first.labels[k]
-    matrix = np.array([[r.values.get(k, {}).get(primary, math.nan) for k in keys] for r in rows], dtype=float)
-    return combined, failed, matrix
+    return combined, failed, _matrix(rows, keys, primary)
 
 
 def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> list[PanelTask]:
@@ -127,13 +143,13 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> l
         combined, failed, matrix = _combine(rows, keys, task.primary_value)
         metrics = task.aggregate(combined.table(keys), _ctx(runs[0]))
         value = metrics.get(task.metric.name)
-        finite = matrix[~np.isnan(matrix)]
-        level = "nominal" if finite.size and np.isin(finite, (0.0, 1.0)).all() else "interval"
-        if finite.size and np.all(np.nan_to_num(matrix - matrix[0], nan=0.0) == 0):
-            alpha, ci = 1.0, None  # every judge gives every sample the same value: nothing judge-dependent
-        else:
-            alpha = float(krippendorff_alpha(matrix, level))
-            ci = _alpha_ci(matrix, level, derived_seed(seed, f"panel|{model}|{task_id}"), n_boot)
+        alpha, level = _alpha_of(matrix)
+        ci = None if alpha == 1.0 else _alpha_ci(matrix, level, derived_seed(seed, f"panel|{model}|{task_id}"), n_boot)
+        by_value = {}
+        for column in sorted({c for r in rows for k in keys for c in r.values.get(k, {})}):
+            a, _level = _alpha_of(_matrix(rows, keys, column))
+            if a != 1.0:
+                by_value[column] = None if math.isnan(a) else a
         judge_values = {}
         for j, r in zip(judges, runs):
             tr = r.results.models[model].tasks.get(task_id) if model in r.results.models else None
@@ -142,7 +158,7 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> l
                              None if value is None or math.isnan(value) else float(value),
                              sum(1 for k in keys if task.primary_value in combined.values[k]),
                              sum(failed.values()), dict(failed), None if math.isnan(alpha) else alpha, ci, level,
-                             bool(not math.isnan(alpha) and alpha < ALPHA_THRESHOLD)))
+                             bool(not math.isnan(alpha) and alpha < ALPHA_THRESHOLD), by_value))
     return out
 
 
