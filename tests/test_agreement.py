@@ -159,3 +159,35 @@ def test_icc_bootstrap_is_seeded_and_keep_drops_out_of_range_resamples():
     draws = np.array([float(icc(y[p])[0]) for p in picks])
     draws = draws[(draws >= 0) & (draws <= 1)]
     assert kept["icc_c1"] == pytest.approx((np.quantile(draws, 0.025), np.quantile(draws, 0.975)))
+
+
+def test_panel_verdict_mean_majority_and_failures():
+    from trustmh.agreement import panel_verdict
+    assert panel_verdict([4, 5, 3], "score") == (4.0, None)
+    assert panel_verdict([4, None, 2], "score") == (3.0, None)  # 2 of 3 usable: a strict majority of the panel
+    assert panel_verdict([4, None, float("nan")], "score") == (None, "only 1 of 3 judges gave a usable verdict")
+    assert panel_verdict([1, 0, 1], "label") == (1.0, None)
+    assert panel_verdict([1, 0, None], "label") == (None, "no strict majority among the judges (0, 1 tied)")
+    assert panel_verdict([0, 1, 1, 0], "label")[0] is None  # a tie is never broken by the judges' order
+    assert panel_verdict([2, 1, 0], "label") == (None, "no strict majority among the judges (0, 1, 2 tied)")
+    assert panel_verdict([3, 3, 1, 2], "label") == (None, "no strict majority among the judges (4 verdicts)")
+
+
+@pytest.mark.parametrize("level", ["nominal", "ordinal", "interval"])
+def test_krippendorff_alpha_matches_the_krippendorff_package(level):
+    krippendorff = pytest.importorskip("krippendorff")
+    from trustmh.agreement import krippendorff_alpha
+    # Krippendorff's own example (4 coders x 12 units, missing values), then realistic judge panels
+    example = np.array([[1, 2, 3, 3, 2, 1, 4, 1, 2, np.nan, np.nan, np.nan],
+                        [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, np.nan, 3],
+                        [np.nan, 3, 3, 3, 2, 3, 4, 2, 2, 5, 1, np.nan],
+                        [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, np.nan]])
+    rng = np.random.default_rng(2)
+    truth = rng.integers(0, 6, 120)
+    panel = np.clip(truth + rng.integers(-1, 2, size=(3, 120)), 0, 5).astype(float)
+    panel[rng.random(panel.shape) < 0.1] = np.nan
+    for data in (example, panel, (panel > 2).astype(float)):
+        assert krippendorff_alpha(data, level) == pytest.approx(
+            krippendorff.alpha(reliability_data=data, level_of_measurement=level), abs=1e-10)
+    assert krippendorff_alpha(example, "nominal") == pytest.approx(0.743, abs=5e-4)  # his published value
+    assert math.isnan(krippendorff_alpha(np.full((3, 5), 2.0), level))

@@ -171,7 +171,9 @@ def agreement_task_result(ca: CriterionAgreement, n_rated: int, failed: collecti
                       value=head.value, ci=head.ci, higher_is_better=True, n=ca.n_items, n_samples=n_rated,
                       n_judge_failed=sum(failed.values()), judge_failed_reasons=dict(failed),
                       n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
-                      description="; ".join(f"{s}: {v}" for s, v in ca.verdicts.items()), metrics=metrics)
+                      description="ICC(A,1) of the judge against each human rater, averaged; metrics ceiling.* "
+                                  "are the humans against each other, diff.* judge - ceiling; the verdicts are "
+                                  "in agreement.json", metrics=metrics)
 
 
 def agreement_json(ca_list: list[CriterionAgreement], **about: Any) -> dict[str, Any]:
@@ -185,3 +187,64 @@ def agreement_json(ca_list: list[CriterionAgreement], **about: Any) -> dict[str,
             s: {**{w: num(ca.values[f"{w}.{s}"]) for w in ("judge", "ceiling", "diff")},
                 **{f"{w}_ci": ca.cis.get(f"{w}.{s}") for w in ("judge", "ceiling", "diff")},
                 "verdict": ca.verdicts[s]} for s in STATS}} for ca in ca_list]}
+
+
+# --- judge panels: the panel's verdict and how far its judges agree ---------------------------------
+
+def panel_verdict(verdicts: list[float | None], kind: str) -> tuple[float | None, str | None]:
+    """One sample's panel value from its judges' values (None or NaN: that judge gave no usable verdict).
+
+    kind "score": the mean of the usable values; "label": the value a strict majority of the usable
+    verdicts gave. Either needs usable verdicts from a strict majority of the panel; a tie, or too few
+    usable verdicts, is a judge failure with its reason (never broken by the judges' order)."""
+    usable = [float(v) for v in verdicts if v is not None and not math.isnan(v)]
+    k = len(verdicts)
+    if 2 * len(usable) <= k:
+        return None, f"only {len(usable)} of {k} judges gave a usable verdict"
+    if kind == "score":
+        return float(np.mean(usable)), None
+    values, counts = np.unique(usable, return_counts=True)
+    best = counts.max()
+    if 2 * best <= len(usable):
+        leaders = values[counts == best]
+        what = ", ".join(f"{x:g}" for x in leaders) + " tied" if len(leaders) > 1 else f"{len(usable)} verdicts"
+        return None, f"no strict majority among the judges ({what})"
+    return float(values[counts.argmax()]), None
+
+
+def krippendorff_alpha(data: np.ndarray, level: str = "interval") -> float:
+    """Krippendorff's alpha of a judges x units matrix (NaN: no value), level "nominal", "ordinal" or
+    "interval": 1 - observed / expected disagreement over the coincidence matrix of the pairable values
+    (units with at least two values). NaN when undefined (no pairable values, or a single value used)."""
+    data = np.asarray(data, dtype=float)
+    values = np.unique(data[~np.isnan(data)])
+    if values.size < 2:
+        return math.nan
+    index = {v: i for i, v in enumerate(values)}
+    v = len(values)
+    coincidence = np.zeros((v, v))
+    for unit in data.T:
+        present = unit[~np.isnan(unit)]
+        m = present.size
+        if m < 2:
+            continue
+        counts = np.bincount([index[x] for x in present], minlength=v).astype(float)
+        # every ordered pair of values from two different judges, weighted 1 / (m - 1)
+        coincidence += (np.outer(counts, counts) - np.diag(counts)) / (m - 1)
+    n_c = coincidence.sum(axis=1)
+    n = n_c.sum()
+    if n <= 1:
+        return math.nan
+    if level == "nominal":
+        delta = 1.0 - np.eye(v)
+    elif level == "interval":
+        delta = (values[:, None] - values[None, :]) ** 2
+    elif level == "ordinal":
+        cum = np.cumsum(n_c)
+        lo, hi = np.minimum.outer(np.arange(v), np.arange(v)), np.maximum.outer(np.arange(v), np.arange(v))
+        delta = (cum[hi] - np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0) - (n_c[lo] + n_c[hi]) / 2) ** 2
+    else:
+        raise ValueError(f"level must be nominal, ordinal or interval, not {level!r}")
+    observed = (coincidence * delta).sum() / n
+    expected = (np.outer(n_c, n_c) * delta).sum() / (n * (n - 1))
+    return 1.0 - observed / expected if expected > 0 else math.nan

@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections
 import csv
 import datetime as dt
-import hashlib
 import io
 import json
 import math
@@ -258,9 +257,8 @@ class RatingsSpec:
     n_boot: int = 1000
 
     def run_id(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.judge.split("/", 1)[-1]).strip("-.")[:40] or "judge"
-        return f"validate-judge-{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
+        from .validation import validation_run_id
+        return validation_run_id(asdict(self), self.judge)
 
 
 class _RatedItems(Task):

@@ -94,9 +94,14 @@ class ValidateSpec:
     n_boot: int = 1000
 
     def run_id(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.judge.split("/", 1)[-1]).strip("-.")[:40] or "judge"
-        return f"validate-judge-{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
+        return validation_run_id(asdict(self), self.judge)
+
+
+def validation_run_id(fields: dict[str, Any], judge: str) -> str:
+    """validate-judge-<judge name>-<hash of the spec's fields>: the same command resumes the same folder."""
+    blob = json.dumps(fields, sort_keys=True).encode()
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", judge.split("/", 1)[-1]).strip("-.")[:40] or "judge"
+    return f"validate-judge-{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
 
 
 @dataclass
