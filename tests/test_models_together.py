@@ -79,11 +79,15 @@ def test_models_run_at_the_same_time_with_the_results_of_each_alone(task, tmp_pa
         # one model after the other would send every request of a before the first of b
         assert gen.index("b") < len(gen) - 1 - gen[::-1].index("a")
         assert order.index("j") < len(order) - 1 - order[::-1].index("b")  # judging overlaps generation too
+        # re-scoring both models at once reads everything back and calls nothing
+        _, rescored, calls = run_quiet(spec_for(srv, ["openai/a", "openai/b"]), tmp_path / "both", generate=False)
+        assert calls == {"openai/a": 0, "openai/b": 0, "judge": 0} and len(srv.requests) == 4 * N
         srv.reset_counters()
         alone = {m: run_quiet(spec_for(srv, [m]), tmp_path / m.replace("/", "-"), limits=Limits(max_connections=2))[1]
                  for m in ("openai/a", "openai/b")}
     for m, value in (("openai/a", 2.0), ("openai/b", 4.0)):
         t = together.models[m].tasks[TASK_ID]
+        assert rescored.models[m].tasks[TASK_ID].model_dump() == t.model_dump()
         assert t.value == value and t.n == N
         assert t.model_dump() == alone[m].models[m].tasks[TASK_ID].model_dump()
     lines = [json.loads(x) for x in (tmp_path / "both" / "samples.jsonl").read_text().splitlines()]
