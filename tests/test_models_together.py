@@ -199,3 +199,35 @@ def test_models_file_and_model_are_one_or_the_other(tmp_path):
     listing.write_text("[[model]]\nspec = 'baseline/refuse'\n")
     done = cli("run", "--models", listing, "--model", "baseline/random", "--suite", "sample", "--no-progress")
     assert done.returncode == 2 and "give the models one way" in done.stderr
+
+
+def test_a_model_waits_for_room_in_the_judge_queue():
+    """At most `cap` judgements of one model wait: its generation is held until the judge takes one."""
+    served = []
+
+    class Owner:
+        async def judge(self, ep, job):
+            served.append(job)
+            await asyncio.sleep(0)
+            return True
+
+    async def main():
+        pool = JudgePool("llm", SimpleNamespace(model=SimpleNamespace(spec="j"), width=1))
+        a, b = Owner(), Owner()
+        for k in range(pool.cap):
+            pool.put(a, (k,))
+        held = asyncio.create_task(pool.room(a))
+        await pool.room(b)  # another model is not held by a's backlog
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not held.done() and served == []
+        worker = asyncio.create_task(pool.work())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert held.done() and 0 < len(served) < pool.cap  # room as soon as one was taken
+        pool.close()
+        await worker
+        return pool
+
+    pool = asyncio.run(main())
+    assert served == list(range(pool.cap))

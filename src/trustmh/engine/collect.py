@@ -302,6 +302,8 @@ class _Collector:
                 if resp is None or not resp.ok:
                     self.n["gen_errors"] += 1
                 elif self.pools:
+                    for pool in self.pools.values():  # bounded: a busy judge holds generation back
+                        await pool.room(self)
                     self._queue_judgements(task, sample, resp.text or "")
                 self._settle(sample.task)
 
