@@ -15,10 +15,10 @@ back; the run can end no sooner than its busiest endpoint: ceil(N_busiest / C) *
 first replies let the judge start and one for the last judgement (`run`: the child's whole wall time,
 start-up and report included). `window` is the same from the server's first request to its last reply
 (ideal (ceil(N_busiest / C) + 1) * L): the request path alone, what "transport speed" means. Printed
-ratios are ideal / measured (1.0 = transport speed). CPU is the child's user + system time; `ms/call` is
+ratios are ideal / measured (1.0 = transport speed). CPU is the child's user + system time (wait4); `ms/call` is
 that over its calls (start-up, scoring and the report in it), `marginal` the extra CPU per extra call
 against the first row of the table (the same job for fewer models: start-up cancels out, the scoring and
-report of the extra samples stay in). Peak RSS is the child's own (wait4).
+report of the extra samples stay in). Peak RSS is the child's own (GNU time's %M).
 
 The whole benchmark for M models takes M x ~20k model and ~45k judge calls; at 64 connections and
 200 ms the judge alone needs 12 x 45k x 0.2 / 64 s, ~28 min, more than a bench run may take here. With
@@ -61,16 +61,20 @@ def child_env() -> dict[str, str]:
 
 
 def child(cmd: list[str]) -> dict[str, float]:
-    """Run a child to its end: wall s, CPU s and peak RSS MiB of that child alone (os.wait4)."""
+    """Run a child to its end: wall s, CPU s and peak RSS MiB of that child alone. The child is started by
+    GNU time, a small process: Linux carries a process's peak RSS across exec, so a child forked from this
+    script (which has loaded the benchmark to plan it) would report this script's size as its own."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(["/usr/bin/time", "-f", "RSS_KB %M", *cmd], env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
     err = proc.stderr.read()
     _, status, ru = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd[3:6])} ... failed ({proc.returncode}):\n{err[-3000:]}")
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": ru.ru_maxrss / 1024}
+    rss_kb = [line for line in err.splitlines() if line.startswith("RSS_KB ")][-1].split()[1]
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": int(rss_kb) / 1024}
 
 
 def write_models(path: Path, url: str, m: int) -> list[str]:
@@ -100,8 +104,11 @@ def one_run(a, m: int, tasks: str, limit: int | None, conn: int, latency: float,
     with Server(latency, reply=REPLY) as server:
         url = f"http://127.0.0.1:{server.port}"
         listing = tmp / f"models-{m}.toml"
-        write_models(listing, url, m)
-        cmd = [sys.executable, "-m", "trustmh.cli", "run", "--models", str(listing), "--judge", "openai/j",
+        specs = write_models(listing, url, m)
+        # --models FILE; code from before it (--src) is given the same models as --model SPEC@URL
+        chosen = ["--models", str(listing)] if a.src is None else \
+            [x for i, spec in enumerate(specs) for x in ("--model", f"{spec}@{url}/m{i}/v1")]
+        cmd = [sys.executable, "-m", "trustmh.cli", "run", *chosen, "--judge", "openai/j",
                "--judge-base-url", f"{url}/judge/v1", "--max-connections", str(conn), "--suite", "data",
                "--data-dir", a.data_dir, "--methods-dir", a.methods_dir, "--protocol", "paper", "--tasks", tasks,
                "--bootstrap", str(a.bootstrap), "--out", str(run_dir), "--no-progress"]
@@ -140,10 +147,15 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--small", action="store_true", help="also the small job at (16, 0.1), (64, 0.25), (256, 1)")
     ap.add_argument("--scale-only", action="store_true", help="with --small: skip the M-model runs")
+    ap.add_argument("--src", type=Path, default=None,
+                    help="run the children with this src/ folder (another checkout's, e.g. from `git archive`)")
     a = ap.parse_args()
+    global SRC
+    SRC = a.src.resolve() if a.src else SRC
     limit = a.limit or None
     tmp = Path(tempfile.mkdtemp(prefix="trustmh-scale-"))
     print(machine())
+    print(f"src: {SRC}")
     print(f"load average at start {os.getloadavg()[0]:.2f}")
     try:
         if a.small:

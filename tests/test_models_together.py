@@ -79,11 +79,15 @@ def test_models_run_at_the_same_time_with_the_results_of_each_alone(task, tmp_pa
         # one model after the other would send every request of a before the first of b
         assert gen.index("b") < len(gen) - 1 - gen[::-1].index("a")
         assert order.index("j") < len(order) - 1 - order[::-1].index("b")  # judging overlaps generation too
+        # re-scoring both models at once reads everything back and calls nothing
+        _, rescored, calls = run_quiet(spec_for(srv, ["openai/a", "openai/b"]), tmp_path / "both", generate=False)
+        assert calls == {"openai/a": 0, "openai/b": 0, "judge": 0} and len(srv.requests) == 4 * N
         srv.reset_counters()
         alone = {m: run_quiet(spec_for(srv, [m]), tmp_path / m.replace("/", "-"), limits=Limits(max_connections=2))[1]
                  for m in ("openai/a", "openai/b")}
     for m, value in (("openai/a", 2.0), ("openai/b", 4.0)):
         t = together.models[m].tasks[TASK_ID]
+        assert rescored.models[m].tasks[TASK_ID].model_dump() == t.model_dump()
         assert t.value == value and t.n == N
         assert t.model_dump() == alone[m].models[m].tasks[TASK_ID].model_dump()
     lines = [json.loads(x) for x in (tmp_path / "both" / "samples.jsonl").read_text().splitlines()]
@@ -195,3 +199,35 @@ def test_models_file_and_model_are_one_or_the_other(tmp_path):
     listing.write_text("[[model]]\nspec = 'baseline/refuse'\n")
     done = cli("run", "--models", listing, "--model", "baseline/random", "--suite", "sample", "--no-progress")
     assert done.returncode == 2 and "give the models one way" in done.stderr
+
+
+def test_a_model_waits_for_room_in_the_judge_queue():
+    """At most `cap` judgements of one model wait: its generation is held until the judge takes one."""
+    served = []
+
+    class Owner:
+        async def judge(self, ep, job):
+            served.append(job)
+            await asyncio.sleep(0)
+            return True
+
+    async def main():
+        pool = JudgePool("llm", SimpleNamespace(model=SimpleNamespace(spec="j"), width=1))
+        a, b = Owner(), Owner()
+        for k in range(pool.cap):
+            pool.put(a, (k,))
+        held = asyncio.create_task(pool.room(a))
+        await pool.room(b)  # another model is not held by a's backlog
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not held.done() and served == []
+        worker = asyncio.create_task(pool.work())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert held.done() and 0 < len(served) < pool.cap  # room as soon as one was taken
+        pool.close()
+        await worker
+        return pool
+
+    pool = asyncio.run(main())
+    assert served == list(range(pool.cap))

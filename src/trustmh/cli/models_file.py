@@ -62,7 +62,8 @@ def read_models_file(path: Path) -> list[ListedModel]:
             raise UserError(f"{where}: model entry {n}: unknown key {unknown[0]!r} (known: {', '.join(KEYS)})")
         for k in KEYS:
             v = e.get(k)
-            if v is not None and (not isinstance(v, str) or not v.strip() or len(v) > (4096 if k == "base_url" else MAX_TEXT)
+            longest = 4096 if k == "base_url" else MAX_TEXT
+            if v is not None and (not isinstance(v, str) or not v.strip() or len(v) > longest
                                   or any(ord(ch) < 32 for ch in v)):
                 raise UserError(f"{where}: model entry {n}: {k} must be a short one-line text")
         if e.get("base_url") is not None:

@@ -202,7 +202,7 @@ class _Collector:
 
     def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], gen_ep: Endpoint | None,
                  judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None, *,
-                 pools: dict[str, JudgePool] | None = None):
+                 pools: dict[str, JudgePool]):
         self.spec, self.ctx, self.prepared, self.gen_ep = spec, ctx, prepared, gen_ep
         self.judges, self.store, self.events, self.label = judges, store, events, label
         self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
@@ -211,8 +211,8 @@ class _Collector:
         # Counted here and reported by a ticker a few times a second: an event per reply cost more than
         # the rest of the request path.
         self.n = collections.Counter()
-        # The run's judge pools by role (shared with the other models); a collector run alone makes its own.
-        self.pools = pools if pools is not None else {role: JudgePool(role, ep) for role, ep in judges.endpoints.items()}
+        # The run's judge pools by role, shared with the other models (their workers run in _run_together).
+        self.pools = pools
         self.judging = 0  # judgements this model queued that are not finished yet
         self.judged_all: asyncio.Future[None] | None = None  # set once generation is over and judging is 0
         # Set by collect when a scorer waits for tasks: called with a task's id once all its calls are stored.
@@ -307,6 +307,8 @@ class _Collector:
                     self.n["gen_errors"] += 1
                     self.n[f"errors:{sample.task}"] += 1
                 elif self.pools:
+                    for pool in self.pools.values():  # bounded: a busy judge holds generation back
+                        await pool.room(self)
                     self._queue_judgements(task, sample, resp.text or "")
                 self._settle(sample.task)
 
