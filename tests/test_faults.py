@@ -17,6 +17,14 @@ from trustmh.metrics import mean, pearson
 from trustmh.engine import Limits
 from trustmh.testing.fake_server import Fault, FakeLLMServer, fault_schedule
 
+# The client's timeout, and a stall well past it: the client gives up at TIMEOUT, closes the connection
+# and retries, and the server's handler is cancelled then, so the stall's own length costs nothing. Each
+# stall costs TIMEOUT of waiting (2 s before), 100 times the server's 5 ms latency, so a loaded machine
+# does not time out a normal reply. The campaign's time is mostly the limiter pacing its requests after
+# the seeded 429s and 503s (limiter.py), which a shorter timeout also shortens.
+TIMEOUT = 0.5
+STALL_S = 4 * TIMEOUT
+
 # Retried until they succeed.
 TRANSIENT = {
     "HTTP 500": Fault("status", status=500),
@@ -24,7 +32,7 @@ TRANSIENT = {
     "HTTP 429 + Retry-After": Fault("status", status=429, retry_after=0.05),
     "HTTP 429": Fault("status", status=429),
     "connection closed mid-reply": Fault("close"),
-    "stall past timeout": Fault("stall", stall_s=10),
+    "stall past timeout": Fault("stall", stall_s=STALL_S),
     "malformed JSON": Fault("malformed"),
 }
 # Final for the run: counted under this error kind, never scored.
@@ -39,7 +47,7 @@ TRUNCATED = ("finish_reason=length", Fault("length"))
 LABEL = {f: name for name, f in TRANSIENT.items()} | {f: name for name, (f, _) in PERMANENT.items()}
 LABEL[TRUNCATED[1]] = TRUNCATED[0]
 TASKS = "privacy.awareness_tier1,ethics.reasoning"
-LIMITS = Limits(max_connections=32, timeout=2.0, max_retries=6, backoff_base=0.01, backoff_max=0.2)
+LIMITS = Limits(max_connections=32, timeout=TIMEOUT, max_retries=6, backoff_base=0.01, backoff_max=0.2)
 
 
 class Injector:

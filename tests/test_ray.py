@@ -141,18 +141,29 @@ def test_a_relative_hf_path_works_on_workers_started_elsewhere(local_ray, tmp_pa
     assert again.models["hf/models/tiny"].tasks["privacy.awareness_tier1"].value == t.value
 
 
-def test_an_unreachable_ray_address_fails_within_seconds():
+def test_an_unreachable_ray_address_fails_at_one_bounded_connect_before_ray_is_asked(monkeypatch):
+    """ray.init against an address where nothing listens waits for minutes; the executor instead tries
+    one TCP connect with a finite timeout when it is made, and fails there, before Ray is ever called."""
     import socket
-    import time
     from trustmh.errors import UserError
     from trustmh.executors import make_executor
+    from trustmh.executors import ray_executor
+    connects, inits = [], []
+    real_connect = socket.create_connection
+
+    def counted_connect(address, timeout=None, *args, **kwargs):
+        connects.append((address, timeout))
+        return real_connect(address, timeout, *args, **kwargs)
+    monkeypatch.setattr(ray_executor.socket, "create_connection", counted_connect)
+    monkeypatch.setattr(ray, "init", lambda *a, **kw: inits.append(kw))
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    t0 = time.monotonic()
     for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
         with pytest.raises(UserError, match="cannot reach a Ray cluster"):
             make_executor("ray", ray_address=address)
     with pytest.raises(UserError, match="host:port"):
         make_executor("ray", ray_address="not an address")
-    assert time.monotonic() - t0 < 10
+    # one connect per address, each bounded, none for the malformed one; Ray itself never asked
+    assert [where for where, _ in connects] == [("127.0.0.1", port)] * 2 and inits == []
+    assert all(timeout is not None and 0 < timeout <= 3.0 for _, timeout in connects)
