@@ -166,6 +166,10 @@ spec = "baseline/refuse"
     assert results["spec"]["options"]["model_info"] == {
         "openai/general-1": {"label": "General One", "group": "general"},
         "openai/mh-1": {"group": "mental-health"}}
+    # the rank table's column groups come from the file when no --group is given
+    from trustmh.compare import entries, load_run
+    assert {e.model: e.group for e in entries([load_run(out)])} == {
+        "openai/general-1": "general", "openai/mh-1": "mental-health", "baseline/refuse": ""}
     # a new label is how the report shows the run, not another run: the same --out resumes, paying nothing
     # (the servers are gone: a call would fail)
     listing.write_text(listing.read_text().replace("General One", "General 1"))

@@ -135,9 +135,13 @@ def entries(runs: list[Run], groups: dict[str, str] | None = None) -> list[Entry
         label = m if seen[m] == 1 else f"{m} @ {r.id}"
         if any(e.label == label for e in out):  # the same run given twice
             label = f"{label} ({len(out)})"
-        spec_groups = r.results.spec.get("model_groups") or (r.results.spec.get("options") or {}).get("model_groups")
+        options = r.results.spec.get("options") or {}
+        spec_groups = r.results.spec.get("model_groups") or options.get("model_groups")
+        info = options.get("model_info") if isinstance(options.get("model_info"), dict) else {}
+        listed = info.get(m) if isinstance(info.get(m), dict) else {}  # `--models FILE`: label and group
         given = (groups or {}).get(label) or (groups or {}).get(m)
-        group = given or (spec_groups.get(m) if isinstance(spec_groups, dict) else None) or ""
+        group = (given or (spec_groups.get(m) if isinstance(spec_groups, dict) else None)
+                 or listed.get("group") or "")
         out.append(Entry(r, m, label, str(group)))
     return out
 
