@@ -279,19 +279,22 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
     judged: dict[str, tuple[float | None, str | None, str | None]] = {}  # id -> (rating, judge text, reason)
     judge_errors: collections.Counter = collections.Counter()
     with run_lock(run_dir):
-        if heuristic:
-            for c in cases:
-                judged[c.id] = (float(heuristic_rating(c.reply, c.label)), None, None)
-        else:
-            store = Store(run_dir / "store.sqlite")
-            try:
-                store.set_meta("validate_spec", asdict(spec))
+        # The store records the spec even when the heuristic makes no call: it is what marks the folder as a
+        # run's (run.lock goes when the run ends), so the same command can write here again.
+        store = Store(run_dir / "store.sqlite")
+        try:
+            store.set_meta("validate_spec", asdict(spec))
+            if heuristic:
+                for c in cases:
+                    judged[c.id] = (float(heuristic_rating(c.reply, c.label)), None, None)
+            else:
                 try:
                     responses = _judge_all(spec, cases, protocol, store, limits, events)
                 except (AuthFailure, EndpointDown) as e:
                     raise UserError(str(e)) from None
-            finally:
-                store.close()
+        finally:
+            store.close()
+        if not heuristic:
             for c in cases:
                 resp = responses[c.id]
                 if resp is None:
