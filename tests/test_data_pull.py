@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import socket
 import zipfile
@@ -180,6 +181,18 @@ def test_second_pull_downloads_nothing(pulled, mirror):
     result = pull(pulled, url_base=mirror.url, progress=False)
     assert mirror.hits == []
     assert len(result) == len(ALL_FILES) and all(s.detail == "already present" for s in result)
+
+
+@needs_upstream
+def test_a_link_planted_at_a_data_file_is_refused_and_its_target_untouched(mirror, tmp_path):
+    precious = tmp_path / "thesis.txt"
+    precious.write_text("years of work")
+    (tmp_path / "data" / "confaide").mkdir(parents=True)
+    os.symlink(precious, tmp_path / "data" / "confaide" / "tier_2a.txt")
+    with pytest.raises(UserError, match="symbolic link"):
+        pull(tmp_path / "data", datasets=["confaide"], url_base=mirror.url, progress=False)
+    assert precious.read_text() == "years of work"
+    assert not [p for p in (tmp_path / "data" / "confaide").iterdir() if p.name.endswith(".tmp")]
 
 
 @needs_upstream

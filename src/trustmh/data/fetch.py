@@ -1,7 +1,8 @@
 """`trustmh data pull` and `trustmh data check`: get the upstream files into the data dir and verify them.
 
 A file only ever appears under its final name after its size and sha256 matched the manifest: it is
-written to a temporary file next to it and moved into place with `os.replace` (atomic on one filesystem).
+written through trustmh's one writer (engine/rundir.py: a temp file of its own beside it, renamed into place,
+atomic on one filesystem; a link or FIFO at either name is never followed).
 
 No source is trusted with the disk: a download, a `--from` file or a zip member stops at the size the
 manifest gives (so a mirror sending endless bytes, or a zip bomb, costs at most one chunk more), and a
@@ -245,28 +246,31 @@ class _Fetcher:
         return self._zips[url]
 
 
+class _Rejected(Exception):
+    """A download that does not match the manifest: the writer drops its temp file, the target stays."""
+
+
 def _install(dest: Path, f: DataFile, chunks: Iterable[bytes]) -> FileStatus:
-    """Write `chunks` to a temp file beside `dest`; move it into place only if size and sha256 match."""
+    """Write `chunks` through trustmh's one writer (a temp file of its own beside `dest`, never a link or a
+    FIFO there); it replaces `dest` only if size and sha256 match."""
+    from ..engine.rundir import atomic_open  # at call time: the engine package imports this module
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
     try:
-        h, size = hashlib.sha256(), 0
-        with os.fdopen(fd, "wb") as out:
+        with atomic_open(dest, binary=True) as out:
+            h, size = hashlib.sha256(), 0
             for chunk in chunks:
                 size += len(chunk)
                 if size > f.size:  # stop the source now, not after it has filled the disk
-                    return FileStatus(f.path, "corrupt", f"more than the manifest's {f.size} bytes; stopped")
+                    raise _Rejected(f"more than the manifest's {f.size} bytes; stopped")
                 out.write(chunk)
                 h.update(chunk)
-        if size != f.size:
-            return FileStatus(f.path, "corrupt", f"got {size} bytes, expected {f.size}")
-        if h.hexdigest() != f.sha256:
-            return FileStatus(f.path, "corrupt", "sha256 does not match the manifest")
-        os.replace(tmp, dest)
-        return FileStatus(f.path, "present", "fetched")
-    finally:
-        tmp.unlink(missing_ok=True)  # no-op after a successful os.replace
+            if size != f.size:
+                raise _Rejected(f"got {size} bytes, expected {f.size}")
+            if h.hexdigest() != f.sha256:
+                raise _Rejected("sha256 does not match the manifest")
+    except _Rejected as e:
+        return FileStatus(f.path, "corrupt", str(e))
+    return FileStatus(f.path, "present", "fetched")
 
 
 def _has_any(root: Path, paths: Iterable[str]) -> bool:

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,14 +147,13 @@ def _load_cache(path: Path) -> dict:
 
 
 def _save_cache(path: Path, cache: dict) -> None:
+    from ..engine.rundir import atomic_write  # at call time: the engine package imports the models
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".file-hashes-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(cache, fh)
-        os.replace(tmp, path)  # whole file or nothing: parallel runs (Ray workers) never see half of one
-    except OSError:
-        pass  # a read-only home only costs re-hashing next time
+        # whole file or nothing, through the one writer: parallel runs (Ray workers) never see half of one
+        atomic_write(path, json.dumps(cache))
+    except (OSError, UserError):
+        pass  # a read-only home (or something not a file at that name) only costs re-hashing next time
 
 
 def model_files(folder: Path) -> list[Path]:
