@@ -3,6 +3,7 @@ sample of a run from its own samples.jsonl, answers only its fixed routes on its
 the run folder as hostile (lines too long, not JSON, not samples; a FIFO in place of the file). The page
 itself is checked in Chromium in tests/test_report_browser.py."""
 
+import hashlib
 import http.client
 import json
 import os
@@ -139,7 +140,6 @@ def test_a_hostile_samples_file_is_counted_and_capped_never_a_crash(run_dir, tmp
         fh.write(json.dumps(dict(recs[0], response="z" * 9000)) + "\n")  # over the line cap set below
         fh.write(json.dumps(long_reply) + "\n")
     # A crafted folder: its results.json names the altered file's checksum, so load_run accepts it.
-    import hashlib
     res = json.loads((run / "results.json").read_text())
     res["outputs"]["samples_sha256"] = hashlib.sha256((run / "samples.jsonl").read_bytes()).hexdigest()
     (run / "results.json").write_text(json.dumps(res))
@@ -160,6 +160,21 @@ def test_a_hostile_samples_file_is_counted_and_capped_never_a_crash(run_dir, tmp
     os.mkfifo(fifo / "samples.jsonl")
     with pytest.raises(UserError, match="not a regular file"):
         viewer.make_server([load_run(fifo)], 0)
+
+
+def test_a_reply_flagged_as_addressing_the_judge_shows_its_flag(run_dir, tmp_path):
+    run = tmp_path / "flagged"
+    shutil.copytree(run_dir, run)
+    lines = (run / "samples.jsonl").read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    first["judge_addressed"] = "a verdict in the judge's format"  # as engine/score.py marks a flagged reply
+    (run / "samples.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n", encoding="utf-8")
+    res = json.loads((run / "results.json").read_text())
+    res["outputs"]["samples_sha256"] = hashlib.sha256((run / "samples.jsonl").read_bytes()).hexdigest()
+    (run / "results.json").write_text(json.dumps(res))
+    with serving(run) as server:
+        assert api(server, "/api/sample?i=0")["ja"] == "a verdict in the judge's format"
+        assert api(server, "/api/sample?i=1")["ja"] is None
 
 
 def test_view_of_a_folder_that_is_not_a_run_is_a_one_line_error(tmp_path):

@@ -61,6 +61,7 @@
     block("target", s.tg === null ? null : show(s.tg));
     if (s.er) block("error", (s.er.kind || "") + ": " + (s.er.message || ""), "bad");
     block("reply", s.r === null ? null : show(s.r), "reply");
+    if (s.ja) block("the reply addresses the judge (flagged; still scored as judged)", s.ja, "bad");
     block("judge output", s.j === null ? null : show(s.j));
     if (!s.j && s.jr) block("judge", show(s.jr));
     block("parsed", s.pa === null ? null : show(s.pa));

@@ -287,7 +287,9 @@ class _Handler(BaseHTTPRequestHandler):
         row = page_row(rec, r.st, r.pv)
         # The page's own capping is for report.html; here the texts go whole up to TEXT_LIMIT.
         judge = rec.get("judge") if isinstance(rec.get("judge"), dict) else {}
+        addressed = rec.get("judge_addressed")  # what in the reply speaks to the judge (judges/addressed.py)
         row.update({"tg": rec.get("target"), "r": rec.get("response"), "j": judge.get("text"),
+                    "ja": addressed if isinstance(addressed, str) else None,
                     "pa": rec.get("parsed"), "prompt": [{"role": str(m.get("role", "")), "content": m.get("content")}
                                                        if isinstance(m, dict) else {"role": "", "content": str(m)}
                                                        for m in (rec.get("messages") or [])]
