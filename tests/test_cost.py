@@ -152,6 +152,29 @@ def test_max_cost_stops_before_the_cap_and_the_same_command_continues(tmp_path):
         assert len(srv.requests) == seen
 
 
+def test_score_max_cost_caps_re_judging_and_the_same_command_continues(tmp_path):
+    prices = tmp_path / "p.toml"
+    prices.write_text(PRICES + '[models."openai/judge2"]\ninput_per_mtok = 500\noutput_per_mtok = 100\n')
+    run = tmp_path / "run"
+    with FakeLLMServer(reply=lambda body: REPLY, latency_s=0.02) as srv:
+        assert cli(*_args(srv, run, prices), cwd=tmp_path, env_extra=ENV).returncode == 0
+        first = len(srv.requests)
+        args = ["score", run, "--judge", "openai/judge2", "--judge-base-url", srv.openai_base_url, "--prices", prices,
+                "--no-progress", "--max-connections", "4", "--max-judge-failed", "1", "--max-cost", "2"]
+        seen, stops = first, 0
+        for _ in range(30):
+            proc = cli(*args, cwd=tmp_path, env_extra=ENV)
+            bodies = srv.requests[seen:]
+            seen += len(bodies)
+            assert {b["model"] for b in bodies} <= {"judge2"}  # re-judging never calls the tested model
+            assert sum((prompt_words(b) * 500 + len(REPLY.split()) * 100) / 1e6 for b in bodies) <= 2
+            if proc.returncode == 0:
+                break
+            stops += 1
+            assert_user_error(proc, "--max-cost 2.00 USD", "rerun the same command")
+        assert proc.returncode == 0 and stops >= 1 and srv.duplicate_paid_calls() == 0, (stops, seen, proc.stderr)
+
+
 def test_max_cost_refuses_a_model_it_cannot_price(tmp_path):
     with FakeLLMServer(reply=lambda body: REPLY) as srv:
         proc = cli("run", "--model", "openai/unpriced", "--base-url", srv.openai_base_url, "--suite", "sample",

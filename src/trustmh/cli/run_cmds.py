@@ -266,8 +266,9 @@ def _methods_exit(results) -> None:
                         f"--methods-dir DIR), then the same command again")
 
 
-def _budget(spec, max_cost: float, table, executor: str):
-    """--max-cost: a spend cap every endpoint checks before it sends a call (engine/budget.py)."""
+def _budget(spec, max_cost: float, table, executor: str, called: list[str] | None = None):
+    """--max-cost: a spend cap every endpoint checks before it sends a call (engine/budget.py); `called`:
+    the specs that will be called (default: the models and the judges)."""
     import math
     from ..engine.budget import Budget
     from ..prices import check_priced
@@ -275,7 +276,8 @@ def _budget(spec, max_cost: float, table, executor: str):
         raise UserError(f"--max-cost must be a positive number of USD, not {max_cost}")
     if executor != "local":
         raise UserError("--max-cost works with the local executor only (Ray workers spend out of its sight)")
-    check_priced([*spec.models, spec.judge, spec.options.get("proxy_judge", "")], table)
+    check_priced(called if called is not None else [*spec.models, spec.judge, spec.options.get("proxy_judge", "")],
+                 table)
     return Budget(max_cost, table)
 
 
@@ -353,6 +355,11 @@ def score_cmd(
     fail_on_error: bool = typer.Option(False, help=_FAIL_ON_ERROR_HELP),
     max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
     max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
+    prices: Optional[Path] = typer.Option(None, "--prices", help="A TOML price table over trustmh's shipped one, "
+                                                                 "for --max-cost (see `trustmh run --help`)."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop before the estimated spend of this "
+                                                                      "re-judging would pass this many USD (stored "
+                                                                      "verdicts cost nothing; rerun to continue)."),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
     as `run`'s does, whether too many samples failed."""
@@ -368,14 +375,22 @@ def score_cmd(
         spec.judge = judge
         spec.judge_base_url = judge_base_url
     limits = _limits(max_connections, timeout, max_retries)
+    if max_cost is not None:  # only the judges are called here: only they need a price
+        from ..prices import load_prices
+        limits.budget = _budget(spec, max_cost, load_prices(prices), "local",
+                                [spec.judge, spec.options.get("proxy_judge", "")])
     if out_dir is not None:  # checked before anything is copied
         if not out_dir.strip():
             raise UserError("--out is empty; give a directory")
         from ..engine.rundir import copy_run
         run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
-    with _ProgressView(progress and sys.stderr.isatty()) as view:
-        _, results, _ = run(spec, run_dir, limits=limits, generate=False,
-                            accept_stored=accept_stored, events=view)
+    from ..engine.budget import BudgetStop, stop_message
+    try:
+        with _ProgressView(progress and sys.stderr.isatty()) as view:
+            _, results, _ = run(spec, run_dir, limits=limits, generate=False,
+                                accept_stored=accept_stored, events=view)
+    except BudgetStop as stop:
+        raise UserError(stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
