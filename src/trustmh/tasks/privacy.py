@@ -250,6 +250,13 @@ class Leakage(Task):
         "info_accessibility_error": "flagged", "info_accessibility_no_y": "no_y",
         "info_accessibility_has_z": "has_z", "privacy_sharing_error": "flagged",
         "privacy_sharing_no_y": "no_y", "privacy_sharing_has_z": "has_z", "control_error": "flagged"}
+    # make_report's merged_result keys, "{q_type}-{metric}_mean" (privacy3.py): the nine numbers it prints.
+    paper_names = {
+        "free-response-string-match_mean": "free_response_leak_rate_string_match",
+        "free-response-proxy-model_mean": "free_response_leak_rate_proxy",
+        **{f"{qt.replace('_', '-')}-{part}_mean": f"{qt}_{part}"
+           for qt in ("info_accessibility", "privacy_sharing") for part in ("error", "no_y", "has_z")},
+        "control-error_mean": "control_error"}
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         path = data.path(self.files[0])
