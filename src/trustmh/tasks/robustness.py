@@ -43,6 +43,7 @@ from ..types import Item, Sample, Score
 from ..variants.perturb import INTENSITIES, KINDS, Perturbation, make_edit, perturbations
 from ._robustness_paper import (LEVELS, PAPER_KEYS, PAPER_TYPE, SEED, SEED_RULE, DiagnosisRobustPaper,
                                 SupportRobustPaper)
+from ._esconv_reference import PAPER_NAMES as REFERENCE_NAMES
 from ._robustness_paper import PERTURBATION as _PERTURBATION  # item meta: the perturbation key
 from .base import TASKS, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register
 
@@ -409,7 +410,9 @@ class RobustSupport(SupportRobustPaper, _Robustness):
     paper_protocol = True
     title = "Robustness of emotional support to perturbed dialogue context (ESConv, judged as reliability.support)"
     base_id = "reliability.support"
-    paper_names = {"summary_metrics.judge_{c}.{key}": "judge_{c}[{key}]"}
+    paper_names = {"summary_metrics.judge_{c}.{key}": "judge_{c}[{key}]",
+                   **{f"summary_metrics.{ours.removeprefix('ref_')}.{{key}}": f"{ours}[{{key}}]"
+                      for ours in REFERENCE_NAMES.values()}}
 
 
 @register
