@@ -224,6 +224,7 @@ def test_support_sends_the_perturbed_turns_to_model_and_judge(upstream, tmp_path
         for ours, value in want_ref.items():
             name = ours.removeprefix("ref_")
             assert t.paper[f"summary_metrics.{name}.{key}"].value == pytest.approx(value, abs=1e-9), (name, key)
+        assert t.paper[f"summary_metrics.bleu-2.{key}"].n == t.paper[f"summary_metrics.judge_empathy.{key}"].n == len(want)
     assert "no drop formula" in t.description and "sha256('<run seed>|<task id>|<item id>|<type>@<intensity>')" in t.description
     ids = {d["id"]: d["source"] for d in t.templates}
     assert ids["PT-IRRELEVANT_SENTENCES"].endswith("ESConv/src/perturbation.py#IRRELEVANT_SENTENCES")

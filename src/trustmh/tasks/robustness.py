@@ -384,6 +384,10 @@ class _Robustness(Task):
             return int((self._complete(pert, pair, scored, names.index(CLEAN), k) & (pert == k)).sum())
         if metric == "clean":
             return int(((table.labels["perturbation"] == CLEAN) & ~np.isnan(table.col(self.primary_value))).sum())
+        if metric.startswith(("judge_", "ref_")) and metric.endswith("]") and "perturbation" in table.labels:
+            name, _, key = metric[:-1].partition("[")  # _paper_extras': one perturbation's samples with a value
+            column = name.removeprefix("judge_") if name.startswith("judge_") else "ref_hyp_len"
+            return int(((table.labels["perturbation"] == key) & ~np.isnan(table.col(column))).sum())
         return count(table.col(self.primary_value))
 
 
