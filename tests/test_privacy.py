@@ -182,6 +182,8 @@ def test_leakage_rates_by_hand(upstream, tmp_path):
     for name, count in by_hand.items():
         assert t.paper[name].value == pytest.approx(count / 100), name
     assert t.paper["control-error_mean"] == m["control_error"] and m["control_error"].ci is not None  # one value, two names
+    assert all(v.n == 100 for k, v in t.paper.items() if "proxy" not in k)  # each type's 100 scenarios
+    assert t.paper["free-response-proxy-model_mean"].n == 0  # no judge: nothing scored (the paper writes 0.0)
     assert t.unscored_by_value["proxy_leak"] == {"the proxy-model leak check needs an LLM judge": 100}
     # Strict mode: "It depends." gives no yes/no: an error, as the paper counts it, and shown as a non-answer.
     _, strict, _ = run_quiet(run_spec(**common), tmp_path / "strict")
