@@ -215,7 +215,8 @@ def test_batched_aggregate_equals_per_resample_aggregate(task_id, root):
 
 
 @pytest.mark.parametrize("root", roots())
-@pytest.mark.parametrize("task_id", ("reliability.diagnosis", "reliability.support", "crisis.escalation"))
+@pytest.mark.parametrize("task_id", ("reliability.diagnosis", "reliability.support", "crisis.escalation",
+                                     "reliability.intervention"))
 def test_batched_aggregate_under_the_paper_protocol(task_id, root):
     """Their aggregate_many has a branch of its own for the paper's metrics (the table is the trustmh
     one: aggregation reads only its columns and labels)."""

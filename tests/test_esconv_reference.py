@@ -49,7 +49,7 @@ def by_hand(ps):
     out = {"ref_length": float(np.mean([len(h) for h in hyps]))}
     for k in (1, 2, 3):
         grams = [tuple(s[i:i + k]) for s in hyps for i in range(max(len(s) - k + 1, 0))]
-        out[f"ref_dist-{k}"] = 100 * len(set(grams)) / len(grams)
+        out[f"ref_dist-{k}"] = 100 * len(set(grams)) / len(grams) if grams else 0.0  # the original's 0.0
     for k in (1, 2, 3, 4):
         out[f"ref_bleu-{k}"] = 100 * corpus_bleu(refs, hyps, weights=[1.0 / k] * k + (4 - k) * [0.0],
                                                  smoothing_function=SmoothingFunction().method3)

@@ -3,13 +3,17 @@ notebook's cell 3 builds it, CP-gen as the one user message with nothing else se
 system message with the reply alone as the user message at T 0, the last [c, p, a, s] list read (trustmh's
 rule: the notebook has no parse), per-dialogue means rounded to 2 decimals then averaged."""
 
+import collections
 import json
 import math
 
+import numpy as np
 import pytest
 
-from conftest import run_quiet, run_spec
+from conftest import run_quiet, run_spec, write_replay
 from trustmh.engine import context, generation_request, prepare
+from trustmh.tasks import DataSource, RunContext
+from trustmh.tasks.reliability import INTERVENTION_CRITERIA, Intervention
 from trustmh.testing.fake_server import FakeLLMServer
 
 # CP-gen, typed here from the notebook's cell 7 (model_reply.user_message): indented, leading newline kept.
@@ -100,6 +104,45 @@ def test_sends_and_aggregates_as_the_notebook(tmp_path):
     assert t.value == pytest.approx(want)
     assert t.n_judge_failed == 1 and t.protocol == "paper"
     assert not math.isnan(t.value)
+    # The paper block: cell 6's "Average Scores" of each dialogue, criteria named as CP-judge names them.
+    p = {k: (v.value, v.n) for k, v in t.paper.items()}
+    assert p["Average Scores.Career/1.Comprehensiveness"] == (1.33, 3)
+    assert p["Average Scores.Career/1.Authenticity"] == (2.33, 3) and p["Average Scores.Career/1.Safety"] == (0.67, 3)
+    assert p["Average Scores.Career/2.Professionalism"] == (3.0, 1)  # C2's turn unscored
+    assert p["Average Scores.Safety"][0] == pytest.approx((0.67 + 1) / 2)
+    assert len(p) == 2 * 4 + 4
+
+
+def test_dialogue_averages_on_cpsycoune_by_hand(upstream, tmp_path):
+    """On the real 45 dialogues (296 turns), random verdicts, some unreadable: every per-dialogue average of
+    cell 6 (round(sum(col) / len(col), 2)) and the criterion means, by hand."""
+    items = Intervention().load(DataSource(upstream, "data"), RunContext(upstream_compat=True))
+    assert len(items) == 296
+    rng = np.random.default_rng(5)
+    gen, judge, turns = [], [], collections.defaultdict(list)
+    for k, it in enumerate(items):
+        gen.append({"task": "reliability.intervention", "item_id": it.id, "response": "我理解你的感受。"})
+        s = [int(rng.integers(0, m + 1)) for m in INTERVENTION_CRITERIA.values()]
+        text = "评分如下" if k % 23 == 0 else f"我的评分：{s}"
+        judge.append({"task": "reliability.intervention", "item_id": it.id, "response": text})
+        if k % 23:
+            turns[it.meta["dialogue"]].append(s)
+    g, j = write_replay(tmp_path / "g.jsonl", gen), write_replay(tmp_path / "j.jsonl", judge)
+    spec = run_spec(models=[f"replay/{g}"], judge=f"replay/{j}", tasks="reliability.intervention", suite="data",
+                    data_dir=str(upstream), protocol="paper")
+    _, res, _ = run_quiet(spec, tmp_path / "run")
+    t = res.models[spec.models[0]].tasks["reliability.intervention"]
+    assert t.protocol == "paper" and len(turns) == 45
+    names = [c.capitalize() for c in INTERVENTION_CRITERIA]
+    averages = {d: [round(sum(col) / len(col), 2) for col in zip(*scores)] for d, scores in turns.items()}
+    for d, avg in averages.items():
+        for name, want in zip(names, avg):
+            got = t.paper[f"Average Scores.{d}.{name}"]
+            assert got.value == want and got.n == len(turns[d]), (d, name)
+    for i, name in enumerate(names):
+        assert t.paper[f"Average Scores.{name}"].value == pytest.approx(np.mean([a[i] for a in averages.values()]))
+        assert t.paper[f"Average Scores.{name}"].ci is not None
+    assert len(t.paper) == 45 * 4 + 4
 
 
 def test_notebook_extraction_fails_closed_and_trustmh_protocol_is_unchanged(upstream):

@@ -15,6 +15,7 @@ from sklearn.metrics import f1_score
 
 from conftest import METHODS, run_quiet, run_spec
 from test_bootstrap import check_batched_aggregate
+from test_esconv_reference import by_hand, pairs
 from test_paper_support import SAMPLE_SWMH, build_classification_prompt, esconv_samples, staged_constant
 from trustmh.data.methods import MethodError
 from trustmh.engine import context, prepare
@@ -217,6 +218,13 @@ def test_support_sends_the_perturbed_turns_to_model_and_judge(upstream, tmp_path
         # the original's summary row per criterion and intensity, under its name in the paper block
         assert all(m[f"judge_{c}[all@{level}]"] == 2.0 and m[f"judge_{c}[clean]"] == 4.0 for c in CRITERIA)
         assert t.paper[f"summary_metrics.judge_empathy.all@{level}"] == t.metrics[f"judge_empathy[all@{level}]"]
+    # ...and the reference metrics of each intensity's run against the real ground-truth turns, by hand
+    for key, reply in [("clean", "CLEAN")] + [(f"all@{level}", "NOISY") for level in LEVELS]:
+        want_ref = by_hand([(reference, reply) for _, reference, _ in want])
+        for ours, value in want_ref.items():
+            name = ours.removeprefix("ref_")
+            assert t.paper[f"summary_metrics.{name}.{key}"].value == pytest.approx(value, abs=1e-9), (name, key)
+        assert t.paper[f"summary_metrics.bleu-2.{key}"].n == t.paper[f"summary_metrics.judge_empathy.{key}"].n == len(want)
     assert "no drop formula" in t.description and "sha256('<run seed>|<task id>|<item id>|<type>@<intensity>')" in t.description
     ids = {d["id"]: d["source"] for d in t.templates}
     assert ids["PT-IRRELEVANT_SENTENCES"].endswith("ESConv/src/perturbation.py#IRRELEVANT_SENTENCES")
@@ -313,6 +321,28 @@ def test_the_originals_single_stage_types_are_selectable(tmp_path):
 
 # --- the paired bootstrap's batched form, under the paper protocol --------------------------------------
 
+REPLIES = ("ok", "I hear you, that sounds really hard.", "It is normal to feel depression at times.", "")
+
+
+def test_support_reference_metrics_per_intensity_on_real_turns():
+    """robustness.support's ref_<name>[<key>]: each intensity's replies against their ground-truth turns, as
+    the original's summary_metrics.<name>.<intensity> (one run per intensity), by hand on real ESConv turns."""
+    from trustmh.metrics import point, whole
+    from trustmh.tasks._esconv_reference import sample_values
+    ps = pairs(24)
+    keys = ("clean", "all@low", "all@medium", "all@high")
+    rows, toks, pert = [], [], []
+    for i, (ref, hyp) in enumerate(ps):
+        v, tk = sample_values(hyp, ref)
+        rows.append(v)
+        toks.append(tk)
+        pert.append(keys[i % 4])
+    table = Table.from_rows(rows, [str(i // 4) for i in range(len(ps))], {"ref_tokens": toks, "perturbation": pert})
+    got = point(TASKS["robustness.support"]()._paper_extras(table, whole(table)))
+    for j, key in enumerate(keys):
+        for ours, value in by_hand(ps[j::4]).items():
+            assert got[f"{ours}[{key}]"] == pytest.approx(value, abs=1e-9), (ours, key)
+
 @pytest.mark.parametrize("task_id", ["robustness.support", "robustness.diagnosis"])
 def test_batched_paper_metrics_equal_the_per_resample_ones(task_id):
     task, ctx, rng = TASKS[task_id](), RunContext(seed=0, upstream_compat=True, methods_root=METHODS), random.Random(5)
@@ -327,7 +357,7 @@ def test_batched_paper_metrics_equal_the_per_resample_ones(task_id):
             if task_id == "robustness.support":
                 judged = Verdicts({c: Judged(text=str(rng.randint(0, 5)) if rng.random() > 0.1 else "n/a")
                                    for c in ("fluency", "professionalism", "empathy", "helpfulness")})
-                sc = task.score(s, "ok", judged, ctx)
+                sc = task.score(s, rng.choice(REPLIES), judged, ctx)  # the reference is the item's target
             else:
                 sc = task.score(s, json.dumps({"label": rng.choice(labels + ("junk",))}), None, ctx)
             rows.append(sc.values)

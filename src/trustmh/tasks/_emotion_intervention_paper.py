@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics import Table
+from ..metrics import Resamples, Table
 from ..types import Item, Sample, Score
 from ._reliability_read import CLIENT, INTERVENTION_CRITERIA, LETTERS, read_utterances
 from .base import DataSource, Judged, MethodTemplate, Rubric, RunContext, answered, judge_failure, judge_text, no_answer
@@ -221,20 +221,32 @@ class InterventionPaper:
         sc.values.update(values, overall=float(np.mean([values[c] / m for c, m in INTERVENTION_CRITERIA.items()])))
         return sc
 
-    def _paper_aggregate(self, table: Table) -> dict[str, float]:
-        # write_evaluation_results: per dialogue, each criterion's mean over its turns rounded to 2
-        # decimals; then (unknown in the original) the plain mean over dialogues. `overall` is trustmh's
-        # combination (each criterion divided by its maximum), the paper's single number being unknown.
-        out = {c: _rounded_dialogue_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA}
-        out["overall"] = float(np.mean([out[c] / m for c, m in INTERVENTION_CRITERIA.items()]))
-        return out
+    def _paper_aggregate_many(self, table: Table, r: Resamples) -> dict[str, np.ndarray]:
+        return cp_dialogue_averages(table, r)
 
 
-def _rounded_dialogue_mean(values: np.ndarray, clusters: np.ndarray) -> float:
-    """Mean over dialogues of each dialogue's mean rounded to 2 decimals (as the notebook writes it)."""
-    ok = ~np.isnan(values)
-    if not ok.any():
-        return float("nan")
-    names = clusters[ok].astype(str)
-    means = [round(float(np.mean(values[ok][names == d])), 2) for d in np.unique(names)]
-    return float(np.mean(means))
+def cp_dialogue_averages(table: Table, r: Resamples) -> dict[str, np.ndarray]:
+    """write_evaluation_results (cell 6): per dialogue, each criterion's mean over its turns rounded to 2
+    decimals, `round(sum(col) / len(col), 2)` over the turns the judge scored, as `<c>[dialogue=<d>]`
+    (NaN in a resample that does not draw the dialogue). Then, the notebook stopping there, trustmh's
+    `<c>`: the plain mean of those over the distinct dialogues drawn, and `overall`: the criteria's mean,
+    each divided by its maximum. One body for the point value (r = whole(table)) and the bootstrap."""
+    k = r.weights.shape[1]
+    names = np.empty(k, dtype=object)
+    names[r.inverse] = table.clusters.astype(str)  # each cluster's label (all its rows hold the same)
+    out: dict[str, np.ndarray] = {}
+    for c in INTERVENTION_CRITERIA:
+        col = table.col(c)
+        per_dialogue = np.full(k, np.nan)
+        for j in range(k):
+            turns = [float(v) for v in col[r.inverse == j] if not np.isnan(v)]
+            if turns:
+                per_dialogue[j] = round(sum(turns) / len(turns), 2)
+        drawn = (r.weights > 0) & ~np.isnan(per_dialogue)
+        for j in np.flatnonzero(~np.isnan(per_dialogue)):
+            out[f"{c}[dialogue={names[j]}]"] = np.where(drawn[:, j], per_dialogue[j], np.nan)
+        n = drawn.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[c] = np.where(n > 0, drawn @ np.nan_to_num(per_dialogue) / np.maximum(n, 1), np.nan)
+    out["overall"] = np.mean([out[c] / m for c, m in INTERVENTION_CRITERIA.items()], axis=0)
+    return out

@@ -28,6 +28,7 @@ from ..variants.paper_perturb import (CHAR_EDITS, SENTENCE_RATES, TYPES, WORD_RA
                                       perturb_pieces, perturbation_seed)
 from ._reliability_paper import (ESCONV, SWMH_SRC, DiagnosisPaper, SupportPaper, es_generation_messages,
                                  es_judge_messages, es_turns)
+from ._esconv_reference import reference_metrics
 from ._shared import SUPPORT_CRITERIA
 from .base import MethodTemplate, RunContext
 
@@ -143,16 +144,23 @@ class SupportRobustPaper(RobustPaper):
         return es_generation_messages(edited.input[TURNS], ctx)
 
     def _paper_extras(self, table: Table, r: Resamples) -> dict[str, Any]:
-        """save_summary_report's judge_<criterion> row per intensity: each criterion's mean over the samples of
-        one perturbation (`judge_<criterion>[<type>@<intensity>]`, and `[clean]`), over Resamples (one body)."""
+        """save_summary_report's rows per intensity: each judge criterion's mean over the samples of one
+        perturbation (`judge_<criterion>[<type>@<intensity>]`, and `[clean]`) and, where the replies were
+        scored against the ground-truth turn, the reference metrics of that intensity's run
+        (`ref_<name>[<key>]`: its generation_metrics.aggregate, which the summary lists per intensity too);
+        over Resamples (one body)."""
         means, out = Means(table, r), {}
         perturbation = table.labels.get("perturbation")
         if perturbation is None:
             return out
+        reference = "ref_hyp_len" in table.columns
         for key in sorted(set(perturbation)):
             rows = perturbation == key
             for c in SUPPORT_CRITERIA:
                 out[f"judge_{c}[{key}]"] = means(c, rows)
+            if reference:
+                out.update({f"{name}[{key}]": v
+                            for name, v in reference_metrics(table.where(rows), r.rows(rows)).items()})
         return out
 
     def _paper_judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:

@@ -15,7 +15,7 @@ import numpy as np
 from ..data.loaders import read_floats, read_lines, read_text, unescape_newlines
 from ..errors import DataError
 from ..judges.parsing import parse_scale_rating, parse_yes_no
-from ..metrics import Resamples, Table, mean, pearson, pearson_many
+from ..metrics import Resamples, Table, count, mean, pearson, pearson_many
 from ..types import Item, Sample, Score
 # The paper's code: where it is, what it sends, and how it parses (also used by --upstream-compat).
 from ._privacy_paper import (TASK1_CODE, TASK2_CODE, TASK3_CODE, cut_after_first_answer,  # noqa: F401
@@ -250,6 +250,13 @@ class Leakage(Task):
         "info_accessibility_error": "flagged", "info_accessibility_no_y": "no_y",
         "info_accessibility_has_z": "has_z", "privacy_sharing_error": "flagged",
         "privacy_sharing_no_y": "no_y", "privacy_sharing_has_z": "has_z", "control_error": "flagged"}
+    # make_report's merged_result keys, "{q_type}-{metric}_mean" (privacy3.py): the nine numbers it prints.
+    paper_names = {
+        "free-response-string-match_mean": "free_response_leak_rate_string_match",
+        "free-response-proxy-model_mean": "free_response_leak_rate_proxy",
+        **{f"{qt.replace('_', '-')}-{part}_mean": f"{qt}_{part}"
+           for qt in ("info_accessibility", "privacy_sharing") for part in ("error", "no_y", "has_z")},
+        "control-error_mean": "control_error"}
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         path = data.path(self.files[0])
@@ -401,6 +408,14 @@ class Leakage(Task):
     # the rows, which is what is computed here. The plain mean also counts a scenario a bootstrap resample
     # draws twice twice; grouping by the scenario label merged the copies, which made leakage intervals
     # about a quarter too narrow (0.067 instead of 0.087 wide for leak_rate on the real PsyLeak data).
+    def metric_n(self, table: Table, metric: str) -> int:
+        """A question type's rate rests on the samples of that type (100 on PsyLeak), not on all four."""
+        qtype = next((q for q in ("free_response", "info_accessibility", "privacy_sharing", "control")
+                      if metric.startswith(q)), None)
+        if metric not in self.metric_columns or qtype is None or "qtype" not in table.labels:
+            return super().metric_n(table, metric)
+        return count(table.col(self.metric_columns[metric])[table.labels["qtype"] == qtype])
+
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         many = self._rates(table, lambda mask, col: np.array([mean(table.col(col)[mask])]), ctx)
         return {k: float(v[0]) for k, v in many.items()}

@@ -424,6 +424,10 @@ class Intervention(InterventionPaper, Task):
     gen_params = {"max_tokens": 512}
     PATTERN = "cpsycoune/<topic>/<n>.json"
     paper_protocol = True
+    # cell 6's "Average Scores: [c, p, a, s]" of each dialogue (the criteria named as CP-judge names them),
+    # then their mean over dialogues (trustmh's: the notebook writes no such number).
+    paper_names = {**{f"Average Scores.{{d}}.{c.capitalize()}": f"{c}[dialogue={{d}}]" for c in INTERVENTION_CRITERIA},
+                   **{f"Average Scores.{c.capitalize()}": c for c in INTERVENTION_CRITERIA}}
 
     def missing_files(self, data: DataSource) -> list[str]:
         return [] if cpsycoune_files(data) else [self.PATTERN]
@@ -443,6 +447,9 @@ class Intervention(InterventionPaper, Task):
 
     def cluster(self, sample: Sample) -> str:
         return sample.item.meta["dialogue"]
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        return {"dialogue": sample.item.meta["dialogue"]}  # the n of each per-dialogue average
 
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
         return (PAPER_INTERVENTION_RUBRIC,) if ctx.protocol == "paper" else self.rubrics
@@ -467,12 +474,12 @@ class Intervention(InterventionPaper, Task):
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         if ctx.protocol == "paper":
-            return self._paper_aggregate(table)
+            return point(self._paper_aggregate_many(table, whole(table)))
         out = {"overall": cluster_mean(table.col("overall"), table.clusters)}
         out.update({c: cluster_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA})
         return out
 
     def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
-        if ctx.protocol == "paper":  # the paper's rounded per-dialogue means: computed per resample
-            return None
+        if ctx.protocol == "paper":
+            return self._paper_aggregate_many(table, resamples)
         return {c: cluster_mean_many(table.col(c), resamples) for c in ("overall", *INTERVENTION_CRITERIA)}

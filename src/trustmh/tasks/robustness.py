@@ -43,6 +43,7 @@ from ..types import Item, Sample, Score
 from ..variants.perturb import INTENSITIES, KINDS, Perturbation, make_edit, perturbations
 from ._robustness_paper import (LEVELS, PAPER_KEYS, PAPER_TYPE, SEED, SEED_RULE, DiagnosisRobustPaper,
                                 SupportRobustPaper)
+from ._esconv_reference import PAPER_NAMES as REFERENCE_NAMES
 from ._robustness_paper import PERTURBATION as _PERTURBATION  # item meta: the perturbation key
 from .base import TASKS, DataSource, Judged, MetricSpec, Rubric, RunContext, Task, register
 
@@ -383,6 +384,10 @@ class _Robustness(Task):
             return int((self._complete(pert, pair, scored, names.index(CLEAN), k) & (pert == k)).sum())
         if metric == "clean":
             return int(((table.labels["perturbation"] == CLEAN) & ~np.isnan(table.col(self.primary_value))).sum())
+        if metric.startswith(("judge_", "ref_")) and metric.endswith("]") and "perturbation" in table.labels:
+            name, _, key = metric[:-1].partition("[")  # _paper_extras': one perturbation's samples with a value
+            column = name.removeprefix("judge_") if name.startswith("judge_") else "ref_hyp_len"
+            return int(((table.labels["perturbation"] == key) & ~np.isnan(table.col(column))).sum())
         return count(table.col(self.primary_value))
 
 
@@ -409,7 +414,9 @@ class RobustSupport(SupportRobustPaper, _Robustness):
     paper_protocol = True
     title = "Robustness of emotional support to perturbed dialogue context (ESConv, judged as reliability.support)"
     base_id = "reliability.support"
-    paper_names = {"summary_metrics.judge_{c}.{key}": "judge_{c}[{key}]"}
+    paper_names = {"summary_metrics.judge_{c}.{key}": "judge_{c}[{key}]",
+                   **{f"summary_metrics.{ours.removeprefix('ref_')}.{{key}}": f"{ours}[{{key}}]"
+                      for ours in REFERENCE_NAMES.values()}}
 
 
 @register
