@@ -73,7 +73,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "include_samples": include_samples, "page_size": page_size,
         "comparisons": comparisons or [], "nonce": secrets.token_urlsafe(18),
         "css": Markup((HERE / "report.css").read_text(encoding="utf-8")),
-        "js": Markup((HERE / "report.js").read_text(encoding="utf-8")),
+        "js": Markup("".join((HERE / f).read_text(encoding="utf-8") for f in ("dom.js", "report.js"))),
         "fmt": fmt, "whisker": whisker_svg, "group_scale": group_scale, "paired": paired,
         "ranks": ranks, "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,

@@ -9,19 +9,7 @@
   var controls = ["f-model", "f-task", "f-status", "f-sort"].map($);
   var search = $("f-search");
 
-  function el(tag, cls, text) {
-    var n = document.createElement(tag);
-    if (cls) n.className = cls;
-    if (text !== undefined && text !== null) n.textContent = String(text);
-    return n;
-  }
-
-  function show(v) {
-    if (v === null || v === undefined) return "–";
-    if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(3);
-    if (typeof v === "string") return v;
-    return JSON.stringify(v);
-  }
+  var el = trustmhDom.el, show = trustmhDom.show;  // dom.js, inlined before this script
 
   function get(path) {
     return fetch(path, { credentials: "same-origin" }).then(function (r) {

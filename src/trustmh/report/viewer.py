@@ -313,7 +313,7 @@ def _int(args: dict[str, str], name: str, below: int) -> int | None:
 
 def _page(nonce: str) -> bytes:
     css = (HERE / "report.css").read_text(encoding="utf-8")
-    js = (HERE / "viewer.js").read_text(encoding="utf-8")
+    js = "".join((HERE / f).read_text(encoding="utf-8") for f in ("dom.js", "viewer.js"))
     html = (HERE / "viewer.html").read_text(encoding="utf-8")
     # The nonce first: the style sheet and the script are inserted as they are, after it.
     head, _, tail = html.replace("NONCE", nonce).partition("/*JS*/")
