@@ -41,6 +41,10 @@ _MAX_FAILED_HELP = "Exit 2 when more than this share of a task's samples failed 
 _MAX_JUDGE_FAILED_HELP = ("Exit 2 when more than this share of a task's samples got no usable judge verdict (judge "
                           "API errors, unusable judge output; 0 to 1). Never counts a --judge rules verdict.")
 _FAIL_ON_ERROR_HELP = "Exit 1 if any sample failed with an API error of the model or of the judge."
+_PRICES_HELP = ("A TOML price table ([models.\"SPEC\"] input_per_mtok, output_per_mtok: USD per million tokens) "
+                "over trustmh's shipped one (list prices of a stated date); for the cost estimates.")
+_MAX_COST_HELP = ("Stop before the estimated spend of this invocation would pass this many USD (stored calls cost "
+                  "nothing): exit 2 with what was spent and what remains; rerun the same command to continue.")
 
 
 @app.command("run")
@@ -125,14 +129,8 @@ def run_cmd(
                                                           "(minus those stored in --out) with an estimate of their "
                                                           "tokens and cost per model and judge, and exit without "
                                                           "calling anything."),
-    prices: Optional[Path] = typer.Option(
-        None, "--prices", help="A TOML price table ([models.\"SPEC\"] input_per_mtok, output_per_mtok: USD per "
-                               "million tokens) over trustmh's shipped one (list prices of a stated date); for "
-                               "--dry-run and --max-cost estimates."),
-    max_cost: Optional[float] = typer.Option(
-        None, "--max-cost", help="Stop before the estimated spend of this invocation would pass this many USD "
-                                 "(stored calls cost nothing): exit 2 with what was spent and what remains; "
-                                 "rerun the same command to continue."),
+    prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
     _load_plugins(include)
@@ -355,11 +353,8 @@ def score_cmd(
     fail_on_error: bool = typer.Option(False, help=_FAIL_ON_ERROR_HELP),
     max_failed: float = typer.Option(0.05, "--max-failed", help=_MAX_FAILED_HELP),
     max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
-    prices: Optional[Path] = typer.Option(None, "--prices", help="A TOML price table over trustmh's shipped one, "
-                                                                 "for --max-cost (see `trustmh run --help`)."),
-    max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Stop before the estimated spend of this "
-                                                                      "re-judging would pass this many USD (stored "
-                                                                      "verdicts cost nothing; rerun to continue)."),
+    prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
     as `run`'s does, whether too many samples failed."""
