@@ -22,7 +22,7 @@ import numpy as np
 
 from .data.loaders import file_sha256
 from .errors import UserError
-from .metrics import Resamples, Table, block_weights, cluster_layout, derived_seed, pick_blocks, rows_of
+from .metrics import Resamples, Table, block_weights, cluster_layout, derived_seed, per_resample, pick_blocks
 from .results import RunResults
 
 Key = tuple[str, str]  # (item_id, variant)
@@ -363,21 +363,14 @@ def paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot
             resamples = Resamples(inverse, block_weights(picks, k))
             sides = [task.aggregate_many(t, resamples, ctx) for t in (tab_a, tab_b)]
         if sides is None or None in sides:
-            sides = [_per_resample(task, ctx, t, picks, order, size, start) for t in (tab_a, tab_b)]
+            sides = [per_resample(lambda tt: task.aggregate(tt, ctx), t, picks, order, size, start)
+                     for t in (tab_a, tab_b)]
         ga, gb = ({name: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for name, v in g.items()} for g in sides)
         nan = np.full(n, math.nan)
         for name in names:
             parts[name].append(gb.get(name, nan) - ga.get(name, nan))
         parts["__trust__"].append(_trust_many(gb.get(m.name, nan), m, zero[1]) - _trust_many(ga.get(m.name, nan), m, zero[0]))
     return {name: np.concatenate(v) if v else np.array([]) for name, v in parts.items()}
-
-
-def _per_resample(task, ctx, table: Table, picks, order, size, start) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for i, pick in enumerate(picks):
-        for name, v in task.aggregate(table.take(rows_of(pick, order, size, start)), ctx).items():
-            out.setdefault(name, np.full(len(picks), math.nan))[i] = math.nan if v is None else v
-    return out
 
 
 def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Diff]:

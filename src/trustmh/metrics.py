@@ -220,6 +220,17 @@ def cluster_resamples(clusters: np.ndarray, rng: np.random.Generator, n_boot: in
             yield rows_of(pick, order, size, start)
 
 
+def per_resample(aggregate: Aggregate, table: Table, picks, order, size, start) -> dict[str, np.ndarray]:
+    """`aggregate` run on each resampled table of a block of `picks` (cluster_layout's `order`, `size`,
+    `start`): one array per metric, NaN where a resample leaves it undefined (None) or does not report it.
+    The path of a task without a batched aggregate_many, for the bootstrap and compare's paired draws."""
+    out: dict[str, np.ndarray] = {}
+    for b, pick in enumerate(picks):
+        for name, v in aggregate(table.take(rows_of(pick, order, size, start))).items():
+            out.setdefault(name, np.full(len(picks), math.nan))[b] = math.nan if v is None else v
+    return out
+
+
 def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000, level: float = 0.95,
               aggregate_many: AggregateMany | None = None) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap intervals for every metric `aggregate` returns, resampling clusters.
@@ -233,17 +244,11 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
     k = len(size)
     draws: dict[str, list[np.ndarray]] = {}
     for picks in pick_blocks(k, np.random.default_rng(seed), n_boot):
-        m = len(picks)
         many = None
         if aggregate_many is not None:
             many = aggregate_many(table, Resamples(inverse, block_weights(picks, k)))
         if many is None:
-            many = {}
-            for b, pick in enumerate(picks):
-                for name, v in aggregate(table.take(rows_of(pick, order, size, start))).items():
-                    if name not in many:
-                        many[name] = np.full(m, math.nan)
-                    many[name][b] = v
+            many = per_resample(aggregate, table, picks, order, size, start)
         for name, values in many.items():
             draws.setdefault(name, []).append(np.asarray(values, dtype=float))
     alpha = (1 - level) / 2
