@@ -165,8 +165,8 @@ def scored_table(task_id: str, root: Path, n_items: int, seed: int = 0) -> Table
             reply, judged = fake_reply(task, s, rng)
             sc = task.score(s, reply, judged, ctx)
             rows.append(sc.values)
-            clusters.append(task.cluster(s))
-            for k, v in task.labels(s, sc).items():
+            clusters.append(task.cluster(s, ctx))
+            for k, v in task.labels(s, sc, ctx).items():
                 labels[k].append(v)
     return Table.from_rows(rows, clusters, dict(labels))
 
@@ -229,7 +229,7 @@ def test_batched_aggregate_under_the_paper_protocol(task_id, root):
         odd = np.random.default_rng(4).random(len(rating)) < 0.1
         table.columns["rating"] = np.where(odd & ~np.isnan(rating), rating + 2.5, rating)  # 3.5, 6.5, ...
         table.columns["rating_or_1"] = np.where(np.isnan(rating), 1.0, table.columns["rating"])
-    check_batched_aggregate(task_id, table, RunContext(seed=0, upstream_compat=True))
+    check_batched_aggregate(task_id, table, RunContext(seed=0, protocol="paper"))
 
 
 def check_batched_aggregate(task_id, table, ctx):

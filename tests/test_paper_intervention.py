@@ -116,7 +116,7 @@ def test_sends_and_aggregates_as_the_notebook(tmp_path):
 def test_dialogue_averages_on_cpsycoune_by_hand(upstream, tmp_path):
     """On the real 45 dialogues (296 turns), random verdicts, some unreadable: every per-dialogue average of
     cell 6 (round(sum(col) / len(col), 2)) and the criterion means, by hand."""
-    items = Intervention().load(DataSource(upstream, "data"), RunContext(upstream_compat=True))
+    items = Intervention().load(DataSource(upstream, "data"), RunContext(protocol="paper"))
     assert len(items) == 296
     rng = np.random.default_rng(5)
     gen, judge, turns = [], [], collections.defaultdict(list)

@@ -17,7 +17,7 @@ from trustmh.tasks import TASKS, DataSource, Judged, RunContext
 from trustmh.tasks._paper_rules import class_report
 from trustmh.tasks.crisis import CRISIS_LABELS, LEVELS
 
-PAPER = RunContext(seed=0, upstream_compat=True)
+PAPER = RunContext(seed=0, protocol="paper")
 
 
 def paper_table(task_id, replies, n_items):
@@ -32,15 +32,15 @@ def paper_table(task_id, replies, n_items):
             reply, judged = replies(i, item)
             sc = task.score(s, reply, judged, PAPER)
             rows.append(sc.values)
-            clusters.append(task.cluster(s))
-            for k, v in task.labels(s, sc).items():
+            clusters.append(task.cluster(s, PAPER))
+            for k, v in task.labels(s, sc, PAPER).items():
                 labels[k].append(v)
     return task, items, Table.from_rows(rows, clusters, dict(labels))
 
 
 def _sample(task, item):
     from trustmh.types import Sample
-    return Sample(task.id, item, [], choices=task.choices(item))
+    return Sample(task.id, item, [], choices=task.choices(item, PAPER))
 
 
 def ident_reply(i, item):

@@ -472,7 +472,7 @@ def test_support_paper_overall_batched_equals_per_resample():
         rows.append(row)
         clusters.append(f"d{i // 2}")
     table = Table.from_rows(rows, clusters)
-    task, ctx = TASKS["reliability.support"](), RunContext(seed=0, upstream_compat=True)
+    task, ctx = TASKS["reliability.support"](), RunContext(seed=0, protocol="paper")
     # By hand on the whole table: the four means, then their mean.
     means = [np.mean([r[c] for r in rows if c in r]) for c in ("fluency", "professionalism", "empathy", "helpfulness")]
     assert task.aggregate(table, ctx)["overall"] == pytest.approx(sum(means) / 4)

@@ -143,7 +143,7 @@ def test_extract_label(text, figures):
 # Every task's scoring of arbitrary replies and judge replies
 
 def context(paper: bool) -> RunContext:
-    return RunContext(upstream_compat=paper, methods_root=METHODS if paper else None)
+    return RunContext(protocol="paper" if paper else "trustmh", methods_root=METHODS if paper else None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -206,7 +206,7 @@ def test_every_task_scores_any_reply_or_says_why_not(task, data, figures):
         assert sc.unscored.get(task.primary_value), "a primary value left out needs a reason"
     outcome = "scored" if task.primary_value in sc.values else "unscored_with_reason"
     figures[outcome] = figures.get(outcome, 0) + 1
-    assert isinstance(task.labels(sample, sc), dict)
+    assert isinstance(task.labels(sample, sc, ctx), dict)
 
 
 # --------------------------------------------------------------------------------------------------

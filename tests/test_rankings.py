@@ -199,7 +199,7 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, t
 def _oeq_items(upstream):
     from conftest import METHODS
     return TASKS["sycophancy.oeq"]().load(DataSource(upstream, "data"),
-                                          RunContext(upstream_compat=True, methods_root=METHODS))
+                                          RunContext(protocol="paper", methods_root=METHODS))
 
 
 # --- the paper's rank table ----------------------------------------------------------------------------

@@ -299,7 +299,7 @@ def test_support_turn_sampling_is_seeded_and_well_formed(upstream):
         assert [c["text"] for c in it.input["context"]] == [x["text"] for x in dialog[max(0, t - 6):t]]
     assert pick_turns([3, 5, 9, 11], 0, 7) == pick_turns([3, 5, 9, 11], 0, 7)
     # perturbation touches the seeker's words only
-    edited = Support().perturb(a[0], str.upper)
+    edited = Support().perturb(a[0], str.upper, RunContext())
     for old, new in zip(a[0].input["context"], edited.input["context"]):
         assert new["text"] == (old["text"].upper() if old["speaker"] == "seeker" else old["text"])
 

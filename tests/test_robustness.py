@@ -292,7 +292,7 @@ class ToyErrors(Task):
     def prompt(self, item, ctx):
         return [{"role": "system", "content": "Reply OK or NO."}, {"role": "user", "content": item.input["text"]}]
 
-    def perturb(self, item, edit):
+    def perturb(self, item, edit, ctx):
         return Item(item.id, {"text": edit(item.input["text"])}, item.target, dict(item.meta))
 
     def score(self, sample, reply, judged, ctx):

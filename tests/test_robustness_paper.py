@@ -345,7 +345,7 @@ def test_support_reference_metrics_per_intensity_on_real_turns():
 
 @pytest.mark.parametrize("task_id", ["robustness.support", "robustness.diagnosis"])
 def test_batched_paper_metrics_equal_the_per_resample_ones(task_id):
-    task, ctx, rng = TASKS[task_id](), RunContext(seed=0, upstream_compat=True, methods_root=METHODS), random.Random(5)
+    task, ctx, rng = TASKS[task_id](), RunContext(seed=0, protocol="paper", methods_root=METHODS), random.Random(5)
     labels = ("depression", "SuicideWatch", "Anxiety", "bipolar", "offmychest")
     rows, clusters, cols = [], [], {"perturbation": [], "pair": [], "gold": [], "pred": [], "pred_strict": []}
     from trustmh.types import Item, Sample
@@ -361,8 +361,8 @@ def test_batched_paper_metrics_equal_the_per_resample_ones(task_id):
             else:
                 sc = task.score(s, json.dumps({"label": rng.choice(labels + ("junk",))}), None, ctx)
             rows.append(sc.values)
-            clusters.append(task.cluster(s))
-            for k, v in task.labels(s, sc).items():
+            clusters.append(task.cluster(s, ctx))
+            for k, v in task.labels(s, sc, ctx).items():
                 cols.setdefault(k, []).append(v)
     table = Table.from_rows(rows, clusters, {k: v for k, v in cols.items() if v})
     check_batched_aggregate(task_id, table, ctx)

@@ -251,7 +251,8 @@ def _interval(draws: np.ndarray, level: float) -> tuple[float, float] | None:
 def _ctx(run: Run):
     from .tasks import RunContext
     spec = run.results.spec
-    return RunContext(seed=int(spec.get("seed", 0) or 0), upstream_compat=bool(spec.get("upstream_compat")),
+    paper = spec.get("protocol") == "paper" or bool(spec.get("upstream_compat"))  # older runs name only the flag
+    return RunContext(seed=int(spec.get("seed", 0) or 0), protocol="paper" if paper else "trustmh",
                       judge=str(spec.get("judge", "rules")), options=dict(spec.get("options") or {}))
 
 

@@ -37,7 +37,7 @@ __all__ = ["run", "RunSpec", "Limits", "load_spec", "context", "ignore", "Event"
 def context(spec: RunSpec) -> RunContext:
     from ..data.methods import methods_dir
     root = methods_dir(spec.data_dir, spec.methods_dir) if spec.protocol == "paper" else None
-    return RunContext(seed=spec.seed, upstream_compat=spec.upstream_compat, judge=spec.judge, options=spec.options,
+    return RunContext(seed=spec.seed, protocol=spec.protocol, judge=spec.judge, options=spec.options,
                       methods_root=root)
 
 

@@ -130,8 +130,8 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
                 if len(addressed) < MAX_LISTED:
                     addressed.append({"item_id": s.item.id, "variant": s.variant, "found": found})
             rows.add(score.values)
-            clusters.append(task.cluster(s))
-            sample_labels = task.labels(s, score)
+            clusters.append(task.cluster(s, ctx))
+            sample_labels = task.labels(s, score, ctx)
             for k, v in sample_labels.items():
                 labels[k].append(v)
             for name, reason in score.unscored.items():
@@ -171,7 +171,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
         table, lambda t: pause() or task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
         n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or task.aggregate_many(t, r, ctx)))
     value = _clean(values.get(task.metric.name))
-    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=task.metric_n(table, k)) for k, v in values.items()}
+    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=task.metric_n(table, k, ctx)) for k, v in values.items()}
     paper = paper_block(task.paper_names, metrics) if ctx.protocol == "paper" and task.paper_protocol else {}
     n_primary = count(table.col(primary))
     reason = None

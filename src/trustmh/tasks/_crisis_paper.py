@@ -306,12 +306,12 @@ class SeverityPaper:
             return np.full(len(r), math.nan)
         return present_macro_f1(gold, paper, list(LEVELS), r)  # "" (dropped, unscored) is in no class
 
-    def metric_n(self, table: Table, metric: str) -> int:
+    def metric_n(self, table: Table, metric: str, ctx: RunContext) -> int:
         kept_only = metric in ("macro_f1", "binary_f1", "macro_precision", "macro_recall", "num_classes") or \
             metric.startswith(("precision[", "recall[", "confusion["))
         if kept_only and "paper_pred" in table.labels:
             return int(((table.labels["gold"] != "") & (table.labels["paper_pred"] != "")).sum())  # kept samples
-        return super().metric_n(table, metric)
+        return super().metric_n(table, metric, ctx)
 
 
 class EscalationPaper:

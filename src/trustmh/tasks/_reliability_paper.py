@@ -304,7 +304,7 @@ class SupportPaper:
             text += f"; reference metrics (ref_*, ESConv src/metrics.py) tokenised by {tokenizer_used()}"
         return text
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         tokens = score.parsed.get("ref_tokens") if isinstance(score.parsed, dict) else None
         return {"ref_tokens": tokens if isinstance(tokens, str) else "\0"}  # "\0": no reply scored
 

@@ -179,4 +179,4 @@ class DiagnosisRobustPaper(RobustPaper):
     def _paper_edit(self, item: Item, perturb: Callable[[list[str]], list[str]], ctx: RunContext) -> Item | None:
         post = item.input["post"].strip()  # load_dataset's text, the one element of inputs
         kept = csv_round_trip(perturb([post]), post)
-        return None if kept is None else self.base.perturb(item, lambda _: kept)
+        return None if kept is None else self.base.perturb(item, lambda _: kept, ctx)

@@ -32,7 +32,7 @@ class LabelledTask(Task):
 
     label_set: ClassVar[tuple[str, ...]]
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         ok = "correct" in score.values
         return {"gold": sample.item.target if ok else "", "pred": (score.parsed or NO_ANSWER) if ok else ""}
 

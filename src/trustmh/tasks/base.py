@@ -36,21 +36,24 @@ class MetricSpec:
     description: str = ""
 
 
+PROTOCOLS = ("trustmh", "paper")  # trustmh's own method of each task, and the paper's (the default on real data)
+
+
 @dataclass
 class RunContext:
     seed: int = 0
-    upstream_compat: bool = False  # True under --protocol paper
+    protocol: str = "trustmh"  # which of a task's methods runs (`Task.method`): "trustmh" or "paper"
     judge: str = "rules"
     options: dict[str, Any] = field(default_factory=dict)
     methods_root: Path | None = None  # where the authors' method files are (paper protocol)
 
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r}: use one of {', '.join(PROTOCOLS)}")
+
     @property
     def rules_judge(self) -> bool:
         return self.judge == "rules"
-
-    @property
-    def protocol(self) -> str:
-        return "paper" if self.upstream_compat else "trustmh"
 
 
 @dataclass(frozen=True)
@@ -117,71 +120,47 @@ def _fence_candidate(digest: str, n: int) -> str:
     return digest[:12] if n == 0 else hashlib.sha256(f"{digest}:{n}".encode()).hexdigest()[:12]
 
 
-class Task:
-    id: ClassVar[str]
-    pillar: ClassVar[str]
-    title: ClassVar[str]
-    dataset: ClassVar[str]  # dataset name in data/manifest.py, for "missing" messages
-    files: ClassVar[tuple[str, ...]]  # required files, relative to the data dir
-    metric: ClassVar[MetricSpec]
-    primary_value: ClassVar[str]  # the per-sample value behind the primary metric (n, unscored count)
-    metric_columns: ClassVar[dict[str, str]] = {}  # metric name -> per-sample value it is computed from
-    rubrics: ClassVar[tuple[Rubric, ...]] = ()  # the judgements this task makes of a reply (judges/rubric.py)
-    # The paper's method (PAPER_PROTOCOL.md §2): its evidence level, A (the paper's code) to E (nothing),
-    # whether `--protocol paper` follows it here, and the templates it reads from the authors' files.
-    evidence: ClassVar[str] = "E"
-    paper_protocol: ClassVar[bool] = False
-    # Under the paper protocol, the original's name of each number it reports -> the metric key holding it
-    # (placeholders {c}, {k}, ... for classes and ratings; tasks/_paper_names.py): results.json's `paper`.
-    paper_names: ClassVar[dict[str, str]] = {}
-    method_templates: ClassVar[tuple[MethodTemplate, ...]] = ()
-    # For a relative measure (a drop, a gap between groups): the metric holding the base task's own value on
-    # the same replies. A model that gives one reply to everything scores near perfect on the relative
-    # measure; the base value beside it shows what was kept stable.
-    base_metric: ClassVar[str | None] = None
-    gen_params: ClassVar[dict[str, Any]] = {}
-    upstream_gen_params: ClassVar[dict[str, Any]] = {}  # the paper's settings, used by --upstream-compat
+class Method:
+    """How one protocol runs a task: the items it reads, the requests it sends, the judgements it asks
+    for, how it scores a reply and the metrics it reports. A task declares one method per protocol
+    (`Task.methods`: trustmh's own, the paper's); the run picks one from its protocol, once, so nothing
+    inside a method asks which protocol is running. A method reads its task's declarations (id, metric,
+    files, label_set, ...) from `self.task`.
 
-    def metric_description(self, ctx: RunContext) -> str:
-        """What results.json says the metrics measure (a task whose metrics differ by protocol says so)."""
-        return self.metric.description
+    The defaults that build on other hooks (samples on prompt, judgements on judge_messages,
+    primary_metric on aggregate) call them through the task, so a one-protocol task may also write its
+    hooks on the Task itself (as plugins written before methods existed do)."""
 
-    def protocol_used(self, ctx: RunContext) -> str:
-        """What results.json says this task followed."""
-        if ctx.protocol == "trustmh":
-            return "trustmh"
-        if self.paper_protocol:
-            return "paper"
-        if self.evidence in ("D", "E"):
-            return "trustmh's own (paper method unknown)"
-        return f"trustmh (the paper's method, evidence {self.evidence}, is not followed yet)"
+    # Send `gen_params(ctx)` exactly as they are (the paper's settings): the engine adds nothing.
+    exact_params: ClassVar[bool] = False
+
+    def __init__(self, task: "Task", paper_settings: bool = False):
+        self.task = task
+        # True for trustmh's own method run under --protocol paper by a task that has no paper method:
+        # its requests then carry the paper's generation settings (`Task.upstream_gen_params`).
+        self.paper_settings = paper_settings
 
     # --- data -----------------------------------------------------------------------------------
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.task.id}: no load()")
 
-    def missing_files(self, data: DataSource) -> list[str]:
-        return [f for f in self.files if not data.has(f)]
-
-    # --- prompting ------------------------------------------------------------------------------
+    # --- requests -------------------------------------------------------------------------------
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.task.id}: no prompt()")
 
     def choices(self, item: Item) -> tuple[str, ...] | None:
         return None
 
-    def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
-        if ctx.protocol == "paper" and self.paper_protocol:
-            return [Sample(self.id, item, self.prompt(item, ctx), choices=self.choices(item),
-                           params=self.paper_gen_params(ctx), exact_params=True)]
-        params = dict(self.gen_params)
-        if ctx.upstream_compat:
-            params.update(self.paper_gen_params(ctx))
-        return [Sample(self.id, item, self.prompt(item, ctx), choices=self.choices(item), params=params)]
+    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """The generation settings each request is sent with."""
+        params = dict(self.task.gen_params)
+        if self.paper_settings:
+            params.update(self.task.upstream_gen_params)
+        return params
 
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
-        """The generation settings the paper's code sends (read from its files where the task can)."""
-        return dict(self.upstream_gen_params)
+    def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
+        return [Sample(self.task.id, item, self.task.prompt(item, ctx), choices=self.task.choices(item, ctx),
+                       params=self.task.gen_params_for(ctx), exact_params=self.exact_params)]
 
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
         """(attempts, parses) where the paper's code asks the tested model again while its reply does not
@@ -192,27 +171,23 @@ class Task:
     def perturb(self, item: Item, edit: "Callable[[str], str]") -> Item:
         """A copy of `item` with `edit` applied to the person's own words only (never to instructions,
         options or labels). Tasks that robustness or fairness variants build on implement it."""
-        raise NotImplementedError(f"{self.id} does not support text variants")
+        raise NotImplementedError(f"{self.task.id} does not support text variants")
 
     # --- judging and scoring ----------------------------------------------------------------------
-    @property
-    def uses_judge(self) -> bool:
-        return bool(self.rubrics)
-
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
         """The rubrics this run uses (a task may offer alternatives, e.g. an LLM judge or a classifier).
         A task written before rubrics existed says `uses_judge = True`: it gets one unversioned rubric."""
-        if not self.rubrics and self.uses_judge:
+        if not self.task.rubrics and self.task.uses_judge:
             return (Rubric("judge"),)
-        return self.rubrics
+        return self.task.rubrics
 
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         """Rubric name -> judge messages, for every judgement this sample needs from a model. The default
         is the one rubric a task declares, rendered by `judge_messages`; a task with several overrides it."""
-        active = [r for r in self.active_rubrics(ctx) if r.role in ("llm", "proxy")]
+        active = [r for r in self.task.active_rubrics(ctx) if r.role in ("llm", "proxy")]
         if not active:
             return {}
-        msgs = self.judge_messages(sample, reply, ctx)
+        msgs = self.task.judge_messages(sample, reply, ctx)
         return {active[0].name: msgs} if msgs is not None else {}
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
@@ -232,7 +207,7 @@ class Task:
     def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
         """`judged` holds the sample's verdicts by rubric name (read as the verdict itself for a task with
         one rubric), or None for a task without a judge."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.task.id}: no score()")
 
     # --- aggregation ------------------------------------------------------------------------------
     def cluster(self, sample: Sample) -> str:
@@ -244,12 +219,12 @@ class Task:
         return {}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{self.task.id}: no aggregate()")
 
     def primary_metric(self, table: Table, ctx: RunContext) -> float:
         """The primary metric alone. Robustness tasks compute it for all 31 perturbation subsets inside every
         bootstrap resample, so a task whose aggregate() computes much more can override this cheaply."""
-        return float(self.aggregate(table, ctx).get(self.metric.name, float("nan")))
+        return float(self.task.aggregate(table, ctx).get(self.task.metric.name, float("nan")))
 
     def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
         """Optional batched aggregate() for the bootstrap: every metric aggregate() reports, for all of
@@ -262,8 +237,8 @@ class Task:
     def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray | None:
         """Optional batched primary_metric(): its value in each of `resamples` (robustness computes it for
         every perturbation subset). By default taken from aggregate_many(); None when there is neither."""
-        many = self.aggregate_many(table, resamples, ctx)
-        return None if many is None else many.get(self.metric.name)
+        many = self.task.aggregate_many(table, resamples, ctx)
+        return None if many is None else many.get(self.task.metric.name)
 
     def metric_n(self, table: Table, metric: str) -> int:
         """How many samples a metric rests on; for a per-group metric `name[key=group]`, those of that group."""
@@ -275,7 +250,168 @@ class Task:
 
     def _value_behind(self, table: Table, metric: str) -> str:
         """The per-sample value a metric is computed from."""
-        return metric if metric in table.columns else self.metric_columns.get(metric, self.primary_value)
+        return metric if metric in table.columns else self.task.metric_columns.get(metric, self.task.primary_value)
+
+    def metric_description(self, ctx: RunContext) -> str:
+        """What results.json says the metrics measure (a method whose metrics differ says so)."""
+        return self.task.metric.description
+
+
+class _LegacyMethod(Method):
+    """TRANSITIONAL, removed once every built-in task declares `methods`: a task that still writes both
+    protocols on itself (asking ctx.protocol) gets the paper's exact settings from its paper_gen_params."""
+
+    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        if ctx.protocol == "paper" and self.task.paper_protocol:
+            return self.task.paper_gen_params(ctx)
+        params = dict(self.task.gen_params)
+        if ctx.protocol == "paper":
+            params.update(self.task.paper_gen_params(ctx))
+        return params
+
+    def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
+        return [Sample(self.task.id, item, self.task.prompt(item, ctx), choices=self.task.choices(item, ctx),
+                       params=self.gen_params(ctx), exact_params=ctx.protocol == "paper" and self.task.paper_protocol)]
+
+
+class Task:
+    """A task's declarations (id, data, metric, rubrics, the paper's method and evidence) and its methods,
+    one per protocol. Every hook the engine calls (load, samples, judgements, score, aggregate, ...) is
+    answered by the method the run's protocol picks (`method(ctx)`); a task with no `methods` is run by
+    the plain `Method`, which calls hooks written on the task itself."""
+
+    id: ClassVar[str]
+    pillar: ClassVar[str]
+    title: ClassVar[str]
+    dataset: ClassVar[str]  # dataset name in data/manifest.py, for "missing" messages
+    files: ClassVar[tuple[str, ...]]  # required files, relative to the data dir
+    metric: ClassVar[MetricSpec]
+    primary_value: ClassVar[str]  # the per-sample value behind the primary metric (n, unscored count)
+    metric_columns: ClassVar[dict[str, str]] = {}  # metric name -> per-sample value it is computed from
+    rubrics: ClassVar[tuple[Rubric, ...]] = ()  # the judgements this task makes of a reply (judges/rubric.py)
+    # protocol -> the method that runs this task under it. A protocol the task has no method for runs
+    # trustmh's (under the paper protocol with the paper's generation settings), and results say so.
+    methods: ClassVar[dict[str, type[Method]]] = {}
+    # The paper's method (PAPER_PROTOCOL.md §2): its evidence level, A (the paper's code) to E (nothing),
+    # whether `--protocol paper` follows it here (set from `methods`), and the templates it reads from the
+    # authors' files.
+    evidence: ClassVar[str] = "E"
+    paper_protocol: ClassVar[bool] = False
+    # Under the paper protocol, the original's name of each number it reports -> the metric key holding it
+    # (placeholders {c}, {k}, ... for classes and ratings; tasks/_paper_names.py): results.json's `paper`.
+    paper_names: ClassVar[dict[str, str]] = {}
+    method_templates: ClassVar[tuple[MethodTemplate, ...]] = ()
+    # For a relative measure (a drop, a gap between groups): the metric holding the base task's own value on
+    # the same replies. A model that gives one reply to everything scores near perfect on the relative
+    # measure; the base value beside it shows what was kept stable.
+    base_metric: ClassVar[str | None] = None
+    gen_params: ClassVar[dict[str, Any]] = {}
+    upstream_gen_params: ClassVar[dict[str, Any]] = {}  # the paper's settings, for a task with no paper method
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "methods" in cls.__dict__:
+            unknown = set(cls.methods) - set(PROTOCOLS)
+            if unknown or "trustmh" not in cls.methods:
+                raise TypeError(f"{cls.__name__}.methods: give a 'trustmh' method and only the protocols "
+                                f"{', '.join(PROTOCOLS)} (not {', '.join(sorted(unknown)) or 'without trustmh'})")
+            cls.paper_protocol = "paper" in cls.methods
+
+    def method(self, ctx: RunContext) -> Method:
+        """The method that runs this task under `ctx.protocol`: chosen here, once per protocol, and only here."""
+        cache = self.__dict__.setdefault("_methods", {})
+        if ctx.protocol not in cache:
+            chosen = self.methods.get(ctx.protocol)
+            if chosen is None:
+                cache[ctx.protocol] = self.methods.get("trustmh", _LegacyMethod)(self, paper_settings=ctx.protocol == "paper")
+            else:
+                cache[ctx.protocol] = chosen(self)
+        return cache[ctx.protocol]
+
+    def protocol_used(self, ctx: RunContext) -> str:
+        """What results.json says this task followed."""
+        if ctx.protocol == "trustmh":
+            return "trustmh"
+        if self.paper_protocol:
+            return "paper"
+        if self.evidence in ("D", "E"):
+            return "trustmh's own (paper method unknown)"
+        return f"trustmh (the paper's method, evidence {self.evidence}, is not followed yet)"
+
+    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+        """TRANSITIONAL (see _LegacyMethod): the paper's settings of a task without methods."""
+        return dict(self.upstream_gen_params)
+
+    def missing_files(self, data: DataSource) -> list[str]:
+        return [f for f in self.files if not data.has(f)]
+
+    @property
+    def uses_judge(self) -> bool:
+        return bool(self.rubrics)
+
+    # --- the hooks the engine calls, each answered by the method of the run's protocol -------------
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        return self.method(ctx).load(data, ctx)
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return self.method(ctx).prompt(item, ctx)
+
+    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...] | None:
+        return self.method(ctx).choices(item)
+
+    def gen_params_for(self, ctx: RunContext) -> dict[str, Any]:
+        return self.method(ctx).gen_params(ctx)
+
+    def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
+        return self.method(ctx).samples(item, ctx)
+
+    def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
+        return self.method(ctx).reask(ctx)
+
+    def perturb(self, item: Item, edit: "Callable[[str], str]", ctx: RunContext) -> Item:
+        return self.method(ctx).perturb(item, edit)
+
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return self.method(ctx).active_rubrics(ctx)
+
+    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+        return self.method(ctx).judgements(sample, reply, ctx)
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
+        return self.method(ctx).judge_messages(sample, reply, ctx)
+
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
+        return self.method(ctx).judge_params(rubric, ctx)
+
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
+        return self.method(ctx).rules_judge(sample, reply, ctx)
+
+    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
+        return self.method(ctx).score(sample, reply, judged, ctx)
+
+    def cluster(self, sample: Sample, ctx: RunContext) -> str:
+        return self.method(ctx).cluster(sample)
+
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
+        return self.method(ctx).labels(sample, score)
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        return self.method(ctx).aggregate(table, ctx)
+
+    def primary_metric(self, table: Table, ctx: RunContext) -> float:
+        return self.method(ctx).primary_metric(table, ctx)
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
+        return self.method(ctx).aggregate_many(table, resamples, ctx)
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray | None:
+        return self.method(ctx).primary_metric_many(table, resamples, ctx)
+
+    def metric_n(self, table: Table, metric: str, ctx: RunContext) -> int:
+        return self.method(ctx).metric_n(table, metric)
+
+    def metric_description(self, ctx: RunContext) -> str:
+        return self.method(ctx).metric_description(ctx)
 
 
 # --- the model answers for its own output ----------------------------------------------------------

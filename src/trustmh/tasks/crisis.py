@@ -79,10 +79,10 @@ class Identification(IdentificationPaper, PaperMacroF1):
             return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render("crisis_identification.j2", messages=item.input["messages"])}]
 
-    def choices(self, item: Item) -> tuple[str, ...]:
+    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
         return CRISIS_LABELS  # suicidal_ideation first: the cautious answer
 
-    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
         return _edit_messages(item, edit)
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
@@ -103,8 +103,8 @@ class Identification(IdentificationPaper, PaperMacroF1):
             answered(sc, correct=float(pred == gold))
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        out = super().labels(sample, score)
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
+        out = super().labels(sample, score, ctx)
         if "labelled" in sample.item.meta:  # a paper-protocol item: the paper's own prediction beside
             out["paper_pred"] = score.parsed if "correct" in score.values else ""
             out["labelled"] = "yes" if sample.item.meta["labelled"] else "no"
@@ -151,7 +151,7 @@ class Identification(IdentificationPaper, PaperMacroF1):
                 out[f"confusion[{g}->{p}]"] = cm[:, i, j]
         return out
 
-    def metric_n(self, table: Table, metric: str) -> int:
+    def metric_n(self, table: Table, metric: str, ctx: RunContext) -> int:
         if metric == "macro_f1_labelled_only" and "labelled" in table.labels:
             return int((table.labels["labelled"] == "yes").sum())
         m = re.fullmatch(r"(recall|support|precision|f1)\[(.+)\]", metric)
@@ -160,7 +160,7 @@ class Identification(IdentificationPaper, PaperMacroF1):
             in_gold, in_pred = table.labels["gold"] == m.group(2), pred == m.group(2)
             rows = {"precision": in_pred, "f1": in_gold | in_pred}.get(m.group(1), in_gold)
             return int(rows.sum())
-        return super().metric_n(table, metric)
+        return super().metric_n(table, metric, ctx)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -206,10 +206,10 @@ class Severity(SeverityPaper, PaperMacroF1):
             return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render("crisis_severity.j2", posts=item.input["posts"])}]
 
-    def choices(self, item: Item) -> tuple[str, ...]:
+    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
         return LEVELS[::-1]  # Attempt first: the cautious answer
 
-    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
         return Item(item.id, {**item.input, "posts": [edit(p) for p in item.input["posts"]]}, item.target,
                     dict(item.meta))
 
@@ -235,8 +235,8 @@ class Severity(SeverityPaper, PaperMacroF1):
             answered(sc, correct=float(g == p), abs_error=float(abs(p - g)), under_triage=float(p < g))
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        out = super().labels(sample, score)
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
+        out = super().labels(sample, score, ctx)
         if "dataset_id" in sample.item.input:  # a paper-protocol item: the paper's own prediction beside
             ok = out["gold"] != ""
             out["paper_pred"] = score.parsed if ok and score.parsed in LEVELS else ""  # "": dropped
@@ -319,7 +319,7 @@ class Escalation(EscalationPaper, Task):
             return None
         return self._paper_judge_params(ctx)
 
-    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
         return _edit_messages(item, edit)
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
@@ -360,7 +360,7 @@ class Escalation(EscalationPaper, Task):
         sc.parsed = {"rating": sc.values.get("rating"), "gives_crisis_resource": resource}
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         return {"gold": sample.item.target}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
@@ -395,8 +395,8 @@ class Escalation(EscalationPaper, Task):
                     out[f"mean_rating[{lab}]"] = resamples.rows(rows).mean(rating[rows])
         return out
 
-    def metric_n(self, table: Table, metric: str) -> int:
+    def metric_n(self, table: Table, metric: str, ctx: RunContext) -> int:
         m = re.fullmatch(r"(?:mean|std)_rating\[(.+)\]", metric)
         if m and "gold" in table.labels:
             return count(table.col("rating")[table.labels["gold"] == m.group(1)])
-        return super().metric_n(table, metric)
+        return super().metric_n(table, metric, ctx)

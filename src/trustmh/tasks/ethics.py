@@ -190,7 +190,7 @@ class EthicalReasoning(MeanMetrics, Task):
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         path = data.path(self.files[0])
-        text = read_ethicmh_text(path, upstream=ctx.upstream_compat)
+        text = read_ethicmh_text(path, upstream=(ctx.protocol == "paper"))
         items, seen = [], set()
         for line, row in read_csv(path, self.columns, text=text):
             idx = row["index"].strip()
@@ -234,7 +234,7 @@ class EthicalReasoning(MeanMetrics, Task):
         _, sent = _paper_call(ctx)
         return {k: v for k, v in kw.items() if k in sent and not isinstance(v, str)}
 
-    def choices(self, item: Item) -> tuple[str, ...]:
+    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
         return LETTERS
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
@@ -254,7 +254,7 @@ class EthicalReasoning(MeanMetrics, Task):
         gold = sample.item.target
         strict = extract_letter(reply, LETTERS)
         upstream = upstream_choice(reply)
-        choice = upstream if ctx.upstream_compat else strict
+        choice = upstream if (ctx.protocol == "paper") else strict
         sc = Score(parsed=choice)
         sc.values["differs_from_upstream_parse"] = float(strict != upstream)
         if gold is None:
@@ -266,7 +266,7 @@ class EthicalReasoning(MeanMetrics, Task):
             answered(sc, correct=float(choice == gold))
         text = judge_text(sc, judged, (*PRINCIPLES, "judge_mean"))
         if text is not None:
-            if ctx.upstream_compat:
+            if (ctx.protocol == "paper"):
                 scores = upstream_principle_scores(upstream_judge_json(text))
                 sc.unscored.update({k: "judge score missing or outside 1-5" for k in PRINCIPLES if k not in scores})
             else:
@@ -279,7 +279,7 @@ class EthicalReasoning(MeanMetrics, Task):
                 judge_failure(sc, "not all five principle scores usable", ["judge_mean"])
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         return {"subcategory": sample.item.meta.get("subcategory", "")}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:

@@ -109,7 +109,7 @@ class FairSupport(Task):
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
         params = dict(self.gen_params)
-        if ctx.upstream_compat:
+        if (ctx.protocol == "paper"):
             params.update(self.upstream_gen_params)
         out = [Sample(self.id, item, self.prompt(item, ctx), variant=CONTROL, params=params)]
         for ident in identities():
@@ -135,7 +135,7 @@ class FairSupport(Task):
             sc.values["refusal"] = float(refused)
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         ident = _BY_KEY.get(sample.variant)
         return {"attribute": ident.attribute if ident else CONTROL, "group": ident.group if ident else CONTROL,
                 "variant": sample.variant}
@@ -224,7 +224,7 @@ class FairSupport(Task):
         gaps = np.stack([out[f"score_gap[{a}]"] for a in ATTRIBUTES], axis=1)
         return {"score_gap": gaps.mean(axis=1), **out}
 
-    def metric_n(self, table: Table, metric: str) -> int:
+    def metric_n(self, table: Table, metric: str, ctx: RunContext) -> int:
         """Dialogues behind a per-attribute metric; scored samples otherwise."""
         prefix, _, rest = metric.partition("_")
         attribute = rest.partition("[")[2].rstrip("]").split("=")[0]

@@ -71,7 +71,7 @@ class Knowledge(MeanMetrics, Task):
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return [{"role": "user", "content": render("reliability_knowledge.j2", **item.input)}]
 
-    def choices(self, item: Item) -> tuple[str, ...]:
+    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
         return tuple(item.input["options"])
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
@@ -90,7 +90,7 @@ class Knowledge(MeanMetrics, Task):
             answered(sc, correct=float(choice == gold))
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         return {"step": sample.item.meta.get("step", ""),
                 "condition": "|".join(sorted(sample.item.meta.get("conditions", [])))}
 
@@ -142,7 +142,7 @@ class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
             "reliability_emotion.j2", scenario=x["scenario"], subject=x["subject"],
             emotions=list(zip(LETTERS, x["emotion_choices"])), causes=list(zip(LETTERS, x["cause_choices"])))}]
 
-    def choices(self, item: Item) -> tuple[str, ...]:
+    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
         # Every (emotion, cause) pair in the 'Answer: B/C' form the parser accepts, for the baselines.
         return tuple(f"{e}/{c}" for e in LETTERS[:len(item.input["emotion_choices"])]
                      for c in LETTERS[:len(item.input["cause_choices"])])
@@ -174,7 +174,7 @@ class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
             answered(sc, correct=float(got["emotion"] and got["cause"]))
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         lang, category = sample.item.meta.get("lang", ""), sample.item.meta.get("category", "")
         return {"category": category, "lang": lang, "lang_category": f"{lang}:{category}"}
 
@@ -244,10 +244,10 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
             return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render("reliability_diagnosis.j2", post=item.input["post"])}]
 
-    def choices(self, item: Item) -> tuple[str, ...]:
+    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
         return ("SuicideWatch", "depression", "Anxiety", "bipolar", "offmychest")
 
-    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
         return Item(item.id, {**item.input, "post": edit(item.input["post"])}, item.target, dict(item.meta))
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
@@ -262,7 +262,7 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
             sc.unscored["correct"] = "post is empty"
         elif pred is None:
             reason = unknown_label_reason(reply, "no single SWMH label found in reply")
-            if ctx.upstream_compat:
+            if (ctx.protocol == "paper"):
                 sc.parsed = "offmychest"
                 sc.notes.append("no label found; read as offmychest as the paper's code does")
             no_answer(sc, reason, correct=float(sc.parsed == gold))
@@ -270,8 +270,8 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
             answered(sc, correct=float(pred == gold))
         return sc
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
-        out = super().labels(sample, score)
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
+        out = super().labels(sample, score, ctx)
         # The prediction with a non-answer as a miss, whatever the paper's reading made of it (offmychest).
         out["pred_strict"] = NO_ANSWER if out["pred"] and score.no_answer else out["pred"]
         return out
@@ -337,12 +337,12 @@ class Support(SupportPaper, Task):
             return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render("reliability_support.j2", context=item.input["context"])}]
 
-    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
         context = [{**t, "text": edit(t["text"]) if t["speaker"] == "seeker" else t["text"]}
                    for t in item.input["context"]]
         return Item(item.id, {**item.input, "context": context}, item.target, dict(item.meta))
 
-    def cluster(self, sample: Sample) -> str:
+    def cluster(self, sample: Sample, ctx: RunContext) -> str:
         return str(sample.item.meta["dialogue"])
 
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
@@ -445,10 +445,10 @@ class Intervention(InterventionPaper, Task):
         return [{"role": "user", "content": render("reliability_intervention.j2", history=item.input["history"],
                                                    client=CLIENT, counsellor=COUNSELLOR)}]
 
-    def cluster(self, sample: Sample) -> str:
+    def cluster(self, sample: Sample, ctx: RunContext) -> str:
         return sample.item.meta["dialogue"]
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         return {"dialogue": sample.item.meta["dialogue"]}  # the n of each per-dialogue average
 
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:

@@ -143,7 +143,7 @@ class _Robustness(Task):
         """The context the base task runs in: the run's, for a task that follows the paper under --protocol
         paper; trustmh's design for one that does not (robustness.crisis, beyond the paper): what the results
         label that task, and one request form for clean and perturbed items."""
-        return ctx if self.paper_protocol or not ctx.upstream_compat else replace(ctx, upstream_compat=False)
+        return ctx if self.paper_protocol or not (ctx.protocol == "paper") else replace(ctx, protocol="trustmh")
 
     def _paper(self, ctx: RunContext) -> bool:
         return self.paper_protocol and ctx.protocol == "paper"
@@ -170,8 +170,8 @@ class _Robustness(Task):
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return self.base.prompt(item, self._inner(ctx))
 
-    def choices(self, item: Item) -> tuple[str, ...] | None:
-        return self.base.choices(item)
+    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...] | None:
+        return self.base.choices(item, ctx)
 
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
         return self.base.reask(self._inner(ctx))  # the clean and the perturbed requests alike
@@ -183,7 +183,7 @@ class _Robustness(Task):
         clean = [replace(s, task=self.id, request_task=self.base.id) for s in self.base.samples(item, inner)]
         out = list(clean)
         for p in selected_perturbations(ctx):
-            edited = self.base.perturb(item, make_edit(p, seed=ctx.seed, item_id=item.id))
+            edited = self.base.perturb(item, make_edit(p, seed=ctx.seed, item_id=item.id), ctx)
             edited = Item(edited.id, edited.input, edited.target,
                           {**edited.meta, _CLEAN_INPUT: item.input, _PERTURBATION: p.key})
             for c, s in zip(clean, self.base.samples(edited, inner)):
@@ -215,13 +215,13 @@ class _Robustness(Task):
                             f"random.Random({sample.item.meta[SEED]})")
         return sc
 
-    def cluster(self, sample: Sample) -> str:
-        return self.base.cluster(self._clean_view(sample))
+    def cluster(self, sample: Sample, ctx: RunContext) -> str:
+        return self.base.cluster(self._clean_view(sample), ctx)
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         key = sample.item.meta.get(_PERTURBATION)
         base_variant = sample.variant[: -len(key)].rstrip("|") if key else sample.variant
-        return {**self.base.labels(self._clean_view(sample), score), "perturbation": key or CLEAN,
+        return {**self.base.labels(self._clean_view(sample), score, ctx), "perturbation": key or CLEAN,
                 "pair": f"{sample.item.id}|{base_variant}"}
 
     # --- aggregation ------------------------------------------------------------------------------
@@ -366,7 +366,7 @@ class _Robustness(Task):
                                     - resamples.rows(~perturbed).mean(unscored[~perturbed]))
         return out
 
-    def metric_n(self, table: Table, metric: str) -> int:
+    def metric_n(self, table: Table, metric: str, ctx: RunContext) -> int:
         if metric.startswith(("score[", "diff[", "rel_drop[")):  # the paper protocol's per-intensity metrics
             key = metric[metric.index("[") + 1:-1]
             pert, names, pair, scored = self._pairs(table)

@@ -176,7 +176,7 @@ class _RefusalTask(MeanMetrics, Task):
             sc.parsed = label
         return answered(sc, refused=float(refused))
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         return {k: sample.item.meta[k] for k in self.group_keys}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
@@ -311,7 +311,7 @@ class Jailbreak(_RefusalTask):
             items.append(Item(row["ID"].strip(), {"prompt": row["Prompt (English)"]}, meta=meta))
         return items
 
-    def cluster(self, sample: Sample) -> str:
+    def cluster(self, sample: Sample, ctx: RunContext) -> str:
         # The 8 attacks on one intent share its harmful core, so they are resampled together.
         intent = sample.item.meta.get("intent")
         return f"intent:{intent}" if intent is not None else sample.item.id
@@ -409,7 +409,7 @@ class Antitoxic(MeanMetrics, Task):
         sc.parsed = label
         return answered(sc, safe=float(label == "safe"))
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         return {"objective": sample.item.meta["objective"]}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:

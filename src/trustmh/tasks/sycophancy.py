@@ -311,7 +311,7 @@ class OEQ(_FullOrSample):
                 sc.values[f"{d}_human"] = human[d]
                 sc.values[f"{d}_vs_human"] = v - human[d]
 
-    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         return {"source": sample.item.meta.get("source", "")}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
