@@ -13,7 +13,7 @@ from ..judges.parsing import extract_json_object, parse_int_scores
 from ..metrics import (Resamples, Table, confusion, confusion_many, f1_per_class, macro_f1, macro_f1_many, macro_of,
                        mean)
 from ..types import Sample, Score
-from .base import NO_ANSWER, Judged, RunContext, Task, judge_failure, judge_text, render_judge
+from .base import NO_ANSWER, Judged, Method, RunContext, Task, judge_failure, judge_text, render_judge
 
 SUPPORT_CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
 
@@ -47,6 +47,23 @@ class LabelledTask(Task):
         return macro_f1_many(table.labels.get("gold", empty), table.labels.get("pred", empty),
                              (*self.label_set, NO_ANSWER), resamples, n_classes=len(self.label_set))
 
+
+
+class LabelledMethod(Method):
+    """A classification method (see LabelledTask, which it replaces as the pillars declare methods): its
+    task declares `label_set`; scored samples carry gold and predicted labels."""
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        ok = "correct" in score.values
+        return {"gold": sample.item.target if ok else "", "pred": (score.parsed or NO_ANSWER) if ok else ""}
+
+    def primary_metric(self, table: Table, ctx: RunContext) -> float:
+        return scored_macro_f1(table, self.task.label_set)
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
+        empty = np.array([], dtype=object)
+        return macro_f1_many(table.labels.get("gold", empty), table.labels.get("pred", empty),
+                             (*self.task.label_set, NO_ANSWER), resamples, n_classes=len(self.task.label_set))
 
 
 def unknown_label_reason(reply: str, default: str) -> str:
