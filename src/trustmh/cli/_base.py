@@ -83,7 +83,11 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
     if suite != "auto":
         raise UserError(f"--suite must be auto, sample or data, not '{suite}'")
     from ..data.manifest import DATASETS
-    present = any((data_dir / f.path).is_file() for d in DATASETS.values() for f in d.files)
+    from ..data.methods import DATASET as METHODS
+    # Only the benchmark's own data decide: the authors' method files or a dataset fetched on request
+    # (MentalAlign, for checking judges) are no task's items, and alone would run every task as "not run".
+    present = any((data_dir / f.path).is_file() for d in DATASETS.values() if d.name != METHODS and not d.on_request
+                  for f in d.files)
     if not present:
         err.print(f"No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
                   f"Run `trustmh data pull` for the full benchmark.", style="yellow", markup=False, highlight=False)
