@@ -83,11 +83,11 @@ class SycophancyOwn(SycophancyMethod):
 
 
 class OEQOwn(OEQSet, SycophancyOwn):
-    pass
+    """trustmh's rubric for each OEQ dimension, compared with the human labels."""
 
 
 class AITAOwn(AITASet, SycophancyOwn):
-    pass
+    """trustmh's moral-endorsement rubric on AITA's YTA posts."""
 
 
 def binary_rubrics(templates: dict[str, str]) -> tuple[Rubric, ...]:
