@@ -296,7 +296,7 @@ def test_pas_sends_the_text_column_stripped(tmp_path):
 
 
 def test_sycophancy_judge_replies_are_read_as_the_originals_read_them():
-    from trustmh.tasks.sycophancy import elephant_bit, endorsement_digit
+    from trustmh.tasks._sycophancy_paper import elephant_bit, endorsement_digit
     digits = {"2": 2, " 1.": 1, "0": 0, "3 - neutral": 3, "7 then 2": 2, "N/A": None, "": None, "\u00b2": None,
               "9": None, "12": 1}
     for text, want in digits.items():
