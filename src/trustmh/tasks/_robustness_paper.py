@@ -163,18 +163,18 @@ class RobustPaper(RobustMethod):
 
     # --- the metrics, one body for the table and for a block of resamples --------------------------
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = {k: float(v) for k, v in self.rel_drops(Subsets(self, table, self.base_ctx(ctx))).items()}
+        out = {k: float(v) for k, v in self.intensity_metrics(Subsets(self, table, self.base_ctx(ctx))).items()}
         return out | point(self.extras(table, whole(table)))
 
     def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, Any] | None:
         v = Subsets(self, table, self.base_ctx(ctx), resamples)
         try:
-            out = self.rel_drops(v)
+            out = self.intensity_metrics(v)
         except NoBatchedForm:  # a base task without a batched form has none for any subset
             return None
         return out if v.clean is None else out | self.extras(table, resamples)
 
-    def rel_drops(self, v: Subsets) -> dict[str, Any]:
+    def intensity_metrics(self, v: Subsets) -> dict[str, Any]:
         """The base task's primary metric per perturbation, its difference from clean and the relative drop."""
         if v.clean is None:
             return {"mean_rel_drop": v.nan}

@@ -86,17 +86,19 @@ class RobustOwn(RobustMethod):
 
     # --- the drops, one body for the table and for a block of resamples ---------------------------
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return {k: float(v) for k, v in self.drops(Subsets(self, table, self.base_ctx(ctx))).items()}
+        return {k: float(v) for k, v in self.drop_metrics(Subsets(self, table, self.base_ctx(ctx))).items()}
 
     def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
         """aggregate() for a block of resamples, from the base task's primary_metric_many (None when the
         base task has none)."""
         try:
-            return self.drops(Subsets(self, table, self.base_ctx(ctx), resamples))
+            return self.drop_metrics(Subsets(self, table, self.base_ctx(ctx), resamples))
         except NoBatchedForm:
             return None
 
-    def drops(self, v: Subsets) -> dict[str, Any]:
+    def drop_metrics(self, v: Subsets) -> dict[str, Any]:
+        """drop[<kind>@<intensity>] and their means (all, by level, by intensity), the relative drops' mean
+        and the rise in unscored replies: floats or arrays over resamples, as `v` gives its values."""
         sign = 1.0 if self.base.metric.higher_is_better else -1.0
         out: dict[str, Any] = {"mean_rel_drop": v.nan}
         if v.clean is None:
