@@ -17,7 +17,8 @@ from trustmh.errors import UserError
 from trustmh.metrics import Table, mean
 from trustmh.engine import RunSpec, generation_request
 from trustmh.tasks import TASKS, DataSource, MetricSpec, RunContext, Task
-from trustmh.tasks.robustness import _Robustness, paper_keys, selected_perturbations
+from trustmh.tasks._robustness_paper import paper_keys
+from trustmh.tasks.robustness import _Robustness, selected_perturbations
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.types import Item, Score
 from trustmh.variants.perturb import IRRELEVANT_SENTENCES, perturbations

@@ -338,7 +338,7 @@ def test_support_reference_metrics_per_intensity_on_real_turns():
         toks.append(tk)
         pert.append(keys[i % 4])
     table = Table.from_rows(rows, [str(i // 4) for i in range(len(ps))], {"ref_tokens": toks, "perturbation": pert})
-    got = point(TASKS["robustness.support"]()._paper_extras(table, whole(table)))
+    got = point(TASKS["robustness.support"]().method(RunContext(protocol="paper")).extras(table, whole(table)))
     for j, key in enumerate(keys):
         for ours, value in by_hand(ps[j::4]).items():
             assert got[f"{ours}[{key}]"] == pytest.approx(value, abs=1e-9), (ours, key)
