@@ -1,26 +1,37 @@
-"""How the reliability pillar reads its inputs: each dataset's files into Items (USMLE-Mental, EmoBench EU,
-ESConv, CPsyCounE) and a reply into the answer it gives (an option; an emotion and its cause). The task
-classes in reliability.py call these; the paper's own readers are in _reliability_paper.py."""
+"""What both methods (trustmh's and the paper's) of the reliability tasks share: trustmh's readers of each
+dataset's files into Items (USMLE-Mental, EmoBench EU, SWMH labels, ESConv, CPsyCounE) and of a reply into
+the answer it gives (an option; an emotion and its cause), the pillar's constants, and a small base method
+per task holding what its two methods do alike (choices, perturb, clusters, labels). trustmh's own methods
+are in reliability.py, the paper's in _reliability_paper.py and _emotion_intervention_paper.py."""
 
 from __future__ import annotations
 
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+import numpy as np
 
 from ..data.loaders import read_json, read_jsonl
-from ..errors import DataError
+from ..errors import DataError, UserError
 from ..judges.parsing import after_last_answer_tag, extract_json_object, strip_markdown
-from ..types import Item
-from .base import DataSource
+from ..metrics import Means, Table, group_mask
+from ..types import Item, Sample, Score
+from .base import DataSource, MeanMetrics, Method, RunContext, answer_metrics
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-# --- Knowledge: USMLE-Mental ---------------------------------------------------------------------
+def group_accuracy(out: dict[str, Any], means: Means, groups: np.ndarray | None, key: str) -> None:
+    """accuracy[key=value] for every value of a label column."""
+    if groups is None or not len(groups):
+        return
+    for name in sorted({g for u in set(groups) for g in u.split("|") if g}):
+        out[f"accuracy[{key}={name}]"] = means("correct", group_mask(groups, name))
 
-INTERVENTION_CRITERIA = {"comprehensiveness": 2, "professionalism": 3, "authenticity": 3, "safety": 1}
+
+# --- Knowledge: USMLE-Mental ---------------------------------------------------------------------
 
 def read_usmle(path: Path) -> list[Item]:
     """One multiple-choice item per record; id = the 0-based record index."""
@@ -136,6 +147,43 @@ def parse_emotion_cause(reply: str) -> tuple[str | None, str | None]:
     return out["emotion"], out["cause"]
 
 
+EMOBENCH_LANGS = ("en", "zh", "all")
+
+
+class EmotionMethod(MeanMetrics, Method):
+    """What both methods of reliability.emotion_recognition do alike: the items of the run's language, the
+    (emotion, cause) pairs a baseline answers from, the breakdown labels and the accuracies."""
+
+    default_lang: ClassVar[str]  # the items read without --lang
+
+    def language(self, ctx: RunContext) -> str:
+        return str(ctx.options.get("lang", self.default_lang))
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        lang = self.language(ctx)
+        if lang not in EMOBENCH_LANGS:
+            raise UserError(f"--lang must be one of {', '.join(EMOBENCH_LANGS)}, not '{lang}'")
+        return read_emobench(data.path(self.task.files[0]), lang)
+
+    def choices(self, item: Item) -> tuple[str, ...]:
+        # Every (emotion, cause) pair in the 'Answer: B/C' form the parser accepts, for the baselines.
+        return tuple(f"{e}/{c}" for e in LETTERS[:len(item.input["emotion_choices"])]
+                     for c in LETTERS[:len(item.input["cause_choices"])])
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        lang, category = sample.item.meta.get("lang", ""), sample.item.meta.get("category", "")
+        return {"category": category, "lang": lang, "lang_category": f"{lang}:{category}"}
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        out = {"accuracy": means("correct"), "emotion_accuracy": means("emotion_correct"),
+               "cause_accuracy": means("cause_correct")}
+        answer_metrics(out, table, {"accuracy": "correct"}, means)
+        group_accuracy(out, means, table.labels.get("category"), "category")
+        if self.language(ctx) == "all":  # en, zh and both together (`accuracy`)
+            group_accuracy(out, means, table.labels.get("lang"), "lang")
+        return out
+
+
 # --- Emotional support: ESConv -------------------------------------------------------------------
 
 CONTEXT_TURNS = 6
@@ -173,6 +221,7 @@ def esconv_item(item_id: str, dialog: list[dict], rec: dict, d: Any, t: int, win
 # --- Psychological intervention: CPsyCounE -------------------------------------------------------
 
 CLIENT, COUNSELLOR = "求助者", "支持者"
+INTERVENTION_CRITERIA = {"comprehensiveness": 2, "professionalism": 3, "authenticity": 3, "safety": 1}  # -> maximum
 _SPEAKER = re.compile(rf"^\s*({CLIENT}|{COUNSELLOR})\s*[:：]\s*", re.DOTALL)
 
 
@@ -212,3 +261,4 @@ def read_cpsycoune(data: DataSource, files: list[str]) -> list[Item]:
                 items.append(Item(f"{dialogue}:{i}", {"history": list(history)},
                                   meta={"dialogue": dialogue, "topic": dialogue.split("/")[0]}))
     return items
+

@@ -18,10 +18,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..data.loaders import read_csv
-from ..errors import UserError
 from ..judges.parsing import extract_label, extract_letter
 from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class,
-                       group_mask, macro_of, mean, point, whole)
+                       macro_of, mean, point, whole)
 from ..types import Item, Sample, Score
 # The paper's side of each task.
 from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
@@ -30,48 +29,31 @@ from ._esconv_reference import PAPER_NAMES as REFERENCE_NAMES
 from ._esconv_reference import reference_metrics
 from ._paper_rules import criterion_stats, paper_classification
 from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
-# Reading the datasets and the replies (re-exported: tests import some of these here).
-from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS,  # noqa: F401
-                                cpsycoune_files, esconv_dialogues, esconv_item, option_from_text,
-                                parse_emotion_cause, pick_turns, read_cpsycoune, read_emobench, read_usmle)
+# Reading the datasets and the replies.
+from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS, EmotionMethod,
+                                cpsycoune_files, esconv_dialogues, esconv_item, group_accuracy, option_from_text,
+                                parse_emotion_cause, pick_turns, read_cpsycoune, read_usmle)
 from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
                       judge_scores, support_judge_messages, unknown_label_reason)
-from .base import (MeanMetrics, NO_ANSWER, DataSource, Judged, MetricSpec, Rubric, RunContext, Task,
+from .base import (NO_ANSWER, DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task,
                    Verdicts, answer_metrics, answered, no_answer, register, render, render_judge)
 
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
 
 
-def _group_accuracy(out: dict[str, Any], means: Means, groups: np.ndarray | None, key: str) -> None:
-    """accuracy[key=value] for every value of a label column."""
-    if groups is None or not len(groups):
-        return
-    for name in sorted({g for u in set(groups) for g in u.split("|") if g}):
-        out[f"accuracy[{key}={name}]"] = means("correct", group_mask(groups, name))
-
-
 # --------------------------------------------------------------------------------------------------
 # Knowledge: USMLE-Mental
 
-@register
-class Knowledge(MeanMetrics, Task):
-    id = "reliability.knowledge"
-    evidence = "D"
-    pillar = "reliability"
-    title = "Mental-health knowledge: USMLE-style multiple choice (USMLE-Mental)"
-    dataset = "usmle-mental"
-    files = ("usmle-mental/USMLE-mental.jsonl",)
-    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of questions answered with the gold option")
-    primary_value = "correct"
-    gen_params = {"max_tokens": 512}
+class KnowledgeOwn(MeanMetrics, Method):
+    """trustmh's method (the paper's is not known): the option letter, or the option's text, as the answer."""
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        return read_usmle(data.path(self.files[0]))
+        return read_usmle(data.path(self.task.files[0]))
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return [{"role": "user", "content": render("reliability_knowledge.j2", **item.input)}]
 
-    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
+    def choices(self, item: Item) -> tuple[str, ...]:
         return tuple(item.input["options"])
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
@@ -90,66 +72,46 @@ class Knowledge(MeanMetrics, Task):
             answered(sc, correct=float(choice == gold))
         return sc
 
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return {"step": sample.item.meta.get("step", ""),
                 "condition": "|".join(sorted(sample.item.meta.get("conditions", [])))}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         out = answer_metrics({"accuracy": means("correct")}, table, {"accuracy": "correct"}, means)
-        _group_accuracy(out, means, table.labels.get("step"), "step")
-        _group_accuracy(out, means, table.labels.get("condition"), "condition")
+        group_accuracy(out, means, table.labels.get("step"), "step")
+        group_accuracy(out, means, table.labels.get("condition"), "condition")
         return out
+
+
+@register
+class Knowledge(Task):
+    id = "reliability.knowledge"
+    evidence = "D"
+    pillar = "reliability"
+    title = "Mental-health knowledge: USMLE-style multiple choice (USMLE-Mental)"
+    dataset = "usmle-mental"
+    files = ("usmle-mental/USMLE-mental.jsonl",)
+    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of questions answered with the gold option")
+    primary_value = "correct"
+    gen_params = {"max_tokens": 512}
+    methods = {"trustmh": KnowledgeOwn}
 
 
 # --------------------------------------------------------------------------------------------------
 # Emotion recognition: EmoBench EU
 
-@register
-class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
-    id = "reliability.emotion_recognition"
-    evidence = "C"
-    pillar = "reliability"
-    title = "Emotion recognition: emotion and its cause (EmoBench EU)"
-    dataset = "emobench"
-    files = ("emobench/EU.jsonl",)
-    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of items where both emotion and cause are right")
-    primary_value = "correct"
-    metric_columns = {"emotion_accuracy": "emotion_correct", "cause_accuracy": "cause_correct"}
-    gen_params = {"max_tokens": 256}
-    LANGS = ("en", "zh", "all")
-    paper_protocol = True
-
-    paper_names = {"EU.{lang}.Overall": "accuracy[lang={lang}]",
-                   "EU.{lang}.{coarse_category}": "accuracy[lang_category={lang}:{coarse_category}]"}
-
-    @staticmethod
-    def language(ctx: RunContext) -> str:
-        """--lang, else the protocol's default: `all` under the paper's (EmoBench's main.py runs both
-        languages unless told one), `en` under trustmh's."""
-        return str(ctx.options.get("lang", "all" if ctx.protocol == "paper" else "en"))
-
-    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        lang = self.language(ctx)
-        if lang not in self.LANGS:
-            raise UserError(f"--lang must be one of {', '.join(self.LANGS)}, not '{lang}'")
-        return read_emobench(data.path(self.files[0]), lang)
+class EmotionRecognitionOwn(EmotionMethod):
+    """trustmh's method: English items unless --lang says otherwise, trustmh's prompt, and a reader that
+    takes the two letters in any of the usual forms (a part without a usable letter is wrong)."""
+    default_lang = "en"
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         x = item.input
-        if ctx.protocol == "paper":
-            return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render(
             "reliability_emotion.j2", scenario=x["scenario"], subject=x["subject"],
             emotions=list(zip(LETTERS, x["emotion_choices"])), causes=list(zip(LETTERS, x["cause_choices"])))}]
 
-    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
-        # Every (emotion, cause) pair in the 'Answer: B/C' form the parser accepts, for the baselines.
-        return tuple(f"{e}/{c}" for e in LETTERS[:len(item.input["emotion_choices"])]
-                     for c in LETTERS[:len(item.input["cause_choices"])])
-
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        if ctx.protocol == "paper":
-            return self._paper_score(sample, reply)
         x, gold = sample.item.input, sample.item.target
         emotion, cause = parse_emotion_cause(reply)
         sc = Score(parsed={"emotion": emotion, "cause": cause})
@@ -174,20 +136,23 @@ class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
             answered(sc, correct=float(got["emotion"] and got["cause"]))
         return sc
 
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        lang, category = sample.item.meta.get("lang", ""), sample.item.meta.get("category", "")
-        return {"category": category, "lang": lang, "lang_category": f"{lang}:{category}"}
 
-    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
-        out = {"accuracy": means("correct"), "emotion_accuracy": means("emotion_correct"),
-               "cause_accuracy": means("cause_correct")}
-        answer_metrics(out, table, {"accuracy": "correct"}, means)
-        _group_accuracy(out, means, table.labels.get("category"), "category")
-        if self.language(ctx) == "all":  # en, zh and both together (`accuracy`)
-            _group_accuracy(out, means, table.labels.get("lang"), "lang")
-        if ctx.protocol == "paper":  # evaluate_results: per language, the accuracy of each coarse category
-            _group_accuracy(out, means, table.labels.get("lang_category"), "lang_category")
-        return out
+@register
+class EmotionRecognition(Task):
+    id = "reliability.emotion_recognition"
+    evidence = "C"
+    pillar = "reliability"
+    title = "Emotion recognition: emotion and its cause (EmoBench EU)"
+    dataset = "emobench"
+    files = ("emobench/EU.jsonl",)
+    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of items where both emotion and cause are right")
+    primary_value = "correct"
+    metric_columns = {"emotion_accuracy": "emotion_correct", "cause_accuracy": "cause_correct"}
+    gen_params = {"max_tokens": 256}
+    methods = {"trustmh": EmotionRecognitionOwn, "paper": EmotionRecognitionPaper}
+    method_templates = EmotionRecognitionPaper.method_templates
+    paper_names = {"EU.{lang}.Overall": "accuracy[lang={lang}]",
+                   "EU.{lang}.{coarse_category}": "accuracy[lang_category={lang}:{coarse_category}]"}
 
 
 # --------------------------------------------------------------------------------------------------
