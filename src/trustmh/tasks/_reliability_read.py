@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -18,7 +18,8 @@ from ..errors import DataError, UserError
 from ..judges.parsing import after_last_answer_tag, extract_json_object, strip_markdown
 from ..metrics import Means, Table, group_mask
 from ..types import Item, Sample, Score
-from .base import DataSource, MeanMetrics, Method, RunContext, answer_metrics
+from ._shared import LabelledMethod
+from .base import NO_ANSWER, DataSource, MeanMetrics, Method, RunContext, answer_metrics
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -181,6 +182,37 @@ class EmotionMethod(MeanMetrics, Method):
         group_accuracy(out, means, table.labels.get("category"), "category")
         if self.language(ctx) == "all":  # en, zh and both together (`accuracy`)
             group_accuracy(out, means, table.labels.get("lang"), "lang")
+        return out
+
+
+# --- Diagnosis: SWMH -----------------------------------------------------------------------------
+
+SWMH_LABELS = ("depression", "SuicideWatch", "Anxiety", "bipolar", "offmychest")
+SWMH_VOCAB = {"depression": "depression", "suicidewatch": "SuicideWatch", "suicide watch": "SuicideWatch",
+              "anxiety": "Anxiety", "bipolar": "bipolar", "bipolar disorder": "bipolar",
+              "offmychest": "offmychest", "off my chest": "offmychest"}
+
+
+def swmh_label(raw: str) -> str | None:
+    """The released labels are subreddit names with a 'self.' prefix (self.depression); accept both."""
+    name = raw.strip().removeprefix("self.")
+    return next((lab for lab in SWMH_LABELS if lab.lower() == name.lower()), None)
+
+
+class DiagnosisMethod(LabelledMethod):
+    """What both methods of reliability.diagnosis do alike: the classes a baseline answers from, the post
+    as the person's text, and the labels of the confusion matrix."""
+
+    def choices(self, item: Item) -> tuple[str, ...]:
+        return ("SuicideWatch", "depression", "Anxiety", "bipolar", "offmychest")
+
+    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+        return Item(item.id, {**item.input, "post": edit(item.input["post"])}, item.target, dict(item.meta))
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        out = super().labels(sample, score)
+        # The prediction with a non-answer as a miss, whatever the paper's reading made of it (offmychest).
+        out["pred_strict"] = NO_ANSWER if out["pred"] and score.no_answer else out["pred"]
         return out
 
 

@@ -19,23 +19,23 @@ import numpy as np
 
 from ..data.loaders import read_csv
 from ..judges.parsing import extract_label, extract_letter
-from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class,
-                       macro_of, mean, point, whole)
+from ..metrics import Means, Resamples, Table, cluster_mean, cluster_mean_many, mean, point, whole
 from ..types import Item, Sample, Score
 # The paper's side of each task.
 from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
                                           paper_cpsycoune_items)
 from ._esconv_reference import PAPER_NAMES as REFERENCE_NAMES
 from ._esconv_reference import reference_metrics
-from ._paper_rules import criterion_stats, paper_classification
-from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
+from ._paper_rules import criterion_stats
+from ._reliability_paper import DiagnosisPaper, SupportPaper, paper_support_rubrics
 # Reading the datasets and the replies.
-from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS, EmotionMethod,
-                                cpsycoune_files, esconv_dialogues, esconv_item, group_accuracy, option_from_text,
-                                parse_emotion_cause, pick_turns, read_cpsycoune, read_usmle)
-from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
-                      judge_scores, support_judge_messages, unknown_label_reason)
-from .base import (NO_ANSWER, DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task,
+from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS, SWMH_LABELS,
+                                SWMH_VOCAB, DiagnosisMethod, EmotionMethod, cpsycoune_files, esconv_dialogues,
+                                esconv_item, group_accuracy, option_from_text, parse_emotion_cause, pick_turns,
+                                read_cpsycoune, read_usmle, swmh_label)
+from ._shared import (SUPPORT_CRITERIA, classification_metrics, classification_metrics_many, judge_scores,
+                      support_judge_messages, unknown_label_reason)
+from .base import (DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task,
                    Verdicts, answer_metrics, answered, no_answer, register, render, render_judge)
 
 NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
@@ -158,67 +158,22 @@ class EmotionRecognition(Task):
 # --------------------------------------------------------------------------------------------------
 # Diagnosis: SWMH
 
-SWMH_LABELS = ("depression", "SuicideWatch", "Anxiety", "bipolar", "offmychest")
-SWMH_VOCAB = {"depression": "depression", "suicidewatch": "SuicideWatch", "suicide watch": "SuicideWatch",
-              "anxiety": "Anxiety", "bipolar": "bipolar", "bipolar disorder": "bipolar",
-              "offmychest": "offmychest", "off my chest": "offmychest"}
-
-
-def swmh_label(raw: str) -> str | None:
-    """The released labels are subreddit names with a 'self.' prefix (self.depression); accept both."""
-    name = raw.strip().removeprefix("self.")
-    return next((lab for lab in SWMH_LABELS if lab.lower() == name.lower()), None)
-
-
-@register
-class Diagnosis(DiagnosisPaper, LabelledTask):
-    label_set = SWMH_LABELS
-    id = "reliability.diagnosis"
-    paper_names = {"accuracy": "accuracy", "precision_macro": "macro_precision", "recall_macro": "macro_recall",
-                   "macro_f1": "macro_f1", "micro_f1": "micro_f1", "summary.num_classes": "num_classes",
-                   "classification_report.{c}.precision": "precision[{c}]",
-                   "classification_report.{c}.recall": "recall[{c}]",
-                   "classification_report.{c}.f1-score": "f1[{c}]", "classification_report.{c}.support": "support[{c}]",
-                   "label_statistics.{c}.pred_count": "pred_count[{c}]",
-                   "confusion_matrix.{g}.{p}": "confusion[{g}->{p}]"}
-    evidence = "B"
-    pillar = "reliability"
-    title = "Psychological diagnosis from a Reddit post (SWMH test split)"
-    dataset = "swmh"
-    files = ("swmh/test.csv",)
-    metric = MetricSpec("macro_f1", True, 0.0, 1.0, "macro-F1 over the five SWMH classes")
-    primary_value = "correct"
-    gen_params = {"max_tokens": 256}
-    paper_protocol = True
+class DiagnosisOwn(DiagnosisMethod):
+    """trustmh's method: every row of the test split, trustmh's prompt, and a reply without one known label
+    is no answer (a miss for its gold class)."""
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        path = data.path(self.files[0])
         items = []
-        for i, (_line, row) in enumerate(read_csv(path, ["text", "label"])):
+        for i, (_line, row) in enumerate(read_csv(data.path(self.task.files[0]), ["text", "label"])):
             raw = (row["label"] or "").strip()
-            if ctx.protocol != "paper":
-                items.append(Item(str(i), {"post": row["text"] or ""}, target=swmh_label(raw) or raw))
-            elif (row["text"] or "").strip() and raw:  # load_dataset drops rows with an empty text or label
-                # The gold label goes through the same normaliser as a prediction (an unknown one is offmychest).
-                gold, _ = paper_swmh_label(raw)
-                items.append(Item(str(i), {"post": row["text"], "dataset_id": path.stem}, target=PAPER_SWMH[gold]))
+            items.append(Item(str(i), {"post": row["text"] or ""}, target=swmh_label(raw) or raw))
         return items
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        if ctx.protocol == "paper":
-            return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render("reliability_diagnosis.j2", post=item.input["post"])}]
-
-    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
-        return ("SuicideWatch", "depression", "Anxiety", "bipolar", "offmychest")
-
-    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
-        return Item(item.id, {**item.input, "post": edit(item.input["post"])}, item.target, dict(item.meta))
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         gold = sample.item.target
-        if ctx.protocol == "paper":
-            return self._paper_score(sample, reply)
         pred = extract_label(reply, SWMH_VOCAB)
         sc = Score(parsed=pred)
         if gold not in SWMH_LABELS:
@@ -226,42 +181,39 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
         elif not sample.item.input["post"].strip():
             sc.unscored["correct"] = "post is empty"
         elif pred is None:
-            reason = unknown_label_reason(reply, "no single SWMH label found in reply")
-            if (ctx.protocol == "paper"):
-                sc.parsed = "offmychest"
-                sc.notes.append("no label found; read as offmychest as the paper's code does")
-            no_answer(sc, reason, correct=float(sc.parsed == gold))
+            no_answer(sc, unknown_label_reason(reply, "no single SWMH label found in reply"), correct=0.0)
         else:
             answered(sc, correct=float(pred == gold))
         return sc
 
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        out = super().labels(sample, score, ctx)
-        # The prediction with a non-answer as a miss, whatever the paper's reading made of it (offmychest).
-        out["pred_strict"] = NO_ANSWER if out["pred"] and score.no_answer else out["pred"]
-        return out
-
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = classification_metrics(table, SWMH_LABELS)
-        if ctx.protocol == "paper":
-            out.update(point(paper_classification(table, whole(table), SWMH_LABELS)))
-        if ctx.protocol == "paper" and "gold" in table.labels:
-            # Companion of the paper's offmychest reading: a reply without a known label counted as wrong.
-            ok = table.labels["gold"] != ""
-            f1 = class_f1(table.labels["gold"][ok], table.labels["pred_strict"][ok], SWMH_LABELS)
-            out["macro_f1_unparsed_as_wrong"] = float(np.nanmean(f1)) if (~np.isnan(f1)).any() else float("nan")
-        return out
+        return classification_metrics(table, self.task.label_set)
 
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        out = classification_metrics_many(table, SWMH_LABELS, resamples)
-        if ctx.protocol == "paper":
-            out.update(paper_classification(table, resamples, SWMH_LABELS))
-        if ctx.protocol == "paper" and "gold" in table.labels:
-            ok = table.labels["gold"] != ""
-            cm = confusion_many(table.labels["gold"][ok], table.labels["pred_strict"][ok], (*SWMH_LABELS, NO_ANSWER),
-                                resamples.rows(ok))
-            out["macro_f1_unparsed_as_wrong"] = macro_of(f1_per_class(cm)[:, :len(SWMH_LABELS)])
-        return out
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, Any]:
+        return classification_metrics_many(table, self.task.label_set, resamples)
+
+
+@register
+class Diagnosis(Task):
+    id = "reliability.diagnosis"
+    evidence = "B"
+    pillar = "reliability"
+    title = "Psychological diagnosis from a Reddit post (SWMH test split)"
+    dataset = "swmh"
+    files = ("swmh/test.csv",)
+    metric = MetricSpec("macro_f1", True, 0.0, 1.0, "macro-F1 over the five SWMH classes")
+    primary_value = "correct"
+    label_set = SWMH_LABELS
+    gen_params = {"max_tokens": 256}
+    methods = {"trustmh": DiagnosisOwn, "paper": DiagnosisPaper}
+    method_templates = DiagnosisPaper.method_templates
+    paper_names = {"accuracy": "accuracy", "precision_macro": "macro_precision", "recall_macro": "macro_recall",
+                   "macro_f1": "macro_f1", "micro_f1": "micro_f1", "summary.num_classes": "num_classes",
+                   "classification_report.{c}.precision": "precision[{c}]",
+                   "classification_report.{c}.recall": "recall[{c}]",
+                   "classification_report.{c}.f1-score": "f1[{c}]", "classification_report.{c}.support": "support[{c}]",
+                   "label_statistics.{c}.pred_count": "pred_count[{c}]",
+                   "confusion_matrix.{g}.{p}": "confusion[{g}->{p}]"}
 
 
 # --------------------------------------------------------------------------------------------------
