@@ -1,7 +1,6 @@
 """The paper's methods of reliability.emotion_recognition (EmoBench's own code, PAPER_PROTOCOL.md §0.3 EB-*)
-and reliability.intervention (CPsyCoun's notebook, CP-*): readers of replies and settings, and each task's
-paper method (intervention's still a mixin its task class in reliability.py inherits). The authors' files
-are read at run time."""
+and reliability.intervention (CPsyCoun's notebook, CP-*): readers of replies and settings, and the two
+Methods the tasks in reliability.py declare for `--protocol paper`. The authors' files are read at run time."""
 
 from __future__ import annotations
 
@@ -18,7 +17,8 @@ from ..data.extract_formats import notebook_call_keywords, notebook_local_string
 from ..data.methods import MethodError
 from ..metrics import Means, Resamples, Table
 from ..types import Item, Sample, Score
-from ._reliability_read import CLIENT, INTERVENTION_CRITERIA, LETTERS, EmotionMethod, group_accuracy, read_utterances
+from ._reliability_read import (CLIENT, INTERVENTION_CRITERIA, LETTERS, EmotionMethod, InterventionMethod, group_accuracy,
+                                over, read_utterances)
 from .base import DataSource, Judged, MethodTemplate, Rubric, RunContext, answered, judge_failure, judge_text, no_answer
 
 # EmoBench's own code (PAPER_PROTOCOL.md §0.3 EB-*; §2 reliability.emotion_recognition), read at run time
@@ -180,34 +180,42 @@ def _cp_template(ctx: RunContext, function: str, variable: str, roles: list[tupl
     return template
 
 
-class InterventionPaper:
-    """reliability.intervention under --protocol paper."""
+class InterventionPaper(InterventionMethod):
+    """reliability.intervention under --protocol paper: the notebook's turn histories, prompts and judge
+    settings, and cell 6's per-dialogue averages."""
+    exact_params = True  # the paper's settings exactly: none (gen_params)
     method_templates = (MethodTemplate("CP-gen", CP_NOTEBOOK, "model_reply.user_message"),
                         MethodTemplate("CP-judge", CP_NOTEBOOK, "evaluate_reply.system_message"),
                         MethodTemplate("CP-judge-set", CP_NOTEBOOK, "evaluate_reply:ChatCompletion.create()"))
 
-    def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+    def read(self, data: DataSource, files: list[str]) -> list[Item]:
+        return paper_cpsycoune_items(data, files)
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         template = _cp_template(ctx, "model_reply", "user_message", [("user", "user_message")])
         return [{"role": "user", "content": template.render({"history": item.input["history_text"]})}]
 
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """model_reply is a stub that leaves the model call to the user: no setting is known, none is sent."""
         return {}
 
-    def _paper_judge_params(self, ctx: RunContext) -> dict[str, Any]:
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return (PAPER_INTERVENTION_RUBRIC,)
+
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any]:
         kw = notebook_call_keywords(CP_NOTEBOOK, ctx.methods_root, "evaluate_reply", "create")
         params = {k: v for k, v in kw.items() if k not in ("model", "messages")}
         if set(params) != {"temperature"} or not isinstance(params["temperature"], float):
             raise MethodError(f"{CP_NOTEBOOK}#evaluate_reply: unexpected settings {kw}")
         return params  # the notebook's gpt-4-turbo is not forced: the judge is the run's --judge
 
-    def _paper_judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
         template = _cp_template(ctx, "evaluate_reply", "system_message", [("system", "system_message"),
                                                                            ("user", "reply")])
         return [{"role": "system", "content": template.render({"history": sample.item.input["history_text"]})},
                 {"role": "user", "content": reply}]
 
-    def _paper_score(self, judged: Judged | None) -> Score:
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         cols = [*INTERVENTION_CRITERIA, "overall"]
         sc = Score()
         text = judge_text(sc, judged, cols)
@@ -221,8 +229,8 @@ class InterventionPaper:
         sc.values.update(values, overall=float(np.mean([values[c] / m for c, m in INTERVENTION_CRITERIA.items()])))
         return sc
 
-    def _paper_aggregate_many(self, table: Table, r: Resamples) -> dict[str, np.ndarray]:
-        return cp_dialogue_averages(table, r)
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        return over(means, cp_dialogue_averages)
 
 
 def cp_dialogue_averages(table: Table, r: Resamples) -> dict[str, np.ndarray]:

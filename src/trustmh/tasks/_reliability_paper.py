@@ -1,6 +1,6 @@
 """The paper's methods of reliability.diagnosis and reliability.support (PAPER_PROTOCOL.md §0.3 D-cls, ES-*;
-§2): the predecessor's readers of replies and settings, and each task's paper method (support's still a
-mixin its task class in reliability.py inherits). The authors' files are read at run time. Emotion recognition and
+§2): the predecessor's readers of replies and settings, and the two Methods the tasks in reliability.py
+declare for `--protocol paper`. The authors' files are read at run time. Emotion recognition and
 intervention have theirs in _emotion_intervention_paper.py."""
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from ..data.extract import (argparse_defaults, argument_defaults, call_keywords,
                             message_roles, module_constant, returned_string)
 from ..data.loaders import read_csv
 from ..data.methods import MethodError
-from ..metrics import Resamples, Table, confusion_many, f1_per_class, macro_of, point, whole
+from ..metrics import Means, Resamples, Table, confusion_many, f1_per_class, macro_of, point, whole
 from ..types import Item, Sample, Score
+from ._esconv_reference import reference_metrics, tokenizer_used
 from ._esconv_reference import sample_values as reference_sample_values
-from ._esconv_reference import tokenizer_used
-from ._paper_rules import paper_classification
-from ._reliability_read import DiagnosisMethod, esconv_dialogues, esconv_item
+from ._paper_rules import criterion_stats, paper_classification
+from ._reliability_read import NO_RULES, DiagnosisMethod, SupportMethod, esconv_dialogues, esconv_item, over
 from ._shared import SUPPORT_CRITERIA, classification_metrics, classification_metrics_many
-from .base import (NO_ANSWER, DataSource, Judged, MethodTemplate, Rubric, RunContext, Verdicts, answered, no_answer,
-                   verdict_values)
+from .base import (NO_ANSWER, DataSource, Judged, MeanMetrics, MethodTemplate, Rubric, RunContext, Verdicts,
+                   answered, no_answer, verdict_values)
 
 # The paper's predecessor code for SWMH (PAPER_PROTOCOL.md §0.3 D-cls; §2 reliability.diagnosis), read at
 # run time under --protocol paper.
@@ -254,8 +254,10 @@ def es_judge_messages(turns: list[str], reference: str, reply: str, ctx: RunCont
     return {m.lower(): [{"role": roles[0], "content": templates[m].format(**values)}] for m in metrics}
 
 
-class SupportPaper:
-    """reliability.support under --protocol paper."""
+class SupportPaper(MeanMetrics, SupportMethod):
+    """reliability.support under --protocol paper: the whole corpus's first turns of each dialogue, the
+    predecessor's prompt, settings and re-asks, one judge call per criterion, and the reference metrics."""
+    exact_params = True
     method_templates = (MethodTemplate("ES-turn", ES_PROMPTS, "format_turn:return[0]"),
                         MethodTemplate("ES-gen", ES_PROMPTS, "build_generation_prompt.prompt"),
                         MethodTemplate("ES-judge", ES_SETTINGS, "JUDGE_PROMPT_TEMPLATES,JUDGE_METRICS"),
@@ -263,15 +265,15 @@ class SupportPaper:
                         MethodTemplate("ES-gen-set", ES_CLASSIFY, "run_generation:create()"),
                         MethodTemplate("ES-args", ES_MAIN, "parse_args:add_argument(default=)"))
 
-    def _paper_load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         """build_samples_from_dataset: every dialogue of the corpus in order; its supporter turns (not the
         first turn) whose window of the previous `context_window` turns ends with a seeker turn; the
         first `per_dialog_limit` of them. Not random."""
         missing = [f for f in ES_SPLITS if not data.has(f)]
         if missing:  # missing_files() cannot see the protocol: stop here, as prepare() reports a MethodError
             raise MethodError(f"the paper's reliability.support reads the whole ESConv corpus; missing "
-                            f"{', '.join(missing)} (`trustmh data pull esconv`)")
-        self.files = ES_SPLITS  # the runner records the checksums of the files actually read
+                              f"{', '.join(missing)} (`trustmh data pull esconv`)")
+        self.task.files = ES_SPLITS  # the runner records the checksums of the files actually read
         args = _es_defaults(ctx)
         window, limit = int(args["context_window"]), int(args["per_dialog_limit"])
         items = []
@@ -283,10 +285,10 @@ class SupportPaper:
                 items += [esconv_item(f"{split}/{d}:{t}", dialog, rec, f"{split}/{d}", t, window) for t in chosen]
         return items
 
-    def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return es_generation_messages(es_turns(item.input["context"], ctx), ctx)
 
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """run_generation sends temperature and max_tokens, which main.py passes from its CLI defaults."""
         kw = call_keywords(ES_CLASSIFY, ctx.methods_root, "run_generation", "create")
         if {k: v for k, v in kw.items() if k not in ("model", "messages")} != \
@@ -299,44 +301,35 @@ class SupportPaper:
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
         """run_generation asks again while the stripped reply is empty, `max_retries` calls in all; the reply
         it keeps is the stripped one, as the judge and scoring see it (`Pred_Response`)."""
-        if ctx.protocol != "paper":
-            return None
         try:
             return es_generation_attempts(str(ctx.methods_root)), _not_empty
         except MethodError:  # the task does not run: building its samples said why
             return None
 
-    def _paper_judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return paper_support_rubrics(ctx)
+
+    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         return es_judge_messages(es_turns(sample.item.input["context"], ctx), sample.item.target, reply, ctx)
 
-    def _paper_judge_params(self, ctx: RunContext) -> dict[str, Any]:
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any]:
         kw = call_keywords(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation", "create")
         params = {k: v for k, v in kw.items() if k not in ("model", "messages")}
         if any(isinstance(v, str) for v in params.values()):  # an expression: not a setting trustmh can read
             raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: settings not literal: {params}")
         return params
 
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Verdicts:
+        reason = NO_RULES.format(what="fluency, professionalism, empathy and helpfulness")
+        return Verdicts({c: Judged(reason=reason) for c in SUPPORT_CRITERIA})
+
     def metric_description(self, ctx: RunContext) -> str:
-        text = super().metric_description(ctx)  # type: ignore[misc]
-        if ctx.protocol == "paper":
-            text += f"; reference metrics (ref_*, ESConv src/metrics.py) tokenised by {tokenizer_used()}"
-        return text
+        return (f"{self.task.metric.description}; reference metrics (ref_*, ESConv src/metrics.py) tokenised by "
+                f"{tokenizer_used()}")
 
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        tokens = score.parsed.get("ref_tokens") if isinstance(score.parsed, dict) else None
-        return {"ref_tokens": tokens if isinstance(tokens, str) else "\0"}  # "\0": no reply scored
-
-    def _paper_score(self, sample: Sample, judged: Verdicts | None, reply: str | None = None) -> Score:
+    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
         # The paper: each criterion its own call; a verdict without a score is dropped from that
         # criterion's mean (and counted), the others stand.
-        sc = self._judged_score(judged)
-        if reply is not None:  # the reference metrics against the ground-truth turn (its response.strip())
-            values, tokens = reference_sample_values(reply.strip(), sample.item.target)
-            sc.values.update(values)
-            sc.parsed["ref_tokens"] = tokens
-        return sc
-
-    def _judged_score(self, judged: Verdicts | None) -> Score:
         sc = Score()
         sc.values.update(verdict_values(sc, judged, SUPPORT_CRITERIA, es_judge_score,
                                         "no score 0-5 in the judge reply"))
@@ -345,4 +338,26 @@ class SupportPaper:
             sc.values["overall"] = float(np.mean([sc.values[c] for c in SUPPORT_CRITERIA]))
         else:
             sc.unscored.setdefault("overall", "not all four criteria scored")
+        # The reference metrics against the ground-truth turn (its response.strip()).
+        values, tokens = reference_sample_values(reply.strip(), sample.item.target)
+        sc.values.update(values)
+        sc.parsed["ref_tokens"] = tokens
         return sc
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        # Each criterion's mean over its own scored samples, as the original reports them; the paper's
+        # single number is not in its code: the mean of the four is the natural reading (a guess).
+        out = {c: means(c) for c in SUPPORT_CRITERIA}
+        out["overall"] = self._overall(means)
+        out["overall_all_four"] = means("overall")
+        out.update(over(means, lambda t, r: criterion_stats(t, r, SUPPORT_CRITERIA)))
+        if "ref_hyp_len" in table.columns:
+            out.update(over(means, reference_metrics))
+        return out
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
+        return self._overall(Means(table, resamples))
+
+    @staticmethod
+    def _overall(means: Means) -> Any:
+        return np.mean([means(c) for c in SUPPORT_CRITERIA], axis=0)

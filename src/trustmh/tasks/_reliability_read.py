@@ -16,12 +16,13 @@ import numpy as np
 from ..data.loaders import read_json, read_jsonl
 from ..errors import DataError, UserError
 from ..judges.parsing import after_last_answer_tag, extract_json_object, strip_markdown
-from ..metrics import Means, Table, group_mask
+from ..metrics import Means, Resamples, Table, group_mask, point, whole
 from ..types import Item, Sample, Score
 from ._shared import LabelledMethod
-from .base import NO_ANSWER, DataSource, MeanMetrics, Method, RunContext, answer_metrics
+from .base import NO_ANSWER, DataSource, Judged, MeanMetrics, Method, RunContext, answer_metrics
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
 
 
 def group_accuracy(out: dict[str, Any], means: Means, groups: np.ndarray | None, key: str) -> None:
@@ -30,6 +31,14 @@ def group_accuracy(out: dict[str, Any], means: Means, groups: np.ndarray | None,
         return
     for name in sorted({g for u in set(groups) for g in u.split("|") if g}):
         out[f"accuracy[{key}={name}]"] = means("correct", group_mask(groups, name))
+
+
+def over(means: Means, body: Callable[[Table, Resamples], dict[str, Any]]) -> dict[str, Any]:
+    """A metric body written over Resamples (reference_metrics, criterion_stats, ...) beside the means of
+    the same `means`: its point values for the table `means` is over, its arrays for a block of resamples."""
+    if means.resamples is None:
+        return point(body(means.table, whole(means.table)))
+    return body(means.table, means.resamples)
 
 
 # --- Knowledge: USMLE-Mental ---------------------------------------------------------------------
@@ -250,6 +259,24 @@ def esconv_item(item_id: str, dialog: list[dict], rec: dict, d: Any, t: int, win
                       "problem_type": rec.get("problem_type", "")})
 
 
+class SupportMethod(Method):
+    """What both methods of reliability.support do alike: the seeker's turns as the person's text, the
+    dialogue as the unit of resampling, and the reference-metric tokens of a reply as a label (NUL
+    where none were scored: every row of trustmh's method, which scores no reference metrics)."""
+
+    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+        context = [{**t, "text": edit(t["text"]) if t["speaker"] == "seeker" else t["text"]}
+                   for t in item.input["context"]]
+        return Item(item.id, {**item.input, "context": context}, item.target, dict(item.meta))
+
+    def cluster(self, sample: Sample) -> str:
+        return str(sample.item.meta["dialogue"])
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        tokens = score.parsed.get("ref_tokens") if isinstance(score.parsed, dict) else None
+        return {"ref_tokens": tokens if isinstance(tokens, str) else "\0"}  # "\0": no reply scored
+
+
 # --- Psychological intervention: CPsyCounE -------------------------------------------------------
 
 CLIENT, COUNSELLOR = "求助者", "支持者"
@@ -294,3 +321,26 @@ def read_cpsycoune(data: DataSource, files: list[str]) -> list[Item]:
                                   meta={"dialogue": dialogue, "topic": dialogue.split("/")[0]}))
     return items
 
+
+class InterventionMethod(MeanMetrics, Method):
+    """What both methods of reliability.intervention do alike: every dialogue file of the data dir (recorded
+    on the task for the checksums), the dialogue as the unit of resampling and as a label (the n of each
+    per-dialogue average), and the rules judge's refusal to rate."""
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        files = cpsycoune_files(data)
+        self.task.files = tuple(files)
+        return self.read(data, files)
+
+    def read(self, data: DataSource, files: list[str]) -> list[Item]:
+        """The items of the dialogue `files`, as this method builds them."""
+        raise NotImplementedError
+
+    def cluster(self, sample: Sample) -> str:
+        return sample.item.meta["dialogue"]
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        return {"dialogue": sample.item.meta["dialogue"]}
+
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
+        return Judged(reason=NO_RULES.format(what="comprehensiveness, professionalism, authenticity and safety"))

@@ -9,36 +9,32 @@ intervention '<topic>/<n>:<utterance index>' (Career/1:4).
 Knowledge and emotion recognition are multiple choice; diagnosis is a 5-way label with macro-F1; support
 and intervention are free replies rated by an LLM judge (the rules judge leaves those ratings unscored:
 no heuristic can honestly rate empathy or professionalism). D4 is not read: it is released only under a
-data usage agreement and its file format is not known to this project."""
+data usage agreement and its file format is not known to this project.
+
+Each task declares its methods: trustmh's own (here) and, where the task follows the paper, the paper's
+(_reliability_paper.py: diagnosis, support; _emotion_intervention_paper.py: emotion recognition,
+intervention). What both methods of a task share is in _reliability_read.py."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 from ..data.loaders import read_csv
 from ..judges.parsing import extract_label, extract_letter
-from ..metrics import Means, Resamples, Table, cluster_mean, cluster_mean_many, mean, point, whole
+from ..metrics import Means, Resamples, Table, cluster_mean, cluster_mean_many
 from ..types import Item, Sample, Score
-# The paper's side of each task.
-from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
-                                          paper_cpsycoune_items)
+from ._emotion_intervention_paper import EmotionRecognitionPaper, InterventionPaper
 from ._esconv_reference import PAPER_NAMES as REFERENCE_NAMES
-from ._esconv_reference import reference_metrics
-from ._paper_rules import criterion_stats
-from ._reliability_paper import DiagnosisPaper, SupportPaper, paper_support_rubrics
-# Reading the datasets and the replies.
-from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS, SWMH_LABELS,
-                                SWMH_VOCAB, DiagnosisMethod, EmotionMethod, cpsycoune_files, esconv_dialogues,
-                                esconv_item, group_accuracy, option_from_text, parse_emotion_cause, pick_turns,
-                                read_cpsycoune, read_usmle, swmh_label)
+from ._reliability_paper import DiagnosisPaper, SupportPaper
+from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS, NO_RULES,
+                                SWMH_LABELS, SWMH_VOCAB, DiagnosisMethod, EmotionMethod, InterventionMethod,
+                                SupportMethod, cpsycoune_files, esconv_dialogues, esconv_item, group_accuracy,
+                                option_from_text, parse_emotion_cause, pick_turns, read_cpsycoune, read_usmle,
+                                swmh_label)
 from ._shared import (SUPPORT_CRITERIA, classification_metrics, classification_metrics_many, judge_scores,
                       support_judge_messages, unknown_label_reason)
-from .base import (DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task,
-                   Verdicts, answer_metrics, answered, no_answer, register, render, render_judge)
-
-NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
+from .base import (DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, Verdicts,
+                   answer_metrics, answered, no_answer, register, render, render_judge)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -219,11 +215,42 @@ class Diagnosis(Task):
 # --------------------------------------------------------------------------------------------------
 # Emotional support: ESConv
 
+class SupportOwn(MeanMetrics, SupportMethod):
+    """trustmh's method: two seeded supporter turns per dialogue of the test file, trustmh's prompt, and
+    one judge call rating the four criteria against the real turn."""
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        items = []
+        for d, dialog, rec in esconv_dialogues(data.path(self.task.files[0])):
+            # A supporter turn that answers a seeker turn; the turns before it are the context.
+            candidates = [t for t in range(1, len(dialog))
+                          if dialog[t]["speaker"] == "sys" and dialog[t - 1]["speaker"] == "usr"]
+            for t in pick_turns(candidates, ctx.seed, d):
+                items.append(esconv_item(f"{d}:{t}", dialog, rec, d, t, CONTEXT_TURNS))
+        return items
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_support.j2", context=item.input["context"])}]
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        return support_judge_messages(sample.item.input["context"], sample.item.target, reply)
+
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
+        return Judged(reason=NO_RULES.format(what="fluency, professionalism, empathy and helpfulness"))
+
+    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
+        return judge_scores({c: 5 for c in SUPPORT_CRITERIA}, judged, "overall", normalise=False)
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        return {**{c: means(c) for c in SUPPORT_CRITERIA}, "overall": means("overall")}
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> Any:
+        return Means(table, resamples)("overall")
+
+
 @register
-class Support(SupportPaper, Task):
+class Support(Task):
     id = "reliability.support"
-    paper_names = {f"judge_{c}.{part}": f"{c}" if part == "mean" else f"{part}[{c}]"
-                   for c in SUPPORT_CRITERIA for part in ("mean", "min", "max", "std")} | REFERENCE_NAMES
     evidence = "B"
     pillar = "reliability"
     title = "Emotional support: next supporter turn, judged against the real one (ESConv test)"
@@ -234,98 +261,49 @@ class Support(SupportPaper, Task):
     metric_columns = {c: c for c in SUPPORT_CRITERIA} | {v: "ref_hyp_len" for v in REFERENCE_NAMES.values()}
     rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
-    paper_protocol = True
-
-    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        if ctx.protocol == "paper":
-            return self._paper_load(data, ctx)
-        path = data.path(self.files[0])
-        items = []
-        for d, dialog, rec in esconv_dialogues(path):
-            # A supporter turn that answers a seeker turn; the turns before it are the context.
-            candidates = [t for t in range(1, len(dialog))
-                          if dialog[t]["speaker"] == "sys" and dialog[t - 1]["speaker"] == "usr"]
-            for t in pick_turns(candidates, ctx.seed, d):
-                items.append(esconv_item(f"{d}:{t}", dialog, rec, d, t, CONTEXT_TURNS))
-        return items
-
-    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        if ctx.protocol == "paper":
-            return self._paper_prompt(item, ctx)
-        return [{"role": "user", "content": render("reliability_support.j2", context=item.input["context"])}]
-
-    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
-        context = [{**t, "text": edit(t["text"]) if t["speaker"] == "seeker" else t["text"]}
-                   for t in item.input["context"]]
-        return Item(item.id, {**item.input, "context": context}, item.target, dict(item.meta))
-
-    def cluster(self, sample: Sample, ctx: RunContext) -> str:
-        return str(sample.item.meta["dialogue"])
-
-    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return paper_support_rubrics(ctx) if ctx.protocol == "paper" else self.rubrics
-
-    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
-        if ctx.protocol != "paper":
-            return super().judgements(sample, reply, ctx)
-        return self._paper_judgements(sample, reply, ctx)
-
-    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
-        if ctx.protocol != "paper":
-            return None
-        return self._paper_judge_params(ctx)
-
-    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
-        return support_judge_messages(sample.item.input["context"], sample.item.target, reply)
-
-    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
-        reason = NO_RULES.format(what="fluency, professionalism, empathy and helpfulness")
-        if ctx.protocol == "paper":
-            return Verdicts({c: Judged(reason=reason) for c in SUPPORT_CRITERIA})
-        return Judged(reason=reason)
-
-    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
-        if ctx.protocol != "paper":
-            return judge_scores({c: 5 for c in SUPPORT_CRITERIA}, judged, "overall", normalise=False)
-        return self._paper_score(sample, judged, reply)
-
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = {c: mean(table.col(c)) for c in SUPPORT_CRITERIA}
-        if ctx.protocol == "paper":
-            # Each criterion's mean over its own scored samples, as the original reports them; the paper's
-            # single number is not in its code: the mean of the four is the natural reading (a guess).
-            out["overall"] = float(np.mean([out[c] for c in SUPPORT_CRITERIA]))
-            out["overall_all_four"] = mean(table.col("overall"))
-            out.update(point(criterion_stats(table, whole(table), SUPPORT_CRITERIA)))
-            if "ref_hyp_len" in table.columns:
-                out.update(point(reference_metrics(table, whole(table))))
-        else:
-            out["overall"] = mean(table.col("overall"))
-        return out
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        out = {c: resamples.mean(table.col(c)) for c in SUPPORT_CRITERIA}
-        if ctx.protocol == "paper":
-            out["overall"] = np.mean([out[c] for c in SUPPORT_CRITERIA], axis=0)
-            out["overall_all_four"] = resamples.mean(table.col("overall"))
-            out.update(criterion_stats(table, resamples, SUPPORT_CRITERIA))
-            if "ref_hyp_len" in table.columns:
-                out.update(reference_metrics(table, resamples))
-        else:
-            out["overall"] = resamples.mean(table.col("overall"))
-        return out
-
-    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
-        if ctx.protocol == "paper":
-            return np.mean([resamples.mean(table.col(c)) for c in SUPPORT_CRITERIA], axis=0)
-        return resamples.mean(table.col("overall"))
+    methods = {"trustmh": SupportOwn, "paper": SupportPaper}
+    method_templates = SupportPaper.method_templates
+    paper_names = {f"judge_{c}.{part}": f"{c}" if part == "mean" else f"{part}[{c}]"
+                   for c in SUPPORT_CRITERIA for part in ("mean", "min", "max", "std")} | REFERENCE_NAMES
 
 
 # --------------------------------------------------------------------------------------------------
 # Psychological intervention: CPsyCounE
 
+def dialogue_mean(means: Means, column: str) -> Any:
+    """`column`'s mean per dialogue, then over dialogues (metrics.cluster_mean): a float for the table
+    `means` is over, an array over its resamples (one body for aggregate and aggregate_many)."""
+    values = means.table.col(column)
+    if means.resamples is None:
+        return cluster_mean(values, means.table.clusters)
+    return cluster_mean_many(values, means.resamples)
+
+
+class InterventionOwn(InterventionMethod):
+    """trustmh's method: an item at every client turn, trustmh's prompt and judge (four criteria in one JSON
+    reply), each criterion and their normalised mean averaged per dialogue, then over dialogues."""
+
+    def read(self, data: DataSource, files: list[str]) -> list[Item]:
+        return read_cpsycoune(data, files)
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_intervention.j2", history=item.input["history"],
+                                                   client=CLIENT, counsellor=COUNSELLOR)}]
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render_judge("reliability_intervention_judge.j2", reply=reply,
+                                                         history=sample.item.input["history"], client=CLIENT,
+                                                         counsellor=COUNSELLOR)}]
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        return {c: dialogue_mean(means, c) for c in ("overall", *INTERVENTION_CRITERIA)}
+
+
 @register
-class Intervention(InterventionPaper, Task):
+class Intervention(Task):
     id = "reliability.intervention"
     evidence = "C"
     pillar = "reliability"
@@ -340,7 +318,8 @@ class Intervention(InterventionPaper, Task):
     rubrics = (Rubric("judge", ("reliability_intervention_judge.j2",)),)
     gen_params = {"max_tokens": 512}
     PATTERN = "cpsycoune/<topic>/<n>.json"
-    paper_protocol = True
+    methods = {"trustmh": InterventionOwn, "paper": InterventionPaper}
+    method_templates = InterventionPaper.method_templates
     # cell 6's "Average Scores: [c, p, a, s]" of each dialogue (the criteria named as CP-judge names them),
     # then their mean over dialogues (trustmh's: the notebook writes no such number).
     paper_names = {**{f"Average Scores.{{d}}.{c.capitalize()}": f"{c}[dialogue={{d}}]" for c in INTERVENTION_CRITERIA},
@@ -348,55 +327,3 @@ class Intervention(InterventionPaper, Task):
 
     def missing_files(self, data: DataSource) -> list[str]:
         return [] if cpsycoune_files(data) else [self.PATTERN]
-
-    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        files = cpsycoune_files(data)
-        self.files = tuple(files)
-        if ctx.protocol == "paper":
-            return paper_cpsycoune_items(data, files)
-        return read_cpsycoune(data, files)
-
-    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        if ctx.protocol == "paper":
-            return self._paper_prompt(item, ctx)
-        return [{"role": "user", "content": render("reliability_intervention.j2", history=item.input["history"],
-                                                   client=CLIENT, counsellor=COUNSELLOR)}]
-
-    def cluster(self, sample: Sample, ctx: RunContext) -> str:
-        return sample.item.meta["dialogue"]
-
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        return {"dialogue": sample.item.meta["dialogue"]}  # the n of each per-dialogue average
-
-    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return (PAPER_INTERVENTION_RUBRIC,) if ctx.protocol == "paper" else self.rubrics
-
-    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
-        return self._paper_judge_params(ctx) if ctx.protocol == "paper" else None
-
-    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
-        if ctx.protocol == "paper":
-            return self._paper_judge_messages(sample, reply, ctx)
-        return [{"role": "user", "content": render_judge("reliability_intervention_judge.j2", reply=reply,
-                                                         history=sample.item.input["history"], client=CLIENT,
-                                                         counsellor=COUNSELLOR)}]
-
-    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
-        return Judged(reason=NO_RULES.format(what="comprehensiveness, professionalism, authenticity and safety"))
-
-    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        if ctx.protocol == "paper":
-            return self._paper_score(judged)
-        return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
-
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        if ctx.protocol == "paper":
-            return point(self._paper_aggregate_many(table, whole(table)))
-        out = {"overall": cluster_mean(table.col("overall"), table.clusters)}
-        out.update({c: cluster_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA})
-        return out
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
-        if ctx.protocol == "paper":
-            return self._paper_aggregate_many(table, resamples)
-        return {c: cluster_mean_many(table.col(c), resamples) for c in ("overall", *INTERVENTION_CRITERIA)}
