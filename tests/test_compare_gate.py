@@ -384,7 +384,7 @@ def test_report_compare_gate_read_a_hostile_samples_line_as_one_error(sample_run
 
 
 def test_gate_prints_no_terminal_escapes_from_a_results_file(sample_run, tmp_path, capsys):
-    evil = "baseline/\x1b]0;owned\x07\x1b[2J\x1b[31mred\r"
+    evil = "baseline/\x1b]0;owned\x07\x1b[2J\x1b[31mred\r\u202egnp.\u2066x"
     def rename(text):
         res = json.loads(text)
         res["models"] = {evil: dict(res["models"]["baseline/counselor"], model=evil)}
@@ -392,5 +392,5 @@ def test_gate_prints_no_terminal_escapes_from_a_results_file(sample_run, tmp_pat
     run = crafted(sample_run, tmp_path / "escapes", results=rename)
     code, out, err = cli(capsys, "gate", run, "--min", "ethics.reasoning=2", "--allow-partial")
     assert code == 1 and "FAIL" in out
-    assert not any(c in out + err for c in "\x1b\x07\r"), repr(out)  # shown as \x1b ..., never sent raw
-    assert "\\x1b]0;owned" in out
+    assert not any(c in out + err for c in "\x1b\x07\r\u202e\u2066"), repr(out)  # shown as \x1b ..., never raw
+    assert "\\x1b]0;owned" in out and "\\u202egnp.\\u2066x" in out

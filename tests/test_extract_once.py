@@ -21,7 +21,10 @@ def test_a_second_extraction_walks_no_tree(monkeypatch):
     again = extract.call_settings(TASK1_CODE, METHODS, "EvalAgent.load_model", ("temperature", "max_tokens"))
     assert again == first and "temperature" in again
     assert walks == []  # served from memory
-    # another symbol of the same file is a new extraction (its tree walked once)
+    # another symbol of the same file is a new extraction (its tree walked once); forgotten first, since
+    # an earlier test in this process may have asked for it already
+    extract.message_roles.cache_clear()
+    extract.message_contents.cache_clear()
     extract.message_roles(TASK1_CODE, METHODS, "APIAgent.generate")
     assert walks
 

@@ -182,3 +182,15 @@ def test_progress_totals_are_known_from_the_start_and_add_up_over_models(tmp_pat
     done, total, errors, approx = view.phase_totals("generate")
     assert done == total == sum(last[m].total for m in results.models) and not approx
     assert view.phase_totals("judge")[:2] == (sum(last[lb].done for lb in judge_labels),) * 2
+
+
+def test_a_data_dir_holding_only_method_files_runs_the_sample_suite(methods, tmp_path):
+    """The authors' method files are no task's items: a data dir with nothing else in it is no benchmark data,
+    and the run says so and takes the sample suite instead of running every task as "not run"."""
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(methods, data / "methods")
+    dry = cli("run", "--data-dir", data, "--tasks", "ethics.reasoning", "--dry-run", "--out", tmp_path / "run",
+              cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert "No datasets in" in dry.stderr and "sample suite" in dry.stderr, dry.stderr

@@ -25,7 +25,7 @@ from trustmh.models.replay import ReplayModel
 from trustmh.engine import data_source, RunSpec
 from conftest import METHODS
 from trustmh.tasks import Judged, RunContext, Verdicts, resolve_tasks
-from trustmh.tasks.privacy import TIER1_PHRASES, TIER2_PHRASES, parse_psyleak
+from trustmh.tasks._privacy_common import TIER1_PHRASES, TIER2_PHRASES, parse_psyleak
 from trustmh.types import Score
 
 # 200 per parser keeps the suite fast; TRUSTMH_HYPOTHESIS_EXAMPLES=5000 searches harder.

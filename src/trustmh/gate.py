@@ -306,6 +306,7 @@ def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float
                         f"{model}: {tid} rests on too few samples: {left_out:.1%} not scored on {tr.metric} "
                         f"({tr.n_errors} API errors, {tr.n_unscored} unscored), {judge_failed:.1%} judge-failed "
                         f"({tr.n_judge_failed}); allowed {max_unscored:.1%} (--max-unscored)")
+                n += tr.judge_usable_rate is not None  # the usable-verdict check is one of its own
                 if tr.judge_usable_rate is not None and 1 - tr.judge_usable_rate > max_unscored + 1e-12:
                     # Under the paper's protocol an unparsed verdict may be read by a fall-back rule (no digit =
                     # not endorsing) instead of failing: the value then rests on the fall-back, not the judge.

@@ -25,13 +25,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
 data_app = typer.Typer(add_completion=False, help="Get and verify the upstream datasets.")
 app.add_typer(data_app, name="data")
 # C0/C1 control characters but tab and newline: what a hostile name (a model in a crafted results.json, a
-# reply, a file name) could use to drive the reader's terminal (ESC sequences, CR overwrites, BEL).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# reply, a file name) could use to drive the reader's terminal (ESC sequences, CR overwrites, BEL); and the
+# bidirectional overrides and isolates, which make a line read other than it is (a model name that shows
+# as "gpt-4" while it sorts and gates as another).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str) -> str:
-    """`text` with its control characters shown as escapes (\\x1b), never sent to a terminal raw."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """`text` with its control characters shown as escapes (\\x1b, \\u202e), never sent to a terminal raw."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        text)
 
 
 class _SafeConsole(Console):
@@ -80,7 +83,11 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
     if suite != "auto":
         raise UserError(f"--suite must be auto, sample or data, not '{suite}'")
     from ..data.manifest import DATASETS
-    present = any((data_dir / f.path).is_file() for d in DATASETS.values() for f in d.files)
+    from ..data.methods import DATASET as METHODS
+    # Only the benchmark's own data decide: the authors' method files or a dataset fetched on request
+    # (MentalAlign, for checking judges) are no task's items, and alone would run every task as "not run".
+    present = any((data_dir / f.path).is_file() for d in DATASETS.values() if d.name != METHODS and not d.on_request
+                  for f in d.files)
     if not present:
         err.print(f"No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
                   f"Run `trustmh data pull` for the full benchmark.", style="yellow", markup=False, highlight=False)

@@ -248,7 +248,8 @@ def gate_cmd(
     coverage = check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
                               every_task=base_path is not None, made=made)
     # by reason, for the summary line (a coverage check is one of its own beside its threshold's)
-    by_reason = {"thresholds missed": failures, "too few samples": [c for c in coverage if "is partial" not in c],
+    by_reason = {"thresholds missed": failures, "too few samples": [c for c in coverage if "rests on too few" in c],
+                 "unusable judge verdicts": [c for c in coverage if "judge verdicts usable" in c],
                  "partial scores": [c for c in coverage if "is partial" in c]}
     failures, n = failures + coverage, n + made[0]
     if max_judge_addressed is not None:
