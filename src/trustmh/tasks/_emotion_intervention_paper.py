@@ -1,6 +1,6 @@
-"""The paper protocol of reliability.emotion_recognition (EmoBench's own code, PAPER_PROTOCOL.md §0.3 EB-*)
-and reliability.intervention (CPsyCoun's notebook, CP-*): readers of replies and settings, and each task's
-paper side as a mixin its task class in reliability.py inherits. The authors' files are read at run time."""
+"""The paper's methods of reliability.emotion_recognition (EmoBench's own code, PAPER_PROTOCOL.md §0.3 EB-*)
+and reliability.intervention (CPsyCoun's notebook, CP-*): readers of replies and settings, and the two
+Methods the tasks in reliability.py declare for `--protocol paper`. The authors' files are read at run time."""
 
 from __future__ import annotations
 
@@ -12,9 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ..metrics import Resamples, Table
+from ..data.extract import call_keywords, local_string, prefix_assignment
+from ..data.extract_formats import notebook_call_keywords, notebook_local_string, notebook_message_roles, yaml_value
+from ..data.methods import MethodError
+from ..metrics import Means, Resamples, Table
 from ..types import Item, Sample, Score
-from ._reliability_read import CLIENT, INTERVENTION_CRITERIA, LETTERS, read_utterances
+from ._reliability_read import (CLIENT, INTERVENTION_CRITERIA, LETTERS, EmotionMethod, InterventionMethod, group_accuracy,
+                                over, read_utterances)
 from .base import DataSource, Judged, MethodTemplate, Rubric, RunContext, answered, judge_failure, judge_text, no_answer
 
 # EmoBench's own code (PAPER_PROTOCOL.md §0.3 EB-*; §2 reliability.emotion_recognition), read at run time
@@ -44,9 +48,6 @@ def eb_parse(reply: str | None) -> Any:
 def eb_system(lang: str, ctx: RunContext) -> str:
     """init_prompt without CoT (main.py's default): sys.<lang> + get_response_format's res_format
     (a str.format template) with statement = base.<lang> and conditions = EU.<lang>."""
-    from ..data.extract import local_string
-    from ..data.extract_formats import yaml_value
-    from ..data.methods import MethodError
     fmt = local_string(EB_UTILS, ctx.methods_root, "get_response_format", "res_format")
     if fmt.fields or fmt.segments is None:
         raise MethodError(f"{fmt.source}: expected a plain string constant")
@@ -58,8 +59,12 @@ def eb_system(lang: str, ctx: RunContext) -> str:
         conditions=yaml_value(EB_RESPONSE, ctx.methods_root, "EU", lang))
 
 
-class EmotionRecognitionPaper:
-    """reliability.emotion_recognition under --protocol paper."""
+class EmotionRecognitionPaper(EmotionMethod):
+    """reliability.emotion_recognition under --protocol paper: both languages unless --lang says one
+    (EmoBench's main.py runs both), EmoBench's prompts, settings and scoring, and its per-language
+    accuracy of each coarse category."""
+    exact_params = True
+    default_lang = "all"
     method_templates = (MethodTemplate("EB-sys", EB_PROMPTS, "sys.<lang>"),
                         MethodTemplate("EB-EU", EB_PROMPTS, "EU.<lang>"),
                         MethodTemplate("EB-resp", EB_RESPONSE, "base.<lang>,EU.<lang>"),
@@ -68,20 +73,15 @@ class EmotionRecognitionPaper:
                         MethodTemplate("EB-qwen", EB_MODEL, "LLM.init_prompt.sys_prompt"))
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
-        """Under the paper protocol, EB-qwen: init_prompt (CoT off, as main.py runs it) puts a text in front
-        of the system prompt when "qwen" is in the tested model's name; the request for each model applies
-        it (Sample.model_prefix), so a Qwen model gets what EmoBench would send it."""
-        out = super().samples(item, ctx)  # type: ignore[misc]
-        if ctx.protocol != "paper":
-            return out
-        from ..data.extract import prefix_assignment
+        """EB-qwen: init_prompt (CoT off, as main.py runs it) puts a text in front of the system prompt when
+        "qwen" is in the tested model's name; the request for each model applies it (Sample.model_prefix),
+        so a Qwen model gets what EmoBench would send it."""
         _, text = prefix_assignment(EB_MODEL, ctx.methods_root, "LLM.init_prompt", "sys_prompt")
-        return [replace(s, model_prefix=("qwen", text)) for s in out]
+        return [replace(s, model_prefix=("qwen", text)) for s in super().samples(item, ctx)]
 
-    def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         # generate_responses: EU.<lang>.format with the choices as rank_choices renders them ("A) text"
         # per line), after init_prompt's system message (EB-qwen's prefix is added per model: samples()).
-        from ..data.extract_formats import yaml_value
         x = item.input
         lang = item.meta["lang"]
         ranked = {k: "\n".join(f"{LETTERS[i]}) {c}" for i, c in enumerate(x[f"{k}_choices"]))
@@ -91,18 +91,16 @@ class EmotionRecognitionPaper:
             cause_choices=ranked["cause"])
         return [{"role": "system", "content": eb_system(lang, ctx)}, {"role": "user", "content": user}]
 
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """load_model builds ChatOpenAI with temperature 0.6 for both API model types and nothing else
         (no max_tokens for API models)."""
-        from ..data.extract import call_keywords
-        from ..data.methods import MethodError
         sets = [{k: v for k, v in call_keywords(EB_MODEL, ctx.methods_root, "LLM.load_model", "ChatOpenAI", n).items()
                  if k not in ("model", "api_key", "base_url")} for n in (0, 1)]
         if sets[0] != sets[1] or set(sets[0]) != {"temperature"} or not isinstance(sets[0]["temperature"], float):
             raise MethodError(f"{EB_MODEL}#LLM.load_model: unexpected ChatOpenAI settings {sets}")
         return sets[0]
 
-    def _paper_score(self, sample: Sample, reply: str) -> Score:
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         """generate_responses + evaluate_results: the answers are response.get("answer_q1"/"answer_q2", "")
         of the parsed JSON ("" for both when it does not parse: one try, no retry), compared for exact
         equality with the gold letters; correct iff both are."""
@@ -119,6 +117,12 @@ class EmotionRecognitionPaper:
         if not all(isinstance(v, str) and v for v in got.values()):
             return no_answer(sc, "answer_q1 or answer_q2 missing or not a text", **values)
         return answered(sc, **values)
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        out = super().mean_metrics(table, means, ctx)
+        # evaluate_results: per language, the accuracy of each coarse category.
+        group_accuracy(out, means, table.labels.get("lang_category"), "lang_category")
+        return out
 
 
 # CPsyCoun's notebook (PAPER_PROTOCOL.md §0.3 CP-gen, CP-judge; §2 reliability.intervention), read at run
@@ -169,8 +173,6 @@ def paper_cpsycoune_items(data: DataSource, files: list[str]) -> list[Item]:
 def _cp_template(ctx: RunContext, function: str, variable: str, roles: list[tuple[str, str]]) -> Any:
     """The notebook's `variable` in `function`, checked to take only {history} and to be sent in the
     messages `roles` (role, variable) as the notebook sends them."""
-    from ..data.extract_formats import notebook_local_string, notebook_message_roles
-    from ..data.methods import MethodError
     template = notebook_local_string(CP_NOTEBOOK, ctx.methods_root, function, variable)
     sent = notebook_message_roles(CP_NOTEBOOK, ctx.methods_root, function)
     if template.fields != ["history"] or sent != roles:
@@ -178,36 +180,42 @@ def _cp_template(ctx: RunContext, function: str, variable: str, roles: list[tupl
     return template
 
 
-class InterventionPaper:
-    """reliability.intervention under --protocol paper."""
+class InterventionPaper(InterventionMethod):
+    """reliability.intervention under --protocol paper: the notebook's turn histories, prompts and judge
+    settings, and cell 6's per-dialogue averages."""
+    exact_params = True  # the paper's settings exactly: none (gen_params)
     method_templates = (MethodTemplate("CP-gen", CP_NOTEBOOK, "model_reply.user_message"),
                         MethodTemplate("CP-judge", CP_NOTEBOOK, "evaluate_reply.system_message"),
                         MethodTemplate("CP-judge-set", CP_NOTEBOOK, "evaluate_reply:ChatCompletion.create()"))
 
-    def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+    def read(self, data: DataSource, files: list[str]) -> list[Item]:
+        return paper_cpsycoune_items(data, files)
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         template = _cp_template(ctx, "model_reply", "user_message", [("user", "user_message")])
         return [{"role": "user", "content": template.render({"history": item.input["history_text"]})}]
 
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """model_reply is a stub that leaves the model call to the user: no setting is known, none is sent."""
         return {}
 
-    def _paper_judge_params(self, ctx: RunContext) -> dict[str, Any]:
-        from ..data.extract_formats import notebook_call_keywords
-        from ..data.methods import MethodError
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return (PAPER_INTERVENTION_RUBRIC,)
+
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any]:
         kw = notebook_call_keywords(CP_NOTEBOOK, ctx.methods_root, "evaluate_reply", "create")
         params = {k: v for k, v in kw.items() if k not in ("model", "messages")}
         if set(params) != {"temperature"} or not isinstance(params["temperature"], float):
             raise MethodError(f"{CP_NOTEBOOK}#evaluate_reply: unexpected settings {kw}")
         return params  # the notebook's gpt-4-turbo is not forced: the judge is the run's --judge
 
-    def _paper_judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
         template = _cp_template(ctx, "evaluate_reply", "system_message", [("system", "system_message"),
                                                                            ("user", "reply")])
         return [{"role": "system", "content": template.render({"history": sample.item.input["history_text"]})},
                 {"role": "user", "content": reply}]
 
-    def _paper_score(self, judged: Judged | None) -> Score:
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         cols = [*INTERVENTION_CRITERIA, "overall"]
         sc = Score()
         text = judge_text(sc, judged, cols)
@@ -221,8 +229,8 @@ class InterventionPaper:
         sc.values.update(values, overall=float(np.mean([values[c] / m for c, m in INTERVENTION_CRITERIA.items()])))
         return sc
 
-    def _paper_aggregate_many(self, table: Table, r: Resamples) -> dict[str, np.ndarray]:
-        return cp_dialogue_averages(table, r)
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        return over(means, cp_dialogue_averages)
 
 
 def cp_dialogue_averages(table: Table, r: Resamples) -> dict[str, np.ndarray]:

@@ -1,6 +1,6 @@
-"""The paper protocol of reliability.diagnosis and reliability.support (PAPER_PROTOCOL.md §0.3 D-cls, ES-*;
-§2): the predecessor's readers of replies and settings, and each task's paper side as a mixin its task
-class in reliability.py inherits. The authors' files are read at run time. Emotion recognition and
+"""The paper's methods of reliability.diagnosis and reliability.support (PAPER_PROTOCOL.md §0.3 D-cls, ES-*;
+§2): the predecessor's readers of replies and settings, and the two Methods the tasks in reliability.py
+declare for `--protocol paper`. The authors' files are read at run time. Emotion recognition and
 intervention have theirs in _emotion_intervention_paper.py."""
 
 from __future__ import annotations
@@ -13,12 +13,19 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..data.extract import (argparse_defaults, argument_defaults, call_keywords, conditional_local, local_string,
+                            message_roles, module_constant, returned_string)
+from ..data.loaders import read_csv
+from ..data.methods import MethodError
+from ..metrics import Means, Resamples, Table, confusion_many, f1_per_class, macro_of, point, whole
 from ..types import Item, Sample, Score
+from ._esconv_reference import reference_metrics, tokenizer_used
 from ._esconv_reference import sample_values as reference_sample_values
-from ._esconv_reference import tokenizer_used
-from ._reliability_read import esconv_dialogues, esconv_item
-from ._shared import SUPPORT_CRITERIA
-from .base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts, answered, no_answer, verdict_values
+from ._paper_rules import criterion_stats, paper_classification
+from ._reliability_read import NO_RULES, DiagnosisMethod, SupportMethod, esconv_dialogues, esconv_item, over
+from ._shared import SUPPORT_CRITERIA, classification_metrics, classification_metrics_many
+from .base import (NO_ANSWER, DataSource, Judged, MeanMetrics, MethodTemplate, Rubric, RunContext, Verdicts,
+                   answered, no_answer, verdict_values)
 
 # The paper's predecessor code for SWMH (PAPER_PROTOCOL.md §0.3 D-cls; §2 reliability.diagnosis), read at
 # run time under --protocol paper.
@@ -58,27 +65,16 @@ def paper_swmh_prediction(reply: str) -> Any:
     return cleaned
 
 
-class DiagnosisPaper:
-    """reliability.diagnosis under --protocol paper."""
+class DiagnosisPaper(DiagnosisMethod):
+    """reliability.diagnosis under --protocol paper: the predecessor's prompt, settings and reading of the
+    reply (a label it does not know is offmychest), and its scorer's numbers beside trustmh's."""
+    exact_params = True
     method_templates = (MethodTemplate("D-cls", SW_PROMPTS, "build_classification_prompt.prompt"),
                         MethodTemplate("D-set", SW_CLASSIFY, "run_classification:create()"))
 
-    def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        from ..data.extract import local_string, message_roles
-        from ..data.methods import MethodError
-        template = local_string(SW_PROMPTS, ctx.methods_root, "build_classification_prompt", "prompt")
-        roles = message_roles(SW_CLASSIFY, ctx.methods_root, "run_classification")
-        if set(template.fields) != {"dataset_id", "text"} or roles != ["user"]:
-            raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
-        # The inputs list is the one stripped post, joined by newlines; dataset_id is the file's stem.
-        text = item.input["post"].strip()
-        return [{"role": "user", "content": template.render({"text": text, "dataset_id": item.input["dataset_id"]})}]
-
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """run_classification sends its `temperature` parameter, whose default main.py never overrides;
         no max_tokens."""
-        from ..data.extract import argument_defaults, call_keywords
-        from ..data.methods import MethodError
         kw = {k: v for k, v in call_keywords(SW_CLASSIFY, ctx.methods_root, "run_classification", "create").items()
               if k not in ("model", "messages")}
         defaults = argument_defaults(SW_CLASSIFY, ctx.methods_root, "run_classification")
@@ -87,7 +83,28 @@ class DiagnosisPaper:
             raise MethodError(f"{SW_CLASSIFY}#run_classification: unexpected settings {kw} / defaults {defaults}")
         return out
 
-    def _paper_score(self, sample: Sample, reply: str) -> Score:
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        """load_dataset drops rows with an empty text or label; the gold label goes through the same
+        normaliser as a prediction (an unknown one is offmychest)."""
+        path = data.path(self.task.files[0])
+        items = []
+        for i, (_line, row) in enumerate(read_csv(path, ["text", "label"])):
+            raw = (row["label"] or "").strip()
+            if (row["text"] or "").strip() and raw:
+                gold, _ = paper_swmh_label(raw)
+                items.append(Item(str(i), {"post": row["text"], "dataset_id": path.stem}, target=PAPER_SWMH[gold]))
+        return items
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        template = local_string(SW_PROMPTS, ctx.methods_root, "build_classification_prompt", "prompt")
+        roles = message_roles(SW_CLASSIFY, ctx.methods_root, "run_classification")
+        if set(template.fields) != {"dataset_id", "text"} or roles != ["user"]:
+            raise MethodError(f"{template.source}: unexpected fields {template.fields} or roles {roles}")
+        # The inputs list is the one stripped post, joined by newlines; dataset_id is the file's stem.
+        text = item.input["post"].strip()
+        return [{"role": "user", "content": template.render({"text": text, "dataset_id": item.input["dataset_id"]})}]
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         gold = sample.item.target
         raw = paper_swmh_prediction(reply)
         label, known = paper_swmh_label(raw)
@@ -96,6 +113,25 @@ class DiagnosisPaper:
             return answered(sc, correct=float(sc.parsed == gold))
         sc.notes.append("no known label; read as offmychest as the paper's code does")
         return no_answer(sc, f"label {str(raw)[:80]!r} is not an SWMH label", correct=float(sc.parsed == gold))
+
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        return classification_metrics(table, self.task.label_set) | point(self._scorer_numbers(table, whole(table)))
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        return classification_metrics_many(table, self.task.label_set, resamples) | self._scorer_numbers(table, resamples)
+
+    def _scorer_numbers(self, table: Table, r: Resamples) -> dict[str, np.ndarray]:
+        """score_classification's numbers (paper_classification) and, as a companion of the paper's
+        offmychest reading, macro-F1 with a reply without a known label counted as wrong; over Resamples
+        (one body for the point value and the bootstrap)."""
+        labels = self.task.label_set
+        out = paper_classification(table, r, labels)
+        if "gold" in table.labels:
+            ok = table.labels["gold"] != ""
+            cm = confusion_many(table.labels["gold"][ok], table.labels["pred_strict"][ok], (*labels, NO_ANSWER),
+                                r.rows(ok))
+            out["macro_f1_unparsed_as_wrong"] = macro_of(f1_per_class(cm)[:, :len(labels)])
+        return out
 
 
 # The paper's predecessor code for ESConv (PAPER_PROTOCOL.md §0.3 ES-turn, ES-gen, ES-judge, ES-set), read
@@ -123,13 +159,11 @@ def es_judge_score(text: str) -> float | None:
 def paper_support_rubrics(ctx: RunContext) -> tuple[Rubric, ...]:
     """The four criteria, each re-asked while its reply holds no score, up to call_gpt4_for_evaluation's
     max_retries default (3) calls, as the original's loop does."""
-    return _paper_support_rubrics(str(ctx.methods_root))
+    return _support_rubrics_in(str(ctx.methods_root))
 
 
 def _max_retries(local: str, root: str, func: str) -> int:
     """The `max_retries` default of one of the original's functions: how many calls its loop makes in all."""
-    from ..data.extract import argument_defaults
-    from ..data.methods import MethodError
     attempts = argument_defaults(local, Path(root), func).get("max_retries")
     if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10:
         raise MethodError(f"{local}#{func}: max_retries {attempts!r} is not a small count")
@@ -137,7 +171,7 @@ def _max_retries(local: str, root: str, func: str) -> int:
 
 
 @functools.lru_cache(maxsize=4)  # asked for every sample; a failure is not cached
-def _paper_support_rubrics(root: str) -> tuple[Rubric, ...]:
+def _support_rubrics_in(root: str) -> tuple[Rubric, ...]:
     attempts = _max_retries(ES_JUDGE, root, "call_gpt4_for_evaluation")
     return tuple(Rubric(r.name, role=r.role, method=r.method, attempts=attempts,
                         parses=lambda text: es_judge_score(text) is not None) for r in PAPER_SUPPORT_RUBRICS)
@@ -147,8 +181,6 @@ def _paper_support_rubrics(root: str) -> tuple[Rubric, ...]:
 def es_generation_attempts(root: str) -> int:
     """run_generation's calls per sample while the stripped reply is empty: its max_retries default (3),
     which main.py's run_pipeline does not pass."""
-    from ..data.extract import call_keywords
-    from ..data.methods import MethodError
     if "max_retries" in call_keywords(ES_MAIN, Path(root), "run_pipeline", "run_generation"):
         raise MethodError(f"{ES_MAIN}#run_pipeline: passes max_retries to run_generation")
     return _max_retries(ES_CLASSIFY, root, "run_generation")
@@ -178,8 +210,6 @@ def _es_defaults(ctx: RunContext) -> dict[str, Any]:
 def _es_defaults_in(root: str) -> dict[str, Any]:
     # Read once per methods dir: every sample's settings come from here, and reading them walks the whole
     # of main.py (about 14 ms a sample otherwise). A failure is not cached.
-    from ..data.extract import argparse_defaults
-    from ..data.methods import MethodError
     d = argparse_defaults(ES_MAIN, Path(root))
     keys = ("context_window", "per_dialog_limit", "temperature", "max_tokens")
     if not all(isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool) for k in keys):
@@ -189,8 +219,6 @@ def _es_defaults_in(root: str) -> dict[str, Any]:
 
 def es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
     """ES-turn: each context turn as format_turn renders it (its speaker prefix, then the content)."""
-    from ..data.extract import conditional_local, returned_string
-    from ..data.methods import MethodError
     template = returned_string(ES_PROMPTS, ctx.methods_root, "format_turn")
     test, if_seeker, otherwise = conditional_local(ES_PROMPTS, ctx.methods_root, "format_turn", "prefix")
     content = "turn.get('content', '').strip()"
@@ -202,8 +230,6 @@ def es_turns(context: list[dict[str, str]], ctx: RunContext) -> list[str]:
 
 def es_generation_messages(turns: list[str], ctx: RunContext) -> list[dict[str, str]]:
     """ES-gen: the formatted context turns joined by newlines, then the supporter cue, as one message."""
-    from ..data.extract import local_string, message_roles
-    from ..data.methods import MethodError
     template = local_string(ES_PROMPTS, ctx.methods_root, "build_generation_prompt", "prompt")
     roles = message_roles(ES_CLASSIFY, ctx.methods_root, "run_generation")
     if template.fields != ["context"] or len(roles) != 1:
@@ -215,8 +241,6 @@ def es_judge_messages(turns: list[str], reference: str, reply: str, ctx: RunCont
     """ES-judge, one call per JUDGE_METRICS criterion (lower-cased name -> messages). As
     convert_esconv_to_evaluation_format does: the formatted context turns joined by newlines, then split
     back at the last seeker line; the reference and the reply stripped, as the original stored them."""
-    from ..data.extract import message_roles, module_constant
-    from ..data.methods import MethodError
     metrics = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_METRICS")
     templates = module_constant(ES_SETTINGS, ctx.methods_root, "JUDGE_PROMPT_TEMPLATES")
     roles = message_roles(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation")
@@ -230,8 +254,10 @@ def es_judge_messages(turns: list[str], reference: str, reply: str, ctx: RunCont
     return {m.lower(): [{"role": roles[0], "content": templates[m].format(**values)}] for m in metrics}
 
 
-class SupportPaper:
-    """reliability.support under --protocol paper."""
+class SupportPaper(MeanMetrics, SupportMethod):
+    """reliability.support under --protocol paper: the whole corpus's first turns of each dialogue, the
+    predecessor's prompt, settings and re-asks, one judge call per criterion, and the reference metrics."""
+    exact_params = True
     method_templates = (MethodTemplate("ES-turn", ES_PROMPTS, "format_turn:return[0]"),
                         MethodTemplate("ES-gen", ES_PROMPTS, "build_generation_prompt.prompt"),
                         MethodTemplate("ES-judge", ES_SETTINGS, "JUDGE_PROMPT_TEMPLATES,JUDGE_METRICS"),
@@ -239,16 +265,15 @@ class SupportPaper:
                         MethodTemplate("ES-gen-set", ES_CLASSIFY, "run_generation:create()"),
                         MethodTemplate("ES-args", ES_MAIN, "parse_args:add_argument(default=)"))
 
-    def _paper_load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         """build_samples_from_dataset: every dialogue of the corpus in order; its supporter turns (not the
         first turn) whose window of the previous `context_window` turns ends with a seeker turn; the
         first `per_dialog_limit` of them. Not random."""
-        from ..data.methods import MethodError
         missing = [f for f in ES_SPLITS if not data.has(f)]
         if missing:  # missing_files() cannot see the protocol: stop here, as prepare() reports a MethodError
             raise MethodError(f"the paper's reliability.support reads the whole ESConv corpus; missing "
-                            f"{', '.join(missing)} (`trustmh data pull esconv`)")
-        self.files = ES_SPLITS  # the runner records the checksums of the files actually read
+                              f"{', '.join(missing)} (`trustmh data pull esconv`)")
+        self.task.files = ES_SPLITS  # the runner records the checksums of the files actually read
         args = _es_defaults(ctx)
         window, limit = int(args["context_window"]), int(args["per_dialog_limit"])
         items = []
@@ -260,13 +285,11 @@ class SupportPaper:
                 items += [esconv_item(f"{split}/{d}:{t}", dialog, rec, f"{split}/{d}", t, window) for t in chosen]
         return items
 
-    def _paper_prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return es_generation_messages(es_turns(item.input["context"], ctx), ctx)
 
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """run_generation sends temperature and max_tokens, which main.py passes from its CLI defaults."""
-        from ..data.extract import call_keywords
-        from ..data.methods import MethodError
         kw = call_keywords(ES_CLASSIFY, ctx.methods_root, "run_generation", "create")
         if {k: v for k, v in kw.items() if k not in ("model", "messages")} != \
                 {"temperature": "temperature", "max_tokens": "max_tokens"}:
@@ -278,47 +301,35 @@ class SupportPaper:
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
         """run_generation asks again while the stripped reply is empty, `max_retries` calls in all; the reply
         it keeps is the stripped one, as the judge and scoring see it (`Pred_Response`)."""
-        from ..data.methods import MethodError
-        if ctx.protocol != "paper":
-            return None
         try:
             return es_generation_attempts(str(ctx.methods_root)), _not_empty
         except MethodError:  # the task does not run: building its samples said why
             return None
 
-    def _paper_judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
+        return paper_support_rubrics(ctx)
+
+    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         return es_judge_messages(es_turns(sample.item.input["context"], ctx), sample.item.target, reply, ctx)
 
-    def _paper_judge_params(self, ctx: RunContext) -> dict[str, Any]:
-        from ..data.extract import call_keywords
-        from ..data.methods import MethodError
+    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any]:
         kw = call_keywords(ES_JUDGE, ctx.methods_root, "call_gpt4_for_evaluation", "create")
         params = {k: v for k, v in kw.items() if k not in ("model", "messages")}
         if any(isinstance(v, str) for v in params.values()):  # an expression: not a setting trustmh can read
             raise MethodError(f"{ES_JUDGE}#call_gpt4_for_evaluation: settings not literal: {params}")
         return params
 
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Verdicts:
+        reason = NO_RULES.format(what="fluency, professionalism, empathy and helpfulness")
+        return Verdicts({c: Judged(reason=reason) for c in SUPPORT_CRITERIA})
+
     def metric_description(self, ctx: RunContext) -> str:
-        text = super().metric_description(ctx)  # type: ignore[misc]
-        if ctx.protocol == "paper":
-            text += f"; reference metrics (ref_*, ESConv src/metrics.py) tokenised by {tokenizer_used()}"
-        return text
+        return (f"{self.task.metric.description}; reference metrics (ref_*, ESConv src/metrics.py) tokenised by "
+                f"{tokenizer_used()}")
 
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        tokens = score.parsed.get("ref_tokens") if isinstance(score.parsed, dict) else None
-        return {"ref_tokens": tokens if isinstance(tokens, str) else "\0"}  # "\0": no reply scored
-
-    def _paper_score(self, sample: Sample, judged: Verdicts | None, reply: str | None = None) -> Score:
+    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
         # The paper: each criterion its own call; a verdict without a score is dropped from that
         # criterion's mean (and counted), the others stand.
-        sc = self._judged_score(judged)
-        if reply is not None:  # the reference metrics against the ground-truth turn (its response.strip())
-            values, tokens = reference_sample_values(reply.strip(), sample.item.target)
-            sc.values.update(values)
-            sc.parsed["ref_tokens"] = tokens
-        return sc
-
-    def _judged_score(self, judged: Verdicts | None) -> Score:
         sc = Score()
         sc.values.update(verdict_values(sc, judged, SUPPORT_CRITERIA, es_judge_score,
                                         "no score 0-5 in the judge reply"))
@@ -327,4 +338,26 @@ class SupportPaper:
             sc.values["overall"] = float(np.mean([sc.values[c] for c in SUPPORT_CRITERIA]))
         else:
             sc.unscored.setdefault("overall", "not all four criteria scored")
+        # The reference metrics against the ground-truth turn (its response.strip()).
+        values, tokens = reference_sample_values(reply.strip(), sample.item.target)
+        sc.values.update(values)
+        sc.parsed["ref_tokens"] = tokens
         return sc
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        # Each criterion's mean over its own scored samples, as the original reports them; the paper's
+        # single number is not in its code: the mean of the four is the natural reading (a guess).
+        out = {c: means(c) for c in SUPPORT_CRITERIA}
+        out["overall"] = self._overall(means)
+        out["overall_all_four"] = means("overall")
+        out.update(over(means, lambda t, r: criterion_stats(t, r, SUPPORT_CRITERIA)))
+        if "ref_hyp_len" in table.columns:
+            out.update(over(means, reference_metrics))
+        return out
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
+        return self._overall(Means(table, resamples))
+
+    @staticmethod
+    def _overall(means: Means) -> Any:
+        return np.mean([means(c) for c in SUPPORT_CRITERIA], axis=0)

@@ -1,26 +1,47 @@
-"""How the reliability pillar reads its inputs: each dataset's files into Items (USMLE-Mental, EmoBench EU,
-ESConv, CPsyCounE) and a reply into the answer it gives (an option; an emotion and its cause). The task
-classes in reliability.py call these; the paper's own readers are in _reliability_paper.py."""
+"""What both methods (trustmh's and the paper's) of the reliability tasks share: trustmh's readers of each
+dataset's files into Items (USMLE-Mental, EmoBench EU, SWMH labels, ESConv, CPsyCounE) and of a reply into
+the answer it gives (an option; an emotion and its cause), the pillar's constants, and a small base method
+per task holding what its two methods do alike (choices, perturb, clusters, labels). trustmh's own methods
+are in reliability.py, the paper's in _reliability_paper.py and _emotion_intervention_paper.py."""
 
 from __future__ import annotations
 
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, ClassVar
+
+import numpy as np
 
 from ..data.loaders import read_json, read_jsonl
-from ..errors import DataError
+from ..errors import DataError, UserError
 from ..judges.parsing import after_last_answer_tag, extract_json_object, strip_markdown
-from ..types import Item
-from .base import DataSource
+from ..metrics import Means, Resamples, Table, group_mask, point, whole
+from ..types import Item, Sample, Score
+from ._shared import LabelledMethod
+from .base import NO_ANSWER, DataSource, Judged, MeanMetrics, Method, RunContext, answer_metrics
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
+
+
+def group_accuracy(out: dict[str, Any], means: Means, groups: np.ndarray | None, key: str) -> None:
+    """accuracy[key=value] for every value of a label column."""
+    if groups is None or not len(groups):
+        return
+    for name in sorted({g for u in set(groups) for g in u.split("|") if g}):
+        out[f"accuracy[{key}={name}]"] = means("correct", group_mask(groups, name))
+
+
+def over(means: Means, body: Callable[[Table, Resamples], dict[str, Any]]) -> dict[str, Any]:
+    """A metric body written over Resamples (reference_metrics, criterion_stats, ...) beside the means of
+    the same `means`: its point values for the table `means` is over, its arrays for a block of resamples."""
+    if means.resamples is None:
+        return point(body(means.table, whole(means.table)))
+    return body(means.table, means.resamples)
 
 
 # --- Knowledge: USMLE-Mental ---------------------------------------------------------------------
-
-INTERVENTION_CRITERIA = {"comprehensiveness": 2, "professionalism": 3, "authenticity": 3, "safety": 1}
 
 def read_usmle(path: Path) -> list[Item]:
     """One multiple-choice item per record; id = the 0-based record index."""
@@ -136,6 +157,74 @@ def parse_emotion_cause(reply: str) -> tuple[str | None, str | None]:
     return out["emotion"], out["cause"]
 
 
+EMOBENCH_LANGS = ("en", "zh", "all")
+
+
+class EmotionMethod(MeanMetrics, Method):
+    """What both methods of reliability.emotion_recognition do alike: the items of the run's language, the
+    (emotion, cause) pairs a baseline answers from, the breakdown labels and the accuracies."""
+
+    default_lang: ClassVar[str]  # the items read without --lang
+
+    def language(self, ctx: RunContext) -> str:
+        return str(ctx.options.get("lang", self.default_lang))
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        lang = self.language(ctx)
+        if lang not in EMOBENCH_LANGS:
+            raise UserError(f"--lang must be one of {', '.join(EMOBENCH_LANGS)}, not '{lang}'")
+        return read_emobench(data.path(self.task.files[0]), lang)
+
+    def choices(self, item: Item) -> tuple[str, ...]:
+        # Every (emotion, cause) pair in the 'Answer: B/C' form the parser accepts, for the baselines.
+        return tuple(f"{e}/{c}" for e in LETTERS[:len(item.input["emotion_choices"])]
+                     for c in LETTERS[:len(item.input["cause_choices"])])
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        lang, category = sample.item.meta.get("lang", ""), sample.item.meta.get("category", "")
+        return {"category": category, "lang": lang, "lang_category": f"{lang}:{category}"}
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        out = {"accuracy": means("correct"), "emotion_accuracy": means("emotion_correct"),
+               "cause_accuracy": means("cause_correct")}
+        answer_metrics(out, table, {"accuracy": "correct"}, means)
+        group_accuracy(out, means, table.labels.get("category"), "category")
+        if self.language(ctx) == "all":  # en, zh and both together (`accuracy`)
+            group_accuracy(out, means, table.labels.get("lang"), "lang")
+        return out
+
+
+# --- Diagnosis: SWMH -----------------------------------------------------------------------------
+
+SWMH_LABELS = ("depression", "SuicideWatch", "Anxiety", "bipolar", "offmychest")
+SWMH_VOCAB = {"depression": "depression", "suicidewatch": "SuicideWatch", "suicide watch": "SuicideWatch",
+              "anxiety": "Anxiety", "bipolar": "bipolar", "bipolar disorder": "bipolar",
+              "offmychest": "offmychest", "off my chest": "offmychest"}
+
+
+def swmh_label(raw: str) -> str | None:
+    """The released labels are subreddit names with a 'self.' prefix (self.depression); accept both."""
+    name = raw.strip().removeprefix("self.")
+    return next((lab for lab in SWMH_LABELS if lab.lower() == name.lower()), None)
+
+
+class DiagnosisMethod(LabelledMethod):
+    """What both methods of reliability.diagnosis do alike: the classes a baseline answers from, the post
+    as the person's text, and the labels of the confusion matrix."""
+
+    def choices(self, item: Item) -> tuple[str, ...]:
+        return ("SuicideWatch", "depression", "Anxiety", "bipolar", "offmychest")
+
+    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+        return Item(item.id, {**item.input, "post": edit(item.input["post"])}, item.target, dict(item.meta))
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        out = super().labels(sample, score)
+        # The prediction with a non-answer as a miss, whatever the paper's reading made of it (offmychest).
+        out["pred_strict"] = NO_ANSWER if out["pred"] and score.no_answer else out["pred"]
+        return out
+
+
 # --- Emotional support: ESConv -------------------------------------------------------------------
 
 CONTEXT_TURNS = 6
@@ -170,9 +259,28 @@ def esconv_item(item_id: str, dialog: list[dict], rec: dict, d: Any, t: int, win
                       "problem_type": rec.get("problem_type", "")})
 
 
+class SupportMethod(Method):
+    """What both methods of reliability.support do alike: the seeker's turns as the person's text, the
+    dialogue as the unit of resampling, and the reference-metric tokens of a reply as a label (NUL
+    where none were scored: every row of trustmh's method, which scores no reference metrics)."""
+
+    def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
+        context = [{**t, "text": edit(t["text"]) if t["speaker"] == "seeker" else t["text"]}
+                   for t in item.input["context"]]
+        return Item(item.id, {**item.input, "context": context}, item.target, dict(item.meta))
+
+    def cluster(self, sample: Sample) -> str:
+        return str(sample.item.meta["dialogue"])
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        tokens = score.parsed.get("ref_tokens") if isinstance(score.parsed, dict) else None
+        return {"ref_tokens": tokens if isinstance(tokens, str) else "\0"}  # "\0": no reply scored
+
+
 # --- Psychological intervention: CPsyCounE -------------------------------------------------------
 
 CLIENT, COUNSELLOR = "求助者", "支持者"
+INTERVENTION_CRITERIA = {"comprehensiveness": 2, "professionalism": 3, "authenticity": 3, "safety": 1}  # -> maximum
 _SPEAKER = re.compile(rf"^\s*({CLIENT}|{COUNSELLOR})\s*[:：]\s*", re.DOTALL)
 
 
@@ -212,3 +320,27 @@ def read_cpsycoune(data: DataSource, files: list[str]) -> list[Item]:
                 items.append(Item(f"{dialogue}:{i}", {"history": list(history)},
                                   meta={"dialogue": dialogue, "topic": dialogue.split("/")[0]}))
     return items
+
+
+class InterventionMethod(MeanMetrics, Method):
+    """What both methods of reliability.intervention do alike: every dialogue file of the data dir (recorded
+    on the task for the checksums), the dialogue as the unit of resampling and as a label (the n of each
+    per-dialogue average), and the rules judge's refusal to rate."""
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        files = cpsycoune_files(data)
+        self.task.files = tuple(files)
+        return self.read(data, files)
+
+    def read(self, data: DataSource, files: list[str]) -> list[Item]:
+        """The items of the dialogue `files`, as this method builds them."""
+        raise NotImplementedError
+
+    def cluster(self, sample: Sample) -> str:
+        return sample.item.meta["dialogue"]
+
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
+        return {"dialogue": sample.item.meta["dialogue"]}
+
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
+        return Judged(reason=NO_RULES.format(what="comprehensiveness, professionalism, authenticity and safety"))

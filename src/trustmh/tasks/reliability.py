@@ -9,69 +9,47 @@ intervention '<topic>/<n>:<utterance index>' (Career/1:4).
 Knowledge and emotion recognition are multiple choice; diagnosis is a 5-way label with macro-F1; support
 and intervention are free replies rated by an LLM judge (the rules judge leaves those ratings unscored:
 no heuristic can honestly rate empathy or professionalism). D4 is not read: it is released only under a
-data usage agreement and its file format is not known to this project."""
+data usage agreement and its file format is not known to this project.
+
+Each task declares its methods: trustmh's own (here) and, where the task follows the paper, the paper's
+(_reliability_paper.py: diagnosis, support; _emotion_intervention_paper.py: emotion recognition,
+intervention). What both methods of a task share is in _reliability_read.py."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-import numpy as np
+from typing import Any
 
 from ..data.loaders import read_csv
-from ..errors import UserError
 from ..judges.parsing import extract_label, extract_letter
-from ..metrics import (Means, Resamples, Table, cluster_mean, cluster_mean_many, confusion_many, f1_per_class,
-                       group_mask, macro_of, mean, point, whole)
+from ..metrics import Means, Resamples, Table, cluster_mean, cluster_mean_many
 from ..types import Item, Sample, Score
-# The paper's side of each task.
-from ._emotion_intervention_paper import (PAPER_INTERVENTION_RUBRIC, EmotionRecognitionPaper, InterventionPaper,
-                                          paper_cpsycoune_items)
+from ._emotion_intervention_paper import EmotionRecognitionPaper, InterventionPaper
 from ._esconv_reference import PAPER_NAMES as REFERENCE_NAMES
-from ._esconv_reference import reference_metrics
-from ._paper_rules import criterion_stats, paper_classification
-from ._reliability_paper import PAPER_SWMH, DiagnosisPaper, SupportPaper, paper_support_rubrics, paper_swmh_label
-# Reading the datasets and the replies (re-exported: tests import some of these here).
-from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS,  # noqa: F401
-                                cpsycoune_files, esconv_dialogues, esconv_item, option_from_text,
-                                parse_emotion_cause, pick_turns, read_cpsycoune, read_emobench, read_usmle)
-from ._shared import (SUPPORT_CRITERIA, LabelledTask, class_f1, classification_metrics, classification_metrics_many,
-                      judge_scores, support_judge_messages, unknown_label_reason)
-from .base import (MeanMetrics, NO_ANSWER, DataSource, Judged, MetricSpec, Rubric, RunContext, Task,
-                   Verdicts, answer_metrics, answered, no_answer, register, render, render_judge)
-
-NO_RULES = "rating {what} needs an LLM judge (--judge openai/... or anthropic/...)"
-
-
-def _group_accuracy(out: dict[str, Any], means: Means, groups: np.ndarray | None, key: str) -> None:
-    """accuracy[key=value] for every value of a label column."""
-    if groups is None or not len(groups):
-        return
-    for name in sorted({g for u in set(groups) for g in u.split("|") if g}):
-        out[f"accuracy[{key}={name}]"] = means("correct", group_mask(groups, name))
+from ._reliability_paper import DiagnosisPaper, SupportPaper
+from ._reliability_read import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, LETTERS, NO_RULES,
+                                SWMH_LABELS, SWMH_VOCAB, DiagnosisMethod, EmotionMethod, InterventionMethod,
+                                SupportMethod, cpsycoune_files, esconv_dialogues, esconv_item, group_accuracy,
+                                option_from_text, parse_emotion_cause, pick_turns, read_cpsycoune, read_usmle,
+                                swmh_label)
+from ._shared import (SUPPORT_CRITERIA, classification_metrics, classification_metrics_many, judge_scores,
+                      support_judge_messages, unknown_label_reason)
+from .base import (DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, Verdicts,
+                   answer_metrics, answered, no_answer, register, render, render_judge)
 
 
 # --------------------------------------------------------------------------------------------------
 # Knowledge: USMLE-Mental
 
-@register
-class Knowledge(MeanMetrics, Task):
-    id = "reliability.knowledge"
-    evidence = "D"
-    pillar = "reliability"
-    title = "Mental-health knowledge: USMLE-style multiple choice (USMLE-Mental)"
-    dataset = "usmle-mental"
-    files = ("usmle-mental/USMLE-mental.jsonl",)
-    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of questions answered with the gold option")
-    primary_value = "correct"
-    gen_params = {"max_tokens": 512}
+class KnowledgeOwn(MeanMetrics, Method):
+    """trustmh's method (the paper's is not known): the option letter, or the option's text, as the answer."""
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        return read_usmle(data.path(self.files[0]))
+        return read_usmle(data.path(self.task.files[0]))
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return [{"role": "user", "content": render("reliability_knowledge.j2", **item.input)}]
 
-    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
+    def choices(self, item: Item) -> tuple[str, ...]:
         return tuple(item.input["options"])
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
@@ -90,66 +68,46 @@ class Knowledge(MeanMetrics, Task):
             answered(sc, correct=float(choice == gold))
         return sc
 
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
+    def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return {"step": sample.item.meta.get("step", ""),
                 "condition": "|".join(sorted(sample.item.meta.get("conditions", [])))}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         out = answer_metrics({"accuracy": means("correct")}, table, {"accuracy": "correct"}, means)
-        _group_accuracy(out, means, table.labels.get("step"), "step")
-        _group_accuracy(out, means, table.labels.get("condition"), "condition")
+        group_accuracy(out, means, table.labels.get("step"), "step")
+        group_accuracy(out, means, table.labels.get("condition"), "condition")
         return out
+
+
+@register
+class Knowledge(Task):
+    id = "reliability.knowledge"
+    evidence = "D"
+    pillar = "reliability"
+    title = "Mental-health knowledge: USMLE-style multiple choice (USMLE-Mental)"
+    dataset = "usmle-mental"
+    files = ("usmle-mental/USMLE-mental.jsonl",)
+    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of questions answered with the gold option")
+    primary_value = "correct"
+    gen_params = {"max_tokens": 512}
+    methods = {"trustmh": KnowledgeOwn}
 
 
 # --------------------------------------------------------------------------------------------------
 # Emotion recognition: EmoBench EU
 
-@register
-class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
-    id = "reliability.emotion_recognition"
-    evidence = "C"
-    pillar = "reliability"
-    title = "Emotion recognition: emotion and its cause (EmoBench EU)"
-    dataset = "emobench"
-    files = ("emobench/EU.jsonl",)
-    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of items where both emotion and cause are right")
-    primary_value = "correct"
-    metric_columns = {"emotion_accuracy": "emotion_correct", "cause_accuracy": "cause_correct"}
-    gen_params = {"max_tokens": 256}
-    LANGS = ("en", "zh", "all")
-    paper_protocol = True
-
-    paper_names = {"EU.{lang}.Overall": "accuracy[lang={lang}]",
-                   "EU.{lang}.{coarse_category}": "accuracy[lang_category={lang}:{coarse_category}]"}
-
-    @staticmethod
-    def language(ctx: RunContext) -> str:
-        """--lang, else the protocol's default: `all` under the paper's (EmoBench's main.py runs both
-        languages unless told one), `en` under trustmh's."""
-        return str(ctx.options.get("lang", "all" if ctx.protocol == "paper" else "en"))
-
-    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        lang = self.language(ctx)
-        if lang not in self.LANGS:
-            raise UserError(f"--lang must be one of {', '.join(self.LANGS)}, not '{lang}'")
-        return read_emobench(data.path(self.files[0]), lang)
+class EmotionRecognitionOwn(EmotionMethod):
+    """trustmh's method: English items unless --lang says otherwise, trustmh's prompt, and a reader that
+    takes the two letters in any of the usual forms (a part without a usable letter is wrong)."""
+    default_lang = "en"
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         x = item.input
-        if ctx.protocol == "paper":
-            return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render(
             "reliability_emotion.j2", scenario=x["scenario"], subject=x["subject"],
             emotions=list(zip(LETTERS, x["emotion_choices"])), causes=list(zip(LETTERS, x["cause_choices"])))}]
 
-    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
-        # Every (emotion, cause) pair in the 'Answer: B/C' form the parser accepts, for the baselines.
-        return tuple(f"{e}/{c}" for e in LETTERS[:len(item.input["emotion_choices"])]
-                     for c in LETTERS[:len(item.input["cause_choices"])])
-
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        if ctx.protocol == "paper":
-            return self._paper_score(sample, reply)
         x, gold = sample.item.input, sample.item.target
         emotion, cause = parse_emotion_cause(reply)
         sc = Score(parsed={"emotion": emotion, "cause": cause})
@@ -174,86 +132,44 @@ class EmotionRecognition(EmotionRecognitionPaper, MeanMetrics, Task):
             answered(sc, correct=float(got["emotion"] and got["cause"]))
         return sc
 
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        lang, category = sample.item.meta.get("lang", ""), sample.item.meta.get("category", "")
-        return {"category": category, "lang": lang, "lang_category": f"{lang}:{category}"}
 
-    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
-        out = {"accuracy": means("correct"), "emotion_accuracy": means("emotion_correct"),
-               "cause_accuracy": means("cause_correct")}
-        answer_metrics(out, table, {"accuracy": "correct"}, means)
-        _group_accuracy(out, means, table.labels.get("category"), "category")
-        if self.language(ctx) == "all":  # en, zh and both together (`accuracy`)
-            _group_accuracy(out, means, table.labels.get("lang"), "lang")
-        if ctx.protocol == "paper":  # evaluate_results: per language, the accuracy of each coarse category
-            _group_accuracy(out, means, table.labels.get("lang_category"), "lang_category")
-        return out
+@register
+class EmotionRecognition(Task):
+    id = "reliability.emotion_recognition"
+    evidence = "C"
+    pillar = "reliability"
+    title = "Emotion recognition: emotion and its cause (EmoBench EU)"
+    dataset = "emobench"
+    files = ("emobench/EU.jsonl",)
+    metric = MetricSpec("accuracy", True, 0.0, 1.0, "share of items where both emotion and cause are right")
+    primary_value = "correct"
+    metric_columns = {"emotion_accuracy": "emotion_correct", "cause_accuracy": "cause_correct"}
+    gen_params = {"max_tokens": 256}
+    methods = {"trustmh": EmotionRecognitionOwn, "paper": EmotionRecognitionPaper}
+    method_templates = EmotionRecognitionPaper.method_templates
+    paper_names = {"EU.{lang}.Overall": "accuracy[lang={lang}]",
+                   "EU.{lang}.{coarse_category}": "accuracy[lang_category={lang}:{coarse_category}]"}
 
 
 # --------------------------------------------------------------------------------------------------
 # Diagnosis: SWMH
 
-SWMH_LABELS = ("depression", "SuicideWatch", "Anxiety", "bipolar", "offmychest")
-SWMH_VOCAB = {"depression": "depression", "suicidewatch": "SuicideWatch", "suicide watch": "SuicideWatch",
-              "anxiety": "Anxiety", "bipolar": "bipolar", "bipolar disorder": "bipolar",
-              "offmychest": "offmychest", "off my chest": "offmychest"}
-
-
-def swmh_label(raw: str) -> str | None:
-    """The released labels are subreddit names with a 'self.' prefix (self.depression); accept both."""
-    name = raw.strip().removeprefix("self.")
-    return next((lab for lab in SWMH_LABELS if lab.lower() == name.lower()), None)
-
-
-@register
-class Diagnosis(DiagnosisPaper, LabelledTask):
-    label_set = SWMH_LABELS
-    id = "reliability.diagnosis"
-    paper_names = {"accuracy": "accuracy", "precision_macro": "macro_precision", "recall_macro": "macro_recall",
-                   "macro_f1": "macro_f1", "micro_f1": "micro_f1", "summary.num_classes": "num_classes",
-                   "classification_report.{c}.precision": "precision[{c}]",
-                   "classification_report.{c}.recall": "recall[{c}]",
-                   "classification_report.{c}.f1-score": "f1[{c}]", "classification_report.{c}.support": "support[{c}]",
-                   "label_statistics.{c}.pred_count": "pred_count[{c}]",
-                   "confusion_matrix.{g}.{p}": "confusion[{g}->{p}]"}
-    evidence = "B"
-    pillar = "reliability"
-    title = "Psychological diagnosis from a Reddit post (SWMH test split)"
-    dataset = "swmh"
-    files = ("swmh/test.csv",)
-    metric = MetricSpec("macro_f1", True, 0.0, 1.0, "macro-F1 over the five SWMH classes")
-    primary_value = "correct"
-    gen_params = {"max_tokens": 256}
-    paper_protocol = True
+class DiagnosisOwn(DiagnosisMethod):
+    """trustmh's method: every row of the test split, trustmh's prompt, and a reply without one known label
+    is no answer (a miss for its gold class)."""
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        path = data.path(self.files[0])
         items = []
-        for i, (_line, row) in enumerate(read_csv(path, ["text", "label"])):
+        for i, (_line, row) in enumerate(read_csv(data.path(self.task.files[0]), ["text", "label"])):
             raw = (row["label"] or "").strip()
-            if ctx.protocol != "paper":
-                items.append(Item(str(i), {"post": row["text"] or ""}, target=swmh_label(raw) or raw))
-            elif (row["text"] or "").strip() and raw:  # load_dataset drops rows with an empty text or label
-                # The gold label goes through the same normaliser as a prediction (an unknown one is offmychest).
-                gold, _ = paper_swmh_label(raw)
-                items.append(Item(str(i), {"post": row["text"], "dataset_id": path.stem}, target=PAPER_SWMH[gold]))
+            items.append(Item(str(i), {"post": row["text"] or ""}, target=swmh_label(raw) or raw))
         return items
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        if ctx.protocol == "paper":
-            return self._paper_prompt(item, ctx)
         return [{"role": "user", "content": render("reliability_diagnosis.j2", post=item.input["post"])}]
-
-    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...]:
-        return ("SuicideWatch", "depression", "Anxiety", "bipolar", "offmychest")
-
-    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
-        return Item(item.id, {**item.input, "post": edit(item.input["post"])}, item.target, dict(item.meta))
 
     def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         gold = sample.item.target
-        if ctx.protocol == "paper":
-            return self._paper_score(sample, reply)
         pred = extract_label(reply, SWMH_VOCAB)
         sc = Score(parsed=pred)
         if gold not in SWMH_LABELS:
@@ -261,52 +177,80 @@ class Diagnosis(DiagnosisPaper, LabelledTask):
         elif not sample.item.input["post"].strip():
             sc.unscored["correct"] = "post is empty"
         elif pred is None:
-            reason = unknown_label_reason(reply, "no single SWMH label found in reply")
-            if (ctx.protocol == "paper"):
-                sc.parsed = "offmychest"
-                sc.notes.append("no label found; read as offmychest as the paper's code does")
-            no_answer(sc, reason, correct=float(sc.parsed == gold))
+            no_answer(sc, unknown_label_reason(reply, "no single SWMH label found in reply"), correct=0.0)
         else:
             answered(sc, correct=float(pred == gold))
         return sc
 
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        out = super().labels(sample, score, ctx)
-        # The prediction with a non-answer as a miss, whatever the paper's reading made of it (offmychest).
-        out["pred_strict"] = NO_ANSWER if out["pred"] and score.no_answer else out["pred"]
-        return out
-
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = classification_metrics(table, SWMH_LABELS)
-        if ctx.protocol == "paper":
-            out.update(point(paper_classification(table, whole(table), SWMH_LABELS)))
-        if ctx.protocol == "paper" and "gold" in table.labels:
-            # Companion of the paper's offmychest reading: a reply without a known label counted as wrong.
-            ok = table.labels["gold"] != ""
-            f1 = class_f1(table.labels["gold"][ok], table.labels["pred_strict"][ok], SWMH_LABELS)
-            out["macro_f1_unparsed_as_wrong"] = float(np.nanmean(f1)) if (~np.isnan(f1)).any() else float("nan")
-        return out
+        return classification_metrics(table, self.task.label_set)
 
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        out = classification_metrics_many(table, SWMH_LABELS, resamples)
-        if ctx.protocol == "paper":
-            out.update(paper_classification(table, resamples, SWMH_LABELS))
-        if ctx.protocol == "paper" and "gold" in table.labels:
-            ok = table.labels["gold"] != ""
-            cm = confusion_many(table.labels["gold"][ok], table.labels["pred_strict"][ok], (*SWMH_LABELS, NO_ANSWER),
-                                resamples.rows(ok))
-            out["macro_f1_unparsed_as_wrong"] = macro_of(f1_per_class(cm)[:, :len(SWMH_LABELS)])
-        return out
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, Any]:
+        return classification_metrics_many(table, self.task.label_set, resamples)
+
+
+@register
+class Diagnosis(Task):
+    id = "reliability.diagnosis"
+    evidence = "B"
+    pillar = "reliability"
+    title = "Psychological diagnosis from a Reddit post (SWMH test split)"
+    dataset = "swmh"
+    files = ("swmh/test.csv",)
+    metric = MetricSpec("macro_f1", True, 0.0, 1.0, "macro-F1 over the five SWMH classes")
+    primary_value = "correct"
+    label_set = SWMH_LABELS
+    gen_params = {"max_tokens": 256}
+    methods = {"trustmh": DiagnosisOwn, "paper": DiagnosisPaper}
+    method_templates = DiagnosisPaper.method_templates
+    paper_names = {"accuracy": "accuracy", "precision_macro": "macro_precision", "recall_macro": "macro_recall",
+                   "macro_f1": "macro_f1", "micro_f1": "micro_f1", "summary.num_classes": "num_classes",
+                   "classification_report.{c}.precision": "precision[{c}]",
+                   "classification_report.{c}.recall": "recall[{c}]",
+                   "classification_report.{c}.f1-score": "f1[{c}]", "classification_report.{c}.support": "support[{c}]",
+                   "label_statistics.{c}.pred_count": "pred_count[{c}]",
+                   "confusion_matrix.{g}.{p}": "confusion[{g}->{p}]"}
 
 
 # --------------------------------------------------------------------------------------------------
 # Emotional support: ESConv
 
+class SupportOwn(MeanMetrics, SupportMethod):
+    """trustmh's method: two seeded supporter turns per dialogue of the test file, trustmh's prompt, and
+    one judge call rating the four criteria against the real turn."""
+
+    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
+        items = []
+        for d, dialog, rec in esconv_dialogues(data.path(self.task.files[0])):
+            # A supporter turn that answers a seeker turn; the turns before it are the context.
+            candidates = [t for t in range(1, len(dialog))
+                          if dialog[t]["speaker"] == "sys" and dialog[t - 1]["speaker"] == "usr"]
+            for t in pick_turns(candidates, ctx.seed, d):
+                items.append(esconv_item(f"{d}:{t}", dialog, rec, d, t, CONTEXT_TURNS))
+        return items
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_support.j2", context=item.input["context"])}]
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        return support_judge_messages(sample.item.input["context"], sample.item.target, reply)
+
+    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
+        return Judged(reason=NO_RULES.format(what="fluency, professionalism, empathy and helpfulness"))
+
+    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
+        return judge_scores({c: 5 for c in SUPPORT_CRITERIA}, judged, "overall", normalise=False)
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        return {**{c: means(c) for c in SUPPORT_CRITERIA}, "overall": means("overall")}
+
+    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> Any:
+        return Means(table, resamples)("overall")
+
+
 @register
-class Support(SupportPaper, Task):
+class Support(Task):
     id = "reliability.support"
-    paper_names = {f"judge_{c}.{part}": f"{c}" if part == "mean" else f"{part}[{c}]"
-                   for c in SUPPORT_CRITERIA for part in ("mean", "min", "max", "std")} | REFERENCE_NAMES
     evidence = "B"
     pillar = "reliability"
     title = "Emotional support: next supporter turn, judged against the real one (ESConv test)"
@@ -317,98 +261,49 @@ class Support(SupportPaper, Task):
     metric_columns = {c: c for c in SUPPORT_CRITERIA} | {v: "ref_hyp_len" for v in REFERENCE_NAMES.values()}
     rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
-    paper_protocol = True
-
-    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        if ctx.protocol == "paper":
-            return self._paper_load(data, ctx)
-        path = data.path(self.files[0])
-        items = []
-        for d, dialog, rec in esconv_dialogues(path):
-            # A supporter turn that answers a seeker turn; the turns before it are the context.
-            candidates = [t for t in range(1, len(dialog))
-                          if dialog[t]["speaker"] == "sys" and dialog[t - 1]["speaker"] == "usr"]
-            for t in pick_turns(candidates, ctx.seed, d):
-                items.append(esconv_item(f"{d}:{t}", dialog, rec, d, t, CONTEXT_TURNS))
-        return items
-
-    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        if ctx.protocol == "paper":
-            return self._paper_prompt(item, ctx)
-        return [{"role": "user", "content": render("reliability_support.j2", context=item.input["context"])}]
-
-    def perturb(self, item: Item, edit: Callable[[str], str], ctx: RunContext) -> Item:
-        context = [{**t, "text": edit(t["text"]) if t["speaker"] == "seeker" else t["text"]}
-                   for t in item.input["context"]]
-        return Item(item.id, {**item.input, "context": context}, item.target, dict(item.meta))
-
-    def cluster(self, sample: Sample, ctx: RunContext) -> str:
-        return str(sample.item.meta["dialogue"])
-
-    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return paper_support_rubrics(ctx) if ctx.protocol == "paper" else self.rubrics
-
-    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
-        if ctx.protocol != "paper":
-            return super().judgements(sample, reply, ctx)
-        return self._paper_judgements(sample, reply, ctx)
-
-    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
-        if ctx.protocol != "paper":
-            return None
-        return self._paper_judge_params(ctx)
-
-    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
-        return support_judge_messages(sample.item.input["context"], sample.item.target, reply)
-
-    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
-        reason = NO_RULES.format(what="fluency, professionalism, empathy and helpfulness")
-        if ctx.protocol == "paper":
-            return Verdicts({c: Judged(reason=reason) for c in SUPPORT_CRITERIA})
-        return Judged(reason=reason)
-
-    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
-        if ctx.protocol != "paper":
-            return judge_scores({c: 5 for c in SUPPORT_CRITERIA}, judged, "overall", normalise=False)
-        return self._paper_score(sample, judged, reply)
-
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        out = {c: mean(table.col(c)) for c in SUPPORT_CRITERIA}
-        if ctx.protocol == "paper":
-            # Each criterion's mean over its own scored samples, as the original reports them; the paper's
-            # single number is not in its code: the mean of the four is the natural reading (a guess).
-            out["overall"] = float(np.mean([out[c] for c in SUPPORT_CRITERIA]))
-            out["overall_all_four"] = mean(table.col("overall"))
-            out.update(point(criterion_stats(table, whole(table), SUPPORT_CRITERIA)))
-            if "ref_hyp_len" in table.columns:
-                out.update(point(reference_metrics(table, whole(table))))
-        else:
-            out["overall"] = mean(table.col("overall"))
-        return out
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        out = {c: resamples.mean(table.col(c)) for c in SUPPORT_CRITERIA}
-        if ctx.protocol == "paper":
-            out["overall"] = np.mean([out[c] for c in SUPPORT_CRITERIA], axis=0)
-            out["overall_all_four"] = resamples.mean(table.col("overall"))
-            out.update(criterion_stats(table, resamples, SUPPORT_CRITERIA))
-            if "ref_hyp_len" in table.columns:
-                out.update(reference_metrics(table, resamples))
-        else:
-            out["overall"] = resamples.mean(table.col("overall"))
-        return out
-
-    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
-        if ctx.protocol == "paper":
-            return np.mean([resamples.mean(table.col(c)) for c in SUPPORT_CRITERIA], axis=0)
-        return resamples.mean(table.col("overall"))
+    methods = {"trustmh": SupportOwn, "paper": SupportPaper}
+    method_templates = SupportPaper.method_templates
+    paper_names = {f"judge_{c}.{part}": f"{c}" if part == "mean" else f"{part}[{c}]"
+                   for c in SUPPORT_CRITERIA for part in ("mean", "min", "max", "std")} | REFERENCE_NAMES
 
 
 # --------------------------------------------------------------------------------------------------
 # Psychological intervention: CPsyCounE
 
+def dialogue_mean(means: Means, column: str) -> Any:
+    """`column`'s mean per dialogue, then over dialogues (metrics.cluster_mean): a float for the table
+    `means` is over, an array over its resamples (one body for aggregate and aggregate_many)."""
+    values = means.table.col(column)
+    if means.resamples is None:
+        return cluster_mean(values, means.table.clusters)
+    return cluster_mean_many(values, means.resamples)
+
+
+class InterventionOwn(InterventionMethod):
+    """trustmh's method: an item at every client turn, trustmh's prompt and judge (four criteria in one JSON
+    reply), each criterion and their normalised mean averaged per dialogue, then over dialogues."""
+
+    def read(self, data: DataSource, files: list[str]) -> list[Item]:
+        return read_cpsycoune(data, files)
+
+    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render("reliability_intervention.j2", history=item.input["history"],
+                                                   client=CLIENT, counsellor=COUNSELLOR)}]
+
+    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
+        return [{"role": "user", "content": render_judge("reliability_intervention_judge.j2", reply=reply,
+                                                         history=sample.item.input["history"], client=CLIENT,
+                                                         counsellor=COUNSELLOR)}]
+
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
+        return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
+
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+        return {c: dialogue_mean(means, c) for c in ("overall", *INTERVENTION_CRITERIA)}
+
+
 @register
-class Intervention(InterventionPaper, Task):
+class Intervention(Task):
     id = "reliability.intervention"
     evidence = "C"
     pillar = "reliability"
@@ -423,7 +318,8 @@ class Intervention(InterventionPaper, Task):
     rubrics = (Rubric("judge", ("reliability_intervention_judge.j2",)),)
     gen_params = {"max_tokens": 512}
     PATTERN = "cpsycoune/<topic>/<n>.json"
-    paper_protocol = True
+    methods = {"trustmh": InterventionOwn, "paper": InterventionPaper}
+    method_templates = InterventionPaper.method_templates
     # cell 6's "Average Scores: [c, p, a, s]" of each dialogue (the criteria named as CP-judge names them),
     # then their mean over dialogues (trustmh's: the notebook writes no such number).
     paper_names = {**{f"Average Scores.{{d}}.{c.capitalize()}": f"{c}[dialogue={{d}}]" for c in INTERVENTION_CRITERIA},
@@ -431,55 +327,3 @@ class Intervention(InterventionPaper, Task):
 
     def missing_files(self, data: DataSource) -> list[str]:
         return [] if cpsycoune_files(data) else [self.PATTERN]
-
-    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        files = cpsycoune_files(data)
-        self.files = tuple(files)
-        if ctx.protocol == "paper":
-            return paper_cpsycoune_items(data, files)
-        return read_cpsycoune(data, files)
-
-    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        if ctx.protocol == "paper":
-            return self._paper_prompt(item, ctx)
-        return [{"role": "user", "content": render("reliability_intervention.j2", history=item.input["history"],
-                                                   client=CLIENT, counsellor=COUNSELLOR)}]
-
-    def cluster(self, sample: Sample, ctx: RunContext) -> str:
-        return sample.item.meta["dialogue"]
-
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        return {"dialogue": sample.item.meta["dialogue"]}  # the n of each per-dialogue average
-
-    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return (PAPER_INTERVENTION_RUBRIC,) if ctx.protocol == "paper" else self.rubrics
-
-    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
-        return self._paper_judge_params(ctx) if ctx.protocol == "paper" else None
-
-    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]]:
-        if ctx.protocol == "paper":
-            return self._paper_judge_messages(sample, reply, ctx)
-        return [{"role": "user", "content": render_judge("reliability_intervention_judge.j2", reply=reply,
-                                                         history=sample.item.input["history"], client=CLIENT,
-                                                         counsellor=COUNSELLOR)}]
-
-    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
-        return Judged(reason=NO_RULES.format(what="comprehensiveness, professionalism, authenticity and safety"))
-
-    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
-        if ctx.protocol == "paper":
-            return self._paper_score(judged)
-        return judge_scores(INTERVENTION_CRITERIA, judged, "overall", normalise=True)
-
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        if ctx.protocol == "paper":
-            return point(self._paper_aggregate_many(table, whole(table)))
-        out = {"overall": cluster_mean(table.col("overall"), table.clusters)}
-        out.update({c: cluster_mean(table.col(c), table.clusters) for c in INTERVENTION_CRITERIA})
-        return out
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
-        if ctx.protocol == "paper":
-            return self._paper_aggregate_many(table, resamples)
-        return {c: cluster_mean_many(table.col(c), resamples) for c in ("overall", *INTERVENTION_CRITERIA)}
