@@ -17,7 +17,7 @@ from trustmh import metrics
 from trustmh.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task, Verdicts
 from trustmh.tasks.base import NO_ANSWER
-from trustmh.tasks.reliability import INTERVENTION_CRITERIA, SUPPORT_CRITERIA, LabelledTask
+from trustmh.tasks.reliability import INTERVENTION_CRITERIA, SUPPORT_CRITERIA
 from trustmh.tasks.sycophancy import DIMENSIONS as SYCOPHANCY_DIMENSIONS
 
 SAMPLE_ROOT = Path(trustmh.__file__).parent / "data" / "sample"
@@ -54,7 +54,7 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
     """A plausible reply (and judgement) for one sample: mostly right, worse when perturbed, some unscorable."""
     perturbed = "@" in sample.variant
     base = getattr(task, "base", task)
-    if isinstance(base, LabelledTask):
+    if hasattr(base, "label_set"):  # a classification task
         r = rng.random()
         if r < 0.08:
             return "I cannot tell from this.", None

@@ -15,7 +15,8 @@ from sklearn.metrics import confusion_matrix, f1_score
 from conftest import fenced, run_quiet, run_spec, write_replay
 from trustmh.metrics import binary_f1, confusion, f1_per_class, macro_f1, recall_of
 from trustmh.tasks import DataSource, RunContext
-from trustmh.tasks.crisis import CRISIS_LABELS, Identification, gives_crisis_resource, parse_posts
+from trustmh.tasks._crisis_read import CRISIS_LABELS, gives_crisis_resource, parse_posts
+from trustmh.tasks.crisis import Identification
 from trustmh.testing.fake_server import FakeLLMServer
 
 MERGED = "llms-mental-health-crisis/human_label/human-labeled-sampled_dataset_n206_s42-merged_labels.json"

@@ -221,7 +221,7 @@ class _Robustness(Task):
     def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
         key = sample.item.meta.get(_PERTURBATION)
         base_variant = sample.variant[: -len(key)].rstrip("|") if key else sample.variant
-        return {**self.base.labels(self._clean_view(sample), score, ctx), "perturbation": key or CLEAN,
+        return {**self.base.labels(self._clean_view(sample), score, self._inner(ctx)), "perturbation": key or CLEAN,
                 "pair": f"{sample.item.id}|{base_variant}"}
 
     # --- aggregation ------------------------------------------------------------------------------
