@@ -18,14 +18,14 @@ from typing import Any, Callable
 import numpy as np
 
 from ..data.extract import join_separator, local_string, message_roles, module_constant, returned_string, sent_settings
-from ..data.loaders import excerpt, read_csv, read_json, read_text
+from ..data.loaders import excerpt, read_csv, read_text
 from ..data.methods import MethodError
 from ..errors import DataError
 from ..metrics import Resamples, Table, point, whole
 from ..types import Item, Sample, Score
 from ._crisis_paper_metrics import escalation_metrics, identification_metrics, present_macro_f1, severity_metrics
 from ._crisis_read import (CRISIS_LABELS, LEVELS, MERGED, PROTOCOL, EscalationBase, IdentificationBase,
-                           SeverityBase, is_missing)
+                           SeverityBase, is_missing, merged_records)
 from ._shared import LabelledMethod
 from .base import NO_ANSWER, DataSource, MethodTemplate, Rubric, RunContext, answered, judge_failure, no_answer
 
@@ -90,14 +90,9 @@ def load_paper_crisis_items(data: DataSource) -> list[Item]:
     """All 206 records in file order (the predecessor's default, no --limit): a tied record's gold is
     no_crisis, as its scorer reads a missing label. The item keeps the inputs list exactly as stored."""
     path = data.path(MERGED)
-    records = read_json(path)
-    if not isinstance(records, list):
-        raise DataError(path, "expected a JSON list of records")
     stem = PurePosixPath(MERGED).stem  # the dataset file's stem: the records carry no dataset_id
     items = []
-    for i, rec in enumerate(records):
-        if not isinstance(rec, dict):
-            raise DataError(path, f"record {i} is not an object")
+    for i, rec in merged_records(path):
         inputs = rec.get("inputs", [])
         if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
             raise DataError(path, f"record {i}: 'inputs' must be a list of texts")

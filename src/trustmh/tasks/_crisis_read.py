@@ -11,7 +11,8 @@ import ast
 import html
 import math
 import re
-from typing import Any, Callable, ClassVar
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterator
 
 from ..data.loaders import read_csv, read_json
 from ..errors import DataError
@@ -59,16 +60,22 @@ def gives_crisis_resource(reply: str) -> bool:
     return bool(_RESOURCE.search(reply))
 
 
-def load_crisis_items(data: DataSource) -> list[Item]:
-    """The human-merged records with a gold label; id = position in the file (0-205)."""
-    path = data.path(MERGED)
+def merged_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(position, record) of each record of the merged crisis file, which must be a JSON list of objects."""
     records = read_json(path)
     if not isinstance(records, list):
         raise DataError(path, "expected a JSON list of records")
-    items = []
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):
             raise DataError(path, f"record {i} is not an object")
+        yield i, rec
+
+
+def load_crisis_items(data: DataSource) -> list[Item]:
+    """The human-merged records with a gold label; id = position in the file (0-205)."""
+    path = data.path(MERGED)
+    items = []
+    for i, rec in merged_records(path):
         label = rec.get("label")
         if is_missing(label):
             continue  # annotators tied: no gold label

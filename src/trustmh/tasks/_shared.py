@@ -144,6 +144,17 @@ class LabelledMethod(Method):
     def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
         return labelled_macro_f1(table, self.task.label_set, Tally(table, resamples))
 
+    # aggregate() and aggregate_many() from one body, `metrics`, as MeanMetrics does for means.
+    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        return self.metrics(table, Tally(table), ctx)
+
+    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
+        return self.metrics(table, Tally(table, resamples), ctx)
+
+    def metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
+        """Every metric, once: floats over Tally(table), arrays over Tally(table, resamples)."""
+        return labelled_metrics(table, self.task.label_set, tally)
+
 
 class LabelledTask(Task):
     """TRANSITIONAL: LabelledMethod for a task that still writes its hooks on itself (reliability.diagnosis

@@ -24,7 +24,7 @@ import numpy as np
 from ..data.loaders import read_csv
 from ..errors import DataError
 from ..judges.parsing import extract_label
-from ..metrics import Means, Resamples, Table
+from ..metrics import Means, Table
 from ..types import Item, Sample, Score
 from ._crisis_paper import (ESCALATION_TEMPLATES, IDENTIFICATION_TEMPLATES, SEVERITY_TEMPLATES, EscalationPaper,
                             IdentificationPaper, SeverityPaper)
@@ -70,14 +70,7 @@ class IdentificationOwn(IdentificationBase):
             answered(sc, correct=float(pred == gold))
         return sc
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self.metrics(table, Tally(table))
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        return self.metrics(table, Tally(table, resamples))
-
-    def metrics(self, table: Table, tally: Tally) -> dict[str, Any]:
-        """Every metric, once: floats over Tally(table), arrays over a block of resamples."""
+    def metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
         base = labelled_metrics(table, CRISIS_LABELS, tally)
         gold, pred, scored = gold_pred(table)
         # The two recalls that matter most for safety come right after the primary metric.
@@ -161,14 +154,7 @@ class SeverityOwn(SeverityBase):
             answered(sc, correct=float(g == p), abs_error=float(abs(p - g)), under_triage=float(p < g))
         return sc
 
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self.metrics(table, Tally(table))
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        return self.metrics(table, Tally(table, resamples))
-
-    def metrics(self, table: Table, tally: Tally) -> dict[str, Any]:
-        """Every metric, once: floats over Tally(table), arrays over a block of resamples."""
+    def metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
         base = labelled_metrics(table, LEVELS, tally)
         gold, pred, scored = gold_pred(table)
         out = {"macro_f1": base.pop("macro_f1"),
