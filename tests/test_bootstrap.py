@@ -54,7 +54,7 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
     """A plausible reply (and judgement) for one sample: mostly right, worse when perturbed, some unscorable."""
     perturbed = "@" in sample.variant
     base = getattr(task, "base", task)
-    if hasattr(base, "label_set"):  # a classification task
+    if getattr(base, "label_set", None):  # a classification task
         r = rng.random()
         if r < 0.08:
             return "I cannot tell from this.", None
