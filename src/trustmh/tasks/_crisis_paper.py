@@ -27,7 +27,8 @@ from ._crisis_paper_metrics import escalation_metrics, identification_metrics, p
 from ._crisis_read import (CRISIS_LABELS, LEVELS, MERGED, PROTOCOL, EscalationBase, IdentificationBase,
                            SeverityBase, is_missing, merged_records)
 from ._shared import LabelledMethod
-from .base import NO_ANSWER, DataSource, MethodTemplate, Rubric, RunContext, answered, judge_failure, no_answer
+from .base import (NO_ANSWER, DataSource, Judged, MethodTemplate, Rubric, RunContext, answered, judge_failure,
+                   no_answer)
 
 PW = "Ziteng-Wang17780623062+Python-Work/Crisis"
 PW_LMHC = f"{PW}/LLMs-Mental-Health-Crisis/src"
@@ -203,7 +204,7 @@ class IdentificationPaper(PaperMacroF1, IdentificationBase):
                   "dataset_id": item.input["dataset_id"]}
         return [{"role": role, "content": template.render(values)}]
 
-    def score(self, sample: Sample, reply: str, judged: Any, ctx: RunContext) -> Score:
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         """The predecessor's reading: a missing label is no_crisis, any other text is a class of its own
         (PAPER_PROTOCOL.md §3: a junk class). Neither is an answer for the companion metric."""
         gold = sample.item.target
@@ -277,7 +278,7 @@ class SeverityPaper(PaperMacroF1, SeverityBase):
         values = {"text": " ".join(item.input["posts"]), "dataset_id": item.input["dataset_id"]}
         return [{"role": role, "content": template.render(values)}]
 
-    def score(self, sample: Sample, reply: str, judged: Any, ctx: RunContext) -> Score:
+    def score(self, sample: Sample, reply: str, judged: Judged | None, ctx: RunContext) -> Score:
         """The predecessor's reading: a missing label is Supportive, an off-level label drops the sample
         (PAPER_PROTOCOL.md §3). Neither is an answer for the companion metrics."""
         gold = sample.item.target
