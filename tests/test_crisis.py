@@ -13,9 +13,12 @@ import pytest
 from sklearn.metrics import confusion_matrix, f1_score
 
 from conftest import fenced, run_quiet, run_spec, write_replay
-from trustmh.metrics import binary_f1, confusion, f1_per_class, macro_f1, recall_of
+from trustmh.metrics import (Resamples, Table, binary_f1, block_weights, cluster_layout, confusion, f1_per_class, macro_f1,
+                             recall_of, rows_of)
 from trustmh.tasks import DataSource, RunContext
-from trustmh.tasks.crisis import CRISIS_LABELS, Identification, gives_crisis_resource, parse_posts
+from trustmh.tasks._crisis_read import CRISIS_LABELS, gives_crisis_resource, parse_posts
+from trustmh.tasks._shared import Tally, binary_f1_of, labelled_metrics
+from trustmh.tasks.crisis import Identification
 from trustmh.testing.fake_server import FakeLLMServer
 
 MERGED = "llms-mental-health-crisis/human_label/human-labeled-sampled_dataset_n206_s42-merged_labels.json"
@@ -57,6 +60,44 @@ def test_metric_functions_match_sklearn_on_real_labels(upstream):
     assert recall_of(gold, pred, "self-harm") == pytest.approx(
         np.mean(pred[gold == "self-harm"] == "self-harm"))
     assert np.isnan(binary_f1(np.zeros(3, bool), np.zeros(3, bool)))
+
+
+def test_tally_metrics_one_body_for_the_table_and_each_resample(upstream):
+    """The classification metrics written once over a Tally: over the table they equal sklearn's on the 190
+    real gold labels (a no-answer a miss of its gold class, answered-only companions beside); over a block
+    of resamples each resample's value is the same body's value on that resampled table, bit for bit."""
+    gold = np.array([r["label"] for _, r in labelled(upstream)], dtype=object)
+    rng = np.random.default_rng(4)
+    pred = np.array([g if rng.random() < 0.6 else rng.choice([*CRISIS_LABELS, NA]) for g in gold], dtype=object)
+    gold[:7] = pred[:7] = ""  # unscored rows carry empty labels
+    rows = [{"correct": float(g == p), "answered": float(p != NA)} if g else {} for g, p in zip(gold, pred)]
+    table = Table.from_rows(rows, [str(i // 2) for i in range(len(gold))], {"gold": list(gold), "pred": list(pred)})
+    got = labelled_metrics(table, CRISIS_LABELS, Tally(table))
+    g, p = gold[7:], pred[7:]
+    expect_f1 = f1_score(g, p, labels=list(CRISIS_LABELS), average=None, zero_division=0)
+    present = [i for i, lab in enumerate(CRISIS_LABELS) if lab in set(g) | set(p)]
+    assert got["macro_f1"] == pytest.approx(np.mean(expect_f1[present]), abs=1e-12)
+    for i in present:
+        assert got[f"f1[{CRISIS_LABELS[i]}]"] == pytest.approx(expect_f1[i], abs=1e-12)
+    assert got["accuracy"] == pytest.approx(np.mean(g == p), abs=1e-12)
+    answered_rows = p != NA
+    assert got["answer_rate"] == pytest.approx(answered_rows.mean(), abs=1e-12)
+    assert got["macro_f1_answered"] == pytest.approx(f1_score(g[answered_rows], p[answered_rows], average="macro"),
+                                                     abs=1e-12)
+    pos_g, pos_p = g != "no_crisis", (p != "no_crisis") & (p != NA)
+    ok = (gold != "") & (pred != "")
+    assert binary_f1_of(Tally(table), ok & (gold != "no_crisis"), ok & (pred != "no_crisis") & (pred != NA)) == \
+        pytest.approx(f1_score(pos_g, pos_p), abs=1e-12)
+
+    inverse, order, size, start = cluster_layout(table.clusters)
+    picks = np.random.default_rng(0).integers(0, len(size), (25, len(size)))
+    block = labelled_metrics(table, CRISIS_LABELS, Tally(table, Resamples(inverse, block_weights(picks, len(size)))))
+    assert list(block) == list(got)
+    for b, pick in enumerate(picks):
+        resampled = table.take(rows_of(pick, order, size, start))
+        one = labelled_metrics(resampled, CRISIS_LABELS, Tally(resampled))
+        for name, value in one.items():
+            assert np.array_equal(block[name][b], value, equal_nan=True), (name, b)
 
 
 @pytest.mark.parametrize("reply, expected", [

@@ -15,7 +15,7 @@ from trustmh import metrics
 from trustmh.metrics import Resamples, Table, confusion, whole
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext
 from trustmh.tasks._paper_rules import class_report
-from trustmh.tasks.crisis import CRISIS_LABELS, LEVELS
+from trustmh.tasks._crisis_read import CRISIS_LABELS, LEVELS
 
 PAPER = RunContext(seed=0, protocol="paper")
 

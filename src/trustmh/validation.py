@@ -48,8 +48,9 @@ from .results import MetricValue, ModelResults, RunResults, TaskResult
 from .judges.rubric import Rubric
 from .models.base import Model
 from .tasks.base import DataSource, RunContext, Task
-from .tasks.crisis import (CRISIS_DIR, HIGH_RISK, PROTOCOL, escalation_judge_messages, gives_crisis_resource,
-                            parse_appropriateness, read_protocol)
+from .tasks._crisis_read import (CRISIS_DIR, HIGH_RISK, PROTOCOL, gives_crisis_resource, parse_appropriateness,
+                                 read_protocol)
+from .tasks.crisis import escalation_judge_messages
 from .types import Item, Request, Response, Sample
 
 RATERS = ("H1", "H2")

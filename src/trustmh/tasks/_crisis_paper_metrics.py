@@ -17,19 +17,14 @@ import numpy as np
 
 from ..metrics import Resamples, Table, confusion_many
 from ._paper_rules import class_block, class_report, confusion_keys, macro_present, value_stats
-from ._shared import classification_metrics_many
+from ._crisis_read import AT_RISK
+from ._shared import Tally, binary_f1_of, classification_metrics_many, ratio
 
 OTHER = "(other label)"  # every off-label class of crisis identification, one confusion column
-AT_RISK = ("Ideation", "Behavior", "Attempt")  # C-SSRS "With Suicidal Ideation"
 
 
 def _nan(r: Resamples) -> np.ndarray:
     return np.full(len(r), math.nan)
-
-
-def _ratio(num: np.ndarray, den: np.ndarray, zero: float = math.nan) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1), zero)
 
 
 def present_macro_f1(gold: np.ndarray, pred: np.ndarray, classes: list[str], r: Resamples) -> np.ndarray:
@@ -49,7 +44,7 @@ def identification_metrics(table: Table, r: Resamples, crisis_labels: tuple[str,
     out: dict[str, np.ndarray] = {}
     cm = class_block(out, gold, paper, classes, r, crisis_labels, ("precision", "recall", "f1", "support"))
     n = cm.sum(axis=(1, 2))
-    out["micro_f1"] = out["accuracy"] = _ratio(np.trace(cm, axis1=1, axis2=2), n)
+    out["micro_f1"] = out["accuracy"] = ratio(np.trace(cm, axis1=1, axis2=2), n)
     out["n_classes"] = (cm.sum(axis=1) + cm.sum(axis=2) > 0).sum(axis=1).astype(float)
     labelled = table.labels["labelled"] == "yes"
     out["macro_f1_labelled_only"] = present_macro_f1(gold[labelled], paper[labelled], classes, r.rows(labelled))
@@ -75,9 +70,8 @@ def severity_metrics(table: Table, r: Resamples, levels: tuple[str, ...]) -> dic
     out: dict[str, np.ndarray] = {}
     cm = class_block(out, gold, paper, list(levels), r, levels, ("precision", "recall"))
     out["num_classes"] = (cm.sum(axis=1) + cm.sum(axis=2) > 0).sum(axis=1).astype(float)
-    risk_gold, risk_pred = kept & np.isin(gold, AT_RISK), kept & np.isin(paper, AT_RISK)
-    s = r.sums(np.stack([risk_gold & risk_pred, risk_gold, risk_pred], axis=1).astype(float))
-    out["binary_f1"] = _ratio(2 * s[:, 0], s[:, 1] + s[:, 2], zero=0.0)  # zero_division=0
+    out["binary_f1"] = binary_f1_of(Tally(table, r), kept & np.isin(gold, AT_RISK), kept & np.isin(paper, AT_RISK),
+                                    zero=0.0)  # zero_division=0
     confusion_keys(out, gold, paper, levels, levels, r)
     out["dropped_rate"] = r.rows(scored).mean((paper[scored] == "").astype(float))
     as_supportive = np.where(paper[scored] == "", levels[0], paper[scored])
