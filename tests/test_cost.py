@@ -88,6 +88,12 @@ def test_the_dry_run_names_each_shipped_price_source_and_marks_the_unverified(tm
     assert ("price sources: openai/gpt-4o: unverified; anthropic/claude-sonnet-4: "
             "https://docs.anthropic.com/en/docs/about-claude/pricing (read ") in text
     assert "An unverified price was not checked against its provider's pricing page" in text
+    with FakeLLMServer(reply=lambda body: REPLY) as srv:  # a capped run says its cap rests on an unchecked price
+        capped = cli("run", "--model", "openai/gpt-4o", "--base-url", srv.openai_base_url, "--judge", "rules",
+                     "--suite", "sample", "--tasks", "ethics", "--limit", "2", "--bootstrap", "20", "--max-cost", "5",
+                     "--out", tmp_path / "run", "--no-progress", cwd=tmp_path, env_extra=ENV)
+    assert capped.returncode == 0, capped.stderr
+    assert "--max-cost counts openai/gpt-4o at an unverified shipped price" in " ".join(capped.stderr.split())
 
 
 def _args(srv, run, prices):

@@ -275,8 +275,13 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
         raise UserError(f"--max-cost must be a positive number of USD, not {max_cost}")
     if executor != "local":
         raise UserError("--max-cost works with the local executor only (Ray workers spend out of its sight)")
-    check_priced(called if called is not None else [*spec.models, spec.judge, spec.options.get("proxy_judge", "")],
-                 table)
+    specs = called if called is not None else [*spec.models, spec.judge, spec.options.get("proxy_judge", "")]
+    check_priced(specs, table)
+    unchecked = [s for s in dict.fromkeys(specs) if s and s != "rules" and table.price(s).unverified]
+    if unchecked:  # the cap is only as good as the prices it is counted in
+        err.print(f"note: --max-cost counts {', '.join(unchecked)} at an unverified shipped price (not checked "
+                  f"against the provider's pricing page); give your own with --prices FILE.toml",
+                  markup=False, highlight=False, soft_wrap=True)
     return Budget(max_cost, table)
 
 
