@@ -232,7 +232,7 @@ class _Collector:
     def _generation_jobs(self, gen_ep: Endpoint, done: set[str]) -> Iterator[tuple[Request, Task, Sample, str]]:
         """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
         builds them here, as the workers reach them), each batch's links written and the calls already
-        stored looked up in bulk (into `done`), so a resumed run skips them at once."""
+        stored looked up in bulk (into `done`: this batch's), so a resumed run skips them at once."""
         for p in self.prepared:
             for batch in p.batches(self.ctx):
                 reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
@@ -240,6 +240,9 @@ class _Collector:
                 self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
                                       for s, k in zip(batch, keys)])
                 if gen_ep.model.cacheable:
+                    # This batch's keys only: the samples before were all looked up already, and a reply is
+                    # committed before its call returns, so a later sample asking the same is found here.
+                    done.clear()
                     done.update(self.store.ok_keys(keys))
                 for s in batch:
                     self.left[s.task] += 1
