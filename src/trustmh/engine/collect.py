@@ -214,6 +214,7 @@ class _Collector:
         # The run's judge pools by role, shared with the other models (their workers run in _run_together).
         self.pools = pools
         self._active: dict[str, dict[str, Any]] = {}  # task id -> its active rubrics by name (`_rubrics`)
+        self._params: dict[tuple[str, str], Any] = {}  # (task id, rubric) -> its judge settings
         self.judging = 0  # judgements this model queued that are not finished yet
         self.judged_all: asyncio.Future[None] | None = None  # set once generation is over and judging is 0
         # Set by collect when a scorer waits for tasks: called with a task's id once all its calls are stored.
@@ -352,28 +353,31 @@ class _Collector:
 
     # --- judgements ---------------------------------------------------------------------------------
     def _queue_judgements(self, task: Task, sample: Sample, reply: str) -> None:
-        """Queue the reply for each judge its task's rubrics ask: as a `Pending` (sample and reply), whose
-        prompts are rendered when a worker of the judge takes it (`render`), so a long backlog holds
-        replies, not prompts."""
+        """Queue the reply for each judge its rubrics ask, as a `Pending` whose prompts the judge's worker
+        renders when it takes it (`render`): a long backlog holds replies, not prompts."""
         rubrics = self._rubrics(task)
         for role in {r.role for r in rubrics.values() if r.role in self.pools}:
             judged: frozenset[str] = frozenset()
             if self.gen_ep is None:  # re-scoring: only what this judge has not already judged
-                made = self.judged[role]
                 judged = frozenset(r.name for r in rubrics.values() if r.role == role and
-                                   (sample.task, sample.item.id, sample.variant, r.name) in made)
-                if len(judged) == sum(r.role == role for r in rubrics.values()):
-                    continue
+                                   (sample.task, sample.item.id, sample.variant, r.name) in self.judged[role])
+            if len(judged) == sum(r.role == role for r in rubrics.values()):
+                continue
             self.n[f"judge:{role}"] += 1
             self.left[sample.task] += 1
             self.judging += 1
             self.pools[role].put(self, Pending(task, sample, reply, judged))
 
     def _rubrics(self, task: Task) -> dict[str, Any]:
-        got = self._active.get(task.id)
-        if got is None:
-            got = self._active[task.id] = {r.name: r for r in task.active_rubrics(self.ctx)}
-        return got
+        if task.id not in self._active:
+            self._active[task.id] = {r.name: r for r in task.active_rubrics(self.ctx)}
+        return self._active[task.id]
+
+    def _judge_params(self, task: Task, rubric) -> dict[str, Any] | None:
+        key = (task.id, rubric.name)  # read once: a task's method-file lookup cost ~20 µs a judgement
+        if key not in self._params:
+            self._params[key] = task.judge_params(rubric, self.ctx)
+        return self._params[key]
 
     def render(self, role: str, job: Pending) -> list[tuple]:
         """A queued reply's judgements for the judge of `role` (judge()'s arguments), rendered by the worker
@@ -386,7 +390,7 @@ class _Collector:
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
             if rubric.role == role and name not in job.skip:
-                out.append((sample, rubric, messages, task.judge_params(rubric, self.ctx)))
+                out.append((sample, rubric, messages, self._judge_params(task, rubric)))
         if not out:
             self.n[f"judge:{role}"] -= 1
             self._judgement_done(sample.task)
