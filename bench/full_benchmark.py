@@ -85,16 +85,16 @@ def main() -> None:
             run_wall, run_cpu = timed(cli + ["run", "--model", "openai/x", "--base-url", f"{url}/v1", "--judge", "openai/j",
                                     "--judge-base-url", f"{url}/judge/v1", "--max-connections", str(a.connections),
                                     "--suite", "data", "--data-dir", a.data_dir, "--bootstrap", str(a.bootstrap),
-                                    "--out", str(run_dir), "--no-progress", "--protocol", a.protocol,
+                                    "--out", str(run_dir), "--no-progress", "--protocol", a.protocol, "--max-judge-failed", "1",
                                     *(["--methods-dir", a.methods_dir] if a.methods_dir else [])])
             run_end = time.monotonic()
             run_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             stats = server.stats()
-            score_wall, score_cpu = timed(cli + ["score", str(run_dir), "--no-progress"])
+            score_wall, score_cpu = timed(cli + ["score", str(run_dir), "--no-progress", "--max-judge-failed", "1"])
             pairs = []
             for _ in range(a.repeat if a.baseline_src else 0):
-                pairs.append((timed(cli + ["score", str(run_dir), "--no-progress"], a.baseline_src.resolve()),
-                              timed(cli + ["score", str(run_dir), "--no-progress"])))
+                pairs.append((timed(cli + ["score", str(run_dir), "--no-progress", "--max-judge-failed", "1"], a.baseline_src.resolve()),
+                              timed(cli + ["score", str(run_dir), "--no-progress", "--max-judge-failed", "1"])))
             peak_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             extra_calls = server.stats()["requests"] - stats["requests"]
     finally:

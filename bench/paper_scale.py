@@ -24,8 +24,8 @@ The whole benchmark for M models takes M x ~20k model and ~45k judge calls; at 6
 200 ms the judge alone needs 12 x 45k x 0.2 / 64 s, ~28 min, more than a bench run may take here. With
 --limit N the run is measured as it is and then extrapolated to the whole benchmark, labelled so: the
 per-model call counts of both (from the run's own dry-run plan, `engine.plan`) scale the wall time
-(at the measured ratio), report.html and samples.jsonl; peak RSS is printed as measured, not scaled
-(the claim is that it does not grow). `trustmh report` is timed on the run directory in a child; the
+(at the measured ratio), samples.jsonl and the report's time (report.html has a size budget of its own);
+peak RSS is printed as measured, not scaled (the claim is that it does not grow). `trustmh report` is timed on the run directory in a child; the
 report's load time in Chromium is bench/report_scale.py's part.
 
 The bench server answers every model call with REPLY below and every judge call with "Answer: 1":
@@ -111,7 +111,10 @@ def one_run(a, m: int, tasks: str, limit: int | None, conn: int, latency: float,
         cmd = [sys.executable, "-m", "trustmh.cli", "run", *chosen, "--judge", "openai/j",
                "--judge-base-url", f"{url}/judge/v1", "--max-connections", str(conn), "--suite", "data",
                "--data-dir", a.data_dir, "--methods-dir", a.methods_dir, "--protocol", "paper", "--tasks", tasks,
-               "--bootstrap", str(a.bootstrap), "--out", str(run_dir), "--no-progress"]
+               "--bootstrap", str(a.bootstrap), "--out", str(run_dir), "--no-progress",
+               # the bench judge answers "Answer: 1", which most rubrics cannot read: the gate on unusable
+               # verdicts (exit 2) is not what this measures
+               "--max-judge-failed", "1"]
         if limit is not None:
             cmd += ["--limit", str(limit)]
         load0 = os.getloadavg()[0]
@@ -194,8 +197,9 @@ def main() -> None:
             if limit:
                 print(f"    extrapolated to the whole benchmark (x{scale:.1f}, not measured): run "
                       f"~{r['wall'] * scale / 60:.0f} min at this ratio (ideal {r['ideal'] * scale / 60:.0f} min), "
-                      f"report.html ~{r['report_mb'] * scale:.0f} MB, samples.jsonl ~{r['samples_mb'] * scale:.0f} MB, "
-                      f"trustmh report ~{r['report_s'] * scale:.0f} s", flush=True)
+                      f"samples.jsonl ~{r['samples_mb'] * scale:.0f} MB, trustmh report ~{r['report_s'] * scale:.0f} s; "
+                      f"report.html is held to a fixed budget (bench/report_scale.py --paper-scale), not scaled",
+                      flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

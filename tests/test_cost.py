@@ -1,4 +1,5 @@
-"""What a run costs, before and while it runs: the price table (shipped, dated; --prices over it), the dry
+"""What a run costs, before and while it runs: the price table (shipped, each price sourced or marked unverified;
+--prices over it), the dry
 run's cost per model and judge, and --max-cost, which stops a run before the next call would take its
 spend past the cap and lets the same command continue. Token counts come from a loopback fake server
 that reports the words it received and sent, so every dollar figure here is known by hand."""
@@ -25,10 +26,21 @@ output_per_mtok = 100
 PRICE = {"fake": (1000, 2000), "judge": (500, 100)}
 
 
-def test_the_shipped_table_is_dated_and_prices_specs_snapshots_and_local_models():
+def test_the_shipped_table_is_sourced_and_prices_specs_snapshots_and_local_models():
+    import tomllib
+    from trustmh.prices import SHIPPED
     table = load_prices()
-    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", table.as_of)
-    assert "as of " + table.as_of in table.label()
+    # every shipped price names the provider page it was checked on and the date it was read, or says it was not
+    for name, entry in tomllib.loads(SHIPPED.read_text()).get("models", {}).items():
+        price = table.price(name)
+        if entry["source"] == "unverified":
+            assert price.unverified and "read" not in entry, name
+        else:
+            assert entry["source"].startswith("https://") and re.fullmatch(r"\d{4}-\d{2}-\d{2}", entry["read"]), name
+            assert not price.unverified and price.source == f"{entry['source']} (read {entry['read']})"
+    sonnet = table.price("anthropic/claude-sonnet-4-20250514")
+    assert sonnet.source.startswith("https://docs.anthropic.com/") and not sonnet.unverified
+    assert "prices.toml" in table.label()
     gpt = table.price("openai/gpt-4.1")
     assert (gpt.input_per_mtok, gpt.output_per_mtok) == (2.0, 8.0)
     assert gpt.cost(1_000_000, 500_000) == pytest.approx(2.0 + 4.0)
@@ -47,8 +59,13 @@ def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(tmp_pa
     assert table.price("openai/gpt-4.1").free and table.price("openai/mine").output_per_mtok == 3.0
     assert table.price("openai/gpt-4o").input_per_mtok == 2.5  # the rest of the shipped table stays
     assert str(f) in table.label()
+    f.write_text('[models."openai/mine"]\ninput_per_mtok = 1\noutput_per_mtok = 2\nsource = "my invoice"\n'
+                 'read = "2026-01-31"\n')
+    assert load_prices(f).price("openai/mine").source == f"{f}: my invoice (read 2026-01-31)"
     for text, needle in (("[models", "not TOML"), ('[models."x/y"]\ninput_per_mtok = -1\noutput_per_mtok = 1', "≥ 0"),
-                         ('[models."x/y"]\ninput_per_mtok = 1', "exactly input_per_mtok and output_per_mtok"),
+                         ('[models."x/y"]\ninput_per_mtok = 1', "give input_per_mtok and output_per_mtok"),
+                         ('[models."x/y"]\ninput_per_mtok = 1\noutput_per_mtok = 1\nread = "last week"', "YYYY-MM-DD"),
+                         ('[models."x/y"]\ninput_per_mtok = 1\noutput_per_mtok = 1\nsource = 3', "line of text"),
                          ('[models."x/y"]\ninput_per_mtok = "cheap"\noutput_per_mtok = 1', "a number"),
                          ("models = 3", "must be a table")):
         f.write_text(text)
@@ -60,6 +77,23 @@ def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(tmp_pa
     proc = cli("run", "--suite", "sample", "--tasks", "ethics", "--dry-run", "--prices", tmp_path / "missing.toml",
                cwd=tmp_path)
     assert_user_error(proc, "cannot be read")
+
+
+def test_the_dry_run_names_each_shipped_price_source_and_marks_the_unverified(tmp_path):
+    proc = cli("run", "--model", "openai/gpt-4o", "--judge", "anthropic/claude-sonnet-4", "--suite", "sample",
+               "--tasks", "ethics", "--limit", "2", "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "2.5, 10 unverified" in text  # the cost table's price cell of an unchecked price
+    assert ("price sources: openai/gpt-4o: unverified; anthropic/claude-sonnet-4: "
+            "https://docs.anthropic.com/en/docs/about-claude/pricing (read ") in text
+    assert "An unverified price was not checked against its provider's pricing page" in text
+    with FakeLLMServer(reply=lambda body: REPLY) as srv:  # a capped run says its cap rests on an unchecked price
+        capped = cli("run", "--model", "openai/gpt-4o", "--base-url", srv.openai_base_url, "--judge", "rules",
+                     "--suite", "sample", "--tasks", "ethics", "--limit", "2", "--bootstrap", "20", "--max-cost", "5",
+                     "--out", tmp_path / "run", "--no-progress", cwd=tmp_path, env_extra=ENV)
+    assert capped.returncode == 0, capped.stderr
+    assert "--max-cost counts openai/gpt-4o at an unverified shipped price" in " ".join(capped.stderr.split())
 
 
 def _args(srv, run, prices):
@@ -93,7 +127,8 @@ def test_dry_run_prices_each_model_and_judge_from_what_the_run_then_sends(tmp_pa
         assert srv.n_requests == 0
         rows = _cost_rows(dry.stdout)
         text = " ".join(dry.stdout.split())
-        assert "ESTIMATED cost" in text and "not a bill" in text and "list prices as of" in text
+        assert "ESTIMATED cost" in text and "not a bill" in text and "prices.toml" in text
+        assert f"price sources: openai/fake: {prices}" in text and "An unverified price" not in text
         proc = cli(*_args(srv, run, prices), cwd=tmp_path, env_extra=ENV)
         assert proc.returncode == 0, proc.stderr
         sent = srv.requests

@@ -216,7 +216,7 @@ def test_a_model_waits_for_room_in_the_judge_queue():
             return True
 
     async def main():
-        pool = JudgePool("llm", SimpleNamespace(model=SimpleNamespace(spec="j"), width=1))
+        pool = JudgePool("llm", SimpleNamespace(model=SimpleNamespace(spec="j"), width=1), backlog=64)
         a, b = Owner(), Owner()
         for k in range(pool.cap):
             pool.put(a, (k,))
@@ -235,3 +235,39 @@ def test_a_model_waits_for_room_in_the_judge_queue():
 
     pool = asyncio.run(main())
     assert served == list(range(pool.cap))
+
+
+def test_a_queued_reply_is_rendered_only_when_the_judge_takes_it():
+    """Judgements wait as replies (`Pending`), not prompts: a reply's judge prompts are built by the worker
+    that takes it, its other rubrics go next, and one that needs no judgement is never sent."""
+    from trustmh.engine.judge_pool import Pending
+    log = []
+
+    class Owner:
+        def render(self, role, job):
+            log.append(("render", job.reply))
+            return [(job.reply, r) for r in {"two": ["r1", "r2"], "none": []}.get(job.reply, ["r1"])]
+
+        async def judge(self, ep, reply, rubric):
+            log.append(("judge", reply, rubric))
+            await asyncio.sleep(0)
+            return True
+
+    async def main():
+        pool = JudgePool("llm", SimpleNamespace(model=SimpleNamespace(spec="j"), width=1))
+        a, b = Owner(), Owner()
+        pool.put(a, Pending(None, None, "two"))
+        pool.put(a, Pending(None, None, "none"))
+        pool.put(a, Pending(None, None, "last"))
+        pool.put(b, Pending(None, None, "b"))
+        assert log == [] and pool.n_queued == 4  # nothing rendered while it waits
+        worker = asyncio.create_task(pool.work())
+        await asyncio.sleep(0)
+        pool.close()
+        await worker
+        return pool
+
+    pool = asyncio.run(main())
+    assert log == [("render", "two"), ("judge", "two", "r1"), ("render", "b"), ("judge", "b", "r1"),
+                   ("judge", "two", "r2"), ("render", "none"), ("render", "last"), ("judge", "last", "r1")]
+    assert (pool.n_queued, pool.n_done) == (4, 4)  # what was judged: the reply needing none counts nothing

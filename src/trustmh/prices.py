@@ -1,6 +1,7 @@
-"""What a run would cost, as an estimate: the price table (trustmh's shipped `prices.toml`, dated, with the
-user's `--prices FILE.toml` over it), the token estimates a call is priced by, and the cost of a dry run's
-plan per model and judge.
+"""What a run would cost, as an estimate: the price table (trustmh's shipped `prices.toml`, each entry with
+the provider page its price was checked on and the date it was read, or marked unverified; the user's
+`--prices FILE.toml` over it), the token estimates a call is priced by, and the cost of a dry run's plan per
+model and judge.
 
 Everything here is an estimate and says so: prompt tokens are characters / 4 (the dry run's rule),
 completion tokens the request's `max_tokens` where a task sets one (an upper bound) and otherwise
@@ -25,13 +26,18 @@ DEFAULT_COMPLETION_TOKENS = 300  # a reply's length where the request sets no ma
 LOCAL_PROVIDERS = ("baseline", "replay", "hf")  # answered in this process: free
 MAX_FILE_BYTES = 1_000_000
 _SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")  # a dated snapshot of a listed model
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+UNVERIFIED = "unverified"  # a shipped price not checked against the provider's own pricing page
+_KEYS = {"input_per_mtok", "output_per_mtok", "source", "read"}
 
 
 @dataclass(frozen=True)
 class Price:
     input_per_mtok: float
     output_per_mtok: float
-    source: str  # where the price came from: the shipped table (with its date), a user file, or "local"
+    # where the price came from: "<the provider's page> (read <date>)" or "unverified" for a shipped entry,
+    # the user's file (with the source it gives), or "local"
+    source: str
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
@@ -40,11 +46,14 @@ class Price:
     def free(self) -> bool:
         return self.input_per_mtok == 0 and self.output_per_mtok == 0
 
+    @property
+    def unverified(self) -> bool:
+        return self.source == UNVERIFIED
+
 
 @dataclass
 class PriceTable:
     prices: dict[str, Price] = field(default_factory=dict)
-    as_of: str = ""  # the date of the shipped table's prices
     files: list[str] = field(default_factory=list)
 
     def price(self, spec: str) -> Price | None:
@@ -57,7 +66,8 @@ class PriceTable:
         return self.prices.get(name) or self.prices.get(_SNAPSHOT.sub("", name))
 
     def label(self) -> str:
-        parts = [f"trustmh's table of list prices as of {self.as_of}"] + [f"overridden by {f}" for f in self.files[1:]]
+        parts = ["trustmh's table of list prices (each entry's source page and the date it was read, or "
+                 "'unverified', in trustmh/prices.toml)"] + [f"overridden by {f}" for f in self.files[1:]]
         return "; ".join(parts)
 
 
@@ -78,28 +88,43 @@ def _number(v: Any, where: str) -> float:
     return float(v)
 
 
-def _entries(doc: dict[str, Any], path: Path, source: str) -> dict[str, Price]:
+def _text(v: Any, where: str) -> str:
+    if not isinstance(v, str) or not v or len(v) > 300 or not v.isprintable():
+        raise UserError(f"{where}: must be a line of text (at most 300 characters)")
+    return v
+
+
+def _entries(doc: dict[str, Any], path: Path, shipped: bool) -> dict[str, Price]:
     models = doc.get("models", {})
     if not isinstance(models, dict):
         raise UserError(f"--prices {path}: [models] must be a table of model specs")
     out = {}
     for name, entry in models.items():
-        where = f"--prices {path}: models.\"{name}\""[:200]
-        if not isinstance(entry, dict) or set(entry) - {"input_per_mtok", "output_per_mtok"} \
-                or not {"input_per_mtok", "output_per_mtok"} <= set(entry):
-            raise UserError(f"{where}: give exactly input_per_mtok and output_per_mtok (USD per million tokens)")
+        where = f"{'shipped price table' if shipped else '--prices'} {path}: models.\"{name}\""[:200]
+        if not isinstance(entry, dict) or set(entry) - _KEYS or not {"input_per_mtok", "output_per_mtok"} <= set(entry):
+            raise UserError(f"{where}: give input_per_mtok and output_per_mtok (USD per million tokens), and "
+                            f"optionally source and read (where and when the price was read)")
+        source = _text(entry["source"], f"{where}.source") if "source" in entry else None
+        read = _text(entry["read"], f"{where}.read") if "read" in entry else None
+        if read is not None and not _DATE.fullmatch(read):
+            raise UserError(f"{where}.read: a date, YYYY-MM-DD")
+        if shipped:  # every shipped price says where it was checked, or that it was not
+            if source is None or (source != UNVERIFIED and (not source.startswith("https://") or read is None)):
+                raise UserError(f"{where}: a shipped price needs source = its provider's page and read = the date, "
+                                f"or source = \"{UNVERIFIED}\"")
+            label = source if source == UNVERIFIED else f"{source} (read {read})"
+        else:
+            label = str(path) + (f": {source}" if source else "") + (f" (read {read})" if read else "")
         out[name] = Price(_number(entry["input_per_mtok"], f"{where}.input_per_mtok"),
-                          _number(entry["output_per_mtok"], f"{where}.output_per_mtok"), source)
+                          _number(entry["output_per_mtok"], f"{where}.output_per_mtok"), label)
     return out
 
 
 def load_prices(user_file: Path | None = None) -> PriceTable:
     """The shipped table, with `user_file`'s entries replacing those of the same name."""
-    doc = _read(SHIPPED, shipped=True)
-    as_of = str(doc.get("as_of", "unknown date"))
-    table = PriceTable(_entries(doc, SHIPPED, f"list price as of {as_of}"), as_of, [str(SHIPPED)])
+    table = PriceTable(_entries(_read(SHIPPED, shipped=True), SHIPPED, shipped=True), [str(SHIPPED)])
     if user_file is not None:
-        table.prices.update(_entries(_read(user_file, shipped=False), user_file, str(user_file)))
+        table.prices.update(_entries(_read(user_file, shipped=False), user_file, shipped=False))
         table.files.append(str(user_file))
     return table
 

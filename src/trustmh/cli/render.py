@@ -307,7 +307,8 @@ def _cost_table(rows, spec, prices=None) -> None:
     for line in lines:
         price = line.price
         shown = "no price" if price is None else ("local: free" if price.source == "local" else
-                                                  f"{price.input_per_mtok:g}, {price.output_per_mtok:g}")
+                                                  f"{price.input_per_mtok:g}, {price.output_per_mtok:g}"
+                                                  + (" unverified" if price.unverified else ""))
         table.add_row(line.role, escape(line.spec), str(line.calls), str(line.prompt_tokens),
                       str(line.completion_tokens), shown, "?" if line.cost is None else f"{line.cost:.2f}")
     total, unpriced = total_cost(lines)
@@ -320,6 +321,13 @@ def _cost_table(rows, spec, prices=None) -> None:
             + f". Prices: {table_of.label()}. Completion tokens: the request's max_tokens where a task sets one "
               f"(an upper bound), else {DEFAULT_COMPLETION_TOKENS} a reply.")
     out.print(note, markup=False, highlight=False, soft_wrap=True)
+    sources = {line.spec: line.price.source for line in lines if line.price is not None and line.calls
+               and line.price.source != "local"}
+    if sources:  # where each price used was read, and which were never checked
+        out.print("price sources: " + "; ".join(f"{spec}: {src}" for spec, src in sources.items())
+                  + (". An unverified price was not checked against its provider's pricing page: give your own "
+                     "with --prices FILE.toml." if any(x == "unverified" for x in sources.values()) else ""),
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def _write_report(run_dir: Path) -> None:

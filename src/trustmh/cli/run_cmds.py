@@ -42,7 +42,8 @@ _MAX_JUDGE_FAILED_HELP = ("Exit 2 when more than this share of a task's samples 
                           "API errors, unusable judge output; 0 to 1). Never counts a --judge rules verdict.")
 _FAIL_ON_ERROR_HELP = "Exit 1 if any sample failed with an API error of the model or of the judge."
 _PRICES_HELP = ("A TOML price table ([models.\"SPEC\"] input_per_mtok, output_per_mtok: USD per million tokens) "
-                "over trustmh's shipped one (list prices of a stated date); for the cost estimates.")
+                "over trustmh's shipped one (list prices, each with the page and date it was read, or marked "
+                "unverified); for the cost estimates.")
 _MAX_COST_HELP = ("Stop before the estimated spend of this invocation would pass this many USD (stored calls cost "
                   "nothing): exit 2 with what was spent and what remains; rerun the same command to continue.")
 
@@ -274,8 +275,13 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
         raise UserError(f"--max-cost must be a positive number of USD, not {max_cost}")
     if executor != "local":
         raise UserError("--max-cost works with the local executor only (Ray workers spend out of its sight)")
-    check_priced(called if called is not None else [*spec.models, spec.judge, spec.options.get("proxy_judge", "")],
-                 table)
+    specs = called if called is not None else [*spec.models, spec.judge, spec.options.get("proxy_judge", "")]
+    check_priced(specs, table)
+    unchecked = [s for s in dict.fromkeys(specs) if s and s != "rules" and table.price(s).unverified]
+    if unchecked:  # the cap is only as good as the prices it is counted in
+        err.print(f"note: --max-cost counts {', '.join(unchecked)} at an unverified shipped price (not checked "
+                  f"against the provider's pricing page); give your own with --prices FILE.toml",
+                  markup=False, highlight=False, soft_wrap=True)
     return Budget(max_cost, table)
 
 

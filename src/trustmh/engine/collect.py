@@ -22,7 +22,7 @@ from ..store import Store
 from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
-from .judge_pool import JudgePool
+from .judge_pool import JudgePool, Pending
 from . import identity
 from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
@@ -104,7 +104,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     writer = CallWriter(store)
     judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
                      for role, m in judge_models.items()})
-    pools = {role: JudgePool(role, ep) for role, ep in judges.endpoints.items()}
+    pools = {role: JudgePool(role, ep, models=len(spec.models)) for role, ep in judges.endpoints.items()}
     calls: collections.Counter = collections.Counter()
     side_jobs = [asyncio.create_task(job()) for job in beside]
     collectors: list[_Collector] = []
@@ -213,6 +213,8 @@ class _Collector:
         self.n = collections.Counter()
         # The run's judge pools by role, shared with the other models (their workers run in _run_together).
         self.pools = pools
+        self._active: dict[str, dict[str, Any]] = {}  # task id -> its active rubrics by name (`_rubrics`)
+        self._params: dict[tuple[str, str], Any] = {}  # (task id, rubric) -> its judge settings
         self.judging = 0  # judgements this model queued that are not finished yet
         self.judged_all: asyncio.Future[None] | None = None  # set once generation is over and judging is 0
         # Set by collect when a scorer waits for tasks: called with a task's id once all its calls are stored.
@@ -231,7 +233,7 @@ class _Collector:
     def _generation_jobs(self, gen_ep: Endpoint, done: set[str]) -> Iterator[tuple[Request, Task, Sample, str]]:
         """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
         builds them here, as the workers reach them), each batch's links written and the calls already
-        stored looked up in bulk (into `done`), so a resumed run skips them at once."""
+        stored looked up in bulk (into `done`: this batch's), so a resumed run skips them at once."""
         for p in self.prepared:
             for batch in p.batches(self.ctx):
                 reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
@@ -239,6 +241,9 @@ class _Collector:
                 self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
                                       for s, k in zip(batch, keys)])
                 if gen_ep.model.cacheable:
+                    # This batch's keys only: the samples before were all looked up already, and a reply is
+                    # committed before its call returns, so a later sample asking the same is found here.
+                    done.clear()
                     done.update(self.store.ok_keys(keys))
                 for s in batch:
                     self.left[s.task] += 1
@@ -348,26 +353,53 @@ class _Collector:
 
     # --- judgements ---------------------------------------------------------------------------------
     def _queue_judgements(self, task: Task, sample: Sample, reply: str) -> None:
-        rubrics = {r.name: r for r in task.active_rubrics(self.ctx)}
-        wanted = [r for r in rubrics.values() if r.role in self.pools]
-        if not wanted:
-            return
-        if self.gen_ep is None:  # re-scoring: only what this judge has not already judged
-            judged = {r.name for r in wanted if (sample.task, sample.item.id, sample.variant, r.name)
-                      in self.judged[r.role]}
-            if len(judged) == len(wanted):
-                return
-        else:
-            judged = set()
-        for name, messages in task.judgements(sample, reply, self.ctx).items():
+        """Queue the reply for each judge its rubrics ask, as a `Pending` whose prompts the judge's worker
+        renders when it takes it (`render`): a long backlog holds replies, not prompts."""
+        rubrics = self._rubrics(task)
+        for role in {r.role for r in rubrics.values() if r.role in self.pools}:
+            judged: frozenset[str] = frozenset()
+            if self.gen_ep is None:  # re-scoring: only what this judge has not already judged
+                judged = frozenset(r.name for r in rubrics.values() if r.role == role and
+                                   (sample.task, sample.item.id, sample.variant, r.name) in self.judged[role])
+            if len(judged) == sum(r.role == role for r in rubrics.values()):
+                continue
+            self.n[f"judge:{role}"] += 1
+            self.left[sample.task] += 1
+            self.judging += 1
+            self.pools[role].put(self, Pending(task, sample, reply, judged))
+
+    def _rubrics(self, task: Task) -> dict[str, Any]:
+        if task.id not in self._active:
+            self._active[task.id] = {r.name: r for r in task.active_rubrics(self.ctx)}
+        return self._active[task.id]
+
+    def _judge_params(self, task: Task, rubric) -> dict[str, Any] | None:
+        key = (task.id, rubric.name)  # read once: a task's method-file lookup cost ~20 µs a judgement
+        if key not in self._params:
+            self._params[key] = task.judge_params(rubric, self.ctx)
+        return self._params[key]
+
+    def render(self, role: str, job: Pending) -> list[tuple]:
+        """A queued reply's judgements for the judge of `role` (judge()'s arguments), rendered by the worker
+        that took it; the reply counted one judgement while it waited, now it counts what it needs."""
+        task, sample = job.task, job.sample
+        rubrics = self._rubrics(task)
+        out = []
+        for name, messages in task.judgements(sample, job.reply, self.ctx).items():
             rubric = rubrics.get(name)
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
-            if rubric.role in self.pools and name not in judged:
-                self.n[f"judge:{rubric.role}"] += 1
-                self.left[sample.task] += 1
-                self.judging += 1
-                self.pools[rubric.role].put(self, (sample, rubric, messages, task.judge_params(rubric, self.ctx)))
+            if rubric.role == role and name not in job.skip:
+                out.append((sample, rubric, messages, self._judge_params(task, rubric)))
+        if not out:
+            self.n[f"judge:{role}"] -= 1
+            self._judgement_done(sample.task)
+            return out
+        more = len(out) - 1
+        self.n[f"judge:{role}"] += more
+        self.left[sample.task] += more
+        self.judging += more
+        return out
 
     async def judge(self, ep: Endpoint, sample: Sample, rubric, messages: list[dict[str, str]],
                      exact: dict[str, Any] | None) -> bool:
@@ -379,11 +411,14 @@ class _Collector:
         ok = (await self._until_parsed(ep, tries, rubric.parses)).ok
         if not ok:
             self.n[f"judge_failed:{sample.task}"] += 1
-        self._settle(sample.task)
+        self._judgement_done(sample.task)
+        return ok
+
+    def _judgement_done(self, task_id: str) -> None:
+        self._settle(task_id)
         self.judging -= 1
         if self.judging == 0 and self.judged_all is not None and not self.judged_all.done():
             self.judged_all.set_result(None)
-        return ok
 
     def _settle(self, task_id: str) -> None:
         """One call of a task finished (a generation, or a judgement it queued): the task is ready for

@@ -4,9 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from dataclasses import dataclass
 from typing import Any
 
 from .endpoint import Endpoint
+
+# Replies waiting for the judge, across all models. Queued, a judgement is only its sample (built once and
+# held for the run anyway) and the reply's text: ~1.5 KB for a real reply of ~300 tokens, so ~50 MB at
+# this bound; its prompt is rendered only when a worker takes it. Enough for one model to keep the judge
+# busy through the whole benchmark's longest stretch of tasks it does not read.
+BACKLOG = 32768
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """One reply's judgements for one judge, not rendered yet (`_Collector.render` builds them when a worker
+    takes it). `skip`: rubrics this judge already made (re-scoring)."""
+
+    task: Any
+    sample: Any
+    reply: str
+    skip: frozenset[str] = frozenset()
 
 
 class JudgePool:
@@ -15,10 +33,11 @@ class JudgePool:
     generation runs ahead, or answers at once (a baseline, a replay file), so cannot queue the others
     out of the judge: each model with judgements waiting gets an equal share of it, and a share it does
     not use goes to the others. A model may have at most `cap` judgements waiting (`room` holds its
-    generation until one is taken): the judge is often the busiest endpoint, and an unbounded backlog of
-    rendered judge prompts was most of a whole-benchmark run's memory."""
+    generation until one is taken), its share of BACKLOG; they wait as `Pending` replies, whose prompts
+    (most of a whole-benchmark run's memory when they were rendered at once) are built by the worker that
+    takes them."""
 
-    def __init__(self, role: str, ep: Endpoint):
+    def __init__(self, role: str, ep: Endpoint, models: int = 1, backlog: int = BACKLOG):
         self.role, self.ep = role, ep
         self.label = f"judge {ep.model.spec}"
         # model -> its judgements waiting; dict order is the turn (a model served goes to the back)
@@ -26,9 +45,8 @@ class JudgePool:
         self.idle: collections.deque[asyncio.Future] = collections.deque()  # workers with nothing to do
         self.closed = False
         self.n_queued = self.n_done = self.n_errors = 0
-        # 16 waves of the judge: enough to keep it busy through a stretch of tasks it does not read (at 2
-        # waves a whole-benchmark run fell from 0.92 to 0.83 of its ideal), ~7 MB of prompts a model at 64
-        self.cap = max(64, 16 * ep.width)
+        # at least 16 waves of the judge a model: with 2 a whole-benchmark run fell from 0.92 to 0.83 of ideal
+        self.cap = max(16 * ep.width, backlog // max(1, models))
         self.blocked: dict[Any, collections.deque[asyncio.Future]] = {}  # generations waiting for room
 
     async def room(self, collector: Any) -> None:
@@ -38,15 +56,17 @@ class JudgePool:
             self.blocked.setdefault(collector, collections.deque()).append(fut)
             await fut
 
-    def put(self, collector: Any, job: tuple) -> None:
-        """Queue a judgement of `collector` (a model's _Collector): job = judge(ep, *job)'s arguments."""
+    def put(self, collector: Any, job: Any, *, first: bool = False) -> None:
+        """Queue a judgement of `collector` (a model's _Collector): a `Pending` reply, or a rendered job,
+        judge(ep, *job)'s arguments (`first`: ahead of the model's others, the rest of a reply taken)."""
         self.n_queued += 1
         while self.idle:  # an idle worker means nothing waits: it takes this one at once
             fut = self.idle.popleft()
             if not fut.done():
                 fut.set_result((collector, job))
                 return
-        self.waiting.setdefault(collector, collections.deque()).append(job)
+        queue = self.waiting.setdefault(collector, collections.deque())
+        queue.appendleft(job) if first else queue.append(job)
 
     def close(self) -> None:
         self.closed = True
@@ -55,7 +75,7 @@ class JudgePool:
             if not fut.done():
                 fut.set_result(None)
 
-    async def _next(self) -> tuple[Any, tuple] | None:
+    async def _next(self) -> tuple[Any, Any] | None:
         if self.waiting:
             collector = next(iter(self.waiting))
             queue = self.waiting.pop(collector)
@@ -78,6 +98,15 @@ class JudgePool:
     async def work(self) -> None:
         while (got := await self._next()) is not None:
             collector, job = got
+            if isinstance(job, Pending):  # a reply: its judgements for this judge are rendered now
+                jobs = collector.render(self.role, job)
+                self.n_queued -= 1
+                if not jobs:
+                    continue
+                job = jobs[0]
+                self.n_queued += 1
+                for rest in reversed(jobs[1:]):  # the reply's other rubrics go next, in their order
+                    self.put(collector, rest, first=True)
             if not await collector.judge(self.ep, *job):
                 self.n_errors += 1
             self.n_done += 1

@@ -115,6 +115,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
     llm = {r.name: r for r in p.task.active_rubrics(ctx) if r.role in judge_ids}
     if not llm:
         return row
+    exact_params = {name: p.task.judge_params(r, ctx) for name, r in llm.items()}  # per rubric, not per sample
     for sample, key in zip(p.samples, keys):
         reply = store.get_call(key) if key in stored else None
         # A reply not there yet stands in as a placeholder (tasks skip judging an empty reply), so the judge
@@ -123,8 +124,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
         for name, messages in judgements.items():
             if name not in llm:
                 continue
-            exact = p.task.judge_params(llm[name], ctx)
-            jreq = judge_request(sample, messages, spec, name, exact)
+            jreq = judge_request(sample, messages, spec, name, exact_params[name])
             jkey = jreq.cache_key(judge_ids[llm[name].role])
             if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
                 continue
