@@ -6,14 +6,14 @@ not import another to reuse them."""
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from ..judges.parsing import extract_json_object, parse_int_scores
 from ..metrics import Means, Resamples, Table, confusion, confusion_many, f1_per_class
 from ..types import Sample, Score
-from .base import NO_ANSWER, Judged, Method, RunContext, Task, judge_failure, judge_text, render_judge
+from .base import NO_ANSWER, Judged, Method, RunContext, judge_failure, judge_text, render_judge
 
 SUPPORT_CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
 
@@ -154,22 +154,6 @@ class LabelledMethod(Method):
     def metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
         """Every metric, once: floats over Tally(table), arrays over Tally(table, resamples)."""
         return labelled_metrics(table, self.task.label_set, tally)
-
-
-class LabelledTask(Task):
-    """TRANSITIONAL: LabelledMethod for a task that still writes its hooks on itself (reliability.diagnosis
-    until its pillar declares methods)."""
-
-    label_set: ClassVar[tuple[str, ...]]
-
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        return gold_pred_labels(sample, score)
-
-    def primary_metric(self, table: Table, ctx: RunContext) -> float:
-        return labelled_macro_f1(table, self.label_set, Tally(table))
-
-    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
-        return labelled_macro_f1(table, self.label_set, Tally(table, resamples))
 
 
 def unknown_label_reason(reply: str, default: str) -> str:

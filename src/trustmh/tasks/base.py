@@ -257,23 +257,6 @@ class Method:
         return self.task.metric.description
 
 
-class _LegacyMethod(Method):
-    """TRANSITIONAL, removed once every built-in task declares `methods`: a task that still writes both
-    protocols on itself (asking ctx.protocol) gets the paper's exact settings from its paper_gen_params."""
-
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
-        if ctx.protocol == "paper" and self.task.paper_protocol:
-            return self.task.paper_gen_params(ctx)
-        params = dict(self.task.gen_params)
-        if ctx.protocol == "paper":
-            params.update(self.task.paper_gen_params(ctx))
-        return params
-
-    def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
-        return [Sample(self.task.id, item, self.task.prompt(item, ctx), choices=self.task.choices(item, ctx),
-                       params=self.gen_params(ctx), exact_params=ctx.protocol == "paper" and self.task.paper_protocol)]
-
-
 class Task:
     """A task's declarations (id, data, metric, rubrics, the paper's method and evidence) and its methods,
     one per protocol. Every hook the engine calls (load, samples, judgements, score, aggregate, ...) is
@@ -323,7 +306,7 @@ class Task:
         if ctx.protocol not in cache:
             chosen = self.methods.get(ctx.protocol)
             if chosen is None:
-                cache[ctx.protocol] = self.methods.get("trustmh", _LegacyMethod)(self, paper_settings=ctx.protocol == "paper")
+                cache[ctx.protocol] = self.methods.get("trustmh", Method)(self, paper_settings=ctx.protocol == "paper")
             else:
                 cache[ctx.protocol] = chosen(self)
         return cache[ctx.protocol]
@@ -337,10 +320,6 @@ class Task:
         if self.evidence in ("D", "E"):
             return "trustmh's own (paper method unknown)"
         return f"trustmh (the paper's method, evidence {self.evidence}, is not followed yet)"
-
-    def paper_gen_params(self, ctx: RunContext) -> dict[str, Any]:
-        """TRANSITIONAL (see _LegacyMethod): the paper's settings of a task without methods."""
-        return dict(self.upstream_gen_params)
 
     def missing_files(self, data: DataSource) -> list[str]:
         return [f for f in self.files if not data.has(f)]
