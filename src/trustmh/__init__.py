@@ -3,6 +3,7 @@
 Public API (everything else is private and may change); README "Use from Python" shows it at work:
     run, RunSpec, Limits               - run or resume an evaluation programmatically (writes report.html too)
     Task, register, MetricSpec, RunContext, DataSource, Item, Sample - declare a task and its data
+    Method                             - one protocol's way of running a task (Task.methods)
     render, render_judge               - prompts from templates (render_judge: a judge rubric that shows a
                                          reply, fenced)
     Rubric, Judged, Verdicts           - the judgements a task asks of a judge, and their verdicts
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
     from .judges.rubric import Judged, Rubric, Verdicts
     from .metrics import Means, Resamples, Table, count, mean
     from .models import Model, register_model
-    from .tasks.base import (NO_ANSWER, DataSource, MeanMetrics, MetricSpec, RunContext, Task, answer_metrics,
+    from .tasks.base import (NO_ANSWER, DataSource, MeanMetrics, Method, MetricSpec, RunContext, Task, answer_metrics,
                              answered, judge_failure, judge_text, no_answer, register, render, render_judge)
 
 # Where each lazily loaded name lives: `import trustmh` stays light (no SDKs, numpy or jinja2 until used).
@@ -40,7 +41,7 @@ _LAZY = {
     "Model": "models", "register_model": "models",
     **dict.fromkeys(["Task", "register", "MetricSpec", "RunContext", "DataSource", "render", "render_judge",
                      "answered", "no_answer", "NO_ANSWER", "answer_metrics", "judge_text", "judge_failure",
-                     "MeanMetrics"], "tasks.base"),
+                     "MeanMetrics", "Method"], "tasks.base"),
 }
 
 __all__ = sorted([*_LAZY, "DataError", "UserError", "Item", "ModelError", "Request", "Response", "Sample", "Score"])
