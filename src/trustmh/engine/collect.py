@@ -13,7 +13,6 @@ import asyncio
 import collections
 import dataclasses
 import functools
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..models import make_model
@@ -23,6 +22,7 @@ from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
 from .judge_pool import JudgePool
+from .judges import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
 from . import identity
 from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
@@ -30,52 +30,27 @@ from .prepare import Prepared, samples_except
 from .spec import Limits, RunSpec, generation_request, judge_request
 
 
-@dataclass
-class Judges:
-    """The endpoints answering each rubric role in this run ("llm", "classifier"); a role that is absent
-    is answered offline in phase 2 (the rules judge) or not at all."""
-
-    endpoints: dict[str, Endpoint]
-
-    def endpoint_id(self, role: str) -> str | None:
-        ep = self.endpoints.get(role)
-        return ep.model.endpoint if ep is not None else None
-
-
-def judge_ids(spec: RunSpec, ctx: RunContext, store: Store | None = None) -> dict[str, str]:
-    """Endpoint id per judge role, without building any client (what scoring reads links by)."""
-    out = {}
-    if spec.judge != "rules":
-        out["llm"] = model_ref(spec.judge, spec.judge_base_url, store).endpoint
-    if spec.options.get("proxy_judge"):
-        out["proxy"] = model_ref(spec.options["proxy_judge"], spec.options.get("proxy_judge_base_url"), store).endpoint
-    classifier = ctx.options.get("refusal_classifier")
-    if classifier:
-        from ..judges.hf_classifier import parse_spec
-        out["classifier"] = f"classifier/hf/{parse_spec(classifier).model}"
-    return out
-
-
 def _needed_roles(prepared: list[Prepared], ctx: RunContext) -> set[str]:
     return {r.role for p in prepared if not p.not_run for r in p.task.active_rubrics(ctx)}
 
 
-def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limits: Limits) -> dict[str, Any]:
+def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limits: Limits) -> dict[str, list[Any]]:
+    """The judge backends by role: "llm" one per judge of the panel (one for a single judge)."""
     roles = _needed_roles(prepared, ctx)
-    models: dict[str, Any] = {}
-    if "llm" in roles and spec.judge != "rules":
-        models["llm"] = make_model(spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed,
-                                   purpose="judge", transport=spec.options.get("transport", "http"),
-                                   max_connections=limits.max_connections)
+    models: dict[str, list[Any]] = {}
+    transport = spec.options.get("transport", "http")
+    if "llm" in roles:
+        models["llm"] = [make_model(j, base_url=url, timeout=limits.timeout, seed=spec.seed, purpose="judge",
+                                    transport=transport, max_connections=limits.max_connections)
+                         for j, url in llm_judges(spec)]
     if "proxy" in roles and spec.options.get("proxy_judge"):
-        models["proxy"] = make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
-                                     timeout=limits.timeout,
-                                     seed=spec.seed, purpose="proxy", transport=spec.options.get("transport", "http"),
-                                     max_connections=limits.max_connections)
+        models["proxy"] = [make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
+                                      timeout=limits.timeout, seed=spec.seed, purpose="proxy", transport=transport,
+                                      max_connections=limits.max_connections)]
     if "classifier" in roles and ctx.options.get("refusal_classifier"):
         from ..judges.hf_classifier import ClassifierModel, parse_spec
-        models["classifier"] = ClassifierModel(parse_spec(ctx.options["refusal_classifier"]))
-    return models
+        models["classifier"] = [ClassifierModel(parse_spec(ctx.options["refusal_classifier"]))]
+    return {role: ms for role, ms in models.items() if ms}
 
 
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
@@ -90,21 +65,23 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     slices between its I/O, and cancelled when it ends. Returns the calls made per model spec (and
     "judge")."""
     judge_models = _judge_models(spec, ctx, prepared, limits)
-    if "llm" in judge_models:
-        identity.record(spec.judge, judge_models["llm"], store, force=force)
-    if "proxy" in judge_models:
-        identity.record(spec.options["proxy_judge"], judge_models["proxy"], store, force=force)
+    for (judge, _url), jm in zip(llm_judges(spec), judge_models.get("llm", ())):
+        identity.record(judge, jm, store, force=force)
+    for jm in judge_models.get("proxy", ()):
+        identity.record(spec.options["proxy_judge"], jm, store, force=force)
     if not generate and not judge_models:
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
-    for jm in judge_models.values():
+    every_judge = [jm for ms in judge_models.values() for jm in ms]
+    for jm in every_judge:
         if isinstance(jm, ReplayModel):
             jm.check_ids(ids, TASKS)
     # One group commit for every endpoint: no request of any leaves before every reply is stored.
     writer = CallWriter(store)
-    judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
-                     for role, m in judge_models.items()})
-    pools = {role: JudgePool(role, ep) for role, ep in judges.endpoints.items()}
+    judges = Judges({role: [Endpoint(m, store, limits, purpose="judge", writer=writer) for m in ms]
+                     for role, ms in judge_models.items()})
+    # One pool per judge endpoint (a panel's judges each work at their own pace), listed by role.
+    pools = {role: [JudgePool(role, ep) for ep in eps] for role, eps in judges.endpoints.items()}
     calls: collections.Counter = collections.Counter()
     side_jobs = [asyncio.create_task(job()) for job in beside]
     collectors: list[_Collector] = []
@@ -134,20 +111,22 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
         for c in collectors:
             calls[c.label] = c.gen_ep.n_calls if c.gen_ep is not None else 0
         if judges.endpoints:
-            calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
+            calls["judge"] = sum(ep.n_calls for ep in judges.all())
     finally:
         writer.flush()  # interrupted (Ctrl-C, an error): replies already received are kept
         for job in side_jobs:  # what they had left is done after phase 1 (Recorder.finish, Phase2.finish)
             job.cancel()
         await asyncio.gather(*side_jobs, return_exceptions=True)
-        for m in [*opened, *judge_models.values()]:
+        for m in [*opened, *every_judge]:
             await m.aclose()
     return dict(calls)
 
 
-async def _run_together(collectors: list["_Collector"], pools: dict[str, JudgePool], events: EventSink) -> None:
+async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str, list[JudgePool]],
+                        events: EventSink) -> None:
     """Every model's phase 1 at once, with the shared judge pools; the first failure (an endpoint down, a
     rejected key) stops them all."""
+    pools = {pool.ep.model.endpoint: pool for ps in pools_by_role.values() for pool in ps}
     for c in collectors:  # every model's bar from the start: the run's total is known before any call
         events(PhaseStarted("generate", c.label, c._n_samples(), estimated=c._building()))
     for pool in pools.values():
@@ -170,7 +149,7 @@ async def _run_together(collectors: list["_Collector"], pools: dict[str, JudgePo
         for c in collectors:
             c._show(elapsed)
         for pool in pools.values():
-            ahead = sum(c._judgements_ahead(pool.role) for c in collectors)
+            ahead = sum(c._judgements_ahead(pool.ep.model.endpoint) for c in collectors)
             events(PhaseProgress("judge", pool.label, pool.n_done, pool.n_queued + ahead, pool.n_errors,
                                  estimated=ahead > 0))
 
@@ -202,11 +181,11 @@ class _Collector:
 
     def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], gen_ep: Endpoint | None,
                  judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None, *,
-                 pools: dict[str, JudgePool]):
+                 pools: dict[str, list[JudgePool]]):
         self.spec, self.ctx, self.prepared, self.gen_ep = spec, ctx, prepared, gen_ep
         self.judges, self.store, self.events, self.label = judges, store, events, label
         self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
-        self.writer = next(iter(judges.endpoints.values())).writer if judges.endpoints else (
+        self.writer = judges.all()[0].writer if judges.endpoints else (
             gen_ep.writer if gen_ep is not None else CallWriter(store))
         # Counted here and reported by a ticker a few times a second: an event per reply cost more than
         # the rest of the request path.
@@ -219,9 +198,10 @@ class _Collector:
         self.ready: Callable[[str], None] | None = None
         self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
         self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
-        # Judgements this judge already made successfully (re-scoring only: a run always renders anew).
-        self.judged = {role: store.linked_keys(self.model_id, ep.model.endpoint)
-                       for role, ep in judges.endpoints.items()} if gen_ep is None else {}
+        # Judgements each judge (by endpoint) already made successfully (re-scoring only: a run always
+        # renders anew), so that a judge added to a finished run makes exactly its own calls.
+        self.judged = {ep.model.endpoint: store.linked_keys(self.model_id, ep.model.endpoint)
+                       for ep in judges.all()} if gen_ep is None else {}
         # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
         # Not for replay files and baselines: the same request gets the same reply again.
         self.reasks = {p.task.id: r for p in prepared if (r := p.task.reask(ctx)) is not None} \
@@ -254,14 +234,15 @@ class _Collector:
         existed). A sample whose every judgement is stored is skipped unread, so re-scoring a finished
         run reads back almost nothing here."""
         linked = self.store.generation_links(self.model_id)
-        judged: dict[tuple[str, str, str], set[str]] = collections.defaultdict(set)
-        for made in self.judged.values():
+        judged: dict[tuple[str, str, str], set[tuple[str, str]]] = collections.defaultdict(set)
+        for endpoint, made in self.judged.items():
             for task_id, item_id, variant, rubric in made:
-                judged[(task_id, item_id, variant)].add(rubric)
-        nothing: frozenset[str] = frozenset()
+                judged[(task_id, item_id, variant)].add((rubric, endpoint))
+        nothing: frozenset[tuple[str, str]] = frozenset()
         for p in self.prepared:
             task_id = p.task.id
-            wanted = {r.name for r in p.task.active_rubrics(self.ctx) if r.role in self.pools}
+            wanted = {(r.name, pool.ep.model.endpoint) for r in p.task.active_rubrics(self.ctx)
+                      for pool in self.pools.get(r.role, ())}
 
             def settled(item_id: str, variant: str) -> bool:
                 key = (task_id, item_id, variant)
@@ -307,8 +288,9 @@ class _Collector:
                     self.n["gen_errors"] += 1
                     self.n[f"errors:{sample.task}"] += 1
                 elif self.pools:
-                    for pool in self.pools.values():  # bounded: a busy judge holds generation back
-                        await pool.room(self)
+                    for pools in self.pools.values():  # bounded: a busy judge holds generation back
+                        for pool in pools:
+                            await pool.room(self)
                     self._queue_judgements(task, sample, resp.text or "")
                 self._settle(sample.task)
 
@@ -348,26 +330,28 @@ class _Collector:
 
     # --- judgements ---------------------------------------------------------------------------------
     def _queue_judgements(self, task: Task, sample: Sample, reply: str) -> None:
+        """Queue every judgement the sample needs with every judge of its rubric's role (each judge of a
+        panel), rendered once; re-scoring skips what a judge already judged."""
         rubrics = {r.name: r for r in task.active_rubrics(self.ctx)}
-        wanted = [r for r in rubrics.values() if r.role in self.pools]
-        if not wanted:
+        key = (sample.task, sample.item.id, sample.variant)
+
+        def to_ask(rubric) -> list[JudgePool]:
+            pools = self.pools.get(rubric.role, ())
+            if self.gen_ep is None:
+                return [p for p in pools if (*key, rubric.name) not in self.judged[p.ep.model.endpoint]]
+            return list(pools)
+
+        if not any(to_ask(r) for r in rubrics.values()):
             return
-        if self.gen_ep is None:  # re-scoring: only what this judge has not already judged
-            judged = {r.name for r in wanted if (sample.task, sample.item.id, sample.variant, r.name)
-                      in self.judged[r.role]}
-            if len(judged) == len(wanted):
-                return
-        else:
-            judged = set()
         for name, messages in task.judgements(sample, reply, self.ctx).items():
             rubric = rubrics.get(name)
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
-            if rubric.role in self.pools and name not in judged:
-                self.n[f"judge:{rubric.role}"] += 1
+            for pool in to_ask(rubric):
+                self.n[f"judge:{pool.ep.model.endpoint}"] += 1
                 self.left[sample.task] += 1
                 self.judging += 1
-                self.pools[rubric.role].put(self, (sample, rubric, messages, task.judge_params(rubric, self.ctx)))
+                pool.put(self, (sample, rubric, messages, task.judge_params(rubric, self.ctx)))
 
     async def judge(self, ep: Endpoint, sample: Sample, rubric, messages: list[dict[str, str]],
                      exact: dict[str, Any] | None) -> bool:
@@ -402,12 +386,12 @@ class _Collector:
     def _building(self) -> bool:
         return any(p.pending is not None for p in self.prepared)
 
-    def _judgements_ahead(self, role: str) -> int:
-        """Judgements of `role` this model will still queue: its replies still to come, each asking the judge
-        as those so far did (an estimate that converges; 0 once every reply is in)."""
+    def _judgements_ahead(self, endpoint: str) -> int:
+        """Judgements for the judge at `endpoint` this model will still queue: its replies still to come, each
+        asking the judge as those so far did (an estimate that converges; 0 once every reply is in)."""
         n = self.n
         left = max(0, self._n_samples() - n["gen"])
-        return round(left * n[f"judge:{role}"] / n["gen"]) if n["gen"] else 0
+        return round(left * n[f"judge:{endpoint}"] / n["gen"]) if n["gen"] else 0
 
     def _show(self, elapsed: float) -> None:
         n = self.n
