@@ -7,7 +7,7 @@ knows nothing of panels). The panel's values are those per-sample values combine
 for every judge and sample of the task), a tie or too few usable verdicts a judge failure with its
 reason. The task then aggregates the panel's values as it would one judge's, so the task's metrics are
 the panel's. Beside them (`PanelResult`): each judge's own value of the task, and Krippendorff's alpha of
-the judges, with a bootstrap interval over samples, on the primary value and on every value the judges
+the judges, with a bootstrap interval over samples, on the primary value and on every value two judges
 give differently somewhere (values that do not depend on the judge, such as a crisis resource found in
 the reply, are left out)."""
 
@@ -119,9 +119,8 @@ class PanelTally:
         agreement, low = {}, []
         for column in sorted(self.kinds, key=lambda c: (c != primary, c)):
             m = self.matrix(column)
-            same = np.array_equal(np.isnan(m), np.isnan(m[[0] * len(m)])) and np.all(np.nan_to_num(m - m[0]) == 0)
-            if column != primary and same:
-                continue  # the same for every judge: not the judges' doing
+            if column != primary and np.all(np.nan_to_num(m - m[0]) == 0):
+                continue  # no two judges give it differently: not the judges' doing (a failure is counted apart)
             level = alpha_level(self.kinds[column])
             alpha, ci = judge_alpha(m, level, seed=derived_seed(seed, f"panel|{label}|{column}"), n_boot=n_boot)
             alpha_v = None if math.isnan(alpha) else float(alpha)
