@@ -211,3 +211,17 @@ def test_cli_panel_from_the_models_file_then_score_adds_a_judge(tmp_path):
         assert t["panel"]["judges"] == list(JUDGES) and t["panel"]["min_alpha"] == -1 and not t["panel"]["low_agreement"]
         both = runner.invoke(app, ["run", "--models", str(models), "--judge", "openai/j4", "--out", str(tmp_path / "x")])
         assert "give the judges one way" in str(both.exception)  # a UserError: main() makes it exit 2
+
+
+def test_report_shows_the_panel_and_marks_low_agreement(panel_run):
+    from trustmh.report import write_report
+    root, results, *_ = panel_run
+    html = write_report([root / "panel"], root / "panel.html").read_text()
+    assert '<section id="judge-panel">' in html
+    section = html.split('<section id="judge-panel">')[1].split("</section>")[0]
+    for j in JUDGES[:3]:
+        assert f"<code>{j}</code>" in section
+    t = results.models["baseline/counselor"].tasks["crisis.escalation"]
+    assert f"{t.panel.agreement['rating'].alpha:.3f}" in section and "judges disagree" in section
+    alone = write_report([root / "j1"], root / "j1.html").read_text()
+    assert 'id="judge-panel"' not in alone and "judges disagree" not in alone
