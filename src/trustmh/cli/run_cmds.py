@@ -413,6 +413,9 @@ def validate_judge_cmd(
     rubric: str = typer.Option("reliability.support", help="With --ratings: the judge rubric, a task id "
                                "(reliability.support, reliability.intervention) or your own jinja2 template file."),
     scale: str = typer.Option("1-5", help="With --ratings and your own rubric: the rating scale LO-HI."),
+    protocol: str = typer.Option("trustmh", help="Built-in set: the escalation judge prompt to check, trustmh's or "
+                                                 "paper (the paper's, from the authors' judging.py; real data)."),
+    methods_dir: Optional[Path] = typer.Option(None, help="With --protocol paper: the authors' method files."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
     seed: int = typer.Option(0, help="Seed for the judge and the bootstrap."),
@@ -444,7 +447,8 @@ def validate_judge_cmd(
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     spec = ValidateSpec(judge=judge, judge_base_url=judge_base_url, suite=chosen,
-                        data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot)
+                        data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot,
+                        protocol=protocol, methods_dir=str(methods_dir.resolve()) if methods_dir else None)
     with _ProgressView(progress and sys.stderr.isatty()) as view:
         run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir, limits=limits, events=view)
     out.print(report_table(results))
