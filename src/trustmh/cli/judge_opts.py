@@ -1,5 +1,6 @@
 """The judge options `run` and `score` share: --judge (repeatable: a judge panel), --judge-base-url and
---min-judge-alpha (engine/judges.py holds what a panel is)."""
+--min-judge-alpha (engine/judges.py holds what a panel is); and how a spec list pairs with its base URLs,
+for --model and --judge alike."""
 
 from __future__ import annotations
 
@@ -15,11 +16,36 @@ MIN_ALPHA_HELP = (f"A judge panel whose judges agree below this Krippendorff's a
                   f"lowest level for tentative conclusions.")
 
 
+def _model_urls(models: list[str], base_urls: list[str], *, flag: str = "--model",
+                url_flag: str = "--base-url") -> tuple[list[str], dict[str, str], str | None]:
+    """Model specs, each model's own base URL (`spec@http...`, or the --base-url paired with it when
+    there is one per --model) and the URL shared by the others (a single --base-url); the same for judges."""
+    what = flag.removeprefix("--")
+    import re
+    specs, own = [], {}
+    for m in models:
+        # Only '@' before a URL splits: a model name may hold one (Vertex's claude-3-5-sonnet@20240620).
+        found = re.fullmatch(r"(.+?)@([A-Za-z][A-Za-z0-9+.-]*://.*)", m)
+        spec, url = (found.group(1), found.group(2)) if found else (m, None)
+        if spec in specs:
+            raise UserError(f"{flag} {spec} is given twice; a run names each {what} once")
+        specs.append(spec)
+        if url:
+            own[spec] = url
+    if len(base_urls) > 1:
+        if len(base_urls) != len(specs):
+            raise UserError(f"{len(base_urls)} {url_flag} for {len(specs)} {flag}: give one for every {what}, "
+                            f"paired in order, or a single one for all")
+        for spec, url in zip(specs, base_urls):
+            own.setdefault(spec, url)
+        return specs, own, None
+    return specs, own, base_urls[0] if base_urls else None
+
+
 def judge_list(judges: list[str], urls: list[str]) -> list[tuple[str, str | None]]:
     """(spec, base URL) of each --judge, with its own URL (SPEC@URL, or a --judge-base-url paired with it),
     else the one shared --judge-base-url, else what the environment names for its provider."""
     from ..models import resolve_base_url, split_spec
-    from .run_cmds import _model_urls
     specs, own, shared = _model_urls(judges, urls, flag="--judge", url_flag="--judge-base-url")
     out = []
     for j in specs:

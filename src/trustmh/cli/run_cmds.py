@@ -10,34 +10,9 @@ import typer
 
 from ..errors import UserError
 from ._base import PAPER_JUDGE, PAPER_PROXY, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, out
-from .judge_opts import JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, called_judges, judge_list, set_min_alpha
+from .judge_opts import (JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, _model_urls, called_judges, judge_list,
+                         set_min_alpha)
 from .render import _ProgressView, _dry_run, _summary, _write_report
-
-
-def _model_urls(models: list[str], base_urls: list[str], *, flag: str = "--model",
-                url_flag: str = "--base-url") -> tuple[list[str], dict[str, str], str | None]:
-    """Model specs, each model's own base URL (`spec@http...`, or the --base-url paired with it when
-    there is one per --model) and the URL shared by the others (a single --base-url); the same for judges."""
-    what = flag.removeprefix("--")
-    import re
-    specs, own = [], {}
-    for m in models:
-        # Only '@' before a URL splits: a model name may hold one (Vertex's claude-3-5-sonnet@20240620).
-        found = re.fullmatch(r"(.+?)@([A-Za-z][A-Za-z0-9+.-]*://.*)", m)
-        spec, url = (found.group(1), found.group(2)) if found else (m, None)
-        if spec in specs:
-            raise UserError(f"{flag} {spec} is given twice; a run names each {what} once")
-        specs.append(spec)
-        if url:
-            own[spec] = url
-    if len(base_urls) > 1:
-        if len(base_urls) != len(specs):
-            raise UserError(f"{len(base_urls)} {url_flag} for {len(specs)} {flag}: give one for every {what}, "
-                            f"paired in order, or a single one for all")
-        for spec, url in zip(specs, base_urls):
-            own.setdefault(spec, url)
-        return specs, own, None
-    return specs, own, base_urls[0] if base_urls else None
 
 
 _MAX_FAILED_HELP = "Exit 2 when more than this share of a task's samples failed with API errors (0 to 1)."
