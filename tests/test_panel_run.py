@@ -225,3 +225,19 @@ def test_report_shows_the_panel_and_marks_low_agreement(panel_run):
     assert f"{t.panel.agreement['rating'].alpha:.3f}" in section and "judges disagree" in section
     alone = write_report([root / "j1"], root / "j1.html").read_text()
     assert 'id="judge-panel"' not in alone and "judges disagree" not in alone
+
+
+def test_dry_run_counts_every_judge_of_the_panel(tmp_path):
+    from trustmh.engine import context
+    from trustmh.engine.plan import plan
+    from trustmh.engine.prepare import prepare
+    from trustmh.prices import load_prices, plan_costs
+    spec = run_spec(models=["baseline/counselor"], tasks="crisis.escalation", suite="sample")
+    set_judges(spec, [("openai/j1", "http://127.0.0.1:9/v1")])
+    ctx = context(spec)
+    one = plan(spec, ctx, prepare(spec, ctx)[0], tmp_path / "none")
+    set_judges(spec, [(j, "http://127.0.0.1:9/v1") for j in JUDGES[:3]])
+    three = plan(spec, ctx, prepare(spec, ctx)[0], tmp_path / "none")
+    assert sum(r.judge_calls for r in three) == 3 * sum(r.judge_calls for r in one) > 0
+    lines = {line.spec: line.calls for line in plan_costs(three, spec, load_prices(None)) if line.role == "judge"}
+    assert lines == {j: sum(r.judge_calls for r in one) for j in JUDGES[:3]}
