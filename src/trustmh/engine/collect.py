@@ -99,17 +99,18 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
-                collector = _Collector(spec, ctx, prepared, gen_ep, judges, store, events, model_spec, pools=pools)
+                collector: _Collector = _Generating(spec, ctx, prepared, judges, store, events, model_spec,
+                                                    gen_ep.model.endpoint, pools=pools, writer=writer, gen_ep=gen_ep)
             else:
                 ref = model_ref(model_spec, spec.model_base_url(model_spec), store)
-                collector = _Collector(spec, ctx, prepared, None, judges, store, events, model_spec, ref.endpoint,
-                                       pools=pools)
+                collector = _Rejudging(spec, ctx, prepared, judges, store, events, model_spec, ref.endpoint,
+                                       pools=pools, writer=writer)
             if ready is not None:
                 collector.ready = functools.partial(ready, model_spec)
             collectors.append(collector)
         await _run_together(collectors, pools, events)
         for c in collectors:
-            calls[c.label] = c.gen_ep.n_calls if c.gen_ep is not None else 0
+            calls[c.label] = c.n_calls()
         if judges.endpoints:
             calls["judge"] = sum(ep.n_calls for ep in judges.all())
     finally:
@@ -177,16 +178,15 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
 
 
 class _Collector:
-    """Phase 1 for one tested model."""
+    """Phase 1 for one tested model: its replies (`_Generating` asks for them, `_Rejudging` reads them from
+    the store), each queued for its judgements with the shared judge pools, and when each task is ready."""
 
-    def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], gen_ep: Endpoint | None,
-                 judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None, *,
-                 pools: dict[str, list[JudgePool]]):
-        self.spec, self.ctx, self.prepared, self.gen_ep = spec, ctx, prepared, gen_ep
+    def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], judges: Judges, store: Store,
+                 events: EventSink, label: str, model_id: str, *, pools: dict[str, list[JudgePool]],
+                 writer: CallWriter):
+        self.spec, self.ctx, self.prepared = spec, ctx, prepared
         self.judges, self.store, self.events, self.label = judges, store, events, label
-        self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
-        self.writer = judges.all()[0].writer if judges.endpoints else (
-            gen_ep.writer if gen_ep is not None else CallWriter(store))
+        self.model_id, self.writer = model_id, writer
         # Counted here and reported by a ticker a few times a second: an event per reply cost more than
         # the rest of the request path.
         self.n = collections.Counter()
@@ -198,90 +198,32 @@ class _Collector:
         self.ready: Callable[[str], None] | None = None
         self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
         self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
-        # Judgements each judge (by endpoint) already made successfully (re-scoring only: a run always
-        # renders anew), so that a judge added to a finished run makes exactly its own calls.
-        self.judged = {ep.model.endpoint: store.linked_keys(self.model_id, ep.model.endpoint)
-                       for ep in judges.all()} if gen_ep is None else {}
-        # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
-        # Not for replay files and baselines: the same request gets the same reply again.
-        self.reasks = {p.task.id: r for p in prepared if (r := p.task.reask(ctx)) is not None} \
-            if gen_ep is not None and gen_ep.model.cacheable else {}
 
-    # --- generation ---------------------------------------------------------------------------------
-    def _generation_jobs(self, gen_ep: Endpoint, done: set[str]) -> Iterator[tuple[Request, Task, Sample, str]]:
-        """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
-        builds them here, as the workers reach them), each batch's links written and the calls already
-        stored looked up in bulk (into `done`), so a resumed run skips them at once."""
-        for p in self.prepared:
-            for batch in p.batches(self.ctx):
-                reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
-                keys = [gen_ep.key(r) for r in reqs]
-                self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
-                                      for s, k in zip(batch, keys)])
-                if gen_ep.model.cacheable:
-                    done.update(self.store.ok_keys(keys))
-                for s in batch:
-                    self.left[s.task] += 1
-                yield from zip(reqs, [p.task] * len(batch), batch, keys)
-            self.built.add(p.task.id)
-            if self.left[p.task.id] == 0 and self.ready is not None:  # its last calls were all stored already
-                self.writer.flush()
-                self.ready(p.task.id)
+    # --- what a mode supplies -------------------------------------------------------------------------
+    def _jobs(self) -> Iterator[tuple[Request | None, Task, Sample, str]]:
+        raise NotImplementedError
 
-    def _rejudge_jobs(self) -> Iterator[tuple[None, Task, Sample, str]]:
-        """Re-scoring: the samples that have a judgement of this run's judges still to make, each with its
-        generation's call key from the links (rebuilt, and linked, only in a store written before links
-        existed). A sample whose every judgement is stored is skipped unread, so re-scoring a finished
-        run reads back almost nothing here."""
-        linked = self.store.generation_links(self.model_id)
-        judged: dict[tuple[str, str, str], set[tuple[str, str]]] = collections.defaultdict(set)
-        for endpoint, made in self.judged.items():
-            for task_id, item_id, variant, rubric in made:
-                judged[(task_id, item_id, variant)].add((rubric, endpoint))
-        nothing: frozenset[tuple[str, str]] = frozenset()
-        for p in self.prepared:
-            task_id = p.task.id
-            wanted = {(r.name, pool.ep.model.endpoint) for r in p.task.active_rubrics(self.ctx)
-                      for pool in self.pools.get(r.role, ())}
+    async def _reply(self, request: Request | None, task: Task, sample: Sample, key: str) -> Response | None:
+        raise NotImplementedError
 
-            def settled(item_id: str, variant: str) -> bool:
-                key = (task_id, item_id, variant)
-                if key in linked and wanted <= judged.get(key, nothing):
-                    self.n["gen"] += 1
-                    self.n[f"done:{task_id}"] += 1
-                    return True
-                return False
+    def _to_ask(self, rubric, key: tuple[str, str, str]) -> list[JudgePool]:
+        """The judges to ask for `rubric` of the sample `key` (task, item, variant)."""
+        return list(self.pools.get(rubric.role, ()))
 
-            new_links = []
-            for s in list(samples_except(p.samples, settled)):  # read whole: no cursor open across writes
-                key = linked.get(s.key)
-                if key is None:
-                    key = generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
-                    new_links.append((self.model_id, s.task, s.item.id, s.variant, "", "", key, ""))
-                yield None, p.task, s, key
-            self.store.put_links(new_links)
+    def _width(self) -> int:
+        return 1
 
+    def n_calls(self) -> int:
+        return 0
+
+    # --- every model's replies, then their judgements -----------------------------------------------
     async def run(self) -> None:
-        """This model's generation, then until its last judgement is made (by the shared judge pools)."""
-        gen_ep = self.gen_ep
-        if gen_ep is not None:
-            done: set[str] = set()
-            todo = self._generation_jobs(gen_ep, done)
-        else:
-            todo, done = self._rejudge_jobs(), set()
-        cacheable = gen_ep is None or gen_ep.model.cacheable
+        """This model's replies, then until its last judgement is made (by the shared judge pools)."""
+        todo = self._jobs()
 
         async def gen_worker() -> None:
             for request, task, sample, key in todo:
-                if key in done or gen_ep is None:
-                    resp = self.store.get_call(key)
-                else:
-                    resp = await gen_ep.call(request, key)
-                    if resp.ok and cacheable:
-                        done.add(key)  # a later sample with the same request reads it instead of paying again
-                reask = self.reasks.get(task.id)
-                if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
-                    resp = await self._reask(sample, request, reask)
+                resp = await self._reply(request, task, sample, key)
                 self.n["gen"] += 1
                 self.n[f"done:{sample.task}"] += 1
                 if resp is None or not resp.ok:
@@ -294,21 +236,10 @@ class _Collector:
                     self._queue_judgements(task, sample, resp.text or "")
                 self._settle(sample.task)
 
-        n_gen = max(1, gen_ep.width if gen_ep is not None else 1)  # a worker with nothing to do ends at once
-        await asyncio.gather(*(gen_worker() for _ in range(n_gen)))
+        await asyncio.gather(*(gen_worker() for _ in range(self._width())))
         if self.judging:
             self.judged_all = asyncio.get_running_loop().create_future()
             await self.judged_all
-
-    async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
-        """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
-        is the same request under purpose generate#k; the generation link's version says which ("asked k")."""
-        attempts, parses = reask
-        assert self.gen_ep is not None
-        tries = [(dataclasses.replace(first, purpose=f"generate#{k}"),
-                  (self.model_id, sample.task, sample.item.id, sample.variant, "", "", f"asked {k}"))
-                 for k in range(2, attempts + 1)]
-        return await self._until_parsed(self.gen_ep, tries, parses)
 
     async def _until_parsed(self, ep: Endpoint, tries: list[tuple[Request, tuple]],
                             parses: Callable[[str], bool] | None) -> Response:
@@ -335,12 +266,7 @@ class _Collector:
         rubrics = {r.name: r for r in task.active_rubrics(self.ctx)}
         key = (sample.task, sample.item.id, sample.variant)
 
-        def to_ask(rubric) -> list[JudgePool]:
-            pools = self.pools.get(rubric.role, ())
-            if self.gen_ep is None:
-                return [p for p in pools if (*key, rubric.name) not in self.judged[p.ep.model.endpoint]]
-            return list(pools)
-
+        to_ask = functools.partial(self._to_ask, key=key)
         if not any(to_ask(r) for r in rubrics.values()):
             return
         for name, messages in task.judgements(sample, reply, self.ctx).items():
@@ -403,3 +329,117 @@ class _Collector:
                 continue
             self.events(TaskProgress(self.label, tid, n[f"done:{tid}"], p.expected_samples(), n[f"errors:{tid}"],
                                      n[f"judge_failed:{tid}"], tid in self.built and self.left[tid] == 0))
+
+
+class _Generating(_Collector):
+    """A run's phase 1 for one model: every sample asked of the model (a stored reply read instead)."""
+
+    def __init__(self, *args, gen_ep: Endpoint, **kw):
+        super().__init__(*args, **kw)
+        self.gen_ep = gen_ep
+        self.done: set[str] = set()  # call keys stored already, or answered during this run (cacheable)
+        # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
+        # Not for replay files and baselines: the same request gets the same reply again.
+        self.reasks = {p.task.id: r for p in self.prepared if (r := p.task.reask(self.ctx)) is not None} \
+            if gen_ep.model.cacheable else {}
+
+    def _width(self) -> int:
+        return max(1, self.gen_ep.width)
+
+    def n_calls(self) -> int:
+        return self.gen_ep.n_calls
+
+    def _jobs(self) -> Iterator[tuple[Request, Task, Sample, str]]:
+        """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
+        builds them here, as the workers reach them), each batch's links written and the calls already
+        stored looked up in bulk (into `done`), so a resumed run skips them at once."""
+        gen_ep, done = self.gen_ep, self.done
+        for p in self.prepared:
+            for batch in p.batches(self.ctx):
+                reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
+                keys = [gen_ep.key(r) for r in reqs]
+                self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
+                                      for s, k in zip(batch, keys)])
+                if gen_ep.model.cacheable:
+                    done.update(self.store.ok_keys(keys))
+                for s in batch:
+                    self.left[s.task] += 1
+                yield from zip(reqs, [p.task] * len(batch), batch, keys)
+            self.built.add(p.task.id)
+            if self.left[p.task.id] == 0 and self.ready is not None:  # its last calls were all stored already
+                self.writer.flush()
+                self.ready(p.task.id)
+
+    async def _reply(self, request: Request | None, task: Task, sample: Sample, key: str) -> Response | None:
+        assert request is not None
+        if key in self.done:
+            resp = self.store.get_call(key)
+        else:
+            resp = await self.gen_ep.call(request, key)
+            if resp.ok and self.gen_ep.model.cacheable:
+                self.done.add(key)  # a later sample with the same request reads it instead of paying again
+        reask = self.reasks.get(task.id)
+        if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
+            resp = await self._reask(sample, request, reask)
+        return resp
+
+    async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
+        """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
+        is the same request under purpose generate#k; the generation link's version says which ("asked k")."""
+        attempts, parses = reask
+        tries = [(dataclasses.replace(first, purpose=f"generate#{k}"),
+                  (self.model_id, sample.task, sample.item.id, sample.variant, "", "", f"asked {k}"))
+                 for k in range(2, attempts + 1)]
+        return await self._until_parsed(self.gen_ep, tries, parses)
+
+
+
+class _Rejudging(_Collector):
+    """Re-scoring (`trustmh score`): the model's replies read from the store, never asked; each judge asked
+    only what it has not judged yet, so a judge added to a finished run makes exactly its own calls."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        # Judgements each judge (by endpoint) already made successfully.
+        self.judged = {ep.model.endpoint: self.store.linked_keys(self.model_id, ep.model.endpoint)
+                       for ep in self.judges.all()}
+
+    def _to_ask(self, rubric, key: tuple[str, str, str]) -> list[JudgePool]:
+        return [p for p in self.pools.get(rubric.role, ())
+                if (*key, rubric.name) not in self.judged[p.ep.model.endpoint]]
+
+    def _jobs(self) -> Iterator[tuple[None, Task, Sample, str]]:
+        """Re-scoring: the samples that have a judgement of this run's judges still to make, each with its
+        generation's call key from the links (rebuilt, and linked, only in a store written before links
+        existed). A sample whose every judgement is stored is skipped unread, so re-scoring a finished
+        run reads back almost nothing here."""
+        linked = self.store.generation_links(self.model_id)
+        judged: dict[tuple[str, str, str], set[tuple[str, str]]] = collections.defaultdict(set)
+        for endpoint, made in self.judged.items():
+            for task_id, item_id, variant, rubric in made:
+                judged[(task_id, item_id, variant)].add((rubric, endpoint))
+        nothing: frozenset[tuple[str, str]] = frozenset()
+        for p in self.prepared:
+            task_id = p.task.id
+            wanted = {(r.name, pool.ep.model.endpoint) for r in p.task.active_rubrics(self.ctx)
+                      for pool in self.pools.get(r.role, ())}
+
+            def settled(item_id: str, variant: str) -> bool:
+                key = (task_id, item_id, variant)
+                if key in linked and wanted <= judged.get(key, nothing):
+                    self.n["gen"] += 1
+                    self.n[f"done:{task_id}"] += 1
+                    return True
+                return False
+
+            new_links = []
+            for s in list(samples_except(p.samples, settled)):  # read whole: no cursor open across writes
+                key = linked.get(s.key)
+                if key is None:
+                    key = generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
+                    new_links.append((self.model_id, s.task, s.item.id, s.variant, "", "", key, ""))
+                yield None, p.task, s, key
+            self.store.put_links(new_links)
+
+    async def _reply(self, request: Request | None, task: Task, sample: Sample, key: str) -> Response | None:
+        return self.store.get_call(key)
