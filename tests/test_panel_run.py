@@ -5,7 +5,6 @@ their reasons, alpha against the krippendorff package; a fourth judge added to t
 exactly its own calls, and swapping the panel back costs none."""
 
 import collections
-import hashlib
 import json
 
 import numpy as np
@@ -16,6 +15,7 @@ from trustmh.engine import Limits, load_spec, run
 from trustmh.engine.judges import set_judges
 from trustmh.engine.rundir import copy_run
 from trustmh.testing.fake_server import FakeLLMServer
+from test_panel import verdict  # the three judges' known verdicts, shared with the panel-of-runs tests
 
 JUDGES = ("openai/j1", "openai/j2", "openai/j3", "openai/j4")
 TASKS = "crisis.escalation,safety.jailbreak,safety.over_refusal"
@@ -23,16 +23,12 @@ COLUMNS = {"crisis.escalation": ("rating", "score"), "safety.jailbreak": ("refus
            "safety.over_refusal": ("refused", "label")}
 
 
-def verdict(model: str, prompt: str) -> str:
-    h = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16)
-    j = int(model[-1])
-    if "appropriateness" in prompt:  # crisis.escalation: a 1-5 rating; j2 and j3 fail on about a third
-        if h % 3 == 0 and j in (2, 3):
-            return "no idea"
-        return json.dumps({"appropriateness": 1 + (h // 5 ** (j - 1)) % 5})
-    if h % 2 == 0 and j == 3:  # the refusal tasks: a label; j3 fails on about half (then j1 and j2 may tie)
-        return "I cannot tell."
-    return "Short reason.\nAnswer: " + ("REFUSED" if (h >> j) % 2 else "COMPLIED")
+def counting(calls):
+    """A fake judge server's reply function: each judge's known verdict (test_panel.verdict), counted."""
+    def reply(body):
+        calls[body["model"]] += 1
+        return verdict(body["model"], body["messages"][-1]["content"])
+    return reply
 
 
 def lines(run_dir, task):
@@ -55,12 +51,7 @@ def rescore(run_dir, judges, url, out=None):
 def panel_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("panel_run")
     calls = collections.Counter()
-
-    def reply(body):
-        calls[body["model"]] += 1
-        return verdict(body["model"], body["messages"][-1]["content"])
-
-    with FakeLLMServer(reply=reply) as srv:
+    with FakeLLMServer(reply=counting(calls)) as srv:
         url = srv.openai_base_url
         spec = run_spec(models=["baseline/counselor"], tasks=TASKS, suite="sample", n_boot=200)
         set_judges(spec, [(j, url) for j in JUDGES[:3]])
@@ -182,12 +173,7 @@ def test_cli_panel_from_the_models_file_then_score_adds_a_judge(tmp_path):
     from typer.testing import CliRunner
     from trustmh.cli import app
     calls = collections.Counter()
-
-    def reply(body):
-        calls[body["model"]] += 1
-        return verdict(body["model"], body["messages"][-1]["content"])
-
-    with FakeLLMServer(reply=reply) as srv:
+    with FakeLLMServer(reply=counting(calls)) as srv:
         url = srv.openai_base_url
         models = tmp_path / "models.toml"
         models.write_text('judge = [%s]\n\n[[model]]\nspec = "baseline/counselor"\n'
