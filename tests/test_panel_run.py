@@ -227,3 +227,11 @@ def test_dry_run_counts_every_judge_of_the_panel(tmp_path):
     assert sum(r.judge_calls for r in three) == 3 * sum(r.judge_calls for r in one) > 0
     lines = {line.spec: line.calls for line in plan_costs(three, spec, load_prices(None)) if line.role == "judge"}
     assert lines == {j: sum(r.judge_calls for r in one) for j in JUDGES[:3]}
+
+
+@pytest.mark.parametrize("bad", ["openai/j2", [{"base_url": None}], [{"judge": 5}], [{"judge": "openai/j2", "base_url": 3}],
+                                 [{"judge": "openai/j2", "base_url": "file:///etc"}]])
+def test_a_hostile_stored_panel_is_a_one_line_error(bad):
+    from trustmh.errors import UserError
+    with pytest.raises(UserError, match="panel_judges|--judge-base-url"):
+        run_spec(models=["baseline/counselor"], judge="openai/j1", options={"panel_judges": bad})
