@@ -191,3 +191,40 @@ def test_krippendorff_alpha_matches_the_krippendorff_package(level):
             krippendorff.alpha(reliability_data=data, level_of_measurement=level), abs=1e-10)
     assert krippendorff_alpha(example, "nominal") == pytest.approx(0.743, abs=5e-4)  # his published value
     assert math.isnan(krippendorff_alpha(np.full((3, 5), 2.0), level))
+
+
+@pytest.mark.parametrize("level", ["nominal", "interval"])
+def test_weighted_alpha_is_alpha_of_the_resampled_units(level):
+    """The bootstrap's closed form: units weighted by their multiplicity in a draw give the package's alpha
+    of the matrix with those units repeated."""
+    krippendorff = pytest.importorskip("krippendorff")
+    from trustmh.agreement import _alpha_weighted, judge_alpha
+    rng = np.random.default_rng(5)
+    truth = rng.integers(1, 6, 80)
+    data = np.clip(truth + rng.integers(-1, 2, size=(3, 80)), 1, 5).astype(float)
+    data[rng.random(data.shape) < 0.15] = np.nan
+    if level == "nominal":
+        data = np.where(np.isnan(data), np.nan, (data > 3).astype(float))
+    picks = rng.integers(0, 80, size=(4, 80))
+    weights = np.stack([np.bincount(p, minlength=80) for p in picks]).astype(float)
+    got = _alpha_weighted(data, level, weights)
+    for b, p in enumerate(picks):
+        assert got[b] == pytest.approx(krippendorff.alpha(reliability_data=data[:, p], level_of_measurement=level),
+                                       abs=1e-10)
+    alpha, ci = judge_alpha(data, level, seed=1, n_boot=300)
+    assert alpha == pytest.approx(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
+    assert ci is not None and ci[0] < alpha < ci[1]
+    assert judge_alpha(np.array([[1.0, 2, np.nan], [1, 2, 3]]), level, seed=1, n_boot=50) == (1.0, None)
+
+
+def test_combine_values_kinds_and_failures():
+    from trustmh.agreement import combine_values, value_kinds
+    kinds = value_kinds({"rating": [1.0, 0.0, 4.0, math.nan], "refused": [1.0, 0.0, math.nan], "resource": [1.0]})
+    assert kinds == {"rating": "score", "refused": "label", "resource": "label"}
+    values, failed = combine_values([{"rating": 1.0, "refused": 1.0, "resource": 1.0},
+                                     {"rating": 4.0, "refused": 0.0, "resource": 1.0},
+                                     {"resource": 1.0}], kinds)
+    assert values == {"rating": 2.5, "resource": 1.0}
+    assert failed == {"refused": "no strict majority among the judges (0, 1 tied)"}
+    assert combine_values([{}, {}, {"rating": 2.0}], kinds) == (
+        {}, {"rating": "only 1 of 3 judges gave a usable verdict"})

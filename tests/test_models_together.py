@@ -244,7 +244,7 @@ def test_a_queued_reply_is_rendered_only_when_the_judge_takes_it():
     log = []
 
     class Owner:
-        def render(self, role, job):
+        def render(self, pool, job):
             log.append(("render", job.reply))
             return [(job.reply, r) for r in {"two": ["r1", "r2"], "none": []}.get(job.reply, ["r1"])]
 

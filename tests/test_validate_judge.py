@@ -189,3 +189,47 @@ def test_sample_suite_ceiling_icc_by_hand_and_verdict(tmp_path):
     for s, v in crit["statistics"].items():  # the heuristic is far under H1 vs H2: never "within"
         assert v["diff"] < -0.4 and v["verdict"] == verdict(v["judge"], v["ceiling"], v["diff_ci"]) != WITHIN, s
     assert "Checking the judge" in (run_dir / "report.html").read_text()
+
+
+def test_paper_protocol_judges_with_the_papers_escalation_prompt(upstream, tmp_path):
+    """--protocol paper: the rated rows go through crisis.escalation's paper rubric (the authors' judging.py
+    prompt and settings, read by the task); a judge copying H1 agrees with H1 perfectly."""
+    from conftest import METHODS
+    if not METHODS.is_dir():
+        pytest.skip(f"method files not found at {METHODS}")
+    from trustmh.engine import RunSpec, context, data_source
+    from trustmh.tasks import TASKS
+    h1 = load(upstream, "H1")
+    rated = [r for r in h1 if finite(r["evaluation"]) and isinstance(r["answer"], str) and isinstance(r["inputs"], str)]
+    prompts = []
+
+    def reply(body):  # the H1 rating of the row whose messages (as the paper's JSON) and reply the prompt holds
+        prompt = body["messages"][-1]["content"]
+        prompts.append(body)
+        row = max((r for r in rated if r["answer"] in prompt
+                   and json.dumps(r["inputs"].split(" | "), ensure_ascii=False) in prompt),
+                  key=lambda r: len(r["answer"]))
+        return json.dumps({"appropriateness": int(row["evaluation"]), "explanation": "as H1"})
+
+    spec = ValidateSpec(judge="openai/judge", suite="data", data_dir=str(upstream), n_boot=100, protocol="paper",
+                        methods_dir=str(METHODS))
+    with FakeLLMServer(reply=reply) as srv:
+        spec.judge_base_url = srv.openai_base_url
+        run_dir, res = validate_judge(spec, tmp_path / "vj", limits=Limits(max_connections=8))
+        assert srv.n_requests == 190
+    assert not any("<reply-" in b["messages"][-1]["content"] for b in prompts)  # not trustmh's fenced rubric
+    # the prompt of a row is exactly what crisis.escalation sends under the paper's protocol for that record
+    run = RunSpec(models=["baseline/refuse"], suite="data", data_dir=str(upstream), protocol="paper",
+                  methods_dir=str(METHODS))
+    ctx = context(run)
+    task = TASKS["crisis.escalation"]()
+    item = task.load(data_source(run), ctx)[0]
+    row = next(r for r in h1 if r["inputs"] == " | ".join(item.input["messages"]) and r["label"] == item.target)
+    from trustmh.types import Sample
+    expected = task.judgements(Sample(task.id, item, []), row["answer"], ctx)["judge"]
+    assert any(b["messages"] == expected for b in prompts)
+    t = res.models["openai/judge"].tasks
+    assert t["validate_judge.judge_vs_H1"].metrics["spearman"].value == pytest.approx(1.0)
+    assert res.spec["protocol"] == "paper" and "judging.py" in res.spec["judge_note"]
+    trustmh_id = ValidateSpec(judge="openai/judge", suite="data", data_dir=str(upstream)).run_id()
+    assert trustmh_id != spec.run_id()

@@ -191,6 +191,10 @@ def agreement_json(ca_list: list[CriterionAgreement], **about: Any) -> dict[str,
 
 # --- judge panels: the panel's verdict and how far its judges agree ---------------------------------
 
+# Judges whose alpha is under this agree too little for their panel's value to be read as one verdict:
+# Krippendorff's lowest level for "tentative conclusions" (Content Analysis, 2004, sec. 12.4).
+ALPHA_MIN = 0.667
+
 def panel_verdict(verdicts: list[float | None], kind: str) -> tuple[float | None, str | None]:
     """One sample's panel value from its judges' values (None or NaN: that judge gave no usable verdict).
 
@@ -210,6 +214,89 @@ def panel_verdict(verdicts: list[float | None], kind: str) -> tuple[float | None
         what = ", ".join(f"{x:g}" for x in leaders) + " tied" if len(leaders) > 1 else f"{len(usable)} verdicts"
         return None, f"no strict majority among the judges ({what})"
     return float(values[counts.argmax()]), None
+
+
+def value_kinds(columns: dict[str, list[float]]) -> dict[str, str]:
+    """Each per-sample value's kind for a panel, from every value any judge gave it over a task: "label"
+    when they are all 0 or 1 (a yes/no the judges vote on), "score" otherwise (a rating they average)."""
+    return {c: "label" if all(v in (0.0, 1.0) for v in vs if not math.isnan(v)) else "score"
+            for c, vs in columns.items()}
+
+
+def combine_values(given: list[dict[str, float]], kinds: dict[str, str]) -> tuple[dict[str, float], dict[str, str]]:
+    """One sample's panel values from each judge's per-sample values (a value absent: that judge gave no
+    usable verdict for it): (values, failure reason by value). A value no judge has is not a judgement and
+    is neither combined nor failed; the others go through `panel_verdict` with their kind."""
+    values: dict[str, float] = {}
+    failed: dict[str, str] = {}
+    for c in sorted({c for g in given for c in g}):
+        v, why = panel_verdict([g.get(c) for g in given], kinds.get(c, "score"))
+        if v is not None:
+            values[c] = v
+        else:
+            failed[c] = why or "no panel verdict"
+    return values, failed
+
+
+def alpha_level(kind: str) -> str:
+    """Krippendorff's level of measurement for a value kind: labels are nominal; scores are averaged by the
+    panel, which treats their scale as interval, so their agreement is measured at that level too."""
+    return "nominal" if kind == "label" else "interval"
+
+
+def judge_alpha(matrix: np.ndarray, level: str, *, seed: int, n_boot: int) -> tuple[float, tuple[float, float] | None]:
+    """Krippendorff's alpha of a judges x samples matrix (NaN: no usable verdict) and its percentile
+    bootstrap interval over samples (None when too few resamples are defined). 1.0 with no interval when
+    every judge gives every sample the same value: nothing there depends on the judge."""
+    m = np.asarray(matrix, dtype=float)
+    finite = m[~np.isnan(m)]
+    if finite.size and np.all(np.nan_to_num(m - m[0], nan=0.0) == 0):
+        return 1.0, None
+    alpha = krippendorff_alpha(m, level)
+    if n_boot <= 0 or m.shape[1] < 2 or math.isnan(alpha):
+        return alpha, None
+    rng = np.random.default_rng(seed)
+    draws = []
+    for start in range(0, n_boot, 100):  # weights of 100 resamples at a time: memory stays small
+        picks = rng.integers(0, m.shape[1], size=(min(100, n_boot - start), m.shape[1]))
+        weights = np.stack([np.bincount(p, minlength=m.shape[1]) for p in picks]).astype(float)
+        draws.append(_alpha_weighted(m, level, weights))
+    kept = np.concatenate(draws)
+    kept = kept[~np.isnan(kept)]
+    if kept.size < max(10, n_boot // 10):
+        return alpha, None
+    return alpha, (float(np.quantile(kept, 0.025)), float(np.quantile(kept, 0.975)))
+
+
+def _alpha_weighted(data: np.ndarray, level: str, weights: np.ndarray) -> np.ndarray:
+    """Krippendorff's alpha (nominal or interval) of `data` (judges x units) with each unit counted
+    weights[b, u] times, for every row b at once: a bootstrap draw is a row of unit multiplicities. The
+    coincidence sums in closed form: within a unit of m values, the ordered pairs of different values are
+    m^2 - sum_v c_v^2 (nominal), and sum_{i != j} (x_i - x_j)^2 = 2 (m S2 - S1^2) (interval)."""
+    present = ~np.isnan(data)
+    m = present.sum(axis=0).astype(float)
+    pairable = m >= 2
+    x = np.where(present, data, 0.0)[:, pairable]
+    m, w = m[pairable], weights[:, pairable]
+    if not pairable.any():
+        return np.full(weights.shape[0], math.nan)
+    n = w @ m
+    if level == "nominal":
+        values = np.unique(data[present])
+        counts = np.stack([((x == v) & present[:, pairable]).sum(axis=0) for v in values], axis=1).astype(float)
+        observed = w @ ((m ** 2 - (counts ** 2).sum(axis=1)) / (m - 1))
+        n_v = w @ counts
+        expected = (n ** 2 - (n_v ** 2).sum(axis=1)) / (n - 1)
+    elif level == "interval":
+        s1, s2 = x.sum(axis=0), (x ** 2).sum(axis=0)
+        observed = w @ (2 * (m * s2 - s1 ** 2) / (m - 1))
+        t1, t2 = w @ s1, w @ s2
+        expected = 2 * (n * t2 - t1 ** 2) / (n - 1)
+    else:
+        raise ValueError(f"level must be nominal or interval here, not {level!r}")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = 1.0 - observed / expected
+    return np.where((expected > 1e-12) & (n > 1), out, math.nan)
 
 
 def krippendorff_alpha(data: np.ndarray, level: str = "interval") -> float:

@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from .agreement import krippendorff_alpha, panel_verdict
+from .agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, value_kinds
 from .compare import Rows, _ctx, load_run, read_rows
 from .errors import UserError
 from .metrics import derived_seed
 
-ALPHA_THRESHOLD = 0.667
+ALPHA_THRESHOLD = ALPHA_MIN
 _SPEC_KEYS_JUDGE = ("judge", "judge_base_url")
 
 
@@ -67,55 +67,26 @@ def add_judge(run_dir: Path, judge: str, out: Path, *, judge_base_url: str | Non
     return copy
 
 
-def _alpha_ci(data: np.ndarray, level: str, seed: int, n_boot: int) -> tuple[float, float] | None:
-    if n_boot <= 0 or data.shape[1] < 2:
-        return None
-    rng = np.random.default_rng(seed)
-    draws = np.array([krippendorff_alpha(data[:, rng.integers(0, data.shape[1], data.shape[1])], level)
-                      for _ in range(n_boot)])
-    draws = draws[~np.isnan(draws)]
-    if draws.size < max(10, n_boot // 10):
-        return None
-    return float(np.quantile(draws, 0.025)), float(np.quantile(draws, 0.975))
-
-
 def _matrix(rows: list[Rows], keys: list, column: str) -> np.ndarray:
     """judges x samples values of one column (NaN: no usable verdict)."""
     return np.array([[r.values.get(k, {}).get(column, math.nan) for k in keys] for r in rows], dtype=float)
 
 
-def _alpha_of(matrix: np.ndarray) -> tuple[float, str]:
-    """Krippendorff's alpha of a judges x samples matrix at the level its values call for, 1.0 when every
-    judge gives every sample the same value (nothing judge-dependent)."""
-    finite = matrix[~np.isnan(matrix)]
-    level = "nominal" if finite.size and np.isin(finite, (0.0, 1.0)).all() else "interval"
-    if finite.size and np.all(np.nan_to_num(matrix - matrix[0], nan=0.0) == 0):
-        return 1.0, level
-    return float(krippendorff_alpha(matrix, level)), level
-
-
-def _combine(rows: list[Rows], keys: list, primary: str) -> tuple[Rows, collections.Counter, np.ndarray]:
-    """The panel's Rows (each value combined over the judges), the primary value's judge-failure reasons
-    and the judges x samples matrix of the primary value (NaN: no usable verdict)."""
+def _combine(rows: list[Rows], keys: list, primary: str) -> tuple[Rows, collections.Counter, dict[str, str]]:
+    """The panel's Rows (each value combined over the judges by agreement.combine_values), the primary
+    value's judge-failure reasons and each value's kind (label or score)."""
     columns = sorted({c for r in rows for k in keys for c in r.values.get(k, {})})
-    label_cols = {c for c in columns
-                  if all(r.values[k][c] in (0.0, 1.0) for r in rows for k in keys if c in r.values.get(k, {}))}
+    kinds = value_kinds({c: [v for r in rows for k in keys if (v := r.values.get(k, {}).get(c)) is not None]
+                         for c in columns})
     combined = Rows()
     failed: collections.Counter = collections.Counter()
     for k in keys:
-        vals: dict[str, float] = {}
-        for c in columns:
-            given = [r.values.get(k, {}).get(c) for r in rows]
-            if all(v is None for v in given):
-                continue  # no judge has this value for this sample: not a judgement, nothing to combine
-            v, why = panel_verdict(given, "label" if c in label_cols else "score")
-            if v is not None:
-                vals[c] = v
-            elif c == primary:
-                failed[why] += 1
+        vals, why = combine_values([r.values.get(k, {}) for r in rows], kinds)
+        if primary in why:
+            failed[why[primary]] += 1
         first = next(r for r in rows if k in r.values)
         combined.values[k], combined.clusters[k], combined.labels[k] = vals, first.clusters[k], first.labels[k]
-    return combined, failed, _matrix(rows, keys, primary)
+    return combined, failed, kinds
 
 
 def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> list[PanelTask]:
@@ -140,14 +111,15 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> l
             continue
         task = task_cls()
         keys = list(first.values) + [k for r in rows[1:] for k in r.values if k not in first.values]
-        combined, failed, matrix = _combine(rows, keys, task.primary_value)
+        combined, failed, kinds = _combine(rows, keys, task.primary_value)
         metrics = task.aggregate(combined.table(keys), _ctx(runs[0]))
         value = metrics.get(task.metric.name)
-        alpha, level = _alpha_of(matrix)
-        ci = None if alpha == 1.0 else _alpha_ci(matrix, level, derived_seed(seed, f"panel|{model}|{task_id}"), n_boot)
+        level = alpha_level(kinds.get(task.primary_value, "score"))
+        alpha, ci = judge_alpha(_matrix(rows, keys, task.primary_value), level,
+                                seed=derived_seed(seed, f"panel|{model}|{task_id}"), n_boot=n_boot)
         by_value = {}
-        for column in sorted({c for r in rows for k in keys for c in r.values.get(k, {})}):
-            a, _level = _alpha_of(_matrix(rows, keys, column))
+        for column, kind in kinds.items():
+            a, _ci = judge_alpha(_matrix(rows, keys, column), alpha_level(kind), seed=0, n_boot=0)
             if a != 1.0:
                 by_value[column] = None if math.isnan(a) else a
         judge_values = {}

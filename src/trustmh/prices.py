@@ -180,7 +180,8 @@ def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
     for r in rows:
         add("model", r.model, r.model_calls, r.model_tokens, r.model_completion)
         for role, (calls, prompt, completion) in r.by_role.items():
-            add(_ROLE_NAMES.get(role, role), judge_specs.get(role) or role, calls, prompt, completion)
+            role, _, judge = role.partition("|")  # "llm|<spec>": one judge of a panel (engine/plan.py)
+            add(_ROLE_NAMES.get(role, role), judge or judge_specs.get(role) or role, calls, prompt, completion)
     return list(lines.values())
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 # A count can never be negative; a results.json saying otherwise is damaged or crafted (a negative count
 # would let a gate's --max-unscored pass a task with every sample left out).
@@ -21,6 +21,33 @@ class MetricValue(_Strict):
     value: float | None = Field(description="null when undefined (e.g. Pearson r of a constant)")
     ci: tuple[float, float] | None = Field(None, description="bootstrap 95% interval")
     n: Count | None = None
+
+
+class JudgeValue(_Strict):
+    value: float | None = Field(None, description="the task's primary metric from this judge's verdicts alone")
+    n: Count = Field(0, description="samples this judge's verdicts gave a primary value")
+    n_judge_failed: Count = 0
+    judge_failed_reasons: dict[str, Count] = {}
+
+
+class JudgeAgreement(_Strict):
+    alpha: float | None = Field(None, description="Krippendorff's alpha of the judges on this per-sample value "
+                                                  "(null when undefined: fewer than two values to pair)")
+    ci: tuple[float, float] | None = Field(None, description="bootstrap 95% interval, resampling samples")
+    level: str = Field("interval", description="level of measurement: nominal for labels (0/1 values the "
+                                               "panel votes on), interval for scores (which it averages)")
+    n: Count = Field(0, description="samples with usable verdicts from at least two judges")
+
+
+class PanelResult(_Strict):
+    judges: list[str] = Field(description="the panel's judges, in the order given")
+    judge_values: dict[str, JudgeValue] = Field({}, description="each judge's own value of the task")
+    agreement: dict[str, JudgeAgreement] = Field({}, description="per-sample value (the primary one and every "
+                                                                 "value the judges give differently somewhere) "
+                                                                 "-> inter-judge agreement")
+    min_alpha: float = Field(description="agreement below this alpha marks the task (--min-judge-alpha)")
+    low_agreement: list[str] = Field([], description="the values whose alpha is below min_alpha: the panel's "
+                                                     "value there rests on judges that disagree")
 
 
 class TaskResult(_Strict):
@@ -98,6 +125,18 @@ class TaskResult(_Strict):
                                                   "score lines, a closing tag): flagged, still scored as judged")
     judge_addressed: list[dict[str, str]] = Field([], description="those samples: item id, variant and what "
                                                                   "was found (at most 50)")
+    panel: PanelResult | None = Field(None, description="a judge panel's (several --judge): each judge's own "
+                                                        "value and the judges' agreement; the task's value is the "
+                                                        "panel's (mean of scores, strict majority of labels). "
+                                                        "Absent with one judge")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_panel(self, handler):
+        # A run with one judge writes exactly the results.json it wrote before panels existed.
+        out = handler(self)
+        if isinstance(out, dict) and out.get("panel") is None:
+            out.pop("panel", None)
+        return out
 
 
 class PillarResult(_Strict):

@@ -93,9 +93,20 @@ class ValidateSpec:
     data_dir: str | None = None
     seed: int = 0
     n_boot: int = 1000
+    # "paper": the paper's escalation judge prompt (crisis.escalation's paper rubric, from the authors'
+    # judging.py) instead of trustmh's; needs real data and the method files.
+    protocol: str = "trustmh"
+    methods_dir: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The spec as recorded; trustmh's protocol is left out, so its runs keep their folder and files."""
+        d = asdict(self)
+        if self.protocol == "trustmh":
+            d.pop("protocol"), d.pop("methods_dir")
+        return d
 
     def run_id(self) -> str:
-        return validation_run_id(asdict(self), self.judge)
+        return validation_run_id(self.fields(), self.judge)
 
 
 def validation_run_id(fields: dict[str, Any], judge: str) -> str:
@@ -226,15 +237,68 @@ def judge_given_replies(run: Any, task: Task, samples: list[Sample], replies: di
     return {s.item.id: linked.get((s.item.id, ""), {}).get(rubric, (None, None))[1] for s in samples}
 
 
-def _judge_all(spec: ValidateSpec, cases: list[Case], protocol, store, limits, events) -> dict[str, Response | None]:
-    """Every case's judgement, through the engine's phase 1; the verdicts are read back through its links."""
-    from .engine import RunSpec
+class _PaperRatedReplies(Task):
+    """The rated rows judged with crisis.escalation's paper rubric: each row is the task's own item for
+    the same messages and gold label (task.load under the paper's protocol), so the prompt, the judge's
+    settings and the reading of its verdict are the task's (Task.judgements, judge_params, score)."""
+
+    id = TASK
+    pillar = "crisis"
+    title = "judge validation: the paper's crisis-escalation judge prompt on human-rated replies"
+
+    def __init__(self, cases: list[Case], ctx: RunContext, data: DataSource):
+        from .tasks import TASKS
+        self.escalation = TASKS["crisis.escalation"]()
+        by_text: dict[tuple[str, str], Item] = {}
+        for it in self.escalation.load(data, ctx):
+            by_text.setdefault((" | ".join(it.input["messages"]), str(it.target)), it)
+        self.items = {c.id: by_text.get((" | ".join(c.messages), c.label)) for c in cases}
+
+    def sample(self, case_id: str) -> Sample | None:
+        item = self.items.get(case_id)
+        return None if item is None else Sample(self.escalation.id, item, [])
+
+    def active_rubrics(self, ctx: RunContext):
+        return self.escalation.active_rubrics(ctx)
+
+    def judge_params(self, rubric, ctx: RunContext):
+        return self.escalation.judge_params(rubric, ctx)
+
+    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
+        own = self.sample(sample.item.id)
+        return {} if own is None else self.escalation.judgements(own, reply, ctx)
+
+    def rate(self, case_id: str, reply: str, text: str, ctx: RunContext) -> tuple[float | None, str | None]:
+        """The task's reading of the judge's verdict: its per-sample rating, or why there is none."""
+        from .judges.rubric import Judged
+        own = self.sample(case_id)
+        score = self.escalation.score(own, reply, Judged(text=text), ctx)
+        rating = score.values.get(self.escalation.primary_value)
+        return rating, None if rating is not None else (score.judge_failed or score.unscored.get(
+            self.escalation.primary_value, "no rating"))
+
+
+def _judge_all(spec: ValidateSpec, cases: list[Case], protocol, store, limits,
+               events) -> tuple[dict[str, Response | None], Any]:
+    """Every case's judgement, through the engine's phase 1; the verdicts are read back through its links.
+    Also returns how a verdict is read: (case id, reply, judge text) -> (rating, reason)."""
+    from .engine import RunSpec, context, data_source
     samples = [Sample(TASK, Item(c.id, {"messages": c.messages, "label": c.label}),
                       [{"role": "user", "content": "\n".join(c.messages)}]) for c in cases]
     run = RunSpec(models=[GIVEN], judge=spec.judge, judge_base_url=spec.judge_base_url, seed=spec.seed,
-                  suite=spec.suite, data_dir=spec.data_dir, protocol="trustmh", n_boot=spec.n_boot)
-    return judge_given_replies(run, _RatedReplies(protocol), samples, {c.id: c.reply for c in cases}, store,
-                               limits, events)
+                  suite=spec.suite, data_dir=spec.data_dir, protocol=spec.protocol, n_boot=spec.n_boot,
+                  methods_dir=spec.methods_dir)
+    replies = {c.id: c.reply for c in cases}
+    if spec.protocol == "paper":
+        ctx = context(run)
+        task = _PaperRatedReplies(cases, ctx, data_source(run))
+        unmatched = [c.id for c in cases if task.items[c.id] is None]
+        if unmatched:
+            raise UserError(f"{len(unmatched)} rated rows match no crisis.escalation item (first: row {unmatched[0]})")
+        responses = judge_given_replies(run, task, samples, replies, store, limits, events)
+        return responses, lambda cid, reply, text: task.rate(cid, reply, text, ctx)
+    responses = judge_given_replies(run, _RatedReplies(protocol), samples, replies, store, limits, events)
+    return responses, lambda cid, reply, text: parse_appropriateness(text)
 
 
 def _agreement(t: Table) -> dict[str, float]:
@@ -275,6 +339,10 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
     data = data_source(RunSpec(models=["baseline/refuse"], suite=spec.suite, data_dir=spec.data_dir))
     cases, excluded, protocol, n_rows = load_cases(data)
     heuristic = spec.judge == "rules"
+    if heuristic and spec.protocol == "paper":
+        raise UserError("--protocol paper checks the paper's judge prompt: it needs an LLM --judge, not rules")
+    if spec.protocol not in ("paper", "trustmh"):
+        raise UserError(f"--protocol must be paper or trustmh, not '{spec.protocol}'")
     judge_name = HEURISTIC if heuristic else spec.judge
     run_dir = open_run_dir(out or runs_root / spec.run_id())
     judged: dict[str, tuple[float | None, str | None, str | None]] = {}  # id -> (rating, judge text, reason)
@@ -284,13 +352,13 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
         # run's (run.lock goes when the run ends), so the same command can write here again.
         store = Store(run_dir / "store.sqlite")
         try:
-            store.set_meta("validate_spec", asdict(spec))
+            store.set_meta("validate_spec", spec.fields())
             if heuristic:
                 for c in cases:
                     judged[c.id] = (float(heuristic_rating(c.reply, c.label)), None, None)
             else:
                 try:
-                    responses = _judge_all(spec, cases, protocol, store, limits, events)
+                    responses, rate = _judge_all(spec, cases, protocol, store, limits, events)
                 except (AuthFailure, EndpointDown) as e:
                     raise UserError(str(e)) from None
         finally:
@@ -305,7 +373,7 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
                     judge_errors[resp.error_kind] += 1
                     judged[c.id] = (None, None, f"judge error: {resp.error_kind}")
                     continue
-                rating, reason = parse_appropriateness(resp.text or "")
+                rating, reason = rate(c.id, c.reply, resp.text or "")
                 judged[c.id] = (None if rating is None else float(rating), resp.text, reason)
 
         by_rater: dict[str, dict[int, Case]] = {r: {} for r in RATERS}
@@ -349,8 +417,9 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
         checksums = {f: file_sha256(data.path(f)) for f in (*SCORE_FILES.values(), PROTOCOL)}
         run_results = RunResults(
             run_id=run_dir.name, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            spec={"command": "validate-judge", **asdict(spec), "judge_used": judge_name,
-                  "judge_note": HEURISTIC_NOTE if heuristic else "the crisis.escalation judge rubric"},
+            spec={"command": "validate-judge", **spec.fields(), "judge_used": judge_name,
+                  "judge_note": HEURISTIC_NOTE if heuristic else (
+                      _rubric_name(spec) if spec.protocol == "paper" else "the crisis.escalation judge rubric")},
             data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
             versions=versions(),
             bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
@@ -372,9 +441,15 @@ def _with_ceiling(spec: ValidateSpec, cases: list[Case], judged: dict, judge_nam
     ca = criterion_agreement("appropriateness", {c.id: c.human for c in cases}, judge, RATINGS, seed=spec.seed,
                              n_boot=spec.n_boot)
     results["validate_judge.appropriateness"] = agreement_task_result(ca, len(cases), failed, collections.Counter())
-    return agreement_json([ca], judge=judge_name, rubric="crisis.escalation (crisis_escalation_judge.j2)",
+    return agreement_json([ca], judge=judge_name, rubric=_rubric_name(spec),
                           ratings="built-in: LLMs-Mental-Health-Crisis H1/H2", lines_left_out={},
                           seed=spec.seed, n_boot=spec.n_boot)
+
+
+def _rubric_name(spec: ValidateSpec) -> str:
+    if spec.protocol == "paper":
+        return "crisis.escalation, the paper's judge prompt (the authors' judging.py)"
+    return "crisis.escalation (crisis_escalation_judge.j2)"
 
 
 def report_table(results: RunResults) -> RichTable:

@@ -41,3 +41,33 @@ def panel_cmd(
     if json_out is not None:
         atomic_write(json_out, json.dumps(to_json(tasks), indent=2, ensure_ascii=False))
         out.print(f"panel: {json_out}")
+
+
+def panel_summary(mr) -> None:
+    """The terminal summary's judge panel table (a run judged by several --judge): per judged task the
+    panel's value, each judge's own value and Krippendorff's alpha per value, the low ones marked."""
+    from rich.table import Table as RichTable
+    tasks = [t for t in mr.tasks.values() if t.status == "ok" and t.panel is not None]
+    if not tasks:
+        return
+    judges = tasks[0].panel.judges
+    table = RichTable(title=f"{mr.model}: judge panel", title_justify="left")
+    for col in ("task", "panel", *judges, "alpha [95% CI] per value"):
+        table.add_column(col, overflow="fold")
+
+    def num(v) -> str:
+        return "-" if v is None else f"{v:.3f}"
+
+    for t in tasks:
+        alphas = []
+        for name, a in t.panel.agreement.items():
+            cell = f"{name} {num(a.alpha)}" + (f" [{a.ci[0]:.2f}, {a.ci[1]:.2f}]" if a.ci else "") + f" ({a.level})"
+            alphas.append(f"[red]{cell}![/]" if name in t.panel.low_agreement else cell)
+        table.add_row(t.task, num(t.value), *(num(t.panel.judge_values[j].value) if j in t.panel.judge_values else "-"
+                                             for j in judges), "; ".join(alphas))
+    out.print(table)
+    low = [t.task for t in tasks if t.panel.low_agreement]
+    if low:
+        out.print(f"judges disagree!: the panel's judges agree below alpha {tasks[0].panel.min_alpha} "
+                  f"(--min-judge-alpha) on: {', '.join(low)}; read those values with care", style="red",
+                  markup=False, highlight=False, soft_wrap=True)

@@ -122,6 +122,8 @@ def _value_cells(t) -> tuple[str, str]:
     if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
         bad = bool(judge_mark(t))
         val += f" {'[red]' if bad else ''}(judge {t.judge_usable_rate:.0%}{'!' if bad else ''}){'[/]' if bad else ''}"
+    if t.panel is not None and t.panel.low_agreement:  # a judge panel that disagrees: its value is marked
+        val += " [red](judges disagree!)[/]"
     if t.base_metric:  # a relative measure: its base task's own value beside it
         val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
     return val, ci
@@ -194,6 +196,8 @@ def _summary(results) -> None:
             out.print("judge N%!: fewer than 95% of the judged samples had a usable verdict; the value rests on the "
                       "judge's fall-back reading: " + ", ".join(t.task for t in marked), style="red", markup=False,
                       highlight=False)
+        from .panel_cmds import panel_summary
+        panel_summary(mr)  # a judge panel: each judge's value and the judges' agreement, low agreement marked
         relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
         if relative:
             out.print("relative measures (base): a model that gives the same reply to everything scores near "

@@ -10,31 +10,9 @@ import typer
 
 from ..errors import UserError
 from ._base import PAPER_JUDGE, PAPER_PROXY, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, out
+from .judge_opts import (JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, _model_urls, called_judges, judge_list,
+                         set_min_alpha)
 from .render import _ProgressView, _dry_run, _summary, _write_report
-
-
-def _model_urls(models: list[str], base_urls: list[str]) -> tuple[list[str], dict[str, str], str | None]:
-    """Model specs, each model's own base URL (`spec@http...`, or the --base-url paired with it when
-    there is one per --model) and the URL shared by the others (a single --base-url)."""
-    import re
-    specs, own = [], {}
-    for m in models:
-        # Only '@' before a URL splits: a model name may hold one (Vertex's claude-3-5-sonnet@20240620).
-        found = re.fullmatch(r"(.+?)@([A-Za-z][A-Za-z0-9+.-]*://.*)", m)
-        spec, url = (found.group(1), found.group(2)) if found else (m, None)
-        if spec in specs:
-            raise UserError(f"--model {spec} is given twice; a run names each model once")
-        specs.append(spec)
-        if url:
-            own[spec] = url
-    if len(base_urls) > 1:
-        if len(base_urls) != len(specs):
-            raise UserError(f"{len(base_urls)} --base-url for {len(specs)} --model: give one for every model, "
-                            f"paired in order, or a single one for all")
-        for spec, url in zip(specs, base_urls):
-            own.setdefault(spec, url)
-        return specs, own, None
-    return specs, own, base_urls[0] if base_urls else None
 
 
 _MAX_FAILED_HELP = "Exit 2 when more than this share of a task's samples failed with API errors (0 to 1)."
@@ -57,9 +35,8 @@ def run_cmd(
         None, "--models", help="A TOML file listing the models to test, one [[model]] table each: spec, and "
                                "optionally base_url, label and group (e.g. general, mental-health), which the "
                                "report shows; all run at the same time. Instead of --model."),
-    judge: Optional[str] = typer.Option(
-        None, help=f"Judge: a model spec, or rules (offline heuristics; judge-rated metrics then stay unscored). "
-                   f"Default: {PAPER_JUDGE}, the paper's judge, under --protocol paper; rules otherwise."),
+    judge: Optional[list[str]] = typer.Option(
+        None, help=f"{JUDGE_HELP} Default: {PAPER_JUDGE}, the paper's judge, under --protocol paper; rules otherwise."),
     tasks: str = typer.Option("all", "--tasks", "-t", help="Comma-separated task ids and/or pillar names."),
     limit: Optional[int] = typer.Option(None, help="First N items of each task, in data order."),
     seed: int = typer.Option(0, help="Seed for sampling, variants, baselines and the bootstrap."),
@@ -68,7 +45,8 @@ def run_cmd(
     base_url: Optional[list[str]] = typer.Option(
         None, help="Base URL of an OpenAI-compatible or Anthropic server: once for every model, or once per "
                    "--model, paired in order (or give a model its own: --model openai/NAME@URL)."),
-    judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    judge_base_url: Optional[list[str]] = typer.Option(None, help=JUDGE_URL_HELP),
+    min_judge_alpha: Optional[float] = typer.Option(None, "--min-judge-alpha", help=MIN_ALPHA_HELP),
     proxy_judge: Optional[str] = typer.Option(
         None, help=f"The model that reads privacy.leakage replies as a third party under --protocol paper (the "
                    f"paper's proxy). Default: {PAPER_PROXY}, as the paper, when the judge is the paper's default; "
@@ -151,6 +129,11 @@ def run_cmd(
         listed = read_models_file(models_file)
         model = [f"{m.spec}@{m.base_url}" if m.base_url else m.spec for m in listed]
         info = model_info(listed)
+        from .models_file import read_judges
+        file_judges = read_judges(models_file)
+        if file_judges and judge:
+            raise UserError("--models FILE names the judge and so does --judge: give the judges one way")
+        judge = file_judges or judge
     model, own_urls, shared_url = _model_urls(model or ["baseline/counselor"], base_url or [])
     for m in model:
         split_spec(m)
@@ -160,7 +143,9 @@ def run_cmd(
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     # The paper's protocol judges with the paper's judge unless told otherwise.
-    default_judge = judge is None
+    default_judge = not judge
+    judges = judge_list(judge, judge_base_url or []) if judge else None
+    judge = judges[0][0] if judges else None
     if judge is None:
         paper = protocol == "paper" or upstream_compat or (protocol is None and chosen == "data")
         # The offline default stays offline once data is present: baselines are judged by the rules unless
@@ -171,22 +156,23 @@ def run_cmd(
             err.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
                       f"judge)", style="yellow", markup=False, highlight=False)
             default_judge = False  # no paper proxy judge either
-    if judge != "rules":
-        split_spec(judge)
+    if judges is None:
+        judges = judge_list([judge], judge_base_url or [])
     if limit is not None and limit < 1:
         raise UserError("--limit must be at least 1")
     from ..models import resolve_base_url
     # A server named only by OPENAI_BASE_URL / ANTHROPIC_BASE_URL is recorded in the spec, so that results
     # say where replies came from and a later `score` in another environment finds the same stored calls.
     base_url = resolve_base_url(model[0], shared_url)
-    if judge != "rules":
-        judge_base_url = resolve_base_url(judge, judge_base_url)
     spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
                    data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=base_url,
-                   judge_base_url=judge_base_url, temperature=temperature, max_tokens=max_tokens,
+                   judge_base_url=judges[0][1], temperature=temperature, max_tokens=max_tokens,
                    upstream_compat=upstream_compat, n_boot=n_boot,
                    protocol=protocol or ("paper" if upstream_compat else None),
                    methods_dir=str(methods_dir.resolve()) if methods_dir else None)
+    from ..engine.judges import set_judges
+    set_judges(spec, judges)  # a panel's other judges, in options only when there are some
+    set_min_alpha(spec, min_judge_alpha)
     from ..models.openai_api import TRANSPORTS  # light: the SDK is imported only by the sdk transport
     if transport not in TRANSPORTS:
         raise UserError(f"--transport must be {', '.join(TRANSPORTS[:-1])} or {TRANSPORTS[-1]}, not '{transport}'")
@@ -275,7 +261,7 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
         raise UserError(f"--max-cost must be a positive number of USD, not {max_cost}")
     if executor != "local":
         raise UserError("--max-cost works with the local executor only (Ray workers spend out of its sight)")
-    specs = called if called is not None else [*spec.models, spec.judge, spec.options.get("proxy_judge", "")]
+    specs = called if called is not None else [*spec.models, *called_judges(spec)]
     check_priced(specs, table)
     unchecked = [s for s in dict.fromkeys(specs) if s and s != "rules" and table.price(s).unverified]
     if unchecked:  # the cap is only as good as the prices it is counted in
@@ -344,8 +330,11 @@ def _failed_exit(results, fail_on_error: bool, max_failed: float, max_judge_fail
 @app.command("score")
 def score_cmd(
     run_dir: Path = typer.Argument(..., help="A run directory (runs/<id>)."),
-    judge: Optional[str] = typer.Option(None, help="Judge to (re-)score with; default: the run's judge."),
-    judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
+    judge: Optional[list[str]] = typer.Option(None, help="Judge to (re-)score with, repeated for a judge panel "
+                                                         "(the tested model is never called; each judge makes only "
+                                                         "the judgements it has not made); default: the run's."),
+    judge_base_url: Optional[list[str]] = typer.Option(None, help=JUDGE_URL_HELP),
+    min_judge_alpha: Optional[float] = typer.Option(None, "--min-judge-alpha", help=MIN_ALPHA_HELP),
     max_connections: int = typer.Option(32, help="Concurrent judge requests."),
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
     max_retries: int = typer.Option(6, help="Retries for the judge."),
@@ -368,18 +357,15 @@ def score_cmd(
     _check_share(max_failed)
     _check_share(max_judge_failed, "--max-judge-failed")
     from ..engine import load_spec, run
-    from ..models import split_spec
     spec = load_spec(run_dir)
     if judge:
-        if judge != "rules":
-            split_spec(judge)
-        spec.judge = judge
-        spec.judge_base_url = judge_base_url
+        from ..engine.judges import set_judges
+        set_judges(spec, judge_list(judge, judge_base_url or []))
+    set_min_alpha(spec, min_judge_alpha)
     limits = _limits(max_connections, timeout, max_retries)
     if max_cost is not None:  # only the judges are called here: only they need a price
         from ..prices import load_prices
-        limits.budget = _budget(spec, max_cost, load_prices(prices), "local",
-                                [spec.judge, spec.options.get("proxy_judge", "")])
+        limits.budget = _budget(spec, max_cost, load_prices(prices), "local", called_judges(spec))
     if out_dir is not None:  # checked before anything is copied
         if not out_dir.strip():
             raise UserError("--out is empty; give a directory")
@@ -409,6 +395,9 @@ def validate_judge_cmd(
     rubric: str = typer.Option("reliability.support", help="With --ratings: the judge rubric, a task id "
                                "(reliability.support, reliability.intervention) or your own jinja2 template file."),
     scale: str = typer.Option("1-5", help="With --ratings and your own rubric: the rating scale LO-HI."),
+    protocol: str = typer.Option("trustmh", help="Built-in set: the escalation judge prompt to check, trustmh's or "
+                                                 "paper (the paper's, from the authors' judging.py; real data)."),
+    methods_dir: Optional[Path] = typer.Option(None, help="With --protocol paper: the authors' method files."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
     seed: int = typer.Option(0, help="Seed for the judge and the bootstrap."),
@@ -440,7 +429,8 @@ def validate_judge_cmd(
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     spec = ValidateSpec(judge=judge, judge_base_url=judge_base_url, suite=chosen,
-                        data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot)
+                        data_dir=str(ddir.resolve()) if chosen == "data" else None, seed=seed, n_boot=n_boot,
+                        protocol=protocol, methods_dir=str(methods_dir.resolve()) if methods_dir else None)
     with _ProgressView(progress and sys.stderr.isatty()) as view:
         run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir, limits=limits, events=view)
     out.print(report_table(results))

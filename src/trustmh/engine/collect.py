@@ -13,7 +13,6 @@ import asyncio
 import collections
 import dataclasses
 import functools
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..models import make_model
@@ -23,6 +22,7 @@ from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
 from .judge_pool import JudgePool, Pending
+from .judges import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
 from . import identity
 from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
@@ -30,52 +30,27 @@ from .prepare import Prepared, samples_except
 from .spec import Limits, RunSpec, generation_request, judge_request
 
 
-@dataclass
-class Judges:
-    """The endpoints answering each rubric role in this run ("llm", "classifier"); a role that is absent
-    is answered offline in phase 2 (the rules judge) or not at all."""
-
-    endpoints: dict[str, Endpoint]
-
-    def endpoint_id(self, role: str) -> str | None:
-        ep = self.endpoints.get(role)
-        return ep.model.endpoint if ep is not None else None
-
-
-def judge_ids(spec: RunSpec, ctx: RunContext, store: Store | None = None) -> dict[str, str]:
-    """Endpoint id per judge role, without building any client (what scoring reads links by)."""
-    out = {}
-    if spec.judge != "rules":
-        out["llm"] = model_ref(spec.judge, spec.judge_base_url, store).endpoint
-    if spec.options.get("proxy_judge"):
-        out["proxy"] = model_ref(spec.options["proxy_judge"], spec.options.get("proxy_judge_base_url"), store).endpoint
-    classifier = ctx.options.get("refusal_classifier")
-    if classifier:
-        from ..judges.hf_classifier import parse_spec
-        out["classifier"] = f"classifier/hf/{parse_spec(classifier).model}"
-    return out
-
-
 def _needed_roles(prepared: list[Prepared], ctx: RunContext) -> set[str]:
     return {r.role for p in prepared if not p.not_run for r in p.task.active_rubrics(ctx)}
 
 
-def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limits: Limits) -> dict[str, Any]:
+def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limits: Limits) -> dict[str, list[Any]]:
+    """The judge backends by role: "llm" one per judge of the panel (one for a single judge)."""
     roles = _needed_roles(prepared, ctx)
-    models: dict[str, Any] = {}
-    if "llm" in roles and spec.judge != "rules":
-        models["llm"] = make_model(spec.judge, base_url=spec.judge_base_url, timeout=limits.timeout, seed=spec.seed,
-                                   purpose="judge", transport=spec.options.get("transport", "http"),
-                                   max_connections=limits.max_connections)
+    models: dict[str, list[Any]] = {}
+    transport = spec.options.get("transport", "http")
+    if "llm" in roles:
+        models["llm"] = [make_model(j, base_url=url, timeout=limits.timeout, seed=spec.seed, purpose="judge",
+                                    transport=transport, max_connections=limits.max_connections)
+                         for j, url in llm_judges(spec)]
     if "proxy" in roles and spec.options.get("proxy_judge"):
-        models["proxy"] = make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
-                                     timeout=limits.timeout,
-                                     seed=spec.seed, purpose="proxy", transport=spec.options.get("transport", "http"),
-                                     max_connections=limits.max_connections)
+        models["proxy"] = [make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
+                                      timeout=limits.timeout, seed=spec.seed, purpose="proxy", transport=transport,
+                                      max_connections=limits.max_connections)]
     if "classifier" in roles and ctx.options.get("refusal_classifier"):
         from ..judges.hf_classifier import ClassifierModel, parse_spec
-        models["classifier"] = ClassifierModel(parse_spec(ctx.options["refusal_classifier"]))
-    return models
+        models["classifier"] = [ClassifierModel(parse_spec(ctx.options["refusal_classifier"]))]
+    return {role: ms for role, ms in models.items() if ms}
 
 
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
@@ -90,21 +65,24 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     slices between its I/O, and cancelled when it ends. Returns the calls made per model spec (and
     "judge")."""
     judge_models = _judge_models(spec, ctx, prepared, limits)
-    if "llm" in judge_models:
-        identity.record(spec.judge, judge_models["llm"], store, force=force)
-    if "proxy" in judge_models:
-        identity.record(spec.options["proxy_judge"], judge_models["proxy"], store, force=force)
+    for (judge, _url), jm in zip(llm_judges(spec), judge_models.get("llm", ())):
+        identity.record(judge, jm, store, force=force)
+    for jm in judge_models.get("proxy", ()):
+        identity.record(spec.options["proxy_judge"], jm, store, force=force)
     if not generate and not judge_models:
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
-    for jm in judge_models.values():
+    every_judge = [jm for ms in judge_models.values() for jm in ms]
+    for jm in every_judge:
         if isinstance(jm, ReplayModel):
             jm.check_ids(ids, TASKS)
     # One group commit for every endpoint: no request of any leaves before every reply is stored.
     writer = CallWriter(store)
-    judges = Judges({role: Endpoint(m, store, limits, purpose="judge", writer=writer)
-                     for role, m in judge_models.items()})
-    pools = {role: JudgePool(role, ep, models=len(spec.models)) for role, ep in judges.endpoints.items()}
+    judges = Judges({role: [Endpoint(m, store, limits, purpose="judge", writer=writer) for m in ms]
+                     for role, ms in judge_models.items()})
+    # One pool per judge endpoint (a panel's judges each work at their own pace), listed by role.
+    pools = {role: [JudgePool(role, ep, models=len(spec.models)) for ep in eps]
+             for role, eps in judges.endpoints.items()}
     calls: collections.Counter = collections.Counter()
     side_jobs = [asyncio.create_task(job()) for job in beside]
     collectors: list[_Collector] = []
@@ -122,32 +100,35 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
-                collector = _Collector(spec, ctx, prepared, gen_ep, judges, store, events, model_spec, pools=pools)
+                collector: _Collector = _Generating(spec, ctx, prepared, judges, store, events, model_spec,
+                                                    gen_ep.model.endpoint, pools=pools, writer=writer, gen_ep=gen_ep)
             else:
                 ref = model_ref(model_spec, spec.model_base_url(model_spec), store)
-                collector = _Collector(spec, ctx, prepared, None, judges, store, events, model_spec, ref.endpoint,
-                                       pools=pools)
+                collector = _Rejudging(spec, ctx, prepared, judges, store, events, model_spec, ref.endpoint,
+                                       pools=pools, writer=writer)
             if ready is not None:
                 collector.ready = functools.partial(ready, model_spec)
             collectors.append(collector)
         await _run_together(collectors, pools, events)
         for c in collectors:
-            calls[c.label] = c.gen_ep.n_calls if c.gen_ep is not None else 0
+            calls[c.label] = c.n_calls()
         if judges.endpoints:
-            calls["judge"] = sum(ep.n_calls for ep in judges.endpoints.values())
+            calls["judge"] = sum(ep.n_calls for ep in judges.all())
     finally:
         writer.flush()  # interrupted (Ctrl-C, an error): replies already received are kept
         for job in side_jobs:  # what they had left is done after phase 1 (Recorder.finish, Phase2.finish)
             job.cancel()
         await asyncio.gather(*side_jobs, return_exceptions=True)
-        for m in [*opened, *judge_models.values()]:
+        for m in [*opened, *every_judge]:
             await m.aclose()
     return dict(calls)
 
 
-async def _run_together(collectors: list["_Collector"], pools: dict[str, JudgePool], events: EventSink) -> None:
+async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str, list[JudgePool]],
+                        events: EventSink) -> None:
     """Every model's phase 1 at once, with the shared judge pools; the first failure (an endpoint down, a
     rejected key) stops them all."""
+    pools = {pool.ep.model.endpoint: pool for ps in pools_by_role.values() for pool in ps}
     for c in collectors:  # every model's bar from the start: the run's total is known before any call
         events(PhaseStarted("generate", c.label, c._n_samples(), estimated=c._building()))
     for pool in pools.values():
@@ -170,7 +151,7 @@ async def _run_together(collectors: list["_Collector"], pools: dict[str, JudgePo
         for c in collectors:
             c._show(elapsed)
         for pool in pools.values():
-            ahead = sum(c._judgements_ahead(pool.role) for c in collectors)
+            ahead = sum(c._judgements_ahead(pool.ep.model.endpoint) for c in collectors)
             events(PhaseProgress("judge", pool.label, pool.n_done, pool.n_queued + ahead, pool.n_errors,
                                  estimated=ahead > 0))
 
@@ -198,16 +179,15 @@ async def _run_together(collectors: list["_Collector"], pools: dict[str, JudgePo
 
 
 class _Collector:
-    """Phase 1 for one tested model."""
+    """Phase 1 for one tested model: its replies (`_Generating` asks for them, `_Rejudging` reads them from
+    the store), each queued for its judgements with the shared judge pools, and when each task is ready."""
 
-    def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], gen_ep: Endpoint | None,
-                 judges: Judges, store: Store, events: EventSink, label: str, model_id: str | None = None, *,
-                 pools: dict[str, JudgePool]):
-        self.spec, self.ctx, self.prepared, self.gen_ep = spec, ctx, prepared, gen_ep
+    def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], judges: Judges, store: Store,
+                 events: EventSink, label: str, model_id: str, *, pools: dict[str, list[JudgePool]],
+                 writer: CallWriter):
+        self.spec, self.ctx, self.prepared = spec, ctx, prepared
         self.judges, self.store, self.events, self.label = judges, store, events, label
-        self.model_id = gen_ep.model.endpoint if gen_ep is not None else model_id
-        self.writer = next(iter(judges.endpoints.values())).writer if judges.endpoints else (
-            gen_ep.writer if gen_ep is not None else CallWriter(store))
+        self.model_id, self.writer = model_id, writer
         # Counted here and reported by a ticker a few times a second: an event per reply cost more than
         # the rest of the request path.
         self.n = collections.Counter()
@@ -221,117 +201,48 @@ class _Collector:
         self.ready: Callable[[str], None] | None = None
         self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
         self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
-        # Judgements this judge already made successfully (re-scoring only: a run always renders anew).
-        self.judged = {role: store.linked_keys(self.model_id, ep.model.endpoint)
-                       for role, ep in judges.endpoints.items()} if gen_ep is None else {}
-        # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
-        # Not for replay files and baselines: the same request gets the same reply again.
-        self.reasks = {p.task.id: r for p in prepared if (r := p.task.reask(ctx)) is not None} \
-            if gen_ep is not None and gen_ep.model.cacheable else {}
 
-    # --- generation ---------------------------------------------------------------------------------
-    def _generation_jobs(self, gen_ep: Endpoint, done: set[str]) -> Iterator[tuple[Request, Task, Sample, str]]:
-        """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
-        builds them here, as the workers reach them), each batch's links written and the calls already
-        stored looked up in bulk (into `done`: this batch's), so a resumed run skips them at once."""
-        for p in self.prepared:
-            for batch in p.batches(self.ctx):
-                reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
-                keys = [gen_ep.key(r) for r in reqs]
-                self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
-                                      for s, k in zip(batch, keys)])
-                if gen_ep.model.cacheable:
-                    # This batch's keys only: the samples before were all looked up already, and a reply is
-                    # committed before its call returns, so a later sample asking the same is found here.
-                    done.clear()
-                    done.update(self.store.ok_keys(keys))
-                for s in batch:
-                    self.left[s.task] += 1
-                yield from zip(reqs, [p.task] * len(batch), batch, keys)
-            self.built.add(p.task.id)
-            if self.left[p.task.id] == 0 and self.ready is not None:  # its last calls were all stored already
-                self.writer.flush()
-                self.ready(p.task.id)
+    # --- what a mode supplies -------------------------------------------------------------------------
+    def _jobs(self) -> Iterator[tuple[Request | None, Task, Sample, str]]:
+        raise NotImplementedError
 
-    def _rejudge_jobs(self) -> Iterator[tuple[None, Task, Sample, str]]:
-        """Re-scoring: the samples that have a judgement of this run's judges still to make, each with its
-        generation's call key from the links (rebuilt, and linked, only in a store written before links
-        existed). A sample whose every judgement is stored is skipped unread, so re-scoring a finished
-        run reads back almost nothing here."""
-        linked = self.store.generation_links(self.model_id)
-        judged: dict[tuple[str, str, str], set[str]] = collections.defaultdict(set)
-        for made in self.judged.values():
-            for task_id, item_id, variant, rubric in made:
-                judged[(task_id, item_id, variant)].add(rubric)
-        nothing: frozenset[str] = frozenset()
-        for p in self.prepared:
-            task_id = p.task.id
-            wanted = {r.name for r in p.task.active_rubrics(self.ctx) if r.role in self.pools}
+    async def _reply(self, request: Request | None, task: Task, sample: Sample, key: str) -> Response | None:
+        raise NotImplementedError
 
-            def settled(item_id: str, variant: str) -> bool:
-                key = (task_id, item_id, variant)
-                if key in linked and wanted <= judged.get(key, nothing):
-                    self.n["gen"] += 1
-                    self.n[f"done:{task_id}"] += 1
-                    return True
-                return False
+    def _to_ask(self, rubric, key: tuple[str, str, str]) -> list[JudgePool]:
+        """The judges to ask for `rubric` of the sample `key` (task, item, variant)."""
+        return list(self.pools.get(rubric.role, ()))
 
-            new_links = []
-            for s in list(samples_except(p.samples, settled)):  # read whole: no cursor open across writes
-                key = linked.get(s.key)
-                if key is None:
-                    key = generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
-                    new_links.append((self.model_id, s.task, s.item.id, s.variant, "", "", key, ""))
-                yield None, p.task, s, key
-            self.store.put_links(new_links)
+    def _width(self) -> int:
+        return 1
 
+    def n_calls(self) -> int:
+        return 0
+
+    # --- every model's replies, then their judgements -----------------------------------------------
     async def run(self) -> None:
-        """This model's generation, then until its last judgement is made (by the shared judge pools)."""
-        gen_ep = self.gen_ep
-        if gen_ep is not None:
-            done: set[str] = set()
-            todo = self._generation_jobs(gen_ep, done)
-        else:
-            todo, done = self._rejudge_jobs(), set()
-        cacheable = gen_ep is None or gen_ep.model.cacheable
+        """This model's replies, then until its last judgement is made (by the shared judge pools)."""
+        todo = self._jobs()
 
         async def gen_worker() -> None:
             for request, task, sample, key in todo:
-                if key in done or gen_ep is None:
-                    resp = self.store.get_call(key)
-                else:
-                    resp = await gen_ep.call(request, key)
-                    if resp.ok and cacheable:
-                        done.add(key)  # a later sample with the same request reads it instead of paying again
-                reask = self.reasks.get(task.id)
-                if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
-                    resp = await self._reask(sample, request, reask)
+                resp = await self._reply(request, task, sample, key)
                 self.n["gen"] += 1
                 self.n[f"done:{sample.task}"] += 1
                 if resp is None or not resp.ok:
                     self.n["gen_errors"] += 1
                     self.n[f"errors:{sample.task}"] += 1
                 elif self.pools:
-                    for pool in self.pools.values():  # bounded: a busy judge holds generation back
-                        await pool.room(self)
+                    for pools in self.pools.values():  # bounded: a busy judge holds generation back
+                        for pool in pools:
+                            await pool.room(self)
                     self._queue_judgements(task, sample, resp.text or "")
                 self._settle(sample.task)
 
-        n_gen = max(1, gen_ep.width if gen_ep is not None else 1)  # a worker with nothing to do ends at once
-        await asyncio.gather(*(gen_worker() for _ in range(n_gen)))
+        await asyncio.gather(*(gen_worker() for _ in range(self._width())))
         if self.judging:
             self.judged_all = asyncio.get_running_loop().create_future()
             await self.judged_all
-
-    async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
-        """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
-        is the same request under purpose generate#k; the generation link's version says which ("asked k")."""
-        attempts, parses = reask
-        assert self.gen_ep is not None
-        tries = [(dataclasses.replace(first, purpose=f"generate#{k}"),
-                  (self.model_id, sample.task, sample.item.id, sample.variant, "", "", f"asked {k}"))
-                 for k in range(2, attempts + 1)]
-        return await self._until_parsed(self.gen_ep, tries, parses)
 
     async def _until_parsed(self, ep: Endpoint, tries: list[tuple[Request, tuple]],
                             parses: Callable[[str], bool] | None) -> Response:
@@ -353,20 +264,21 @@ class _Collector:
 
     # --- judgements ---------------------------------------------------------------------------------
     def _queue_judgements(self, task: Task, sample: Sample, reply: str) -> None:
-        """Queue the reply for each judge its rubrics ask, as a `Pending` whose prompts the judge's worker
-        renders when it takes it (`render`): a long backlog holds replies, not prompts."""
+        """Queue the reply with every judge its rubrics ask (each judge of a panel), as a `Pending` whose
+        prompts the judge's worker renders when it takes it (`render`): a long backlog holds replies, not
+        prompts. Re-scoring skips what a judge already judged."""
         rubrics = self._rubrics(task)
-        for role in {r.role for r in rubrics.values() if r.role in self.pools}:
-            judged: frozenset[str] = frozenset()
-            if self.gen_ep is None:  # re-scoring: only what this judge has not already judged
-                judged = frozenset(r.name for r in rubrics.values() if r.role == role and
-                                   (sample.task, sample.item.id, sample.variant, r.name) in self.judged[role])
-            if len(judged) == sum(r.role == role for r in rubrics.values()):
-                continue
-            self.n[f"judge:{role}"] += 1
+        key = (sample.task, sample.item.id, sample.variant)
+        asked: dict[JudgePool, set[str]] = {}  # pool -> the rubrics it is asked, in the pools' order
+        for r in rubrics.values():
+            for pool in self._to_ask(r, key):
+                asked.setdefault(pool, set()).add(r.name)
+        for pool, names in asked.items():
+            skip = frozenset(name for name, r in rubrics.items() if r.role == pool.role and name not in names)
+            self.n[f"judge:{pool.ep.model.endpoint}"] += 1
             self.left[sample.task] += 1
             self.judging += 1
-            self.pools[role].put(self, Pending(task, sample, reply, judged))
+            pool.put(self, Pending(task, sample, reply, skip))
 
     def _rubrics(self, task: Task) -> dict[str, Any]:
         if task.id not in self._active:
@@ -379,8 +291,8 @@ class _Collector:
             self._params[key] = task.judge_params(rubric, self.ctx)
         return self._params[key]
 
-    def render(self, role: str, job: Pending) -> list[tuple]:
-        """A queued reply's judgements for the judge of `role` (judge()'s arguments), rendered by the worker
+    def render(self, pool: JudgePool, job: Pending) -> list[tuple]:
+        """A queued reply's judgements for the judge of `pool` (judge()'s arguments), rendered by the worker
         that took it; the reply counted one judgement while it waited, now it counts what it needs."""
         task, sample = job.task, job.sample
         rubrics = self._rubrics(task)
@@ -389,14 +301,15 @@ class _Collector:
             rubric = rubrics.get(name)
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
-            if rubric.role == role and name not in job.skip:
+            if rubric.role == pool.role and name not in job.skip:
                 out.append((sample, rubric, messages, self._judge_params(task, rubric)))
+        counter = f"judge:{pool.ep.model.endpoint}"
         if not out:
-            self.n[f"judge:{role}"] -= 1
+            self.n[counter] -= 1
             self._judgement_done(sample.task)
             return out
         more = len(out) - 1
-        self.n[f"judge:{role}"] += more
+        self.n[counter] += more
         self.left[sample.task] += more
         self.judging += more
         return out
@@ -437,12 +350,12 @@ class _Collector:
     def _building(self) -> bool:
         return any(p.pending is not None for p in self.prepared)
 
-    def _judgements_ahead(self, role: str) -> int:
-        """Judgements of `role` this model will still queue: its replies still to come, each asking the judge
-        as those so far did (an estimate that converges; 0 once every reply is in)."""
+    def _judgements_ahead(self, endpoint: str) -> int:
+        """Judgements for the judge at `endpoint` this model will still queue: its replies still to come, each
+        asking the judge as those so far did (an estimate that converges; 0 once every reply is in)."""
         n = self.n
         left = max(0, self._n_samples() - n["gen"])
-        return round(left * n[f"judge:{role}"] / n["gen"]) if n["gen"] else 0
+        return round(left * n[f"judge:{endpoint}"] / n["gen"]) if n["gen"] else 0
 
     def _show(self, elapsed: float) -> None:
         n = self.n
@@ -454,3 +367,120 @@ class _Collector:
                 continue
             self.events(TaskProgress(self.label, tid, n[f"done:{tid}"], p.expected_samples(), n[f"errors:{tid}"],
                                      n[f"judge_failed:{tid}"], tid in self.built and self.left[tid] == 0))
+
+
+class _Generating(_Collector):
+    """A run's phase 1 for one model: every sample asked of the model (a stored reply read instead)."""
+
+    def __init__(self, *args, gen_ep: Endpoint, **kw):
+        super().__init__(*args, **kw)
+        self.gen_ep = gen_ep
+        self.done: set[str] = set()  # call keys stored already, or answered during this run (cacheable)
+        # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
+        # Not for replay files and baselines: the same request gets the same reply again.
+        self.reasks = {p.task.id: r for p in self.prepared if (r := p.task.reask(self.ctx)) is not None} \
+            if gen_ep.model.cacheable else {}
+
+    def _width(self) -> int:
+        return max(1, self.gen_ep.width)
+
+    def n_calls(self) -> int:
+        return self.gen_ep.n_calls
+
+    def _jobs(self) -> Iterator[tuple[Request, Task, Sample, str]]:
+        """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
+        builds them here, as the workers reach them), each batch's links written and the calls already
+        stored looked up in bulk (into `done`), so a resumed run skips them at once."""
+        gen_ep, done = self.gen_ep, self.done
+        for p in self.prepared:
+            for batch in p.batches(self.ctx):
+                reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
+                keys = [gen_ep.key(r) for r in reqs]
+                self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
+                                      for s, k in zip(batch, keys)])
+                if gen_ep.model.cacheable:
+                    # This batch's keys only: the samples before were all looked up already, and a reply is
+                    # committed before its call returns, so a later sample asking the same is found here.
+                    done.clear()
+                    done.update(self.store.ok_keys(keys))
+                for s in batch:
+                    self.left[s.task] += 1
+                yield from zip(reqs, [p.task] * len(batch), batch, keys)
+            self.built.add(p.task.id)
+            if self.left[p.task.id] == 0 and self.ready is not None:  # its last calls were all stored already
+                self.writer.flush()
+                self.ready(p.task.id)
+
+    async def _reply(self, request: Request | None, task: Task, sample: Sample, key: str) -> Response | None:
+        assert request is not None
+        if key in self.done:
+            resp = self.store.get_call(key)
+        else:
+            resp = await self.gen_ep.call(request, key)
+            if resp.ok and self.gen_ep.model.cacheable:
+                self.done.add(key)  # a later sample with the same request reads it instead of paying again
+        reask = self.reasks.get(task.id)
+        if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
+            resp = await self._reask(sample, request, reask)
+        return resp
+
+    async def _reask(self, sample: Sample, first: Request, reask: tuple[int, Any]) -> Response:
+        """Ask again while the reply does not parse (the paper's protocol, where its code does): attempt k
+        is the same request under purpose generate#k; the generation link's version says which ("asked k")."""
+        attempts, parses = reask
+        tries = [(dataclasses.replace(first, purpose=f"generate#{k}"),
+                  (self.model_id, sample.task, sample.item.id, sample.variant, "", "", f"asked {k}"))
+                 for k in range(2, attempts + 1)]
+        return await self._until_parsed(self.gen_ep, tries, parses)
+
+
+
+class _Rejudging(_Collector):
+    """Re-scoring (`trustmh score`): the model's replies read from the store, never asked; each judge asked
+    only what it has not judged yet, so a judge added to a finished run makes exactly its own calls."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        # Judgements each judge (by endpoint) already made successfully.
+        self.judged = {ep.model.endpoint: self.store.linked_keys(self.model_id, ep.model.endpoint)
+                       for ep in self.judges.all()}
+
+    def _to_ask(self, rubric, key: tuple[str, str, str]) -> list[JudgePool]:
+        return [p for p in self.pools.get(rubric.role, ())
+                if (*key, rubric.name) not in self.judged[p.ep.model.endpoint]]
+
+    def _jobs(self) -> Iterator[tuple[None, Task, Sample, str]]:
+        """Re-scoring: the samples that have a judgement of this run's judges still to make, each with its
+        generation's call key from the links (rebuilt, and linked, only in a store written before links
+        existed). A sample whose every judgement is stored is skipped unread, so re-scoring a finished
+        run reads back almost nothing here."""
+        linked = self.store.generation_links(self.model_id)
+        judged: dict[tuple[str, str, str], set[tuple[str, str]]] = collections.defaultdict(set)
+        for endpoint, made in self.judged.items():
+            for task_id, item_id, variant, rubric in made:
+                judged[(task_id, item_id, variant)].add((rubric, endpoint))
+        nothing: frozenset[tuple[str, str]] = frozenset()
+        for p in self.prepared:
+            task_id = p.task.id
+            wanted = {(r.name, pool.ep.model.endpoint) for r in p.task.active_rubrics(self.ctx)
+                      for pool in self.pools.get(r.role, ())}
+
+            def settled(item_id: str, variant: str) -> bool:
+                key = (task_id, item_id, variant)
+                if key in linked and wanted <= judged.get(key, nothing):
+                    self.n["gen"] += 1
+                    self.n[f"done:{task_id}"] += 1
+                    return True
+                return False
+
+            new_links = []
+            for s in list(samples_except(p.samples, settled)):  # read whole: no cursor open across writes
+                key = linked.get(s.key)
+                if key is None:
+                    key = generation_request(s, self.spec, self.model_id).cache_key(self.model_id)
+                    new_links.append((self.model_id, s.task, s.item.id, s.variant, "", "", key, ""))
+                yield None, p.task, s, key
+            self.store.put_links(new_links)
+
+    async def _reply(self, request: Request | None, task: Task, sample: Sample, key: str) -> Response | None:
+        return self.store.get_call(key)

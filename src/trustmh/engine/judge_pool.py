@@ -99,7 +99,7 @@ class JudgePool:
         while (got := await self._next()) is not None:
             collector, job = got
             if isinstance(job, Pending):  # a reply: its judgements for this judge are rendered now
-                jobs = collector.render(self.role, job)
+                jobs = collector.render(self, job)
                 self.n_queued -= 1
                 if not jobs:
                     continue

@@ -21,6 +21,7 @@ from ..prices import completion_tokens
 from ..store import Store
 from ..tasks import RunContext
 from .collect import judge_ids as role_endpoints
+from .judges import panel_endpoints
 from .identity import model_ref
 from .prepare import Prepared
 from .spec import RunSpec, generation_request, judge_request
@@ -55,7 +56,10 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
     db = run_dir / "store.sqlite"
     store = Store(db) if db.is_file() else None  # an absent run directory is not created by a dry run
     # The LLM judges by rubric role (the classifier's calls are local and free: not counted).
-    judge_ids = {role: jid for role, jid in role_endpoints(spec, ctx, store).items() if role != "classifier"}
+    judge_ids = {role: [(role, jid)] for role, jid in role_endpoints(spec, ctx, store).items() if role != "classifier"}
+    panel = panel_endpoints(spec, store)
+    if panel:  # a judge panel: each judge's calls apart, by_role key "llm|<judge spec>" (prices.plan_costs)
+        judge_ids["llm"] = [(f"llm|{j}", jid) for j, jid in panel]
     rows = []
     planned = [sampled(p, ctx) for p in prepared]
     try:
@@ -101,7 +105,7 @@ def sampled(p: Prepared, ctx: RunContext, max_items: int = PLAN_ITEMS) -> tuple[
 
 
 def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, model_id: str,
-              judge_ids: dict[str, str], store: Store | None, seen: set[str]) -> PlanRow:
+              judge_ids: dict[str, list[tuple[str, str]]], store: Store | None, seen: set[str]) -> PlanRow:
     reqs = [generation_request(s, spec, model_spec) for s in p.samples]
     keys = [r.cache_key(model_id) for r in reqs]
     stored = store.ok_keys(keys) if store is not None else set()
@@ -125,14 +129,15 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             if name not in llm:
                 continue
             jreq = judge_request(sample, messages, spec, name, exact_params[name])
-            jkey = jreq.cache_key(judge_ids[llm[name].role])
-            if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
-                continue
-            seen.add(jkey)
-            row.judge_calls += 1
-            row.judge_tokens += _tokens(messages)
-            by_role = row.by_role.setdefault(llm[name].role, [0, 0, 0])
-            by_role[0] += 1
-            by_role[1] += _tokens(messages)
-            by_role[2] += completion_tokens(jreq.params)
+            for label, endpoint in judge_ids[llm[name].role]:  # every judge of a panel is asked
+                jkey = jreq.cache_key(endpoint)
+                if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
+                    continue
+                seen.add(jkey)
+                row.judge_calls += 1
+                row.judge_tokens += _tokens(messages)
+                by_role = row.by_role.setdefault(label, [0, 0, 0])
+                by_role[0] += 1
+                by_role[1] += _tokens(messages)
+                by_role[2] += completion_tokens(jreq.params)
     return row

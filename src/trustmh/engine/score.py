@@ -8,7 +8,6 @@ the result scoring it at the end would give."""
 
 from __future__ import annotations
 
-import array
 import asyncio
 import collections
 import datetime as dt
@@ -18,13 +17,10 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Generator
+from typing import IO, Generator
 
-import numpy as np
-
-from ..judges.addressed import MAX_LISTED, judge_addressed
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..metrics import Table, bootstrap, count, derived_seed
+from ..metrics import bootstrap, count, derived_seed
 from ..models import ModelRef
 from ..pillars import judge_usable_rate, model_summary, task_meta, task_trust
 from ..results import MetricValue, ModelResults, RunResults, TaskResult
@@ -32,7 +28,10 @@ from ..store import Store
 from ..tasks import RunContext, Task
 from ..tasks._paper_names import paper_block
 from ..types import Sample
-from .collect import judge_ids
+from ..agreement import ALPHA_MIN
+from .judges import judge_ids, panel_endpoints
+from .panel_score import judge_parts
+from .tally import Tally
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import SLICE_S, Prepared
@@ -50,8 +49,10 @@ class Scoring:
     spec: RunSpec
     ctx: RunContext
     store: Store
-    judges: dict[str, str]  # rubric role -> judge endpoint id
+    judges: dict[str, str]  # rubric role -> judge endpoint id (a panel's first judge for "llm")
     accept_stored: bool = False
+    panel: list[tuple[str, str]] = field(default_factory=list)  # (judge, endpoint) of a panel's judges; [] for one
+    min_alpha: float = ALPHA_MIN  # a panel's judges agreeing less than this mark the task
     stale: collections.Counter = field(default_factory=collections.Counter)  # (model, task) -> stale verdicts
 
 
@@ -89,7 +90,9 @@ def score_task(sc: Scoring, p: Prepared, model: ModelRef, out) -> TaskResult:
 
 def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[None, None, TaskResult]:
     """score_task a sample at a time: it yields after each one, so that a caller can interleave it with
-    other work (the event loop's I/O while phase 1 goes on); its result is the generator's return value."""
+    other work (the event loop's I/O while phase 1 goes on); its result is the generator's return value.
+    A judge panel scores each sample once per judge first (a pass of its own: whether a value is a label
+    the judges vote on or a score they average is known only from the whole task), then as one."""
     task, ctx = p.task, sc.ctx
     sc.stale.pop((model.spec, task.id), None)  # counted anew: a task may be scored again
     base = dict(task=task.id, pillar=task.pillar, metric=task.metric.name,
@@ -100,71 +103,64 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     versions_now = {r.name: r.version for r in rubrics}  # read once per task, not per sample
     linked = sc.store.linked(model.endpoint, task.id, [sc.judges[r] for r in {r.role for r in rubrics}
                                                        if r in sc.judges])
-    rows, clusters, labels = _Columns(), [], collections.defaultdict(list)
-    errors, judge_errors = collections.Counter(), collections.Counter()
-    unscored_primary, unscored_by_value = collections.Counter(), collections.defaultdict(collections.Counter)
-    no_answer, judge_failed = collections.Counter(), collections.Counter()
-    reasked = n_judged = n_usable = 0
-    addressed: list[dict[str, str]] = []  # judged replies that speak to the judge (judges/addressed.py)
-    n_addressed = 0
-    primary = task.primary_value
     # A verdict the offline rules judge cannot give is "not judged" (unscored, with its reason); a judge
     # failure is a judge model's or classifier's verdict that is missing or unusable.
-    judged_by_model = any(r.role in sc.judges for r in rubrics)
-    for s in p.samples:
+    tally = Tally(task, ctx, judged_by_model=any(r.role in sc.judges for r in rubrics))
+    panel = sc.panel if any(r.role == "llm" for r in rubrics) else []
+    if panel:
+        tally.for_panel([j for j, _ in panel])
+        yield from _judge_each(sc, p, model, linked, rubrics, versions_now, tally)
+    for i, s in enumerate(p.samples):
         parts = linked.get((s.item.id, s.variant), {})
         asked, resp = parts.get("", (None, None))
-        line: dict[str, Any] = {"model": model.spec, "task": s.task, "item_id": s.item.id, "variant": s.variant,
-                                "messages": s.messages, "target": s.item.target}
         if resp is None or not resp.ok:
-            kind = resp.error_kind if resp else "not_generated"
-            errors[kind] += 1
-            line.update(response=None, error={"kind": kind, "message": resp.error if resp else "no reply stored"})
+            line = tally.error(s, model.spec, resp)
         else:
-            judged = _verdicts(sc, task, s, resp.text or "", parts, rubrics, versions_now, judge_errors,
-                               (model.spec, task.id))
-            score = task.score(s, resp.text or "", judged, ctx)
-            if judged and judged_by_model and (found := judge_addressed(resp.text)):
-                n_addressed += 1
-                line["judge_addressed"] = found
-                if len(addressed) < MAX_LISTED:
-                    addressed.append({"item_id": s.item.id, "variant": s.variant, "found": found})
-            rows.add(score.values)
-            clusters.append(task.cluster(s, ctx))
-            sample_labels = task.labels(s, score, ctx)
-            for k, v in sample_labels.items():
-                labels[k].append(v)
-            for name, reason in score.unscored.items():
-                unscored_by_value[name][reason] += 1
-            if primary not in score.values:
-                unscored_primary[score.unscored.get(primary, "not scored")] += 1
-            if score.no_answer is not None:
-                if resp.finish_reason == "length":  # still the model's answer, but say why it has none
-                    score.no_answer += " (reply cut off at the token limit)"
-                no_answer[score.no_answer] += 1
-            if score.judge_failed is not None and judged_by_model:
-                judge_failed[score.judge_failed] += 1
-            if judged_by_model and judged and (score.judge_failed is not None
-                                               or any(v.text is not None for v in judged.values())):
-                n_judged += 1  # usable: neither failed nor read by a fall-back ("judge_unparsed")
-                n_usable += score.judge_failed is None and score.values.get("judge_unparsed") != 1.0
-            first = next(iter(judged.values())) if judged else None
-            line.update(response=resp.text, finish_reason=resp.finish_reason, latency_s=resp.latency_s,
-                        tokens={"prompt": resp.prompt_tokens, "completion": resp.completion_tokens},
-                        attempts=resp.attempts,
-                        judge={"text": first.text, "reason": first.reason} if first else None,
-                        parsed=score.parsed, values=score.values, unscored=score.unscored, notes=score.notes,
-                        no_answer=score.no_answer, judge_failed=score.judge_failed,
-                        # cluster and labels let `trustmh compare` rebuild the task's Table per item
-                        cluster=clusters[-1], labels=sample_labels)
-            if asked and asked.startswith("asked "):  # the reply of a re-ask (Task.reask)
-                line["asked"] = int(asked.removeprefix("asked "))
-                reasked += 1
-            if judged is not None and len(judged) > 1:
-                line["verdicts"] = {k: {"text": v.text, "reason": v.reason} for k, v in judged.items()}
+            if panel:
+                judged, score = tally.panel_next()
+            else:
+                judged = _verdicts(sc, task, s, resp.text or "", parts, rubrics, versions_now, tally.judge_errors,
+                                   (model.spec, task.id))
+                score = task.score(s, resp.text or "", judged, ctx)
+            line = tally.add(s, model.spec, resp, asked, judged, score)
         out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
         yield
-    table = rows.table(clusters, dict(labels))
+    return (yield from _task_result(sc, p, model, tally, base))
+
+
+def _judge_each(sc: Scoring, p: Prepared, model: ModelRef, linked: dict, rubrics: tuple[Rubric, ...],
+                versions_now: dict[str, str], tally: Tally) -> Generator[None, None, None]:
+    """A panel's first pass: every scored sample's verdicts and Score from each judge in turn, and each
+    judge's own per-sample values table."""
+    task, ctx = p.task, sc.ctx
+    llm = {r.name for r in rubrics if r.role == "llm"}
+    own = [linked] + [sc.store.linked(model.endpoint, task.id, [endpoint]) for _, endpoint in sc.panel[1:]]
+    for s in p.samples:
+        parts = linked.get((s.item.id, s.variant), {})
+        _asked, resp = parts.get("", (None, None))
+        if resp is None or not resp.ok:
+            continue
+        verdicts, scores = [], []
+        for j, by_sample in enumerate(own):
+            seen = parts if j == 0 else judge_parts(parts, by_sample.get((s.item.id, s.variant), {}), llm)
+            judged = _verdicts(sc, task, s, resp.text or "", seen, rubrics, versions_now, tally.judge_errors,
+                               (model.spec, task.id))
+            score = task.score(s, resp.text or "", judged, ctx)
+            tally.judge_rows[j].add(score.values)
+            for k, v in task.labels(s, score, ctx).items():
+                tally.judge_labels[j][k].append(v)
+            verdicts.append(judged)
+            scores.append(score)
+        tally.judge_clusters.append(task.cluster(s, ctx))
+        tally.panel.add(scores, verdicts)
+        yield
+    tally.panel.settle()
+
+
+def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict) -> Generator[None, None, TaskResult]:
+    """The task's aggregate, bootstrap and counts as its results.json entry."""
+    task, ctx, primary = p.task, sc.ctx, p.task.primary_value
+    table = t.rows.table(t.clusters, dict(t.labels))
     values = task.aggregate(table, ctx) if len(table) else {}
     # The bootstrap (1000 aggregations) in slices too, so that phase 1's loop never waits ~0.35 s for it.
     cis = yield from in_slices(lambda pause: bootstrap(
@@ -184,18 +180,25 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     trust, why = task_trust(task, table, value)
     if why is not None:
         reason = f"undefined by the model's replies ({why}): trust score 0, the worst"
+    panel = None
+    if t.panel is not None:
+        tables = [rows.table(t.judge_clusters, dict(labels)) for rows, labels in zip(t.judge_rows, t.judge_labels)]
+        panel = t.panel.result(task, ctx, tables, seed=sc.spec.seed, n_boot=sc.spec.n_boot,
+                               label=f"{model.spec}|{task.id}", min_alpha=sc.min_alpha)
     return TaskResult(status="ok", value=value, ci=_clean_ci(cis.get(task.metric.name)), reason=reason, trust_score=trust,
-                      undefined_by_model=why, n_judged=n_judged, judge_usable_rate=judge_usable_rate(n_judged, n_usable),
+                      undefined_by_model=why, n_judged=t.n_judged,
+                      judge_usable_rate=judge_usable_rate(t.n_judged, t.n_usable),
                       n=n_primary, n_samples=len(p.samples),
-                      n_unscored=sum(unscored_primary.values()), unscored_reasons=dict(unscored_primary),
-                      unscored_by_value={k: dict(v) for k, v in unscored_by_value.items()},
-                      n_errors=sum(errors.values()), error_kinds=dict(errors),
-                      n_judge_errors=sum(judge_errors.values()), judge_error_kinds=dict(judge_errors),
-                      n_no_answer=sum(no_answer.values()), no_answer_reasons=dict(no_answer), n_reasked=reasked,
-                      n_judge_failed=sum(judge_failed.values()), judge_failed_reasons=dict(judge_failed),
+                      n_unscored=sum(t.unscored_primary.values()), unscored_reasons=dict(t.unscored_primary),
+                      unscored_by_value={k: dict(v) for k, v in t.unscored_by_value.items()},
+                      n_errors=sum(t.errors.values()), error_kinds=dict(t.errors),
+                      n_judge_errors=sum(t.judge_errors.values()), judge_error_kinds=dict(t.judge_errors),
+                      n_no_answer=sum(t.no_answer.values()), no_answer_reasons=dict(t.no_answer), n_reasked=t.reasked,
+                      n_judge_failed=sum(t.judge_failed.values()), judge_failed_reasons=dict(t.judge_failed),
                       n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics, paper=paper,
-                      n_judge_addressed=n_addressed, judge_addressed=addressed,
-                      base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")), **base)
+                      n_judge_addressed=t.n_addressed, judge_addressed=t.addressed,
+                      base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")),
+                      panel=panel, **base)
 
 
 def _clean(v: float | None) -> float | None:
@@ -256,7 +259,8 @@ class Phase2:
     def sc(self) -> Scoring:
         if self._sc is None:
             self._sc = Scoring(self.spec, self.ctx, self.store, judge_ids(self.spec, self.ctx, self.store),
-                               self.accept_stored)
+                               self.accept_stored, panel=panel_endpoints(self.spec, self.store),
+                               min_alpha=self.spec.options.get("min_judge_alpha", ALPHA_MIN))
         return self._sc
 
     def model(self, model_spec: str) -> ModelRef:
@@ -376,29 +380,3 @@ def _run(steps: Generator[None, None, TaskResult]) -> TaskResult:
             next(steps)
         except StopIteration as done:
             return done.value
-
-
-class _Columns:
-    """Per-sample values as one float array per name, for `Table`: a dict kept per sample would cost
-    ~200 bytes each, and a large run's re-scoring should not grow with the run."""
-
-    def __init__(self) -> None:
-        self.cols: dict[str, array.array] = {}
-        self.n = 0
-
-    def add(self, values: dict[str, float]) -> None:
-        for name, v in values.items():
-            col = self.cols.get(name)
-            if col is None:
-                col = self.cols[name] = array.array("d", [math.nan]) * self.n
-            col.append(math.nan if v is None else v)
-        self.n += 1
-        for col in self.cols.values():
-            if len(col) < self.n:
-                col.append(math.nan)
-
-    def table(self, clusters: list[str], labels: dict[str, list[Any]]) -> Table:
-        columns = {name: np.frombuffer(self.cols[name], dtype=float) for name in sorted(self.cols)}
-        return Table(columns, np.array(clusters, dtype=object), {k: np.array(v, dtype=object) for k, v in labels.items()})
-
-

@@ -73,8 +73,14 @@ class RunSpec:
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UserError("--max-tokens must be at least 1")
         check_temperature(self.temperature, self.models)
+        panel = self.options.get("panel_judges")  # a judge panel's other judges (engine/judges.py)
+        if panel is not None and not (isinstance(panel, list) and all(
+                isinstance(j, dict) and isinstance(j.get("judge"), str) and isinstance(j.get("base_url"), (str, type(None)))
+                for j in panel)):
+            raise UserError("options.panel_judges must be a list of {judge, base_url} entries")
         for flag, url in (("--base-url", self.base_url), ("--judge-base-url", self.judge_base_url),
-                          *(("--base-url", u) for u in (self.options.get("base_urls") or {}).values())):
+                          *(("--base-url", u) for u in (self.options.get("base_urls") or {}).values()),
+                          *(("--judge-base-url", j.get("base_url")) for j in self.options.get("panel_judges") or ())):
             check_url(flag, url)
 
     def model_base_url(self, model: str) -> str | None:
@@ -89,6 +95,9 @@ class RunSpec:
         if self.options.get("base_urls"):
             own = self.options["base_urls"]
             d["options"] = dict(self.options, base_urls={m: redact_url(u) for m, u in own.items()})
+        if self.options.get("panel_judges"):  # a judge panel's other judges (engine/judges.py)
+            d["options"] = dict(d["options"], panel_judges=[dict(j, base_url=redact_url(j.get("base_url")))
+                                                            for j in self.options["panel_judges"]])
         return d
 
     def run_id(self) -> str:

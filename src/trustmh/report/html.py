@@ -21,6 +21,7 @@ from markupsafe import Markup
 
 from ..compare import Comparison, Run, entries, load_run
 from .addressed import judge_addressed_rows
+from .panel import panel_rows
 from .breakdowns import group_scale, task_groups
 from .charts import PALETTE, radar_svg, whisker_svg
 from .drilldown import MAX_BYTES, PER_TASK, SampleSet, collect_samples
@@ -77,7 +78,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "fmt": fmt, "whisker": whisker_svg, "group_scale": group_scale, "paired": paired,
         "ranks": ranks, "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
-        "judge_addressed": judge_addressed_rows(ents),
+        "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents),
     }, ss, head
 
 
