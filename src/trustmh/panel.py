@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .agreement import krippendorff_alpha, panel_verdict
-from .compare import Rows, _ctx, load_run, read_rows
+from .runs import Rows, load_run, read_rows, run_context
 from .errors import UserError
 from .metrics import derived_seed
 
@@ -141,7 +141,7 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> l
         task = task_cls()
         keys = list(first.values) + [k for r in rows[1:] for k in r.values if k not in first.values]
         combined, failed, matrix = _combine(rows, keys, task.primary_value)
-        metrics = task.aggregate(combined.table(keys), _ctx(runs[0]))
+        metrics = task.aggregate(combined.table(keys), run_context(runs[0]))
         value = metrics.get(task.metric.name)
         alpha, level = _alpha_of(matrix)
         ci = None if alpha == 1.0 else _alpha_ci(matrix, level, derived_seed(seed, f"panel|{model}|{task_id}"), n_boot)

@@ -27,7 +27,8 @@ from . import identity
 from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
 from .prepare import Prepared, samples_except
-from .spec import Limits, RunSpec, generation_request, judge_request
+from .requests import generation_request, judge_request
+from .spec import Limits, RunSpec
 
 
 @dataclass

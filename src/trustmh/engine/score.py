@@ -36,9 +36,10 @@ from .collect import judge_ids
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import SLICE_S, Prepared
+from .requests import param_notes
 from .rundir import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_write
 from .slices import in_slices
-from .spec import RunSpec, data_source, param_notes, versions
+from .spec import RunSpec, data_source, versions
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
 
