@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..models import make_model
-from ..models.replay import ReplayModel
 from ..store import Store
 from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
@@ -99,7 +98,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
     for jm in judge_models.values():
-        if isinstance(jm, ReplayModel):
+        if getattr(jm, "answers_by_id", False):
             jm.check_ids(ids, TASKS)
     # One group commit for every endpoint: no request of any leaves before every reply is stored.
     writer = CallWriter(store)
@@ -118,7 +117,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                     transport=spec.options.get("transport", "http"), max_connections=limits.max_connections,
                     batch_size=limits.batch_size)
                 opened.append(model)
-                if isinstance(model, ReplayModel):
+                if getattr(model, "answers_by_id", False):
                     model.check_ids(ids, TASKS)
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)
