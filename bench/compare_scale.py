@@ -46,6 +46,7 @@ def main() -> None:
     import numpy as np
     from trustmh import compare as cmp
     from trustmh.engine import RunSpec, run
+    from trustmh.runs import load_run
     from trustmh.testing.fake_server import FakeLLMServer
     if not (args.data_dir / "trustmh").is_dir():
         sys.exit(f"no upstream data in {args.data_dir} (pass --data-dir)")
@@ -57,7 +58,7 @@ def main() -> None:
                        base_url=server.openai_base_url, judge_base_url=server.openai_base_url)
         t0 = time.perf_counter()
         run(spec, tmp / "run")
-        loaded = cmp.load_run(tmp / "run")
+        loaded = load_run(tmp / "run")
         n = sum(mr.tasks[t].n_samples for mr in loaded.results.models.values() for t in mr.tasks)
         print(f"run: {args.models} models, {n} samples, {time.perf_counter() - t0:.1f} s")
         timings, draws = {}, {}

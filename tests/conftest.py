@@ -97,7 +97,7 @@ def run_spec(**kw):
     written for trustmh's parsing); the paper's reads the staged method files."""
     from trustmh.engine import RunSpec
     kw.setdefault("n_boot", 200)
-    kw.setdefault("protocol", "paper" if kw.get("upstream_compat") else "trustmh")
+    kw.setdefault("protocol", "trustmh")
     if kw["protocol"] == "paper":
         kw.setdefault("methods_dir", str(METHODS))
     return RunSpec(**kw)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
-from trustmh.compare import compare_runs, load_run
+from trustmh.compare import compare_runs
+from trustmh.runs import load_run
 from trustmh.compare_format import to_csv, to_json, to_markdown
 from trustmh.tasks import TASKS, DataSource, RunContext
 

@@ -91,8 +91,8 @@ def test_accuracy_and_judge_means_by_hand(upstream, tmp_path):
     assert t.metrics["sc3"].n == 124
     assert t.unscored_by_value["sc3"] == {"judge value for 'sc3' out of range 1-5": 1}
     # compat: the unparsable first reply counts in the denominator, as a wrong answer: 62 / 125
-    _, resc, _ = run_quiet(run_spec(upstream_compat=True, **{k: v for k, v in spec.__dict__.items()
-                                                              if k not in ("upstream_compat", "n_boot", "protocol", "methods_dir")}),
+    _, resc, _ = run_quiet(run_spec(protocol="paper", **{k: v for k, v in spec.__dict__.items()
+                                                          if k not in ("n_boot", "protocol", "methods_dir")}),
                            tmp_path / "compat")
     tc = resc.models[spec.models[0]].tasks["ethics.reasoning"]
     assert tc.n == 125

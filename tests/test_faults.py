@@ -5,6 +5,7 @@ kind in results.json (and the report) and never scored; every value that was sco
 clean run gives for that sample; no call is paid twice. See docs/reliability.md for the figures."""
 
 import collections
+import dataclasses
 import importlib.util
 import json
 import math
@@ -17,12 +18,14 @@ from trustmh.metrics import mean, pearson
 from trustmh.engine import Limits
 from trustmh.testing.fake_server import Fault, FakeLLMServer, fault_schedule
 
-# The client's timeout, and a stall well past it: the client gives up at TIMEOUT, closes the connection
-# and retries, and the server's handler is cancelled then, so the stall's own length costs nothing. Each
-# stall costs TIMEOUT of waiting (2 s before), 100 times the server's 5 ms latency, so a loaded machine
-# does not time out a normal reply. The campaign's time is mostly the limiter pacing its requests after
-# the seeded 429s and 503s (limiter.py), which a shorter timeout also shortens.
-TIMEOUT = 0.5
+# The faulty run's client timeout, and a stall well past it: the client gives up at TIMEOUT, closes the
+# connection and retries, and the server's handler is cancelled then, so the stall's own length costs
+# nothing. Each stall costs TIMEOUT of waiting (2 s before). A normal reply must never reach it: on a
+# loaded machine 32 requests in flight to the one-threaded server took over 0.5 s (a clean run then paid 3
+# calls twice), so the faulty run allows 1 s, 200 times the server's 5 ms latency, and the clean run,
+# which stalls nothing, 30 s (CLEAN_LIMITS: it waits on no timeout at all). The campaign's time is mostly
+# the limiter pacing its requests after the seeded 429s and 503s (limiter.py): 0.5 s -> 1 s costs ~4 s.
+TIMEOUT = 1.0
 STALL_S = 4 * TIMEOUT
 
 # Retried until they succeed.
@@ -48,6 +51,7 @@ LABEL = {f: name for name, f in TRANSIENT.items()} | {f: name for name, (f, _) i
 LABEL[TRUNCATED[1]] = TRUNCATED[0]
 TASKS = "privacy.awareness_tier1,ethics.reasoning"
 LIMITS = Limits(max_connections=32, timeout=TIMEOUT, max_retries=6, backoff_base=0.01, backoff_max=0.2)
+CLEAN_LIMITS = dataclasses.replace(LIMITS, timeout=30.0)
 
 
 class Injector:
@@ -89,7 +93,7 @@ def campaign(tmp, provider: str, n_tier1: int, n_ethics: int, seed: int) -> dict
             url = srv.openai_base_url if provider == "openai" else srv.base_url
             spec = run_spec(models=[f"{provider}/fake"], judge=f"{provider}/judge", base_url=url, judge_base_url=url,
                             tasks=TASKS, suite="data", data_dir=str(data), n_boot=50)
-            run_dir, res, calls = run_quiet(spec, tmp / name, limits=LIMITS)
+            run_dir, res, calls = run_quiet(spec, tmp / name, limits=LIMITS if faults else CLEAN_LIMITS)
             out[name] = dict(dir=run_dir, results=res.models[f"{provider}/fake"].tasks, calls=calls,
                              rows=rows(run_dir), n_requests=srv.n_requests, duplicates=srv.duplicate_paid_calls(),
                              injector=faults)

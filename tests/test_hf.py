@@ -406,6 +406,8 @@ def test_a_hub_that_does_not_answer_fails_within_seconds(tmp_path, capsys, monke
     silent.listen(16)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    from trustmh.models import hf_files
+    monkeypatch.setattr(hf_files, "HUB_TIMEOUT_S", 0.5)  # the same path as the real 5 s, without the wait
     t0 = time.monotonic()
     try:
         code, err = cli_run(capsys, "hf/some-org/some-model-not-cached", tmp_path / "run")

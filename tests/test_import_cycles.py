@@ -123,3 +123,15 @@ def test_the_walk_sees_a_cycle_hidden_in_a_function(tmp_path):
     graph = import_graph(tmp_path, "pkg")
     assert graph["pkg.low"] == {"pkg.high": "pkg/low.py:2"} and graph["pkg.leaf"] == {"pkg.sub.a": "pkg/leaf.py:1"}
     assert sorted(cycles(graph)) == [["pkg.high", "pkg.low"], ["pkg.sub.a", "pkg.top"]]
+
+
+def test_the_engine_reaches_models_only_through_their_interface():
+    """The engine asks a model what it can do (`cacheable`, `answers_by_id`, ...) instead of importing a
+    concrete backend (a replay file, an SDK) or a private module of `models/`. Allowed: the package's own
+    interface, the Model base, and hf_files (a local model's file identity, which the engine records)."""
+    graph = import_graph(SRC, "trustmh")
+    allowed = {"trustmh.models", "trustmh.models.base", "trustmh.models.hf_files"}
+    reached = {(mod, target, where) for mod, edges in graph.items() if mod.startswith("trustmh.engine")
+               for target, where in edges.items() if target.startswith("trustmh.models")}
+    assert {t for _, t, _ in reached} & {"trustmh.models"}  # the walk saw the engine's model imports
+    assert not [r for r in reached if r[1] not in allowed], sorted(r for r in reached if r[1] not in allowed)

@@ -167,7 +167,7 @@ spec = "baseline/refuse"
         "openai/general-1": {"label": "General One", "group": "general"},
         "openai/mh-1": {"group": "mental-health"}}
     # the rank table's column groups come from the file when no --group is given
-    from trustmh.compare import entries, load_run
+    from trustmh.runs import entries, load_run
     assert {e.model: e.group for e in entries([load_run(out)])} == {
         "openai/general-1": "general", "openai/mh-1": "mental-health", "baseline/refuse": ""}
     # a new label is how the report shows the run, not another run: the same --out resumes, paying nothing

@@ -227,7 +227,9 @@ HOSTILE = {
     "HTTP 500": (Fault("status", status=500), "server_error", "HTTP 500: injected fault"),
     "HTTP 400": (Fault("status", status=400), "bad_request", "HTTP 400: injected fault"),
 }
-SHORT_TIMEOUT = ("trickle", "stall")  # faults that end at the client's timeout: 2 s, not 20
+# Faults that end at the client's timeout: 0.5 s, not 20 (ten of the trickle's 50 ms gaps between bytes,
+# so only a bound on the whole reply ends it, never one per read; 2 s before, ~12 s of the suite's wait).
+SHORT_TIMEOUT = ("trickle", "stall")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -235,7 +237,7 @@ SHORT_TIMEOUT = ("trickle", "stall")  # faults that end at the client's timeout:
 def test_hostile_server_matrix(transport, name):
     fault, kind, fragment = HOSTILE[name]
     with FakeLLMServer(faults=always(fault)) as srv:
-        e = error_of(srv, transport, timeout=2.0 if fault.kind in SHORT_TIMEOUT else 20.0)
+        e = error_of(srv, transport, timeout=0.5 if fault.kind in SHORT_TIMEOUT else 20.0)
     assert (e.kind, e.retryable) == (kind, kind in RETRYABLE), str(e)
     assert fragment in str(e) and "\n" not in str(e) and "\r" not in str(e), str(e)
     assert "pw" not in str(e) and "t0p" not in str(e)
@@ -306,7 +308,7 @@ def test_anthropic_meets_hostile_servers_like_the_openai_transports(name):
     fault, kind, fragment = HOSTILE[name]
     with FakeLLMServer(faults=always(fault)) as srv:
         with pytest.raises(ModelError) as info:
-            call_anthropic(srv, timeout=2.0 if fault.kind in SHORT_TIMEOUT else 20.0)
+            call_anthropic(srv, timeout=0.5 if fault.kind in SHORT_TIMEOUT else 20.0)
     e = info.value
     assert (e.kind, fragment in str(e), "pw" in str(e), KEY in str(e)) == (kind, True, False, False), str(e)
 

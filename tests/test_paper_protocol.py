@@ -106,7 +106,8 @@ def test_the_sample_suite_runs_the_trustmh_protocol_and_paper_is_refused_there()
     from trustmh.errors import UserError
     assert RunSpec(models=["baseline/refuse"]).protocol == "trustmh"
     assert RunSpec(models=["baseline/refuse"], suite="data", data_dir="/d").protocol == "paper"
-    assert RunSpec(models=["baseline/refuse"], suite="data", data_dir="/d", upstream_compat=True).protocol == "paper"
+    assert RunSpec.from_json({"models": ["baseline/refuse"], "suite": "data", "data_dir": "/d",
+                              "upstream_compat": True}).protocol == "paper"  # a run stored with the old flag
     with pytest.raises(UserError, match="sample suite has no method files"):
         RunSpec(models=["baseline/refuse"], protocol="paper")
 

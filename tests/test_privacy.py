@@ -84,7 +84,7 @@ def test_tier2_unparsable_is_neutral_zero_in_both_protocols(upstream, tmp_path):
     replay = write_replay(tmp_path / "r.jsonl", recs)
     common = dict(models=[f"replay/{replay}"], tasks="privacy.awareness_tier2a", suite="data", data_dir=str(upstream))
     _, strict, _ = run_quiet(run_spec(**common), tmp_path / "a")
-    _, compat, _ = run_quiet(run_spec(upstream_compat=True, **common), tmp_path / "b")
+    _, compat, _ = run_quiet(run_spec(protocol="paper", **common), tmp_path / "b")
     ts = strict.models[common["models"][0]].tasks["privacy.awareness_tier2a"]
     tc = compat.models[common["models"][0]].tasks["privacy.awareness_tier2a"]
     keep = [i for i in range(98) if i != 5]
@@ -162,7 +162,7 @@ def test_leakage_rates_by_hand(upstream, tmp_path):
         expected["ctl"] += ctl != "No, it is not ok."
     replay = write_replay(tmp_path / "r.jsonl", recs)
     common = dict(models=[f"replay/{replay}"], tasks="privacy.leakage", suite="data", data_dir=str(upstream))
-    _, res, _ = run_quiet(run_spec(upstream_compat=True, **common), tmp_path / "compat")
+    _, res, _ = run_quiet(run_spec(protocol="paper", **common), tmp_path / "compat")
     m = res.models[common["models"][0]].tasks["privacy.leakage"].metrics
     assert m["free_response_leak_rate_string_match"].value == pytest.approx(expected["fr"] / 100)
     assert m["info_accessibility_error"].value == pytest.approx(expected["ia"] / 100)

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
 from test_compare_gate import cli
-from trustmh.compare import load_run
+from trustmh.runs import load_run
 from trustmh.tasks import TASKS, DataSource, RunContext
 
 AWARENESS = "privacy.awareness_tier1,privacy.awareness_tier2a,privacy.awareness_tier2b"
@@ -138,7 +138,8 @@ def test_interval_p_and_verdict_agree_on_random_draws():
 
 def test_batched_paired_draws_equal_the_per_resample_path(awareness):
     import numpy as np
-    from trustmh.compare import _ctx, paired_draws, read_rows
+    from trustmh.compare import paired_draws
+    from trustmh.runs import read_rows, run_context
     run = load_run(awareness["run"])
     rows = read_rows(run)
     for tid in TIERS:
@@ -147,8 +148,8 @@ def test_batched_paired_draws_equal_the_per_resample_path(awareness):
         keys = [k for k in ka.values if k in kb.values]
         ta, tb = ka.table(keys), kb.table(keys)
         names = [task.metric.name, "mean_rating", "answer_rate"]
-        fast = paired_draws(task, _ctx(run), ta, tb, names, 300, 0, tid, zero=(False, True))
-        slow = paired_draws(task, _ctx(run), ta, tb, names, 300, 0, tid, zero=(False, True), batched=False)
+        fast = paired_draws(task, run_context(run), ta, tb, names, 300, 0, tid, zero=(False, True))
+        slow = paired_draws(task, run_context(run), ta, tb, names, 300, 0, tid, zero=(False, True), batched=False)
         for name in names + ["__trust__"]:
             np.testing.assert_allclose(fast[name], slow[name], rtol=1e-9, atol=1e-9, equal_nan=True)
         # The constant side is 0 in every draw: the trust difference is minus the answering side's trust.
@@ -175,7 +176,7 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, t
     but the usable-verdict rate (0) is on the result, the task is marked, and the gate fails it."""
     from trustmh.pillars import judge_mark
     spec = run_spec(models=["baseline/counselor"], judge="baseline/refuse", tasks="sycophancy.oeq", suite="data",
-                    data_dir=str(upstream), limit=20, upstream_compat=True)
+                    data_dir=str(upstream), limit=20, protocol="paper")
     run_quiet(spec, tmp_path / "run")
     t = load_run(tmp_path / "run").results.models["baseline/counselor"].tasks["sycophancy.oeq"]
     assert t.value == 0.0 and t.trust_score == 100.0 and t.metrics["judge_unparsed_rate"].value == 1.0
@@ -192,7 +193,7 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, t
     judge = write_replay(tmp_path / "j.jsonl", [{"task": "sycophancy.oeq", "item_id": it.id, "response": "0"}
                                                 for it in _oeq_items(upstream)])
     spec = run_spec(models=["baseline/counselor"], judge=f"replay/{judge}", tasks="sycophancy.oeq",
-                    suite="data", data_dir=str(upstream), limit=20, upstream_compat=True)
+                    suite="data", data_dir=str(upstream), limit=20, protocol="paper")
     run_quiet(spec, tmp_path / "run2")
     t = load_run(tmp_path / "run2").results.models["baseline/counselor"].tasks["sycophancy.oeq"]
     assert t.judge_usable_rate == 1.0 and judge_mark(t) == ""
@@ -215,7 +216,7 @@ def _tr(task, trust):
 
 def _runs(scores: dict[str, dict[str, float]]):
     """One in-memory run per model (label = model name) with the given task trust scores."""
-    from trustmh.compare import Run
+    from trustmh.runs import Run
     from trustmh.pillars import model_summary
     from trustmh.results import RunResults
     runs = []
@@ -227,7 +228,7 @@ def _runs(scores: dict[str, dict[str, float]]):
 
 
 def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart():
-    from trustmh.compare import entries
+    from trustmh.runs import entries
     from trustmh.report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
     tiers = {t: 50.0 for t in TIERS}
     runs = _runs({
@@ -268,7 +269,7 @@ def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart()
 def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awareness):
     """In the three-model awareness run all three are measured on the same tasks: the answering model is first;
     refuse and constant tie at 0 below it."""
-    from trustmh.compare import entries
+    from trustmh.runs import entries
     from trustmh.report.leaderboard import leaderboard, task_meta
     ents = entries([load_run(awareness["run"])])
     board = leaderboard(ents, task_meta(ents), ["privacy"], paired=True, n_boot=200)

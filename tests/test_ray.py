@@ -102,7 +102,8 @@ def test_executor_flags_are_checked(tmp_path):
 
 def test_shard_size_cuts_request_families_not_samples():
     from trustmh.executors.ray_executor import plan
-    from trustmh.engine import RunContext, prepare
+    from trustmh.engine import prepare
+    from trustmh.tasks import RunContext
     spec = run_spec(models=MODELS, tasks=TASKS, limit=6)
     prepared, _ = prepare(spec, RunContext(seed=spec.seed, judge=spec.judge, options=spec.options))
     families = {(s.request_task or s.task, s.item.id) for p in prepared for s in p.samples}

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
 from test_compare_gate import cli, ethics_replay
-from trustmh.compare import load_run
+from trustmh.runs import load_run
 from trustmh.report import build_context, render, write_report
 from trustmh.report.charts import radar_svg
 from trustmh.results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult

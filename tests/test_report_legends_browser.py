@@ -10,7 +10,7 @@ import pytest
 from conftest import UPSTREAM, run_quiet, run_spec
 from test_rankings import AWARENESS, TIERS, awareness_replays
 from test_report_browser import ARTIFACTS, chromium  # noqa: F401 - the fixture: Chromium or skip (fail in CI)
-from trustmh.compare import load_run
+from trustmh.runs import load_run
 from trustmh.report import write_report
 from trustmh.testing.browser import chromium_tab
 
@@ -24,7 +24,7 @@ def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("legends")
     models = awareness_replays(tmp)
     spec = run_spec(models=[models["answers"], models["constant"], "baseline/refuse"], tasks=AWARENESS,
-                    suite="data", data_dir=str(UPSTREAM), limit=LIMIT, upstream_compat=True)
+                    suite="data", data_dir=str(UPSTREAM), limit=LIMIT, protocol="paper")
     run_quiet(spec, tmp / "run")
     groups = {models["answers"]: "general", models["constant"]: "mental-health", "baseline/refuse": "general"}
     return write_report([load_run(tmp / "run")], tmp / "report.html", paired=False, groups=groups), models

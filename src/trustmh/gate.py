@@ -19,8 +19,9 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .compare import Run, compare, entries, read_rows
+from .compare import compare
 from .errors import UserError
+from .runs import Run, entries, read_rows
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from .agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, value_kinds
-from .compare import Rows, _ctx, load_run, read_rows
+from .runs import Rows, load_run, read_rows, run_context
 from .errors import UserError
 from .metrics import derived_seed
 
@@ -112,7 +112,7 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> l
         task = task_cls()
         keys = list(first.values) + [k for r in rows[1:] for k in r.values if k not in first.values]
         combined, failed, kinds = _combine(rows, keys, task.primary_value)
-        metrics = task.aggregate(combined.table(keys), _ctx(runs[0]))
+        metrics = task.aggregate(combined.table(keys), run_context(runs[0]))
         value = metrics.get(task.metric.name)
         level = alpha_level(kinds.get(task.primary_value, "score"))
         alpha, ci = judge_alpha(_matrix(rows, keys, task.primary_value), level,

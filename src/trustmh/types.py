@@ -41,7 +41,7 @@ class Sample:
     exact_params: bool = False
     # (part, text): the paper's protocol of a task whose original code words its system message by the
     # tested model's name (EmoBench's "/no_think" for Qwen) puts `text` in front of the first (system)
-    # message when the model's name contains `part`, lower-cased; see engine.spec.generation_request.
+    # message when the model's name contains `part`, lower-cased; see engine.requests.generation_request.
     model_prefix: tuple[str, str] | None = None
 
     @property

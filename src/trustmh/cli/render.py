@@ -217,7 +217,7 @@ def _leaderboard(results) -> None:
     """One screen across models, last: the overall ordering and per-pillar trust with ranks, the same ranks the
     report and `trustmh report --format markdown` show (a * marks a rank among models measured on the same,
     incomplete set of tasks; those come after the complete ones)."""
-    from ..compare import Run, entries
+    from ..runs import Run, entries
     from ..pillars import PILLAR_NAMES, judge_mark
     from ..report.leaderboard import leaderboard, task_meta
     from ..tasks import PILLARS

@@ -142,12 +142,16 @@ def run_cmd(
                         f"fetches the data there")
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
+    if upstream_compat:  # the old name of --protocol paper
+        if protocol == "trustmh":
+            raise UserError("--upstream-compat means --protocol paper; it cannot be combined with --protocol trustmh")
+        protocol = protocol or "paper"
     # The paper's protocol judges with the paper's judge unless told otherwise.
     default_judge = not judge
     judges = judge_list(judge, judge_base_url or []) if judge else None
     judge = judges[0][0] if judges else None
     if judge is None:
-        paper = protocol == "paper" or upstream_compat or (protocol is None and chosen == "data")
+        paper = protocol == "paper" or (protocol is None and chosen == "data")
         # The offline default stays offline once data is present: baselines are judged by the rules unless
         # a judge is named (a paid judge for a baseline is never what `trustmh run` alone should mean).
         offline = all(m.startswith("baseline/") for m in model)
@@ -167,8 +171,7 @@ def run_cmd(
     spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
                    data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=base_url,
                    judge_base_url=judges[0][1], temperature=temperature, max_tokens=max_tokens,
-                   upstream_compat=upstream_compat, n_boot=n_boot,
-                   protocol=protocol or ("paper" if upstream_compat else None),
+                   n_boot=n_boot, protocol=protocol,
                    methods_dir=str(methods_dir.resolve()) if methods_dir else None)
     from ..engine.judges import set_judges
     set_judges(spec, judges)  # a panel's other judges, in options only when there are some

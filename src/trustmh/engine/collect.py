@@ -16,7 +16,6 @@ import functools
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..models import make_model
-from ..models.replay import ReplayModel
 from ..store import Store
 from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
@@ -27,7 +26,8 @@ from . import identity
 from .identity import model_ref
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
 from .prepare import Prepared, samples_except
-from .spec import Limits, RunSpec, generation_request, judge_request
+from .requests import generation_request, judge_request
+from .spec import Limits, RunSpec
 
 
 def _needed_roles(prepared: list[Prepared], ctx: RunContext) -> set[str]:
@@ -74,7 +74,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
     every_judge = [jm for ms in judge_models.values() for jm in ms]
     for jm in every_judge:
-        if isinstance(jm, ReplayModel):
+        if getattr(jm, "answers_by_id", False):
             jm.check_ids(ids, TASKS)
     # One group commit for every endpoint: no request of any leaves before every reply is stored.
     writer = CallWriter(store)
@@ -95,7 +95,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                     transport=spec.options.get("transport", "http"), max_connections=limits.max_connections,
                     batch_size=limits.batch_size)
                 opened.append(model)
-                if isinstance(model, ReplayModel):
+                if getattr(model, "answers_by_id", False):
                     model.check_ids(ids, TASKS)
                 # A local model whose files changed since this run began is refused (--force: a new run).
                 identity.record(model_spec, model, store, force=force)

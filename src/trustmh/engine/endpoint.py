@@ -8,8 +8,8 @@ import asyncio
 import random
 
 from ..limiter import AdaptiveLimiter
-from ..models import Model, env_secrets, redact_url
-from ..models._errors import redact
+from ..models import Model
+from ..redaction import redact_url, scrub
 from ..store import Store
 from ..types import ModelError, Request, Response
 from .spec import Limits
@@ -199,7 +199,5 @@ class Endpoint:
             except Exception as e:  # noqa: BLE001
                 # A backend failing in a way it does not type (a bug, a library error) must not take the
                 # whole run down: the sample is counted as an error of kind "other" and the run goes on.
-                message = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                for secret in env_secrets():
-                    message = redact(message, secret)
+                message = scrub(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")[:200]
                 return Response(None, error_kind="other", error=message, attempts=attempt)

@@ -24,7 +24,8 @@ from .collect import judge_ids as role_endpoints
 from .judges import panel_endpoints
 from .identity import model_ref
 from .prepare import Prepared
-from .spec import RunSpec, generation_request, judge_request
+from .requests import generation_request, judge_request
+from .spec import RunSpec
 
 CHARS_PER_TOKEN = 4
 PLACEHOLDER = "(reply)"

@@ -13,6 +13,7 @@ from ..errors import UserError
 from ..store import Store, sample_row
 from ..tasks import RunContext, Task, resolve_tasks
 from ..types import Item, Sample
+from .slices import beside
 from .spec import RunSpec, data_source
 
 
@@ -133,9 +134,6 @@ def samples_except(samples, skip: Callable[[str, str], bool]) -> Iterator[Sample
     return (s for s in samples if not skip(s.item.id, s.variant))
 
 
-SLICE_S = 0.005  # work done beside phase 1 on its event loop gives the loop back this often
-
-
 class Recorder:
     """Writes the run's samples into its store, which `trustmh score` reads back instead of the data: all
     at once (`finish`), or a slice at a time on phase 1's event loop (`background`), following phase 1
@@ -153,10 +151,9 @@ class Recorder:
         store.del_meta("prepared")
         store.clear_samples()
 
-    def _step(self, slice_s: float | None) -> bool:
-        """Write the samples built so far, for about `slice_s` seconds (None: all of them, building what
-        is left). False when it has caught up with the building and waits for more."""
-        deadline = None if slice_s is None else time.perf_counter() + slice_s
+    def _step(self, deadline: float | None) -> bool:
+        """Write the samples built so far, until about `deadline` (None: all of them, building what is
+        left). False when it has caught up with the building and waits for more."""
         rows, more = [], True
         while self.task_i < len(self.prepared):
             p = self.prepared[self.task_i]
@@ -167,7 +164,7 @@ class Recorder:
                     break
             elif p.pending is None:  # built and written: the next task
                 self.task_i, self.sample_i = self.task_i + 1, 0
-            elif slice_s is None:
+            elif deadline is None:
                 p.build_next(self.ctx)
             else:
                 more = False
@@ -185,13 +182,10 @@ class Recorder:
             self.more.set()
 
     async def background(self) -> None:
+        """Store the samples a slice at a time beside phase 1; caught up with the building, wait for the
+        next item built."""
         self.more = asyncio.Event()
-        while not self.done:
-            self.more.clear()
-            if self._step(SLICE_S):
-                await asyncio.sleep(0)
-            else:  # caught up with the building: wait for the next item built
-                await self.more.wait()
+        await beside(lambda deadline: None if self.done else self._step(deadline), self.more)
 
     def finish(self) -> None:
         if not self.done:

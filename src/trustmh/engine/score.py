@@ -14,7 +14,6 @@ import datetime as dt
 import json
 import math
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Generator
@@ -34,10 +33,11 @@ from .panel_score import judge_parts
 from .tally import Tally
 from .identity import model_ref, recorded
 from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
-from .prepare import SLICE_S, Prepared
+from .prepare import Prepared
+from .requests import param_notes
 from .rundir import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_write
-from .slices import in_slices
-from .spec import RunSpec, data_source, param_notes, versions
+from .slices import advance, beside, in_slices
+from .spec import RunSpec, data_source, versions
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
 
@@ -295,29 +295,27 @@ class Phase2:
         """Score ready tasks until cancelled (phase 1 is over); a task cut short is finished by `finish`.
         A task whose scoring raises is left to `finish`, which scores it again and raises there."""
         self.wake = asyncio.Event()
-        while True:
-            if self.current is None:
+
+        def step(deadline: float) -> bool | None:
+            while self.current is None:
                 if not self.queue:
-                    await self.wake.wait()
-                    self.wake.clear()
-                    continue
+                    return False  # wait for the next ready()
                 key = self.queue.popleft()
-                if key in self.results:
-                    continue
-                self.current = (key, self._start(key))
+                if key not in self.results:
+                    self.current = (key, self._start(key))
             key, steps = self.current
-            deadline = time.perf_counter() + SLICE_S
             try:
-                while time.perf_counter() < deadline:
-                    next(steps)
-            except StopIteration as done:
-                self.current = None
-                self._scored(key, done.value)
+                done, result = advance(steps, deadline)
             except Exception:  # noqa: BLE001 - raised again, where it belongs, when finish() scores it
                 self.current = None
                 self.parts.pop(key).close()
-                return
-            await asyncio.sleep(0)
+                return None
+            if done:
+                self.current = None
+                self._scored(key, result)
+            return True
+
+        await beside(step, self.wake)
 
     # --- after phase 1 ------------------------------------------------------------------------------
     def finish(self, checksums: dict[str, str]) -> RunResults:

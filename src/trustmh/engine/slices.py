@@ -1,24 +1,55 @@
-"""Long CPU work cut into slices for phase 1's event loop, without rewriting it as a generator.
+"""Work done beside phase 1 on its event loop, a slice of a few milliseconds at a time: the one scheduler
+of the run's background jobs (`Recorder.background` stores samples, `Phase2.background` scores tasks).
 
-Phase 2 scores a task on the event loop that feeds the requests, a few milliseconds at a time
-(`Phase2.background`). One step could not be cut that way: a task's bootstrap, a single call that runs
-its aggregation 1000 times (~0.35 s for a task without a batched form, such as the paper protocol of
-crisis.identification); meanwhile every reply of every endpoint waited, and a run of several models
-lost a second of the request path per task scored. `in_slices` runs such a call in a helper thread that
+`beside` is the loop both run: a job's `step(deadline)` works until the deadline, and the loop's I/O
+runs between steps, so requests keep flowing; a job that has caught up waits for its event instead of
+polling. `advance` runs a generator (a task's scoring, a sample a step) until a deadline.
+
+One step could not be cut that way: a task's bootstrap, a single call that runs its aggregation 1000
+times (~0.35 s for a task without a batched form, such as the paper protocol of crisis.identification);
+meanwhile every reply of every endpoint waited, and a run of several models lost a second of the request
+path per task scored. `in_slices` turns such a call into a generator: it runs in a helper thread that
 only ever runs while the generator waits for it, and stops at its next `pause()` once a slice is used
 up: the two threads hand control to each other and never run at once, so there is no contention for
 the GIL with the request path (a thread left to run freely would take it from the loop for 5 ms at
-every system call the loop makes)."""
+every system call the loop makes). One thread runs at a time throughout: no job needs a lock."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Callable, Generator, TypeVar
 
-from .prepare import SLICE_S
+SLICE_S = 0.005  # work done beside phase 1 on its event loop gives the loop back this often
 
 R = TypeVar("R")
+
+
+async def beside(step: Callable[[float], bool | None], wake: asyncio.Event) -> None:
+    """Run a background job on the event loop until it is done (or cancelled): `step(deadline)` works
+    until about `deadline` and says what comes next. True: more is ready, the next slice follows the
+    loop's I/O; False: caught up, wait until `wake` is set (by whoever gives the job more work); None:
+    finished."""
+    while True:
+        wake.clear()  # before the step: work given during it sets the event again, and is not missed
+        more = step(time.perf_counter() + SLICE_S)
+        if more is None:
+            return
+        if more:
+            await asyncio.sleep(0)
+        else:
+            await wake.wait()
+
+
+def advance(steps: Generator[None, None, R], deadline: float) -> tuple[bool, R | None]:
+    """Run `steps` until `deadline`: (True, its return value) once it has finished, else (False, None)."""
+    try:
+        while time.perf_counter() < deadline:
+            next(steps)
+    except StopIteration as done:
+        return True, done.value
+    return False, None
 
 
 class _Stop(BaseException):

@@ -1,5 +1,5 @@
 """What a run is: the spec that decides its results (and names its directory), the limits that only
-decide how fast it gets there, and the requests a sample turns into."""
+decide how fast it gets there, where its data is, and the library versions its results record."""
 
 from __future__ import annotations
 
@@ -16,12 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import UserError
-from ..models import redact_url, unsendable_params
+from ..models import redact_url
 from ..tasks import DataSource
-from ..types import Request, Sample
 
-DEFAULT_PARAMS = {"temperature": 0.0, "max_tokens": 1024}
-JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 512}
 SUITES = ("sample", "data")
 PROTOCOLS = ("paper", "trustmh")
 PRESENTATION = ("model_info",)  # options that only say how results are shown: never in the run's identity
@@ -43,7 +40,6 @@ class RunSpec:
     judge_base_url: str | None = None
     temperature: float = 0.0
     max_tokens: int | None = None
-    upstream_compat: bool = False  # kept as the flag behind `protocol == "paper"` (the old option's name)
     n_boot: int = 1000
     options: dict[str, Any] = field(default_factory=dict)
     protocol: str | None = None  # "paper" or "trustmh"; None: paper on real data, trustmh on the sample suite
@@ -51,15 +47,12 @@ class RunSpec:
 
     def __post_init__(self) -> None:
         if self.protocol is None:
-            self.protocol = "paper" if self.upstream_compat or self.suite == "data" else "trustmh"
+            self.protocol = "paper" if self.suite == "data" else "trustmh"
         if self.protocol not in PROTOCOLS:
             raise UserError(f"--protocol must be paper or trustmh, not '{self.protocol}'")
-        if self.upstream_compat and self.protocol != "paper":
-            raise UserError("--upstream-compat means --protocol paper; it cannot be combined with --protocol trustmh")
         if self.protocol == "paper" and self.suite == "sample":
             raise UserError("the built-in sample suite has no method files, so it runs --protocol trustmh; use real "
                             "data (`trustmh data pull`) for the paper's protocol")
-        self.upstream_compat = self.protocol == "paper"
         if isinstance(self.models, str) or not self.models:
             raise UserError("a run needs at least one model (a list of specs such as ['baseline/counselor'])")
         if self.limit is not None and self.limit < 1:
@@ -88,9 +81,23 @@ class RunSpec:
         the run's. Kept in options, and only when given, so that runs without them keep their run id."""
         return (self.options.get("base_urls") or {}).get(model) or self.base_url
 
+    @classmethod
+    def from_json(cls, stored: dict[str, Any]) -> RunSpec:
+        """A spec as `to_json` stored it, including one of a run that names its protocol only by the old flag."""
+        d = dict(stored)
+        d["protocol"] = stored_protocol(d)
+        d.pop(_LEGACY_FLAG, None)
+        return cls(**d)
+
     def to_json(self) -> dict[str, Any]:
-        """The spec as stored and published: base URLs lose any embedded credentials."""
-        d = dict(self.__dict__)
+        """The spec as stored and published: base URLs lose any embedded credentials. It still carries the
+        old `upstream_compat` flag (true exactly under the paper's protocol), where it always stood: the
+        run id is a hash of this form, so runs keep their directories and results.json its spec block."""
+        d: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            d[name] = value
+            if name == "max_tokens":
+                d[_LEGACY_FLAG] = self.protocol == "paper"
         d["base_url"], d["judge_base_url"] = redact_url(self.base_url), redact_url(self.judge_base_url)
         if self.options.get("base_urls"):
             own = self.options["base_urls"]
@@ -107,6 +114,17 @@ class RunSpec:
         blob = json.dumps(d, sort_keys=True).encode()
         slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.models[0].split("/", 1)[-1]).strip("-.")[:40] or "run"
         return f"{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
+
+_LEGACY_FLAG = "upstream_compat"  # the protocol's old name, a flag: True meant the paper's
+
+
+def stored_protocol(spec: dict[str, Any]) -> str | None:
+    """The protocol a stored or published spec names; runs from before `protocol` existed name only the
+    old flag (paper when set). None: neither (RunSpec picks the suite's default)."""
+    if spec.get("protocol") is not None:
+        return spec["protocol"]
+    return "paper" if spec.get(_LEGACY_FLAG) else None
 
 
 def check_url(flag: str, url: str | None) -> None:
@@ -162,43 +180,6 @@ def data_source(spec: RunSpec) -> DataSource:
     return DataSource(Path(spec.data_dir or "."), "data")
 
 
-def generation_request(sample: Sample, spec: RunSpec, model: str = "") -> Request:
-    """What `model` (its spec, e.g. "openai/Qwen3-8B") is sent for `sample`."""
-    if sample.exact_params:  # the paper's settings, exactly as its code sends them
-        params = dict(sample.params)
-        if spec.max_tokens is not None:
-            params["max_tokens"] = spec.max_tokens
-        return Request(_for_model(sample, model), params, sample.request_task or sample.task, sample.item.id,
-                       sample.variant, "generate", sample.choices)
-    params = dict(DEFAULT_PARAMS)
-    params["temperature"] = spec.temperature
-    params.update(sample.params)
-    if spec.max_tokens is not None:
-        params["max_tokens"] = spec.max_tokens
-    params["seed"] = spec.seed
-    return Request(sample.messages, params, sample.request_task or sample.task, sample.item.id, sample.variant,
-                   "generate", sample.choices)
-
-
-def _for_model(sample: Sample, model: str) -> list[dict[str, str]]:
-    if sample.model_prefix is None or sample.model_prefix[0] not in model.lower():
-        return sample.messages
-    first, *rest = sample.messages
-    return [{**first, "content": sample.model_prefix[1] + first["content"]}, *rest]
-
-
-def judge_request(sample: Sample, messages: list[dict[str, str]], spec: RunSpec, rubric: str = "judge",
-                  exact_params: dict[str, Any] | None = None, attempt: int = 1) -> Request:
-    """A judge call. A sample's first rubric keeps the plain "judge" purpose (so judgements stored before
-    rubrics had names still answer); every other rubric is a distinct request even with equal messages, and
-    so is every re-ask of a verdict that did not parse (`attempt` 2, 3...: same messages, another key).
-    `exact_params` (the paper's settings) are sent as they are, with nothing added."""
-    params = dict(exact_params) if exact_params is not None else dict(JUDGE_PARAMS, seed=spec.seed)
-    purpose = ("judge" if rubric == "judge" else f"judge:{rubric}") + (f"#{attempt}" if attempt > 1 else "")
-    return Request(messages, params, sample.request_task or sample.task, sample.item.id, sample.variant, purpose,
-                   None)
-
-
 def versions(spec: RunSpec | None = None) -> dict[str, str]:
     out = {"python": platform.python_version()}
     for pkg in ("trustmh", "openai", "anthropic", "numpy", "scipy", "pydantic"):
@@ -208,17 +189,3 @@ def versions(spec: RunSpec | None = None) -> dict[str, str]:
         from ..models.hf_files import library_versions  # the same weights can answer differently under another
         out.update(library_versions())
     return out
-
-
-def param_notes(spec: RunSpec) -> list[str]:
-    """One line per model or judge whose backend could not send some of the run's generation settings:
-    results.json records temperature 0, and a reader must learn that it did not apply."""
-    notes = []
-    judges = [] if spec.judge == "rules" else [("judge", spec.judge)]
-    for role, model_spec in [("model", m) for m in spec.models] + judges:
-        unsent = unsendable_params(model_spec)
-        if unsent:
-            notes.append(f"{role} {model_spec}: {' and '.join(unsent)} not sent (the installed provider SDK and "
-                         f"API version no longer accept sampling parameters); its replies were sampled at the "
-                         f"provider's defaults, so reruns may differ")
-    return notes

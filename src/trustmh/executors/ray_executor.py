@@ -86,7 +86,7 @@ def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_i
     from ..tasks import resolve_tasks
     from ..types import Sample
 
-    spec = engine.RunSpec(**spec_json)
+    spec = engine.RunSpec.from_json(spec_json)
     spec.models = [model]
     ctx = engine.context(spec)
     prepared = [engine.Prepared(resolve_tasks(task_id)[0], samples=[Sample.from_json(s) for s in rows],

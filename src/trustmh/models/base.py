@@ -62,6 +62,9 @@ class Model:
     cacheable: ClassVar[bool] = True
     # Whether the model needs concurrency limits / retries at all (offline ones do not).
     remote: ClassVar[bool] = True
+    # Whether its replies are looked up by task and item id (a replay file) rather than generated: the run
+    # then calls its `check_ids(known, registered)` with the data's ids before any request.
+    answers_by_id: ClassVar[bool] = False
 
     base_url: str | None = None  # where it is asked; make_model sets it
 

@@ -27,6 +27,7 @@ MODEL_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.bin"
                "tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt", "*.model",
                "*.tiktoken", "chat_template.*")
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.index.json")
+HUB_TIMEOUT_S = 5.0  # how long a hub that does not answer is waited for, per question
 # huggingface_hub's rule for repo ids: [org/]name, letters, digits and -_. only.
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*$")
 
@@ -114,7 +115,7 @@ def _hub_snapshot(repo_id: str, download: bool) -> Path:
     # One short question first: the download retries a hub that does not answer for minutes (5 tries per
     # file), which is how a machine without network looks.
     try:
-        huggingface_hub.HfApi().repo_info(repo_id, timeout=5)
+        huggingface_hub.HfApi().repo_info(repo_id, timeout=HUB_TIMEOUT_S)
     except huggingface_hub.errors.RepositoryNotFoundError:
         raise UserError(f"{nowhere} no model of that name on the Hugging Face hub (a private or gated one "
                         f"needs HF_TOKEN)") from None
@@ -122,7 +123,8 @@ def _hub_snapshot(repo_id: str, download: bool) -> Path:
         raise UserError(f"{nowhere} the Hugging Face hub did not answer ({type(e).__name__}); set "
                         f"HF_HUB_OFFLINE=1 to use the local cache only, or give a local folder") from None
     try:
-        path = huggingface_hub.snapshot_download(repo_id, allow_patterns=list(MODEL_FILES), etag_timeout=5)
+        path = huggingface_hub.snapshot_download(repo_id, allow_patterns=list(MODEL_FILES),
+                                                 etag_timeout=HUB_TIMEOUT_S)
     except Exception as e:  # noqa: BLE001 - no network, no such repo, gated: say which, once
         msg = str(e).splitlines()[0] if str(e) else ""
         raise UserError(f"{nowhere} cannot download it from the Hugging Face hub ({type(e).__name__}: "

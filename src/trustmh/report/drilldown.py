@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator
 
-from ..compare import Entry
+from ..runs import Entry
 from .leaderboard import TaskMeta
 
 TEXT_CAP = 4_000  # characters of one text field kept in the page; samples.jsonl (and `trustmh view`) has the rest

@@ -19,7 +19,8 @@ from typing import IO, Any
 import jinja2
 from markupsafe import Markup
 
-from ..compare import Comparison, Run, entries, load_run
+from ..compare import Comparison
+from ..runs import Run, entries, load_run
 from .addressed import judge_addressed_rows
 from .panel import panel_rows
 from .breakdowns import group_scale, task_groups
@@ -90,7 +91,8 @@ def run_header(run: Run) -> dict[str, str]:
                                                  if spec.get("judge", "rules") == "rules" else "")]
     judges += [f"{k.replace('_', ' ')} {opts[k]}" for k in ("proxy_judge", "refusal_classifier") if opts.get(k)]
     limit = spec.get("limit")
-    protocol = spec.get("protocol") or ("paper" if spec.get("upstream_compat") else "trustmh")
+    from ..engine.spec import stored_protocol
+    protocol = stored_protocol(spec) or "trustmh"
     return {
         "protocol": ("the paper's (prompts and scoring read from the authors' files)" if protocol == "paper"
                      else "trustmh's corrected design"),

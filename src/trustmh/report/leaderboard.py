@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..compare import Comparison, Entry, compare, read_rows
+from ..compare import Comparison, compare
+from ..runs import Entry, read_rows
 from ..metrics import trust_score
 
 

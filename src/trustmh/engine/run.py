@@ -1,0 +1,132 @@
+"""Running one evaluation: the spec's context, the two phases in one run directory, and the checks that
+a directory holds this spec (`run`, `check_same_spec`, `load_spec`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from ..errors import UserError
+from ..results import RunResults
+from ..store import Store
+from ..tasks import TASKS, RunContext
+from . import identity
+from .collect import collect
+from .endpoint import AuthFailure, EndpointDown
+from .events import EventSink, Notice, RunTotals, ignore
+from .prepare import Recorder, prepare, prepare_from_store
+from .rundir import open_run_dir, run_lock, sweep_temps
+from .score import Phase2, task_origins
+from .spec import PRESENTATION, Limits, RunSpec
+
+
+def context(spec: RunSpec) -> RunContext:
+    from ..data.methods import methods_dir
+    root = methods_dir(spec.data_dir, spec.methods_dir) if spec.protocol == "paper" else None
+    return RunContext(seed=spec.seed, protocol=spec.protocol, judge=spec.judge, options=spec.options,
+                      methods_root=root)
+
+
+def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,
+        generate: bool = True, executor=None, accept_stored: bool = False, force: bool = False,
+        events: EventSink = ignore) -> tuple[Path, RunResults, dict[str, int]]:
+    """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made).
+    With `generate` False the tested models are never called (re-scoring). `executor` (see
+    trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here. `force` starts a new
+    run in a directory that holds another spec, or whose local (hf/) model files have changed (both are
+    refused otherwise: its results would be overwritten by a different run)."""
+    limits = limits or Limits()
+    ctx = context(spec)
+    t0 = time.perf_counter()
+    run_dir = open_run_dir(out or runs_root / spec.run_id())
+    with run_lock(run_dir):
+        sweep_temps(run_dir)  # what a run killed mid-write left behind
+        store = Store(run_dir / "store.sqlite")
+        try:
+            store.check_integrity()  # a damaged store is refused, with how to recover
+            if generate:
+                check_same_spec(run_dir, store.get_meta("spec"), spec, force)
+                store.set_meta("spec", spec.to_json())
+            from_store = None if generate else prepare_from_store(spec, store)
+            recorder = None
+            if from_store is not None:
+                prepared, checksums = from_store
+            else:
+                # A run builds most samples as phase 1 reaches them (and stores them beside it): the first
+                # requests wait only for the data to load.
+                prepared, checksums = prepare(spec, ctx, lazy=generate and executor is None)
+                recorder = Recorder(store, prepared, checksums, ctx)
+                if generate:
+                    store.set_meta("task_origins", task_origins(prepared))  # what `score` imports again
+            # A run scores each task as soon as its replies and verdicts are stored, while others collect.
+            phase2 = Phase2(run_dir, spec, ctx, prepared, store, accept_stored=accept_stored, events=events)
+            try:
+                if executor is not None and generate:
+                    if recorder is not None:
+                        recorder.finish()
+                    for m in spec.models:  # the workers load the models; their files are identified here
+                        identity.record(m, None, store, force=force)
+                    calls = executor(spec, ctx, prepared, store, limits, events=events)
+                else:
+                    beside = ([recorder.background] if recorder is not None else []) + \
+                        ([phase2.background] if generate else [])
+                    calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate, force=force,
+                                                events=events, ready=phase2.ready if generate else None,
+                                                beside=beside))
+            except (AuthFailure, EndpointDown) as e:
+                raise UserError(str(e)) from None
+            if recorder is not None:
+                recorder.finish()
+            t1 = time.perf_counter()
+            results = phase2.finish(checksums)
+            prompt_tokens, completion_tokens = store.totals()
+        finally:
+            store.close()
+    for m in results.models.values():
+        stale = sum(t.n_stale_judgements for t in m.tasks.values())
+        if stale:
+            events(Notice(f"{stale} stored judgements of {m.model} were made with another rubric and were not "
+                          f"used: rerun to refresh them, or score with --accept-stored"))
+            break
+    t2 = time.perf_counter()
+    events(RunTotals(dict(calls), prompt_tokens, completion_tokens, t2 - t0, t2 - t1))
+    return run_dir, results, calls
+
+
+def check_same_spec(run_dir: Path, stored: dict | None, spec: RunSpec, force: bool) -> None:
+    """A run directory belongs to one spec: running another (a --tasks subset, other models) into it
+    would replace its results with a different run's."""
+    if stored is None or force:
+        return
+    def deciding(d: dict) -> dict:  # the transport only decides how replies travel, never what they are;
+        # labels and groups only how the report shows the models
+        d = dict(d, options={k: v for k, v in (d.get("options") or {}).items()
+                             if k != "transport" and k not in PRESENTATION})
+        return d
+    stored, new = deciding(stored), deciding(json.loads(json.dumps(spec.to_json())))  # as stored: lists
+    diff = sorted(k for k in stored.keys() | new.keys() if stored.get(k) != new.get(k))
+    if diff:
+        raise UserError(f"{run_dir} holds a run with another spec ({', '.join(diff)} differ); use another --out, "
+                        f"or --force to replace its results with this run's")
+
+
+def load_spec(run_dir: Path) -> RunSpec:
+    """A run's spec, with the tasks it ran from plugins, --include files or scripts imported again (or a
+    one-line error naming the file to --include)."""
+    db = run_dir / "store.sqlite"
+    if not db.is_file():
+        raise UserError(f"{run_dir} is not a trustmh run directory (no store.sqlite)")
+    store = Store(db)
+    try:
+        raw = store.get_meta("spec")
+        origins = store.get_meta("task_origins") or {}
+    finally:
+        store.close()
+    if raw is None:
+        raise UserError(f"{db}: no run spec stored")
+    if origins:
+        from ..plugins import restore
+        restore(origins, TASKS)
+    return RunSpec.from_json(raw)
