@@ -1,6 +1,12 @@
 import json
 import os
 import threading
+
+# pytest-xdist's workers are started with COLUMNS=80 and LINES=24 in their environment, which a pytest run
+# without workers does not have; the terminal output the tests read must not depend on how they are run.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
