@@ -4,7 +4,7 @@ after them, or every row by (status, order) when the mean check fails."""
 
 import random
 
-from trustmh.report.drilldown import _STATUS_RANK, _Bucket, _Row
+from trustmh.report.drilldown import _STATUS_RANK, _Bucket, _Kept
 from trustmh.report.leaderboard import TaskMeta
 
 
@@ -40,7 +40,7 @@ def test_bucket_equals_full_sort_and_stays_bounded():
         b = _Bucket(limit, meta)
         peak = 0
         for i, st, pv in rows:
-            b.add(_Row(i, st), pv)
+            b.add(_Kept(i, st), pv)
             held = {id(r) for rs in (*b.first, *b.first_plain) for r in rs} | {id(e[3]) for e in b.keyed}
             peak = max(peak, len(held))
         got = [(r.i, r.s) for r in b.worst(value)]

@@ -58,8 +58,22 @@ def script_json(obj: Any) -> str:
 
 @dataclass(slots=True)
 class _Row:
-    """What a row's sort key and sampling need; its page JSON (without the prompt index and the key)
-    waits in the spool, line `i`."""
+    """A sample in `trustmh view`'s index (report/viewer.py), which pages through every row: what its sort
+    key needs (`_sort_keys`, `_worst_first`)."""
+
+    e: int
+    t: int
+    pv: Any
+    st: str
+    p: int = 0
+    size: int = 0
+    s: float | None = None
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A candidate row of the page: what its sort key and sampling need; its page JSON (without the prompt
+    index and the key) waits in the spool, line `i`."""
 
     i: int
     st: str
@@ -75,7 +89,7 @@ class SampleSet:
 
     total: int = 0
     confusion: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
-    rows: dict[int, _Row] = field(default_factory=dict)  # the kept rows by spool line
+    rows: dict[int, _Kept] = field(default_factory=dict)  # the kept rows by spool line
     kept: set[int] | None = None  # None: every row
     prompt_at: list[tuple[int, int]] = field(default_factory=list)  # prompt -> (offset, length) in its spool
     prompt_spool: IO[bytes] | None = None  # page JSON, UTF-8, a line each
@@ -235,7 +249,7 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
             b = buckets.get((ei, tindex[task]))
             if b is None:
                 b = buckets[(ei, tindex[task])] = _Bucket(limit, meta)
-            b.add(_Row(ss.total, status, p, len(line) + 24), pv)
+            b.add(_Kept(ss.total, status, p, len(line) + 24), pv)
             ss.total += 1
             if not rec.get("error"):
                 c = confusion.get((ei, task))
@@ -273,16 +287,15 @@ class _Bucket:
 
     def __init__(self, limit: int, meta: TaskMeta):
         self.limit, self.meta = limit, meta
-        self.first: tuple[list[_Row], ...] = ([], [], [])  # by status rank: the first `limit` rows
-        self.first_plain: tuple[list[_Row], ...] = ([], [], [])  # the same of rows without a primary value
+        self.first: tuple[list[_Kept], ...] = ([], [], [])  # by status rank: the first `limit` rows
+        self.first_plain: tuple[list[_Kept], ...] = ([], [], [])  # the same of rows without a primary value
         self.keyed: list[tuple] = []  # (-key, -rank, -i, row, pv): the `limit` worst keyed rows (a max-heap)
         self.n, self.sum = 0, 0.0  # rows with a primary value, and its sum
 
     def _key(self, pv: Any, lo: float, hi: float) -> float:
-        frac = 0.5 if hi == lo else (min(max(float(pv), lo), hi) - lo) / (hi - lo)
-        return round(frac if self.meta.higher_is_better else 1 - frac, 4)
+        return _key(pv, lo, hi, self.meta.higher_is_better)
 
-    def add(self, r: _Row, pv: Any) -> None:
+    def add(self, r: _Kept, pv: Any) -> None:
         rank = _STATUS_RANK[r.st]
         if len(self.first[rank]) < self.limit:
             self.first[rank].append(r)
@@ -301,7 +314,7 @@ class _Bucket:
         elif entry[:3] > self.keyed[0][:3]:  # worse than the least bad kept
             heapq.heapreplace(self.keyed, entry)
 
-    def worst(self, value: float | None) -> list[_Row]:
+    def worst(self, value: float | None) -> list[_Kept]:
         """The bucket's rows worst first, at most `limit`, each keyed row given its key."""
         if value is None or not self.n or abs(self.sum / self.n - value) > 1e-6 * max(1.0, abs(value)):
             return _by_status(self.first)[:self.limit]
@@ -317,7 +330,35 @@ class _Bucket:
         return ([r for *_, r in keyed] + _by_status(self.first_plain))[:self.limit]
 
 
-def _by_status(lists: tuple[list[_Row], ...]) -> list[_Row]:
+def _key(pv: Any, lo: float, hi: float, higher_is_better: bool) -> float:
+    frac = 0.5 if hi == lo else (min(max(float(pv), lo), hi) - lo) / (hi - lo)
+    return round(frac if higher_is_better else 1 - frac, 4)
+
+
+def _sort_keys(rows: list[_Row], ents, metas, task_ids) -> None:
+    """Every row's key as `_Bucket` gives it, for an index that holds every row (`trustmh view`)."""
+    groups: dict[tuple[int, int], list[_Row]] = {}
+    for r in rows:
+        if r.pv is not None:
+            groups.setdefault((r.e, r.t), []).append(r)
+    for (ei, ti), members in groups.items():
+        meta = metas[task_ids[ti]]
+        tr = ents[ei].result.tasks.get(meta.id)
+        if tr is None or tr.value is None:
+            continue
+        vals = [float(r.pv) for r in members]
+        if abs(sum(vals) / len(vals) - tr.value) > 1e-6 * max(1.0, abs(tr.value)):
+            continue
+        lo, hi = (meta.lo, meta.hi) if meta.lo is not None else (min(vals), max(vals))
+        for r in members:
+            r.s = _key(r.pv, lo, hi, meta.higher_is_better)
+
+
+def _worst_first(r: _Row) -> tuple:
+    return (r.s is None, r.s if r.s is not None else 0.0, _STATUS_RANK[r.st])
+
+
+def _by_status(lists: tuple[list[_Kept], ...]) -> list[_Kept]:
     return sorted((r for rs in lists for r in rs), key=lambda r: (_STATUS_RANK[r.st], r.i))
 
 
@@ -358,8 +399,8 @@ class _Confusion:
                 "cells": [[self.counts.get((g, c), 0) for c in cols] for g in gold]}
 
 
-def _sample(worst: list[list[_Row]], prompt_sizes: list[int], uses: list[int], max_rows: int,
-            max_bytes: int) -> list[_Row]:
+def _sample(worst: list[list[_Kept]], prompt_sizes: list[int], uses: list[int], max_rows: int,
+            max_bytes: int) -> list[_Kept]:
     """Which rows the page keeps: of every (model, task) (its rows worst first, at most `per_task`), an
     equal share of `max_rows`; then as many of those as `max_bytes` allows, spread evenly over the tasks
     (a level that each task's rows, taken worst first, may fill; a row too big to fit is passed over). A
@@ -370,7 +411,7 @@ def _sample(worst: list[list[_Row]], prompt_sizes: list[int], uses: list[int], m
     ranked = [members[:share] for members in worst]
     cost = {r.i: r.size + prompt_sizes[r.p] / uses[r.p] for members in ranked for r in members}
 
-    def fill(level: float) -> list[_Row]:
+    def fill(level: float) -> list[_Kept]:
         taken = []
         for members in ranked:
             used = 0.0
@@ -380,7 +421,7 @@ def _sample(worst: list[list[_Row]], prompt_sizes: list[int], uses: list[int], m
                     taken.append(r)
         return taken
 
-    def page_bytes(taken: list[_Row]) -> int:
+    def page_bytes(taken: list[_Kept]) -> int:
         return sum(r.size for r in taken) + sum(prompt_sizes[p] for p in {r.p for r in taken})
 
     budget = float(max_bytes)
