@@ -5,8 +5,9 @@ each model and task, at most `per_task` of them and `max_bytes` of page JSON in 
 they show). `trustmh view` (report/viewer.py) pages through every sample from the run's own files.
 
 A large run's rows are never held in memory: one pass over samples.jsonl writes each prompt and row as
-page-ready JSON to temporary spool files and keeps only what the sort keys, the sampling and the
-confusion counts need (a few numbers per row); `SampleSet.json_chunks` then streams the page's JSON
+page-ready JSON to temporary spool files and keeps, per model and task, a bounded set of candidate
+rows (`_Bucket`: whichever way its sort keys turn out, its worst rows are among them) and the confusion
+counts, and per prompt its place and its number of rows; `SampleSet.json_chunks` then streams the page's JSON
 block from the spools, with only the prompts of the rows kept. The chunks join to exactly `script_json`
 of the whole payload."""
 
