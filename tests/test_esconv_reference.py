@@ -103,3 +103,27 @@ def test_batched_reference_metrics_equal_per_resample():
         ps = pairs(40)
         assert one["ref_bleu-2"] == pytest.approx(by_hand([ps[i] for i in rows])["ref_bleu-2"], abs=1e-9)
     assert not any(math.isnan(v) for v in point(reference_metrics(table, whole(table))).values())
+
+
+def test_fresh_process_tokenises_without_scipy_and_gives_the_same_values():
+    """A run's process that scores ESConv imports nltk without scipy.stats and sklearn (~90 MiB it would
+    otherwise load for features these metrics never use); the
+    per-sample values there equal this process's, where nltk was imported whole (above)."""
+    import subprocess
+    import sys
+    ps = pairs(40)
+    script = ("import json, sys\n"
+              "from trustmh.tasks import _esconv_reference as m\n"
+              "before = 'nltk' in sys.modules\n"
+              "ps = json.loads(sys.stdin.read())\n"
+              "out = [m.sample_values(h, r) for r, h in ps]\n"
+              "print(json.dumps({'before': before, 'out': out, 'tok': m.tokenizer_used(),\n"
+              "                  'loaded': [n for n in ('scipy', 'scipy.stats', 'sklearn') if n in sys.modules]}))\n")
+    done = subprocess.run([sys.executable, "-c", script], input=json.dumps(ps), capture_output=True, text=True,
+                          check=True)
+    got = json.loads(done.stdout)
+    assert got["before"] is False and got["loaded"] == []
+    assert "scipy.stats" in sys.modules  # this process's nltk is the whole package: a real comparison
+    assert [list(sample_values(h, r)) for r, h in ps] == got["out"]
+    from trustmh.tasks._esconv_reference import tokenizer_used
+    assert got["tok"] == tokenizer_used()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -49,9 +49,15 @@ class Sample:
         return (self.task, self.item.id, self.variant)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["choices"] = list(self.choices) if self.choices is not None else None
-        return d
+        """The sample as a JSON-ready dict, in field order (as `asdict` gives it). Shallow: it shares the
+        sample's messages, params and item values, since every caller serialises it at once; `asdict`'s deep
+        copy cost ~0.2 ms a sample, paid for every sample a run stores."""
+        it = self.item
+        return {"task": self.task, "item": {"id": it.id, "input": it.input, "target": it.target, "meta": it.meta},
+                "messages": self.messages, "variant": self.variant,
+                "choices": list(self.choices) if self.choices is not None else None, "params": self.params,
+                "request_task": self.request_task, "exact_params": self.exact_params,
+                "model_prefix": self.model_prefix}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Sample":

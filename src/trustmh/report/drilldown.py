@@ -5,18 +5,20 @@ each model and task, at most `per_task` of them and `max_bytes` of page JSON in 
 they show). `trustmh view` (report/viewer.py) pages through every sample from the run's own files.
 
 A large run's rows are never held in memory: one pass over samples.jsonl writes each prompt and row as
-page-ready JSON to temporary spool files and keeps only what the sort keys, the sampling and the
-confusion counts need (a few numbers per row); `SampleSet.json_chunks` then streams the page's JSON
+page-ready JSON to temporary spool files and keeps, per model and task, a bounded set of candidate
+rows (`_Bucket`: whichever way its sort keys turn out, its worst rows are among them) and the confusion
+counts, and per prompt its place and its number of rows; `SampleSet.json_chunks` then streams the page's JSON
 block from the spools, with only the prompts of the rows kept. The chunks join to exactly `script_json`
 of the whole payload."""
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import math
 import tempfile
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator
 
@@ -26,7 +28,6 @@ from .leaderboard import TaskMeta
 TEXT_CAP = 4_000  # characters of one text field kept in the page; samples.jsonl (and `trustmh view`) has the rest
 PER_TASK = 100  # rows kept per model and task: the worst ones
 MAX_BYTES = 20_000_000  # page JSON of the kept rows and their prompts: the page stays well under 25 MB
-_NOT_CATEGORY = object()  # a (target, parsed) pair that cannot be a cell of a confusion matrix
 
 
 def _finite(v: Any) -> Any:
@@ -58,12 +59,24 @@ def script_json(obj: Any) -> str:
 
 @dataclass(slots=True)
 class _Row:
-    """What a row's sort key and sampling need; its page JSON (without the prompt index and the key)
-    waits in the spool."""
+    """A sample in `trustmh view`'s index (report/viewer.py), which pages through every row: what its sort
+    key needs (`_sort_keys`, `_worst_first`)."""
 
     e: int
     t: int
     pv: Any
+    st: str
+    p: int = 0
+    size: int = 0
+    s: float | None = None
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A candidate row of the page: what its sort key and sampling need; its page JSON (without the prompt
+    index and the key) waits in the spool, line `i`."""
+
+    i: int
     st: str
     p: int = 0  # its prompt
     size: int = 0  # bytes of its page JSON
@@ -72,13 +85,13 @@ class _Row:
 
 @dataclass
 class SampleSet:
-    """The drill-down data: compact rows plus de-duplicated prompts (the same prompt goes to every model),
+    """The drill-down data: the kept rows plus de-duplicated prompts (the same prompt goes to every model),
     spooled to temporary files as page JSON."""
 
     total: int = 0
     confusion: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
-    rows: list[_Row] = field(default_factory=list)
-    kept: list[bool] | None = None  # None: every row
+    rows: dict[int, _Kept] = field(default_factory=dict)  # the kept rows by spool line
+    kept: set[int] | None = None  # None: every row
     prompt_at: list[tuple[int, int]] = field(default_factory=list)  # prompt -> (offset, length) in its spool
     prompt_spool: IO[bytes] | None = None  # page JSON, UTF-8, a line each
     row_spool: IO[bytes] | None = None
@@ -89,12 +102,11 @@ class SampleSet:
 
     @property
     def n_rows(self) -> int:
-        return len(self.rows) if self.kept is None else sum(self.kept)
+        return self.total if self.kept is None else len(self.kept)
 
     def _kept_prompts(self) -> list[int]:
         """The prompts the kept rows show, in order of first use: the page holds no other."""
-        used = dict.fromkeys(r.p for i, r in enumerate(self.rows) if self.kept is None or self.kept[i])
-        return list(used)
+        return list(dict.fromkeys(self.rows[i].p for i in sorted(self.rows)))
 
     def json_chunks(self, head: dict[str, Any]) -> Iterator[bytes]:
         """The page's JSON block in UTF-8: `head` (entries, tasks), then "prompts" (those of the kept rows,
@@ -113,9 +125,9 @@ class SampleSet:
             self.row_spool.seek(0)
             first = True
             for i, line in enumerate(self.row_spool):
-                if self.kept is not None and not self.kept[i]:
+                r = self.rows.get(i)
+                if r is None:
                     continue
-                r = self.rows[i]
                 yield ((b"" if first else b",") + line[:-1] + b'"p":' + str(renumber[r.p]).encode()
                        + b',"s":' + (b"null" if r.s is None else repr(r.s).encode()) + b"}")
                 first = False
@@ -195,12 +207,16 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
                     *, per_task: int = PER_TASK, max_bytes: int = MAX_BYTES,
                     progress: Progress | None = None) -> SampleSet:
     """Stream every run's samples.jsonl into the page's rows, give each row a sort key, keep a bounded
-    sample of them (the worst of each model and task)."""
+    sample of them (the worst of each model and task). Memory: per (model, task) a bounded set of
+    candidates and the confusion counts, per prompt its place in the spool and its number of rows."""
     ss = SampleSet(prompt_spool=_spool(), row_spool=_spool())
     prompt_index: dict[bytes, int] = {}  # digest of the prompt's JSON -> its index: the texts stay on disk
+    uses: list[int] = []  # prompt -> rows showing it
     by_run_model = {(str(e.run.dir), e.model): i for i, e in enumerate(ents)}
     tindex = {t: k for k, t in enumerate(task_ids)}
-    pairs: dict[tuple[int, str], list[Any]] = defaultdict(list)  # (entry, task) -> (target, parsed)
+    limit = min(per_task, max(1, max_samples))  # no (model, task) shows more rows than this
+    buckets: dict[tuple[int, int], _Bucket] = {}
+    confusion: dict[tuple[int, str], _Confusion] = {}
     expected = sum(t.n_samples or 0 for e in ents for t in e.result.tasks.values()) or None
     seen_runs = set()
     at = 0  # the prompt spool's length
@@ -213,9 +229,8 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
             task = rec.get("task")
             if ei is None or task not in tindex:
                 continue
-            ss.total += 1
-            if progress is not None and ss.total % 5000 == 0:
-                progress(ss.total, expected, "reading samples")
+            if progress is not None and (ss.total + 1) % 5000 == 0:
+                progress(ss.total + 1, expected, "reading samples")
             digest = _prompt_key(rec.get("messages"))
             p = prompt_index.get(digest)
             if p is None:
@@ -223,34 +238,110 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
                 blob = script_json(page_prompt(rec.get("messages"))).encode("utf-8")
                 ss.prompt_spool.write(blob)
                 ss.prompt_at.append((at, len(blob)))
+                uses.append(0)
                 at += len(blob)
-            status, pv = row_status(rec, metas[task].primary_value)
+            uses[p] += 1
+            meta = metas[task]
+            status, pv = row_status(rec, meta.primary_value)
             row = {"e": ei, "t": tindex[task], **page_row(rec, status, pv)}
             # "p" and "s" (the sort key) end the row, known once every row is read: spooled without them.
             line = (script_json(row)[:-1] + ",\n").encode("utf-8")
             ss.row_spool.write(line)
-            ss.rows.append(_Row(ei, tindex[task], pv, status, p, len(line) + 24))
+            b = buckets.get((ei, tindex[task]))
+            if b is None:
+                b = buckets[(ei, tindex[task])] = _Bucket(limit, meta)
+            b.add(_Kept(ss.total, status, p, len(line) + 24), pv)
+            ss.total += 1
             if not rec.get("error"):
-                target, parsed = rec.get("target"), rec.get("parsed")
-                pairs[(ei, task)].append((target, parsed) if _scalar(target) and _scalar(parsed) else _NOT_CATEGORY)
+                c = confusion.get((ei, task))
+                if c is None:
+                    c = confusion[(ei, task)] = _Confusion()
+                c.add(rec.get("target"), rec.get("parsed"))
     if progress is not None:
         progress(ss.total, ss.total, "reading samples")
-    _sort_keys(ss.rows, ents, metas, task_ids)
-    ss.confusion = _confusions(pairs)
-    kept = _sample(ss.rows, [length for _, length in ss.prompt_at], min(per_task, max(1, max_samples)),
-                   max_samples, max_bytes)
-    ss.kept = None if all(kept) else kept
+    ss.confusion = {key: table for key, c in confusion.items() if (table := c.table()) is not None}
+    worst = []
+    for (ei, ti), b in buckets.items():
+        tr = ents[ei].result.tasks.get(task_ids[ti])
+        worst.append(b.worst(None if tr is None else tr.value))
+    taken = _sample(worst, [length for _, length in ss.prompt_at], uses, max_samples, max_bytes)
+    ss.rows = {r.i: r for r in taken}
+    ss.kept = None if len(taken) == ss.total else set(ss.rows)
     return ss
 
 
-def _sort_keys(rows: list[_Row], ents, metas, task_ids) -> None:
-    """A per-sample score in 0 (worst) .. 1 (best), only where the task's metric is the mean of the
+_STATUS_RANK = {"ok": 0, "no_answer": 0, "unscored": 1, "error": 2}  # scored rows (against the model too) first
+
+
+class _Bucket:
+    """One (model, task)'s candidates for the page. Its rows' sort keys are known only once all are read
+    (they hold where the mean of the rows' primary values is the task's value), so it keeps what either
+    outcome needs for its `limit` worst rows, whatever the number of rows:
+    * with keys: the keyed rows worst first, then those without a primary value;
+    * without: every row in order of status (scored, unscored, error), then of reading.
+
+    A key is a per-sample score in 0 (worst) .. 1 (best), only where the task's metric is the mean of the
     per-sample primary value (accuracy, refusal rate, leak rate): there a low value is a bad reply. For
     other metrics (a correlation, an F1, a spread across groups) one reply has no score of its own."""
-    groups: dict[tuple[int, int], list[_Row]] = defaultdict(list)
+
+    __slots__ = ("limit", "meta", "first", "first_plain", "keyed", "n", "sum")
+
+    def __init__(self, limit: int, meta: TaskMeta):
+        self.limit, self.meta = limit, meta
+        self.first: tuple[list[_Kept], ...] = ([], [], [])  # by status rank: the first `limit` rows
+        self.first_plain: tuple[list[_Kept], ...] = ([], [], [])  # the same of rows without a primary value
+        self.keyed: list[tuple] = []  # (-key, -rank, -i, row, pv): the `limit` worst keyed rows (a max-heap)
+        self.n, self.sum = 0, 0.0  # rows with a primary value, and its sum
+
+    def _key(self, pv: Any, lo: float, hi: float) -> float:
+        return _key(pv, lo, hi, self.meta.higher_is_better)
+
+    def add(self, r: _Kept, pv: Any) -> None:
+        rank = _STATUS_RANK[r.st]
+        if len(self.first[rank]) < self.limit:
+            self.first[rank].append(r)
+        if pv is None:
+            if len(self.first_plain[rank]) < self.limit:
+                self.first_plain[rank].append(r)
+            return
+        self.n += 1
+        self.sum += float(pv)
+        if self.meta.lo is None:  # the key's range is the rows' own (results without a trust range): keep all
+            self.keyed.append((0.0, -rank, -r.i, r, pv))
+            return
+        entry = (-self._key(pv, self.meta.lo, self.meta.hi), -rank, -r.i, r, pv)
+        if len(self.keyed) < self.limit:
+            heapq.heappush(self.keyed, entry)
+        elif entry[:3] > self.keyed[0][:3]:  # worse than the least bad kept
+            heapq.heapreplace(self.keyed, entry)
+
+    def worst(self, value: float | None) -> list[_Kept]:
+        """The bucket's rows worst first, at most `limit`, each keyed row given its key."""
+        if value is None or not self.n or abs(self.sum / self.n - value) > 1e-6 * max(1.0, abs(value)):
+            return _by_status(self.first)[:self.limit]
+        if self.meta.lo is None:
+            vals = [float(pv) for *_, pv in self.keyed]
+            lo, hi = min(vals), max(vals)
+            keyed = [(self._key(pv, lo, hi), -rk, -ni, r) for _, rk, ni, r, pv in self.keyed]
+        else:
+            keyed = [(-k, -rk, -ni, r) for k, rk, ni, r, _ in self.keyed]
+        keyed.sort(key=lambda x: (x[0], x[1], x[2]))
+        for key, _, _, r in keyed:
+            r.s = key
+        return ([r for *_, r in keyed] + _by_status(self.first_plain))[:self.limit]
+
+
+def _key(pv: Any, lo: float, hi: float, higher_is_better: bool) -> float:
+    frac = 0.5 if hi == lo else (min(max(float(pv), lo), hi) - lo) / (hi - lo)
+    return round(frac if higher_is_better else 1 - frac, 4)
+
+
+def _sort_keys(rows: list[_Row], ents, metas, task_ids) -> None:
+    """Every row's key as `_Bucket` gives it, for an index that holds every row (`trustmh view`)."""
+    groups: dict[tuple[int, int], list[_Row]] = {}
     for r in rows:
         if r.pv is not None:
-            groups[(r.e, r.t)].append(r)
+            groups.setdefault((r.e, r.t), []).append(r)
     for (ei, ti), members in groups.items():
         meta = metas[task_ids[ti]]
         tr = ents[ei].result.tasks.get(meta.id)
@@ -261,74 +352,86 @@ def _sort_keys(rows: list[_Row], ents, metas, task_ids) -> None:
             continue
         lo, hi = (meta.lo, meta.hi) if meta.lo is not None else (min(vals), max(vals))
         for r in members:
-            frac = 0.5 if hi == lo else (min(max(float(r.pv), lo), hi) - lo) / (hi - lo)
-            r.s = round(frac if meta.higher_is_better else 1 - frac, 4)
-
-
-def _confusions(pairs) -> dict[tuple[int, str], dict[str, Any]]:
-    """gold × prediction counts for tasks whose targets and parsed answers are a few categories."""
-    out = {}
-    for key, got in pairs.items():
-        if not got or not all(tp is not _NOT_CATEGORY and tp[0] is not None for tp in got):
-            continue
-        gold = sorted({str(t) for t, _ in got})
-        pred = sorted({str(p) for _, p in got if p is not None})
-        if len(gold) < 2 or len(gold) > 12 or len(pred) > 12:
-            continue
-        cols = list(dict.fromkeys(gold + pred)) + (["(none)"] if any(p is None for _, p in got) else [])
-        counts = Counter((str(t), "(none)" if p is None else str(p)) for t, p in got)
-        top = max(counts.values())
-        out[key] = {"rows": gold, "cols": cols, "top": top,
-                    "cells": [[counts.get((g, c), 0) for c in cols] for g in gold]}
-    return out
-
-
-def _sample(rows: list[_Row], prompt_sizes: list[int], per_task: int, max_rows: int, max_bytes: int) -> list[bool]:
-    """Which rows the page keeps: of every (model, task), its worst rows first, at most `per_task` and an
-    equal share of `max_rows`; then as many of those as `max_bytes` allows, spread evenly over the tasks
-    (a level that each task's rows, taken worst first, may fill; a row too big to fit is passed over). A
-    prompt's bytes count once on the page: while choosing, each row bears its share of its prompt."""
-    buckets: dict[tuple[int, int], list[int]] = defaultdict(list)
-    uses: Counter = Counter()
-    for i, r in enumerate(rows):
-        buckets[(r.e, r.t)].append(i)
-        uses[r.p] += 1
-    if not buckets:
-        return []
-    share = max(1, min(per_task, max_rows // len(buckets)))
-    ranked = [sorted(members, key=lambda i: _worst_first(rows[i]))[:share] for members in buckets.values()]
-    cost = {i: rows[i].size + prompt_sizes[rows[i].p] / uses[rows[i].p] for members in ranked for i in members}
-
-    def fill(level: float) -> list[int]:
-        taken = []
-        for members in ranked:
-            used = 0.0
-            for i in members:
-                if used + cost[i] <= level:
-                    used += cost[i]
-                    taken.append(i)
-        return taken
-
-    def page_bytes(taken: list[int]) -> int:
-        return sum(rows[i].size for i in taken) + sum(prompt_sizes[p] for p in {rows[i].p for i in taken})
-
-    budget = float(max_bytes)
-    taken = fill(float("inf"))
-    while page_bytes(taken) > max_bytes:  # exact bytes (each prompt once) over the budget: a lower level
-        lo, hi = 0.0, max(sum(cost[i] for i in members) for members in ranked)
-        for _ in range(40):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if sum(cost[i] for i in fill(mid)) <= budget else (lo, mid)
-        taken = fill(lo)
-        budget *= 0.9  # the shares were estimates of the prompts' bytes: tighten until the exact sum fits
-    kept = [False] * len(rows)
-    for i in taken:
-        kept[i] = True
-    return kept
-
-
-_STATUS_RANK = {"ok": 0, "no_answer": 0, "unscored": 1, "error": 2}  # scored rows (against the model too) first
+            r.s = _key(r.pv, lo, hi, meta.higher_is_better)
 
 
 def _worst_first(r: _Row) -> tuple:
     return (r.s is None, r.s if r.s is not None else 0.0, _STATUS_RANK[r.st])
+
+
+def _by_status(lists: tuple[list[_Kept], ...]) -> list[_Kept]:
+    return sorted((r for rs in lists for r in rs), key=lambda r: (_STATUS_RANK[r.st], r.i))
+
+
+class _Confusion:
+    """gold x prediction counts of one (model, task), while its targets and parsed answers look like a
+    few categories (scalars, a gold for every row, at most 12 of each)."""
+
+    __slots__ = ("counts", "gold", "pred", "none")
+
+    def __init__(self):
+        self.counts: Counter | None = Counter()  # None: not categorical
+        self.gold: set[str] = set()
+        self.pred: set[str] = set()
+        self.none = False  # a row without a parsed answer
+
+    def add(self, target: Any, parsed: Any) -> None:
+        if self.counts is None:
+            return
+        if target is None or not (_scalar(target) and _scalar(parsed)):
+            self.counts = None
+            return
+        self.gold.add(str(target))
+        if parsed is None:
+            self.none = True
+        else:
+            self.pred.add(str(parsed))
+        if len(self.gold) > 12 or len(self.pred) > 12:
+            self.counts = None
+            return
+        self.counts[(str(target), "(none)" if parsed is None else str(parsed))] += 1
+
+    def table(self) -> dict[str, Any] | None:
+        if self.counts is None or len(self.gold) < 2:
+            return None
+        gold, pred = sorted(self.gold), sorted(self.pred)
+        cols = list(dict.fromkeys(gold + pred)) + (["(none)"] if self.none else [])
+        return {"rows": gold, "cols": cols, "top": max(self.counts.values()),
+                "cells": [[self.counts.get((g, c), 0) for c in cols] for g in gold]}
+
+
+def _sample(worst: list[list[_Kept]], prompt_sizes: list[int], uses: list[int], max_rows: int,
+            max_bytes: int) -> list[_Kept]:
+    """Which rows the page keeps: of every (model, task) (its rows worst first, at most `per_task`), an
+    equal share of `max_rows`; then as many of those as `max_bytes` allows, spread evenly over the tasks
+    (a level that each task's rows, taken worst first, may fill; a row too big to fit is passed over). A
+    prompt's bytes count once on the page: while choosing, each row bears its share of its prompt."""
+    if not worst:
+        return []
+    share = max(1, max_rows // len(worst))
+    ranked = [members[:share] for members in worst]
+    cost = {r.i: r.size + prompt_sizes[r.p] / uses[r.p] for members in ranked for r in members}
+
+    def fill(level: float) -> list[_Kept]:
+        taken = []
+        for members in ranked:
+            used = 0.0
+            for r in members:
+                if used + cost[r.i] <= level:
+                    used += cost[r.i]
+                    taken.append(r)
+        return taken
+
+    def page_bytes(taken: list[_Kept]) -> int:
+        return sum(r.size for r in taken) + sum(prompt_sizes[p] for p in {r.p for r in taken})
+
+    budget = float(max_bytes)
+    taken = fill(float("inf"))
+    while page_bytes(taken) > max_bytes:  # exact bytes (each prompt once) over the budget: a lower level
+        lo, hi = 0.0, max(sum(cost[r.i] for r in members) for members in ranked)
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if sum(cost[r.i] for r in fill(mid)) <= budget else (lo, mid)
+        taken = fill(lo)
+        budget *= 0.9  # the shares were estimates of the prompts' bytes: tighten until the exact sum fits
+    return taken

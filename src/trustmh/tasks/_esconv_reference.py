@@ -11,12 +11,16 @@ Tokenisation: word_tokenize splits sentences with NLTK's Punkt model for English
 original downloads on first use). trustmh never downloads: with the model installed
 (`python -m nltk.downloader punkt_tab`) the tokens are the original's; without it an untrained Punkt
 splitter is used, which differs only where the model knows an abbreviation ("Dr.", "e.g."), and
-results.json says which (`TOKENIZER`)."""
+results.json says which (`TOKENIZER`).
+
+nltk is imported the first time a text is tokenised (or the tokenizer named), never when this module is,
+and without the statistics libraries its package would otherwise load (`_import_nltk`)."""
 
 from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections import Counter
 from typing import Any, Callable
 
@@ -28,8 +32,36 @@ SEP = "\x1f"  # joins a reply's tokens in its label column (a control character 
 ORDERS = (1, 2, 3, 4)
 
 
+# nltk's package imports every sub-package, and some try scipy.stats and sklearn for features these metrics
+# never use (collocation statistics, classifiers), each falling back when absent: ~90 of nltk's ~120 MiB.
+_OPTIONAL_OF_NLTK = ("scipy", "sklearn")
+
+
+def _import_nltk() -> None:
+    """Import nltk with scipy and sklearn hidden from it, unless either is loaded already (then hiding saves
+    nothing). Tokenisation and BLEU's n-gram counts use neither, so the values are the same; only nltk's
+    own uses of them (its Fisher test, its scikit-learn classifier wrapper) are left without them."""
+    if "nltk" in sys.modules:
+        return
+    hidden = [name for name in _OPTIONAL_OF_NLTK if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    try:
+        import nltk  # noqa: F401
+    except ImportError:  # a release of nltk that needs them after all: import it as it is
+        for name in hidden:
+            sys.modules.pop(name, None)
+        hidden = []
+        import nltk  # noqa: F401,F811
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
 @functools.lru_cache(maxsize=1)
 def _sentence_splitter() -> tuple[Callable[[str], list[str]], str]:
+    _import_nltk()
     from nltk.tokenize.punkt import PunktSentenceTokenizer
     try:
         from nltk.tokenize import PunktTokenizer
@@ -44,11 +76,17 @@ def tokenizer_used() -> str:
     return _sentence_splitter()[1]
 
 
+@functools.lru_cache(maxsize=1)
+def _word_tokenizer() -> Callable[[str], list[str]]:
+    _import_nltk()
+    from nltk.tokenize import NLTKWordTokenizer
+    return NLTKWordTokenizer().tokenize
+
+
 def tokenize(text: str) -> list[str]:
     """nltk.word_tokenize(text.lower()) (see the module doc for the sentence splitter)."""
-    from nltk.tokenize import NLTKWordTokenizer
-    words = NLTKWordTokenizer()
-    return [t for sent in _sentence_splitter()[0](text.lower()) for t in words.tokenize(sent)]
+    words = _word_tokenizer()
+    return [t for sent in _sentence_splitter()[0](text.lower()) for t in words(sent)]
 
 
 def _lcs(a: list[str], b: list[str]) -> int:
@@ -63,6 +101,7 @@ def _lcs(a: list[str], b: list[str]) -> int:
 
 def sample_values(reply: str, reference: str) -> tuple[dict[str, float], str]:
     """One sample's numbers (columns ref_*) and its tokens (the ref_tokens label)."""
+    _import_nltk()
     from nltk.translate.bleu_score import modified_precision
     hyp, ref = tokenize(reply), tokenize(reference)
     out = {"ref_hyp_len": float(len(hyp)), "ref_ref_len": float(len(ref))}  # one reference: the closest
