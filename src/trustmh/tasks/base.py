@@ -134,11 +134,8 @@ class Method:
     # Send `gen_params(ctx)` exactly as they are (the paper's settings): the engine adds nothing.
     exact_params: ClassVar[bool] = False
 
-    def __init__(self, task: "Task", paper_settings: bool = False):
+    def __init__(self, task: "Task"):
         self.task = task
-        # True for trustmh's own method run under --protocol paper by a task that has no paper method:
-        # its requests then carry the paper's generation settings (`Task.upstream_gen_params`).
-        self.paper_settings = paper_settings
 
     # --- data -----------------------------------------------------------------------------------
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
@@ -153,14 +150,11 @@ class Method:
 
     def gen_params(self, ctx: RunContext) -> dict[str, Any]:
         """The generation settings each request is sent with."""
-        params = dict(self.task.gen_params)
-        if self.paper_settings:
-            params.update(self.task.upstream_gen_params)
-        return params
+        return dict(self.task.gen_params)
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
         return [Sample(self.task.id, item, self.task.prompt(item, ctx), choices=self.task.choices(item, ctx),
-                       params=self.task.gen_params_for(ctx), exact_params=self.exact_params)]
+                       params=self.gen_params(ctx), exact_params=self.exact_params)]
 
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
         """(attempts, parses) where the paper's code asks the tested model again while its reply does not
@@ -273,7 +267,7 @@ class Task:
     metric_columns: ClassVar[dict[str, str]] = {}  # metric name -> per-sample value it is computed from
     rubrics: ClassVar[tuple[Rubric, ...]] = ()  # the judgements this task makes of a reply (judges/rubric.py)
     # protocol -> the method that runs this task under it. A protocol the task has no method for runs
-    # trustmh's (under the paper protocol with the paper's generation settings), and results say so.
+    # trustmh's, and results say so.
     methods: ClassVar[dict[str, type[Method]]] = {}
     # The paper's method (PAPER_PROTOCOL.md §2): its evidence level, A (the paper's code) to E (nothing),
     # whether `--protocol paper` follows it here (set from `methods`), and the templates it reads from the
@@ -289,7 +283,6 @@ class Task:
     # measure; the base value beside it shows what was kept stable.
     base_metric: ClassVar[str | None] = None
     gen_params: ClassVar[dict[str, Any]] = {}
-    upstream_gen_params: ClassVar[dict[str, Any]] = {}  # the paper's settings, for a task with no paper method
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -304,11 +297,8 @@ class Task:
         """The method that runs this task under `ctx.protocol`: chosen here, once per protocol, and only here."""
         cache = self.__dict__.setdefault("_methods", {})
         if ctx.protocol not in cache:
-            chosen = self.methods.get(ctx.protocol)
-            if chosen is None:
-                cache[ctx.protocol] = self.methods.get("trustmh", Method)(self, paper_settings=ctx.protocol == "paper")
-            else:
-                cache[ctx.protocol] = chosen(self)
+            chosen = self.methods.get(ctx.protocol) or self.methods.get("trustmh", Method)
+            cache[ctx.protocol] = chosen(self)
         return cache[ctx.protocol]
 
     def protocol_used(self, ctx: RunContext) -> str:
@@ -337,9 +327,6 @@ class Task:
 
     def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...] | None:
         return self.method(ctx).choices(item)
-
-    def gen_params_for(self, ctx: RunContext) -> dict[str, Any]:
-        return self.method(ctx).gen_params(ctx)
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
         return self.method(ctx).samples(item, ctx)
