@@ -5,8 +5,11 @@ state with an uninterrupted run.
 Kill points (docs/reliability.md explains what each proves):
   * random   - after a seeded number of replies plus a seeded 0-20 ms: while replies stream into the store;
   * held     - the server answers K more requests (seeded K), then holds every further one; we kill once
-               the K replies are committed, so nothing is between the server and the store;
-  * judge    - as held, but only judge requests are held (the kill lands while judging);
+               the K replies are committed, so nothing is between the server and the store (each holds a
+               generation request: it lands while the model is generating);
+  * judge    - as held, but only judge requests are held: generation runs to its end, the server answers
+               K more judge requests and holds the next (each kill checks it held judging, and that K
+               judge replies were paid);
   * scoring  - the process kills itself after a seeded number of scored sample rows (nothing left to
                collect: the kill lands in phase 2, which is too quick on this run for an outside poll to hit);
   * in-write - the process kills itself half-way through writing results.json (and report.html when the
@@ -17,10 +20,18 @@ Counted at the server: a reply it sent that the killed client had not committed 
 ("lost"). Held kills must lose nothing; random kills may lose at most what was in flight, and the total
 of duplicate paid calls must equal exactly the sum lost (no other cause of double payment).
 
+Where they land. A model generates the tasks a judge reads first (collect.judged_first), so judging runs
+beside generation from the first replies, not after it: the ethics task is the larger one here (300 of
+the 360 samples), so that the random and held kills land while both endpoints have requests in flight,
+and their budgets are capped (`spare`) so that judging is still left for the judge kills, whatever the
+order: each stored judgement needs its stored ethics reply, so the judgements made are at most half the
+replies the server sent.
+
 Runtime is dominated by the process launches (about 1.5 s of imports each) that real kill -9 points
 need (~27 for the whole campaign, ~45-70 s on 2 cores; ~11 for the default 5 points); the run itself is
-small (360 samples + 60 judge calls, 10 ms latency)."""
+small (360 samples + 300 judge calls, 10 ms latency)."""
 
+import collections
 import json
 import os
 import random
@@ -35,8 +46,9 @@ from pathlib import Path
 from conftest import IN_CI, make_synthetic_data, synthetic_reply
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
-N_TIER1, N_ETHICS = 300, 60
-N_CALLS = N_TIER1 + 2 * N_ETHICS  # every generation, plus one judge call per ethics item
+N_TIER1, N_ETHICS = 60, 300
+N_GEN = N_TIER1 + N_ETHICS
+N_CALLS = N_GEN + N_ETHICS  # every generation, plus one judge call per ethics item
 MAX_CONN = 4
 SELF_KILLED = ("scoring", "in-write")  # kill points the process reaches itself (SELF_KILL below)
 HOLD = Fault("stall", stall_s=600)  # the client is killed long before this ends
@@ -46,31 +58,42 @@ HOLD = Fault("stall", stall_s=600)  # the client is killed long before this ends
 POINTS = ({"random": 5, "held": 5, "judge": 4, "scoring": 4, "in-write": 3} if IN_CI else
           {"random": 1, "held": 1, "judge": 1, "scoring": 1, "in-write": 1})
 REFUSALS = (("run",), ("score",)) if POINTS["held"] >= 2 else (("run", "score"),)
+JUDGE_BUDGET = 5  # judge replies a judge kill lets through (seeded 0..5)
+# Judgements the judge kills need left: each lets up to JUDGE_BUDGET through, and the last still holds one.
+JUDGE_NEED = JUDGE_BUDGET * POINTS["judge"] + 1
 
 
 class Gate:
     """The server's fault hook: open, or admit `budget` more requests (judge requests only, if
-    `judge_only`) and hold the rest until the client goes away."""
+    `judge_only`) and hold the rest until the client goes away. Counts by purpose ("generate", "judge")
+    the requests it admitted under the budget and those it held."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.budget: int | None = None
         self.judge_only = False
-        self.held = 0
+        self.admitted: collections.Counter = collections.Counter()
+        self.held_by: collections.Counter = collections.Counter()
+
+    @property
+    def held(self) -> int:
+        return sum(self.held_by.values())
 
     def set(self, budget: int | None, judge_only: bool = False) -> None:
         with self.lock:
-            self.budget, self.judge_only, self.held = budget, judge_only, 0
+            self.budget, self.judge_only = budget, judge_only
+            self.admitted, self.held_by = collections.Counter(), collections.Counter()
 
     def __call__(self, n: int, body: dict):
-        is_judge = "APA" in body["messages"][-1]["content"]
+        purpose = "judge" if "APA" in body["messages"][-1]["content"] else "generate"
         with self.lock:
-            if self.budget is None or (self.judge_only and not is_judge):
+            if self.budget is None or (self.judge_only and purpose != "judge"):
                 return None
             if self.budget > 0:
                 self.budget -= 1
+                self.admitted[purpose] += 1
                 return None
-            self.held += 1
+            self.held_by[purpose] += 1
             return HOLD
 
 
@@ -210,11 +233,13 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             assert proc.returncode == -signal.SIGKILL, (kind, proc.returncode, stderr)
             assert alive or kind in SELF_KILLED, f"{kind}: the run ended before the kill"
             time.sleep(0.1)  # let the server notice the dead connections
+            held, admitted = dict(gate.held_by), dict(gate.admitted)
             gate.set(None)
             paid, stored = srv.n_completed - completed0, sum(store_ok(db)) - stored0
             # lost = sent by the server but not in the store: in transit at the kill, or (as a provider
             # would still charge for it) finished by the server after the client died.
-            k = dict(kind=kind, paid=paid, stored=stored, lost=paid - stored, paid_after_kill=srv.n_completed - at_kill)
+            k = dict(kind=kind, paid=paid, stored=stored, lost=paid - stored, paid_after_kill=srv.n_completed - at_kill,
+                     held=held, admitted=admitted, store_at_kill=store_ok(db))
             if db.exists():
                 k["integrity"] = integrity(db)
                 assert k["integrity"] == "ok", k
@@ -230,14 +255,24 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
         def remaining() -> int:
             return N_CALLS - sum(store_ok(db))
 
+        def spare(kills_left: int) -> int:
+            """Server replies each of the next `kills_left` random and held kills may spend, so that JUDGE_NEED
+            judgements are still to make when the judge kills start: the judgements stored are at most half
+            the replies the server sent (each needs its ethics reply stored), in whatever order the run
+            asks. Less a margin for what a random kill spends past its count (in flight, its poll, its
+            0-20 ms)."""
+            return (2 * (N_ETHICS - JUDGE_NEED) - srv.n_completed) // kills_left - 4 * MAX_CONN
+
         def store_files() -> list:
             return [(f.stat().st_size, f.stat().st_mtime_ns) for f in (db, db.with_name(db.name + "-wal"))
                     if f.exists()]
 
         # 1. random moments while replies stream in: after a seeded number of replies (so the point does not
         # depend on machine speed), plus a seeded 0-20 ms, which lands in the reply's way to the store
-        for _ in range(POINTS["random"]):
-            after, delay = srv.n_completed + rng.randint(1, 40), rng.uniform(0.0, 0.02)
+        before_judging = POINTS["random"] + POINTS["held"]  # the kills that must leave judging to do
+        for i in range(POINTS["random"]):
+            cap = max(1, min(40, spare(before_judging - i)))
+            after, delay = srv.n_completed + rng.randint(1, cap), rng.uniform(0.0, 0.02)
             kill_run("random", lambda: gate.set(None),
                      lambda p, a=after, d=delay: (wait_for(lambda: srv.n_completed >= a, "replies"), time.sleep(d)))
 
@@ -256,7 +291,7 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
 
         # 2. held during generation: K more replies, then every request waits at the server
         for i in range(POINTS["held"]):
-            budget = rng.randint(0, min(20, remaining() - 2))
+            budget = rng.randint(0, max(0, min(20, remaining() - 2, spare(POINTS["held"] - i))))
 
             def trigger(p, second=i):
                 all_held("held generation")
@@ -269,13 +304,19 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
                     assert "Traceback" not in other.stderr and store_files() == before
                     refused.append(other_kind)
             k = kill_run("held", lambda b=budget: gate.set(b), trigger)
-            assert k["lost"] == 0 and k["paid"] == budget, k
+            # nothing lost, exactly K paid, and the model's generation was among what the server held
+            assert k["lost"] == 0 and k["paid"] == budget and k["held"].get("generate", 0) > 0, k
 
         # 3. held during judging: generation runs freely, K judge replies, then judge requests wait
+        judging_left = N_ETHICS - store_ok(db)[1]
+        assert judging_left >= JUDGE_NEED, f"the kills before left {judging_left} judgements for the judge kills"
         for _ in range(POINTS["judge"]):
-            budget = rng.randint(0, min(5, N_ETHICS - store_ok(db)[1] - 1))
+            budget = rng.randint(0, min(JUDGE_BUDGET, N_ETHICS - store_ok(db)[1] - 1))
             k = kill_run("judge", lambda b=budget: gate.set(b, judge_only=True), lambda p: all_held("held judging"))
-            assert k["lost"] == 0, k
+            # It landed while judging: every generation in, exactly K judge replies paid, the next judge
+            # requests held at the server, nothing lost.
+            assert k["lost"] == 0 and k["store_at_kill"][0] == N_GEN, k
+            assert k["admitted"].get("judge", 0) == budget and k["held"].get("judge", 0) > 0, k
         assert remaining() > 0  # the judge kills really left judging to do
 
         # The same command now finishes the collection and writes the outputs.
@@ -317,4 +358,4 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
                    replies_lost_at_kills=lost, duplicate_paid_calls=duplicates,
                    duplicates_at_held_kills=sum(k["lost"] for k in kills if k["kind"] != "random"),
                    store_integrity="ok", final_results_identical=True, concurrent_run_refused=True,
-                   per_kill=[(k["kind"], k["paid"], k["lost"], k["paid_after_kill"]) for k in kills])
+                   per_kill=[(k["kind"], k["paid"], k["lost"], k["paid_after_kill"], k["held"]) for k in kills])
