@@ -82,3 +82,23 @@ def test_a_lazy_prepare_builds_first_items_only_and_the_rest_in_order():
         assert p.pending is not None and 0 < len(p.samples) < len(e.samples)  # the first item's only
         assert [s.key for b in p.batches(ctx) for s in b] == [s.key for s in e.samples]
         assert p.pending is None and [s.key for s in p.samples] == [s.key for s in e.samples]
+
+
+def test_a_model_is_asked_for_the_judged_task_first_and_the_outputs_keep_run_order(tmp_path):
+    # privacy.awareness_tier1 is listed (so prepared and written) first, but no judge reads it: the model is
+    # asked for ethics' replies first (collect.judged_first), so the judge has work from the first reply.
+    data = make_synthetic_data(tmp_path / "data", 30, 6)
+    with FakeLLMServer(reply=synthetic_reply, latency_s=0.0) as srv:
+        spec = run_spec(models=["openai/fake"], judge="openai/judge", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks="privacy.awareness_tier1,ethics.reasoning",
+                        suite="data", data_dir=str(data), n_boot=50)
+        run_dir, res, calls = run(spec, tmp_path / "run", limits=Limits(max_connections=1))
+        asked = ["ethics" if "case-" in r["messages"][-1]["content"] else "privacy"
+                 for r in srv.requests if r["model"] == "fake"]
+        first_judged = next(i for i, r in enumerate(srv.requests) if r["model"] == "judge")
+    assert calls == {"openai/fake": 36, "judge": 6}
+    assert asked == ["ethics"] * 6 + ["privacy"] * 30
+    assert first_judged < 6 + 6  # the judge starts while ethics' replies come in, not after privacy's
+    rows = [json.loads(x)["task"] for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert rows == ["privacy.awareness_tier1"] * 30 + ["ethics.reasoning"] * 6
+    assert list(res.models["openai/fake"].tasks) == ["privacy.awareness_tier1", "ethics.reasoning"]
