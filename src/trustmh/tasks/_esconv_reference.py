@@ -150,13 +150,36 @@ def _distinct(table: Table, r: Resamples, k: int) -> np.ndarray:
         totals[row] = len(grams)
         per_cluster.setdefault(int(r.inverse[row]), set()).update(grams)
     tot = r.sums(totals)
-    distinct = np.zeros(len(r))
-    clusters = {c: np.fromiter(g, int) for c, g in per_cluster.items()}
-    for b in range(len(r)):
-        drawn = [clusters[c] for c in np.flatnonzero(r.weights[b] > 0) if c in clusters]
-        distinct[b] = len(np.unique(np.concatenate(drawn))) if drawn else 0
+    distinct = _distinct_counts(per_cluster, r.weights > 0).astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(tot > 0, distinct / np.where(tot > 0, tot, 1), 0.0)  # the original's 0.0 when invalid
+
+
+_CHUNK_CELLS = 4_000_000  # bytes of the (resamples x holders) boolean block `_distinct_counts` gathers at once
+
+
+def _distinct_counts(per_cluster: dict[int, set[int]], drawn: np.ndarray) -> np.ndarray:
+    """For each resample b, the number of distinct grams over the clusters drawn in it (`drawn[b, c]`), as
+    an integer count: exactly len(union of per_cluster[c] for the drawn c). A gram is in resample b when any
+    cluster holding it is drawn, so the grams held by the same set of clusters are counted together: one
+    "any drawn" per distinct holder set (np.logical_or.reduceat over the holders' columns, laid end to end)
+    instead of a union and np.unique per resample, which cost ~2 ms a resample for ESConv's 10,400 replies."""
+    holders: dict[int, list[int]] = {}
+    for c in sorted(per_cluster):
+        for g in per_cluster[c]:
+            holders.setdefault(g, []).append(c)
+    sets = Counter(tuple(h) for h in holders.values())
+    out = np.zeros(len(drawn), dtype=np.int64)
+    if not sets:
+        return out
+    columns = np.fromiter((c for s in sets for c in s), dtype=np.intp)
+    starts = np.cumsum([0] + [len(s) for s in sets])[:-1]
+    n_grams = np.fromiter(sets.values(), dtype=np.int64)
+    step = max(1, _CHUNK_CELLS // len(columns))
+    for lo in range(0, len(drawn), step):
+        block = drawn[lo:lo + step][:, columns]
+        out[lo:lo + step] = np.logical_or.reduceat(block, starts, axis=1) @ n_grams
+    return out
 
 
 def reference_metrics(table: Table, r: Resamples) -> dict[str, Any]:
