@@ -74,7 +74,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                         ([phase2.background] if generate else [])
                     calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate, force=force,
                                                 events=events, ready=phase2.ready if generate else None,
-                                                beside=beside))
+                                                beside=beside, replied=phase2.replied if generate else None))
             except (AuthFailure, EndpointDown) as e:
                 raise UserError(str(e)) from None
             if recorder is not None:
