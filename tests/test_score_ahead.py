@@ -132,3 +132,41 @@ def test_esconv_reference_values_computed_ahead_are_taken_once_per_score():
     assert ref.sample_values(reply, target) == fresh
     assert (reply, target) not in ref._AHEAD
     assert ref.sample_values(reply, target) == fresh  # and computed again when nothing is held
+
+
+def test_idle_calls_are_made_once_during_phase_1_and_a_failing_one_fails_nothing(task, tmp_path):
+    made = []
+
+    def note():
+        made.append(len(LOG))  # how much of the task was scored by then
+
+    def broken():
+        made.append("broken")
+        raise RuntimeError("idle work failed")
+
+    with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
+        spec = run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
+        _, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2),
+                                      idle=[broken, note])
+    assert calls == {"openai/m": N, "judge": N}
+    assert made == ["broken", 0]  # each once, in order, before any sample was scored
+    assert results.models["openai/m"].tasks[TASK_ID].value == 3.0
+
+
+def test_the_report_template_prepared_ahead_is_the_one_the_report_uses(tmp_path, monkeypatch):
+    import jinja2
+
+    from trustmh.report import html
+    html._env.cache_clear()
+    compiled = []
+    real = jinja2.Environment.compile
+
+    def counting(self, *a, **kw):
+        compiled.append(a[1] if len(a) > 1 else kw.get("name"))
+        return real(self, *a, **kw)
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    html.prepare()
+    assert compiled == ["report.html.j2"]
+    assert html._env().get_template("report.html.j2") is html._env().get_template("report.html.j2")
+    assert compiled == ["report.html.j2"]  # taken from the prepared environment, not compiled again
