@@ -152,13 +152,19 @@ def main() -> None:
     ap.add_argument("--scale-only", action="store_true", help="with --small: skip the M-model runs")
     ap.add_argument("--src", type=Path, default=None,
                     help="run the children with this src/ folder (another checkout's, e.g. from `git archive`)")
+    ap.add_argument("--pyc", action="store_true",
+                    help="compile the src/ folder's bytecode first, as an installed package has it (where "
+                         "PYTHONDONTWRITEBYTECODE is set, each child otherwise compiles trustmh's ~90 modules "
+                         "from source: ~0.2 s of its start-up)")
     a = ap.parse_args()
     global SRC
     SRC = a.src.resolve() if a.src else SRC
+    if a.pyc:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(SRC)], check=True, stdout=subprocess.DEVNULL)
     limit = a.limit or None
     tmp = Path(tempfile.mkdtemp(prefix="trustmh-scale-"))
     print(machine())
-    print(f"src: {SRC}")
+    print(f"src: {SRC}{' (bytecode compiled first)' if a.pyc else ''}")
     print(f"load average at start {os.getloadavg()[0]:.2f}")
     try:
         if a.small:

@@ -223,7 +223,8 @@ def run_cmd(
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
-                                           limits=limits, executor=chosen_executor, force=force, events=view)
+                                           limits=limits, executor=chosen_executor, force=force, events=view,
+                                           idle=[_prepare_report])
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())) \
             from None
@@ -240,6 +241,12 @@ def run_cmd(
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
     _methods_exit(results)
+
+
+def _prepare_report() -> None:
+    """The report's template compiled while the run waits for its first replies (`_write_report` after it)."""
+    from ..report import prepare
+    prepare()
 
 
 def _methods_exit(results) -> None:

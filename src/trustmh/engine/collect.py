@@ -66,11 +66,13 @@ def judged_first(prepared: list[Prepared], ctx: RunContext, roles: Any) -> list[
 async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store, limits: Limits,
                   *, generate: bool = True, force: bool = False, events: EventSink = ignore,
                   models: dict[str, Any] | None = None, ready: Callable[[str, str], None] | None = None,
-                  beside: Sequence[Callable[[], Awaitable[None]]] = ()) -> dict[str, int]:
+                  beside: Sequence[Callable[[], Awaitable[None]]] = (),
+                  replied: Callable[[str, Task, Sample, str], None] | None = None) -> dict[str, int]:
     """Phase 1 for every model of the run. With `generate` False (re-scoring) the tested models are never
     called: only judgements missing for this run's judges are made. `models` gives ready backends for some
     specs (judge validation: the human-rated replies stand in for a tested model). `ready(model, task)` is
-    told each task whose replies and verdicts are all stored (score.Phase2 scores it then); `beside` are
+    told each task whose replies and verdicts are all stored (score.Phase2 scores it then), `replied(model,
+    task, sample, reply)` each reply as it arrives (Phase2 does then what scoring it needs of it); `beside` are
     coroutines run on this event loop while phase 1 goes on (recording samples, scoring ready tasks), in
     slices between its I/O, and cancelled when it ends. Returns the calls made per model spec (and
     "judge")."""
@@ -118,6 +120,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                                        pools=pools, writer=writer)
             if ready is not None:
                 collector.ready = functools.partial(ready, model_spec)
+            if replied is not None:
+                collector.replied = functools.partial(replied, model_spec)
             collectors.append(collector)
         await _run_together(collectors, pools, events)
         for c in collectors:
@@ -209,6 +213,7 @@ class _Collector:
         self.judged_all: asyncio.Future[None] | None = None  # set once generation is over and judging is 0
         # Set by collect when a scorer waits for tasks: called with a task's id once all its calls are stored.
         self.ready: Callable[[str], None] | None = None
+        self.replied: Callable[[Task, Sample, str], None] | None = None  # told each reply (collect's `replied`)
         self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
         self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
 
@@ -247,6 +252,8 @@ class _Collector:
                         for pool in pools:
                             await pool.room(self)
                     self._queue_judgements(task, sample, resp.text or "")
+                if resp is not None and resp.ok and self.replied is not None:
+                    self.replied(task, sample, resp.text or "")
                 self._settle(sample.task)
 
         await asyncio.gather(*(gen_worker() for _ in range(self._width())))

@@ -4,9 +4,11 @@ a directory holds this spec (`run`, `check_same_spec`, `load_spec`)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from pathlib import Path
+from typing import Callable, Sequence
 
 from ..errors import UserError
 from ..results import RunResults
@@ -31,12 +33,14 @@ def context(spec: RunSpec) -> RunContext:
 
 def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,
         generate: bool = True, executor=None, accept_stored: bool = False, force: bool = False,
-        events: EventSink = ignore) -> tuple[Path, RunResults, dict[str, int]]:
+        events: EventSink = ignore, idle: Sequence[Callable[[], object]] = ()) -> tuple[Path, RunResults, dict[str, int]]:
     """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made).
     With `generate` False the tested models are never called (re-scoring). `executor` (see
     trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here. `force` starts a new
     run in a directory that holds another spec, or whose local (hf/) model files have changed (both are
-    refused otherwise: its results would be overwritten by a different run)."""
+    refused otherwise: its results would be overwritten by a different run). `idle` are calls made once
+    each while phase 1 waits for its first replies (the CLI compiles the report's template then); one
+    that fails is left to fail again where its work is needed."""
     limits = limits or Limits()
     ctx = context(spec)
     t0 = time.perf_counter()
@@ -71,10 +75,11 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
                 else:
                     beside = ([recorder.background] if recorder is not None else []) + \
-                        ([phase2.background] if generate else [])
+                        ([phase2.background] if generate else []) + ([functools.partial(_while_waiting, idle)]
+                                                                     if idle else [])
                     calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate, force=force,
                                                 events=events, ready=phase2.ready if generate else None,
-                                                beside=beside))
+                                                beside=beside, replied=phase2.replied if generate else None))
             except (AuthFailure, EndpointDown) as e:
                 raise UserError(str(e)) from None
             if recorder is not None:
@@ -93,6 +98,19 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     t2 = time.perf_counter()
     events(RunTotals(dict(calls), prompt_tokens, completion_tokens, t2 - t0, t2 - t1))
     return run_dir, results, calls
+
+
+async def _while_waiting(calls: Sequence[Callable[[], object]]) -> None:
+    """Make `calls` once phase 1's workers have sent their first requests (they do at their first await):
+    the loop then has nothing to do until the first replies, a whole latency away."""
+    for _ in range(3):
+        await asyncio.sleep(0)
+    for call in calls:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - work done ahead only; it is done again where it is needed
+            pass
+        await asyncio.sleep(0)
 
 
 def check_same_spec(run_dir: Path, stored: dict | None, spec: RunSpec, force: bool) -> None:

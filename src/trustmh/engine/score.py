@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import math
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Generator
@@ -247,6 +248,9 @@ class Phase2:
         self.queue: collections.deque[tuple[str, str]] = collections.deque()
         self.current: tuple[tuple[str, str], Generator[None, None, TaskResult]] | None = None
         self.wake: asyncio.Event | None = None
+        # Replies whose task does part of its scoring ahead (Task.ahead), waiting for the background.
+        self.replies: collections.deque[tuple[str, Task, Sample, str]] = collections.deque()
+        self._has_ahead: dict[str, bool] = {}
         self.n_scored = 0  # samples of the tasks scored so far, for the progress bar
         self.started = False
 
@@ -291,15 +295,41 @@ class Phase2:
             if self.wake is not None:
                 self.wake.set()
 
+    def replied(self, model_spec: str, task: Task, sample: Sample, reply: str) -> None:
+        """A reply has arrived: the part of its scoring its task can do ahead (`Task.ahead`) is done in the
+        background while the judge works, so that the task's scoring after its last verdict is shorter."""
+        has = self._has_ahead.get(task.id)
+        if has is None:  # written on the task itself (a one-protocol task) or on the run's method
+            from ..tasks.base import Method
+            has = self._has_ahead[task.id] = task.id in self.by_id and (
+                type(task).ahead is not Task.ahead or type(task.method(self.ctx)).ahead is not Method.ahead)
+        if has and (model_spec, task.id) not in self.results:
+            self.replies.append((model_spec, task, sample, reply))
+            if self.wake is not None:
+                self.wake.set()
+
+    def _ahead(self, deadline: float) -> bool:
+        """Replies' work ahead until `deadline` (ready tasks come first); True while some is left."""
+        while self.replies and time.perf_counter() < deadline:
+            model_spec, task, sample, reply = self.replies.popleft()
+            if (model_spec, task.id) in self.results:
+                continue
+            try:
+                task.ahead(sample, reply, self.ctx)
+            except Exception:  # noqa: BLE001 - only a cache: score() does the work again, and raises there
+                pass
+        return bool(self.replies)
+
     async def background(self) -> None:
         """Score ready tasks until cancelled (phase 1 is over); a task cut short is finished by `finish`.
-        A task whose scoring raises is left to `finish`, which scores it again and raises there."""
+        A task whose scoring raises is left to `finish`, which scores it again and raises there. Between
+        ready tasks, the replies' work ahead (`replied`)."""
         self.wake = asyncio.Event()
 
         def step(deadline: float) -> bool | None:
             while self.current is None:
                 if not self.queue:
-                    return False  # wait for the next ready()
+                    return self._ahead(deadline)  # then wait for the next ready() or reply
                 key = self.queue.popleft()
                 if key not in self.results:
                     self.current = (key, self._start(key))
@@ -320,6 +350,7 @@ class Phase2:
     # --- after phase 1 ------------------------------------------------------------------------------
     def finish(self, checksums: dict[str, str]) -> RunResults:
         spec, run_dir, events = self.spec, self.run_dir, self.events
+        self.replies.clear()  # what was not done ahead is done as each task is scored
         self._announce()
         if self.current is not None:  # the task phase 1 ended in the middle of
             (key, steps), self.current = self.current, None

@@ -1,5 +1,5 @@
 """`trustmh report`: one self-contained HTML file per run (or set of runs)."""
 
-from .html import build_context, render, write_report
+from .html import build_context, prepare, render, write_report
 
-__all__ = ["build_context", "render", "write_report"]
+__all__ = ["build_context", "prepare", "render", "write_report"]

@@ -99,8 +99,35 @@ def _lcs(a: list[str], b: list[str]) -> int:
     return prev[-1]
 
 
+# Values computed ahead (`values_ahead`, while the judge still works on the task), each with the number of
+# scores it was computed for; `sample_values` takes them. Bounded: past it, a sample is computed when scored.
+_AHEAD: dict[tuple[str, str], list] = {}
+AHEAD_MAX = 32_768
+
+
+def values_ahead(reply: str, reference: str) -> None:
+    """Compute `sample_values(reply, reference)` now, for a score to come (Method.ahead)."""
+    held = _AHEAD.get((reply, reference))
+    if held is not None:
+        held[2] += 1
+    elif len(_AHEAD) < AHEAD_MAX:
+        _AHEAD[(reply, reference)] = [*_sample_values(reply, reference), 1]
+
+
 def sample_values(reply: str, reference: str) -> tuple[dict[str, float], str]:
-    """One sample's numbers (columns ref_*) and its tokens (the ref_tokens label)."""
+    """One sample's numbers (columns ref_*) and its tokens (the ref_tokens label): computed ahead, or now.
+    A pure function of its two texts, so what was computed ahead is what it would give."""
+    key = (reply, reference)
+    held = _AHEAD.get(key)
+    if held is None:
+        return _sample_values(reply, reference)
+    held[2] -= 1
+    if held[2] <= 0:
+        del _AHEAD[key]
+    return dict(held[0]), held[1]
+
+
+def _sample_values(reply: str, reference: str) -> tuple[dict[str, float], str]:
     _import_nltk()
     from nltk.translate.bleu_score import modified_precision
     hyp, ref = tokenize(reply), tokenize(reference)
@@ -150,13 +177,36 @@ def _distinct(table: Table, r: Resamples, k: int) -> np.ndarray:
         totals[row] = len(grams)
         per_cluster.setdefault(int(r.inverse[row]), set()).update(grams)
     tot = r.sums(totals)
-    distinct = np.zeros(len(r))
-    clusters = {c: np.fromiter(g, int) for c, g in per_cluster.items()}
-    for b in range(len(r)):
-        drawn = [clusters[c] for c in np.flatnonzero(r.weights[b] > 0) if c in clusters]
-        distinct[b] = len(np.unique(np.concatenate(drawn))) if drawn else 0
+    distinct = _distinct_counts(per_cluster, r.weights > 0).astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(tot > 0, distinct / np.where(tot > 0, tot, 1), 0.0)  # the original's 0.0 when invalid
+
+
+_CHUNK_CELLS = 4_000_000  # bytes of the (resamples x holders) boolean block `_distinct_counts` gathers at once
+
+
+def _distinct_counts(per_cluster: dict[int, set[int]], drawn: np.ndarray) -> np.ndarray:
+    """For each resample b, the number of distinct grams over the clusters drawn in it (`drawn[b, c]`), as
+    an integer count: exactly len(union of per_cluster[c] for the drawn c). A gram is in resample b when any
+    cluster holding it is drawn, so the grams held by the same set of clusters are counted together: one
+    "any drawn" per distinct holder set (np.logical_or.reduceat over the holders' columns, laid end to end)
+    instead of a union and np.unique per resample, which cost ~2 ms a resample for ESConv's 10,400 replies."""
+    holders: dict[int, list[int]] = {}
+    for c in sorted(per_cluster):
+        for g in per_cluster[c]:
+            holders.setdefault(g, []).append(c)
+    sets = Counter(tuple(h) for h in holders.values())
+    out = np.zeros(len(drawn), dtype=np.int64)
+    if not sets:
+        return out
+    columns = np.fromiter((c for s in sets for c in s), dtype=np.intp)
+    starts = np.cumsum([0] + [len(s) for s in sets])[:-1]
+    n_grams = np.fromiter(sets.values(), dtype=np.int64)
+    step = max(1, _CHUNK_CELLS // len(columns))
+    for lo in range(0, len(drawn), step):
+        block = drawn[lo:lo + step][:, columns]
+        out[lo:lo + step] = np.logical_or.reduceat(block, starts, axis=1) @ n_grams
+    return out
 
 
 def reference_metrics(table: Table, r: Resamples) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from ..metrics import Means, Resamples, Table, confusion_many, f1_per_class, mac
 from ..types import Item, Sample, Score
 from ._esconv_reference import reference_metrics, tokenizer_used
 from ._esconv_reference import sample_values as reference_sample_values
+from ._esconv_reference import values_ahead as reference_values_ahead
 from ._paper_rules import criterion_stats, paper_classification
 from ._reliability_read import NO_RULES, DiagnosisMethod, SupportMethod, esconv_dialogues, esconv_item, over
 from ._shared import SUPPORT_CRITERIA, classification_metrics, classification_metrics_many
@@ -343,6 +344,12 @@ class SupportPaper(MeanMetrics, SupportMethod):
         sc.values.update(values)
         sc.parsed["ref_tokens"] = tokens
         return sc
+
+    def ahead(self, sample: Sample, reply: str, ctx: RunContext) -> None:
+        # The reference metrics (~0.6 ms a reply, nltk's tokeniser mostly) need the reply alone; the four
+        # criteria's verdicts come last, and the whole benchmark's 13,000 ESConv replies scored after
+        # them were most of a run's tail.
+        reference_values_ahead(reply.strip(), sample.item.target)
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         # Each criterion's mean over its own scored samples, as the original reports them; the paper's

@@ -99,6 +99,9 @@ class RobustMethod(Method):
     def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
         return self.base.score(self.view(sample), reply, judged, self.base_ctx(ctx))
 
+    def ahead(self, sample: Sample, reply: str, ctx: RunContext) -> None:
+        self.base.ahead(self.view(sample), reply, self.base_ctx(ctx))
+
     def cluster(self, sample: Sample) -> str:
         return self.base.cluster(self.view(sample), self._bare_ctx)
 

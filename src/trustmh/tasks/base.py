@@ -203,6 +203,12 @@ class Method:
         one rubric), or None for a task without a judge."""
         raise NotImplementedError(f"{self.task.id}: no score()")
 
+    def ahead(self, sample: Sample, reply: str, ctx: RunContext) -> None:
+        """Work `score` will do that rests on the reply alone (not on the verdicts), done as soon as the
+        reply arrives, while the judge still works on the task (phase 2 calls it beside phase 1). It may
+        only fill a cache that `score` reads, keyed by everything the work depends on, so a score gives
+        the same whether or not this ran. Nothing by default."""
+
     # --- aggregation ------------------------------------------------------------------------------
     def cluster(self, sample: Sample) -> str:
         """Unit of resampling for the bootstrap (the item; a scenario when it yields several samples)."""
@@ -354,6 +360,9 @@ class Task:
 
     def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
         return self.method(ctx).score(sample, reply, judged, ctx)
+
+    def ahead(self, sample: Sample, reply: str, ctx: RunContext) -> None:
+        self.method(ctx).ahead(sample, reply, ctx)
 
     def cluster(self, sample: Sample, ctx: RunContext) -> str:
         return self.method(ctx).cluster(sample)

@@ -1,0 +1,172 @@
+"""The part of a task's scoring that rests on the reply alone (`Task.ahead`) is done as each reply arrives,
+while the judge still works on the task, and the results are those of scoring everything at the end; ESConv's
+reference metrics (reliability.support, robustness.support under the paper's protocol) use it."""
+
+import json
+
+import pytest
+
+from conftest import run_quiet, run_spec
+from trustmh.engine import Limits
+from trustmh.metrics import mean
+from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, Task, register
+from trustmh.testing.fake_server import FakeLLMServer
+from trustmh.types import Item, Score
+
+TASK_ID = "testahead.judged"
+N = 12
+LOG: list[tuple[str, str]] = []  # ("ahead" | "score", item id), in the order the run did them
+CACHE: dict[tuple[str, str], int] = {}  # what ahead() computed, by (item id, reply)
+
+
+def length(reply: str) -> int:
+    return len(reply.split())
+
+
+class Ahead(Task):
+    id = TASK_ID
+    pillar = "ethics"
+    title = "a judged task that computes a reply-only value ahead (test task)"
+    dataset = "test"
+    files = ()
+    metric = MetricSpec("rating", True, 0.0, 5.0)
+    primary_value = "rating"
+    rubrics = (Rubric("judge"),)
+
+    def load(self, data, ctx):
+        return [Item(f"i{n}", {"q": f"question {n} " + "word " * n}) for n in range(N)]
+
+    def prompt(self, item, ctx):
+        return [{"role": "user", "content": item.input["q"]}]
+
+    def judge_messages(self, sample, reply, ctx):
+        return [{"role": "user", "content": f"RATE {sample.item.id}: {reply}"}]
+
+    def rules_judge(self, sample, reply, ctx):
+        return Judged(reason="needs an LLM judge")
+
+    def ahead(self, sample, reply, ctx):
+        LOG.append(("ahead", sample.item.id))
+        CACHE[(sample.item.id, reply)] = length(reply)
+
+    def score(self, sample, reply, judged, ctx):
+        LOG.append(("score", sample.item.id))
+        if judged is None or judged.text is None:
+            return Score(unscored={"rating": "no verdict"})
+        # taken from the cache when ahead() ran on this very reply, computed here otherwise
+        words = CACHE.pop((sample.item.id, reply), None)
+        words = length(reply) if words is None else words
+        return Score(values={"rating": float(judged.text.split(":")[1]), "words": float(words)})
+
+    def aggregate(self, table, ctx):
+        return {"rating": mean(table.col("rating")), "words": mean(table.col("words"))}
+
+
+@pytest.fixture
+def task():
+    LOG.clear()
+    CACHE.clear()
+    register(Ahead)
+    yield
+    TASKS.pop(TASK_ID, None)
+
+
+def reply(body):
+    text = body["messages"][-1]["content"]
+    if body["model"] == "j":
+        return "Rating: 3"
+    return f"{text} answered"
+
+
+def test_reply_only_scoring_is_done_before_the_task_is_scored_with_the_same_results(task, tmp_path):
+    with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
+        spec = run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
+        run_dir, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2))
+        assert calls == {"openai/m": N, "judge": N}
+        first_score = [kind for kind, _ in LOG].index("score")
+        # every reply's ahead() ran while phase 1 went on, before the task's scoring began
+        assert sorted(i for kind, i in LOG[:first_score] if kind == "ahead") == sorted(f"i{n}" for n in range(N))
+        assert not CACHE  # each score took what ahead() computed for its reply
+        before = json.loads((run_dir / "results.json").read_text())
+        samples = (run_dir / "samples.jsonl").read_bytes()
+        # re-scored from the store (no reply arrives, so nothing is done ahead): the same results
+        LOG.clear()
+        _, again, calls = run_quiet(spec, run_dir, generate=False)
+        assert calls == {"openai/m": 0, "judge": 0} and ("ahead" not in {kind for kind, _ in LOG})
+    after = json.loads((run_dir / "results.json").read_text())
+    before.pop("created"), after.pop("created")
+    assert after == before and (run_dir / "samples.jsonl").read_bytes() == samples
+    t = results.models["openai/m"].tasks[TASK_ID]
+    assert t.value == 3.0 and t.metrics["words"].value == pytest.approx(mean_words())
+
+
+def mean_words():
+    return sum(length(f"question {n} " + "word " * n + " answered") for n in range(N)) / N
+
+
+def test_an_ahead_that_raises_leaves_the_work_to_score(task, tmp_path, monkeypatch):
+    def broken(self, sample, reply, ctx):
+        LOG.append(("ahead", sample.item.id))
+        raise RuntimeError("ahead failed")
+    monkeypatch.setattr(Ahead, "ahead", broken)
+    with FakeLLMServer(reply=reply, latency_s=0.01) as srv:
+        spec = run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
+        _, results, _ = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2))
+    assert ("ahead", "i0") in LOG
+    assert results.models["openai/m"].tasks[TASK_ID].metrics["words"].value == pytest.approx(mean_words())
+
+
+def test_esconv_reference_values_computed_ahead_are_taken_once_per_score():
+    pytest.importorskip("nltk")
+    from trustmh.tasks import _esconv_reference as ref
+    reply, target = "I hear you. That sounds hard.", "That must be really hard for you."
+    fresh = ref.sample_values(reply, target)
+    assert (reply, target) not in ref._AHEAD
+    ref.values_ahead(reply, target)
+    ref.values_ahead(reply, target)  # the same reply twice (two samples): computed once, taken twice
+    assert ref._AHEAD[(reply, target)][2] == 2
+    first = ref.sample_values(reply, target)
+    first[0]["ref_hyp_len"] = -1.0  # a caller changing its copy changes nothing held
+    assert ref.sample_values(reply, target) == fresh
+    assert (reply, target) not in ref._AHEAD
+    assert ref.sample_values(reply, target) == fresh  # and computed again when nothing is held
+
+
+def test_idle_calls_are_made_once_during_phase_1_and_a_failing_one_fails_nothing(task, tmp_path):
+    made = []
+
+    def note():
+        made.append(len(LOG))  # how much of the task was scored by then
+
+    def broken():
+        made.append("broken")
+        raise RuntimeError("idle work failed")
+
+    with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
+        spec = run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
+        _, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2),
+                                      idle=[broken, note])
+    assert calls == {"openai/m": N, "judge": N}
+    assert made == ["broken", 0]  # each once, in order, before any sample was scored
+    assert results.models["openai/m"].tasks[TASK_ID].value == 3.0
+
+
+def test_the_report_template_prepared_ahead_is_the_one_the_report_uses(tmp_path, monkeypatch):
+    import jinja2
+
+    from trustmh.report import html
+    html._env.cache_clear()
+    compiled = []
+    real = jinja2.Environment.compile
+
+    def counting(self, *a, **kw):
+        compiled.append(a[1] if len(a) > 1 else kw.get("name"))
+        return real(self, *a, **kw)
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    html.prepare()
+    assert compiled == ["report.html.j2"]
+    assert html._env().get_template("report.html.j2") is html._env().get_template("report.html.j2")
+    assert compiled == ["report.html.j2"]  # taken from the prepared environment, not compiled again
