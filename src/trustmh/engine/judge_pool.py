@@ -97,16 +97,21 @@ class JudgePool:
 
     async def work(self) -> None:
         while (got := await self._next()) is not None:
-            collector, job = got
-            if isinstance(job, Pending):  # a reply: its judgements for this judge are rendered now
-                jobs = collector.render(self, job)
-                self.n_queued -= 1
-                if not jobs:
-                    continue
-                job = jobs[0]
-                self.n_queued += 1
-                for rest in reversed(jobs[1:]):  # the reply's other rubrics go next, in their order
-                    self.put(collector, rest, first=True)
-            if not await collector.judge(self.ep, *job):
-                self.n_errors += 1
-            self.n_done += 1
+            await self._take(*got)
+            # Not held while this worker waits for the next: the sample of a task every model has scored
+            # can leave memory (engine/prepare.py, Prepared.release).
+            got = None
+
+    async def _take(self, collector: Any, job: Any) -> None:
+        if isinstance(job, Pending):  # a reply: its judgements for this judge are rendered now
+            jobs = collector.render(self, job)
+            self.n_queued -= 1
+            if not jobs:
+                return
+            job = jobs[0]
+            self.n_queued += 1
+            for rest in reversed(jobs[1:]):  # the reply's other rubrics go next, in their order
+                self.put(collector, rest, first=True)
+        if not await collector.judge(self.ep, *job):
+            self.n_errors += 1
+        self.n_done += 1
