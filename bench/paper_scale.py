@@ -241,7 +241,8 @@ def main() -> None:
                   f"{r['rss']:>7.0f} {r['report_mb']:>9.1f} {r['samples_mb']:>10.1f} {r['report_s']:>8.1f}  "
                   f"{r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
             if RSS_EVERY:
-                print(f"    {rss_timeline(r['polled'])}", flush=True)
+                print(f"    {rss_timeline(r['polled'])}; `trustmh report` on the run: peak RSS {r['report_rss']:.0f} MiB",
+                      flush=True)
             if limit:
                 print(f"    extrapolated to the whole benchmark (x{scale:.1f}, not measured): run "
                       f"~{r['wall'] * scale / 60:.0f} min at this ratio (ideal {r['ideal'] * scale / 60:.0f} min), "

@@ -9,10 +9,11 @@ from typing import Any
 
 from .endpoint import Endpoint
 
-# Replies waiting for the judge, across all models. Queued, a judgement is only its sample (built once and
-# held for the run anyway) and the reply's text: ~1.5 KB for a real reply of ~300 tokens, so ~50 MB at
-# this bound; its prompt is rendered only when a worker takes it. Enough for one model to keep the judge
-# busy through the whole benchmark's longest stretch of tasks it does not read.
+# Replies waiting for the judge, across all models. Queued, a judgement is only its sample (built once,
+# shared by the models, in memory until its task is scored anyway) and the reply's text: ~1.5 KB for a
+# real reply of ~300 tokens, so ~50 MB at this bound; its prompt is rendered only when a worker takes it.
+# Enough for one model to keep the judge busy through the whole benchmark's longest stretch of tasks it
+# does not read.
 BACKLOG = 32768
 
 
