@@ -12,44 +12,22 @@ from conftest import run_quiet, run_spec
 from trustmh.engine import Limits, context, prepare
 from trustmh.engine.prepare import Prepared, Recorder, StoredSamples
 from trustmh.engine.score import Phase2
-from trustmh.metrics import mean
 from trustmh.store import Store
-from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, Task, register
+from trustmh.tasks import TASKS, register
 from trustmh.testing.fake_server import FakeLLMServer
-from trustmh.types import Item, Score
+from trustmh.types import Item
+from test_models_together import Judged1, reply
 
 N = 12
 IDS = ("testrelease.first", "testrelease.second")
 
 
-class _Judged(Task):
-    pillar = "ethics"
-    title = "one judgement per sample (test task)"
-    dataset = "test"
-    files = ()
-    metric = MetricSpec("rating", True, 0.0, 5.0)
-    primary_value = "rating"
-    rubrics = (Rubric("judge"),)
-
+class _Judged(Judged1):  # one judgement per sample, as in test_models_together; two tasks of N items
     def load(self, data, ctx):
         return [Item(f"i{n}", {"q": f"{self.id} question {n}"}, target=str(n % 3)) for n in range(N)]
 
     def prompt(self, item, ctx):
         return [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": item.input["q"]}]
-
-    def judge_messages(self, sample, reply, ctx):
-        return [{"role": "user", "content": f"RATE {sample.item.id}: {reply}"}]
-
-    def rules_judge(self, sample, reply, ctx):
-        return Judged(reason="needs an LLM judge")
-
-    def score(self, sample, reply, judged, ctx):
-        if judged is None or judged.text is None:
-            return Score(unscored={"rating": "no verdict"})
-        return Score(values={"rating": float(judged.text.split(":")[1])})
-
-    def aggregate(self, table, ctx):
-        return {"rating": mean(table.col("rating"))}
 
 
 @pytest.fixture
@@ -59,13 +37,6 @@ def tasks():
     yield
     for task_id in IDS:
         TASKS.pop(task_id, None)
-
-
-def reply(body):
-    text = body["messages"][-1]["content"]
-    if body["model"] == "j":
-        return "Rating: 4" if "from b" in text else "Rating: 2"
-    return f"{text} from {body['model']}"
 
 
 def watched_run(srv, out, monkeypatch):
