@@ -60,6 +60,45 @@ def child_env() -> dict[str, str]:
     return env
 
 
+RSS_EVERY: float | None = None  # --rss-every: poll the child's VmRSS this often (s)
+
+
+def _vm_rss_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def _poll_rss(time_pid: int, every: float, out: list[tuple[float, float]], t0: float) -> None:
+    """(seconds, VmRSS MiB) of GNU time's child (the trustmh process) until it ends."""
+    pid = None
+    while pid is None:
+        try:
+            kids = Path(f"/proc/{time_pid}/task/{time_pid}/children").read_text().split()
+        except OSError:
+            return
+        pid = int(kids[0]) if kids else None
+        time.sleep(0.01)
+    while (rss := _vm_rss_mib(pid)) is not None:
+        out.append((time.perf_counter() - t0, rss))
+        time.sleep(every)
+
+
+def rss_timeline(samples: list[tuple[float, float]], points: int = 12) -> str:
+    """The polled RSS as `points` evenly spaced readings (the highest in each stretch) and its peak."""
+    if not samples:
+        return "no RSS readings"
+    end = samples[-1][0]
+    cuts = [[] for _ in range(points)]
+    for t, rss in samples:
+        cuts[min(points - 1, int(t / end * points)) if end else 0].append(rss)
+    peak_t, peak = max(samples, key=lambda x: x[1])
+    return ("RSS MiB over time (max of each 1/%d): " % points
+            + " ".join(f"{max(c):.0f}" if c else "-" for c in cuts) + f"; peak {peak:.0f} at {peak_t:.0f} of {end:.0f} s")
+
+
 def child(cmd: list[str]) -> dict[str, float]:
     """Run a child to its end: wall s, CPU s and peak RSS MiB of that child alone. The child is started by
     GNU time, a small process: Linux carries a process's peak RSS across exec, so a child forked from this
@@ -67,6 +106,10 @@ def child(cmd: list[str]) -> dict[str, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(["/usr/bin/time", "-f", "RSS_KB %M", *cmd], env=child_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
+    polled: list[tuple[float, float]] = []
+    if RSS_EVERY:
+        import threading
+        threading.Thread(target=_poll_rss, args=(proc.pid, RSS_EVERY, polled, t0), daemon=True).start()
     err = proc.stderr.read()
     _, status, ru = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -74,7 +117,7 @@ def child(cmd: list[str]) -> dict[str, float]:
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd[3:6])} ... failed ({proc.returncode}):\n{err[-3000:]}")
     rss_kb = [line for line in err.splitlines() if line.startswith("RSS_KB ")][-1].split()[1]
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": int(rss_kb) / 1024}
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": int(rss_kb) / 1024, "polled": polled}
 
 
 def write_models(path: Path, url: str, m: int) -> list[str]:
@@ -150,6 +193,8 @@ def main() -> None:
     ap.add_argument("--bootstrap", type=int, default=1000)
     ap.add_argument("--small", action="store_true", help="also the small job at (16, 0.1), (64, 0.25), (256, 1)")
     ap.add_argument("--scale-only", action="store_true", help="with --small: skip the M-model runs")
+    ap.add_argument("--rss-every", type=float, default=None, metavar="S",
+                    help="also poll the run's RSS every S seconds and print it over time")
     ap.add_argument("--src", type=Path, default=None,
                     help="run the children with this src/ folder (another checkout's, e.g. from `git archive`)")
     ap.add_argument("--pyc", action="store_true",
@@ -157,10 +202,11 @@ def main() -> None:
                          "PYTHONDONTWRITEBYTECODE is set, each child otherwise compiles trustmh's ~90 modules "
                          "from source: ~0.2 s of its start-up)")
     a = ap.parse_args()
-    global SRC
+    global SRC, RSS_EVERY
     SRC = a.src.resolve() if a.src else SRC
     if a.pyc:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(SRC)], check=True, stdout=subprocess.DEVNULL)
+    RSS_EVERY = a.rss_every
     limit = a.limit or None
     tmp = Path(tempfile.mkdtemp(prefix="trustmh-scale-"))
     print(machine())
@@ -200,6 +246,9 @@ def main() -> None:
                   f"{r['ideal'] / r['wall']:>5.2f} {r['cpu']:>6.1f} {r['cpu'] / r['calls'] * 1e3:>7.3f} {marginal} "
                   f"{r['rss']:>7.0f} {r['report_mb']:>9.1f} {r['samples_mb']:>10.1f} {r['report_s']:>8.1f}  "
                   f"{r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+            if RSS_EVERY:
+                print(f"    {rss_timeline(r['polled'])}; `trustmh report` on the run: peak RSS {r['report_rss']:.0f} MiB",
+                      flush=True)
             if limit:
                 print(f"    extrapolated to the whole benchmark (x{scale:.1f}, not measured): run "
                       f"~{r['wall'] * scale / 60:.0f} min at this ratio (ideal {r['ideal'] * scale / 60:.0f} min), "

@@ -172,8 +172,10 @@ class Means:
 
 AggregateMany = Callable[[Table, Resamples], "dict[str, np.ndarray] | None"]
 
-# Resamples per block: the block's weights (resamples x clusters) stay near 16 MB whatever the table's size.
-_BLOCK_CELLS = 2_000_000
+# Resamples per block: the block's weights (resamples x clusters) stay near 4 MB whatever the table's size.
+# With 2M cells a block's weights and block_weights' temporaries took ~48 MiB at once, the top of a
+# whole-benchmark run's peak RSS (its largest tasks scored last); 500k cells take ~17 MiB, the same draws.
+_BLOCK_CELLS = 500_000
 
 
 def cluster_layout(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -9,10 +9,11 @@ from typing import Any
 
 from .endpoint import Endpoint
 
-# Replies waiting for the judge, across all models. Queued, a judgement is only its sample (built once and
-# held for the run anyway) and the reply's text: ~1.5 KB for a real reply of ~300 tokens, so ~50 MB at
-# this bound; its prompt is rendered only when a worker takes it. Enough for one model to keep the judge
-# busy through the whole benchmark's longest stretch of tasks it does not read.
+# Replies waiting for the judge, across all models. Queued, a judgement is only its sample (built once,
+# shared by the models, in memory until its task is scored anyway) and the reply's text: ~1.5 KB for a
+# real reply of ~300 tokens, so ~50 MB at this bound; its prompt is rendered only when a worker takes it.
+# Enough for one model to keep the judge busy through the whole benchmark's longest stretch of tasks it
+# does not read.
 BACKLOG = 32768
 
 
@@ -97,16 +98,21 @@ class JudgePool:
 
     async def work(self) -> None:
         while (got := await self._next()) is not None:
-            collector, job = got
-            if isinstance(job, Pending):  # a reply: its judgements for this judge are rendered now
-                jobs = collector.render(self, job)
-                self.n_queued -= 1
-                if not jobs:
-                    continue
-                job = jobs[0]
-                self.n_queued += 1
-                for rest in reversed(jobs[1:]):  # the reply's other rubrics go next, in their order
-                    self.put(collector, rest, first=True)
-            if not await collector.judge(self.ep, *job):
-                self.n_errors += 1
-            self.n_done += 1
+            await self._take(*got)
+            # Not held while this worker waits for the next: the sample of a task every model has scored
+            # can leave memory (engine/prepare.py, Prepared.release).
+            got = None
+
+    async def _take(self, collector: Any, job: Any) -> None:
+        if isinstance(job, Pending):  # a reply: its judgements for this judge are rendered now
+            jobs = collector.render(self, job)
+            self.n_queued -= 1
+            if not jobs:
+                return
+            job = jobs[0]
+            self.n_queued += 1
+            for rest in reversed(jobs[1:]):  # the reply's other rubrics go next, in their order
+                self.put(collector, rest, first=True)
+        if not await collector.judge(self.ep, *job):
+            self.n_errors += 1
+        self.n_done += 1

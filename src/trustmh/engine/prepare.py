@@ -28,6 +28,10 @@ class Prepared:
     on_built: Callable[[], None] | None = None  # told of each item built (Recorder follows the building)
     n_items: int = 0  # the items the run takes (after --limit), known before any is built
     n_built: int = 0  # of them, the items built so far
+    # The store that holds every one of this task's samples (set by Recorder once they are all in), and
+    # whether every model has scored the task (`release`): with both, the samples leave memory.
+    recorded: Store | None = None
+    scored: bool = False
 
     def expected_samples(self) -> int:
         """The samples this task will have: exact once every item is built; before that the items not built
@@ -53,6 +57,16 @@ class Prepared:
         if self.on_built is not None:
             self.on_built()
         return built
+
+    def release(self) -> None:
+        """Every model of the run has scored this task: nothing needs its samples in memory any more (its
+        replies and verdicts are all made, so no request or judgement holds one), and a run would otherwise
+        hold the whole benchmark's (~115 MiB) to its end. Once they are in the store they are dropped and
+        read back from it should anything ask again; before that, the Recorder drops them when it has
+        written them."""
+        self.scored = True
+        if self.recorded is not None and isinstance(self.samples, list) and self.pending is None:
+            self.samples = StoredSamples(self.recorded, self.task.id, len(self.samples))  # type: ignore[assignment]
 
     def batches(self, ctx: RunContext) -> Iterator[list[Sample]]:
         """The samples in run order: those already built, then an item's at a time as it is built."""
@@ -154,7 +168,7 @@ class Recorder:
     def _step(self, deadline: float | None) -> bool:
         """Write the samples built so far, until about `deadline` (None: all of them, building what is
         left). False when it has caught up with the building and waits for more."""
-        rows, more = [], True
+        rows, more, written = [], True, []
         while self.task_i < len(self.prepared):
             p = self.prepared[self.task_i]
             if self.sample_i < len(p.samples):
@@ -163,6 +177,7 @@ class Recorder:
                 if deadline is not None and time.perf_counter() > deadline:
                     break
             elif p.pending is None:  # built and written: the next task
+                written.append(p)
                 self.task_i, self.sample_i = self.task_i + 1, 0
             elif deadline is None:
                 p.build_next(self.ctx)
@@ -172,6 +187,10 @@ class Recorder:
         else:
             self.done = True
         self.store.add_samples(rows)
+        for p in written:  # committed: a task every model has scored already leaves memory now
+            p.recorded = self.store
+            if p.scored:
+                p.release()
         if self.done:
             self.store.set_meta("prepared", {"checksums": self.checksums, "tasks": {
                 p.task.id: {"not_run": p.not_run, "n": len(p.samples)} for p in self.prepared}})

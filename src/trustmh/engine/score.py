@@ -285,6 +285,8 @@ class Phase2:
     def _scored(self, key: tuple[str, str], result: TaskResult) -> None:
         self.results[key] = result
         self.n_scored += len(self.by_id[key[1]].samples)
+        if all((m, key[1]) in self.results for m in self.spec.models):
+            self.by_id[key[1]].release()  # scored by every model: its samples need not stay in memory
         self.events(PhaseProgress("score", "scoring", self.n_scored, self.total,
                                   estimated=any(p.pending is not None for p in self.prepared)))
 
