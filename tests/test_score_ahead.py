@@ -7,9 +7,10 @@ import json
 import pytest
 
 from conftest import run_quiet, run_spec
+from test_models_together import Judged1
 from trustmh.engine import Limits
 from trustmh.metrics import mean
-from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, Task, register
+from trustmh.tasks import TASKS, register
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.types import Item, Score
 
@@ -23,27 +24,12 @@ def length(reply: str) -> int:
     return len(reply.split())
 
 
-class Ahead(Task):
+class Ahead(Judged1):  # test_models_together's judged task (prompt, judge messages, no rules verdict)
     id = TASK_ID
-    pillar = "ethics"
     title = "a judged task that computes a reply-only value ahead (test task)"
-    dataset = "test"
-    files = ()
-    metric = MetricSpec("rating", True, 0.0, 5.0)
-    primary_value = "rating"
-    rubrics = (Rubric("judge"),)
 
     def load(self, data, ctx):
         return [Item(f"i{n}", {"q": f"question {n} " + "word " * n}) for n in range(N)]
-
-    def prompt(self, item, ctx):
-        return [{"role": "user", "content": item.input["q"]}]
-
-    def judge_messages(self, sample, reply, ctx):
-        return [{"role": "user", "content": f"RATE {sample.item.id}: {reply}"}]
-
-    def rules_judge(self, sample, reply, ctx):
-        return Judged(reason="needs an LLM judge")
 
     def ahead(self, sample, reply, ctx):
         LOG.append(("ahead", sample.item.id))
@@ -78,10 +64,14 @@ def reply(body):
     return f"{text} answered"
 
 
+def spec_for(srv):
+    return run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
+                    judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
+
+
 def test_reply_only_scoring_is_done_before_the_task_is_scored_with_the_same_results(task, tmp_path):
     with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
-        spec = run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
-                        judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
+        spec = spec_for(srv)
         run_dir, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2))
         assert calls == {"openai/m": N, "judge": N}
         first_score = [kind for kind, _ in LOG].index("score")
@@ -111,8 +101,7 @@ def test_an_ahead_that_raises_leaves_the_work_to_score(task, tmp_path, monkeypat
         raise RuntimeError("ahead failed")
     monkeypatch.setattr(Ahead, "ahead", broken)
     with FakeLLMServer(reply=reply, latency_s=0.01) as srv:
-        spec = run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
-                        judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
+        spec = spec_for(srv)
         _, results, _ = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2))
     assert ("ahead", "i0") in LOG
     assert results.models["openai/m"].tasks[TASK_ID].metrics["words"].value == pytest.approx(mean_words())
@@ -145,8 +134,7 @@ def test_idle_calls_are_made_once_during_phase_1_and_a_failing_one_fails_nothing
         raise RuntimeError("idle work failed")
 
     with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
-        spec = run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
-                        judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
+        spec = spec_for(srv)
         _, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2),
                                       idle=[broken, note])
     assert calls == {"openai/m": N, "judge": N}
