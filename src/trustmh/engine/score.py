@@ -25,7 +25,7 @@ from ..models import ModelRef
 from ..pillars import judge_usable_rate, model_summary, task_meta, task_trust
 from ..results import MetricValue, ModelResults, RunResults, TaskResult
 from ..store import Store
-from ..tasks import RunContext, Task
+from ..tasks import Method, RunContext, Task
 from ..tasks._paper_names import paper_block
 from ..types import Sample
 from ..agreement import ALPHA_MIN
@@ -302,7 +302,6 @@ class Phase2:
         background while the judge works, so that the task's scoring after its last verdict is shorter."""
         has = self._has_ahead.get(task.id)
         if has is None:  # written on the task itself (a one-protocol task) or on the run's method
-            from ..tasks.base import Method
             has = self._has_ahead[task.id] = task.id in self.by_id and (
                 type(task).ahead is not Task.ahead or type(task.method(self.ctx)).ahead is not Method.ahead)
         if has and (model_spec, task.id) not in self.results:
