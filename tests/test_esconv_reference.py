@@ -127,3 +127,30 @@ def test_fresh_process_tokenises_without_scipy_and_gives_the_same_values():
     assert [list(sample_values(h, r)) for r, h in ps] == got["out"]
     from trustmh.tasks._esconv_reference import tokenizer_used
     assert got["tok"] == tokenizer_used()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_distinct_per_resample_equals_the_union_by_hand(seed):
+    """dist-k of every resample against counting by hand: the distinct k-grams of the drawn clusters'
+    replies over all k-grams drawn (a cluster drawn twice counted twice in the total, once in the
+    distinct); small vocabularies so that many grams are held by several clusters, clusters of several
+    rows, empty replies, rows without a scored reply, and the same table read for several blocks."""
+    from trustmh.tasks._esconv_reference import SEP, _distinct
+    rng = np.random.default_rng(seed)
+    texts, clusters = [], []
+    for i in range(120):
+        n = int(rng.integers(0, 9))
+        texts.append("\0" if i % 17 == 5 else SEP.join(f"w{t}" for t in rng.integers(0, 6 + seed * 20, n)))
+        clusters.append(str(int(rng.integers(0, 40))))
+    table = Table({}, np.array(clusters, dtype=object), {"ref_tokens": np.array(texts, dtype=object)})
+    inverse, order, size, start = metrics._cluster_layout(table.clusters)
+    for block in range(2):  # the second block reads what the first memoised
+        picks = rng.integers(0, len(size), (15, len(size)))
+        weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
+        for k in (1, 2, 3):
+            got = _distinct(table, Resamples(inverse, weights), k)
+            for b, pick in enumerate(picks):
+                grams = [tuple(s[i:i + k]) for r in metrics._rows_of(pick, order, size, start)
+                         if texts[r] != "\0" for s in [texts[r].split(SEP) if texts[r] else []]
+                         for i in range(max(len(s) - k + 1, 0))]
+                assert got[b] == (len(set(grams)) / len(grams) if grams else 0.0), (k, b)

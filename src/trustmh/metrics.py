@@ -20,6 +20,9 @@ class Table:
     columns: dict[str, np.ndarray]
     clusters: np.ndarray
     labels: dict[str, np.ndarray] = field(default_factory=dict)  # string columns (groups, classes)
+    # What a metric derives from this table alone, kept while the table lives: the bootstrap aggregates
+    # the same table once for its point value and once per block of resamples.
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_rows(cls, rows: list[dict[str, float]], clusters: list[str],
@@ -41,6 +44,13 @@ class Table:
 
     def where(self, mask: np.ndarray) -> "Table":
         return self.take(np.flatnonzero(mask))
+
+    def memoized(self, key: Any, make: Callable[[], Any]) -> Any:
+        """`make()`, once per table and key: for values that depend on the table's rows alone, never on
+        the resample weights (a table is not changed once built)."""
+        if key not in self.memo:
+            self.memo[key] = make()
+        return self.memo[key]
 
 
 Aggregate = Callable[[Table], dict[str, float]]

@@ -165,43 +165,79 @@ def _bleu(s: np.ndarray, k: int) -> np.ndarray:
 def _distinct(table: Table, r: Resamples, k: int) -> np.ndarray:
     """dist-k: distinct k-grams of the replies over all k-grams; each resample counts a drawn reply as often
     as it is drawn in the total and once among the distinct, as a resampled table does."""
-    tokens = table.labels.get("ref_tokens", np.array([], dtype=object))
-    ids: dict[tuple[str, ...], int] = {}
-    per_cluster: dict[int, set[int]] = {}
-    totals = np.zeros(len(tokens))
-    for row, text in enumerate(tokens):
-        if not isinstance(text, str) or text == "\0":  # no reply scored here
-            continue
-        sen = text.split(SEP) if text else []
-        grams = [ids.setdefault(tuple(sen[i:i + k]), len(ids)) for i in range(max(len(sen) - k + 1, 0))]
-        totals[row] = len(grams)
-        per_cluster.setdefault(int(r.inverse[row]), set()).update(grams)
+    totals, layout = table.memoized(("dist", k, r.inverse.tobytes()), lambda: _gram_layout(table, r.inverse, k))
     tot = r.sums(totals)
-    distinct = _distinct_counts(per_cluster, r.weights > 0).astype(float)
+    distinct = _distinct_counts(layout, r.weights > 0).astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(tot > 0, distinct / np.where(tot > 0, tot, 1), 0.0)  # the original's 0.0 when invalid
+
+
+GramLayout = tuple[np.ndarray, np.ndarray, np.ndarray]  # (columns, starts, n_grams) of _distinct_counts
+
+
+def _token_codes(table: Table) -> tuple[np.ndarray, np.ndarray, int]:
+    """The replies' tokens as integer codes laid end to end, each row's token count (0 for a row without
+    a scored reply) and the number of distinct tokens."""
+    tokens = table.labels.get("ref_tokens", np.array([], dtype=object))
+    vocab: dict[str, int] = {}
+    codes: list[int] = []
+    lengths = np.zeros(len(tokens), dtype=np.int64)
+    for row, text in enumerate(tokens):
+        if not isinstance(text, str) or text == "\0" or not text:  # no reply scored here, or no token
+            continue
+        sen = text.split(SEP)
+        codes += [vocab.setdefault(t, len(vocab)) for t in sen]
+        lengths[row] = len(sen)
+    return np.array(codes, dtype=np.int64), lengths, len(vocab)
+
+
+def _gram_layout(table: Table, inverse: np.ndarray, k: int) -> tuple[np.ndarray, GramLayout | None]:
+    """What dist-k needs of the replies that no resample changes: each row's k-gram count, and the grams
+    grouped by the set of clusters holding them (`inverse`: row -> cluster). Built once per table (the
+    point value and every block of resamples read the same one), with numpy but for the grams held by
+    more than one cluster."""
+    codes, lengths, n_vocab = table.memoized("ref_token_codes", lambda: _token_codes(table))
+    totals = np.maximum(lengths - k + 1, 0).astype(float)
+    row = np.repeat(np.arange(len(lengths)), lengths)
+    first = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    ok = np.arange(len(codes)) - first + k <= lengths[row]  # a k-gram starts here within its reply
+    gram = codes
+    for j in range(1, k):  # a (j+1)-gram's code from its j-gram's and the next token's, renumbered densely
+        nxt = np.append(codes[j:], np.zeros(j, dtype=np.int64))
+        gram = np.unique(gram * n_vocab + nxt, return_inverse=True)[1].ravel()
+    gram = gram[ok]
+    if not len(gram):
+        return totals, None
+    # (gram, cluster) pairs, each once, sorted by gram then cluster: each gram's run of clusters is its
+    # holder set. A gram is in resample b when any cluster holding it is drawn, so the grams held by the
+    # same set of clusters are counted together: one "any drawn" per distinct holder set
+    # (np.logical_or.reduceat over the holders' columns, laid end to end) instead of a union and
+    # np.unique per resample, which cost ~2 ms a resample for ESConv's 10,400 replies.
+    n_clusters = int(inverse.max()) + 1
+    pairs = np.unique(gram * n_clusters + inverse[row[ok]])
+    g, c = pairs // n_clusters, pairs % n_clusters
+    run_start = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    run_len = np.diff(np.r_[run_start, len(g)])
+    single = run_len == 1  # most k-grams for k > 1: grouped by their one cluster, without Python
+    by_cluster = np.bincount(c[run_start[single]], minlength=n_clusters)
+    held = np.flatnonzero(by_cluster)
+    sets = Counter(tuple(c[a:a + n].tolist()) for a, n in zip(run_start[~single], run_len[~single]))
+    columns = np.concatenate([held, np.fromiter((x for h in sets for x in h), dtype=np.intp)]).astype(np.intp)
+    starts = np.concatenate([np.arange(len(held)), len(held) + np.cumsum([0] + [len(h) for h in sets])[:-1]])
+    n_grams = np.concatenate([by_cluster[held], np.fromiter(sets.values(), dtype=np.int64)]).astype(np.int64)
+    return totals, (columns, starts.astype(np.intp), n_grams)
 
 
 _CHUNK_CELLS = 4_000_000  # bytes of the (resamples x holders) boolean block `_distinct_counts` gathers at once
 
 
-def _distinct_counts(per_cluster: dict[int, set[int]], drawn: np.ndarray) -> np.ndarray:
+def _distinct_counts(layout: GramLayout | None, drawn: np.ndarray) -> np.ndarray:
     """For each resample b, the number of distinct grams over the clusters drawn in it (`drawn[b, c]`), as
-    an integer count: exactly len(union of per_cluster[c] for the drawn c). A gram is in resample b when any
-    cluster holding it is drawn, so the grams held by the same set of clusters are counted together: one
-    "any drawn" per distinct holder set (np.logical_or.reduceat over the holders' columns, laid end to end)
-    instead of a union and np.unique per resample, which cost ~2 ms a resample for ESConv's 10,400 replies."""
-    holders: dict[int, list[int]] = {}
-    for c in sorted(per_cluster):
-        for g in per_cluster[c]:
-            holders.setdefault(g, []).append(c)
-    sets = Counter(tuple(h) for h in holders.values())
+    an integer count: exactly the size of the union of the drawn clusters' grams (`_gram_layout`)."""
     out = np.zeros(len(drawn), dtype=np.int64)
-    if not sets:
+    if layout is None:
         return out
-    columns = np.fromiter((c for s in sets for c in s), dtype=np.intp)
-    starts = np.cumsum([0] + [len(s) for s in sets])[:-1]
-    n_grams = np.fromiter(sets.values(), dtype=np.int64)
+    columns, starts, n_grams = layout
     step = max(1, _CHUNK_CELLS // len(columns))
     for lo in range(0, len(drawn), step):
         block = drawn[lo:lo + step][:, columns]

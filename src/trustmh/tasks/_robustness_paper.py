@@ -245,9 +245,9 @@ class SupportRobustPaper(RobustPaper):
             rows = perturbation == key
             for c in SUPPORT_CRITERIA:
                 out[f"judge_{c}[{key}]"] = means(c, rows)
-            if reference:
-                out.update({f"{name}[{key}]": v
-                            for name, v in reference_metrics(table.where(rows), r.rows(rows)).items()})
+            if reference:  # the same subset table for every block: what it memoises is built once
+                sub = table.memoized(("perturbation", key), lambda: table.where(rows))
+                out.update({f"{name}[{key}]": v for name, v in reference_metrics(sub, r.rows(rows)).items()})
         return out
 
 
