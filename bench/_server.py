@@ -11,11 +11,12 @@ Optional token bucket (--rate-limit R): over it, answer 429 with Retry-After at 
 
 Run: python bench/_server.py --latency 0.05 [--rate-limit R] ; it prints "PORT <n>" then serves.
 It counts requests and answers b"GET /stats" with JSON {"requests", "ok", "rate_limited", "max_in_flight",
-"by_endpoint", "first_request", "last_answer"}: `by_endpoint` counts requests by the path before "/v1/" ("" for a plain
+"by_endpoint", "first_request", "last_answer", "per_second"}: `by_endpoint` counts requests by the path before "/v1/" ("" for a plain
 base URL, "/judge" for http://host:port/judge/v1), so one server can stand for the model and the judge
 and still say which endpoint was busier; `first_request` and `last_answer` are time.monotonic()
 (system-wide on Linux, so comparable with another process's) when the first request arrived and when
-the last reply was written.
+the last reply was written; `per_second` lists, per endpoint, the requests that arrived in each second
+since the first request (how busy each endpoint was over the run).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Stats:
     in_flight = 0
     max_in_flight = 0
     by_endpoint: dict[str, int] = {}
+    per_second: dict[str, list[int]] = {}  # endpoint -> requests in each second since the first request
     first_request = 0.0
     last_answer = 0.0
 
@@ -112,7 +114,8 @@ class Conn(asyncio.Protocol):
         if head.startswith(b"get /stats"):
             body = json.dumps({"requests": Stats.requests, "ok": Stats.ok, "rate_limited": Stats.rate_limited,
                                "max_in_flight": Stats.max_in_flight, "by_endpoint": Stats.by_endpoint,
-                               "first_request": Stats.first_request, "last_answer": Stats.last_answer}).encode()
+                               "first_request": Stats.first_request, "last_answer": Stats.last_answer,
+                               "per_second": Stats.per_second}).encode()
             self.transport.write(_http("200 OK", body))
             return
         if not Stats.requests:
@@ -120,6 +123,10 @@ class Conn(asyncio.Protocol):
         Stats.requests += 1
         endpoint = head[head.find(b" ") + 1:max(head.find(b"/v1/"), 0)].decode("latin-1")
         Stats.by_endpoint[endpoint] = Stats.by_endpoint.get(endpoint, 0) + 1
+        second = int(time.monotonic() - Stats.first_request)
+        counts = Stats.per_second.setdefault(endpoint, [])
+        counts.extend([0] * (second + 1 - len(counts)))
+        counts[second] += 1
         if self.bucket is not None:
             wait = self.bucket.take()
             if wait is not None:

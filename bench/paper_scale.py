@@ -18,7 +18,9 @@ start-up and report included). `window` is the same from the server's first requ
 ratios are ideal / measured (1.0 = transport speed). CPU is the child's user + system time (wait4); `ms/call` is
 that over its calls (start-up, scoring and the report in it), `marginal` the extra CPU per extra call
 against the first row of the table (the same job for fewer models: start-up cancels out, the scoring and
-report of the extra samples stay in). Peak RSS is the child's own (GNU time's %M).
+report of the extra samples stay in). Peak RSS is the child's own (GNU time's %M). `start` is the
+child's time before the server's first request, `tail` after its last reply (scoring what was left,
+samples.jsonl, results.json and report.html), both on the monotonic clock the server stamps with.
 
 The whole benchmark for M models takes M x ~20k model and ~45k judge calls; at 64 connections and
 200 ms the judge alone needs 12 x 45k x 0.2 / 64 s, ~28 min, more than a bench run may take here. With
@@ -99,11 +101,27 @@ def rss_timeline(samples: list[tuple[float, float]], points: int = 12) -> str:
             + " ".join(f"{max(c):.0f}" if c else "-" for c in cuts) + f"; peak {peak:.0f} at {peak_t:.0f} of {end:.0f} s")
 
 
+def busy_timeline(stats: dict, conn: int, latency: float, points: int = 12) -> str:
+    """How busy the busiest endpoint was over the window: the requests that reached it in each 1/`points`
+    of the window against what transport speed sends in that time (C / L per second)."""
+    name = max(stats["by_endpoint"], key=stats["by_endpoint"].get)
+    per_s = stats.get("per_second", {}).get(name, [])
+    if not per_s:
+        return "no per-second counts"
+    cuts = [0] * points
+    for i, n in enumerate(per_s):
+        cuts[min(points - 1, i * points // len(per_s))] += n
+    seconds = [sum(1 for i in range(len(per_s)) if min(points - 1, i * points // len(per_s)) == c) for c in range(points)]
+    full = conn / latency
+    return (f"busiest endpoint ({name or 'model'}) requests / transport speed, each 1/{points} of the window: "
+            + " ".join(f"{n / (s * full):.2f}" if s else "-" for n, s in zip(cuts, seconds)))
+
+
 def child(cmd: list[str]) -> dict[str, float]:
     """Run a child to its end: wall s, CPU s and peak RSS MiB of that child alone. The child is started by
     GNU time, a small process: Linux carries a process's peak RSS across exec, so a child forked from this
     script (which has loaded the benchmark to plan it) would report this script's size as its own."""
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), time.monotonic()  # monotonic: the bench server's clock too
     proc = subprocess.Popen(["/usr/bin/time", "-f", "RSS_KB %M", *cmd], env=child_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     polled: list[tuple[float, float]] = []
@@ -113,11 +131,12 @@ def child(cmd: list[str]) -> dict[str, float]:
     err = proc.stderr.read()
     _, status, ru = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - t0
+    wall, ended = time.perf_counter() - t0, time.monotonic()
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd[3:6])} ... failed ({proc.returncode}):\n{err[-3000:]}")
     rss_kb = [line for line in err.splitlines() if line.startswith("RSS_KB ")][-1].split()[1]
-    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": int(rss_kb) / 1024, "polled": polled}
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": int(rss_kb) / 1024, "polled": polled,
+            "started": started, "ended": ended}
 
 
 def write_models(path: Path, url: str, m: int) -> list[str]:
@@ -171,6 +190,10 @@ def one_run(a, m: int, tasks: str, limit: int | None, conn: int, latency: float,
     r["ideal"] = (waves + 2) * latency
     r["window"] = stats["last_answer"] - stats["first_request"]
     r["window_ideal"] = (waves + 1) * latency
+    # the child's time before the server's first request, and after its last reply (scoring what was left,
+    # samples.jsonl, results.json, report.html)
+    r["start_s"], r["tail_s"] = stats["first_request"] - r["started"], r["ended"] - stats["last_answer"]
+    r["busy"] = busy_timeline(stats, conn, latency)
     r["report_mb"] = (run_dir / "report.html").stat().st_size / 2**20
     r["samples_mb"] = (run_dir / "samples.jsonl").stat().st_size / 2**20
     r["store_mb"] = (run_dir / "store.sqlite").stat().st_size / 2**20
@@ -234,7 +257,7 @@ def main() -> None:
               f"{full[0]} + {full[1]} (x{scale:.1f})")
         print(f"{'M':>3} {'calls':>7} {'busiest':>7} {'window s':>8} {'ideal':>6} {'ratio':>5}   {'run s':>6} "
               f"{'ideal':>6} {'ratio':>5} {'CPU s':>6} {'ms/call':>7} {'marginal':>8} {'RSS MiB':>7} {'report MB':>9} "
-              f"{'samples MB':>10} {'report s':>8}  load")
+              f"{'samples MB':>10} {'report s':>8} {'start s':>7} {'tail s':>6}  load")
         first = None
         for m in (int(x) for x in a.models.split(",")):
             r = one_run(a, m, a.tasks, limit, a.connections, a.latency, tmp, report=True)
@@ -244,8 +267,10 @@ def main() -> None:
             print(f"{m:>3} {r['calls']:>7} {r['busiest']:>7} {r['window']:>8.1f} {r['window_ideal']:>6.1f} "
                   f"{r['window_ideal'] / r['window']:>5.2f}   {r['wall']:>6.1f} {r['ideal']:>6.1f} "
                   f"{r['ideal'] / r['wall']:>5.2f} {r['cpu']:>6.1f} {r['cpu'] / r['calls'] * 1e3:>7.3f} {marginal} "
-                  f"{r['rss']:>7.0f} {r['report_mb']:>9.1f} {r['samples_mb']:>10.1f} {r['report_s']:>8.1f}  "
+                  f"{r['rss']:>7.0f} {r['report_mb']:>9.1f} {r['samples_mb']:>10.1f} {r['report_s']:>8.1f} "
+                  f"{r['start_s']:>7.1f} {r['tail_s']:>6.1f}  "
                   f"{r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+            print(f"    {r['busy']}", flush=True)
             if RSS_EVERY:
                 print(f"    {rss_timeline(r['polled'])}; `trustmh report` on the run: peak RSS {r['report_rss']:.0f} MiB",
                       flush=True)
