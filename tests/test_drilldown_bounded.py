@@ -1,6 +1,7 @@
 """The drill-down's per (model, task) selection holds a bounded set of candidates while it reads, and
 picks exactly what sorting all the rows would: keyed rows by (key, status, order), rows without a key
-after them, or every row by (status, order) when the mean check fails."""
+after them, or every row by (status, order) when the mean check fails; and a bucket that is given only
+the rows it `wants` (the others only counted) picks the same."""
 
 import random
 
@@ -37,13 +38,18 @@ def test_bucket_equals_full_sort_and_stays_bounded():
             rows.append((i, st, pv))
         vals = [float(pv) for *_, pv in rows if pv is not None]
         value = rnd.choice([None, 0.3, sum(vals) / len(vals) if vals else 0.3])
-        b = _Bucket(limit, meta)
+        b, lazy = _Bucket(limit, meta), _Bucket(limit, meta)  # lazy: as the report reads, `wants` first
         peak = 0
         for i, st, pv in rows:
             b.add(_Kept(i, st), pv)
             held = {id(r) for rs in (*b.first, *b.first_plain) for r in rs} | {id(e[3]) for e in b.keyed}
             peak = max(peak, len(held))
+            if lazy.wants(i, st, pv):
+                lazy.add(_Kept(i, st), pv)
+            else:
+                lazy.count(pv)
         got = [(r.i, r.s) for r in b.worst(value)]
         assert got == naive(rows, limit, meta, value), case
+        assert [(r.i, r.s) for r in lazy.worst(value)] == got, case
         if meta.lo is not None:
             assert peak <= 7 * limit  # whatever the number of rows

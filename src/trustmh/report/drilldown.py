@@ -73,14 +73,15 @@ class _Row:
 
 @dataclass(slots=True)
 class _Kept:
-    """A candidate row of the page: what its sort key and sampling need; its page JSON (without the prompt
-    index and the key) waits in the spool, line `i`."""
+    """A candidate row of the page (row `i` of the run's samples): what its sort key and sampling need; its
+    page JSON (without the prompt index and the key) waits in the row spool at `at`."""
 
     i: int
     st: str
     p: int = 0  # its prompt
     size: int = 0  # bytes of its page JSON
     s: float | None = None
+    at: int = 0  # where its line starts in the row spool
 
 
 @dataclass
@@ -90,11 +91,11 @@ class SampleSet:
 
     total: int = 0
     confusion: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
-    rows: dict[int, _Kept] = field(default_factory=dict)  # the kept rows by spool line
+    rows: dict[int, _Kept] = field(default_factory=dict)  # the kept rows by row number
     kept: set[int] | None = None  # None: every row
     prompt_at: list[tuple[int, int]] = field(default_factory=list)  # prompt -> (offset, length) in its spool
     prompt_spool: IO[bytes] | None = None  # page JSON, UTF-8, a line each
-    row_spool: IO[bytes] | None = None
+    row_spool: IO[bytes] | None = None  # the same of the rows that were ever a candidate
 
     @property
     def n_prompts(self) -> int:
@@ -122,15 +123,12 @@ class SampleSet:
                 yield (b"," if new else b"") + self.prompt_spool.read(length)
         yield b'],"rows":['
         if self.row_spool is not None:
-            self.row_spool.seek(0)
-            first = True
-            for i, line in enumerate(self.row_spool):
-                r = self.rows.get(i)
-                if r is None:
-                    continue
-                yield ((b"" if first else b",") + line[:-1] + b'"p":' + str(renumber[r.p]).encode()
+            for n, i in enumerate(sorted(self.rows)):
+                r = self.rows[i]
+                self.row_spool.seek(r.at)
+                line = self.row_spool.read(r.size - _TAIL)  # without its "\n"
+                yield ((b"," if n else b"") + line + b'"p":' + str(renumber[r.p]).encode()
                        + b',"s":' + (b"null" if r.s is None else repr(r.s).encode()) + b"}")
-                first = False
         yield b"]}"
 
     def close(self) -> None:
@@ -208,7 +206,8 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
                     progress: Progress | None = None) -> SampleSet:
     """Stream every run's samples.jsonl into the page's rows, give each row a sort key, keep a bounded
     sample of them (the worst of each model and task). Memory: per (model, task) a bounded set of
-    candidates and the confusion counts, per prompt its place in the spool and its number of rows."""
+    candidates and the confusion counts, per prompt its place in the spool and its number of rows. Only
+    a row that becomes a candidate is made into page JSON (most rows of a large task never are)."""
     ss = SampleSet(prompt_spool=_spool(), row_spool=_spool())
     prompt_index: dict[bytes, int] = {}  # digest of the prompt's JSON -> its index: the texts stay on disk
     uses: list[int] = []  # prompt -> rows showing it
@@ -219,7 +218,7 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
     confusion: dict[tuple[int, str], _Confusion] = {}
     expected = sum(t.n_samples or 0 for e in ents for t in e.result.tasks.values()) or None
     seen_runs = set()
-    at = 0  # the prompt spool's length
+    at = row_at = 0  # the spools' lengths
     for e in ents:
         if str(e.run.dir) in seen_runs:
             continue
@@ -243,14 +242,18 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
             uses[p] += 1
             meta = metas[task]
             status, pv = row_status(rec, meta.primary_value)
-            row = {"e": ei, "t": tindex[task], **page_row(rec, status, pv)}
-            # "p" and "s" (the sort key) end the row, known once every row is read: spooled without them.
-            line = (script_json(row)[:-1] + ",\n").encode("utf-8")
-            ss.row_spool.write(line)
             b = buckets.get((ei, tindex[task]))
             if b is None:
                 b = buckets[(ei, tindex[task])] = _Bucket(limit, meta)
-            b.add(_Kept(ss.total, status, p, len(line) + 24), pv)
+            if b.wants(ss.total, status, pv):
+                row = {"e": ei, "t": tindex[task], **page_row(rec, status, pv)}
+                # "p" and "s" (the sort key) end the row, known once every row is read: spooled without them.
+                line = (script_json(row)[:-1] + ",\n").encode("utf-8")
+                ss.row_spool.write(line)
+                b.add(_Kept(ss.total, status, p, len(line) - 1 + _TAIL, at=row_at), pv)
+                row_at += len(line)
+            else:
+                b.count(pv)
             ss.total += 1
             if not rec.get("error"):
                 c = confusion.get((ei, task))
@@ -271,6 +274,7 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
 
 
 _STATUS_RANK = {"ok": 0, "no_answer": 0, "unscored": 1, "error": 2}  # scored rows (against the model too) first
+_TAIL = 25  # bytes a row's spooled line gets on the page beyond its own (its "\n" dropped): "p", "s" and "}"
 
 
 class _Bucket:
@@ -296,6 +300,23 @@ class _Bucket:
     def _key(self, pv: Any, lo: float, hi: float) -> float:
         return _key(pv, lo, hi, self.meta.higher_is_better)
 
+    def wants(self, i: int, st: str, pv: Any) -> bool:
+        """Whether `add` would keep row `i` (status `st`, primary value `pv`) among the candidates now."""
+        rank = _STATUS_RANK[st]
+        if len(self.first[rank]) < self.limit:
+            return True
+        if pv is None:
+            return len(self.first_plain[rank]) < self.limit
+        if self.meta.lo is None or len(self.keyed) < self.limit:
+            return True
+        return (-self._key(pv, self.meta.lo, self.meta.hi), -rank, -i) > self.keyed[0][:3]
+
+    def count(self, pv: Any) -> None:
+        """A row that is not a candidate (`wants` said no): only its value's part of the mean check."""
+        if pv is not None:
+            self.n += 1
+            self.sum += float(pv)
+
     def add(self, r: _Kept, pv: Any) -> None:
         rank = _STATUS_RANK[r.st]
         if len(self.first[rank]) < self.limit:
@@ -304,8 +325,7 @@ class _Bucket:
             if len(self.first_plain[rank]) < self.limit:
                 self.first_plain[rank].append(r)
             return
-        self.n += 1
-        self.sum += float(pv)
+        self.count(pv)
         if self.meta.lo is None:  # the key's range is the rows' own (results without a trust range): keep all
             self.keyed.append((0.0, -rank, -r.i, r, pv))
             return
