@@ -239,13 +239,14 @@ def main() -> None:
         if a.small:
             print(f"\nsmall job: {SMALL}, one model + judge, --protocol paper, 1000 resamples")
             print(f"{'C':>4} {'L s':>5} {'calls':>6} {'busiest':>7} {'window s':>8} {'ideal':>6} {'ratio':>5}   "
-                  f"{'run s':>6} {'ideal':>6} {'ratio':>5} {'CPU s':>6} {'ms/call':>7}  load")
+                  f"{'run s':>6} {'ideal':>6} {'ratio':>5} {'CPU s':>6} {'ms/call':>7} {'start s':>7} {'tail s':>6}  load")
             for conn, lat in SMALL_CONFIGS:
                 r = one_run(a, 1, SMALL, None, conn, lat, tmp, report=False)
                 print(f"{conn:>4} {lat:>5} {r['calls']:>6} {r['busiest']:>7} {r['window']:>8.2f} "
                       f"{r['window_ideal']:>6.2f} {r['window_ideal'] / r['window']:>5.2f}   {r['wall']:>6.2f} "
                       f"{r['ideal']:>6.2f} {r['ideal'] / r['wall']:>5.2f} {r['cpu']:>6.2f} "
-                      f"{r['cpu'] / r['calls'] * 1e3:>7.3f}  {r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+                      f"{r['cpu'] / r['calls'] * 1e3:>7.3f} {r['start_s']:>7.2f} {r['tail_s']:>6.2f}  "
+                  f"{r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
         if a.scale_only:
             return
         full = planned_calls(a, a.tasks, None)

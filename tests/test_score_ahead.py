@@ -3,6 +3,7 @@ while the judge still works on the task, and the results are those of scoring ev
 reference metrics (reliability.support, robustness.support under the paper's protocol) use it."""
 
 import json
+import threading
 
 import pytest
 
@@ -123,11 +124,12 @@ def test_esconv_reference_values_computed_ahead_are_taken_once_per_score():
     assert ref.sample_values(reply, target) == fresh  # and computed again when nothing is held
 
 
-def test_idle_calls_are_made_once_during_phase_1_and_a_failing_one_fails_nothing(task, tmp_path):
+def test_idle_calls_are_made_once_during_phase_1_in_a_thread_and_a_failing_one_fails_nothing(task, tmp_path):
     made = []
 
     def note():
         made.append(len(LOG))  # how much of the task was scored by then
+        made.append(threading.current_thread() is threading.main_thread())  # off the event loop's thread
 
     def broken():
         made.append("broken")
@@ -138,7 +140,7 @@ def test_idle_calls_are_made_once_during_phase_1_and_a_failing_one_fails_nothing
         _, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2),
                                       idle=[broken, note])
     assert calls == {"openai/m": N, "judge": N}
-    assert made == ["broken", 0]  # each once, in order, before any sample was scored
+    assert made == ["broken", 0, False]  # each once, in order, before any sample was scored, in a thread
     assert results.models["openai/m"].tasks[TASK_ID].value == 3.0
 
 

@@ -9,7 +9,8 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import PAPER_JUDGE, PAPER_PROXY, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, out
+from ._base import (PAPER_JUDGE, PAPER_PROXY, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err,
+                    loading, out)
 from .judge_opts import (JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, _model_urls, called_judges, judge_list,
                          set_min_alpha)
 from .render import _ProgressView, _dry_run, _summary, _write_report
@@ -113,9 +114,10 @@ def run_cmd(
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
     _load_plugins(include)
-    from ..engine import RunSpec, run
-    from ..executors import make_executor
-    from ..models import split_spec
+    with loading():
+        from ..engine import RunSpec, run
+        from ..executors import make_executor
+        from ..models import split_spec
     _check_share(max_failed)
     _check_share(max_judge_failed, "--max-judge-failed")
     if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder

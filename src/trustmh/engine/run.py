@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -42,6 +43,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     each while phase 1 waits for its first replies (the CLI compiles the report's template then); one
     that fails is left to fail again where its work is needed."""
     limits = limits or Limits()
+    idle_threads: list[threading.Thread] = []
     ctx = context(spec)
     t0 = time.perf_counter()
     run_dir = open_run_dir(out or runs_root / spec.run_id())
@@ -75,8 +77,8 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                     calls = executor(spec, ctx, prepared, store, limits, events=events)
                 else:
                     beside = ([recorder.background] if recorder is not None else []) + \
-                        ([phase2.background] if generate else []) + ([functools.partial(_while_waiting, idle)]
-                                                                     if idle else [])
+                        ([phase2.background] if generate else []) + \
+                        ([functools.partial(_while_waiting, idle, idle_threads)] if idle else [])
                     calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate, force=force,
                                                 events=events, ready=phase2.ready if generate else None,
                                                 beside=beside, replied=phase2.replied if generate else None))
@@ -84,6 +86,8 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 raise UserError(str(e)) from None
             if recorder is not None:
                 recorder.finish()
+            for thread in idle_threads:  # done long before, but what it made is about to be used
+                thread.join()
             t1 = time.perf_counter()
             results = phase2.finish(checksums)
             prompt_tokens, completion_tokens = store.totals()
@@ -100,17 +104,25 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     return run_dir, results, calls
 
 
-async def _while_waiting(calls: Sequence[Callable[[], object]]) -> None:
-    """Make `calls` once phase 1's workers have sent their first requests (they do at their first await):
-    the loop then has nothing to do until the first replies, a whole latency away."""
+async def _while_waiting(calls: Sequence[Callable[[], object]], threads: list[threading.Thread]) -> None:
+    """Make `calls` once phase 1's workers have sent their first requests (they do at their first await),
+    in a thread of their own (appended to `threads`): the loop then has little to do until the first
+    replies, and a call longer than a latency (the report's template: ~0.2 s to import and compile) no
+    longer holds back the replies that arrive meanwhile; it shares the interpreter with the loop instead
+    (the loop thread waits at most a switch interval, 5 ms, for it)."""
     for _ in range(3):
         await asyncio.sleep(0)
-    for call in calls:
-        try:
-            call()
-        except Exception:  # noqa: BLE001 - work done ahead only; it is done again where it is needed
-            pass
-        await asyncio.sleep(0)
+
+    def make() -> None:
+        for call in calls:
+            try:
+                call()
+            except Exception:  # noqa: BLE001 - work done ahead only; it is done again where it is needed
+                pass
+
+    thread = threading.Thread(target=make, name="trustmh-while-waiting", daemon=True)
+    threads.append(thread)
+    thread.start()
 
 
 def check_same_spec(run_dir: Path, stored: dict | None, spec: RunSpec, force: bool) -> None:
