@@ -145,7 +145,7 @@ def test_batched_paired_draws_equal_the_per_resample_path(awareness):
     for tid in TIERS:
         task = TASKS[tid]()
         ka, kb = rows[(awareness["answers"], tid)], rows[(awareness["constant"], tid)]
-        keys = [k for k in ka.values if k in kb.values]
+        keys = [k for k in ka.keys if k in kb]
         ta, tb = ka.table(keys), kb.table(keys)
         names = [task.metric.name, "mean_rating", "answer_rate"]
         fast = paired_draws(task, run_context(run), ta, tb, names, 300, 0, tid, zero=(False, True))

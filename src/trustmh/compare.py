@@ -140,7 +140,7 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
             if tr.scoring_version and tr.scoring_version != now:
                 warnings.append(f"{task_id}: run {side} was scored by other scoring code ({tr.scoring_version}) than "
                                 f"this trustmh's ({now}); its paired interval re-aggregates with the code here")
-        keys = [k for k in ka.values if k in kb.values]
+        keys = [k for k in ka.keys if k in kb]
         base.n_shared = len(keys)
         if not keys:
             base.note = "no items answered by both"

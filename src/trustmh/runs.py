@@ -5,9 +5,14 @@ and the context a run was scored in. The report, `compare`, `gate` and `panel` r
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import math
+import sys
+from array import array
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
 
 from .data.loaders import file_sha256
 from .errors import UserError
@@ -138,35 +143,83 @@ def entries(runs: list[Run], groups: dict[str, str] | None = None) -> list[Entry
 # --------------------------------------------------------------------------------------------------
 # Per-item rows
 
-@dataclass
 class Rows:
-    """The scored samples of one model on one task, by (item_id, variant), in data order."""
+    """The scored samples of one model on one task, by (item_id, variant), in data order, held as columns:
+    a float array per value and a list per label, each with which rows have it. A dict per sample held
+    ~2 KB of Python objects each, ~700 MiB for `trustmh report` of 12 models x the whole benchmark."""
 
-    values: dict[Key, dict[str, float]] = field(default_factory=dict)
-    clusters: dict[Key, str] = field(default_factory=dict)
-    labels: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.keys: list[Key] = []  # in data order
+        self.index: dict[Key, int] = {}
+        self.clusters: list[str] = []
+        self.values: dict[str, tuple[array, bytearray]] = {}  # name -> (value per row, NaN if none; has it)
+        self.labels: dict[str, tuple[list, bytearray]] = {}  # name -> (label per row, None if none; has it)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.index
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, key: Key, values: dict[str, float], cluster: str, labels: dict[str, Any]) -> None:
+        """A sample's row; a key seen before is replaced (keeping its place)."""
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.keys)
+            self.keys.append(key)
+            self.clusters.append(cluster)
+            for vals, has in self.values.values():
+                vals.append(math.nan)
+                has.append(0)
+            for labs, has in self.labels.values():
+                labs.append(None)
+                has.append(0)
+        else:
+            self.clusters[i] = cluster
+            for vals, has in self.values.values():
+                vals[i], has[i] = math.nan, 0
+            for labs, has in self.labels.values():
+                labs[i], has[i] = None, 0
+        n = len(self.keys)
+        for name, v in values.items():
+            col = self.values.get(name)
+            if col is None:
+                col = self.values[name] = (array("d", [math.nan]) * n, bytearray(n))
+            col[0][i], col[1][i] = v, 1
+        for name, v in labels.items():
+            col = self.labels.get(name)
+            if col is None:
+                col = self.labels[name] = ([None] * n, bytearray(n))
+            col[0][i], col[1][i] = v, 1
 
     def table(self, keys: list[Key]) -> Table:
-        label_names = sorted({k for key in keys for k in self.labels.get(key, {})})
-        labels = {n: [self.labels.get(key, {}).get(n) for key in keys] for n in label_names}
-        return Table.from_rows([self.values[k] for k in keys], [self.clusters[k] for k in keys], labels)
+        """The rows of `keys` (all of them held here) as a Table: the values and labels any of them has."""
+        idx = np.fromiter((self.index[k] for k in keys), dtype=np.intp, count=len(keys))
+        columns = {name: np.array(vals, dtype=float)[idx] for name, (vals, has) in sorted(self.values.items())
+                   if np.frombuffer(has, dtype=np.uint8)[idx].any()}
+        labels = {name: np.array([labs[i] for i in idx.tolist()], dtype=object)
+                  for name, (labs, has) in sorted(self.labels.items()) if np.frombuffer(has, dtype=np.uint8)[idx].any()}
+        return Table(columns, np.array([self.clusters[i] for i in idx.tolist()], dtype=object), labels)
 
 
 def read_rows(run: Run, models: set[str] | None = None) -> dict[tuple[str, str], Rows]:
     """(model, task) -> Rows, streamed from samples.jsonl. Only numbers and labels are kept, no text.
-    Samples that failed with an error have no values and are left out, as they are from the metrics."""
+    Samples that failed with an error have no values and are left out, as they are from the metrics.
+    Item ids, variants and clusters are interned: every model's rows name the same items."""
     out: dict[tuple[str, str], Rows] = {}
     for rec in run.iter_samples():
         if models is not None and rec.get("model") not in models:
             continue
         if rec.get("error") or not isinstance(rec.get("values"), dict):
             continue
-        rows = out.setdefault((rec["model"], rec["task"]), Rows())
-        key = (str(rec.get("item_id")), rec.get("variant") or "")
-        rows.values[key] = {k: float(v) for k, v in rec["values"].items() if isinstance(v, (int, float))}
+        rows = out.get((rec["model"], rec["task"]))
+        if rows is None:
+            rows = out[(rec["model"], rec["task"])] = Rows()
+        key = (sys.intern(str(rec.get("item_id"))), sys.intern(str(rec.get("variant") or "")))
+        labels = rec.get("labels")
         # Older samples.jsonl lack clusters and labels: resample by item then.
-        rows.clusters[key] = str(rec.get("cluster", key[0]))
-        rows.labels[key] = rec.get("labels") or {}
+        rows.add(key, {k: float(v) for k, v in rec["values"].items() if isinstance(v, (int, float))},
+                 sys.intern(str(rec.get("cluster", key[0]))), labels if isinstance(labels, dict) else {})
     return out
 
 
