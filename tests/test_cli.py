@@ -185,3 +185,27 @@ def test_torn_results_and_samples_pair_is_detected(tmp_path):
     samples.write_text(samples.read_text().splitlines()[0] + "\n")  # as if a newer, different run wrote it
     torn = cli("report", tmp_path / "run", "-o", tmp_path / "r2.html", cwd=tmp_path)
     assert_user_error(torn, "does not belong to", "rerun the same trustmh command")
+
+
+def test_loading_turns_the_collector_back_on_and_freezes_only_after_new_imports(tmp_path, monkeypatch):
+    import gc
+
+    from trustmh.cli._base import loading
+    assert gc.isenabled()
+    before = gc.get_freeze_count()
+    with loading():
+        assert not gc.isenabled()
+        made = [[] for _ in range(100)]  # noqa: F841 - objects, but no module loaded
+    assert gc.isenabled() and gc.get_freeze_count() == before  # nothing imported: nothing frozen
+    (tmp_path / "trustmh_loading_probe.py").write_text("TABLE = [[i] for i in range(1000)]\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with loading():
+        import trustmh_loading_probe  # noqa: F401
+    assert gc.isenabled() and gc.get_freeze_count() >= before + 1000  # the module's objects frozen
+    gc.disable()
+    try:
+        with loading():
+            pass
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        gc.enable()

@@ -66,13 +66,15 @@ def loading():
     """The collector off while a command's modules load, then what they made frozen: start-up makes some
     hundred thousand objects that live to the end (modules, classes, tables), and collecting while they
     pile up walks them all again and again (~45 ms of the ~0.4 s before a run's first request); frozen,
-    no later collection walks them either."""
-    was = gc.isenabled()
+    no later collection walks them either. A block that loads nothing new (a command run again in the same
+    process, as tests do) freezes nothing: what it made may be garbage soon."""
+    was, before = gc.isenabled(), len(sys.modules)
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
+        if len(sys.modules) > before:
+            gc.freeze()
         if was:
             gc.enable()
 
