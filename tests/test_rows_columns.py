@@ -1,7 +1,8 @@
 """runs.Rows holds a model's scored samples of a task as columns; its tables must be exactly what the
 per-sample dicts gave (Table.from_rows over the rows of the keys asked for): the values and labels that
 any of those rows has (a value some rows lack is NaN there, a missing label None), a key seen again
-replacing its row in place, and the rows read back from a real samples.jsonl."""
+replacing its row in place, and the rows read back from a real samples.jsonl; and one row's values,
+labels and cluster, and one value over keys, read back as they were added (the panel reads them so)."""
 
 import math
 import random
@@ -43,6 +44,15 @@ def test_tables_equal_the_per_sample_dicts():
             rows.add(key, vals, cluster, labs)
         held = list(dict.fromkeys(k for k, *_ in records))
         assert rows.keys == held and all(k in rows for k in held) and ("nope", "") not in rows
+        last = {k: (vals, cluster, labs) for k, vals, cluster, labs in records}
+        for k, (vals, cluster, labs) in last.items():  # one row read back, as the panel reads them
+            got = rows.values_of(k)
+            assert got.keys() == vals.keys() and all(got[n] == v or math.isnan(v) and math.isnan(got[n])
+                                                     for n, v in vals.items()), case
+            assert rows.labels_of(k) == labs and rows.cluster_of(k) == cluster, case
+        asked = held + [("nope", "")]
+        want = [last[k][0].get("b", math.nan) if k in last else math.nan for k in asked]
+        assert np.array_equal(rows.column("b", asked), np.array(want, dtype=float), equal_nan=True), case
         for keys in (held, rnd.sample(held, max(1, len(held) // 2)), held[::-1]):
             assert same(rows.table(keys), reference(records, keys)), case
 

@@ -69,23 +69,24 @@ def add_judge(run_dir: Path, judge: str, out: Path, *, judge_base_url: str | Non
 
 def _matrix(rows: list[Rows], keys: list, column: str) -> np.ndarray:
     """judges x samples values of one column (NaN: no usable verdict)."""
-    return np.array([[r.values.get(k, {}).get(column, math.nan) for k in keys] for r in rows], dtype=float)
+    return np.array([r.column(column, keys) for r in rows], dtype=float)
 
 
 def _combine(rows: list[Rows], keys: list, primary: str) -> tuple[Rows, collections.Counter, dict[str, str]]:
     """The panel's Rows (each value combined over the judges by agreement.combine_values), the primary
     value's judge-failure reasons and each value's kind (label or score)."""
-    columns = sorted({c for r in rows for k in keys for c in r.values.get(k, {})})
-    kinds = value_kinds({c: [v for r in rows for k in keys if (v := r.values.get(k, {}).get(c)) is not None]
+    per_judge = [[r.values_of(k) for k in keys] for r in rows]
+    columns = sorted({c for values in per_judge for row in values for c in row})
+    kinds = value_kinds({c: [v for values in per_judge for row in values if (v := row.get(c)) is not None]
                          for c in columns})
     combined = Rows()
     failed: collections.Counter = collections.Counter()
-    for k in keys:
-        vals, why = combine_values([r.values.get(k, {}) for r in rows], kinds)
+    for n, k in enumerate(keys):
+        vals, why = combine_values([values[n] for values in per_judge], kinds)
         if primary in why:
             failed[why[primary]] += 1
-        first = next(r for r in rows if k in r.values)
-        combined.values[k], combined.clusters[k], combined.labels[k] = vals, first.clusters[k], first.labels[k]
+        first = next(r for r in rows if k in r)
+        combined.add(k, vals, first.cluster_of(k), first.labels_of(k))
     return combined, failed, kinds
 
 
@@ -110,7 +111,7 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> l
         if task_cls is None or any(r is None for r in rows):
             continue
         task = task_cls()
-        keys = list(first.values) + [k for r in rows[1:] for k in r.values if k not in first.values]
+        keys = list(first.keys) + [k for r in rows[1:] for k in r.keys if k not in first]
         combined, failed, kinds = _combine(rows, keys, task.primary_value)
         metrics = task.aggregate(combined.table(keys), run_context(runs[0]))
         value = metrics.get(task.metric.name)
@@ -128,7 +129,7 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> l
             judge_values[j] = tr.value if tr is not None else None
         out.append(PanelTask(model, task_id, task.metric.name, judges, judge_values,
                              None if value is None or math.isnan(value) else float(value),
-                             sum(1 for k in keys if task.primary_value in combined.values[k]),
+                             sum(1 for k in keys if task.primary_value in combined.values_of(k)),
                              sum(failed.values()), dict(failed), None if math.isnan(alpha) else alpha, ci, level,
                              bool(not math.isnan(alpha) and alpha < ALPHA_THRESHOLD), by_value))
     return out

@@ -192,6 +192,24 @@ class Rows:
                 col = self.labels[name] = ([None] * n, bytearray(n))
             col[0][i], col[1][i] = v, 1
 
+    def values_of(self, key: Key) -> dict[str, float]:
+        """One row's values, by name ({} for a key not held)."""
+        i = self.index.get(key)
+        return {} if i is None else {n: vals[i] for n, (vals, has) in self.values.items() if has[i]}
+
+    def labels_of(self, key: Key) -> dict[str, Any]:
+        i = self.index.get(key)
+        return {} if i is None else {n: labs[i] for n, (labs, has) in self.labels.items() if has[i]}
+
+    def cluster_of(self, key: Key) -> str:
+        return self.clusters[self.index[key]]
+
+    def column(self, name: str, keys: list[Key]) -> np.ndarray:
+        """One value over `keys`: NaN where a row lacks it or the key is not held."""
+        vals, has = self.values.get(name, (None, None))
+        idx = [self.index.get(k, -1) for k in keys]
+        return np.array([vals[i] if i >= 0 and vals is not None and has[i] else math.nan for i in idx], dtype=float)
+
     def table(self, keys: list[Key]) -> Table:
         """The rows of `keys` (all of them held here) as a Table: the values and labels any of them has."""
         idx = np.fromiter((self.index[k] for k in keys), dtype=np.intp, count=len(keys))
