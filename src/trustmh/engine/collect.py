@@ -20,7 +20,7 @@ from ..store import Store
 from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
-from .judge_pool import JudgePool, Pending
+from .judge_pool import GenerationShare, JudgePool, Pending
 from .judges import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
 from . import identity
 from .identity import model_ref
@@ -157,6 +157,10 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
             for pool in pools.values():
                 pool.close()  # no judgement is queued any more: each worker stops when the pool drains
 
+    generating = [c for c in collectors if isinstance(c, _Generating)]
+    share = GenerationShare(list(pools.values()), generating) if pools and generating else None
+    for c in generating:
+        c.share = share
     jobs = [asyncio.create_task(models_then_close())]
     jobs += [asyncio.create_task(pool.work()) for pool in pools.values() for _ in range(pool.ep.width)]
 
@@ -176,6 +180,7 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
             await asyncio.sleep(0.2)
             show()
     tick = asyncio.create_task(ticker())
+    watch = asyncio.create_task(share.watch()) if share is not None else None
     try:
         await asyncio.gather(*jobs)
     except BaseException:
@@ -185,6 +190,8 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
         raise
     finally:
         tick.cancel()
+        if watch is not None:
+            watch.cancel()
         show()
         for c in collectors:
             events(PhaseDone("generate", c.label))
@@ -216,6 +223,7 @@ class _Collector:
         self.replied: Callable[[Task, Sample, str], None] | None = None  # told each reply (collect's `replied`)
         self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
         self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
+        self.share: GenerationShare | None = None  # set by _run_together: the models' requests in flight
 
     # --- what a mode supplies -------------------------------------------------------------------------
     def _jobs(self) -> Iterator[tuple[Request | None, Task, Sample, str]]:
@@ -234,6 +242,10 @@ class _Collector:
     def n_calls(self) -> int:
         return 0
 
+    def _stored_meanwhile(self, key: str) -> None:
+        """A job that waited for its place: its reply may have been stored meanwhile (another sample's
+        identical request, answered after its batch was looked up)."""
+
     # --- every model's replies, then their judgements -----------------------------------------------
     async def run(self) -> None:
         """This model's replies, then until its last judgement is made (by the shared judge pools)."""
@@ -241,7 +253,15 @@ class _Collector:
 
         async def gen_worker() -> None:
             for request, task, sample, key in todo:
-                resp = await self._reply(request, task, sample, key)
+                if self.share is None:
+                    resp = await self._reply(request, task, sample, key)
+                else:
+                    if await self.share.acquire():
+                        self._stored_meanwhile(key)
+                    try:
+                        resp = await self._reply(request, task, sample, key)
+                    finally:
+                        self.share.release()
                 self.n["gen"] += 1
                 self.n[f"done:{sample.task}"] += 1
                 if resp is None or not resp.ok:
@@ -400,6 +420,14 @@ class _Generating(_Collector):
 
     def _width(self) -> int:
         return max(1, self.gen_ep.width)
+
+    def _stored_meanwhile(self, key: str) -> None:
+        # `done` holds the keys of the current batch only: a sample taken before a later batch was looked
+        # up and held in the share would otherwise ask, and pay, for a reply stored in the meantime.
+        if self.gen_ep.model.cacheable and key not in self.done:
+            stored = self.store.get_call(key)
+            if stored is not None and stored.ok:
+                self.done.add(key)
 
     def n_calls(self) -> int:
         return self.gen_ep.n_calls

@@ -1,0 +1,109 @@
+"""GenerationShare: while the event loop runs late and a judge is what the run waits for, the models'
+requests in flight together shrink; otherwise they grow back to every model's connections, and a run
+whose busiest endpoint is a model's is never held back. acquire() waits for room (and says so),
+release() makes it."""
+
+import asyncio
+import collections
+import time
+from types import SimpleNamespace
+
+from trustmh.engine.judge_pool import GenerationShare
+
+
+def pool(waiting: int, left: int, width: int = 64):
+    ep = SimpleNamespace(width=width, model=SimpleNamespace(endpoint="judge"))
+    return SimpleNamespace(waiting={"m": collections.deque(range(waiting))} if waiting else {}, n_queued=left,
+                           n_done=0, ep=ep)
+
+
+def model(left: int, width: int = 64):
+    return SimpleNamespace(_width=lambda: width, _n_samples=lambda: left, n=collections.Counter(),
+                           _judgements_ahead=lambda endpoint: 0)
+
+
+async def watch_while(share: GenerationShare, late: bool, seconds: float) -> None:
+    """Run the share's timer for `seconds`, the loop held up 30 ms at a time when `late`."""
+    watch = asyncio.create_task(share.watch())
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if late:
+            time.sleep(0.03)  # the loop busy, as with thousands of replies to take
+        await asyncio.sleep(0.001)
+    watch.cancel()
+
+
+def test_a_late_loop_shrinks_the_share_only_while_a_judge_is_what_the_run_waits_for():
+    async def go():
+        judged = GenerationShare([pool(waiting=500, left=50_000)], [model(100) for _ in range(12)])
+        assert judged.cap == judged.total == 12 * 64
+        await watch_while(judged, late=True, seconds=0.5)
+        assert judged.cap <= judged.FLOOR * 2 and judged.low < judged.total
+        await watch_while(judged, late=False, seconds=0.6)
+        assert judged.cap == judged.total  # grown back once the loop is on time
+        # The model's generation is the longer (a model-bound run): never held back, however late.
+        model_bound = GenerationShare([pool(waiting=500, left=500)], [model(10_000)])
+        await watch_while(model_bound, late=True, seconds=0.4)
+        assert model_bound.low == model_bound.total
+        # Nothing waiting for the judge: nothing to give way to.
+        idle_judge = GenerationShare([pool(waiting=0, left=50_000)], [model(100)])
+        await watch_while(idle_judge, late=True, seconds=0.4)
+        assert idle_judge.low == idle_judge.total
+    asyncio.run(go())
+
+
+def test_acquire_waits_for_room_says_so_and_release_makes_it():
+    async def go():
+        share = GenerationShare([pool(0, 0)], [model(10, width=2)])
+        assert await share.acquire() is False and await share.acquire() is False
+        third = asyncio.create_task(share.acquire())
+        await asyncio.sleep(0.01)
+        assert not third.done() and share.in_flight == 2
+        share.release()
+        assert await asyncio.wait_for(third, 1) is True  # it waited
+        assert share.in_flight == 2
+        share.cap = 1  # shrunk: a release below the cap wakes no one
+        waiter = asyncio.create_task(share.acquire())
+        share.release()
+        await asyncio.sleep(0.01)
+        assert not waiter.done() and share.in_flight == 1
+        share.release()
+        await asyncio.wait_for(waiter, 1)
+    asyncio.run(go())
+
+
+def test_a_request_held_in_the_share_is_not_paid_again_when_an_identical_one_was_stored_meanwhile(
+        tmp_path, monkeypatch):
+    """robustness.support's clean samples ask what reliability.support asks. A generation held in a share
+    of one, while later batches are looked up, must still read the reply its twin stored meanwhile: the
+    same requests are paid as with no share at all."""
+    from conftest import run_quiet, run_spec
+    from trustmh.engine import Limits
+    from trustmh.engine import judge_pool
+    from trustmh.testing.fake_server import FakeLLMServer
+
+    def spec(srv):
+        return run_spec(models=["openai/m"], judge="openai/judge", base_url=srv.openai_base_url,
+                        judge_base_url=srv.openai_base_url, tasks="reliability.support,robustness.support",
+                        suite="sample")
+    with FakeLLMServer() as srv:
+        run_quiet(spec(srv), tmp_path / "free", limits=Limits(max_connections=8))
+        free = srv.calls.copy()
+        srv.reset_counters()
+        waits = []
+        real_init, real_acquire = judge_pool.GenerationShare.__init__, judge_pool.GenerationShare.acquire
+
+        def narrow(self, *a, **kw):
+            real_init(self, *a, **kw)
+            self.total = self.cap = 1  # one generation at a time: every other worker holds its job
+
+        async def counting(self):
+            waited = await real_acquire(self)
+            waits.append(waited)
+            return waited
+        monkeypatch.setattr(judge_pool.GenerationShare, "__init__", narrow)
+        monkeypatch.setattr(judge_pool.GenerationShare, "acquire", counting)
+        monkeypatch.setattr(judge_pool.GenerationShare, "watch", lambda self: asyncio.sleep(3600))
+        run_quiet(spec(srv), tmp_path / "held", limits=Limits(max_connections=8))
+        assert any(waits)
+        assert srv.calls == free  # each request paid as often as without the share
