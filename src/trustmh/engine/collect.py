@@ -223,7 +223,6 @@ class _Collector:
         self.replied: Callable[[Task, Sample, str], None] | None = None  # told each reply (collect's `replied`)
         self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
         self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
-        self.share: GenerationShare | None = None  # set by _run_together: the models' requests in flight
 
     # --- what a mode supplies -------------------------------------------------------------------------
     def _jobs(self) -> Iterator[tuple[Request | None, Task, Sample, str]]:
@@ -242,10 +241,6 @@ class _Collector:
     def n_calls(self) -> int:
         return 0
 
-    def _stored_meanwhile(self, key: str) -> None:
-        """A job that waited for its place: its reply may have been stored meanwhile (another sample's
-        identical request, answered after its batch was looked up)."""
-
     # --- every model's replies, then their judgements -----------------------------------------------
     async def run(self) -> None:
         """This model's replies, then until its last judgement is made (by the shared judge pools)."""
@@ -253,15 +248,7 @@ class _Collector:
 
         async def gen_worker() -> None:
             for request, task, sample, key in todo:
-                if self.share is None:
-                    resp = await self._reply(request, task, sample, key)
-                else:
-                    if await self.share.acquire():
-                        self._stored_meanwhile(key)
-                    try:
-                        resp = await self._reply(request, task, sample, key)
-                    finally:
-                        self.share.release()
+                resp = await self._reply(request, task, sample, key)
                 self.n["gen"] += 1
                 self.n[f"done:{sample.task}"] += 1
                 if resp is None or not resp.ok:
@@ -412,6 +399,7 @@ class _Generating(_Collector):
     def __init__(self, *args, gen_ep: Endpoint, **kw):
         super().__init__(*args, **kw)
         self.gen_ep = gen_ep
+        self.share: GenerationShare | None = None  # set by _run_together: every model's requests in flight
         self.done: set[str] = set()  # call keys stored already, or answered during this run (cacheable)
         # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
         # Not for replay files and baselines: the same request gets the same reply again.
@@ -420,14 +408,6 @@ class _Generating(_Collector):
 
     def _width(self) -> int:
         return max(1, self.gen_ep.width)
-
-    def _stored_meanwhile(self, key: str) -> None:
-        # `done` holds the keys of the current batch only: a sample taken before a later batch was looked
-        # up and held in the share would otherwise ask, and pay, for a reply stored in the meantime.
-        if self.gen_ep.model.cacheable and key not in self.done:
-            stored = self.store.get_call(key)
-            if stored is not None and stored.ok:
-                self.done.add(key)
 
     def n_calls(self) -> int:
         return self.gen_ep.n_calls
@@ -459,11 +439,27 @@ class _Generating(_Collector):
 
     async def _reply(self, request: Request | None, task: Task, sample: Sample, key: str) -> Response | None:
         assert request is not None
+        if self.share is None:
+            return await self._ask(request, task, sample, key)
+        waited = await self.share.acquire()
+        try:
+            return await self._ask(request, task, sample, key, look_again=waited)
+        finally:
+            self.share.release()
+
+    async def _ask(self, request: Request, task: Task, sample: Sample, key: str, *,
+                   look_again: bool = False) -> Response | None:
+        """The sample's reply: stored, or asked (and asked again while it does not parse, where the paper
+        does). `look_again`: it waited in the share, and `done` holds the keys of the current batch only, so
+        an identical request answered after its batch was looked up would otherwise be paid again."""
+        cacheable = self.gen_ep.model.cacheable
         if key in self.done:
             resp = self.store.get_call(key)
         else:
-            resp = await self.gen_ep.call(request, key)
-            if resp.ok and self.gen_ep.model.cacheable:
+            resp = self.store.get_call(key) if look_again and cacheable else None
+            if resp is None or not resp.ok:
+                resp = await self.gen_ep.call(request, key)
+            if resp.ok and cacheable:
                 self.done.add(key)  # a later sample with the same request reads it instead of paying again
         reask = self.reasks.get(task.id)
         if reask is not None and resp is not None and resp.ok and not reask[1](resp.text or ""):
