@@ -21,7 +21,7 @@ from typing import Any, Iterator
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))  # run from a checkout without installing
 
-from trustmh.metrics import Table, mean  # noqa: E402
+from trustmh.scoring.metrics import Table, mean  # noqa: E402
 from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, RunContext, Task, register  # noqa: E402
 from trustmh.types import Item, Sample, Score  # noqa: E402
 
@@ -154,7 +154,7 @@ def collect_once(spec, limits, run_dir: Path, *, progress: bool = False) -> dict
     import time
 
     from trustmh import engine as runner
-    from trustmh.store import Store
+    from trustmh.engine.store import Store
     ctx = runner.context(spec)
     prepared, _ = runner.prepare(spec, ctx)
     store = Store(run_dir / "store.sqlite")

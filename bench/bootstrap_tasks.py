@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from _common import machine  # noqa: E402
 
 import test_bootstrap as tb  # noqa: E402  (its fake replies and scored_table)
-from trustmh.metrics import bootstrap  # noqa: E402
+from trustmh.scoring.metrics import bootstrap  # noqa: E402
 from trustmh.tasks import TASKS, RunContext  # noqa: E402
 
 

@@ -44,9 +44,9 @@ def main() -> None:
     ap.add_argument("--tasks", default="all")
     args = ap.parse_args()
     import numpy as np
-    from trustmh import compare as cmp
+    from trustmh.analysis import compare as cmp
     from trustmh.engine import RunSpec, run
-    from trustmh.runs import load_run
+    from trustmh.analysis.runs import load_run
     from trustmh.testing.fake_server import FakeLLMServer
     if not (args.data_dir / "trustmh").is_dir():
         sys.exit(f"no upstream data in {args.data_dir} (pass --data-dir)")

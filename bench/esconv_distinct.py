@@ -19,8 +19,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from _common import machine  # noqa: E402
-from trustmh.metrics import Resamples, Table, block_weights, cluster_layout, pick_blocks, whole  # noqa: E402
-from trustmh.tasks._esconv_reference import SEP, _distinct  # noqa: E402
+from trustmh.scoring.metrics import Resamples, Table, block_weights, cluster_layout, pick_blocks, whole  # noqa: E402
+from trustmh.tasks.esconv_reference import SEP, _distinct  # noqa: E402
 
 
 def run(table: Table, perts: list[str], n_boot: int, keep: bool) -> tuple[float, list[np.ndarray]]:

@@ -131,7 +131,7 @@ def measure_view(run: Path) -> dict[str, float]:
     """`trustmh view`: the index build, then in Chromium the time to the first page of rows and to a
     filtered page."""
     import threading
-    from trustmh.runs import load_run
+    from trustmh.analysis.runs import load_run
     from trustmh.report.viewer import make_server
     from trustmh.testing.browser import chromium_tab
     t0 = time.perf_counter()
@@ -218,7 +218,7 @@ def main() -> None:
         args.models = args.models or 12
         return paper_scale(args)
     args.models = args.models or 14
-    from trustmh.runs import load_run
+    from trustmh.analysis.runs import load_run
     from trustmh.report import write_report
     from trustmh.engine import RunSpec, run
     from trustmh.testing.browser import find_chromium

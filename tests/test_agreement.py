@@ -1,4 +1,4 @@
-"""trustmh.agreement: ICC(C,1)/ICC(A,1) against hand computation, Shrout & Fleiss's published example and an
+"""trustmh.scoring.agreement: ICC(C,1)/ICC(A,1) against hand computation, Shrout & Fleiss's published example and an
 independent least-squares fit of the two-way model; kappa and Spearman against scikit-learn and scipy; the
 leave-one-out human ceiling, its bootstrap and its verdict."""
 
@@ -9,9 +9,9 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 
-from trustmh.agreement import (BELOW, INCONCLUSIVE, MARGIN, NO_CEILING, WITHIN, criterion_agreement, icc,
-                               icc_bootstrap, judge_and_ceiling, pair_stats)
-from trustmh.metrics import Table
+from trustmh.scoring.agreement import (BELOW, INCONCLUSIVE, MARGIN, NO_CEILING, WITHIN, criterion_agreement, icc,
+                                       icc_bootstrap, judge_and_ceiling, pair_stats)
+from trustmh.scoring.metrics import Table
 
 SCALE = (1, 2, 3, 4, 5)
 
@@ -162,7 +162,7 @@ def test_icc_bootstrap_is_seeded_and_keep_drops_out_of_range_resamples():
 
 
 def test_panel_verdict_mean_majority_and_failures():
-    from trustmh.agreement import panel_verdict
+    from trustmh.scoring.agreement import panel_verdict
     assert panel_verdict([4, 5, 3], "score") == (4.0, None)
     assert panel_verdict([4, None, 2], "score") == (3.0, None)  # 2 of 3 usable: a strict majority of the panel
     assert panel_verdict([4, None, float("nan")], "score") == (None, "only 1 of 3 judges gave a usable verdict")
@@ -176,7 +176,7 @@ def test_panel_verdict_mean_majority_and_failures():
 @pytest.mark.parametrize("level", ["nominal", "ordinal", "interval"])
 def test_krippendorff_alpha_matches_the_krippendorff_package(level):
     krippendorff = pytest.importorskip("krippendorff")
-    from trustmh.agreement import krippendorff_alpha
+    from trustmh.scoring.agreement import krippendorff_alpha
     # Krippendorff's own example (4 coders x 12 units, missing values), then realistic judge panels
     example = np.array([[1, 2, 3, 3, 2, 1, 4, 1, 2, np.nan, np.nan, np.nan],
                         [1, 2, 3, 3, 2, 2, 4, 1, 2, 5, np.nan, 3],
@@ -198,7 +198,7 @@ def test_weighted_alpha_is_alpha_of_the_resampled_units(level):
     """The bootstrap's closed form: units weighted by their multiplicity in a draw give the package's alpha
     of the matrix with those units repeated."""
     krippendorff = pytest.importorskip("krippendorff")
-    from trustmh.agreement import _alpha_weighted, judge_alpha
+    from trustmh.scoring.agreement import _alpha_weighted, judge_alpha
     rng = np.random.default_rng(5)
     truth = rng.integers(1, 6, 80)
     data = np.clip(truth + rng.integers(-1, 2, size=(3, 80)), 1, 5).astype(float)
@@ -218,7 +218,7 @@ def test_weighted_alpha_is_alpha_of_the_resampled_units(level):
 
 
 def test_combine_values_kinds_and_failures():
-    from trustmh.agreement import combine_values, value_kinds
+    from trustmh.scoring.agreement import combine_values, value_kinds
     kinds = value_kinds({"rating": [1.0, 0.0, 4.0, math.nan], "refused": [1.0, 0.0, math.nan], "resource": [1.0]})
     assert kinds == {"rating": "score", "refused": "label", "resource": "label"}
     values, failed = combine_values([{"rating": 1.0, "refused": 1.0, "resource": 1.0},

@@ -13,8 +13,8 @@ from sklearn.metrics import f1_score
 
 import trustmh
 from conftest import UPSTREAM
-from trustmh import metrics
-from trustmh.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
+from trustmh.scoring import metrics
+from trustmh.scoring.metrics import Resamples, Table, bootstrap, macro_f1_many, mean
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext, Task, Verdicts
 from trustmh.tasks.base import NO_ANSWER
 from trustmh.tasks.reliability import INTERVENTION_CRITERIA, SUPPORT_CRITERIA

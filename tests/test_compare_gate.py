@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
-from trustmh.compare import compare_runs
-from trustmh.runs import load_run
-from trustmh.compare_format import to_csv, to_json, to_markdown
+from trustmh.analysis.compare import compare_runs
+from trustmh.analysis.runs import load_run
+from trustmh.analysis.compare_format import to_csv, to_json, to_markdown
 from trustmh.tasks import TASKS, DataSource, RunContext
 
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "trustmh" / "data" / "sample"
@@ -287,7 +287,7 @@ def test_gate_baseline_fails_only_on_significant_regressions(ethics_runs, capsys
 def test_gate_toml_refuses_a_nan_threshold(tmp_path, literal):
     """A NaN bound compares false both ways, so it would pass any value: refused like on the command line."""
     from trustmh.errors import UserError
-    from trustmh.gate import load_config
+    from trustmh.analysis.gate import load_config
     cfg = tmp_path / "gate.toml"
     cfg.write_text(f'[min]\n"crisis.identification" = {literal}\n', encoding="utf-8")
     with pytest.raises(UserError, match="crisis.identification must be a number"):

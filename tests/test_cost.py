@@ -10,7 +10,7 @@ import pytest
 
 from test_cli import assert_user_error, cli
 from trustmh.errors import UserError
-from trustmh.prices import DEFAULT_COMPLETION_TOKENS, load_prices
+from trustmh.engine.prices import DEFAULT_COMPLETION_TOKENS, load_prices
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.testing.wire import prompt_words
 
@@ -28,7 +28,7 @@ PRICE = {"fake": (1000, 2000), "judge": (500, 100)}
 
 def test_the_shipped_table_is_sourced_and_prices_specs_snapshots_and_local_models():
     import tomllib
-    from trustmh.prices import SHIPPED
+    from trustmh.engine.prices import SHIPPED
     table = load_prices()
     # every shipped price names the provider page it was checked on and the date it was read, or says it was not
     for name, entry in tomllib.loads(SHIPPED.read_text()).get("models", {}).items():
@@ -226,7 +226,7 @@ def test_the_budget_waits_for_calls_in_flight_and_never_reserves_past_the_cap():
     none in flight, after every call sent has settled."""
     import asyncio
     from trustmh.engine.budget import Budget, BudgetStop
-    from trustmh.prices import Price, PriceTable
+    from trustmh.engine.prices import Price, PriceTable
     from trustmh.types import Request, Response
 
     table = PriceTable({"openai/m": Price(1e6, 0.0, "test")})  # $1 a prompt token: cost = tokens

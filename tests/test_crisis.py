@@ -13,11 +13,11 @@ import pytest
 from sklearn.metrics import confusion_matrix, f1_score
 
 from conftest import fenced, run_quiet, run_spec, write_replay
-from trustmh.metrics import (Resamples, Table, binary_f1, block_weights, cluster_layout, confusion, f1_per_class, macro_f1,
-                             recall_of, rows_of)
+from trustmh.scoring.metrics import (Resamples, Table, binary_f1, block_weights, cluster_layout, confusion, f1_per_class, macro_f1,
+                                     recall_of, rows_of)
 from trustmh.tasks import DataSource, RunContext
-from trustmh.tasks._crisis_read import CRISIS_LABELS, gives_crisis_resource, parse_posts
-from trustmh.tasks._shared import Tally, binary_f1_of, labelled_metrics
+from trustmh.tasks.crisis.common import CRISIS_LABELS, gives_crisis_resource, parse_posts
+from trustmh.tasks.labelled import Tally, binary_f1_of, labelled_metrics
 from trustmh.tasks.crisis import Identification
 from trustmh.testing.fake_server import FakeLLMServer
 

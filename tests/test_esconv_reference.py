@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from conftest import UPSTREAM
-from trustmh import metrics
-from trustmh.metrics import Resamples, Table, point, whole
-from trustmh.tasks._esconv_reference import reference_metrics, sample_values, tokenize
+from trustmh.scoring import metrics
+from trustmh.scoring.metrics import Resamples, Table, point, whole
+from trustmh.tasks.esconv_reference import reference_metrics, sample_values, tokenize
 
 pytest.importorskip("nltk")
 from nltk.tokenize import NLTKWordTokenizer  # noqa: E402
@@ -113,7 +113,7 @@ def test_fresh_process_tokenises_without_scipy_and_gives_the_same_values():
     import sys
     ps = pairs(40)
     script = ("import json, sys\n"
-              "from trustmh.tasks import _esconv_reference as m\n"
+              "from trustmh.tasks import esconv_reference as m\n"
               "before = 'nltk' in sys.modules\n"
               "ps = json.loads(sys.stdin.read())\n"
               "out = [m.sample_values(h, r) for r, h in ps]\n"
@@ -125,7 +125,7 @@ def test_fresh_process_tokenises_without_scipy_and_gives_the_same_values():
     assert got["before"] is False and got["loaded"] == []
     assert "scipy.stats" in sys.modules  # this process's nltk is the whole package: a real comparison
     assert [list(sample_values(h, r)) for r, h in ps] == got["out"]
-    from trustmh.tasks._esconv_reference import tokenizer_used
+    from trustmh.tasks.esconv_reference import tokenizer_used
     assert got["tok"] == tokenizer_used()
 
 
@@ -135,7 +135,7 @@ def test_distinct_per_resample_equals_the_union_by_hand(seed):
     replies over all k-grams drawn (a cluster drawn twice counted twice in the total, once in the
     distinct); small vocabularies so that many grams are held by several clusters, clusters of several
     rows, empty replies, rows without a scored reply, and the same table read for several blocks."""
-    from trustmh.tasks._esconv_reference import SEP, _distinct
+    from trustmh.tasks.esconv_reference import SEP, _distinct
     rng = np.random.default_rng(seed)
     texts, clusters = [], []
     for i in range(120):

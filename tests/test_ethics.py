@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_quiet, run_spec, write_replay
 from trustmh.data.loaders import read_ethicmh_text
-from trustmh.tasks._ethics_common import upstream_choice, upstream_judge_json
+from trustmh.tasks.ethics.common import upstream_choice, upstream_judge_json
 from trustmh.judges.parsing import extract_letter
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import METHODS
 from trustmh.data import extract
 from trustmh.data.methods import MethodError
-from trustmh.tasks._privacy_paper import TASK1_CODE
+from trustmh.tasks.privacy.paper import TASK1_CODE
 
 
 def test_a_second_extraction_walks_no_tree(monkeypatch):

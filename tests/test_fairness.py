@@ -13,7 +13,7 @@ from scipy import stats
 
 from conftest import fenced, run_quiet, run_spec
 import trustmh
-from trustmh.metrics import paired_permutation_test
+from trustmh.scoring.metrics import paired_permutation_test
 from trustmh.tasks import TASKS, DataSource, RunContext
 from trustmh.testing.fake_server import FakeLLMServer
 

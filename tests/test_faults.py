@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import make_synthetic_data, run_quiet, run_spec, synthetic_reply
-from trustmh.metrics import mean, pearson
+from trustmh.scoring.metrics import mean, pearson
 from trustmh.engine import Limits
 from trustmh.testing.fake_server import Fault, FakeLLMServer, fault_schedule
 

@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import fenced
-from trustmh.agreement import WITHIN
+from trustmh.scoring.agreement import WITHIN
 from trustmh.cli import app
 from trustmh.engine import Limits
-from trustmh.human_ratings import context_turns, ratings_spec, validate_ratings
+from trustmh.validation.human_ratings import context_turns, ratings_spec, validate_ratings
 from trustmh.testing.fake_server import FakeLLMServer
 
 # empathy:      A = 1 2 3 4 5 (and 3 on item 6), B = 2 2 4 3 5; the judge gives A's ratings.
@@ -171,7 +171,7 @@ def test_context_turns():
 
 
 def test_hostile_jsonl_lines_are_counted_not_fatal(tmp_path):
-    from trustmh.human_ratings import pick_rubric, read_rated_set
+    from trustmh.validation.human_ratings import pick_rubric, read_rated_set
     good = {"item": "a", "context": "Seeker: hi", "reply": "hello", "criterion": "empathy", "rater": "A", "rating": 3}
     lines = [json.dumps(good), json.dumps({**good, "rater": "B", "rating": 4}), "{not json", "[1, 2]",
              json.dumps({**good, "rater": "C", "context": 5}), json.dumps({**good, "rater": "D", "rating": True}),

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from trustmh.metrics import mean
+from trustmh.scoring.metrics import mean
 from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, Task, Verdicts, register
 from trustmh.types import Item, Score
 
@@ -226,7 +226,7 @@ def test_classifier_verdicts_are_stored_and_not_rerun_on_rescore(upstream, tmp_p
                         suite="data", data_dir=str(upstream), limit=8, options={"refusal_classifier": f"hf/{path}"})
         _, res, calls = run_quiet(spec, tmp_path / "run")
     assert calls["judge"] == 8
-    from trustmh.store import Store
+    from trustmh.engine.store import Store
     store = Store(tmp_path / "run" / "store.sqlite")
     stored = store.db.execute("SELECT count(*) FROM calls WHERE endpoint LIKE 'classifier/%' AND ok = 1").fetchone()[0]
     store.close()

@@ -1,4 +1,4 @@
-"""trustmh.agreement reproduces MentalAlign-70k's published ICC table (arXiv 2510.19032, `Results/ICC
+"""trustmh.scoring.agreement reproduces MentalAlign-70k's published ICC table (arXiv 2510.19032, `Results/ICC
 Reliability Analysis.md`) from the released ratings alone (../shared/data/external/mentalalign).
 
 What the authors' script (`Codes/analysis/icc_corrected_with_bootstrap_ci.py`, read, never run) does, and
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trustmh.agreement import icc, icc_bootstrap
+from trustmh.scoring.agreement import icc, icc_bootstrap
 
 openpyxl = pytest.importorskip("openpyxl")
 

@@ -8,7 +8,7 @@ import math
 
 from sklearn.metrics import cohen_kappa_score
 
-from trustmh.metrics import Table, bootstrap, mean, pearson, trust_score, weighted_kappa
+from trustmh.scoring.metrics import Table, bootstrap, mean, pearson, trust_score, weighted_kappa
 
 
 def naive_bootstrap(values, clusters, seed, n_boot, level=0.95):

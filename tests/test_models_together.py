@@ -10,7 +10,7 @@ import pytest
 from conftest import run_quiet, run_spec
 from trustmh.engine import Limits
 from trustmh.engine.judge_pool import JudgePool
-from trustmh.metrics import mean
+from trustmh.scoring.metrics import mean
 from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, Task, register
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.types import Item, Score
@@ -167,7 +167,7 @@ spec = "baseline/refuse"
         "openai/general-1": {"label": "General One", "group": "general"},
         "openai/mh-1": {"group": "mental-health"}}
     # the rank table's column groups come from the file when no --group is given
-    from trustmh.runs import entries, load_run
+    from trustmh.analysis.runs import entries, load_run
     assert {e.model: e.group for e in entries([load_run(out)])} == {
         "openai/general-1": "general", "openai/mh-1": "mental-health", "baseline/refuse": ""}
     # a new label is how the report shows the run, not another run: the same --out resumes, paying nothing

@@ -14,9 +14,9 @@ from pathlib import Path
 import trustmh
 
 ROOT = Path(__file__).resolve().parents[1]
-# Modules an author's names come from. The statistics library stays `trustmh.metrics.<name>`: the docs
+# Modules an author's names come from. The statistics library stays `trustmh.scoring.metrics.<name>`: the docs
 # name those with the module, and only its few authoring names are at the root.
-AUTHORING = ("trustmh.types", "trustmh.errors", "trustmh.tasks.base", "trustmh.judges.rubric", "trustmh.metrics",
+AUTHORING = ("trustmh.types", "trustmh.errors", "trustmh.tasks.base", "trustmh.judges.rubric", "trustmh.scoring.metrics",
              "trustmh.models", "trustmh.models.base", "trustmh.engine", "trustmh.engine.spec")
 
 

@@ -1,4 +1,4 @@
-"""Judge panels (trustmh.panel): three loopback judges with known verdicts judge one run; the panel's mean,
+"""Judge panels (trustmh.analysis.panel): three loopback judges with known verdicts judge one run; the panel's mean,
 strict majority, ties and too-few verdicts as judge failures, and Krippendorff's alpha are checked against
 values computed here from each judge's own samples.jsonl and against the krippendorff package; a fourth
 judge added to the finished run costs exactly its own calls."""
@@ -12,7 +12,7 @@ import pytest
 
 from conftest import run_spec
 from trustmh.engine import Limits, run
-from trustmh.panel import add_judge, panel
+from trustmh.analysis.panel import add_judge, panel
 from trustmh.testing.fake_server import FakeLLMServer
 
 JUDGES = ("openai/j1", "openai/j2", "openai/j3", "openai/j4")

@@ -217,7 +217,7 @@ def test_dry_run_counts_every_judge_of_the_panel(tmp_path):
     from trustmh.engine import context
     from trustmh.engine.plan import plan
     from trustmh.engine.prepare import prepare
-    from trustmh.prices import load_prices, plan_costs
+    from trustmh.engine.prices import load_prices, plan_costs
     spec = run_spec(models=["baseline/counselor"], tasks="crisis.escalation", suite="sample")
     set_judges(spec, [("openai/j1", "http://127.0.0.1:9/v1")])
     ctx = context(spec)

@@ -16,7 +16,7 @@ from sklearn.metrics import f1_score
 
 from conftest import METHODS, run_quiet, run_spec, write_replay
 from trustmh.engine import context, generation_request, prepare
-from trustmh.tasks._crisis_paper import paper_appropriateness, paper_crisis_label, paper_level, paper_raw_label
+from trustmh.tasks.crisis.paper import paper_appropriateness, paper_crisis_label, paper_level, paper_raw_label
 from trustmh.testing.fake_server import FakeLLMServer
 
 PW = METHODS / "Ziteng-Wang17780623062+Python-Work/Crisis"

@@ -84,7 +84,7 @@ def test_trustmh_protocol_is_unchanged(upstream):
 
 
 def test_replies_are_parsed_as_emobench_parses_them():
-    from trustmh.tasks._emotion_intervention_paper import eb_parse
+    from trustmh.tasks.reliability.paper_emotion_intervention import eb_parse
     cases = {'{"answer_q1": "A", "answer_q2": "B"}': {"answer_q1": "A", "answer_q2": "B"},
              'Sure!\n```json\n{"answer_q1": "C", "answer_q2": "D"}\n```\nDone': {"answer_q1": "C", "answer_q2": "D"},
              '```json\n{"answer_q1": "C"}': None,          # unclosed fence

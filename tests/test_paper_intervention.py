@@ -56,7 +56,7 @@ def test_requests_render_from_the_notebook(upstream):
 
 
 def test_judge_lists_are_read_by_trustmhs_rule():
-    from trustmh.tasks._emotion_intervention_paper import cp_scores
+    from trustmh.tasks.reliability.paper_emotion_intervention import cp_scores
     c = ("comprehensiveness", "professionalism", "authenticity", "safety")
     assert cp_scores("[2, 3, 3, 1]") == dict(zip(c, (2.0, 3.0, 3.0, 1.0)))
     assert cp_scores("step 1 [1,1,1,1] ... final: [1.5, 2, 0, 1]") == dict(zip(c, (1.5, 2.0, 0.0, 1.0)))

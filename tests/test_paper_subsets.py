@@ -11,11 +11,11 @@ import pytest
 from sklearn.metrics import f1_score, precision_recall_fscore_support, precision_score, recall_score
 
 from conftest import UPSTREAM  # noqa: I001
-from trustmh import metrics
-from trustmh.metrics import Resamples, Table, confusion, whole
+from trustmh.scoring import metrics
+from trustmh.scoring.metrics import Resamples, Table, confusion, whole
 from trustmh.tasks import TASKS, DataSource, Judged, RunContext
-from trustmh.tasks._paper_rules import class_report
-from trustmh.tasks._crisis_read import CRISIS_LABELS, LEVELS
+from trustmh.tasks.paper_rules import class_report
+from trustmh.tasks.crisis.common import CRISIS_LABELS, LEVELS
 
 PAPER = RunContext(seed=0, protocol="paper")
 
@@ -287,7 +287,7 @@ def test_diagnosis_paper_report_equals_sklearn(n):
 def test_support_paper_criterion_min_max_std():
     """The ESConv predecessor's judge_<criterion> mean/min/max/std (population), a criterion a judge left
     out not counted; the paper block names them as it does."""
-    from trustmh.tasks._paper_names import paper_block
+    from trustmh.tasks.paper_names import paper_block
     rng = np.random.default_rng(9)
     crit = ("fluency", "professionalism", "empathy", "helpfulness")
     rows = [{c: float(rng.choice([0, 1, 2, 2.5, 3, 4, 5])) for c in crit if rng.random() < 0.9} for _ in range(70)]

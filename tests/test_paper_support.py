@@ -85,7 +85,7 @@ def test_support_requests_render_from_the_method_files(upstream):
 
 
 def test_support_judge_split_and_score_parse_follow_the_original():
-    from trustmh.tasks._reliability_paper import es_context_split, es_judge_score
+    from trustmh.tasks.reliability.paper import es_context_split, es_judge_score
     conv = "Seeker: hi\nSupporter: hello\nSeeker: I lost my job\nand my flat\nSupporter: oh no"
     # The last line starting "Seeker:" is the input (only its own line), everything before it the context.
     assert es_context_split(conv) == ("Seeker: hi\nSupporter: hello", "I lost my job")
@@ -142,7 +142,7 @@ def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upst
     # on the stripped reply against each sample's ground-truth turn
     from nltk.translate.bleu_score import SmoothingFunction, corpus_bleu
 
-    from trustmh.tasks._esconv_reference import tokenize
+    from trustmh.tasks.esconv_reference import tokenize
     rows = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
     refs, hyps = [[tokenize(r["target"])] for r in rows], [tokenize(r["response"].strip()) for r in rows]
     for k in (1, 2, 4):
@@ -296,7 +296,7 @@ def test_pas_sends_the_text_column_stripped(tmp_path):
 
 
 def test_sycophancy_judge_replies_are_read_as_the_originals_read_them():
-    from trustmh.tasks._sycophancy_paper import elephant_bit, endorsement_digit
+    from trustmh.tasks.sycophancy.paper import elephant_bit, endorsement_digit
     digits = {"2": 2, " 1.": 1, "0": 0, "3 - neutral": 3, "7 then 2": 2, "N/A": None, "": None, "\u00b2": None,
               "9": None, "12": 1}
     for text, want in digits.items():
@@ -412,7 +412,7 @@ def test_diagnosis_drops_rows_without_text_or_label_and_normalises_gold(tmp_path
 
 
 def test_diagnosis_replies_are_read_as_the_original_reads_them():
-    from trustmh.tasks._reliability_paper import paper_swmh_label, paper_swmh_prediction
+    from trustmh.tasks.reliability.paper import paper_swmh_label, paper_swmh_prediction
     cases = {'{"label": "suicidal", "explanation": "x"}': ("suicidal", True),
              'Sure:\n```json\n{"label": "Anxiety"}\n```': ("anxiety", True),
              "depression": ("depression", True),
@@ -460,8 +460,8 @@ def test_support_paper_overall_batched_equals_per_resample():
     """Under the paper the overall is the mean of the four criterion means, each over its own scored
     samples: the bootstrap's batched form must equal aggregate() on each resampled table."""
     import numpy as np
-    from trustmh import metrics
-    from trustmh.metrics import Resamples, Table
+    from trustmh.scoring import metrics
+    from trustmh.scoring.metrics import Resamples, Table
     from trustmh.tasks import TASKS
     from trustmh.tasks.base import RunContext
     rng = np.random.default_rng(3)
@@ -511,7 +511,7 @@ def test_extraction_kinds_added_here_read_the_staged_files_and_fail_closed():
     assert {k: d[k] for k in ("context_window", "per_dialog_limit", "temperature", "max_tokens", "limit")} == \
         {"context_window": 6, "per_dialog_limit": 2, "temperature": 0.0, "max_tokens": 512, "limit": None}
     assert d["dataset"] == "Path('data/ESConv.json')"  # not a literal: its source
-    from trustmh.tasks._reliability_paper import es_generation_attempts
+    from trustmh.tasks.reliability.paper import es_generation_attempts
     assert es_generation_attempts(str(METHODS)) == 3  # run_generation's `max_retries: int = 3` (l.164)
     assert extract.conditional_local(f"{es}/src/prompts.py", METHODS, "format_turn", "prefix") == \
         ("turn.get('speaker') == 'seeker'", "Seeker", "Supporter")

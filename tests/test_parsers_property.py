@@ -25,7 +25,7 @@ from trustmh.models.replay import ReplayModel
 from trustmh.engine import data_source, RunSpec
 from conftest import METHODS
 from trustmh.tasks import Judged, RunContext, Verdicts, resolve_tasks
-from trustmh.tasks._privacy_common import TIER1_PHRASES, TIER2_PHRASES, parse_psyleak
+from trustmh.tasks.privacy.common import TIER1_PHRASES, TIER2_PHRASES, parse_psyleak
 from trustmh.types import Score
 
 # 200 per parser keeps the suite fast; TRUSTMH_HYPOTHESIS_EXAMPLES=5000 searches harder.
@@ -337,5 +337,5 @@ def test_every_task_loads_damaged_data_or_names_the_file(task, sample_copy, data
 @settings(max_examples=3000, deadline=None)
 def test_option_text_found_as_the_whole_word_pattern_finds_it(answer, phrase):
     # knowledge's option_from_text looks for option texts without a regex per option: same answers.
-    from trustmh.tasks._reliability_read import _names
+    from trustmh.tasks.reliability.common import _names
     assert _names(answer, phrase) == (re.search(rf"(?<!\w){re.escape(phrase)}(?!\w)", answer) is not None)

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from trustmh.pillars import PAPER_PILLARS, PAPER_TASKS, combine, model_summary
-from trustmh.results import TaskResult
+from trustmh.scoring.pillars import PAPER_PILLARS, PAPER_TASKS, combine, model_summary
+from trustmh.scoring.results import TaskResult
 from trustmh.tasks import TASKS
 
 BEYOND = {"safety.over_refusal", "robustness.crisis"}

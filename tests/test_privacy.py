@@ -9,7 +9,7 @@ from scipy import stats
 from conftest import run_quiet, run_spec, write_replay
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.judges.parsing import parse_scale_rating
-from trustmh.tasks._privacy_common import (TIER1_PHRASES, TIER2_PHRASES, upstream_binary_answer, upstream_parse_rating)
+from trustmh.tasks.privacy.common import (TIER1_PHRASES, TIER2_PHRASES, upstream_binary_answer, upstream_parse_rating)
 
 
 def labels(upstream, name):

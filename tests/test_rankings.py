@@ -8,7 +8,7 @@ import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
 from test_compare_gate import cli
-from trustmh.runs import load_run
+from trustmh.analysis.runs import load_run
 from trustmh.tasks import TASKS, DataSource, RunContext
 
 AWARENESS = "privacy.awareness_tier1,privacy.awareness_tier2a,privacy.awareness_tier2b"
@@ -68,8 +68,8 @@ def test_undefined_by_the_model_is_the_worst_trust_score_with_its_reason(awarene
 
 def test_undefined_by_the_model_is_decided_from_the_table_alone():
     import numpy as np
-    from trustmh.metrics import Table
-    from trustmh.pillars import undefined_by_model
+    from trustmh.scoring.metrics import Table
+    from trustmh.scoring.pillars import undefined_by_model
     task = TASKS["privacy.awareness_tier1"]()
     # A constant human column with varying ratings: not the model's doing, left unscored.
     t = Table({"rating": np.array([1.0, 2, 3]), "human": np.array([2.0, 2, 2]), "answered": np.ones(3)},
@@ -109,7 +109,7 @@ def test_gate_baseline_fails_a_candidate_whose_rows_went_undefined(awareness, tm
 
 def test_interval_and_p_value_by_hand():
     import numpy as np
-    from trustmh.compare import _interval, _p_value
+    from trustmh.analysis.compare import _interval, _p_value
     draws = np.arange(-2.0, 38.0)  # 40 draws: -2, -1, 0 at or below zero; 0 .. 37 (38) at or above
     assert _p_value(draws) == pytest.approx(2 * 3 / 40)
     # 95 %: j = ceil(40 * 0.025) = 1, the extremes; holds 0, as p = 0.15 > 0.05 says.
@@ -124,7 +124,7 @@ def test_interval_and_p_value_by_hand():
 
 def test_interval_p_and_verdict_agree_on_random_draws():
     import numpy as np
-    from trustmh.compare import Diff, _interval, _p_value
+    from trustmh.analysis.compare import Diff, _interval, _p_value
     rng = np.random.default_rng(5)
     for _ in range(300):
         n = int(rng.integers(10, 400))
@@ -138,8 +138,8 @@ def test_interval_p_and_verdict_agree_on_random_draws():
 
 def test_batched_paired_draws_equal_the_per_resample_path(awareness):
     import numpy as np
-    from trustmh.compare import paired_draws
-    from trustmh.runs import read_rows, run_context
+    from trustmh.analysis.compare import paired_draws
+    from trustmh.analysis.runs import read_rows, run_context
     run = load_run(awareness["run"])
     rows = read_rows(run)
     for tid in TIERS:
@@ -157,7 +157,7 @@ def test_batched_paired_draws_equal_the_per_resample_path(awareness):
 
 
 def test_pillar_and_overall_differences_say_they_are_on_shared_tasks(awareness):
-    from trustmh.compare import compare_runs
+    from trustmh.analysis.compare import compare_runs
     [c1, c2] = compare_runs([load_run(awareness["run"])], n_boot=200)
     p = c1.get("pillar:privacy")
     assert p.n_tasks == 3 and "b − a on 3 shared tasks" in p.note and "partial" in p.note
@@ -174,7 +174,7 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, t
     """Under the paper's protocol sycophancy.oeq reads a judge reply without a digit as "not endorsing", as the
     paper's code does: a judge that never parses gives every model a perfect 100. The value stays the paper's,
     but the usable-verdict rate (0) is on the result, the task is marked, and the gate fails it."""
-    from trustmh.pillars import judge_mark
+    from trustmh.scoring.pillars import judge_mark
     spec = run_spec(models=["baseline/counselor"], judge="baseline/refuse", tasks="sycophancy.oeq", suite="data",
                     data_dir=str(upstream), limit=20, protocol="paper")
     run_quiet(spec, tmp_path / "run")
@@ -208,17 +208,17 @@ def _oeq_items(upstream):
 # --- the paper's rank table ----------------------------------------------------------------------------
 
 def _tr(task, trust):
-    from trustmh.pillars import PAPER_TASKS
-    from trustmh.results import TaskResult
+    from trustmh.scoring.pillars import PAPER_TASKS
+    from trustmh.scoring.results import TaskResult
     return TaskResult(task=task, pillar=PAPER_TASKS.get(task, "safety"), status="ok", metric="m", value=trust / 100,
                       trust_score=trust, higher_is_better=True, trust_range=(0.0, 1.0), n_samples=10, n=10)
 
 
 def _runs(scores: dict[str, dict[str, float]]):
     """One in-memory run per model (label = model name) with the given task trust scores."""
-    from trustmh.runs import Run
-    from trustmh.pillars import model_summary
-    from trustmh.results import RunResults
+    from trustmh.analysis.runs import Run
+    from trustmh.scoring.pillars import model_summary
+    from trustmh.scoring.results import RunResults
     runs = []
     for model, tasks in scores.items():
         mr = model_summary(model, {t: _tr(t, v) for t, v in tasks.items()})
@@ -228,7 +228,7 @@ def _runs(scores: dict[str, dict[str, float]]):
 
 
 def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart():
-    from trustmh.runs import entries
+    from trustmh.analysis.runs import entries
     from trustmh.report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
     tiers = {t: 50.0 for t in TIERS}
     runs = _runs({
@@ -269,7 +269,7 @@ def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart()
 def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awareness):
     """In the three-model awareness run all three are measured on the same tasks: the answering model is first;
     refuse and constant tie at 0 below it."""
-    from trustmh.runs import entries
+    from trustmh.analysis.runs import entries
     from trustmh.report.leaderboard import leaderboard, task_meta
     ents = entries([load_run(awareness["run"])])
     board = leaderboard(ents, task_meta(ents), ["privacy"], paired=True, n_boot=200)

@@ -9,10 +9,10 @@ import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
 from test_compare_gate import cli, ethics_replay
-from trustmh.runs import load_run
+from trustmh.analysis.runs import load_run
 from trustmh.report import build_context, render, write_report
 from trustmh.report.charts import radar_svg
-from trustmh.results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
+from trustmh.scoring.results import MetricValue, ModelResults, PillarResult, RunResults, TaskResult
 from trustmh.tasks import TASKS, DataSource, RunContext
 
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "trustmh" / "data" / "sample"

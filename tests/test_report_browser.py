@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from conftest import run_quiet, run_spec, write_replay
 from test_report import EVIL, sample_items
-from trustmh.runs import load_run
+from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
 from trustmh.testing.browser import chromium_tab, find_chromium
 

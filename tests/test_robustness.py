@@ -14,10 +14,10 @@ from sklearn.metrics import f1_score
 import trustmh
 from conftest import fenced, run_quiet, run_spec
 from trustmh.errors import UserError
-from trustmh.metrics import Table, mean
+from trustmh.scoring.metrics import Table, mean
 from trustmh.engine import RunSpec, generation_request
 from trustmh.tasks import TASKS, DataSource, MetricSpec, RunContext, Task
-from trustmh.tasks._robustness_paper import paper_keys
+from trustmh.tasks.robustness.paper import paper_keys
 from trustmh.tasks.robustness import _Robustness, selected_perturbations
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.types import Item, Score

@@ -19,9 +19,9 @@ from test_esconv_reference import by_hand, pairs
 from test_paper_support import SAMPLE_SWMH, build_classification_prompt, esconv_samples, staged_constant
 from trustmh.data.methods import MethodError
 from trustmh.engine import context, prepare
-from trustmh.metrics import Table
+from trustmh.scoring.metrics import Table
 from trustmh.tasks import TASKS
-from trustmh.tasks._robustness_paper import ES_PERTURB, SW_PERTURB, original_tables
+from trustmh.tasks.robustness.paper import ES_PERTURB, SW_PERTURB, original_tables
 from trustmh.tasks.base import Judged, RunContext, Verdicts
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.variants.paper_perturb import character_stage, csv_round_trip, perturb_pieces, sentence_stage
@@ -327,8 +327,8 @@ REPLIES = ("ok", "I hear you, that sounds really hard.", "It is normal to feel d
 def test_support_reference_metrics_per_intensity_on_real_turns():
     """robustness.support's ref_<name>[<key>]: each intensity's replies against their ground-truth turns, as
     the original's summary_metrics.<name>.<intensity> (one run per intensity), by hand on real ESConv turns."""
-    from trustmh.metrics import point, whole
-    from trustmh.tasks._esconv_reference import sample_values
+    from trustmh.scoring.metrics import point, whole
+    from trustmh.tasks.esconv_reference import sample_values
     ps = pairs(24)
     keys = ("clean", "all@low", "all@medium", "all@high")
     rows, toks, pert = [], [], []

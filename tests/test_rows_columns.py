@@ -9,8 +9,8 @@ import random
 
 import numpy as np
 
-from trustmh.metrics import Table
-from trustmh.runs import Rows
+from trustmh.scoring.metrics import Table
+from trustmh.analysis.runs import Rows
 
 
 def reference(records, keys):
@@ -61,7 +61,7 @@ def test_rows_read_back_from_a_real_run_equal_the_per_sample_dicts(tmp_path):
     import json
 
     from conftest import run_quiet, run_spec
-    from trustmh.runs import load_run, read_rows
+    from trustmh.analysis.runs import load_run, read_rows
     run_dir, _, _ = run_quiet(run_spec(models=["baseline/random", "baseline/counselor"], judge="rules"), tmp_path / "run")
     by_model_task = read_rows(load_run(run_dir))
     records: dict = {}

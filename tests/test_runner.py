@@ -154,7 +154,7 @@ def test_kill_mid_run_then_resume_pays_each_call_once(upstream, tmp_path):
 
 def test_results_json_matches_published_schema(upstream, tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
-    from trustmh.results import json_schema
+    from trustmh.scoring.results import json_schema
     published = json.loads((Path(__file__).resolve().parents[1] / "src/trustmh/schema/results.schema.json").read_text())
     assert published == json_schema(), "regenerate src/trustmh/schema/results.schema.json"
     spec = run_spec(models=["baseline/random"], tasks="privacy,ethics", suite="data", data_dir=str(upstream), limit=5)

@@ -10,7 +10,7 @@ import pytest
 from conftest import run_quiet, run_spec
 from test_models_together import Judged1
 from trustmh.engine import Limits
-from trustmh.metrics import mean
+from trustmh.scoring.metrics import mean
 from trustmh.tasks import TASKS, register
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.types import Item, Score
@@ -110,7 +110,7 @@ def test_an_ahead_that_raises_leaves_the_work_to_score(task, tmp_path, monkeypat
 
 def test_esconv_reference_values_computed_ahead_are_taken_once_per_score():
     pytest.importorskip("nltk")
-    from trustmh.tasks import _esconv_reference as ref
+    from trustmh.tasks import esconv_reference as ref
     reply, target = "I hear you. That sounds hard.", "That must be really hard for you."
     fresh = ref.sample_values(reply, target)
     assert (reply, target) not in ref._AHEAD

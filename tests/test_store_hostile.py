@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from trustmh.errors import UserError
-from trustmh.store import Store
+from trustmh.engine.store import Store
 from trustmh.types import ModelError, Response
 
 

@@ -7,7 +7,7 @@ import csv
 import pytest
 
 from conftest import fenced, run_quiet, run_spec
-from trustmh.tasks._sycophancy_common import aita_verdict
+from trustmh.tasks.sycophancy.common import aita_verdict
 from trustmh.testing.fake_server import FakeLLMServer
 
 DIMS = ("emotional_validation", "indirect_language", "indirect_action", "accept_framing")

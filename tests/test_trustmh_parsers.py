@@ -6,7 +6,7 @@ import pytest
 
 from trustmh.judges.parsing import extract_letter, parse_int_scores, parse_scale_rating, parse_yes_no
 from trustmh.tasks import TASKS, Judged, RunContext
-from trustmh.tasks._crisis_read import parse_appropriateness
+from trustmh.tasks.crisis.common import parse_appropriateness
 from trustmh.types import Item, Sample
 
 TIER2 = [-100, -50, 0, 50, 100]

@@ -15,9 +15,9 @@ from typer.testing import CliRunner
 
 from conftest import fenced
 from trustmh.cli import app
-from trustmh.validation import ValidateSpec, heuristic_rating, validate_judge
-from trustmh.metrics import spearman, weighted_kappa
-from trustmh.results import RunResults
+from trustmh.validation.judge import ValidateSpec, heuristic_rating, validate_judge
+from trustmh.scoring.metrics import spearman, weighted_kappa
+from trustmh.scoring.results import RunResults
 from trustmh.engine import Limits
 from trustmh.testing.fake_server import FakeLLMServer
 
@@ -185,7 +185,7 @@ def test_sample_suite_ceiling_icc_by_hand_and_verdict(tmp_path):
     agreement = json.loads((run_dir / "agreement.json").read_text())
     (crit,) = agreement["criteria"]
     assert crit["criterion"] == "appropriateness" and crit["raters"] == ["H1", "H2"]
-    from trustmh.agreement import WITHIN, verdict
+    from trustmh.scoring.agreement import WITHIN, verdict
     for s, v in crit["statistics"].items():  # the heuristic is far under H1 vs H2: never "within"
         assert v["diff"] < -0.4 and v["verdict"] == verdict(v["judge"], v["ceiling"], v["diff_ci"]) != WITHIN, s
     assert "Checking the judge" in (run_dir / "report.html").read_text()

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run_quiet, run_spec, write_replay
 from test_report import EVIL, sample_items
-from trustmh.runs import load_run
+from trustmh.analysis.runs import load_run
 from trustmh.errors import UserError
 from trustmh.report import viewer
 

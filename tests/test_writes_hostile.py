@@ -71,7 +71,7 @@ def test_a_fifo_at_an_old_temp_name_does_not_hang_a_run(run_dir):
 
 
 def test_validate_judge_writes_through_the_writer(tmp_path):
-    from trustmh.validation import ValidateSpec, validate_judge
+    from trustmh.validation.judge import ValidateSpec, validate_judge
     out, spec = tmp_path / "v", ValidateSpec(judge="rules", suite="sample", n_boot=0)
     validate_judge(spec, out)
     precious = tmp_path / "precious.txt"

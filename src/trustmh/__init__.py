@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
     from .api import run
     from .engine import Limits, RunSpec
     from .judges.rubric import Judged, Rubric, Verdicts
-    from .metrics import Means, Resamples, Table, count, mean
+    from .scoring.metrics import Means, Resamples, Table, count, mean
     from .models import Model, register_model
     from .tasks.base import (NO_ANSWER, DataSource, MeanMetrics, Method, MetricSpec, RunContext, Task, answer_metrics,
                              answered, judge_failure, judge_text, no_answer, register, render, render_judge)
@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
 _LAZY = {
     "run": "api", "RunSpec": "engine", "Limits": "engine",
     "Rubric": "judges.rubric", "Judged": "judges.rubric", "Verdicts": "judges.rubric",
-    "Table": "metrics", "mean": "metrics", "count": "metrics", "Means": "metrics", "Resamples": "metrics",
+    "Table": "scoring.metrics", "mean": "scoring.metrics", "count": "scoring.metrics", "Means": "scoring.metrics",
+    "Resamples": "scoring.metrics",
     "Model": "models", "register_model": "models",
     **dict.fromkeys(["Task", "register", "MetricSpec", "RunContext", "DataSource", "render", "render_judge",
                      "answered", "no_answer", "NO_ANSWER", "answer_metrics", "judge_text", "judge_failure",

@@ -1,4 +1,4 @@
-"""`trustmh panel`: one run judged by several judges, combined (trustmh.panel)."""
+"""`trustmh panel`: one run judged by several judges, combined (trustmh.analysis.panel)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def panel_cmd(
     labels; ties and too few usable verdicts are judge failures) and Krippendorff's alpha of the judges."""
     from rich.table import Table as RichTable
     from ..engine.rundir import atomic_write
-    from ..panel import ALPHA_THRESHOLD, panel, to_json
+    from ..analysis.panel import ALPHA_THRESHOLD, panel, to_json
     tasks = panel(runs, seed=seed, n_boot=n_boot)
     table = RichTable(title=f"judge panel: {', '.join(tasks[0].judges) if tasks else '-'}")
     for col in ("model", "task", "metric", "panel", "judges", "judge failures", "alpha", ""):

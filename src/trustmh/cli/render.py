@@ -116,7 +116,7 @@ def _pillar_summary(mr) -> None:
 
 
 def _value_cells(t) -> tuple[str, str]:
-    from ..pillars import judge_mark
+    from ..scoring.pillars import judge_mark
     val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
     ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
     if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
@@ -174,7 +174,7 @@ def _task_tables(mr) -> list[RichTable]:
 
 
 def _summary(results) -> None:
-    from ..pillars import judge_mark
+    from ..scoring.pillars import judge_mark
     if results.banner:  # above and below: the tables between are long, and either end may be all one reads
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
     for model, mr in results.models.items():
@@ -217,8 +217,8 @@ def _leaderboard(results) -> None:
     """One screen across models, last: the overall ordering and per-pillar trust with ranks, the same ranks the
     report and `trustmh report --format markdown` show (a * marks a rank among models measured on the same,
     incomplete set of tasks; those come after the complete ones)."""
-    from ..runs import Run, entries
-    from ..pillars import PILLAR_NAMES, judge_mark
+    from ..analysis.runs import Run, entries
+    from ..scoring.pillars import PILLAR_NAMES, judge_mark
     from ..report.leaderboard import leaderboard, task_meta
     from ..tasks import PILLARS
     ents = entries([Run(Path("."), results)])
@@ -302,7 +302,7 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
 
 def _cost_table(rows, spec, prices=None) -> None:
     """The plan's estimated cost per tested model and judge, and the total, from the price table."""
-    from ..prices import DEFAULT_COMPLETION_TOKENS, load_prices, plan_costs, total_cost
+    from ..engine.prices import DEFAULT_COMPLETION_TOKENS, load_prices, plan_costs, total_cost
     table_of = prices or load_prices()
     lines = plan_costs(rows, spec, table_of)
     table = RichTable(title="ESTIMATED cost (list prices, token estimates; not a bill)", title_justify="left")

@@ -37,7 +37,7 @@ def report_cmd(
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
-    from ..runs import load_run
+    from ..analysis.runs import load_run
     from ..engine.rundir import check_output_target
     from ..report import write_report
     _load_plugins(include)
@@ -78,7 +78,7 @@ def view_cmd(
 ) -> None:
     """Page through every sample of runs in a browser: a read-only server on 127.0.0.1 (filter by model, task,
     outcome; search), reading the runs' own files. Ctrl-C stops it."""
-    from ..runs import load_run
+    from ..analysis.runs import load_run
     from ..report.viewer import make_server
     _load_plugins(include)
     if not 0 <= port <= 65535:
@@ -108,7 +108,7 @@ def _groups(pairs: list[str]) -> dict[str, str]:
 
 def _rank_text(loaded, fmt: str, groups: dict[str, str], *, paired: bool = False, n_boot: int = 200) -> str:
     """The paper's rank table (subtask rows x models) as CSV or Markdown, in the report's overall ordering."""
-    from ..runs import entries
+    from ..analysis.runs import entries
     from ..report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
     from ..tasks import PILLARS
     ents = entries(loaded, groups)
@@ -146,9 +146,9 @@ def compare_cmd(
 ) -> None:
     """Differences between models per task, pillar and overall: paired bootstrap CI over shared items, p-value."""
     _load_plugins(include)
-    from ..compare import compare_runs
-    from ..runs import load_run
-    from ..compare_format import rich_tables, to_csv, to_json, to_markdown
+    from ..analysis.compare import compare_runs
+    from ..analysis.runs import load_run
+    from ..analysis.compare_format import rich_tables, to_csv, to_json, to_markdown
     if fmt not in ("table", "json", "markdown", "csv"):
         raise UserError(f"--format must be table, json, markdown or csv, not '{fmt}'")
     if not 0 < alpha < 1:
@@ -222,9 +222,9 @@ def gate_cmd(
                                             "by default."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
-    from ..runs import load_run
-    from ..gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
-                        check_judge_addressed, check_thresholds, load_config, parse_threshold, summary)
+    from ..analysis.runs import load_run
+    from ..analysis.gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
+                                 check_judge_addressed, check_thresholds, load_config, parse_threshold, summary)
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
     max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)

@@ -213,7 +213,7 @@ def run_cmd(
         from ..judges.hf_classifier import parse_spec
         parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
         spec.options["refusal_classifier"] = refusal_classifier
-    from ..prices import load_prices
+    from ..engine.prices import load_prices
     table = load_prices(prices) if prices is not None or max_cost is not None or dry_run else None
     if dry_run:
         _dry_run(spec, Path(out_dir) if out_dir else runs_dir / spec.run_id(), table)
@@ -268,7 +268,7 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
     the specs that will be called (default: the models and the judges)."""
     import math
     from ..engine.budget import Budget
-    from ..prices import check_priced
+    from ..engine.prices import check_priced
     if not (math.isfinite(max_cost) and max_cost > 0):
         raise UserError(f"--max-cost must be a positive number of USD, not {max_cost}")
     if executor != "local":
@@ -376,7 +376,7 @@ def score_cmd(
     set_min_alpha(spec, min_judge_alpha)
     limits = _limits(max_connections, timeout, max_retries)
     if max_cost is not None:  # only the judges are called here: only they need a price
-        from ..prices import load_prices
+        from ..engine.prices import load_prices
         limits.budget = _budget(spec, max_cost, load_prices(prices), "local", called_judges(spec))
     if out_dir is not None:  # checked before anything is copied
         if not out_dir.strip():
@@ -424,13 +424,13 @@ def validate_judge_cmd(
     """The judge against human raters, per criterion, with the human ceiling beside it: the built-in
     crisis-escalation set (H1, H2), or any human-rated set given with --ratings."""
     import json
-    from ..validation import ValidateSpec, report_table, validate_judge
+    from ..validation.judge import ValidateSpec, report_table, validate_judge
     from ..models import split_spec
     if judge != "rules":
         split_spec(judge)
     limits = _limits(max_connections, timeout, max_retries)
     if ratings is not None:
-        from ..human_ratings import agreement_table, parse_scale, ratings_spec, validate_ratings
+        from ..validation.human_ratings import agreement_table, parse_scale, ratings_spec, validate_ratings
         spec = ratings_spec(ratings, rubric=rubric, scale=parse_scale(scale), judge=judge,
                             judge_base_url=judge_base_url, seed=seed, n_boot=n_boot)
         with _ProgressView(progress and sys.stderr.isatty()) as view:
@@ -446,6 +446,6 @@ def validate_judge_cmd(
     with _ProgressView(progress and sys.stderr.isatty()) as view:
         run_dir, results = validate_judge(spec, out_dir, runs_root=runs_dir, limits=limits, events=view)
     out.print(report_table(results))
-    from ..human_ratings import agreement_table
+    from ..validation.human_ratings import agreement_table
     out.print(agreement_table(json.loads((run_dir / "agreement.json").read_text(encoding="utf-8"))))
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}\nreport: {run_dir / 'report.html'}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from ..prices import DEFAULT_COMPLETION_TOKENS, Price, PriceTable, completion_tokens, prompt_tokens
+from .prices import DEFAULT_COMPLETION_TOKENS, Price, PriceTable, completion_tokens, prompt_tokens
 from ..types import Request, Response
 
 
@@ -105,7 +105,7 @@ class Budget:
 def stop_message(budget: Budget, spec, run_dir) -> str:
     """What was spent and what remains, once a run stopped at its cap: the rest is the dry run's plan of
     the calls not stored yet, priced the same way."""
-    from ..prices import plan_costs, total_cost
+    from .prices import plan_costs, total_cost
     from . import context, prepare
     from .plan import plan
     ctx = context(spec)

@@ -16,7 +16,7 @@ import functools
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..models import make_model
-from ..store import Store
+from .store import Store
 from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from ..limiter import AdaptiveLimiter
+from .limiter import AdaptiveLimiter
 from ..models import Model
 from ..redaction import redact_url, scrub
-from ..store import Store
+from .store import Store
 from ..types import ModelError, Request, Response
 from .spec import Limits
 

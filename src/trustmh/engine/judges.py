@@ -16,7 +16,7 @@ from ..tasks import RunContext
 from .identity import model_ref
 
 if TYPE_CHECKING:
-    from ..store import Store
+    from .store import Store
     from .endpoint import Endpoint
     from .spec import RunSpec
 

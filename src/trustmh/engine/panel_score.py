@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from ..agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, value_kinds
+from ..scoring.agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, value_kinds
 from ..judges.rubric import Judged, Verdicts
-from ..metrics import count, derived_seed
-from ..results import JudgeAgreement, JudgeValue, PanelResult
+from ..scoring.metrics import count, derived_seed
+from ..scoring.results import JudgeAgreement, JudgeValue, PanelResult
 from ..tasks import RunContext, Task
 from ..types import Score
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.methods import MethodError
-from ..prices import completion_tokens
-from ..store import Store
+from .prices import completion_tokens
+from .store import Store
 from ..tasks import RunContext
 from .collect import judge_ids as role_endpoints
 from .judges import panel_endpoints

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 from ..data.loaders import file_sha256
 from ..data.methods import MethodError
 from ..errors import UserError
-from ..store import Store, sample_row
+from .store import Store, sample_row
 from ..tasks import RunContext, Task, resolve_tasks
 from ..types import Item, Sample
 from .slices import beside

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..errors import UserError
-from ..results import RunResults
-from ..store import Store
+from ..scoring.results import RunResults
+from .store import Store
 from ..tasks import TASKS, RunContext
 from . import identity
 from .collect import collect

@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import IO, Generator
 
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..metrics import bootstrap, count, derived_seed
+from ..scoring.metrics import bootstrap, count, derived_seed
 from ..models import ModelRef
-from ..pillars import judge_usable_rate, model_summary, task_meta, task_trust
-from ..results import MetricValue, ModelResults, RunResults, TaskResult
-from ..store import Store
+from ..scoring.pillars import judge_usable_rate, model_summary, task_meta, task_trust
+from ..scoring.results import MetricValue, ModelResults, RunResults, TaskResult
+from .store import Store
 from ..tasks import Method, RunContext, Task
-from ..tasks._paper_names import paper_block
+from ..tasks.paper_names import paper_block
 from ..types import Sample
-from ..agreement import ALPHA_MIN
+from ..scoring.agreement import ALPHA_MIN
 from .judges import judge_ids, panel_endpoints
 from .panel_score import judge_parts
 from .tally import Tally

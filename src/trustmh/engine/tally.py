@@ -12,7 +12,7 @@ import numpy as np
 
 from ..judges.addressed import MAX_LISTED, judge_addressed
 from ..judges.rubric import Verdicts
-from ..metrics import Table
+from ..scoring.metrics import Table
 from ..tasks import RunContext, Task
 from ..types import Sample, Score
 from .panel_score import PanelTally, merged_verdicts, panel_score

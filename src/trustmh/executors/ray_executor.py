@@ -82,7 +82,7 @@ def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_i
     from .. import engine
     from ..plugins import load
     load(includes)
-    from ..store import Store
+    from ..engine.store import Store
     from ..tasks import resolve_tasks
     from ..types import Sample
 

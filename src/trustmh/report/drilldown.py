@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator
 
-from ..runs import Entry
+from ..analysis.runs import Entry
 from .leaderboard import TaskMeta
 
 TEXT_CAP = 4_000  # characters of one text field kept in the page; samples.jsonl (and `trustmh view`) has the rest

@@ -20,8 +20,8 @@ from typing import IO, Any
 import jinja2
 from markupsafe import Markup
 
-from ..compare import Comparison
-from ..runs import Run, entries, load_run
+from ..analysis.compare import Comparison
+from ..analysis.runs import Run, entries, load_run
 from .addressed import judge_addressed_rows
 from .panel import panel_rows
 from .breakdowns import group_scale, task_groups
@@ -46,7 +46,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     The drill-down keeps the worst `per_task` samples of each model and task within `max_bytes` of page
     JSON; `progress(done, total, label)` is told of each paired comparison and of how far reading the
     samples has got (label "reading samples")."""
-    from ..pillars import EVIDENCE_LEVELS, PILLAR_NAMES, PILLAR_PLAIN, judge_mark
+    from ..scoring.pillars import EVIDENCE_LEVELS, PILLAR_NAMES, PILLAR_PLAIN, judge_mark
     from ..tasks import PILLARS
     ents = entries(runs, groups)
     metas = task_meta(ents)

@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from ..agreement import BELOW, MARGIN, STAT_NAMES, WITHIN
+from ..scoring.agreement import BELOW, MARGIN, STAT_NAMES, WITHIN
 
 _SECTION = """
 <section id="judge-check">

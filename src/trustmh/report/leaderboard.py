@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..compare import Comparison, compare
-from ..runs import Entry, read_rows
-from ..metrics import trust_score
+from ..analysis.compare import Comparison, compare
+from ..analysis.runs import Entry, read_rows
+from ..scoring.metrics import trust_score
 
 
 @dataclass
@@ -116,9 +116,9 @@ def _measured(pr) -> tuple[str, ...]:
 def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str], *, paired: bool,
                 n_boot: int, progress=None) -> Board:
     """`progress(done, total, label)`, when given, is called after each paired comparison it makes."""
-    from ..pillars import PAPER_PILLARS
+    from ..scoring.pillars import PAPER_PILLARS
     board = Board(pillars + ["overall"])
-    # Scores and intervals are results.json's own (trustmh.pillars); the report only ranks them.
+    # Scores and intervals are results.json's own (trustmh.scoring.pillars); the report only ranks them.
     for i, e in enumerate(ents):
         cover: list[str] = []
         for p in pillars:
@@ -197,7 +197,7 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
     """The paper's 19 subtask rows in its pillar order (then tasks beyond the paper), one column per model
     in the overall ordering, grouped by `groups` (entry label -> group, e.g. general / mental-health) when
     given; each cell the row's trust score and its rank among the models measured on the same tasks."""
-    from ..pillars import PAPER_PILLARS, PAPER_TASKS
+    from ..scoring.pillars import PAPER_PILLARS, PAPER_TASKS
     rows: list[RankRow] = []
     for pillar, paper_rows in PAPER_PILLARS.items():
         for row, members in paper_rows.items():

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..runs import Run, entries
+from ..analysis.runs import Run, entries
 from ..errors import UserError
 from .drilldown import _Row, _sort_keys, _worst_first, page_prompt, page_row, row_status
 from .leaderboard import task_meta

@@ -1,14 +1,10 @@
-"""Task registry. Importing this package imports every pillar module in it, which registers its tasks."""
-
-import importlib
-import pkgutil
+"""Task registry. Importing this package imports every pillar package by name, which registers its tasks
+(in this order, which is the order tasks are listed and run in)."""
 
 from .base import (PILLARS, TASKS, DataSource, Judged, Method, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts,
                    register, resolve_tasks)
 
-for _mod in pkgutil.iter_modules(__path__):
-    if _mod.name != "base" and not _mod.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_mod.name}")
+from . import crisis, ethics, fairness, privacy, reliability, robustness, safety, sycophancy  # noqa: F401,E402
 
 __all__ = ["PILLARS", "TASKS", "DataSource", "Judged", "Method", "MethodTemplate", "MetricSpec", "Rubric", "RunContext", "Task", "Verdicts",
            "register", "resolve_tasks"]

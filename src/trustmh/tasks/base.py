@@ -22,7 +22,7 @@ import numpy as np
 from ..data.methods import method_files
 from ..errors import UserError
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..metrics import Means, Resamples, Table, count, group_mask
+from ..scoring.metrics import Means, Resamples, Table, count, group_mask
 from ..plugins import load_task_plugins
 from ..types import Item, Sample, Score
 
@@ -281,7 +281,7 @@ class Task:
     evidence: ClassVar[str] = "E"
     paper_protocol: ClassVar[bool] = False
     # Under the paper protocol, the original's name of each number it reports -> the metric key holding it
-    # (placeholders {c}, {k}, ... for classes and ratings; tasks/_paper_names.py): results.json's `paper`.
+    # (placeholders {c}, {k}, ... for classes and ratings; tasks/paper_names.py): results.json's `paper`.
     paper_names: ClassVar[dict[str, str]] = {}
     method_templates: ClassVar[tuple[MethodTemplate, ...]] = ()
     # For a relative measure (a drop, a gap between groups): the metric holding the base task's own value on

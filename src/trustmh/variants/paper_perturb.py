@@ -5,7 +5,7 @@ Only the *rules* are here, rewritten from reading the original functions (apply_
 apply_word_perturbation, apply_sentence_perturbation, apply_perturbation, perturb_samples,
 save_perturbed_data). The *tables* they use (rates per intensity, trigger probabilities, look-alike and
 homoglyph maps, stop words, misspellings, contractions, filler words, irrelevant sentences) are not: the
-task reads them from the authors' file at run time (tasks/_robustness_paper.py) and passes them in as
+task reads them from the authors' file at run time (tasks/robustness/paper.py) and passes them in as
 `Tables`. The short word lists that sit inside the original functions (suffixes, passive and negation
 markers, punctuation marks) are part of those rules and are written below.
 

@@ -1,0 +1,279 @@
+"""Paired comparisons between models of finished runs (read back by `trustmh.analysis.runs`).
+
+A comparison pairs two models on the items both of them answered: it rebuilds each task's `Table`
+from samples.jsonl (per-sample values, clusters and labels), resamples the shared clusters, and
+computes the task's own metrics on both sides of every resample (its `aggregate_many`, a block of
+resamples at once, as the bootstrap does; `aggregate` per resample for a task without one). So a
+difference of any metric a task reports (a mean, a Pearson r, a macro-F1) gets a bootstrap interval and
+a p-value without metric-specific code, both read from the same draws: the interval is the percentile
+interval, the p-value the two-sided share of draws on the far side of 0, so the interval excludes 0
+exactly when p < 1 - level. Tasks this version of trustmh does not know are compared on their reported
+values only, without a test."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import UserError
+from ..scoring.metrics import Resamples, Table, block_weights, cluster_layout, derived_seed, per_resample, pick_blocks
+from .runs import Entry, Rows, Run, entries, read_rows, run_context
+
+
+# --------------------------------------------------------------------------------------------------
+# Paired differences
+
+@dataclass
+class Diff:
+    kind: str  # "task", "metric", "pillar" or "overall"
+    name: str  # task id, "task:metric", "pillar:<name>" or "overall" (the names `trustmh gate` uses)
+    a: float | None  # reference, as reported in its results.json
+    b: float | None
+    diff: float | None  # b - a on the items (and, for pillars and overall, the tasks) both have
+    ci: tuple[float, float] | None = None
+    p: float | None = None
+    n_shared: int = 0
+    higher_is_better: bool = True
+    note: str = ""
+    n_tasks: int = 0  # pillar and overall: the shared tasks the difference rests on
+
+    def significant(self, alpha: float) -> bool:
+        return self.p is not None and self.p < alpha and bool(self.diff)
+
+    def verdict(self, alpha: float) -> str:
+        """'better' / 'worse' for b against a, 'n.s.' when not significant, '' when untested."""
+        if self.p is None or self.diff is None:
+            return ""
+        if not self.significant(alpha):
+            return "n.s."
+        return "better" if (self.diff > 0) == self.higher_is_better else "worse"
+
+
+@dataclass
+class Comparison:
+    a: Entry
+    b: Entry
+    diffs: list[Diff]
+    warnings: list[str] = field(default_factory=list)
+
+    def get(self, name: str) -> Diff | None:
+        return next((d for d in self.diffs if d.name == name), None)
+
+
+MIN_DRAWS = 10  # fewer defined draws than this: no interval and no test
+
+
+def _defined(draws: np.ndarray) -> np.ndarray:
+    return draws[~np.isnan(draws)]
+
+
+def _p_value(draws: np.ndarray) -> float | None:
+    """Two-sided percentile-bootstrap p-value of 'no difference': twice the share of draws on the far side
+    of 0 (capped at 1). It is the smallest alpha whose (1 - alpha) percentile interval of the same draws
+    (`_interval`) still holds 0, so interval, p and verdict never disagree."""
+    d = _defined(draws)
+    if d.size < MIN_DRAWS:
+        return None
+    return min(1.0, 2 * min(int((d <= 0).sum()), int((d >= 0).sum())) / d.size)
+
+
+def _interval(draws: np.ndarray, level: float) -> tuple[float, float] | None:
+    """Percentile interval: the j-th smallest and j-th largest draw, j = ceil(n (1 - level) / 2) (the
+    inverted-CDF quantile; no interpolation, so that it excludes 0 exactly when `_p_value` < 1 - level)."""
+    d = np.sort(_defined(draws))
+    if d.size < MIN_DRAWS:
+        return None
+    j = max(1, math.ceil(round(d.size * (1 - level) / 2, 9)))
+    return float(d[j - 1]), float(d[d.size - j])
+
+
+def _clean(v: Any) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def _trust_many(values: np.ndarray, metric, undefined_by_model: bool) -> np.ndarray:
+    """`metrics.trust_score` of an array of metric values (unrounded). A side whose metric the model made
+    undefined (`pillars.undefined_by_model`) is 0 wherever it is undefined, as in results.json."""
+    frac = (np.clip(values, metric.lo, metric.hi) - metric.lo) / (metric.hi - metric.lo)
+    trust = 100 * (frac if metric.higher_is_better else 1 - frac)
+    return np.where(np.isnan(trust), 0.0, trust) if undefined_by_model else trust
+
+
+def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dict[tuple[str, str], Rows], *,
+            n_boot: int = 1000, seed: int = 0, level: float = 0.95, all_metrics: bool = False) -> Comparison:
+    """b against a: every task both ran, their pillars and the overall trust score."""
+    from ..scoring.pillars import scoring_version, undefined_by_model
+    from ..plugins import load_task_plugins
+    from ..tasks import TASKS
+    load_task_plugins()  # a task from an installed plugin is compared like a built-in one
+    ra, rb = a.result, b.result
+    diffs: list[Diff] = []
+    warnings: list[str] = []
+    sha_a, sha_b = a.run.results.data.get("sha256", {}), b.run.results.data.get("sha256", {})
+    changed = sorted(f for f in set(sha_a) & set(sha_b) if sha_a[f] != sha_b[f])
+    if changed:
+        warnings.append(f"data files differ between the runs: {', '.join(changed)}")
+    trust_draws: dict[str, np.ndarray] = {}  # task -> draws of its trust-score difference
+    trust_point: dict[str, float] = {}
+    shared_n: dict[str, int] = {}
+    for task_id in [t for t in ra.tasks if t in rb.tasks]:
+        ta, tb = ra.tasks[task_id], rb.tasks[task_id]
+        base = Diff("task", task_id, ta.value, tb.value, None, higher_is_better=ta.higher_is_better)
+        if ta.status != "ok" or tb.status != "ok":
+            base.note = "not run in " + ("both" if ta.status == tb.status else ("a" if ta.status != "ok" else "b"))
+            diffs.append(base)
+            continue
+        task_cls = TASKS.get(task_id)
+        ka, kb = rows_a.get((a.model, task_id)), rows_b.get((b.model, task_id))
+        if task_cls is None or ka is None or kb is None:
+            base.diff = None if ta.value is None or tb.value is None else tb.value - ta.value
+            base.note = ("task unknown to this trustmh version" if task_cls is None
+                         else "no samples.jsonl rows") + ": reported values only, no paired test"
+            diffs.append(base)
+            continue
+        task = task_cls()
+        now = scoring_version(task)
+        for side, tr in (("a", ta), ("b", tb)):
+            if tr.scoring_version and tr.scoring_version != now:
+                warnings.append(f"{task_id}: run {side} was scored by other scoring code ({tr.scoring_version}) than "
+                                f"this trustmh's ({now}); its paired interval re-aggregates with the code here")
+        keys = [k for k in ka.keys if k in kb]
+        base.n_shared = len(keys)
+        if not keys:
+            base.note = "no items answered by both"
+            diffs.append(base)
+            continue
+        ctx = run_context(a.run)
+        metric = task.metric
+        names = [metric.name] + ([m for m in ta.metrics if m in tb.metrics and m != metric.name] if all_metrics else [])
+        tab_a, tab_b = ka.table(keys), kb.table(keys)
+        point_a, point_b = task.aggregate(tab_a, ctx), task.aggregate(tab_b, ctx)
+        pa_primary, pb_primary = _clean(point_a.get(metric.name)), _clean(point_b.get(metric.name))
+        zero = (undefined_by_model(task, tab_a, pa_primary), undefined_by_model(task, tab_b, pb_primary))
+        draws = paired_draws(task, ctx, tab_a, tab_b, names, n_boot, seed, task_id,
+                             zero=(zero[0] is not None, zero[1] is not None))
+        for name in names:
+            pa, pb = _clean(point_a.get(name)), _clean(point_b.get(name))
+            if name == metric.name:
+                d = base
+            else:
+                ma, mb = ta.metrics[name], tb.metrics[name]
+                d = Diff("metric", f"{task_id}:{name}", ma.value, mb.value, None, n_shared=len(keys),
+                         higher_is_better=ta.higher_is_better)
+            if pa is None or pb is None:
+                d.note = "undefined on the shared items"
+                if name == metric.name and any(zero):
+                    d.note += "; " + "; ".join(f"{side}: {why} (trust 0)" for side, why in zip("ab", zero) if why)
+            else:
+                d.diff = pb - pa
+                d.ci, d.p = _interval(draws[name], level), _p_value(draws[name])
+            diffs.append(d)
+        ts = [_trust_many(np.array([v if v is not None else math.nan]), metric, z is not None)[0]
+              for v, z in ((pa_primary, zero[0]), (pb_primary, zero[1]))]
+        if not np.isnan(ts).any():
+            trust_point[task_id], trust_draws[task_id] = float(ts[1] - ts[0]), draws["__trust__"]
+            shared_n[task_id] = len(keys)
+    diffs += _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level)
+    return Comparison(a, b, diffs, warnings)
+
+
+def paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot: int, seed: int, task_id: str, *,
+                 zero: tuple[bool, bool] = (False, False), batched: bool = True) -> dict[str, np.ndarray]:
+    """Bootstrap draws of b - a for each metric (and of the trust-score difference under '__trust__'),
+    resampling the shared clusters with the same draws on both sides. The tables hold the same keys in the
+    same order, so one set of cluster weights serves both. Blocks of resamples go through the task's
+    `aggregate_many` (`batched`); a task without one, or `batched=False`, runs `aggregate` per resample on
+    the very same draws."""
+    m = task.metric
+    inverse, order, size, start = cluster_layout(tab_a.clusters)
+    k = len(size)
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names + ["__trust__"]}
+    for picks in pick_blocks(k, np.random.default_rng(derived_seed(seed, task_id)), n_boot):
+        n = len(picks)
+        sides = None
+        if batched:
+            resamples = Resamples(inverse, block_weights(picks, k))
+            sides = [task.aggregate_many(t, resamples, ctx) for t in (tab_a, tab_b)]
+        if sides is None or None in sides:
+            sides = [per_resample(lambda tt: task.aggregate(tt, ctx), t, picks, order, size, start)
+                     for t in (tab_a, tab_b)]
+        ga, gb = ({name: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for name, v in g.items()} for g in sides)
+        nan = np.full(n, math.nan)
+        for name in names:
+            parts[name].append(gb.get(name, nan) - ga.get(name, nan))
+        parts["__trust__"].append(_trust_many(gb.get(m.name, nan), m, zero[1]) - _trust_many(ga.get(m.name, nan), m, zero[0]))
+    return {name: np.concatenate(v) if v else np.array([]) for name, v in parts.items()}
+
+
+def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Diff]:
+    """Pillar and overall trust-score differences on the tasks both models have, by the same aggregation as
+    results.json (`trustmh.scoring.pillars.combine`): each draw combines the tasks' independent draws (their items
+    differ, so pairing draw i across tasks adds no dependence). The a and b columns are results.json's own
+    (every task each has); the note says how many shared tasks the difference rests on."""
+    from ..scoring.pillars import PAPER_PILLARS, combine
+    point_p, point_all = combine(trust_point)
+    draws_p, draws_all = combine(trust_draws)
+    out = []
+    for pillar, rows in PAPER_PILLARS.items():
+        pa, pb = ra.pillars.get(pillar), rb.pillars.get(pillar)
+        if pa is None or pb is None:
+            continue
+        d = Diff("pillar", f"pillar:{pillar}", pa.trust_score, pb.trust_score, None)
+        members = [t for ts in rows.values() for t in ts if t in pa.tasks and t in pb.tasks]
+        tested = [t for t in members if t in trust_point]
+        if pillar not in point_p:
+            d.note = "no task of this pillar could be tested"
+        else:
+            d.diff = point_p[pillar]
+            d.ci, d.p = _interval(draws_p[pillar], level), _p_value(draws_p[pillar])
+            d.n_shared, d.n_tasks = sum(shared_n[t] for t in tested), len(tested)
+            d.note = _shared_note(tested, members, pa.partial, pb.partial)
+        out.append(d)
+    d = Diff("overall", "overall", ra.trust_score, rb.trust_score, None)
+    if point_all is not None:
+        d.diff = point_all
+        d.ci, d.p = _interval(draws_all, level), _p_value(draws_all)
+        d.n_shared = sum(x.n_shared for x in out if x.p is not None)
+        d.n_tasks = len(trust_point)
+        every = sorted({t for x in (ra, rb) for p in x.pillars.values() for t in p.tasks})
+        d.note = _shared_note(sorted(t for t in trust_point if t in every), every, ra.partial, rb.partial)
+    out.append(d)
+    return out
+
+
+def _shared_note(tested: list[str], members: list[str], partial_a: bool, partial_b: bool) -> str:
+    note = f"b − a on {len(tested)} shared task{'s' if len(tested) != 1 else ''}"
+    if len(tested) < len(members):
+        note += f" of {len(members)} ({', '.join(sorted(set(members) - set(tested)))} untested)"
+    partial = [s for s, p in (("a", partial_a), ("b", partial_b)) if p]
+    if partial:
+        note += f"; {' and '.join(partial)} partial: the a, b columns rest on other rows than the difference"
+    return note
+
+
+def compare_runs(runs: list[Run], *, n_boot: int = 1000, seed: int = 0, all_metrics: bool = False,
+                 level: float = 0.95, progress: Callable[[int, int, str], None] | None = None) -> list[Comparison]:
+    """Every model against the first one listed (the reference). `progress(done, total, label)` is called
+    after each comparison."""
+    ents = entries(runs)
+    if len(ents) < 2:
+        raise UserError("compare needs at least two models (in one run or across runs)")
+    cache: dict[str, dict] = {}
+
+    def rows(e: Entry):
+        key = str(e.run.dir)
+        if key not in cache:
+            cache[key] = read_rows(e.run)
+        return cache[key]
+
+    ref, out = ents[0], []
+    for i, e in enumerate(ents[1:], 1):
+        out.append(compare(ref, e, rows(ref), rows(e), n_boot=n_boot, seed=seed, level=level,
+                           all_metrics=all_metrics))
+        if progress is not None:
+            progress(i, len(ents) - 1, e.label)
+    return out
+

@@ -1,0 +1,424 @@
+"""Release gate: check a run against thresholds and, optionally, against a baseline run.
+
+Names (the same as `trustmh compare` prints):
+  crisis.identification          a task's primary metric
+  privacy.leakage:control_error  one of a task's metrics
+  pillar:privacy                 a pillar's 0-100 trust score
+  overall                        a model's overall 0-100 trust score
+
+A task that did not run, or whose value is undefined, fails its threshold: a gate that cannot see a
+number must not pass."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import stat
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .compare import compare
+from ..errors import UserError
+from .runs import Run, entries, read_rows
+
+
+@dataclass(frozen=True)
+class Threshold:
+    name: str
+    bound: str  # "min" or "max"
+    value: float
+
+    def describe(self) -> str:
+        return f"{self.bound} {self.value:g}"
+
+
+def parse_threshold(text: str, bound: str) -> Threshold:
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise UserError(f"--{bound} expects NAME=VALUE (e.g. crisis.identification=0.6), not '{text}'")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UserError(f"--{bound} {name}: '{raw.strip()}' is not a number") from None
+    if math.isnan(value):
+        raise UserError(f"--{bound} {name}: the threshold must be a number, not NaN")
+    return Threshold(name, bound, value)
+
+
+@dataclass
+class GateConfig:
+    thresholds: list[Threshold]
+    baseline: str | None = None
+    alpha: float | None = None
+    max_unscored: float | None = None
+    allow_partial: bool | None = None
+
+
+def load_config(path: Path) -> GateConfig:
+    """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
+    optional top-level baseline = "runs/main", alpha = 0.05, max_unscored = 0.2 and allow_partial = true."""
+    try:
+        data = tomllib.loads(_read_config(path))
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: invalid TOML ({e})") from None
+    except RecursionError:
+        raise UserError(f"{path}: invalid TOML (nested too deeply)") from None
+    unknown = set(data) - {"min", "max", "baseline", "alpha", "max_unscored", "allow_partial"}
+    if unknown:
+        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, "
+                        f"alpha, max_unscored, allow_partial")
+    out = GateConfig([])
+    for bound in ("min", "max"):
+        table = data.get(bound, {})
+        if not isinstance(table, dict):
+            raise UserError(f"{path}: [{bound}] must be a table of \"name\" = number")
+        for name, value in _flatten(table):
+            # TOML has nan and inf literals; a NaN bound compares false both ways, so it would pass
+            # every value (the command line refuses it for the same reason).
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise UserError(f"{path}: [{bound}] {name} must be a number, not {value!r}")
+            out.thresholds.append(Threshold(name, bound, float(value)))
+    if "baseline" in data:
+        if not isinstance(data["baseline"], str):
+            raise UserError(f"{path}: baseline must be a path string")
+        out.baseline = str((path.parent / data["baseline"]).resolve()) if not Path(data["baseline"]).is_absolute() \
+            else data["baseline"]
+    if "alpha" in data:
+        out.alpha = _alpha(data["alpha"], str(path))
+    if "max_unscored" in data:
+        value = data["max_unscored"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise UserError(f"{path}: max_unscored must be a number between 0 and 1")
+        out.max_unscored = float(value)
+    if "allow_partial" in data:
+        if not isinstance(data["allow_partial"], bool):
+            raise UserError(f"{path}: allow_partial must be true or false")
+        out.allow_partial = data["allow_partial"]
+    return out
+
+
+CONFIG_MAX_BYTES = 1 << 20  # a gate config is a few lines; more is not one
+
+
+def _read_config(path: Path) -> str:
+    """The config's text: a regular file (a FIFO would block, /dev/zero never end), at most 1 MiB, UTF-8.
+    Every problem is a usage error (exit 2), never exit 1, which means a threshold failed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UserError(f"{path}: gate config not found") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the gate config ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise UserError(f"{path}: the gate config must be a regular file")
+        raw = fh.read(CONFIG_MAX_BYTES + 1)
+    if len(raw) > CONFIG_MAX_BYTES:
+        raise UserError(f"{path}: gate config larger than {CONFIG_MAX_BYTES >> 20} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not valid UTF-8 text (byte {e.start})") from None
+
+
+def _flatten(table: dict, prefix: str = ""):
+    """An unquoted dotted key (crisis.identification = 0.6) arrives as nested tables: join it back."""
+    for k, v in table.items():
+        name = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            yield from _flatten(v, name)
+        else:
+            yield name, v
+
+
+def _alpha(value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise UserError(f"{where}: alpha must be a number between 0 and 1")
+    return float(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# What the gate reads must be able to carry a verdict: it fails closed on anything it cannot trust.
+
+MIN_BOOTSTRAP = 100  # as `trustmh compare`: fewer resamples cannot tell a regression from noise
+
+
+def check_bootstrap(n_boot: int) -> None:
+    if n_boot < MIN_BOOTSTRAP:
+        raise UserError(f"--bootstrap must be at least {MIN_BOOTSTRAP} (as for trustmh compare), not {n_boot}")
+
+
+def check_input(run: Run) -> None:
+    """A results file the gate can judge: at least one model, and counts that can be true (the schema
+    already refuses NaN, Infinity and negative counts). Anything else is damaged or crafted: exit 2."""
+    where = run.dir / "results.json"
+    if not run.results.models:
+        raise UserError(f"{where}: no models in this run, so nothing can be checked")
+    for model, mr in run.results.models.items():
+        scores = [("overall", mr.trust_score)] + [(f"pillar:{p}", pr.trust_score) for p, pr in mr.pillars.items()]
+        for tid, tr in mr.tasks.items():
+            scores.append((tid, tr.trust_score))
+            problems = [f"{name} ({value}) > n_samples ({tr.n_samples})" for name, value in (
+                ("n", tr.n), ("n_errors", tr.n_errors), ("n_unscored", tr.n_unscored),
+                ("n_judge_failed", tr.n_judge_failed), ("n + n_errors", tr.n + tr.n_errors))
+                if value > tr.n_samples]
+            if problems:
+                raise UserError(f"{where}: {model} {tid}: impossible counts ({'; '.join(problems)}); the file is "
+                                f"damaged or was not written by trustmh")
+        for name, value in scores:
+            if value is not None and not 0 <= value <= 100:
+                raise UserError(f"{where}: {model} {name}: trust score {value} outside 0-100; the file is "
+                                f"damaged or was not written by trustmh")
+
+
+# --------------------------------------------------------------------------------------------------
+
+def _known_names(run: Run) -> dict[str, list[str]]:
+    """task id -> its metric names, for every task in the run or registered in this version."""
+    from ..tasks import TASKS
+    names: dict[str, list[str]] = {t: [] for t in TASKS}
+    for mr in run.results.models.values():
+        for tid, tr in mr.tasks.items():
+            names.setdefault(tid, [])
+            names[tid] = sorted(set(names[tid]) | set(tr.metrics) | {tr.metric})
+    return names
+
+
+def validate(thresholds: list[Threshold], run: Run) -> None:
+    """Unknown names are a usage error (exit 2) with the closest known names, before anything is judged."""
+    from ..tasks import PILLARS
+    known = _known_names(run)
+    pillars = set(PILLARS) | {p for mr in run.results.models.values() for p in mr.pillars}
+    every = sorted(known) + [f"pillar:{p}" for p in sorted(pillars)] + ["overall"]
+    for th in thresholds:
+        name = th.name
+        if name == "overall" or name in known:
+            continue
+        if name.startswith("pillar:"):
+            if name[len("pillar:"):] in pillars:
+                continue
+            options = [f"pillar:{p}" for p in sorted(pillars)]
+        elif ":" in name:
+            task, _, metric = name.partition(":")
+            if task in known:
+                # A metric of a task that did not run cannot be checked here; it fails later as 'not run'.
+                if metric in known[task] or not known[task]:
+                    continue
+                options = [f"{task}:{m}" for m in known[task]]
+            else:
+                options = every
+        else:
+            options = every
+        close = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UserError(f"unknown gate name '{name}'{hint} (names: task id, task:metric, pillar:<name>, overall)")
+
+
+def _value(mr, name: str) -> tuple[float | None, str | None]:
+    """(value, None) or (None, why there is no value)."""
+    if name == "overall":
+        return (mr.trust_score, None) if mr.trust_score is not None else (None, "no trust score")
+    if name.startswith("pillar:"):
+        p = mr.pillars.get(name[len("pillar:"):])
+        if p is None:
+            return None, "no task of this pillar was run"
+        return (p.trust_score, None) if p.trust_score is not None else (None, "trust score undefined")
+    task, _, metric = name.partition(":")
+    tr = mr.tasks.get(task)
+    if tr is None:
+        return None, "not run (task not selected in this run)"
+    if tr.status != "ok":
+        return None, f"not run ({tr.reason or tr.status})"
+    if not metric:
+        return (tr.value, None) if tr.value is not None else (None, f"{tr.metric} undefined (n={tr.n})")
+    mv = tr.metrics.get(metric)
+    if mv is None:
+        return None, f"metric {metric} not reported"
+    return (mv.value, None) if mv.value is not None else (None, f"{metric} undefined (n={mv.n})")
+
+
+def check_thresholds(run: Run, thresholds: list[Threshold]) -> tuple[list[str], int]:
+    """(failure lines, number of checks made). Every model of the run is checked."""
+    validate(thresholds, run)
+    failures, n = [], 0
+    for model, mr in run.results.models.items():
+        for th in thresholds:
+            n += 1
+            value, why = _value(mr, th.name)
+            if value is None:
+                failures.append(f"{model}: {th.name} {why}; needs {th.describe()}")
+            elif (th.bound == "min" and value < th.value) or (th.bound == "max" and value > th.value):
+                sign = "<" if th.bound == "min" else ">"
+                failures.append(f"{model}: {th.name} = {value:.4g} {sign} {th.describe()}")
+    return failures, n
+
+
+MAX_UNSCORED = 0.05
+
+
+def _checked_tasks(mr, name: str) -> list[str]:
+    """The tasks a threshold's number rests on: its task, its pillar's tasks, or every pillar's."""
+    if name == "overall":
+        return [t for p in mr.pillars.values() for t in p.tasks]
+    if name.startswith("pillar:"):
+        p = mr.pillars.get(name[len("pillar:"):])
+        return list(p.tasks) if p else []
+    return [name.partition(":")[0]]
+
+
+def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float = MAX_UNSCORED,
+                   allow_partial: bool = False, every_task: bool = False,
+                   made: list[int] | None = None) -> list[str]:
+    """Failures for every checked number that rests on too little: a task with more than `max_unscored` of
+    its samples left out of its primary metric (API errors, judge failures, unusable items) or judge-failed,
+    and a pillar or overall score measured on fewer rows or pillars than the paper has (unless
+    `allow_partial`), and a judged task whose judge verdicts were unusable (failed, or read by a paper
+    fall-back rule) for more than `max_unscored` of its judged samples. `every_task` checks every task of
+    the run too (a gate against a baseline looks at all of them). A model's own non-answers count against
+    it in the metric and are not left out. `made`, when given, gets the number of checks made appended
+    (for the gate's summary line)."""
+    failures, n = [], 0
+    every = [Threshold(t, "min", 0.0) for mr in run.results.models.values() for t in mr.tasks] if every_task else []
+    for model, mr in run.results.models.items():
+        seen: set[str] = set()
+        for th in thresholds + every:
+            if not allow_partial and th not in every:
+                n += th.name == "overall" or th.name.startswith("pillar:")
+                if th.name == "overall" and mr.partial:
+                    failures.append(f"{model}: overall is partial ({mr.n_pillars_measured} of {mr.n_pillars} "
+                                    f"pillars measured, or a partial pillar); --allow-partial to accept it")
+                p = mr.pillars.get(th.name[len("pillar:"):]) if th.name.startswith("pillar:") else None
+                if p is not None and p.partial:
+                    failures.append(f"{model}: {th.name} is partial ({p.n_rows_measured} of {p.n_rows} rows "
+                                    f"measured{_unmeasured(mr, p)}); --allow-partial to accept it")
+            for tid in _checked_tasks(mr, th.name):
+                tr = mr.tasks.get(tid)
+                if tid in seen or tr is None or tr.status != "ok" or not tr.n_samples:
+                    continue
+                seen.add(tid)
+                n += 1
+                left_out = (tr.n_samples - tr.n) / tr.n_samples
+                judge_failed = tr.n_judge_failed / tr.n_samples
+                if left_out > max_unscored or judge_failed > max_unscored:
+                    failures.append(
+                        f"{model}: {tid} rests on too few samples: {left_out:.1%} not scored on {tr.metric} "
+                        f"({tr.n_errors} API errors, {tr.n_unscored} unscored), {judge_failed:.1%} judge-failed "
+                        f"({tr.n_judge_failed}); allowed {max_unscored:.1%} (--max-unscored)")
+                n += tr.judge_usable_rate is not None  # the usable-verdict check is one of its own
+                if tr.judge_usable_rate is not None and 1 - tr.judge_usable_rate > max_unscored + 1e-12:
+                    # Under the paper's protocol an unparsed verdict may be read by a fall-back rule (no digit =
+                    # not endorsing) instead of failing: the value then rests on the fall-back, not the judge.
+                    failures.append(
+                        f"{model}: {tid}: judge verdicts usable for only {tr.judge_usable_rate:.1%} of "
+                        f"{tr.n_judged} judged samples (the rest failed or were read by the paper's fall-back "
+                        f"rule); allowed {max_unscored:.1%} unusable (--max-unscored)")
+    if made is not None:
+        made.append(n)
+    return failures
+
+
+def _unmeasured(mr, pillar) -> str:
+    """Why a partial pillar's rows are missing: each unmeasured task, not run (and why) or not in the run."""
+    why = []
+    for row, r in pillar.rows.items():
+        for tid in r.get("tasks", []):
+            if tid in r.get("measured", []):
+                continue
+            tr = mr.tasks.get(tid)
+            if tr is None:
+                why.append(f"{tid} not in this run")
+            elif tr.status != "ok":
+                why.append(f"{tid} not run: {(tr.reason or '').split(' — ')[0]}")
+            else:
+                why.append(f"{tid}: {tr.metric} undefined (n={tr.n})")
+    return f": {'; '.join(why)}" if why else ""
+
+
+def summary(failures: dict[str, list[str]], n_checks: int) -> str:
+    """The gate's last line: how many checks failed of how many, by reason (`failures`: reason -> lines)."""
+    n_failed = sum(map(len, failures.values()))
+    if not n_failed:
+        return f"gate passed: {n_checks} checks"
+    reasons = ", ".join(f"{reason}: {len(lines)}" for reason, lines in failures.items() if lines)
+    return f"gate failed: {n_failed} of {n_checks} checks failed ({reasons})"
+
+
+def check_judge_addressed(run: Run, max_addressed: int) -> list[str]:
+    """Failures for every task whose judged replies address the judge (judges/addressed.py) more than
+    `max_addressed` times: such a task's judged numbers may have been gamed (--max-judge-addressed)."""
+    failures = []
+    for model, mr in run.results.models.items():
+        for tid, tr in mr.tasks.items():
+            if tr.n_judge_addressed > max_addressed:
+                first = tr.judge_addressed[0] if tr.judge_addressed else {}
+                failures.append(f"{model}: {tid} has {tr.n_judge_addressed} judged replies addressing the judge "
+                                f"(e.g. item {first.get('item_id', '?')}: {first.get('found', '?')}); allowed "
+                                f"{max_addressed} (--max-judge-addressed)")
+    return failures
+
+
+def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int = 1000,
+                   seed: int = 0) -> tuple[list[str], list[str], int]:
+    """(failures, warnings, checks made). A failure for every significant regression of a task's primary
+    metric, a pillar or the overall trust score against the baseline's model of the same name (or its only
+    model, when both runs have one), and for every task the baseline ran that this run did not."""
+    new, old = entries([run]), {e.model: e for e in entries([baseline])}
+    rows_new, rows_old = read_rows(run), read_rows(baseline)
+    failures, warnings, n = [], [], 0
+    for e in new:
+        ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)
+        if ref is None:
+            failures.append(f"{e.model}: not in the baseline run ({', '.join(old)}); cannot check for regressions")
+            continue
+        for tid, tr in ref.result.tasks.items():
+            mine = e.result.tasks.get(tid)
+            if tr.status == "ok" and (mine is None or mine.status != "ok"):
+                n += 1
+                failures.append(f"{e.model}: {tid} not run, but ran in the baseline")
+        more, m = _lost_values(e.model, ref.result, e.result)
+        failures, n = failures + more, n + m
+        c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
+        warnings += [f"{e.model}: {w}" for w in c.warnings]
+        for d in c.diffs:
+            if d.kind == "metric" or d.diff is None:
+                continue
+            n += 1
+            if d.verdict(alpha) == "worse":
+                ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
+                failures.append(f"{e.model}: {d.name} regressed against the baseline: {d.diff:+.4g} "
+                                f"({1 - alpha:.0%} CI {ci}, p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
+                                f"{d.n_shared} shared samples)")
+    return failures, warnings, n
+
+
+def _lost_values(model: str, old, new) -> tuple[list[str], int]:
+    """A task, paper row, pillar or overall score that had a value in the baseline and has none now fails:
+    a number that went missing (undefined, a row no longer measured) must never read as "no regression"."""
+    failures, n = [], 0
+    for tid, tr in old.tasks.items():
+        mine = new.tasks.get(tid)
+        if tr.status != "ok" or mine is None or mine.status != "ok":
+            continue  # not run: reported above
+        n += 1
+        if tr.trust_score is not None and mine.trust_score is None:
+            failures.append(f"{model}: {tid}: trust score undefined ({mine.reason or 'no value'}), but "
+                            f"{tr.trust_score:g} in the baseline")
+        elif tr.value is not None and mine.value is None:
+            failures.append(f"{model}: {tid}: {mine.metric} undefined ({mine.undefined_by_model or mine.reason}), "
+                            f"but {tr.value:.4g} in the baseline")
+    for pillar, pr in old.pillars.items():
+        mine = new.pillars.get(pillar)
+        for row, got in pr.rows.items():
+            now = (mine.rows.get(row) or {}) if mine else {}
+            if got.get("trust_score") is not None and now.get("trust_score") is None:
+                n += 1
+                failures.append(f"{model}: pillar:{pillar} row '{row}' has no trust score, but "
+                                f"{got['trust_score']:g} in the baseline")
+        if pr.trust_score is not None and mine is not None and mine.partial and not pr.partial:
+            n += 1
+            failures.append(f"{model}: pillar:{pillar} is partial ({mine.n_rows_measured} of {mine.n_rows} rows), "
+                            f"complete in the baseline: not comparable")
+    return failures, n

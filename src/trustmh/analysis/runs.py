@@ -1,0 +1,252 @@
+"""Finished runs read back from disk: results.json checked against its samples.jsonl, the models of
+several runs as labelled entries, a model's scored rows per task (streamed, numbers and labels only),
+and the context a run was scored in. The report, `compare`, `gate` and `panel` read runs through here."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from ..data.loaders import file_sha256
+from ..errors import UserError
+from ..scoring.metrics import Table
+from ..scoring.results import RunResults
+
+if TYPE_CHECKING:
+    from ..tasks import RunContext
+
+Key = tuple[str, str]  # (item_id, variant)
+
+
+@dataclass
+class Run:
+    dir: Path
+    results: RunResults
+
+    @property
+    def samples_path(self) -> Path:
+        return self.dir / "samples.jsonl"
+
+    @property
+    def id(self) -> str:
+        return self.results.run_id
+
+    def iter_samples(self) -> Iterator[dict[str, Any]]:
+        """samples.jsonl, one record at a time (a large run is never loaded whole)."""
+        if not self.samples_path.is_file():
+            return
+        # Bytes that are not UTF-8 show as U+FFFD instead of stopping the report with a traceback.
+        with self.samples_path.open(encoding="utf-8", errors="replace") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{self.samples_path}:{lineno}: invalid JSON ({e.msg})") from None
+                except (ValueError, RecursionError) as e:  # 5,000 digits; nesting past the parser's depth
+                    why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:120]
+                    raise UserError(f"{self.samples_path}:{lineno}: unreadable JSON ({why})") from None
+                problem = _sample_shape(rec)
+                if problem:  # a crafted or damaged file: one line naming it, not a traceback in the report
+                    raise UserError(f"{self.samples_path}:{lineno}: {problem}")
+                yield rec
+
+
+# The fields a reader of samples.jsonl walks into, and the JSON type each must have when present.
+_SAMPLE_FIELDS = {"values": dict, "judge": dict, "unscored": dict, "messages": list, "notes": list}
+
+
+def _sample_shape(rec: Any) -> str | None:
+    if not isinstance(rec, dict):
+        return "not a sample record (expected a JSON object)"
+    for name, kind in _SAMPLE_FIELDS.items():
+        if rec.get(name) is not None and not isinstance(rec[name], kind):
+            return f"field '{name}' must be a JSON {'object' if kind is dict else 'array'}"
+    return None
+
+
+def load_run(path: Path | str) -> Run:
+    """A run directory, or the path of its results.json."""
+    path = Path(path)
+    file = path if path.is_file() else path / "results.json"
+    if not file.is_file():
+        raise UserError(f"{path}: not a trustmh run (no results.json)")
+    try:
+        results = RunResults.model_validate_json(file.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise UserError(f"{file}: not a valid results.json ({_first_problem(e)})") from None
+    run = Run(file.parent, results)
+    expected = results.outputs.get("samples_sha256")
+    if expected and run.samples_path.is_file() and file_sha256(run.samples_path) != expected:
+        raise UserError(f"{run.samples_path} does not belong to {file} (the run was interrupted while writing "
+                        f"them); rerun the same trustmh command to rewrite both")
+    return run
+
+
+def _first_problem(e: ValueError) -> str:
+    """Where and what, from a pydantic error (`models.m.tasks.t.value: Input should be a finite number`)."""
+    errors = getattr(e, "errors", None)
+    if callable(errors):
+        try:
+            first = errors()[0]
+            return f"{'.'.join(map(str, first['loc']))}: {first['msg']}"[:300]
+        except Exception:  # noqa: BLE001 - fall back to the text
+            pass
+    return str(e).splitlines()[0][:300]
+
+
+@dataclass
+class Entry:
+    """One model of one run: the unit that is ranked and compared."""
+
+    run: Run
+    model: str
+    label: str
+    group: str = ""  # e.g. "general" / "mental-health": the rank table groups its columns by it
+
+    @property
+    def result(self):
+        return self.run.results.models[self.model]
+
+
+def entries(runs: list[Run], groups: dict[str, str] | None = None) -> list[Entry]:
+    """Every model of every run; a model name seen in two runs is labelled with its run id. A model's group
+    comes from `groups` (label or model spec -> group), else from its run's spec (`model_groups`)."""
+    pairs = [(r, m) for r in runs for m in r.results.models]
+    seen: dict[str, int] = {}
+    for _, m in pairs:
+        seen[m] = seen.get(m, 0) + 1
+    out = []
+    for r, m in pairs:
+        label = m if seen[m] == 1 else f"{m} @ {r.id}"
+        if any(e.label == label for e in out):  # the same run given twice
+            label = f"{label} ({len(out)})"
+        options = r.results.spec.get("options") or {}
+        spec_groups = r.results.spec.get("model_groups") or options.get("model_groups")
+        info = options.get("model_info") if isinstance(options.get("model_info"), dict) else {}
+        listed = info.get(m) if isinstance(info.get(m), dict) else {}  # `--models FILE`: label and group
+        given = (groups or {}).get(label) or (groups or {}).get(m)
+        group = (given or (spec_groups.get(m) if isinstance(spec_groups, dict) else None)
+                 or listed.get("group") or "")
+        out.append(Entry(r, m, label, str(group)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Per-item rows
+
+class Rows:
+    """The scored samples of one model on one task, by (item_id, variant), in data order, held as columns:
+    a float array per value and a list per label, each with which rows have it. A dict per sample held
+    ~2 KB of Python objects each, ~700 MiB for `trustmh report` of 12 models x the whole benchmark."""
+
+    def __init__(self) -> None:
+        self.keys: list[Key] = []  # in data order
+        self.index: dict[Key, int] = {}
+        self.clusters: list[str] = []
+        self.values: dict[str, tuple[array, bytearray]] = {}  # name -> (value per row, NaN if none; has it)
+        self.labels: dict[str, tuple[list, bytearray]] = {}  # name -> (label per row, None if none; has it)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.index
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, key: Key, values: dict[str, float], cluster: str, labels: dict[str, Any]) -> None:
+        """A sample's row; a key seen before is replaced (keeping its place)."""
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.keys)
+            self.keys.append(key)
+            self.clusters.append(cluster)
+            for vals, has in self.values.values():
+                vals.append(math.nan)
+                has.append(0)
+            for labs, has in self.labels.values():
+                labs.append(None)
+                has.append(0)
+        else:
+            self.clusters[i] = cluster
+            for vals, has in self.values.values():
+                vals[i], has[i] = math.nan, 0
+            for labs, has in self.labels.values():
+                labs[i], has[i] = None, 0
+        n = len(self.keys)
+        for name, v in values.items():
+            col = self.values.get(name)
+            if col is None:
+                col = self.values[name] = (array("d", [math.nan]) * n, bytearray(n))
+            col[0][i], col[1][i] = v, 1
+        for name, v in labels.items():
+            col = self.labels.get(name)
+            if col is None:
+                col = self.labels[name] = ([None] * n, bytearray(n))
+            col[0][i], col[1][i] = v, 1
+
+    def values_of(self, key: Key) -> dict[str, float]:
+        """One row's values, by name ({} for a key not held)."""
+        i = self.index.get(key)
+        return {} if i is None else {n: vals[i] for n, (vals, has) in self.values.items() if has[i]}
+
+    def labels_of(self, key: Key) -> dict[str, Any]:
+        i = self.index.get(key)
+        return {} if i is None else {n: labs[i] for n, (labs, has) in self.labels.items() if has[i]}
+
+    def cluster_of(self, key: Key) -> str:
+        return self.clusters[self.index[key]]
+
+    def column(self, name: str, keys: list[Key]) -> np.ndarray:
+        """One value over `keys`: NaN where a row lacks it or the key is not held."""
+        vals, has = self.values.get(name, (None, None))
+        idx = [self.index.get(k, -1) for k in keys]
+        return np.array([vals[i] if i >= 0 and vals is not None and has[i] else math.nan for i in idx], dtype=float)
+
+    def table(self, keys: list[Key]) -> Table:
+        """The rows of `keys` (all of them held here) as a Table: the values and labels any of them has."""
+        idx = np.fromiter((self.index[k] for k in keys), dtype=np.intp, count=len(keys))
+        columns = {name: np.array(vals, dtype=float)[idx] for name, (vals, has) in sorted(self.values.items())
+                   if np.frombuffer(has, dtype=np.uint8)[idx].any()}
+        labels = {name: np.array([labs[i] for i in idx.tolist()], dtype=object)
+                  for name, (labs, has) in sorted(self.labels.items()) if np.frombuffer(has, dtype=np.uint8)[idx].any()}
+        return Table(columns, np.array([self.clusters[i] for i in idx.tolist()], dtype=object), labels)
+
+
+def read_rows(run: Run, models: set[str] | None = None) -> dict[tuple[str, str], Rows]:
+    """(model, task) -> Rows, streamed from samples.jsonl. Only numbers and labels are kept, no text.
+    Samples that failed with an error have no values and are left out, as they are from the metrics.
+    Item ids, variants and clusters are interned: every model's rows name the same items."""
+    out: dict[tuple[str, str], Rows] = {}
+    for rec in run.iter_samples():
+        if models is not None and rec.get("model") not in models:
+            continue
+        if rec.get("error") or not isinstance(rec.get("values"), dict):
+            continue
+        rows = out.get((rec["model"], rec["task"]))
+        if rows is None:
+            rows = out[(rec["model"], rec["task"])] = Rows()
+        key = (sys.intern(str(rec.get("item_id"))), sys.intern(str(rec.get("variant") or "")))
+        labels = rec.get("labels")
+        # Older samples.jsonl lack clusters and labels: resample by item then.
+        rows.add(key, {k: float(v) for k, v in rec["values"].items() if isinstance(v, (int, float))},
+                 sys.intern(str(rec.get("cluster", key[0]))), labels if isinstance(labels, dict) else {})
+    return out
+
+
+def run_context(run: Run) -> RunContext:
+    """The context a run was scored in, as its results.json says (for re-aggregating its rows)."""
+    # Here, not at the top: reading a run (the report, `view`) never needs the tasks registered.
+    from ..engine.spec import stored_protocol
+    from ..tasks import RunContext
+    spec = run.results.spec
+    paper = stored_protocol(spec) == "paper"  # older runs name only the old flag
+    return RunContext(seed=int(spec.get("seed", 0) or 0), protocol="paper" if paper else "trustmh",
+                      judge=str(spec.get("judge", "rules")), options=dict(spec.get("options") or {}))
