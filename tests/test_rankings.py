@@ -229,7 +229,8 @@ def _runs(scores: dict[str, dict[str, float]]):
 
 def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart():
     from trustmh.analysis.runs import entries
-    from trustmh.report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
+    from trustmh.report.leaderboard import leaderboard, task_meta
+    from trustmh.report.ranks import rank_csv, rank_markdown, rank_table
     tiers = {t: 50.0 for t in TIERS}
     runs = _runs({
         "A": {"reliability.knowledge": 80, **tiers, "privacy.leakage": 10},

@@ -109,7 +109,8 @@ def _groups(pairs: list[str]) -> dict[str, str]:
 def _rank_text(loaded, fmt: str, groups: dict[str, str], *, paired: bool = False, n_boot: int = 200) -> str:
     """The paper's rank table (subtask rows x models) as CSV or Markdown, in the report's overall ordering."""
     from ..analysis.runs import entries
-    from ..report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
+    from ..report.leaderboard import leaderboard, task_meta
+    from ..report.ranks import rank_csv, rank_markdown, rank_table
     from ..tasks import PILLARS
     ents = entries(loaded, groups)
     metas = task_meta(ents)

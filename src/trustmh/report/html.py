@@ -27,7 +27,8 @@ from .panel import panel_rows
 from .breakdowns import group_scale, task_groups
 from .charts import PALETTE, radar_svg, whisker_svg
 from .drilldown import MAX_BYTES, PER_TASK, SampleSet, collect_samples
-from .leaderboard import leaderboard, rank_table, task_meta
+from .leaderboard import leaderboard, task_meta
+from .ranks import rank_table
 
 HERE = Path(__file__).parent
 
