@@ -16,11 +16,13 @@ class RankRow:
     row: str  # the paper's subtask label, or a task id beyond the paper
     cells: list[Cell]  # one per entry, in entry order
     beyond: bool = False
+    span: int = 0  # on the first row of a pillar: how many rows its pillar cell spans (the pillar's rows); else 0
+    note: str = ""  # why no model has a value on this row (e.g. its gated data was not supplied)
 
 
 @dataclass
 class RankTable:
-    rows: list[RankRow]
+    rows: list[RankRow]  # pillar by pillar: the paper's rows, then the pillar's rows beyond the paper
     columns: list[int]  # entry indices in display order: by group, then by the overall ordering
     groups: list[tuple[str, int]]  # (group label, number of columns), in display order; [] without groups
     labels: list[str]
@@ -28,28 +30,32 @@ class RankTable:
 
 
 def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = None) -> RankTable:
-    """The paper's 19 subtask rows in its pillar order (then tasks beyond the paper), one column per model
-    in the overall ordering, grouped by `groups` (entry label -> group, e.g. general / mental-health) when
-    given; each cell the row's trust score and its rank among the models measured on the same tasks."""
+    """The paper's 19 subtask rows in its pillar order, one column per model in the overall ordering, grouped
+    by `groups` (entry label -> group, e.g. general / mental-health) when given; each cell the row's trust
+    score and its rank among the models measured on the same tasks. A row is listed when some model's run
+    has one of its tasks, even if none ran (a gated data set not supplied): it shows why. A task beyond the
+    paper is listed after its pillar's paper rows, so that a pillar's rows always stand together."""
     from ..scoring.pillars import PAPER_PILLARS, PAPER_TASKS
+    present = {t: e.result.tasks[t] for e in ents for t in e.result.tasks}
+    beyond = sorted(t for t in present if t not in PAPER_TASKS)
+    pillars = list(PAPER_PILLARS) + sorted({present[t].pillar for t in beyond} - set(PAPER_PILLARS))
     rows: list[RankRow] = []
-    for pillar, paper_rows in PAPER_PILLARS.items():
-        for row, members in paper_rows.items():
+    for pillar in pillars:
+        for row, members in PAPER_PILLARS.get(pillar, {}).items():
+            if not any(t in present for t in members):
+                continue
             cells = []
             for e in ents:
                 pr = e.result.pillars.get(pillar)
                 got = (pr.rows.get(row) or {}) if pr else {}
                 cells.append(Cell(got.get("trust_score"), None, coverage=tuple(got.get("measured", ()))))
-            if any(c.score is not None for c in cells):
-                rank_apart(cells, members)
-                rows.append(RankRow(pillar, row, cells))
-    beyond = sorted({t for e in ents for t in e.result.tasks if t not in PAPER_TASKS})
-    for tid in beyond:
-        cells = [Cell(getattr(e.result.tasks.get(tid), "trust_score", None), None, coverage=(tid,)) for e in ents]
-        if any(c.score is not None for c in cells):
-            rank_apart(cells, (tid,))
-            pillar = next(e.result.tasks[tid].pillar for e in ents if tid in e.result.tasks)
-            rows.append(RankRow(pillar, tid, cells, True))
+            rows.append(_ranked(RankRow(pillar, row, cells), members, [present.get(t) for t in members]))
+        for tid in (t for t in beyond if present[t].pillar == pillar):
+            cells = [Cell(getattr(e.result.tasks.get(tid), "trust_score", None), None, coverage=(tid,)) for e in ents]
+            rows.append(_ranked(RankRow(pillar, tid, cells, True), (tid,), [present[tid]]))
+    for k, r in enumerate(rows):
+        if k == 0 or rows[k - 1].pillar != r.pillar:
+            r.span = sum(1 for _ in _run_of(rows, k))
     groups = groups or {}
     names = list(dict.fromkeys(groups.get(ents[i].label, "") for i in board.order)) if groups else []
     columns = [i for g in names for i in board.order if groups.get(ents[i].label, "") == g] if names \
@@ -58,29 +64,64 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
     return RankTable(rows, columns, spans, [e.label for e in ents])
 
 
+def _ranked(r: RankRow, members, results) -> RankRow:
+    if any(c.score is not None for c in r.cells):
+        rank_apart(r.cells, members)
+    else:
+        reasons = [t.reason for t in results if t is not None and t.reason]
+        r.note = f"not run: {reasons[0]}" if reasons else "no model has a value"
+    return r
+
+
+def _run_of(rows: list[RankRow], k: int):
+    """The rows from k on that share row k's pillar."""
+    for r in rows[k:]:
+        if r.pillar != rows[k].pillar:
+            return
+        yield r
+
+
 def rank_records(table: RankTable) -> list[dict[str, Any]]:
-    """One record per (row, model): what the CSV holds."""
-    out = []
+    """One record per (row, model), row by row and in column order: what the CSV holds, and what the
+    report's and the markdown table's cells show."""
+    return [rec for _, recs in rank_grid(table) for rec in recs]
+
+
+def rank_grid(table: RankTable) -> list[tuple[RankRow, list[dict[str, Any]]]]:
+    """The table's rows, each with its records in column order."""
     group_of = {}
-    k = 0
-    for g, n in table.groups:
+    for (g, n), k in zip(table.groups, _starts(table.groups)):
         for i in table.columns[k:k + n]:
             group_of[i] = g
-        k += n
+    out = []
     for r in table.rows:
+        recs = []
         for i in table.columns:
             c = r.cells[i]
-            out.append({"pillar": r.pillar, "row": r.row, "model": table.labels[i], "group": group_of.get(i, ""),
-                        "trust_score": c.score, "rank": c.rank, "ranked_apart": c.apart})
+            recs.append({"pillar": r.pillar, "row": r.row, "model": table.labels[i], "group": group_of.get(i, ""),
+                         "trust_score": c.score, "rank": c.rank, "ranked_apart": c.apart,
+                         "beyond_paper": "yes" if r.beyond else ""})
+        out.append((r, recs))
     return out
+
+
+def rank_text(rec: dict[str, Any]) -> str:
+    """A cell's rank as every format shows it: '3', '3*' (ranked apart), '' (no value)."""
+    return "" if rec["rank"] is None else f"{rec['rank']}{'*' if rec['ranked_apart'] else ''}"
+
+
+def score_text(rec: dict[str, Any]) -> str:
+    return "" if rec["trust_score"] is None else f"{rec['trust_score']:.1f}"
+
+
+CSV_COLUMNS = ["pillar", "row", "model", "group", "trust_score", "rank", "ranked_apart", "beyond_paper"]
 
 
 def rank_csv(table: RankTable) -> str:
     import csv
     import io
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["pillar", "row", "model", "group", "trust_score", "rank", "ranked_apart"],
-                       lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
     w.writeheader()
     w.writerows(rank_records(table))
     return buf.getvalue()
@@ -96,15 +137,10 @@ def rank_markdown(table: RankTable) -> str:
                                              zip(table.groups, _starts(table.groups))))
         lines.append("")
     lines += ["| pillar | subtask | " + " | ".join(labels) + " |", "|---|---|" + "---:|" * len(labels)]
-    last = None
-    for r in table.rows:
-        cells = []
-        for i in table.columns:
-            c = r.cells[i]
-            cells.append("–" if c.rank is None else f"{c.rank}{'*' if c.apart else ''} ({c.score:.1f})")
-        lines.append(f"| {r.pillar if r.pillar != last else ''} | {r.row}{' (beyond the paper)' if r.beyond else ''} | "
+    for r, recs in rank_grid(table):
+        cells = ["–" if rec["rank"] is None else f"{rank_text(rec)} ({score_text(rec)})" for rec in recs]
+        lines.append(f"| {r.pillar if r.span else ''} | {r.row}{' (beyond the paper)' if r.beyond else ''} | "
                      + " | ".join(cells) + " |")
-        last = r.pillar
     lines += ["", f"Ranks: {table.tie_rule}. In brackets: the row's 0–100 trust score (trustmh's mapping of each "
                   f"task's metric). *: ranked apart."]
     return "\n".join(lines) + "\n"
