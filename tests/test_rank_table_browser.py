@@ -16,7 +16,7 @@ from test_compare_gate import cli
 from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
 from trustmh.scoring.pillars import PAPER_PILLARS, PAPER_TASKS, PILLAR_NAMES, model_summary
-from trustmh.scoring.results import RunResults, TaskResult
+from trustmh.scoring.results import MetricValue, RunResults, TaskResult
 from trustmh.testing.browser import chromium_tab, find_chromium
 
 ROWS = [t for rows in PAPER_PILLARS.values() for ts in rows.values() for t in ts]
@@ -33,20 +33,24 @@ def chromium():
     return exe
 
 
-def _task(tid: str, trust: float | None, *, ran: bool = True) -> TaskResult:
+def _task(tid: str, trust: float | None, *, ran: bool = True, k: int = 0) -> TaskResult:
     pillar = PAPER_TASKS.get(tid) or BEYOND[tid]
     if not ran:  # a gated data set the user has not supplied
         return TaskResult(task=tid, pillar=pillar, status="not run", reason="swmh missing — gated, see README",
                           metric="m", higher_is_better=True)
+    # Metrics the paper's rank table reads: a secondary value for ethics, the string-match rate for leakage.
+    metrics = {"judge_mean": MetricValue(value=3.0 + k % 3 / 2),
+               "free_response_leak_rate_string_match": MetricValue(value=(k % 4) / 4)}
     return TaskResult(task=tid, pillar=pillar, status="ok", metric="m", value=trust / 100, trust_score=trust,
-                      higher_is_better=True, trust_range=(0.0, 1.0), n_samples=10, n=10)
+                      higher_is_better=True, trust_range=(0.0, 1.0), n_samples=10, n=10, metrics=metrics)
 
 
-def write_run(path: Path, models: dict[str, dict[str, float | None]], groups: dict[str, str] | None = None) -> Path:
+def write_run(path: Path, models: dict[str, dict[str, float | None]], groups: dict[str, str] | None = None,
+              protocol: str | None = None) -> Path:
     """A finished run's results.json with these task trust scores per model (None: the task did not run)."""
-    results = {m: model_summary(m, {t: _task(t, v, ran=v is not None) for t, v in tasks.items()})
-               for m, tasks in models.items()}
-    spec = {"models": list(models), "model_groups": groups or {}}
+    results = {m: model_summary(m, {t: _task(t, v, ran=v is not None, k=k) for t, v in tasks.items()})
+               for k, (m, tasks) in enumerate(models.items())}
+    spec = {"models": list(models), "model_groups": groups or {}} | ({"protocol": protocol} if protocol else {})
     run = RunResults(run_id=path.name, created="2026-01-01T00:00:00", spec=spec, data={}, versions={},
                      bootstrap={}, models=results)
     path.mkdir(parents=True)
@@ -78,6 +82,10 @@ def scenarios(tmp: Path) -> dict[str, Path]:
               | {"robustness.crisis": float(k)} for k in range(12)}
     out["twelve models"] = write_run(tmp / "twelve", twelve, {m: "general" if k < 6 else "mental-health"
                                                              for k, m in enumerate(twelve)})
+    # The paper's protocol: ties on every row, broken on Ethical Reasoning by the judge mean (marked †), the
+    # Leakage row on the string-match rate with trustmh's leak_rate row beside it.
+    tied = {f"openai/tied-{k}": {t: 40.0 + 10 * (k // 2) for t in ROWS} for k in range(6)}
+    out["paper protocol, broken ties"] = write_run(tmp / "paper", tied, protocol="paper")
     return out
 
 
@@ -98,7 +106,7 @@ def from_csv(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
     """(pillar as shown, row, model) -> (rank as shown, trust score to one decimal), from --format csv."""
     out = {}
     for r in csv.DictReader(io.StringIO(text)):
-        rank = "" if r["rank"] == "" else r["rank"] + ("*" if r["ranked_apart"] else "")
+        rank = "" if r["rank"] == "" else r["rank"] + ("*" if r["ranked_apart"] else "") + ("†" if r["tie_broken"] else "")
         score = "" if r["trust_score"] == "" else f"{float(r['trust_score']):.1f}"
         out[(PILLAR_NAMES.get(r["pillar"], r["pillar"]), r["row"], r["model"])] = (rank, score)
     return out
@@ -188,6 +196,12 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(chromi
             # Nothing is dropped on the way: every model and every measured paper row is in the csv.
             models = {k[2] for k in expected}
             assert len(models) == len(load_run(run).results.models), name
+            # The rules stand under the table, as under the markdown one.
+            rules = tab.page.locator("ul.rank-rules li").all_inner_texts()
+            assert rules and all(f"- {x}" in md_text for x in rules), name
+            if "paper" in name:
+                assert sum("†" in v[0] for v in shown.values()) == 6 and "(--ties paper)" in " ".join(rules)
+                assert any("trustmh: leak_rate" in k[1] for k in shown)
         assert tab.errors == []
 
 

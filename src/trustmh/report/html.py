@@ -42,7 +42,8 @@ def fmt(v: float | None, digits: int = 3) -> str:
 def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, page_size: int = 50,
              paired: bool = True, n_boot: int = 200, max_samples: int = 50_000,
              include_samples: bool = True, groups: dict[str, str] | None = None, progress=None,
-             per_task: int = PER_TASK, max_bytes: int = MAX_BYTES) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
+             per_task: int = PER_TASK, max_bytes: int = MAX_BYTES,
+             ties: str | None = None) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
     """The page's context without its sample JSON block, the drill-down (spooled), and the block's head.
     The drill-down keeps the worst `per_task` samples of each model and task within `max_bytes` of page
     JSON; `progress(done, total, label)` is told of each paired comparison and of how far reading the
@@ -55,7 +56,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     pillars = [p for p in PILLARS if p in seen_pillars] + [p for p in seen_pillars if p not in PILLARS]
     task_ids = [t for p in pillars for t in metas if metas[t].pillar == p]
     board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot, progress=progress)
-    ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
+    ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties)
     colors = [PALETTE[i % len(PALETTE)] for i in range(len(ents))]
     axes = list(PILLARS) + [p for p in pillars if p not in PILLARS]
     radar = radar_svg(axes, [(e.label, colors[i], [board.cells[(i, p)].score if p in pillars else None for p in axes],

@@ -60,11 +60,6 @@ def task_meta(entries_: list[Entry]) -> dict[str, TaskMeta]:
     return out
 
 
-TIE_RULE = ("rank 1 = best; equal trust scores (to 0.01) share the best rank and the next rank skips (1, 2, 2, 4) — "
-            "the paper repeats ranks too, its tie rule is unknown; a score measured on fewer tasks than the paper's "
-            "is ranked only among models measured on the same tasks, and marked")
-
-
 @dataclass
 class Cell:
     score: float | None
@@ -74,6 +69,7 @@ class Cell:
     partial: str = ""  # what a pillar or overall score rests on when it is fewer rows/pillars than the paper's
     coverage: tuple[str, ...] = ()  # the tasks the score rests on: only equal coverages are ranked together
     apart: str = ""  # set when ranked only among models of an incomplete coverage
+    broken: str = ""  # rank table, --ties paper: set when a tie was broken, saying by what
 
 
 @dataclass
@@ -89,10 +85,10 @@ def competition_ranks(scores: list[float]) -> list[int]:
     return [1 + sum(o > s for o in scores) for s in scores]
 
 
-def rank_apart(cells: list[Cell], complete: Iterable[str]) -> list[list[int]]:
-    """Rank cells with a score among those of the same coverage; the groups (lists of positions) in display
-    order: the complete coverage first, then larger coverages before smaller. A cell ranked in a group that
-    is not complete gets `apart` saying so."""
+def rank_apart(cells: list[Cell], complete: Iterable[str], keys: list[float] | None = None) -> list[list[int]]:
+    """Rank cells with a score among those of the same coverage, by score or by `keys` (one per cell, higher
+    is better); the groups (lists of positions) in display order: the complete coverage first, then larger
+    coverages before smaller. A cell ranked in a group that is not complete gets `apart` saying so."""
     complete = tuple(sorted(complete))
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, c in enumerate(cells):
@@ -100,7 +96,7 @@ def rank_apart(cells: list[Cell], complete: Iterable[str]) -> list[list[int]]:
             groups.setdefault(tuple(sorted(c.coverage)), []).append(i)
     ordered = sorted(groups.items(), key=lambda kv: (kv[0] != complete, -len(kv[0]), kv[0]))
     for cov, members in ordered:
-        ranks = competition_ranks([cells[i].score for i in members])
+        ranks = competition_ranks([cells[i].score if keys is None else keys[i] for i in members])
         for i, r in zip(members, ranks):
             cells[i].rank = r
             if cov != complete:
