@@ -130,6 +130,30 @@ def from_markdown(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
     return out
 
 
+def untex(text: str) -> str:
+    import re
+    text = re.sub(r"\\(?:rotatebox\{90\}|multirow\{\d+\}\{\*\})\{(.*)\}$", r"\1", text.strip())
+    for a, b in (("\\textsuperscript{\\dag}", "†"), ("\\textbackslash{}", "\\"), ("\\textasciitilde{}", "~"),
+                 ("\\textasciicircum{}", "^"), ("--", "–")):
+        text = text.replace(a, b)
+    return re.sub(r"\\([&%$#_{}])", r"\1", text)
+
+
+def from_latex(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
+    body = [x for x in text.splitlines() if x.endswith("\\\\") and "multicolumn" not in x]
+    split = lambda line: [untex(c) for c in line.removesuffix("\\\\").split(" & ")]
+    models = split(body[0])[2:]
+    out, pillar = {}, ""
+    for line in body[1:]:
+        cells = split(line)
+        pillar = cells[0] or pillar
+        row = cells[1].removesuffix(" (beyond the paper)")
+        for model, cell in zip(models, cells[2:]):
+            rank, _, score = cell.partition(" ")
+            out[(pillar, row, model)] = ("", "") if cell == "–" else (rank, score.strip("()"))
+    return out
+
+
 READ_TABLE = """table => {
   const box = n => { const r = n.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom}; };
   const head = [...table.tHead.rows].pop();
@@ -187,8 +211,11 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(chromi
             assert code == 0, csv_text
             code, md_text, _ = cli(capsys, "report", run, "--format", "markdown")
             assert code == 0, md_text
+            code, tex_text, _ = cli(capsys, "report", run, "--format", "latex")
+            assert code == 0, tex_text
             expected = from_csv(csv_text)
             assert from_markdown(md_text) == expected, name
+            assert from_latex(tex_text) == expected, name
             tab.page.goto(pages[name].as_uri())
             shown, problems = from_page(tab.page)
             assert problems == [], (name, problems[:5])

@@ -294,7 +294,7 @@ def test_rank_table_from_the_command_line(awareness, tmp_path, capsys):
     code, out, _ = cli(capsys, "compare", awareness["run"], "--ranks", "--format", "markdown")
     assert code == 0 and "Privacy Awareness" in out
     code, out, err = cli(capsys, "report", awareness["run"], "--format", "pdf")
-    assert code == 2 and "--format must be html, csv or markdown" in err
+    assert code == 2 and "--format must be html, csv, markdown or latex" in err
     code, out, err = cli(capsys, "report", awareness["run"], "--format", "csv", "--group", "nogroup")
     assert code == 2 and "--group expects LABEL=GROUP" in err
     # compare's interval is the (1 - alpha) interval of the same draws as p

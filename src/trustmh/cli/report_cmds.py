@@ -35,9 +35,12 @@ def report_cmd(
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
     fmt: str = typer.Option("html", "--format", "-f", help="html (the report), or the paper's rank table alone as "
-                                                           "csv or markdown (to --output, else to stdout)."),
+                                                           "csv, markdown or latex (to --output, else to stdout)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     ties: Optional[str] = typer.Option(None, "--ties", help=_TIES_HELP),
+    figures: Optional[Path] = typer.Option(None, "--figures", help="Write the rank heat map and the pillar radar "
+                                                                   "as SVG and PNG into this folder instead of "
+                                                                   "the report (needs trustmh[figures])."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
@@ -45,8 +48,8 @@ def report_cmd(
     from ..engine.rundir import check_output_target
     from ..report import write_report
     _load_plugins(include)
-    if fmt not in ("html", "csv", "markdown"):
-        raise UserError(f"--format must be html, csv or markdown, not '{fmt}'")
+    if fmt not in ("html", "csv", "markdown", "latex"):
+        raise UserError(f"--format must be html, csv, markdown or latex, not '{fmt}'")
     if samples_per_task < 1 or max_samples < 1:
         raise UserError("--samples-per-task and --max-samples must be at least 1")
     if not 0 < sample_mb < 1e6:
@@ -54,6 +57,12 @@ def report_cmd(
     groups = _groups(group)
     _check_ties(ties)
     loaded = [load_run(r) for r in runs]
+    if figures is not None:
+        from ..report.figures import write_figures
+        ents, board, table, pillars = _rank_table(loaded, groups, ties)
+        for path in write_figures(table, board, [e.label for e in ents], pillars, figures):
+            out.print(f"figure: {path}", markup=False, highlight=False)
+        return
     if fmt != "html":
         _emit(_rank_text(loaded, fmt, groups, ties=ties), output)
         return
@@ -117,18 +126,24 @@ def _check_ties(ties: str | None) -> None:
         raise UserError(f"--ties must be {' or '.join(TIES)}, not '{ties}'")
 
 
-def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = None, n_boot: int = 200) -> str:
-    """The paper's rank table (subtask rows x models) as CSV or Markdown, in the report's overall ordering."""
+def _rank_table(loaded, groups: dict[str, str], ties: str | None = None, n_boot: int = 200):
+    """The runs' entries, leaderboard, rank table and pillars, in the report's overall ordering."""
     from ..analysis.runs import entries
     from ..report.leaderboard import leaderboard, task_meta
-    from ..report.ranks import rank_csv, rank_markdown, rank_table
+    from ..report.ranks import rank_table
     from ..tasks import PILLARS
     ents = entries(loaded, groups)
     metas = task_meta(ents)
     pillars = [p for p in PILLARS if any(m.pillar == p for m in metas.values())]
     board = leaderboard(ents, metas, pillars, paired=False, n_boot=n_boot)
-    table = rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties)
-    return rank_csv(table) if fmt == "csv" else rank_markdown(table)
+    return ents, board, rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties), pillars
+
+
+def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = None) -> str:
+    """The paper's rank table (subtask rows x models) as CSV, Markdown or LaTeX."""
+    from ..report.ranks import rank_csv, rank_latex, rank_markdown
+    table = _rank_table(loaded, groups, ties)[2]
+    return {"csv": rank_csv, "markdown": rank_markdown, "latex": rank_latex}[fmt](table)
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
