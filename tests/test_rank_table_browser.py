@@ -21,6 +21,9 @@ from trustmh.testing.browser import chromium_tab, find_chromium
 
 ROWS = [t for rows in PAPER_PILLARS.values() for ts in rows.values() for t in ts]
 BEYOND = {"safety.over_refusal": "safety", "robustness.crisis": "robustness"}
+# Labels from a models file: a long one, one with characters markdown, LaTeX and HTML treat specially.
+LABELS = {"openai/gpt-4o-mini": "GPT-4o mini", "openai/Llama-3.1-8B-Instruct": "Llama 3.1 8B Instruct (Meta, 2024)",
+          "hf/mental-llama": "MentaLLaMA_chat & 13B {v2} <b>"}
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +49,14 @@ def _task(tid: str, trust: float | None, *, ran: bool = True, k: int = 0) -> Tas
 
 
 def write_run(path: Path, models: dict[str, dict[str, float | None]], groups: dict[str, str] | None = None,
-              protocol: str | None = None) -> Path:
-    """A finished run's results.json with these task trust scores per model (None: the task did not run)."""
+              protocol: str | None = None, labels: dict[str, str] | None = None) -> Path:
+    """A finished run's results.json with these task trust scores per model (None: the task did not run),
+    labelled as a --models file labels them."""
     results = {m: model_summary(m, {t: _task(t, v, ran=v is not None, k=k) for t, v in tasks.items()})
                for k, (m, tasks) in enumerate(models.items())}
     spec = {"models": list(models), "model_groups": groups or {}} | ({"protocol": protocol} if protocol else {})
+    if labels:
+        spec["options"] = {"model_info": {m: {"label": v} for m, v in labels.items()}}
     run = RunResults(run_id=path.name, created="2026-01-01T00:00:00", spec=spec, data={}, versions={},
                      bootstrap={}, models=results)
     path.mkdir(parents=True)
@@ -75,7 +81,7 @@ def scenarios(tmp: Path) -> dict[str, Path]:
         four[name] = scores
     out["four models, gated rows missing, beyond rows"] = write_run(
         tmp / "four", four, {"openai/gpt-4o-mini": "general", "openai/Llama-3.1-8B-Instruct": "general",
-                             "hf/mental-llama": "mental-health", "echo": "mental-health"})
+                             "hf/mental-llama": "mental-health", "echo": "mental-health"}, labels=LABELS)
     out["one model"] = write_run(tmp / "one", {"baseline/counselor": {t: 50.0 + (i % 5) for i, t in enumerate(ROWS)}
                                                 | {"safety.over_refusal": 30.0}})
     twelve = {f"openai/model-{k:02d}": {t: float((k * 13 + j * 5) % 41) for j, t in enumerate(ROWS)}
@@ -154,6 +160,9 @@ def from_latex(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
     return out
 
 
+HEADERS = """heads => heads.map(h => ({text: h.textContent, title: h.title,
+  fits: h.scrollWidth <= h.clientWidth + 1 && h.scrollHeight <= h.clientHeight + 1 && h.getBoundingClientRect().width > 0}))"""
+
 READ_TABLE = """table => {
   const box = n => { const r = n.getBoundingClientRect(); return {l: r.left, r: r.right, t: r.top, b: r.bottom}; };
   const head = [...table.tHead.rows].pop();
@@ -223,6 +232,17 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(chromi
             # Nothing is dropped on the way: every model and every measured paper row is in the csv.
             models = {k[2] for k in expected}
             assert len(models) == len(load_run(run).results.models), name
+            # Model names whole: a header shows the label (else the spec) on lines of its own, never cut, with the
+            # spec on hover; the same printed.
+            heads = tab.page.eval_on_selector_all("table.paper-ranks th.model-col", HEADERS)
+            specs = {r["model"]: r["spec"] for r in csv.DictReader(io.StringIO(csv_text))}
+            assert sorted(h["text"] for h in heads) == sorted(specs), name
+            for media in ("screen", "print"):
+                tab.page.emulate_media(media=media)
+                for h in tab.page.eval_on_selector_all("table.paper-ranks th.model-col", HEADERS):
+                    assert h["fits"], (name, media, h)
+                    assert h["title"] == h["text"] + (f" ({specs[h['text']]})" if specs[h["text"]] != h["text"] else "")
+            tab.page.emulate_media(media="screen")
             # The rules stand under the table, as under the markdown one.
             rules = tab.page.locator("ul.rank-rules li").all_inner_texts()
             assert rules and all(f"- {x}" in md_text for x in rules), name

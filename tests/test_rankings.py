@@ -260,8 +260,8 @@ def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart()
     assert [table.labels[i] for i in table.columns] == ["C", "A", "D", "B"]
     assert table.groups == [("general", 2), ("mental-health", 2)]
     csv_rows = rank_csv(table).splitlines()
-    assert csv_rows[0] == "pillar,row,model,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
-    assert "reliability,Knowledge,C,general,80.0,1,,,paper,m,0.8,E" in csv_rows
+    assert csv_rows[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
+    assert "reliability,Knowledge,C,C,general,80.0,1,,,paper,m,0.8,E" in csv_rows
     md = rank_markdown(table)
     assert "| reliability | Knowledge | 1 (80.0) | 1 (80.0) | 4 (40.0) | 3 (60.0) |" in md
     assert "1* (90.0)" in md and "1, 2, 2, 4" in md
@@ -281,9 +281,9 @@ def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awaren
 
 def test_rank_table_from_the_command_line(awareness, tmp_path, capsys):
     code, out, _ = cli(capsys, "report", awareness["run"], "--format", "csv")
-    assert code == 0 and out.splitlines()[0] == "pillar,row,model,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
+    assert code == 0 and out.splitlines()[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
     rows = [line.split(",") for line in out.splitlines()[1:]]
-    assert {(r[2], r[5]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], "2"),
+    assert {(r[2], r[6]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], "2"),
                                             (awareness["refuse"], "2")}
     code, out, _ = cli(capsys, "report", awareness["run"], "--format", "markdown", "--group",
                        f"{awareness['refuse']}=general", "-o", tmp_path / "ranks.md")

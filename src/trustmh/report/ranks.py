@@ -10,14 +10,14 @@ recorded leakage rates whose order is closest to the paper's row (Kendall tau 0.
 models; trustmh's `leak_rate`, the mean of four error rates, 0.33; issue 37). trustmh's `leak_rate` row
 stands beside it, marked as trustmh's own.
 
-Ties (`--ties`). `shared`: equal values (to 0.01) share the best rank, the next rank skipping (1, 2, 2, 4).
-`paper` (the default under `--protocol paper`): a tie is broken by the row's declared secondary value where
-it has one, and stays shared otherwise. Why: the paper's table breaks ties on one row only, Ethical
-Reasoning, where each of its three accuracy ties puts the model with the higher judge mean (sc1-sc5) first;
-on Emotion Recognition, Psychological Diagnosis and Crisis Escalation Decision it repeats ranks, and on the
-last of these it repeats one across the model groups (DeepSeek-V3.2 and PsycoLLM both 2), which ordering
-by group would have broken. The judge mean is a value of the row's own run; a group order would rank a model
-by the group it was put in. A broken tie is marked (†) and says what decided it."""
+Ties (`--ties`). `shared`: equal values (trust scores to 0.01 under trustmh's protocol) share the best rank,
+the next rank skipping (1, 2, 2, 4). `paper` (the default under `--protocol paper`): a tie is broken by the
+row's declared secondary value where it has one, and stays shared otherwise. Why: the paper's table breaks
+ties on one row only, Ethical Reasoning, where each of its three accuracy ties puts the model with the higher
+judge mean (sc1-sc5) first; on Emotion Recognition, Psychological Diagnosis and Crisis Escalation Decision it
+repeats ranks, and on the last of these it repeats one across the model groups (DeepSeek-V3.2 and PsycoLLM
+both 2), which ordering by group would have broken. The judge mean is a value of the row's own run; a group
+order would rank a model by the group it was put in. A broken tie is marked (†) and says what decided it."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ PAPER_ROW_RULES: dict[str, RowRule] = {
               "accuracy ties are"),
 }
 # Rows a tie rule may name as secondary values, for the statement under the table.
-SHARED_RULE = "equal values (to 0.01) share the best rank and the next rank skips (1, 2, 2, 4)"
+SHARED_RULE = "equal values share the best rank and the next rank skips (1, 2, 2, 4)"
 APART_RULE = ("a value resting on fewer tasks than the paper's row is ranked only among models measured on the "
               "same tasks, marked *")
 TIES = ("paper", "shared")
@@ -87,10 +87,11 @@ class RankTable:
     rows: list[RankRow]  # pillar by pillar: the paper's rows, then the pillar's rows beyond the paper
     columns: list[int]  # entry indices in display order: by group, then by the overall ordering
     groups: list[tuple[str, int]]  # (group label, number of columns), in display order; [] without groups
-    labels: list[str]
+    labels: list[str]  # per entry: its label (ranks.py, analysis.runs.model_labels)
     ties: str = "shared"
     protocol: str = "trustmh"
     rules: list[str] = field(default_factory=list)  # what is stated under the table: ranks, ties, quantities
+    specs: list[str] = field(default_factory=list)  # per entry: its model spec
 
     @property
     def tie_rule(self) -> str:
@@ -151,7 +152,8 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
     columns = [i for g in names for i in board.order if groups.get(ents[i].label, "") == g] if names \
         else list(board.order)
     spans = [(g or "other", sum(groups.get(ents[i].label, "") == g for i in columns)) for g in names]
-    return RankTable(rows, columns, spans, [e.label for e in ents], ties, protocol, _rules(ties, protocol, used))
+    return RankTable(rows, columns, spans, [e.label for e in ents], ties, protocol, _rules(ties, protocol, used),
+                     [e.model for e in ents])
 
 
 def _paper_row(ents: list[Entry], pillar: str, row: str, members, quantity: str, higher: bool) -> RankRow:
@@ -231,7 +233,8 @@ def break_ties(cells: list[Cell], secondary: list[float | None], rule: tuple[str
 
 
 def _rules(ties: str, protocol: str, used: list[tuple[str, RowRule]]) -> list[str]:
-    out = ["rank 1 = best; " + APART_RULE]
+    out = ["rank 1 = best, " + ("on each row's own quantity (equal values tie)" if protocol == "paper" else
+                                "on each row's trust score (equal to 0.01: a tie)") + "; " + APART_RULE]
     if ties == "shared":
         out.append(f"ties (--ties shared): {SHARED_RULE}")
     else:
@@ -272,7 +275,8 @@ def rank_grid(table: RankTable) -> list[tuple[RankRow, list[dict[str, Any]]]]:
         recs = []
         for i in table.columns:
             c = r.cells[i]
-            recs.append({"pillar": r.pillar, "row": r.row, "model": table.labels[i], "group": group_of.get(i, ""),
+            recs.append({"pillar": r.pillar, "row": r.row, "model": table.labels[i], "spec": table.specs[i],
+                         "group": group_of.get(i, ""),
                          "trust_score": c.score, "rank": c.rank, "ranked_apart": c.apart, "tie_broken": c.broken,
                          "row_kind": r.kind, "ranked_on": r.ranked_on,
                          "value": r.values[i] if r.values else None, "evidence": r.evidence})
@@ -295,8 +299,8 @@ def row_text(r: RankRow) -> str:
     return f"{r.row}{' (beyond the paper)' if r.beyond else ''}"
 
 
-CSV_COLUMNS = ["pillar", "row", "model", "group", "trust_score", "rank", "ranked_apart", "tie_broken", "row_kind",
-               "ranked_on", "value", "evidence"]
+CSV_COLUMNS = ["pillar", "row", "model", "spec", "group", "trust_score", "rank", "ranked_apart", "tie_broken",
+               "row_kind", "ranked_on", "value", "evidence"]
 
 
 def rank_csv(table: RankTable) -> str:
