@@ -21,6 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from ..analysis.compare import Comparison
+from ..analysis.compare_format import title as cmp_title
 from ..analysis.runs import Run, entries, load_run
 from .addressed import judge_addressed_rows
 from .panel import panel_rows
@@ -83,7 +84,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "ranks": ranks, "rank_grid": rank_grid, "rank_text": rank_text, "score_text": score_text,
         "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
-        "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents),
+        "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents), "cmp_title": cmp_title,
     }, ss, head
 
 
