@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .compare import compare
 from ..errors import UserError
-from .runs import Run, entries, read_rows
+from .runs import Run, entries, model_labels, read_rows
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ def check_input(run: Run) -> None:
     where = run.dir / "results.json"
     if not run.results.models:
         raise UserError(f"{where}: no models in this run, so nothing can be checked")
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         scores = [("overall", mr.trust_score)] + [(f"pillar:{p}", pr.trust_score) for p, pr in mr.pillars.items()]
         for tid, tr in mr.tasks.items():
             scores.append((tid, tr.trust_score))
@@ -240,11 +240,17 @@ def _value(mr, name: str) -> tuple[float | None, str | None]:
     return (mv.value, None) if mv.value is not None else (None, f"{metric} undefined (n={mv.n})")
 
 
+def _named(run: Run):
+    """(name, results) of every model of a run: its label from the models file, else its spec."""
+    labels = model_labels(run.results)
+    return [(labels[m], mr) for m, mr in run.results.models.items()]
+
+
 def check_thresholds(run: Run, thresholds: list[Threshold]) -> tuple[list[str], int]:
     """(failure lines, number of checks made). Every model of the run is checked."""
     validate(thresholds, run)
     failures, n = [], 0
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         for th in thresholds:
             n += 1
             value, why = _value(mr, th.name)
@@ -282,7 +288,7 @@ def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float
     (for the gate's summary line)."""
     failures, n = [], 0
     every = [Threshold(t, "min", 0.0) for mr in run.results.models.values() for t in mr.tasks] if every_task else []
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         seen: set[str] = set()
         for th in thresholds + every:
             if not allow_partial and th not in every:
@@ -350,7 +356,7 @@ def check_judge_addressed(run: Run, max_addressed: int) -> list[str]:
     """Failures for every task whose judged replies address the judge (judges/addressed.py) more than
     `max_addressed` times: such a task's judged numbers may have been gamed (--max-judge-addressed)."""
     failures = []
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         for tid, tr in mr.tasks.items():
             if tr.n_judge_addressed > max_addressed:
                 first = tr.judge_addressed[0] if tr.judge_addressed else {}
@@ -371,24 +377,24 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
     for e in new:
         ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)
         if ref is None:
-            failures.append(f"{e.model}: not in the baseline run ({', '.join(old)}); cannot check for regressions")
+            failures.append(f"{e.label}: not in the baseline run ({', '.join(old)}); cannot check for regressions")
             continue
         for tid, tr in ref.result.tasks.items():
             mine = e.result.tasks.get(tid)
             if tr.status == "ok" and (mine is None or mine.status != "ok"):
                 n += 1
-                failures.append(f"{e.model}: {tid} not run, but ran in the baseline")
-        more, m = _lost_values(e.model, ref.result, e.result)
+                failures.append(f"{e.label}: {tid} not run, but ran in the baseline")
+        more, m = _lost_values(e.label, ref.result, e.result)
         failures, n = failures + more, n + m
         c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
-        warnings += [f"{e.model}: {w}" for w in c.warnings]
+        warnings += [f"{e.label}: {w}" for w in c.warnings]
         for d in c.diffs:
             if d.kind == "metric" or d.diff is None:
                 continue
             n += 1
             if d.verdict(alpha) == "worse":
                 ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
-                failures.append(f"{e.model}: {d.name} regressed against the baseline: {d.diff:+.4g} "
+                failures.append(f"{e.label}: {d.name} regressed against the baseline: {d.diff:+.4g} "
                                 f"({1 - alpha:.0%} CI {ci}, p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
                                 f"{d.n_shared} shared samples)")
     return failures, warnings, n
