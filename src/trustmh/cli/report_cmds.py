@@ -220,11 +220,18 @@ def gate_cmd(
                                             "the judge (a verdict in the judge's format, an instruction to an "
                                             "evaluator, the rubric's score lines, a closing tag); not checked "
                                             "by default."),
+    fmt: str = typer.Option("text", "--format", help="text (a FAIL line per failed check, then a summary line), "
+                                                     "json (every check, passed or failed), junit (JUnit XML: a "
+                                                     "test case per check) or github (GitHub Actions error "
+                                                     "annotations). The exit code is the same in every format."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..analysis.runs import load_run
     from ..analysis.gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
-                                 check_judge_addressed, check_thresholds, load_config, parse_threshold, summary)
+                                 check_judge_addressed, check_thresholds, load_config, parse_threshold)
+    from ..analysis.gate_format import FORMATS, to_github, to_json, to_junit, to_text
+    if fmt not in FORMATS:
+        raise UserError(f"--format must be {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, not '{fmt}'")
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
     max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)
@@ -244,33 +251,27 @@ def gate_cmd(
         check_bootstrap(n_boot)
     run = load_run(run_dir)
     check_input(run)  # fails closed: a file that cannot carry a verdict is exit 2, never a pass
-    failures, n = check_thresholds(run, thresholds)
-    made: list[int] = []
-    coverage = check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
-                              every_task=base_path is not None, made=made)
-    # by reason, for the summary line (a coverage check is one of its own beside its threshold's)
-    by_reason = {"thresholds missed": failures, "too few samples": [c for c in coverage if "rests on too few" in c],
-                 "unusable judge verdicts": [c for c in coverage if "judge verdicts usable" in c],
-                 "partial scores": [c for c in coverage if "is partial" in c]}
-    failures, n = failures + coverage, n + made[0]
+    checks = check_thresholds(run, thresholds)
+    checks += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
+                             every_task=base_path is not None)
     if max_judge_addressed is not None:
-        by_reason["replies addressing the judge"] = check_judge_addressed(run, max_judge_addressed)
-        failures += by_reason["replies addressing the judge"]
-        n += sum(len(mr.tasks) for mr in run.results.models.values())
+        checks += check_judge_addressed(run, max_judge_addressed)
+    warnings: list[str] = []
     if base_path is not None:
         base_run = load_run(base_path)
         check_input(base_run)
-        more, warnings, m = check_baseline(run, base_run, alpha=level, n_boot=n_boot, seed=seed)
-        for w in warnings:
-            err.print(f"warning: {w}", markup=False, highlight=False)
-        failures, n = failures + more, n + m
-        by_reason["regressions or tasks lost against the baseline"] = more
-    if n == 0 and not failures:  # a gate that checked nothing has not passed
+        more, warnings = check_baseline(run, base_run, alpha=level, n_boot=n_boot, seed=seed)
+        checks += more
+        if fmt not in ("json", "github"):  # those carry the warnings in the document itself
+            for w in warnings:
+                err.print(f"warning: {w}", markup=False, highlight=False)
+    if not checks:  # a gate that checked nothing has not passed
         raise UserError("nothing was checked (no threshold applies to this run's models)")
-    for line in failures:
-        out.print(f"FAIL {line}", markup=False, highlight=False, soft_wrap=True)
-    line = summary(by_reason, n) + f" on {len(run.results.models)} model(s)"
-    out.print(line, markup=False, highlight=False, soft_wrap=True)
-    if failures:
+    models = len(run.results.models)
+    text = {"text": lambda: to_text(checks, models, printable), "json": lambda: to_json(checks, models, warnings),
+            "junit": lambda: to_junit(checks, printable),
+            "github": lambda: to_github(checks, models, warnings, printable)}[fmt]()
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if any(not c.passed for c in checks):
         raise typer.Exit(1)
-
