@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
-import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,24 +102,10 @@ CONFIG_MAX_BYTES = 1 << 20  # a gate config is a few lines; more is not one
 
 
 def _read_config(path: Path) -> str:
-    """The config's text: a regular file (a FIFO would block, /dev/zero never end), at most 1 MiB, UTF-8.
-    Every problem is a usage error (exit 2), never exit 1, which means a threshold failed."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise UserError(f"{path}: gate config not found") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read the gate config ({e.strerror or e})") from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise UserError(f"{path}: the gate config must be a regular file")
-        raw = fh.read(CONFIG_MAX_BYTES + 1)
-    if len(raw) > CONFIG_MAX_BYTES:
-        raise UserError(f"{path}: gate config larger than {CONFIG_MAX_BYTES >> 20} MiB")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not valid UTF-8 text (byte {e.start})") from None
+    """The config's text. Every problem is a usage error (exit 2), never exit 1, which means a threshold
+    failed."""
+    from ..data.loaders import read_user_text
+    return read_user_text(path, "gate config", CONFIG_MAX_BYTES)
 
 
 def _flatten(table: dict, prefix: str = ""):

@@ -23,6 +23,11 @@ _FAIL_ON_ERROR_HELP = "Exit 1 if any sample failed with an API error of the mode
 _PRICES_HELP = ("A TOML price table ([models.\"SPEC\"] input_per_mtok, output_per_mtok: USD per million tokens) "
                 "over trustmh's shipped one (list prices, each with the page and date it was read, or marked "
                 "unverified); for the cost estimates.")
+_SYSTEM_PROMPT_HELP = (
+    "The deployed assistant's system prompt, as TEXT or @FILE (a UTF-8 file, at most 256 KiB): sent first in every "
+    "request to the tested models (never to the judge) and recorded in the run's spec, so it is part of every "
+    "request's cache key and of the run id. Under --protocol paper a task whose request has a system message of "
+    "its own (reliability.emotion_recognition) is not run, with that reason.")
 _MAX_COST_HELP = ("Stop before the estimated spend of this invocation would pass this many USD (stored calls cost "
                   "nothing): exit 2 with what was spent and what remains; rerun the same command to continue.")
 
@@ -111,6 +116,7 @@ def run_cmd(
                                                           "calling anything."),
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
+    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help=_SYSTEM_PROMPT_HELP),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
     _load_plugins(include)
@@ -186,6 +192,8 @@ def run_cmd(
         for url in own_urls.values():
             check_url("--base-url", url)
         spec.options["base_urls"] = own_urls
+    if system_prompt is not None:  # set only when given, so runs without one keep their run id
+        spec.options["system_prompt"] = read_system_prompt(system_prompt)
     if info:  # how the report names and groups the models (a label or group never changes a result)
         spec.options["model_info"] = info
     if transport != "http":  # set only when not the default, so default runs keep their run id
@@ -243,6 +251,21 @@ def run_cmd(
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
     _methods_exit(results)
+
+
+SYSTEM_PROMPT_MAX_BYTES = 256 << 10
+
+
+def read_system_prompt(value: str) -> str:
+    """--system-prompt TEXT, or @FILE: the file's text, less its final line break."""
+    text = value
+    if value.startswith("@"):
+        from ..data.loaders import read_user_text
+        text = read_user_text(Path(value[1:]), "system prompt file", SYSTEM_PROMPT_MAX_BYTES)
+        text = text[:-1] if text.endswith("\n") else text
+    if not text.strip():
+        raise UserError("--system-prompt is empty" + (f" ({value[1:]} holds no text)" if value.startswith("@") else ""))
+    return text
 
 
 def _prepare_report() -> None:

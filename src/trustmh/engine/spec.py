@@ -66,6 +66,9 @@ class RunSpec:
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UserError("--max-tokens must be at least 1")
         check_temperature(self.temperature, self.models)
+        system = self.options.get("system_prompt")
+        if system is not None and not (isinstance(system, str) and system.strip()):
+            raise UserError("options.system_prompt must be a non-empty string (the tested models' system prompt)")
         panel = self.options.get("panel_judges")  # a judge panel's other judges (engine/judges.py)
         if panel is not None and not (isinstance(panel, list) and all(
                 isinstance(j, dict) and isinstance(j.get("judge"), str) and isinstance(j.get("base_url"), (str, type(None)))
