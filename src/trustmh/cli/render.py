@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ._base import err, out
+from ._base import err, note, out
 
 
 class _ProgressView:
@@ -20,6 +20,7 @@ class _ProgressView:
     end. With bars off (not a terminal, --no-progress) only notices and totals show."""
 
     def __init__(self, bars: bool):
+        bars = bars and not note.quiet  # --quiet
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
         self.bars = Progress(TextColumn("{task.description:<34}", markup=False), BarColumn(bar_width=20),
                              TextColumn("{task.fields[count]}", markup=False),
@@ -56,10 +57,11 @@ class _ProgressView:
         elif isinstance(event, TaskProgress):
             self._task_row(event)
         elif isinstance(event, Notice):
-            self.bars.console.print(f"note: {event.text}", style="yellow", markup=False, highlight=False)
+            if not note.quiet:
+                self.bars.console.print(f"note: {event.text}", style="yellow", markup=False, highlight=False)
         elif isinstance(event, RunTotals):
             calls = ", ".join(f"{k} {v}" for k, v in event.requests.items())
-            err.print(f"calls made: {calls or 'none'}; tokens stored: {event.prompt_tokens} prompt, "
+            note.print(f"calls made: {calls or 'none'}; tokens stored: {event.prompt_tokens} prompt, "
                       f"{event.completion_tokens} completion; {event.seconds:.1f} s "
                       f"(scoring {event.scoring_seconds:.1f} s)", markup=False, highlight=False)
 

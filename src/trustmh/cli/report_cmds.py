@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _load_plugins, app, err, out, printable
+from ._base import QUIET_HELP, _INCLUDE_HELP, _load_plugins, app, err, note, out, printable, set_quiet
 
 
 _GROUP_HELP = ("LABEL=GROUP: a model's group in the rank table (e.g. general, mental-health); repeatable. LABEL is "
@@ -35,8 +35,10 @@ def report_cmd(
                                                            "csv or markdown (to --output, else to stdout)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
+    set_quiet(quiet)
     from ..analysis.runs import load_run
     from ..engine.rundir import check_output_target
     from ..report import write_report
@@ -65,7 +67,7 @@ def report_cmd(
                             paired=paired, groups=groups, progress=both, per_task=samples_per_task,
                             max_bytes=int(sample_mb * 1e6))
     path = _with_progress(work)
-    err.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
+    note.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
               markup=False, highlight=False)
     out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
@@ -125,7 +127,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
         return
     from ..engine.rundir import atomic_write
     atomic_write(output, text)
-    err.print(f"ranks: {output}", markup=False, highlight=False)
+    note.print(f"ranks: {output}", markup=False, highlight=False)
 
 
 @app.command("compare")
@@ -143,8 +145,10 @@ def compare_cmd(
                                                       "instead of the differences (--format csv or markdown)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Differences between models per task, pillar and overall: paired bootstrap CI over shared items, p-value."""
+    set_quiet(quiet)
     _load_plugins(include)
     from ..analysis.compare import compare_runs
     from ..analysis.runs import load_run
@@ -176,7 +180,7 @@ def compare_cmd(
     if html:
         from ..report import write_report
         write_report(loaded, html, comparisons=comparisons, groups=_groups(group))
-        err.print(f"report: {html}", markup=False, highlight=False)
+        note.print(f"report: {html}", markup=False, highlight=False)
 
 
 def _with_progress(work):
@@ -184,7 +188,7 @@ def _with_progress(work):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn("paired comparisons"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[label]}",
                                                                                         markup=False),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
+                  TimeElapsedColumn(), console=err, transient=True, disable=note.quiet) as bar:
         task = bar.add_task("compare", total=None, label="")
 
         def progress(done: int, total: int, label: str) -> None:

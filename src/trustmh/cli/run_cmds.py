@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import (PAPER_JUDGE, PAPER_PROXY, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err,
-                    loading, out)
+from ._base import (PAPER_JUDGE, PAPER_PROXY, QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _limits,
+                    _load_plugins, app, err, loading, note, out, set_quiet)
 from .judge_opts import (JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, _model_urls, called_judges, judge_list,
                          set_min_alpha)
 from .render import _ProgressView, _dry_run, _summary, _write_report
@@ -117,8 +117,10 @@ def run_cmd(
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
     system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help=_SYSTEM_PROMPT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
+    set_quiet(quiet)
     _load_plugins(include)
     with loading():
         from ..engine import RunSpec, run
@@ -165,7 +167,7 @@ def run_cmd(
         offline = all(m.startswith("baseline/") for m in model)
         judge = PAPER_JUDGE if paper and not offline else "rules"
         if paper and offline:
-            err.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
+            note.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
                       f"judge)", style="yellow", markup=False, highlight=False)
             default_judge = False  # no paper proxy judge either
     if judges is None:
@@ -300,7 +302,7 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
     check_priced(specs, table)
     unchecked = [s for s in dict.fromkeys(specs) if s and s != "rules" and table.price(s).unverified]
     if unchecked:  # the cap is only as good as the prices it is counted in
-        err.print(f"note: --max-cost counts {', '.join(unchecked)} at an unverified shipped price (not checked "
+        note.print(f"note: --max-cost counts {', '.join(unchecked)} at an unverified shipped price (not checked "
                   f"against the provider's pricing page); give your own with --prices FILE.toml",
                   markup=False, highlight=False, soft_wrap=True)
     return Budget(max_cost, table)
@@ -385,9 +387,11 @@ def score_cmd(
     max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
     as `run`'s does, whether too many samples failed."""
+    set_quiet(quiet)
     _load_plugins(include)
     _check_share(max_failed)
     _check_share(max_judge_failed, "--max-judge-failed")
@@ -443,9 +447,11 @@ def validate_judge_cmd(
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
     max_retries: int = typer.Option(6, help="Retries for the judge."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """The judge against human raters, per criterion, with the human ceiling beside it: the built-in
     crisis-escalation set (H1, H2), or any human-rated set given with --ratings."""
+    set_quiet(quiet)
     import json
     from ..validation.judge import ValidateSpec, report_table, validate_judge
     from ..models import split_spec
