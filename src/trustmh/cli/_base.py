@@ -109,7 +109,10 @@ def _data_dir(data_dir: Optional[Path]) -> Path:
     return default_data_dir()
 
 
-def _choose_suite(suite: str, data_dir: Path) -> str:
+def _choose_suite(suite: str, data_dir: Path, tasks: str | None = None) -> str:
+    """The suite `auto` means here; `tasks` (a run's selection), when given and none of them reads a data
+    file (a plugin's tasks with items of their own), leaves the note about the sample suite out: it would
+    not be what the run rests on."""
     if suite in ("sample", "data"):
         return suite
     if suite != "auto":
@@ -121,6 +124,10 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
     present = any((data_dir / f.path).is_file() for d in DATASETS.values() if d.name != METHODS and not d.on_request
                   for f in d.files)
     if not present:
+        if tasks is not None:
+            from ..tasks import resolve_tasks
+            if not any(t.files for t in resolve_tasks(tasks)):
+                return "sample"
         note.print(f"No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
                   f"Run `trustmh data pull` for the full benchmark.", style="yellow", markup=False, highlight=False)
         return "sample"

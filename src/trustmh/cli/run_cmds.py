@@ -23,6 +23,9 @@ _FAIL_ON_ERROR_HELP = "Exit 1 if any sample failed with an API error of the mode
 _PRICES_HELP = ("A TOML price table ([models.\"SPEC\"] input_per_mtok, output_per_mtok: USD per million tokens) "
                 "over trustmh's shipped one (list prices, each with the page and date it was read, or marked "
                 "unverified); for the cost estimates.")
+_LIMIT_HELP = ("The first N items of each task, in data order (all of a task with fewer). An item can make several "
+               "samples, each a model call: robustness tasks ask it perturbed, fairness.support as 17 people, so "
+               "--limit 20 is about 1,100 samples per model on the whole benchmark; --dry-run counts them.")
 _SYSTEM_PROMPT_HELP = (
     "The deployed assistant's system prompt, as TEXT or @FILE (a UTF-8 file, at most 256 KiB): sent first in every "
     "request to the tested models (never to the judge) and recorded in the run's spec, so it is part of every "
@@ -44,7 +47,7 @@ def run_cmd(
     judge: Optional[list[str]] = typer.Option(
         None, help=f"{JUDGE_HELP} Default: {PAPER_JUDGE}, the paper's judge, under --protocol paper; rules otherwise."),
     tasks: str = typer.Option("all", "--tasks", "-t", help="Comma-separated task ids and/or pillar names."),
-    limit: Optional[int] = typer.Option(None, help="First N items of each task, in data order."),
+    limit: Optional[int] = typer.Option(None, help=_LIMIT_HELP),
     seed: int = typer.Option(0, help="Seed for sampling, variants, baselines and the bootstrap."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
@@ -151,7 +154,7 @@ def run_cmd(
         raise UserError(f"--data-dir {data_dir} is not a directory; `trustmh data pull --data-dir {data_dir}` "
                         f"fetches the data there")
     ddir = _data_dir(data_dir)
-    chosen = _choose_suite(suite, ddir)
+    chosen = _choose_suite(suite, ddir, tasks)
     if upstream_compat:  # the old name of --protocol paper
         if protocol == "trustmh":
             raise UserError("--upstream-compat means --protocol paper; it cannot be combined with --protocol trustmh")
