@@ -107,7 +107,7 @@ class Endpoint:
         if shared is not None:
             return await shared
         budget = self.limits.budget  # --max-cost: the call's estimated cost is reserved before it leaves
-        held = await budget.reserve(self.model.spec, request) if budget is not None else 0.0
+        held = await budget.reserve(self.model.spec, request, self.model.default_max_tokens) if budget else None
         # A plain future, not a task per call: the caller does the work itself (one scheduling hop less).
         fut = self.pending[key] = asyncio.get_running_loop().create_future()
         resp = None
@@ -124,7 +124,7 @@ class Endpoint:
         finally:
             del self.pending[key]
             if budget is not None:
-                budget.settle(self.model.spec, request, held, resp)
+                budget.settle(held, resp)
         if not fut.done():
             fut.set_result(resp)
         return resp
