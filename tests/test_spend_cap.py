@@ -129,7 +129,7 @@ def _spend(usage: str, stalls: int, words: int, max_tokens: int | None, cap: flo
     return budget, model, bool(stopped), Watched.peak
 
 
-MODES = list(itertools.product(USAGE_MODES, (0,), ("timeout", "connection"), ((8, 16), (8, None), (2000, None))))
+MODES = list(itertools.product(USAGE_MODES, (0, 2), ("timeout", "connection"), ((8, 16), (8, None), (2000, None))))
 
 
 @pytest.mark.parametrize("usage,stalls,stall_kind,shape", [m for m in MODES if m[1] or m[2] == "timeout"],
@@ -242,3 +242,30 @@ def test_h1_usage_above_max_tokens_is_priced_at_the_reservation(tmp_path):
     assert _said(text) <= 6.0 and "usage above its bound" in text
     # the real bill (2 words a reply) is within what was counted
     assert _bill(bodies, 2) <= _said(text) + 1e-4
+
+
+def test_h2_retried_timeouts_are_counted_at_their_reservation(tmp_path):
+    """H2: a server whose first two attempts of each request stall past --timeout did 3x the work, and
+    only the attempts that answered were counted. Every attempt is counted now."""
+    prices = tmp_path / "p.toml"
+    prices.write_text(PRICES)
+    seen: collections.Counter = collections.Counter()
+
+    def stall_twice(n, body):
+        key = request_key(body)
+        seen[key] += 1
+        return Fault("stall", stall_s=2.0) if seen[key] <= 2 else None
+
+    with FakeLLMServer(reply=lambda body: "Answer: A", faults=stall_twice) as srv:
+        proc = cli("run", "--model", "openai/fake", "--base-url", srv.openai_base_url, "--judge", "rules",
+                   "--suite", "sample", "--tasks", "ethics", "--limit", "3", "--timeout", "0.3",
+                   "--max-connections", "8", "--max-cost", "50", "--prices", prices, "--out", tmp_path / "run",
+                   "--no-progress", "--bootstrap", "100", cwd=tmp_path, env_extra=ENV)
+        bodies = srv.requests
+    assert proc.returncode == 0, proc.stderr
+    assert len(bodies) == 3 * len(set(map(request_key, bodies)))  # three attempts a request
+    text = " ".join(proc.stderr.split())
+    m = re.search(r"--max-cost: spent ~\$([0-9.]+) on (\d+) calls", text)
+    assert m, text
+    assert int(m.group(2)) == len(bodies)  # each attempt that reached the server
+    assert float(m.group(1)) >= _bill(bodies, 2) and "timed out" in text

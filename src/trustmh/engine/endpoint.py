@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+from .budget import Hold
 from .limiter import AdaptiveLimiter
 from ..models import Model
 from ..redaction import redact_url, scrub
@@ -106,11 +107,8 @@ class Endpoint:
         shared = self.pending.get(key)
         if shared is not None:
             return await shared
-        budget = self.limits.budget  # --max-cost: the call's estimated cost is reserved before it leaves
-        held = await budget.reserve(self.model.spec, request, self.model.default_max_tokens) if budget else None
         # A plain future, not a task per call: the caller does the work itself (one scheduling hop less).
         fut = self.pending[key] = asyncio.get_running_loop().create_future()
-        resp = None
         try:
             resp = await self._call(request, key)
         except asyncio.CancelledError:
@@ -123,8 +121,6 @@ class Endpoint:
             raise
         finally:
             del self.pending[key]
-            if budget is not None:
-                budget.settle(held, resp)
         if not fut.done():
             fut.set_result(resp)
         return resp
@@ -134,26 +130,41 @@ class Endpoint:
         await self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
         return resp
 
-    async def _attempt(self, request: Request, retry: bool = False) -> Response:
+    async def _attempt(self, request: Request, retry: bool = False, hold: Hold | None = None) -> Response:
         """One request to the model. It takes a slot of the limiter for this attempt only: a request
-        waiting to retry must not hold one, or after a 429 the retries alone would keep the pressure on."""
-        limiter = self.limiter
-        if limiter is None:
-            self.writer.flush()
-            return await self.model.generate(request)
-        await limiter.acquire(retry)
+        waiting to retry must not hold one, or after a 429 the retries alone would keep the pressure on.
+        Under --max-cost the attempt has reserved its worst case (`hold`) and settles once over: a reply at
+        its usage, a failure after sending (a timeout, a dropped connection) at its reservation, since the
+        server may have worked on it and billed it (engine/budget.py)."""
+        limiter, budget = self.limiter, self.limits.budget
+        resp = kind = None
+        sent = False
         try:
-            self.writer.flush()  # replies received so far are committed before a new request leaves
-            epoch = limiter.epoch
+            if limiter is not None:
+                await limiter.acquire(retry)
             try:
-                resp = await self.model.generate(request)
-            except ModelError as e:
-                limiter.on_failure(epoch, e)  # 429s and runs of 503s slow the endpoint down
-                raise
-            limiter.on_success(epoch)
-            return resp
-        finally:
-            limiter.release()
+                self.writer.flush()  # replies received so far are committed before a new request leaves
+                epoch = limiter.epoch if limiter is not None else 0
+                sent = True
+                try:
+                    resp = await self.model.generate(request)
+                except ModelError as e:
+                    kind = e.kind
+                    if limiter is not None:
+                        limiter.on_failure(epoch, e)  # 429s and runs of 503s slow the endpoint down
+                    raise
+                except Exception:  # noqa: BLE001 - untyped, after sending: it may have been billed
+                    kind = "other"
+                    raise
+                if limiter is not None:
+                    limiter.on_success(epoch)
+                return resp
+            finally:
+                if limiter is not None:
+                    limiter.release()
+        finally:  # cancelled in flight: neither reply nor kind, counted at the reservation
+            if hold is not None:
+                budget.settle(hold, resp, kind, sent=sent)
 
     def _note_down(self, e: ModelError, final: bool) -> None:
         """Stop the endpoint after `limits.stop_after` failures in a row that say it cannot work. Before
@@ -178,8 +189,10 @@ class Endpoint:
         while True:
             attempt += 1
             self.n_calls += 1
+            budget = self.limits.budget  # --max-cost: BudgetStop here ends the run, never one sample
+            hold = await budget.reserve(self.model.spec, request, self.model.default_max_tokens) if budget else None
             try:
-                resp = await self._attempt(request, retry=attempt > 1)
+                resp = await self._attempt(request, attempt > 1, hold)
                 resp.attempts = attempt
                 self.down_run, self.answered = 0, True
                 return resp
