@@ -6,7 +6,6 @@ and a real sample-suite run."""
 
 import csv
 import io
-import os
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,13 @@ from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
 from trustmh.scoring.pillars import PAPER_PILLARS, PAPER_TASKS, PILLAR_NAMES, model_summary
 from trustmh.scoring.results import MetricValue, RunResults, TaskResult
-from trustmh.testing.browser import chromium_tab, find_chromium
+from trustmh.testing.browser import chromium_tab
 
 ROWS = [t for rows in PAPER_PILLARS.values() for ts in rows.values() for t in ts]
 BEYOND = {"safety.over_refusal": "safety", "robustness.crisis": "robustness"}
 # Labels from a models file: a long one, one with characters markdown, LaTeX and HTML treat specially.
 LABELS = {"openai/gpt-4o-mini": "GPT-4o mini", "openai/Llama-3.1-8B-Instruct": "Llama 3.1 8B Instruct (Meta, 2024)",
           "hf/mental-llama": "MentaLLaMA_chat & 13B {v2} <b>"}
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is required in CI (.ci/run installs the Debian package)")
-        pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
-    return exe
 
 
 def _task(tid: str, trust: float | None, *, ran: bool = True, k: int = 0) -> TaskResult:

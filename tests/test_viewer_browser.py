@@ -4,7 +4,6 @@ judge output and the item's own text but not its task's template; every model's 
 side. And the report's leaderboard fits 1,280 px without a horizontal scroll."""
 
 import json
-import os
 import threading
 from urllib.parse import parse_qs, urlsplit
 
@@ -16,21 +15,11 @@ from test_report import sample_items
 from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
 from trustmh.report.viewer import make_server
-from trustmh.testing.browser import chromium_tab, find_chromium
+from trustmh.testing.browser import chromium_tab
 
 TASKS = "crisis.identification,ethics.reasoning,reliability.emotion_recognition"
 LABELS = {"baseline/counselor": "A counselling baseline with a rather long name (v2, 2026)",
           "baseline/refuse": "Refuser"}
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is required in CI (.ci/run installs the Debian package)")
-        pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
-    return exe
 
 
 @pytest.fixture(scope="module")
