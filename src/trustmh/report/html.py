@@ -96,7 +96,7 @@ def run_header(run: Run) -> dict[str, str]:
                                                  if spec.get("judge", "rules") == "rules" else "")]
     judges += [f"{k.replace('_', ' ')} {opts[k]}" for k in ("proxy_judge", "refusal_classifier") if opts.get(k)]
     limit = spec.get("limit")
-    from ..engine.spec import stored_protocol
+    from ..engine.spec import limited_banner, stored_protocol
     protocol = stored_protocol(spec) or "trustmh"
     return {
         "protocol": ("the paper's (prompts and scoring read from the authors' files)" if protocol == "paper"
@@ -105,8 +105,7 @@ def run_header(run: Run) -> dict[str, str]:
         "data": f"{res.data.get('kind', '–')} ({len(res.data.get('sha256') or {})} files checked by sha256)",
         "subset": (f"tasks: {spec.get('tasks', 'all')}; "
                    + (f"the first {limit} items of each task (--limit)" if limit else "every item")),
-        "limited": (f"SUBSET: --limit {limit} keeps {limit} items per task, so these numbers are not the benchmark's "
-                    f"and their intervals are wide" if limit else ""),
+        "limited": limited_banner(res),
     }
 
 

@@ -122,7 +122,7 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
             if pr is None or pr.trust_score is None:
                 board.cells[(i, p)] = Cell(None, None)
                 continue
-            cover += _measured(pr)
+            cover += _measured(pr) if p in PAPER_PILLARS else ()  # a pillar of one's own is not in the overall
             board.cells[(i, p)] = Cell(pr.trust_score, pr.ci, coverage=_measured(pr), partial=(
                 f"partial: {pr.n_rows_measured} of the paper's {pr.n_rows} rows" if pr.partial else ""))
         r = e.result
@@ -147,8 +147,12 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
         return pair_cache[(i, j)]
 
     every = {p: [t for ts in rows.values() for t in ts] for p, rows in PAPER_PILLARS.items()}
+    for p in pillars:  # a pillar of one's own tasks: complete with every task of it that some model ran
+        if p not in every:
+            every[p] = sorted({t for e in ents for t in (e.result.pillars[p].tasks if p in e.result.pillars else ())})
+    paper_tasks = [t for p in PAPER_PILLARS for t in every[p]]
     for col in board.columns:
-        complete = [t for ts in every.values() for t in ts] if col == "overall" else every.get(col, [])
+        complete = paper_tasks if col == "overall" else every.get(col, [])
         cells = [board.cells[(i, col)] for i in range(len(ents))]
         ranked_groups = rank_apart(cells, complete)
         for ranked in ranked_groups:
