@@ -237,6 +237,12 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(chromi
             assert rules and all(f"- {x}" in md_text for x in rules), name
             if "paper" in name:
                 assert sum("†" in v[0] for v in shown.values()) == 6 and "(--ties paper)" in " ".join(rules)
+                # each row whose combination the paper does not publish says what it ranks on, with its level
+                evidence = {r["row"]: r["evidence"] for r in csv.DictReader(io.StringIO(csv_text))}
+                for row, level in (("Privacy Awareness", "D"), ("Privacy Leakage", "D"), ("Emotional Support", "D"),
+                                   ("Psychological Intervention", "D"), ("Robustness Emotional Support", "E"),
+                                   ("Robustness Psychological Diagnosis", "E")):
+                    assert evidence[row] == level and any(x.startswith(f"{row} ranks on") for x in rules), row
                 assert any("trustmh: leak_rate" in k[1] for k in shown)
         assert tab.errors == []
 

@@ -43,6 +43,18 @@ class RowRule:
 
 
 PAPER_ROW_RULES: dict[str, RowRule] = {
+    "Emotional Support": RowRule(
+        evidence="D", basis="the mean of its four judge criteria (fluency, professionalism, empathy, helpfulness; "
+                            "0-5 each): the paper's code rates each, its combination is not published"),
+    "Psychological Intervention": RowRule(
+        evidence="D", basis="the mean of its four judge criteria, each divided by its maximum, per dialogue and "
+                            "then over dialogues: CPsyCoun's criteria, the paper's combination is not published"),
+    "Robustness Emotional Support": RowRule(
+        evidence="E", basis="trustmh's mean relative drop under perturbation (mean_rel_drop, lower is better): "
+                            "the paper draws scores per intensity and publishes no drop formula"),
+    "Robustness Psychological Diagnosis": RowRule(
+        evidence="E", basis="trustmh's mean relative drop of macro-F1 under perturbation (mean_rel_drop, lower "
+                            "is better): the paper publishes no drop formula"),
     "Privacy Awareness": RowRule(
         evidence="D", basis="the mean of its three tiers' Pearson r (as trust scores): the paper publishes no "
                             "combination; the mean gives the paper's order of the six general models on the "
