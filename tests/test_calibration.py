@@ -242,7 +242,9 @@ def test_unequal_inclusion_probabilities_are_weighted_away():
 def test_draw_is_seeded_and_records_inclusion_probabilities():
     frame = [FrameRow(mo, "t", str(i), "", str(i % 4 == 0)) for mo in ("a", "b") for i in range(100)]
     one, two = draw(frame, 20, "uniform", 1), draw(frame, 20, "uniform", 1)
-    assert one == two and len(one) == 20 and all(d.pi == pytest.approx(20 / 200) for d in one)
+    # 20 of the 100 items, each with both models' replies: every reply has probability 0.2
+    assert one == two and len(one) == 40 and all(d.pi == pytest.approx(20 / 100) for d in one)
+    assert {d.row.item_id for d in one if d.row.model == "a"} == {d.row.item_id for d in one if d.row.model == "b"}
     assert draw(frame, 20, "uniform", 2) != one
     strat = draw(frame, 40, "stratified", 1)
     sizes = {h: sum(1 for d in strat if d.stratum == h) for h in {d.stratum for d in strat}}

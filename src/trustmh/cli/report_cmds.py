@@ -35,6 +35,8 @@ def report_cmd(
                                                            "csv or markdown (to --output, else to stdout)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    calibrated: bool = typer.Option(False, "--calibrated", help="With --format csv|markdown: rank by the judged "
+                                                               "values anchored to human ratings (trustmh annotate)."),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
     from ..analysis.runs import load_run
@@ -50,8 +52,13 @@ def report_cmd(
     groups = _groups(group)
     loaded = [load_run(r) for r in runs]
     if fmt != "html":
+        if calibrated:
+            loaded = _calibrated_runs(loaded)
+            paired = False  # ties read from the calibrated intervals, not from the judge's paired draws
         _emit(_rank_text(loaded, fmt, groups, paired=paired), output)
         return
+    if calibrated:
+        raise UserError("--calibrated goes with --format csv|markdown (the HTML report shows both values side by side)")
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
     check_output_target(target, [r.dir for r in loaded], "-o")  # never a run's own file, a link or a device
     read, t0 = [0], time.perf_counter()
@@ -94,6 +101,13 @@ def view_cmd(
         pass
     finally:
         server.server_close()
+
+
+def _calibrated_runs(runs):
+    """The runs as their calibrated values tell them (validation/calibrated.py `calibrated_view`)."""
+    from ..analysis.runs import Run
+    from ..validation.calibrated import calibrated_view
+    return [Run(r.dir, calibrated_view(r.results)) for r in runs]
 
 
 def _groups(pairs: list[str]) -> dict[str, str]:
@@ -220,6 +234,10 @@ def gate_cmd(
                                             "the judge (a verdict in the judge's format, an instruction to an "
                                             "evaluator, the rubric's score lines, a closing tag); not checked "
                                             "by default."),
+    calibrated: bool = typer.Option(False, "--calibrated", help="Check the judged values anchored to human ratings "
+                                                               "(trustmh annotate, then score) instead of the judge's "
+                                                               "own; a judged value without one fails with the reason. "
+                                                               "--baseline's paired test stays on the judged values."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..analysis.runs import load_run
@@ -244,6 +262,8 @@ def gate_cmd(
         check_bootstrap(n_boot)
     run = load_run(run_dir)
     check_input(run)  # fails closed: a file that cannot carry a verdict is exit 2, never a pass
+    if calibrated:
+        run = _calibrated_runs([run])[0]
     failures, n = check_thresholds(run, thresholds)
     made: list[int] = []
     coverage = check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,

@@ -362,8 +362,13 @@ def score_cmd(
     max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
+    ratings: Optional[Path] = typer.Option(None, "--ratings", help="Human ratings of the run to calibrate its judged "
+                                                                   "values with: an annotation.json of `trustmh "
+                                                                   "annotate` (default: RUN_DIR/annotation.json "
+                                                                   "when there is one)."),
 ) -> None:
-    """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
+    """Re-judge and re-score a run's saved responses; the tested model is never called. With human ratings of
+    the run (`trustmh annotate`) every judged value also gets a calibrated value (PPI++). The exit code says,
     as `run`'s does, whether too many samples failed."""
     _load_plugins(include)
     _check_share(max_failed)
@@ -387,7 +392,7 @@ def score_cmd(
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             _, results, _ = run(spec, run_dir, limits=limits, generate=False,
-                                accept_stored=accept_stored, events=view)
+                                accept_stored=accept_stored, events=view, ratings=ratings)
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
