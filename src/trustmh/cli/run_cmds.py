@@ -238,6 +238,7 @@ def run_cmd(
             raise UserError(f"{e}. The paper's protocol judges with {PAPER_JUDGE} by default: pass --judge rules "
                             f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
         raise
+    results = _calibrate(run_dir, results)  # a run resumed after `trustmh annotate` keeps its calibrated values
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
@@ -392,13 +393,25 @@ def score_cmd(
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             _, results, _ = run(spec, run_dir, limits=limits, generate=False,
-                                accept_stored=accept_stored, events=view, ratings=ratings)
+                                accept_stored=accept_stored, events=view)
+        results = _calibrate(run_dir, results, ratings)
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
+
+
+def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
+    """With human ratings of the run (`trustmh annotate`), its judged values' calibrated blocks, written into
+    results.json under the run's lock."""
+    from ..engine.rundir import run_lock
+    from ..validation.calibrated import with_ratings
+    if ratings is None and not (Path(run_dir) / "annotation.json").exists():
+        return results
+    with run_lock(Path(run_dir)):
+        return with_ratings(Path(run_dir), results, ratings)
 
 
 @app.command("validate-judge")

@@ -34,17 +34,14 @@ def context(spec: RunSpec) -> RunContext:
 
 def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,
         generate: bool = True, executor=None, accept_stored: bool = False, force: bool = False,
-        events: EventSink = ignore, idle: Sequence[Callable[[], object]] = (),
-        ratings: Path | None = None) -> tuple[Path, RunResults, dict[str, int]]:
+        events: EventSink = ignore, idle: Sequence[Callable[[], object]] = ()) -> tuple[Path, RunResults, dict[str, int]]:
     """Run (or resume) an evaluation and write its outputs. Returns (run dir, results, calls made).
     With `generate` False the tested models are never called (re-scoring). `executor` (see
     trustmh.executors) runs phase 1 elsewhere, e.g. on Ray; phase 2 always runs here. `force` starts a new
     run in a directory that holds another spec, or whose local (hf/) model files have changed (both are
     refused otherwise: its results would be overwritten by a different run). `idle` are calls made once
     each while phase 1 waits for its first replies (the CLI compiles the report's template then); one
-    that fails is left to fail again where its work is needed. With human ratings of the run (its
-    annotation.json from `trustmh annotate`, or the annotation file `ratings`), every judged value they bear
-    on gets its calibrated block in results.json (validation/calibrated.py)."""
+    that fails is left to fail again where its work is needed."""
     limits = limits or Limits()
     idle_threads: list[threading.Thread] = []
     ctx = context(spec)
@@ -93,8 +90,6 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 thread.join()
             t1 = time.perf_counter()
             results = phase2.finish(checksums)
-            from ..validation.calibrated import with_ratings
-            results = with_ratings(run_dir, results, ratings)
             prompt_tokens, completion_tokens = store.totals()
         finally:
             store.close()
