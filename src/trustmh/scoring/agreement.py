@@ -256,13 +256,24 @@ def alpha_level(kind: str) -> str:
     return "nominal" if kind == "label" else "interval"
 
 
+def unanimous(matrix: np.ndarray) -> bool:
+    """Whether the judges (rows) give one value on every sample (column) where two or more gave a usable
+    verdict (NaN: none); a verdict that is missing is missing, never agreement or disagreement."""
+    m = np.asarray(matrix, dtype=float)
+    shared = m[:, (~np.isnan(m)).sum(axis=0) >= 2]
+    return bool(np.array_equal(np.nanmin(shared, axis=0), np.nanmax(shared, axis=0))) if shared.size else True
+
+
 def judge_alpha(matrix: np.ndarray, level: str, *, seed: int, n_boot: int) -> tuple[float, tuple[float, float] | None]:
     """Krippendorff's alpha of a judges x samples matrix (NaN: no usable verdict) and its percentile
-    bootstrap interval over samples (None when too few resamples are defined). 1.0 with no interval when
-    every judge gives every sample the same value: nothing there depends on the judge."""
+    bootstrap interval over samples (None when too few resamples are defined), over the verdicts that
+    exist: a sample with fewer than two usable verdicts pairs with nothing and counts for nothing, and with
+    no sample that has two there is no alpha (NaN), never agreement. 1.0 with no interval when the judges
+    give each such sample one value: nothing there depends on the judge. The judges' order changes nothing."""
     m = np.asarray(matrix, dtype=float)
-    finite = m[~np.isnan(m)]
-    if finite.size and np.all(np.nan_to_num(m - m[0], nan=0.0) == 0):
+    if not ((~np.isnan(m)).sum(axis=0) >= 2).any():
+        return math.nan, None
+    if unanimous(m):
         return 1.0, None
     alpha = krippendorff_alpha(m, level)
     if n_boot <= 0 or m.shape[1] < 2 or math.isnan(alpha):
