@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from trustmh.scoring.metrics import Means, Table, bootstrap
-from trustmh.validation.calibration import (Estimate, FrameRow, calibrated_mean, draw, power_lambda, ppboot,
+from trustmh.scoring.metrics import Table, bootstrap
+from trustmh.validation.calibration import (FrameRow, calibrated_mean, draw, power_lambda, ppboot,
                                             ppi_mean, small_sample_factor)
 
 LEVEL = 0.95

@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..analysis.runs import Run, load_run, run_context
 from ..errors import UserError
+from ..report.local_server import LocalHandler, bind
 from .calibration import DESIGNS, FrameRow, draw, frame_items
 from .rating_forms import RatingForm, form_for
 
@@ -256,9 +257,6 @@ def order_for(units: list[str], rater: str, seed: int) -> list[str]:
 
 
 # --- the server ----------------------------------------------------------------------------------------
-
-from ..report.local_server import LocalHandler, bind  # noqa: E402
-
 
 class _Handler(LocalHandler):
     server_version = "trustmh-annotate"
