@@ -119,6 +119,8 @@ def rated_run(tmp_path_factory):
     ann.save()
     got = CliRunner().invoke(app, ["score", str(tmp / "run"), "--no-progress"])
     assert got.exit_code == 0, got.output
+    # 2 models x (warmth, warmth_x_r), all with a value
+    assert "calibrated: 4 of 4 judged values anchored to 80 rated items (dr-a, dr-b)" in got.output
     yield tmp / "run", ann
     TASKS.pop(TASK_ID, None)
 

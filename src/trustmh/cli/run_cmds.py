@@ -449,7 +449,14 @@ def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
     if ratings is None and not (Path(run_dir) / "annotation.json").exists():
         return results
     with run_lock(Path(run_dir)):
-        return with_ratings(Path(run_dir), results, ratings)
+        results = with_ratings(Path(run_dir), results, ratings)
+    blocks = [mv.calibrated for mr in results.models.values() for tr in mr.tasks.values()
+              for mv in tr.metrics.values() if mv.calibrated is not None]
+    cal = results.calibration or {}
+    out.print(f"calibrated: {sum(b.value is not None for b in blocks)} of {len(blocks)} judged values anchored to "
+              f"{cal.get('n_rated', 0)} rated items ({', '.join(cal.get('raters') or []) or 'no rater yet'}); the "
+              f"others say why not (results.json, report: Anchored to clinicians)", markup=False, highlight=False)
+    return results
 
 
 @app.command("validate-judge")
