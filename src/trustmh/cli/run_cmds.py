@@ -252,6 +252,7 @@ def run_cmd(
             raise UserError(f"{e}. The paper's protocol judges with {PAPER_JUDGE} by default: pass --judge rules "
                             f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
         raise
+    results = _calibrate(run_dir, results)  # a run resumed after `trustmh annotate` keeps its calibrated values
     _summary(results)
     _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
@@ -398,9 +399,14 @@ def score_cmd(
     max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
+    ratings: Optional[Path] = typer.Option(None, "--ratings", help="Human ratings of the run to calibrate its judged "
+                                                                   "values with: an annotation.json of `trustmh "
+                                                                   "annotate` (default: RUN_DIR/annotation.json "
+                                                                   "when there is one)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
+    """Re-judge and re-score a run's saved responses; the tested model is never called. With human ratings of
+    the run (`trustmh annotate`) every judged value also gets a calibrated value (PPI++). The exit code says,
     as `run`'s does, whether too many samples failed."""
     set_quiet(quiet)
     _load_plugins(include)
@@ -427,6 +433,7 @@ def score_cmd(
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             _, results, _ = run(spec, run_dir, limits=limits, generate=False,
                                 accept_stored=accept_stored, events=view)
+        results = _calibrate(run_dir, results, ratings)
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
@@ -434,6 +441,24 @@ def score_cmd(
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
+
+
+def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
+    """With human ratings of the run (`trustmh annotate`), its judged values' calibrated blocks, written into
+    results.json under the run's lock."""
+    from ..engine.rundir import run_lock
+    from ..validation.calibrated import with_ratings
+    if ratings is None and not (Path(run_dir) / "annotation.json").exists():
+        return results
+    with run_lock(Path(run_dir)):
+        results = with_ratings(Path(run_dir), results, ratings)
+    blocks = [mv.calibrated for mr in results.models.values() for tr in mr.tasks.values()
+              for mv in tr.metrics.values() if mv.calibrated is not None]
+    cal = results.calibration or {}
+    out.print(f"calibrated: {sum(b.value is not None for b in blocks)} of {len(blocks)} judged values anchored to "
+              f"{cal.get('n_rated', 0)} rated items ({', '.join(cal.get('raters') or []) or 'no rater yet'}); the "
+              f"others say why not (results.json, report: Anchored to clinicians)", markup=False, highlight=False)
+    return results
 
 
 @app.command("validate-judge")
