@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .compare import compare
 from ..errors import UserError
-from .runs import Run, entries, read_rows
+from .runs import Run, entries, model_labels, read_rows
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def check_input(run: Run) -> None:
     where = run.dir / "results.json"
     if not run.results.models:
         raise UserError(f"{where}: no models in this run, so nothing can be checked")
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         scores = [("overall", mr.trust_score)] + [(f"pillar:{p}", pr.trust_score) for p, pr in mr.pillars.items()]
         for tid, tr in mr.tasks.items():
             scores.append((tid, tr.trust_score))
@@ -255,7 +255,7 @@ def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
     """One check per model and threshold: every model of the run is checked."""
     validate(thresholds, run)
     checks = []
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         for th in thresholds:
             value, why = _value(mr, th.name)
             failure = None
@@ -267,6 +267,12 @@ def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
             checks.append(Check(model, th.name, THRESHOLD, failure,
                                 f"{th.name} = {value:.4g}, {th.describe()}" if failure is None else ""))
     return checks
+
+
+def _named(run: Run):
+    """(name, results) of every model of a run: its label from the models file, else its spec."""
+    labels = model_labels(run.results)
+    return [(labels[m], mr) for m, mr in run.results.models.items()]
 
 
 MAX_UNSCORED = 0.05
@@ -294,7 +300,7 @@ def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float
     it in the metric and are not left out."""
     checks = []
     every = [Threshold(t, "min", 0.0) for mr in run.results.models.values() for t in mr.tasks] if every_task else []
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         seen: set[str] = set()
         for th in thresholds + every:
             if not allow_partial and th not in every:
@@ -368,7 +374,7 @@ def check_judge_addressed(run: Run, max_addressed: int) -> list[Check]:
     """A check of every task: it fails when its judged replies address the judge (judges/addressed.py) more
     than `max_addressed` times, as its judged numbers may have been gamed (--max-judge-addressed)."""
     checks = []
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         for tid, tr in mr.tasks.items():
             failure = None
             if tr.n_judge_addressed > max_addressed:
@@ -392,16 +398,16 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
     for e in new:
         ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)
         if ref is None:
-            checks.append(Check(e.model, "baseline", BASELINE, f"not in the baseline run ({', '.join(old)}); "
+            checks.append(Check(e.label, "baseline", BASELINE, f"not in the baseline run ({', '.join(old)}); "
                                                                f"cannot check for regressions"))
             continue
         for tid, tr in ref.result.tasks.items():
             mine = e.result.tasks.get(tid)
             if tr.status == "ok" and (mine is None or mine.status != "ok"):
-                checks.append(Check(e.model, tid, BASELINE, f"{tid} not run, but ran in the baseline"))
-        checks += _lost_values(e.model, ref.result, e.result)
+                checks.append(Check(e.label, tid, BASELINE, f"{tid} not run, but ran in the baseline"))
+        checks += _lost_values(e.label, ref.result, e.result)
         c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
-        warnings += [f"{e.model}: {w}" for w in c.warnings]
+        warnings += [f"{e.label}: {w}" for w in c.warnings]
         for d in c.diffs:
             if d.kind == "metric" or d.diff is None:
                 continue
@@ -411,7 +417,7 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
                 failure = (f"{d.name} regressed against the baseline: {d.diff:+.4g} ({1 - alpha:.0%} CI {ci}, "
                            f"p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
                            f"{d.n_shared} shared samples)")
-            checks.append(Check(e.model, d.name, BASELINE, failure,
+            checks.append(Check(e.label, d.name, BASELINE, failure,
                                 f"{d.name} against the baseline: {d.diff:+.4g} ({1 - alpha:.0%} CI {ci})"))
     return checks, warnings
 

@@ -93,7 +93,7 @@ class _ProgressView:
             self.bars.update(tid, completed=e.done, total=e.total or None, **fields)
 
 
-def _pillar_summary(mr) -> None:
+def _pillar_summary(mr, name: str) -> None:
     """The pillars the run has tasks in, with what each rests on: the paper's, then those of one's own tasks
     (outside the overall score); the overall score says how many of the paper's pillars it covers. A pillar
     with no task in the run is left out (the overall row counts it)."""
@@ -104,7 +104,7 @@ def _pillar_summary(mr) -> None:
         return
     narrow = out.width < 120  # no frame: at 80 columns every cell reads whole
     title = "pillars (trustmh's aggregation; the paper publishes ranks only)" if paper else "pillars"
-    table = RichTable(title=f"{mr.model}: {title}", title_justify="left",
+    table = RichTable(title=f"{escape(name)}: {title}", title_justify="left",
                       box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for col in ("pillar", "trust", "~95% CI", "rows", "samples", ""):
         table.add_column(col, justify="left" if col in ("pillar", "") else "right", no_wrap=True)
@@ -146,7 +146,7 @@ def _red(n: int) -> str:
     return f"[red]{n}[/]" if n else "0"
 
 
-def _task_tables(mr) -> list[RichTable]:
+def _task_tables(mr, name: str) -> list[RichTable]:
     """The per-task table: one of ten columns from 120 columns on; under that (80 columns must read whole:
     task ids are never cut, they are what users copy into --tasks and gates) two tables, the values and
     then the counts they rest on, each with its full headers."""
@@ -154,7 +154,7 @@ def _task_tables(mr) -> list[RichTable]:
     arrow = lambda t: "↑" if t.higher_is_better else "↓"  # noqa: E731
     ok = [t for t in mr.tasks.values() if t.status == "ok"]
     if out.width >= 120:
-        table = RichTable(title=mr.model, title_justify="left", box=box.HEAVY_HEAD)
+        table = RichTable(title=escape(name), title_justify="left", box=box.HEAVY_HEAD)
         for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
                     "trust"):
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
@@ -166,7 +166,7 @@ def _task_tables(mr) -> list[RichTable]:
             table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), str(t.n_no_answer),
                           str(t.n_unscored), _red(t.n_judge_failed), _red(t.n_errors), trust(t))
         return [table]
-    values = RichTable(title=f"{mr.model}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+    values = RichTable(title=f"{escape(name)}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                        padding=(0, 1, 0, 0))
     for col in ("task / metric", "value", "95% CI", "trust"):
         values.add_column(col, justify="left" if col == "task / metric" else "right", no_wrap=True)
@@ -176,7 +176,7 @@ def _task_tables(mr) -> list[RichTable]:
             continue
         val, ci = _value_cells(t)
         values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val.replace(" (base", "\n(base"), ci, trust(t))
-    counts = RichTable(title=f"{mr.model}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
+    counts = RichTable(title=f"{escape(name)}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
                        pad_edge=False, padding=(0, 1, 0, 0))
     for col in ("task", "n", "no\nanswer", "unscored", "judge\nfailed", "errors"):
         counts.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
@@ -187,6 +187,7 @@ def _task_tables(mr) -> list[RichTable]:
 
 
 def _summary(results) -> None:
+    from ..analysis.runs import model_labels
     from ..scoring.pillars import judge_mark
     if results.banner:  # above and below: the tables between are long, and either end may be all one reads
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
@@ -194,8 +195,11 @@ def _summary(results) -> None:
     limited = limited_banner(results)
     if limited:
         out.print(limited, style="yellow", markup=False, highlight=False, soft_wrap=True)
+    labels = model_labels(results)
     for model, mr in results.models.items():
-        for table in _task_tables(mr):
+        # a model's label, from --models FILE, with its spec once here; the leaderboard shows the label alone
+        name = labels[model] if labels[model] == model or model in labels[model] else f"{labels[model]} ({model})"
+        for table in _task_tables(mr, name):
             out.print(table)
         not_run = [f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}" for t in mr.tasks.values()
                    if t.status != "ok"]  # own lines: in a cell the reason squeezed every other column
@@ -222,7 +226,7 @@ def _summary(results) -> None:
                       "perfect on them; read them beside the base value ("
                       + ", ".join(f"{t.task}: {t.base_metric}" for t in relative) + ")",
                       markup=False, highlight=False)
-        _pillar_summary(mr)
+        _pillar_summary(mr, name)
     if len(results.models) > 1:
         _leaderboard(results)
     for note in results.notes:

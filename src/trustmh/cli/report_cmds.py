@@ -13,6 +13,9 @@ from ..errors import UserError
 from ._base import QUIET_HELP, _INCLUDE_HELP, _load_plugins, app, err, note, out, printable, set_quiet
 
 
+_TIES_HELP = ("The rank table's tie rule: paper (a tie broken by the row's declared secondary value, marked †; "
+              "shared where a row has none) or shared (1, 2, 2, 4). Default: paper for runs under --protocol "
+              "paper, else shared.")
 _GROUP_HELP = ("LABEL=GROUP: a model's group in the rank table (e.g. general, mental-health); repeatable. LABEL is "
                "the model as listed (its spec, or 'spec @ run' when runs share one). Default: the run's model_groups.")
 
@@ -32,8 +35,12 @@ def report_cmd(
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
     fmt: str = typer.Option("html", "--format", "-f", help="html (the report), or the paper's rank table alone as "
-                                                           "csv or markdown (to --output, else to stdout)."),
+                                                           "csv, markdown or latex (to --output, else to stdout)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
+    ties: Optional[str] = typer.Option(None, "--ties", help=_TIES_HELP),
+    figures: Optional[Path] = typer.Option(None, "--figures", help="Write the rank heat map and the pillar radar "
+                                                                   "as SVG and PNG into this folder instead of "
+                                                                   "the report (needs trustmh[figures])."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
@@ -43,16 +50,23 @@ def report_cmd(
     from ..engine.rundir import check_output_target
     from ..report import write_report
     _load_plugins(include)
-    if fmt not in ("html", "csv", "markdown"):
-        raise UserError(f"--format must be html, csv or markdown, not '{fmt}'")
+    if fmt not in ("html", "csv", "markdown", "latex"):
+        raise UserError(f"--format must be html, csv, markdown or latex, not '{fmt}'")
     if samples_per_task < 1 or max_samples < 1:
         raise UserError("--samples-per-task and --max-samples must be at least 1")
     if not 0 < sample_mb < 1e6:
         raise UserError("--sample-mb must be a positive number of megabytes")
     groups = _groups(group)
+    _check_ties(ties)
     loaded = [load_run(r) for r in runs]
+    if figures is not None:
+        from ..report.figures import write_figures
+        ents, board, table, pillars = _rank_table(loaded, groups, ties)
+        for path in write_figures(table, board, [e.label for e in ents], pillars, figures):
+            out.print(f"figure: {path}", markup=False, highlight=False)
+        return
     if fmt != "html":
-        _emit(_rank_text(loaded, fmt, groups, paired=paired), output)
+        _emit(_rank_text(loaded, fmt, groups, ties=ties), output)
         return
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
     check_output_target(target, [r.dir for r in loaded], "-o")  # never a run's own file, a link or a device
@@ -65,7 +79,7 @@ def report_cmd(
             progress(done, total, label)
         return write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
                             paired=paired, groups=groups, progress=both, per_task=samples_per_task,
-                            max_bytes=int(sample_mb * 1e6))
+                            max_bytes=int(sample_mb * 1e6), ties=ties)
     path = _with_progress(work)
     note.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
               markup=False, highlight=False)
@@ -108,17 +122,30 @@ def _groups(pairs: list[str]) -> dict[str, str]:
     return out_
 
 
-def _rank_text(loaded, fmt: str, groups: dict[str, str], *, paired: bool = False, n_boot: int = 200) -> str:
-    """The paper's rank table (subtask rows x models) as CSV or Markdown, in the report's overall ordering."""
+def _check_ties(ties: str | None) -> None:
+    from ..report.ranks import TIES
+    if ties is not None and ties not in TIES:
+        raise UserError(f"--ties must be {' or '.join(TIES)}, not '{ties}'")
+
+
+def _rank_table(loaded, groups: dict[str, str], ties: str | None = None, n_boot: int = 200):
+    """The runs' entries, leaderboard, rank table and pillars, in the report's overall ordering."""
     from ..analysis.runs import entries
-    from ..report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
+    from ..report.leaderboard import leaderboard, task_meta
+    from ..report.ranks import rank_table
     from ..tasks import PILLARS
     ents = entries(loaded, groups)
     metas = task_meta(ents)
     pillars = [p for p in PILLARS if any(m.pillar == p for m in metas.values())]
     board = leaderboard(ents, metas, pillars, paired=False, n_boot=n_boot)
-    table = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
-    return rank_csv(table) if fmt == "csv" else rank_markdown(table)
+    return ents, board, rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties), pillars
+
+
+def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = None) -> str:
+    """The paper's rank table (subtask rows x models) as CSV, Markdown or LaTeX."""
+    from ..report.ranks import rank_csv, rank_latex, rank_markdown
+    table = _rank_table(loaded, groups, ties)[2]
+    return {"csv": rank_csv, "markdown": rank_markdown, "latex": rank_latex}[fmt](table)
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
@@ -144,6 +171,7 @@ def compare_cmd(
     ranks: bool = typer.Option(False, "--ranks", help="Print the paper's rank table (subtask rows x models) "
                                                       "instead of the differences (--format csv or markdown)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
+    ties: Optional[str] = typer.Option(None, "--ties", help=_TIES_HELP + " With --ranks."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
@@ -163,8 +191,9 @@ def compare_cmd(
     if html:
         from ..engine.rundir import check_output_target
         check_output_target(html, [r.dir for r in loaded], "--html")  # refused before any work is done
+    _check_ties(ties)
     if ranks:
-        _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group)), None)
+        _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group), ties=ties), None)
         return
     comparisons = _with_progress(lambda progress: compare_runs(loaded, n_boot=n_boot, seed=seed,
                                                               all_metrics=all_metrics, level=1 - alpha,
@@ -179,7 +208,7 @@ def compare_cmd(
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if html:
         from ..report import write_report
-        write_report(loaded, html, comparisons=comparisons, groups=_groups(group))
+        write_report(loaded, html, comparisons=comparisons, groups=_groups(group), ties=ties)
         note.print(f"report: {html}", markup=False, highlight=False)
 
 

@@ -252,6 +252,7 @@ def run_cmd(
                             f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
         raise
     _summary(results)
+    _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
@@ -309,6 +310,12 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
                   f"against the provider's pricing page); give your own with --prices FILE.toml",
                   markup=False, highlight=False, soft_wrap=True)
     return Budget(max_cost, table)
+
+
+def _spent(budget) -> None:
+    """Under --max-cost, what the finished run spent and by which rules (engine/budget.py)."""
+    if budget is not None:
+        err.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_share(share: float, flag: str = "--max-failed") -> None:
@@ -421,6 +428,7 @@ def score_cmd(
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
+    _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
