@@ -315,7 +315,7 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
 def _spent(budget) -> None:
     """Under --max-cost, what the finished run spent and by which rules (engine/budget.py)."""
     if budget is not None:
-        err.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
+        note.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_share(share: float, flag: str = "--max-failed") -> None:
