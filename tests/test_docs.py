@@ -52,3 +52,17 @@ def test_every_page_is_in_the_navigation_and_the_readme_links_resolve():
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
     local = [link for link in links if not link.startswith(("http://", "https://"))]
     assert local and all((ROOT / link).exists() for link in local), [x for x in local if not (ROOT / x).exists()]
+
+
+def test_every_flag_of_run_is_in_its_table_and_every_row_is_a_flag():
+    """docs/run.md's flags table and `trustmh run`'s options are the same set (a `--no-x` form aside)."""
+    import typer
+    from trustmh.cli import app
+    command = typer.main.get_command(app).commands["run"]
+    options = {o for p in command.params for o in p.opts if o.startswith("--")} - {"--help"}
+    rows = [ln.split("|")[1] for ln in (ROOT / "docs" / "run.md").read_text(encoding="utf-8").splitlines()
+            if ln.startswith("| `")]
+    documented = {flag for row in rows for flag in re.findall(r"--[a-z][a-z-]*", row)}
+    assert options <= documented, sorted(options - documented)
+    secondary = {o for p in command.params for o in p.secondary_opts}
+    assert documented <= options | secondary, sorted(documented - options - secondary)
