@@ -34,7 +34,13 @@ def generation_request(sample: Sample, spec: RunSpec, model: str = "") -> Reques
 
 
 def _with_system(system: str | None, messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system}, *messages] if system else messages
+    """The run's system prompt first; a task's own system message (trustmh's protocol, a plugin's task) follows
+    it in the same message, as many chat templates take one system message only."""
+    if not system:
+        return messages
+    if messages and messages[0].get("role") == "system":
+        return [{**messages[0], "content": f"{system}\n\n{messages[0]['content']}"}, *messages[1:]]
+    return [{"role": "system", "content": system}, *messages]
 
 
 def own_system_message(task_id: str, samples: list[Sample], ctx) -> str | None:
