@@ -45,13 +45,13 @@ def _with_system(system: str | None, messages: list[dict[str, str]]) -> list[dic
 
 def own_system_message(task_id: str, samples: list[Sample], ctx) -> str | None:
     """Why a task cannot take the run's --system-prompt, or None: under the paper's protocol a request that
-    carries a system message of its own (EmoBench's) would no longer be the paper's request with a second
-    one before it, so the task is not run. Under trustmh's protocol the run's comes first, the task's after."""
+    carries a system message of its own (EmoBench's) would no longer be the paper's request with the run's
+    added to it, so the task is not run. Under trustmh's protocol the run's comes first, the task's after."""
     if not ctx.options.get("system_prompt") or ctx.protocol != "paper":
         return None
     if any(m.get("role") == "system" for s in samples for m in s.messages):
         return (f"--system-prompt refused: under --protocol paper {task_id}'s request carries a system message "
-                f"of its own, and a second one would change the paper's request (run it without "
+                f"of its own, and adding the run's to it would change the paper's request (run it without "
                 f"--system-prompt, or under --protocol trustmh)")
     return None
 
