@@ -114,3 +114,15 @@ def test_a_task_s_own_system_message_follows_the_run_s_in_one_message():
     assert generation_request(sample, spec).messages == [
         {"role": "system", "content": "You are Sunny.\n\nAnswer in one word."}, {"role": "user", "content": "Hello"}]
     assert generation_request(sample, RunSpec(models=["baseline/counselor"])).messages == own
+
+
+def test_a_run_whose_every_task_is_refused_says_why_and_exits_2(server, upstream, tmp_path, capsys):
+    if not METHODS.is_dir():
+        pytest.skip(f"method files not found at {METHODS}")
+    code, _, err = cli(capsys, "run", "--model", "openai/assistant", "--base-url", server.openai_base_url, "--judge",
+                       "rules", "--suite", "data", "--data-dir", upstream, "--methods-dir", METHODS, "--protocol",
+                       "paper", "--tasks", "reliability.emotion_recognition", "--system-prompt", "Be kind.",
+                       "--out", tmp_path / "none")
+    assert code == 2 and "no task could run" in err and "--system-prompt refused" in err
+    assert "has its data" not in err  # the data is there: the reason is the system prompt, and says so
+    assert server.n_requests == 0
