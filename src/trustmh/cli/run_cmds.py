@@ -441,7 +441,7 @@ def validate_judge_cmd(
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
     ratings: Optional[Path] = typer.Option(
         None, help="A human-rated set (CSV or JSONL, one rating a line: item, context, reply, criterion, rater, "
-                   "rating; README 'Checking the judge'). Default: the built-in crisis-escalation set (H1, H2)."),
+                   "rating; docs/judges.md). Default: the built-in crisis-escalation set (H1, H2)."),
     rubric: str = typer.Option("reliability.support", help="With --ratings: the judge rubric, a task id "
                                "(reliability.support, reliability.intervention) or your own jinja2 template file."),
     scale: str = typer.Option("1-5", help="With --ratings and your own rubric: the rating scale LO-HI."),
