@@ -230,9 +230,9 @@ def test_register_model_refuses_a_second_provider_of_one_name():
 
 
 def readme_example() -> str:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text.split("## Use from Python", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+    """The example of docs/python.md (Use from Python), the page the README points authors to."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "python.md").read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_readme_example_runs_and_its_run_is_scorable_with_include(tmp_path):

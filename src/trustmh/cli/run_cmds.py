@@ -317,7 +317,7 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
 def _spent(budget) -> None:
     """Under --max-cost, what the finished run spent and by which rules (engine/budget.py)."""
     if budget is not None:
-        err.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
+        note.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_share(share: float, flag: str = "--max-failed") -> None:
@@ -468,7 +468,7 @@ def validate_judge_cmd(
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
     ratings: Optional[Path] = typer.Option(
         None, help="A human-rated set (CSV or JSONL, one rating a line: item, context, reply, criterion, rater, "
-                   "rating; README 'Checking the judge'). Default: the built-in crisis-escalation set (H1, H2)."),
+                   "rating; docs/judges.md). Default: the built-in crisis-escalation set (H1, H2)."),
     rubric: str = typer.Option("reliability.support", help="With --ratings: the judge rubric, a task id "
                                "(reliability.support, reliability.intervention) or your own jinja2 template file."),
     scale: str = typer.Option("1-5", help="With --ratings and your own rubric: the rating scale LO-HI."),

@@ -154,7 +154,7 @@ class TaskResult(_Strict):
                                                           "code reports, under the name it reports it by "
                                                           "(e.g. per_class_metrics.self-harm.recall), with the "
                                                           "value, n and interval of the trustmh metric holding "
-                                                          "it (README, Protocols)")
+                                                          "it (docs/protocols.md)")
     n_judge_addressed: Count = Field(0, description="judged samples whose reply addresses the judge (a rubric-"
                                                   "format verdict, an instruction to an evaluator, the rubric's "
                                                   "score lines, a closing tag): flagged, still scored as judged")
