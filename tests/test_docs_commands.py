@@ -65,6 +65,11 @@ NOT_HERE = {
     "hf/Qwen/": "the weights come from the Hugging Face Hub; tests/test_hf.py runs a model built in the test",
     "hf/./my-finetune": "a local fine-tune of one's own; tests/test_hf.py runs a model built in the test",
     "--executor ray": "needs Ray workers; tests/test_ray.py runs trustmh on a local Ray instance",
+    # A person's ratings, which the page's `trustmh annotate` serves a page for: tests/test_annotate.py rates in
+    # Chromium, exports and runs validate-judge on them; tests/test_calibrated_run.py scores, gates and ranks
+    # with them.
+    "--ratings rated.csv": "needs a clinician's ratings: tests/test_annotate.py",
+    "--calibrated": "needs a clinician's ratings: tests/test_calibrated_run.py",
 }
 PLACEHOLDERS = {"/path/to/copy": str(UPSTREAM.parents[1])}
 
@@ -172,7 +177,8 @@ class Sandbox:
             argv = [sys.executable, "-m", "trustmh.cli", *argv[1:]]
         env = dict(self.env, TRUSTMH_DATA_DIR=str(self.pulled if argv[3:4] == ["data"] else self.small),
                    PYTHONPATH=str(ROOT / "src"))
-        if argv[3:4] == ["view"]:  # a server: it must start and serve, then it is stopped
+        if argv[3:4] == ["view"] or (argv[3:4] == ["annotate"] and "--export" not in argv):
+            # a server: it must start and serve its page, then it is stopped
             argv = [a if not re.fullmatch(r"\d{4,5}", a) else "0" for a in argv]  # any free port
             return _view(argv, self.cwd, env)
         proc = subprocess.run(argv, cwd=self.cwd, env=env, capture_output=True, text=True, timeout=600)
@@ -185,7 +191,7 @@ def _view(argv, cwd, env) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(argv, cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
-    url = re.search(r"http://127\.0\.0\.1:\d+/", line)
+    url = re.search(r"http://127\.0\.0\.1:\d+/\S*", line)  # with annotate's token
     ok = 0
     if url:
         import urllib.request
