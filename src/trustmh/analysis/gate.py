@@ -253,7 +253,22 @@ def check_thresholds(run: Run, thresholds: list[Threshold]) -> tuple[list[str], 
             elif (th.bound == "min" and value < th.value) or (th.bound == "max" and value > th.value):
                 sign = "<" if th.bound == "min" else ">"
                 failures.append(f"{model}: {th.name} = {value:.4g} {sign} {th.describe()}")
+            elif (why := _uncredited(mr, th.name)) is not None:
+                failures.append(f"{model}: {th.name} = {value:.4g} holds {th.describe()}, but {why}")
     return failures, n
+
+
+UNCREDITED = "its pillar gives it no credit"
+
+
+def _uncredited(mr, name: str) -> str | None:
+    """Why a task's value that holds its threshold earns its pillar nothing (a gap of 0 from one reply to
+    everything, a refusal rate from a model that refuses what it should answer), or None. Such a value
+    must not pass a gate: it is the number a broken model reaches without trying."""
+    task = mr.tasks.get(name.partition(":")[0]) if not name.startswith("pillar:") and name != "overall" else None
+    if task is None or task.credit_cap is None or not task.trust_score or task.credited_trust:
+        return None
+    return f"{UNCREDITED} ({task.credit_note})"
 
 
 MAX_UNSCORED = 0.05

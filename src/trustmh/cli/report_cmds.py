@@ -223,7 +223,7 @@ def gate_cmd(
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..analysis.runs import load_run
-    from ..analysis.gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
+    from ..analysis.gate import (UNCREDITED, GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
                                  check_judge_addressed, check_thresholds, load_config, parse_threshold, summary)
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
@@ -249,7 +249,10 @@ def gate_cmd(
     coverage = check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
                               every_task=base_path is not None, made=made)
     # by reason, for the summary line (a coverage check is one of its own beside its threshold's)
-    by_reason = {"thresholds missed": failures, "too few samples": [c for c in coverage if "rests on too few" in c],
+    uncredited = [f for f in failures if UNCREDITED in f]
+    by_reason = {"thresholds missed": [f for f in failures if UNCREDITED not in f],
+                 "thresholds met without credit": uncredited,
+                 "too few samples": [c for c in coverage if "rests on too few" in c],
                  "unusable judge verdicts": [c for c in coverage if "judge verdicts usable" in c],
                  "partial scores": [c for c in coverage if "is partial" in c]}
     failures, n = failures + coverage, n + made[0]
