@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import random
 
+from .budget import Hold
 from .limiter import AdaptiveLimiter
 from ..models import Model
 from ..redaction import redact_url, scrub
@@ -134,12 +135,7 @@ class Endpoint:
         # Registered before anything is awaited, so an identical request arriving meanwhile waits for it.
         fut = asyncio.get_running_loop().create_future()
         self.pending[flight] = (key, fut)
-        budget = self.limits.budget  # --max-cost: the call's estimated cost is reserved before it leaves
-        held, reserved, resp = 0.0, False, None
         try:
-            if budget is not None:
-                held = await budget.reserve(self.model.spec, request)
-                reserved = True
             resp = await self._call(request, key)
         except asyncio.CancelledError:
             fut.cancel()
@@ -151,8 +147,6 @@ class Endpoint:
             raise
         finally:
             del self.pending[flight]
-            if reserved:
-                budget.settle(self.model.spec, request, held, resp)
         if not fut.done():
             fut.set_result(resp)
         return resp
@@ -173,26 +167,41 @@ class Endpoint:
         await self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
         return resp
 
-    async def _attempt(self, request: Request, retry: bool = False) -> Response:
+    async def _attempt(self, request: Request, retry: bool = False, hold: Hold | None = None) -> Response:
         """One request to the model. It takes a slot of the limiter for this attempt only: a request
-        waiting to retry must not hold one, or after a 429 the retries alone would keep the pressure on."""
-        limiter = self.limiter
-        if limiter is None:
-            self.writer.flush()
-            return await self.model.generate(request)
-        await limiter.acquire(retry)
+        waiting to retry must not hold one, or after a 429 the retries alone would keep the pressure on.
+        Under --max-cost the attempt has reserved its worst case (`hold`) and settles once over: a reply at
+        its usage, a failure after sending (a timeout, a dropped connection) at its reservation, since the
+        server may have worked on it and billed it (engine/budget.py)."""
+        limiter, budget = self.limiter, self.limits.budget
+        resp = kind = None
+        sent = False
         try:
-            self.writer.flush()  # replies received so far are committed before a new request leaves
-            epoch = limiter.epoch
+            if limiter is not None:
+                await limiter.acquire(retry)
             try:
-                resp = await self.model.generate(request)
-            except ModelError as e:
-                limiter.on_failure(epoch, e)  # 429s and runs of 503s slow the endpoint down
-                raise
-            limiter.on_success(epoch)
-            return resp
-        finally:
-            limiter.release()
+                self.writer.flush()  # replies received so far are committed before a new request leaves
+                epoch = limiter.epoch if limiter is not None else 0
+                sent = True
+                try:
+                    resp = await self.model.generate(request)
+                except ModelError as e:
+                    kind = e.kind
+                    if limiter is not None:
+                        limiter.on_failure(epoch, e)  # 429s and runs of 503s slow the endpoint down
+                    raise
+                except Exception:  # noqa: BLE001 - untyped, after sending: it may have been billed
+                    kind = "other"
+                    raise
+                if limiter is not None:
+                    limiter.on_success(epoch)
+                return resp
+            finally:
+                if limiter is not None:
+                    limiter.release()
+        finally:  # cancelled in flight: neither reply nor kind, counted at the reservation
+            if hold is not None:
+                budget.settle(hold, resp, kind, sent=sent)
 
     def _note_down(self, e: ModelError, final: bool) -> None:
         """Stop the endpoint after `limits.stop_after` failures in a row that say it cannot work. Before
@@ -217,8 +226,10 @@ class Endpoint:
         while True:
             attempt += 1
             self.n_calls += 1
+            budget = self.limits.budget  # --max-cost: BudgetStop here ends the run, never one sample
+            hold = await budget.reserve(self.model.spec, request, self.model.default_max_tokens) if budget else None
             try:
-                resp = await self._attempt(request, retry=attempt > 1)
+                resp = await self._attempt(request, attempt > 1, hold)
                 resp.attempts = attempt
                 self.down_run, self.answered = 0, True
                 return resp
