@@ -188,8 +188,8 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, t
     assert "usable for 0%" in judge_mark(t)
     code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial")
     assert code == 1 and "judge verdicts usable for only 0.0%" in out, out
-    # the summary counts it as a check of its own (the threshold, the task's coverage, its verdicts: 3)
-    assert "2 of 3 checks failed (too few samples: 1, unusable judge verdicts: 1)" in out, out
+    # the summary counts it as a check of its own (the threshold, its credit, the task's coverage, its verdicts: 4)
+    assert "2 of 4 checks failed (too few samples: 1, unusable judge verdicts: 1)" in out, out
     code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial",
                        "--max-unscored", "1")
     assert code == 0, out

@@ -265,12 +265,11 @@ def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
             elif (th.bound == "min" and value < th.value) or (th.bound == "max" and value > th.value):
                 sign = "<" if th.bound == "min" else ">"
                 failure = f"{th.name} = {value:.4g} {sign} {th.describe()}"
-            elif (why := _uncredited(mr, th.name)) is not None:
-                checks.append(Check(model, th.name, UNCREDITED_KIND,
-                                    f"{th.name} = {value:.4g} holds {th.describe()}, but {why}"))
-                continue
             checks.append(Check(model, th.name, THRESHOLD, failure,
                                 f"{th.name} = {value:.4g}, {th.describe()}" if failure is None else ""))
+            credit = _credit_check(model, mr, th.name) if failure is None else None
+            if credit is not None:  # a value that holds must also count: a check of its own beside it
+                checks.append(credit)
     return checks
 
 
@@ -280,17 +279,18 @@ def _named(run: Run):
     return [(labels[m], mr) for m, mr in run.results.models.items()]
 
 
-UNCREDITED = "its pillar gives it no credit"
-
-
-def _uncredited(mr, name: str) -> str | None:
-    """Why a task's value that holds its threshold earns its pillar nothing (a gap of 0 from one reply to
-    everything, a refusal rate from a model that refuses what it should answer), or None. Such a value
-    must not pass a gate: it is the number a broken model reaches without trying."""
+def _credit_check(model: str, mr, name: str) -> Check | None:
+    """For a threshold on a task whose row is credited against something (Task.credit_cap): whether the
+    value that holds earns its pillar any credit. A gap of 0 from one reply to everything, or a refusal rate
+    from a model that refuses what it should answer, is the number a broken model reaches without trying:
+    it must not pass a gate. None for a task without a cap."""
     task = mr.tasks.get(name.partition(":")[0]) if not name.startswith("pillar:") and name != "overall" else None
-    if task is None or task.credit_cap is None or not task.trust_score or task.credited_trust:
+    if task is None or task.credit_cap is None or task.status != "ok":
         return None
-    return f"{UNCREDITED} ({task.credit_note})"
+    if task.trust_score and not task.credited_trust:
+        return Check(model, name, UNCREDITED_KIND, f"{name} holds its threshold, but its pillar gives it no credit "
+                                                   f"({task.credit_note})")
+    return Check(model, name, UNCREDITED_KIND, None, f"{name}: credited {task.credited_trust} of {task.trust_score}")
 
 
 MAX_UNSCORED = 0.05
