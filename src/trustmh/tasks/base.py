@@ -68,6 +68,7 @@ class RunContext:
     judge: str = "rules"
     options: dict[str, Any] = field(default_factory=dict)
     methods_root: Path | None = None  # where the authors' method files are (paper protocol)
+    data_root: Path | None = None  # the run's data dir (None: the sample suite); models installed in it (punkt)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
