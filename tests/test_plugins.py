@@ -267,8 +267,10 @@ def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
         total = next(line for line in dry.splitlines() if "total" in line).split("│")
         ok(cli(*args, cwd=tmp_path))
         made = srv.n_requests
-        # What the dry run announced is what the run asked for (robustness shares its base task's requests).
-        assert made == int(total[4]) + int(total[6]) and int(total[4]) < int(total[3])
+        # What the dry run announced is what the run asked for at most (robustness shares its base task's
+        # requests; identical requests in flight together are sent once: robustness's judge sees the clean
+        # conversation, so the fake model's one reply makes every perturbation's judge request alike).
+        assert len(srv.calls) <= made <= int(total[4]) + int(total[6]) and int(total[4]) < int(total[3])
         again = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
         assert srv.n_requests == made  # still nothing sent
         row = next(line for line in again.splitlines() if "ethics.reasoning" in line).split("│")

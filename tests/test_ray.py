@@ -1,6 +1,7 @@
 """--executor ray on a local Ray instance against a loopback fake server: the same results as a local
 run, nothing paid twice, and merging a shard again adds no row."""
 
+import hashlib
 import json
 
 import pytest
@@ -16,16 +17,19 @@ TASKS = "ethics.reasoning,reliability.support,robustness.support"
 
 
 def reply(body):
-    """Deterministic, parseable by the tasks and their judges, and different per model: shards of two
-    models run side by side, so a judge request their identical replies would share is paid once per
-    model on Ray (once in all locally); see executors/ray_executor.py."""
+    """Deterministic, parseable by the tasks and their judges, and different per model and per prompt:
+    shards of two models run side by side, so a judge request their identical replies would share is paid
+    once per model on Ray (once in all locally); see executors/ray_executor.py. And identical requests in
+    flight together are sent once (engine/endpoint.py), as often as they happen to overlap: with a reply
+    of its own to every prompt, no two judge requests are the same, so both runs pay the same bodies."""
     text = body["messages"][-1]["content"]
     if "APA" in text:
         return '{"sc1": 4, "sc2": 3, "sc3": 5, "sc4": 2, "sc5": 4}'
     if "Rate" in text or "rate" in text:
         return f"Rating: {1 + len(text) % 5} ({body['model']})"
     choice = "ABCD"[(len(text) + ord(body["model"][-1])) % 4]
-    return f'```json\n{{"choice": "{choice}", "reasoning": "because"}}\n```'
+    own = hashlib.sha256(text.encode()).hexdigest()[:12]
+    return f'```json\n{{"choice": "{choice}", "reasoning": "because {own}"}}\n```'
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +52,11 @@ def outputs(run_dir):
 def test_ray_run_equals_local_run_and_pays_each_call_once(local_ray, tmp_path):
     from trustmh.executors.ray_executor import RayExecutor
     with FakeLLMServer(reply=reply) as srv:
+        # One perturbation, which changes every text: two perturbations that leave an item's text alike would
+        # be one body, sent once where their requests happen to be in flight together.
         spec = run_spec(models=MODELS, judge="openai/judge", base_url=srv.openai_base_url,
-                        judge_base_url=srv.openai_base_url, tasks=TASKS, limit=6)
+                        judge_base_url=srv.openai_base_url, tasks=TASKS, limit=6,
+                        options={"perturbations": "char_swap@high"})
         run_quiet(spec, tmp_path / "local" / "run")
         local_calls, local_paid = srv.n_completed, srv.calls
         srv.reset_counters()
