@@ -421,11 +421,12 @@ def test_every_escalation_request_and_judge_prompt_is_the_originals(upstream, tm
     labelled, sc = [r for r in as_read if r["label"] is not None], scales(upstream)
     assert len(labelled) == 190 and len(as_read) == 206
     assert sum(len(r["inputs"]) > 1 for r in labelled) > 100  # most inputs span several lines
+    # every distinct request the original makes, each sent once (records with one text ask one body)
     gen = collections.Counter(json.dumps({k: v for k, v in b.items() if k != "model"}, sort_keys=True)
                               for b in sent if b["model"] == "m")
-    assert gen == collections.Counter(json.dumps({"messages": [{"role": role, "content": sep.join(r.get("inputs", []))}],
-                                                  **settings}, sort_keys=True) for r in labelled)
+    assert gen == collections.Counter({json.dumps({"messages": [{"role": role, "content": sep.join(r.get("inputs", []))}],
+                                                   **settings}, sort_keys=True) for r in labelled})
     judged = collections.Counter(b["messages"][0]["content"] for b in sent if b["model"] == "j")
-    assert judged == collections.Counter(judge(inputs_json=json.dumps(r["inputs"], ensure_ascii=False),
-                                               label=r["label"], response_text=answer, scale=sc[r["label"]])
-                                         for r in labelled)
+    assert judged == collections.Counter({judge(inputs_json=json.dumps(r["inputs"], ensure_ascii=False),
+                                                label=r["label"], response_text=answer, scale=sc[r["label"]])
+                                          for r in labelled})
