@@ -252,7 +252,8 @@ class Check:
 THRESHOLD, COVERAGE, JUDGE_USABLE, PARTIAL = ("thresholds missed", "too few samples", "unusable judge verdicts",
                                              "partial scores")
 ADDRESSED, BASELINE = "replies addressing the judge", "regressions or tasks lost against the baseline"
-KINDS = (THRESHOLD, COVERAGE, JUDGE_USABLE, PARTIAL, ADDRESSED, BASELINE)  # the summary's order
+UNCREDITED_KIND = "thresholds met without credit"
+KINDS = (THRESHOLD, UNCREDITED_KIND, COVERAGE, JUDGE_USABLE, PARTIAL, ADDRESSED, BASELINE)  # the summary's order
 
 
 def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
@@ -270,6 +271,9 @@ def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
                 failure = f"{th.name} = {value:.4g} {sign} {th.describe()}"
             checks.append(Check(model, th.name, THRESHOLD, failure,
                                 f"{th.name} = {value:.4g}, {th.describe()}" if failure is None else ""))
+            credit = _credit_check(model, mr, th.name) if failure is None else None
+            if credit is not None:  # a value that holds must also count: a check of its own beside it
+                checks.append(credit)
     return checks
 
 
@@ -277,6 +281,20 @@ def _named(run: Run):
     """(name, results) of every model of a run: its label from the models file, else its spec."""
     labels = model_labels(run.results)
     return [(labels[m], mr) for m, mr in run.results.models.items()]
+
+
+def _credit_check(model: str, mr, name: str) -> Check | None:
+    """For a threshold on a task whose row is credited against something (Task.credit_cap): whether the
+    value that holds earns its pillar any credit. A gap of 0 from one reply to everything, or a refusal rate
+    from a model that refuses what it should answer, is the number a broken model reaches without trying:
+    it must not pass a gate. None for a task without a cap."""
+    task = mr.tasks.get(name.partition(":")[0]) if not name.startswith("pillar:") and name != "overall" else None
+    if task is None or task.credit_cap is None or task.status != "ok":
+        return None
+    if task.trust_score and not task.credited_trust:
+        return Check(model, name, UNCREDITED_KIND, f"{name} holds its threshold, but its pillar gives it no credit "
+                                                   f"({task.credit_note})")
+    return Check(model, name, UNCREDITED_KIND, None, f"{name}: credited {task.credited_trust} of {task.trust_score}")
 
 
 MAX_UNSCORED = 0.05

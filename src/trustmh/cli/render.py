@@ -220,12 +220,11 @@ def _summary(results) -> None:
                       highlight=False)
         from .panel_cmds import panel_summary
         panel_summary(mr)  # a judge panel: each judge's value and the judges' agreement, low agreement marked
-        relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
-        if relative:
-            out.print("relative measures (base): a model that gives the same reply to everything scores near "
-                      "perfect on them; read them beside the base value ("
-                      + ", ".join(f"{t.task}: {t.base_metric}" for t in relative) + ")",
-                      markup=False, highlight=False)
+        capped = [t for t in mr.tasks.values() if t.status == "ok" and t.credit_note]
+        if capped:  # what the pillars below count of a row, where it is less than its trust
+            out.print("credited to the pillars less than its trust (a gap, a drop, a refusal or a non-endorsement "
+                      "counts only as far as the model answers usefully): " + "; ".join(
+                          f"{t.task}: {t.credit_note}" for t in capped), markup=False, highlight=False)
         _pillar_summary(mr, name)
     if len(results.models) > 1:
         _leaderboard(results)
@@ -237,8 +236,8 @@ def _summary(results) -> None:
 
 def _leaderboard(results) -> None:
     """One screen across models, last: the overall ordering and per-pillar trust with ranks, the same ranks the
-    report and `trustmh report --format markdown` show (a * marks a rank among models measured on the same,
-    incomplete set of tasks; those come after the complete ones)."""
+    report and `trustmh report --format markdown` show (a * marks a rank among models measured on other tasks
+    than most; those come after the others)."""
     from ..analysis.runs import Run, entries
     from ..scoring.pillars import PILLAR_NAMES, judge_mark
     from ..report.leaderboard import leaderboard, task_meta

@@ -71,8 +71,8 @@ PAPER_ROW_RULES: dict[str, RowRule] = {
 }
 # Rows a tie rule may name as secondary values, for the statement under the table.
 SHARED_RULE = "equal values share the best rank and the next rank skips (1, 2, 2, 4)"
-APART_RULE = ("a value resting on fewer tasks than the paper's row is ranked only among models measured on the "
-              "same tasks, marked *")
+APART_RULE = ("a value is ranked only among models measured on the same tasks; a model measured on other tasks "
+              "than most is marked *")
 TIES = ("paper", "shared")
 
 
@@ -327,7 +327,8 @@ def rank_csv(table: RankTable) -> str:
 
 def rank_markdown(table: RankTable) -> str:
     """The rank table as the paper draws it: rows by pillar, one column per model, rank (trust score) in each
-    cell; a rank among an incomplete set of tasks carries a *, a broken tie a †; the rules under it."""
+    cell; a rank among models measured on other tasks than most carries a *, a broken tie a †; the rules
+    under it."""
     labels = [table.labels[i].replace("|", "/") for i in table.columns]
     lines = []
     if table.groups:
