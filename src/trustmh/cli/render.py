@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich import box
-from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ._base import err, out
+from ._base import err, out, styled
 
 
 class _ProgressView:
@@ -115,22 +114,24 @@ def _pillar_summary(mr) -> None:
         out.print(f"beyond the paper (in no pillar): {shown}", markup=False, highlight=False)
 
 
-def _value_cells(t) -> tuple[str, str]:
+def _value_cells(t, base_sep: str = " ") -> tuple:
     from ..scoring.pillars import judge_mark
     val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
     ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+    parts: list = [val]
     if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
         bad = bool(judge_mark(t))
-        val += f" {'[red]' if bad else ''}(judge {t.judge_usable_rate:.0%}{'!' if bad else ''}){'[/]' if bad else ''}"
+        rate = f"(judge {t.judge_usable_rate:.0%}{'!' if bad else ''})"
+        parts += [" ", (rate, "red") if bad else rate]
     if t.panel is not None and t.panel.low_agreement:  # a judge panel that disagrees: its value is marked
-        val += " [red](judges disagree!)[/]"
+        parts += [" ", ("(judges disagree!)", "red")]
     if t.base_metric:  # a relative measure: its base task's own value beside it
-        val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
-    return val, ci
+        parts.append(f"{base_sep}(base {'-' if t.base_value is None else f'{t.base_value:.3f}'})")
+    return styled(*parts), ci
 
 
 def _red(n: int) -> str:
-    return f"[red]{n}[/]" if n else "0"
+    return styled((str(n), "red")) if n else "0"
 
 
 def _task_tables(mr) -> list[RichTable]:
@@ -161,8 +162,8 @@ def _task_tables(mr) -> list[RichTable]:
         if t.status != "ok":
             values.add_row(t.task, Text("not run", style="yellow"), "", "")
             continue
-        val, ci = _value_cells(t)
-        values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val.replace(" (base", "\n(base"), ci, trust(t))
+        val, ci = _value_cells(t, "\n")
+        values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val, ci, trust(t))
     counts = RichTable(title=f"{mr.model}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
                        pad_edge=False, padding=(0, 1, 0, 0))
     for col in ("task", "n", "no\nanswer", "unscored", "judge\nfailed", "errors"):
@@ -240,9 +241,9 @@ def _leaderboard(results) -> None:
         tasks = [t for t in e.result.tasks.values() if t.status == "ok"]
         marks = [f"{sum(bool(t.undefined_by_model) for t in tasks)} trust 0*",
                  f"{sum(bool(judge_mark(t)) for t in tasks)} judge!"]
-        table.add_row("-" if oc.rank is None else f"{oc.rank}{'*' if oc.apart else ''}", escape(e.label),
+        table.add_row("-" if oc.rank is None else f"{oc.rank}{'*' if oc.apart else ''}", e.label,
                       cell(oc), *(cell(board.cells[(i, p)]) for p in pillars),
-                      escape(", ".join(m for m in marks if not m.startswith("0 "))))
+                      ", ".join(m for m in marks if not m.startswith("0 ")))
     out.print(table)
     out.print("marks: tasks at trust 0* (undefined by the model's replies) and tasks whose judge verdicts were "
               "unusable for more than 5% (judge!); the report has the paper's rank table per subtask",
@@ -313,7 +314,7 @@ def _cost_table(rows, spec, prices=None) -> None:
         shown = "no price" if price is None else ("local: free" if price.source == "local" else
                                                   f"{price.input_per_mtok:g}, {price.output_per_mtok:g}"
                                                   + (" unverified" if price.unverified else ""))
-        table.add_row(line.role, escape(line.spec), str(line.calls), str(line.prompt_tokens),
+        table.add_row(line.role, line.spec, str(line.calls), str(line.prompt_tokens),
                       str(line.completion_tokens), shown, "?" if line.cost is None else f"{line.cost:.2f}")
     total, unpriced = total_cost(lines)
     table.add_row("total", "", str(sum(x.calls for x in lines)), str(sum(x.prompt_tokens for x in lines)),
@@ -343,8 +344,8 @@ def _write_report(run_dir: Path) -> None:
         # add minutes to a run; `trustmh report RUN` redoes the page with the paired test.
         path = write_report([run_dir], run_dir / "report.html", paired=False)
     except Exception as e:  # noqa: BLE001 - any report bug must not fail a finished run
-        err.print(f"[yellow]report.html not written ({escape(type(e).__name__)}: {escape(str(e))}); results are "
-                  f"intact; retry with `trustmh report {escape(str(run_dir))}`[/]")
+        err.print(f"report.html not written ({type(e).__name__}: {e}); results are intact; retry with "
+                  f"`trustmh report {run_dir}`", style="yellow")
         return
     out.print(f"report:  {path}")
 

@@ -242,23 +242,18 @@ def rank_records(table: RankTable) -> list[dict[str, Any]]:
 
 
 def rank_csv(table: RankTable) -> str:
-    import csv
-    import io
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["pillar", "row", "model", "group", "trust_score", "rank", "ranked_apart"],
-                       lineterminator="\n")
-    w.writeheader()
-    w.writerows(rank_records(table))
-    return buf.getvalue()
+    from ..escaping import csv_text
+    return csv_text(["pillar", "row", "model", "group", "trust_score", "rank", "ranked_apart"], rank_records(table))
 
 
 def rank_markdown(table: RankTable) -> str:
     """The rank table as the paper draws it: rows by pillar, one column per model, rank (trust score) in each
     cell; a rank among an incomplete set of tasks carries a *."""
-    labels = [table.labels[i].replace("|", "/") for i in table.columns]
+    from ..escaping import markdown_cell
+    labels = [markdown_cell(table.labels[i]) for i in table.columns]
     lines = []
     if table.groups:
-        lines.append("groups: " + "; ".join(f"{g}: {', '.join(labels[k:k + n])}" for (g, n), k in
+        lines.append("groups: " + "; ".join(f"{markdown_cell(g)}: {', '.join(labels[k:k + n])}" for (g, n), k in
                                              zip(table.groups, _starts(table.groups))))
         lines.append("")
     lines += ["| pillar | subtask | " + " | ".join(labels) + " |", "|---|---|" + "---:|" * len(labels)]

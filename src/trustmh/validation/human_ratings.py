@@ -388,6 +388,7 @@ def ratings_spec(path: Path, **kw: Any) -> RatingsSpec:
 def agreement_table(agreement: dict[str, Any]):
     """agreement.json as a rich table: one row per criterion and statistic."""
     from rich.table import Table as RichTable
+    from ..escaping import styled
     from ..scoring.agreement import BELOW, STAT_NAMES
     table = RichTable(title=f"checking the judge: {agreement['judge']} vs human raters ({agreement.get('rubric')})")
     for col in ("criterion", "statistic", "n", "judge vs humans", "human ceiling", "verdict"):
@@ -398,7 +399,7 @@ def agreement_table(agreement: dict[str, Any]):
 
     for c in agreement["criteria"]:
         for s, v in c["statistics"].items():
-            mark = "[red]" if v["verdict"] == BELOW else ""
+            verdict = styled((v["verdict"], "red")) if v["verdict"] == BELOW else v["verdict"]
             table.add_row(c["criterion"], STAT_NAMES.get(s, s), str(c["n_items"]), cell(v["judge"], v["judge_ci"]),
-                          cell(v["ceiling"], v["ceiling_ci"]), f"{mark}{v['verdict']}")
+                          cell(v["ceiling"], v["ceiling_ci"]), verdict)
     return table
