@@ -367,6 +367,9 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
     model, when both runs have one), and for every task the baseline ran that this run did not."""
     new, old = entries([run]), {e.model: e for e in entries([baseline])}
     rows_new, rows_old = read_rows(run), read_rows(baseline)
+    skipped = [note for r in (run, baseline) if (note := r.skip_note())]
+    if skipped:  # a verdict on part of the samples is no verdict: fail closed
+        raise UserError(f"{'; '.join(skipped)}; the gate does not compare runs it cannot read whole")
     failures, warnings, n = [], [], 0
     for e in new:
         ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)

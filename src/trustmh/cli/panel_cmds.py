@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ._base import app, out, styled
+from ._base import app, err, out, styled
 
 
 @app.command("panel")
@@ -24,7 +24,10 @@ def panel_cmd(
     from rich.table import Table as RichTable
     from ..engine.rundir import atomic_write
     from ..analysis.panel import ALPHA_THRESHOLD, panel, to_json
-    tasks = panel(runs, seed=seed, n_boot=n_boot)
+    skipped: list[str] = []
+    tasks = panel(runs, seed=seed, n_boot=n_boot, skipped=skipped)
+    for note in skipped:
+        err.print(f"warning: {note}", style="yellow", soft_wrap=True)
     table = RichTable(title=f"judge panel: {', '.join(tasks[0].judges) if tasks else '-'}")
     for col in ("model", "task", "metric", "panel", "judges", "judge failures", "alpha", ""):
         table.add_column(col)

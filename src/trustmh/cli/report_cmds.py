@@ -51,6 +51,7 @@ def report_cmd(
     loaded = [load_run(r) for r in runs]
     if fmt != "html":
         _emit(_rank_text(loaded, fmt, groups, paired=paired), output)
+        _skip_notes(loaded)
         return
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
     check_output_target(target, [r.dir for r in loaded], "-o")  # never a run's own file, a link or a device
@@ -67,6 +68,7 @@ def report_cmd(
     path = _with_progress(work)
     err.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
               markup=False, highlight=False)
+    _skip_notes(loaded)
     out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -86,8 +88,8 @@ def view_cmd(
     loaded = [load_run(r) for r in runs]
     server = make_server(loaded, port)
     index = server.RequestHandlerClass.index
-    out.print(f"trustmh view: {len(index.rows)} samples at http://127.0.0.1:{server.server_address[1]}/ "
-              f"(read-only, this machine only; Ctrl-C stops it)", markup=False, highlight=False)
+    out.print(f"trustmh view: {len(index.rows)} samples at {server.url} (read-only, for whoever has this URL's "
+              f"token, this machine only; Ctrl-C stops it)", markup=False, highlight=False, soft_wrap=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -117,6 +119,13 @@ def _rank_text(loaded, fmt: str, groups: dict[str, str], *, paired: bool = False
     board = leaderboard(ents, metas, pillars, paired=False, n_boot=n_boot)
     table = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
     return rank_csv(table) if fmt == "csv" else rank_markdown(table)
+
+
+def _skip_notes(loaded) -> None:
+    """What the readers left out of each run's samples.jsonl (analysis/runs.py), on stderr."""
+    for r in loaded:
+        if note := r.skip_note():
+            err.print(f"warning: {note}", style="yellow", soft_wrap=True)
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
@@ -161,6 +170,7 @@ def compare_cmd(
         check_output_target(html, [r.dir for r in loaded], "--html")  # refused before any work is done
     if ranks:
         _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group)), None)
+        _skip_notes(loaded)
         return
     comparisons = _with_progress(lambda progress: compare_runs(loaded, n_boot=n_boot, seed=seed,
                                                               all_metrics=all_metrics, level=1 - alpha,
@@ -173,6 +183,7 @@ def compare_cmd(
     else:
         text = printable({"json": to_json, "markdown": to_markdown, "csv": to_csv}[fmt](comparisons, alpha))
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _skip_notes(loaded)
     if html:
         from ..report import write_report
         write_report(loaded, html, comparisons=comparisons, groups=_groups(group))

@@ -104,6 +104,7 @@ def run_header(run: Run) -> dict[str, str]:
         "data": f"{res.data.get('kind', '–')} ({len(res.data.get('sha256') or {})} files checked by sha256)",
         "subset": (f"tasks: {spec.get('tasks', 'all')}; "
                    + (f"the first {limit} items of each task (--limit)" if limit else "every item")),
+        "skipped": run.skip_note() or "",
         "limited": (f"SUBSET: --limit {limit} keeps {limit} items per task, so these numbers are not the benchmark's "
                     f"and their intervals are wide" if limit else ""),
     }

@@ -12,12 +12,23 @@ sent to the page is capped and shown by the page with textContent only. The serv
 fixed set of routes: a URL names a sample by its number, never a file, so nothing outside the runs'
 samples.jsonl can be reached. It binds 127.0.0.1 only and answers only requests whose Host is that
 address (a page on another site cannot reach it through DNS rebinding); its page fetches nothing but
-its own API (Content-Security-Policy), and it writes nothing anywhere."""
+its own API (Content-Security-Policy), and it writes nothing anywhere.
+
+It is private to the user who started it: another local user can connect to 127.0.0.1 too, so every
+request must carry the random token of the URL `trustmh view` prints (the page in its query, the API
+calls in the TOKEN_HEADER header the page sends), or is refused (403). A connection idle for IDLE_S is
+closed, so idle clients cannot hold its threads. Every sample line is type-checked when indexed
+(analysis/runs.sample_problem: a line that is not one is counted by reason, never served), every
+parameter is checked (400 with the reason), and whatever else fails in a request is answered (500) and
+counted by kind in /api/meta. When samples.jsonl changes under it (`trustmh score` rewrites it), the next
+request finds the file's identity changed and indexes the runs again before it reads a line."""
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
 import secrets
 import stat
 import threading
@@ -27,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..analysis.runs import Run, entries
+from ..analysis.runs import Run, entries, load_run, parse_sample
 from ..errors import UserError
 from .drilldown import _Row, _sort_keys, _worst_first, page_prompt, page_row, row_status
 from .leaderboard import task_meta
@@ -39,6 +50,10 @@ TEXT_LIMIT = 200_000  # characters of one text field sent to the page
 PAGE_MAX = 200
 QUERY_MAX = 200
 STATUSES = ("ok", "no_answer", "unscored", "error")
+SORTS = ("worst", "data")
+IDLE_S = 30.0  # a connection that sends nothing for this long is closed
+TOKEN_HEADER = "X-Trustmh-Token"
+_NUMBER = re.compile(r"[0-9]{1,12}")  # ASCII digits only: str.isdigit also passes "²", which int() refuses
 
 
 @dataclass
@@ -52,6 +67,7 @@ class Index:
     offsets: list[int] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # why lines were left out -> how many
     order: list[int] = field(default_factory=list)  # rows worst first
+    files: list[tuple | None] = field(default_factory=list)  # each samples.jsonl's identity when indexed
     _cache: dict[tuple, list[int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -63,8 +79,14 @@ class Index:
         with _open_regular(self.runs[r.p].samples_path) as fh:
             fh.seek(self.offsets[i])
             raw = fh.read(r.size)
-        rec = json.loads(raw.decode("utf-8", errors="replace"))
-        return rec if isinstance(rec, dict) else {}
+        rec, problem = parse_sample(raw.decode("utf-8", errors="replace"))
+        if problem:  # the file changed between the check and the read: the next request indexes it again
+            raise _Changed()
+        return rec
+
+    def current(self) -> bool:
+        """Whether every samples.jsonl is still the file this index was built from."""
+        return [_identity(r.samples_path) for r in self.runs] == self.files
 
     def select(self, e: int | None, t: int | None, st: str | None, q: str, worst: bool) -> list[int]:
         key = (e, t, st, q, worst)
@@ -99,7 +121,9 @@ class Index:
                 raw = fh.read(r.size).lower()
                 if q.isascii() and needle not in raw and needle_ascii not in raw:
                     continue  # (bytes.lower() folds ASCII only: other queries are checked on every line)
-                rec = json.loads(raw.decode("utf-8", errors="replace"))
+                rec, problem = parse_sample(raw.decode("utf-8", errors="replace"))
+                if problem:
+                    raise _Changed()
                 if q in _haystack(rec):
                     out.add(i)
         finally:
@@ -130,11 +154,20 @@ def _open_regular(path: Path):
         raise
 
 
+def _identity(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def build_index(runs: list[Run]) -> Index:
     """One pass over each run's samples.jsonl (see the module's docstring)."""
     ents = entries(runs)
     metas = task_meta(ents)
     idx = Index(runs, labels=[e.label for e in ents], tasks=list(metas))
+    idx.files = [_identity(r.samples_path) for r in runs]
     tindex = {t: k for k, t in enumerate(idx.tasks)}
     by_run_model = {(ri, e.model): k for k, e in enumerate(ents) for ri, r in enumerate(runs) if e.run is r}
     for ri, run in enumerate(runs):
@@ -156,16 +189,15 @@ def build_index(runs: list[Run]) -> Index:
                     continue
                 if not raw.strip():
                     continue
-                try:
-                    rec = json.loads(raw.decode("utf-8", errors="replace"))
-                except ValueError:
-                    idx.skip("not JSON")
+                rec, problem = parse_sample(raw.decode("utf-8", errors="replace"))
+                if problem:
+                    idx.skip(problem)
                     continue
-                e = by_run_model.get((ri, rec.get("model"))) if isinstance(rec, dict) else None
-                task = rec.get("task") if isinstance(rec, dict) else None
-                if e is None or task not in tindex or not isinstance(rec.get("values") or {}, dict):
+                e = by_run_model.get((ri, rec["model"]))
+                if e is None or rec["task"] not in tindex:
                     idx.skip("not a sample of these results")
                     continue
+                task = rec["task"]
                 status, pv = row_status(rec, metas[task].primary_value)
                 idx.rows.append(_Row(e, tindex[task], pv, status, ri, len(raw)))
                 idx.offsets.append(start)
@@ -199,7 +231,11 @@ class _Handler(BaseHTTPRequestHandler):
     index: Index
     page: bytes
     nonce: str
+    token: str
     allowed_hosts: set[str]
+    errors: collections.Counter  # requests refused or failed, by kind (shown in /api/meta)
+    rebuild: threading.Lock
+    timeout = IDLE_S  # StreamRequestHandler: a connection idle this long is closed (make_server may set it)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the terminal shows the URL only
         pass
@@ -223,7 +259,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str).encode("ascii"),
                    "application/json; charset=utf-8")
 
-    def _refuse(self, code: int, why: str) -> None:
+    def _refuse(self, code: int, why: str, kind: str | None = None) -> None:
+        with self.rebuild:
+            self.errors[kind or {400: "bad request", 403: "refused", 404: "no such page",
+                                 405: "not allowed"}.get(code, f"HTTP {code}")] += 1
         self._json({"error": why}, code)
 
     def do_POST(self) -> None:  # noqa: N802 - read-only
@@ -234,17 +273,27 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802
         self.do_GET()
 
+    def _authorised(self, url, args: dict[str, str]) -> bool:
+        """The page by the token in its URL, the API by the header the page sends (never in a URL a log or
+        a history could keep); compared in constant time."""
+        given = args.get("token", "") if url.path == "/" else self.headers.get(TOKEN_HEADER, "")
+        return secrets.compare_digest(given.encode("utf-8", "replace"), self.token.encode())
+
     def do_GET(self) -> None:  # noqa: N802
         if self.headers.get("Host", "") not in self.allowed_hosts:
             return self._refuse(403, "this viewer answers its own address only")
         url = urlsplit(self.path)
         try:
-            args = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=20).items()}
-        except ValueError:
+            args = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=20, errors="strict").items()}
+        except ValueError:  # UnicodeDecodeError included: a query that is not UTF-8
             return self._refuse(400, "bad query")
+        if not self._authorised(url, args):
+            return self._refuse(403, "this viewer answers whoever has the token of the URL it printed")
         try:
             if url.path == "/":
                 return self._send(200, self.page, "text/html; charset=utf-8")
+            if url.path.startswith("/api/") and not self._fresh():
+                return self._refuse(503, "the run is being rewritten; try again in a moment", "run being rewritten")
             if url.path == "/api/meta":
                 return self._json(self._meta())
             if url.path == "/api/rows":
@@ -253,12 +302,33 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._json(self._sample(args))
         except _BadRequest as e:
             return self._refuse(400, str(e))
+        except _Changed:
+            return self._refuse(503, "samples.jsonl changed while it was read; try again", "file changed")
+        except Exception as e:  # noqa: BLE001 - a request fails alone, answered and counted, never the server
+            return self._refuse(500, f"could not answer ({type(e).__name__})", f"failed: {type(e).__name__}")
         return self._refuse(404, "no such page")
+
+    def _fresh(self) -> bool:
+        """Index the runs again when a samples.jsonl is no longer the file indexed; False while a run cannot
+        be read whole (its results.json and samples.jsonl between two writes)."""
+        if self.index.current():
+            return True
+        with self.rebuild:
+            if type(self).index.current():
+                return True
+            try:
+                runs = [load_run(r.dir) for r in self.index.runs]
+            except UserError:
+                return False
+            type(self).index = build_index(runs)
+        return True
 
     def _meta(self) -> dict[str, Any]:
         idx = self.index
+        with self.rebuild:
+            errors = dict(self.errors)
         return {"runs": [r.id for r in idx.runs], "entries": idx.labels, "tasks": idx.tasks, "statuses": STATUSES,
-                "total": len(idx.rows), "skipped": idx.skipped}
+                "total": len(idx.rows), "skipped": idx.skipped, "errors": errors}
 
     def _rows(self, args: dict[str, str]) -> dict[str, Any]:
         idx = self.index
@@ -272,7 +342,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise _BadRequest(f"search over {QUERY_MAX} characters")
         size = _int(args, "size", PAGE_MAX + 1) or 50
         page = _int(args, "page", 10**9) or 0
-        found = idx.select(e, t, st, q, args.get("sort", "worst") == "worst")
+        sort = args.get("sort") or "worst"
+        if sort not in SORTS:
+            raise _BadRequest(f"sort must be {' or '.join(SORTS)}")
+        found = idx.select(e, t, st, q, sort == "worst")
         chosen = found[page * size:(page + 1) * size]
         return {"total": len(found), "page": page, "size": size,
                 "rows": [_summary(idx, i, idx.line(i)) for i in chosen]}
@@ -301,12 +374,16 @@ class _BadRequest(Exception):
     pass
 
 
+class _Changed(Exception):
+    """A line read back is not the sample indexed there: samples.jsonl changed under the viewer."""
+
+
 def _int(args: dict[str, str], name: str, below: int) -> int | None:
     """A query argument that must be an integer 0 <= n < below, or absent."""
     v = args.get(name, "")
     if v == "":
         return None
-    if not v.isdigit() or len(v) > 12 or int(v) >= below:
+    if not _NUMBER.fullmatch(v) or int(v) >= below:
         raise _BadRequest(f"{name} must be a number below {below}")
     return int(v)
 
@@ -320,11 +397,15 @@ def _page(nonce: str) -> bytes:
     return (head.replace("/*CSS*/", css) + js + tail).encode("utf-8")
 
 
-def make_server(runs: list[Run], port: int = 0) -> ThreadingHTTPServer:
-    """The viewer's server on 127.0.0.1:`port` (0: any free port), not yet serving."""
+def make_server(runs: list[Run], port: int = 0, *, idle_s: float = IDLE_S) -> ThreadingHTTPServer:
+    """The viewer's server on 127.0.0.1:`port` (0: any free port), not yet serving; `server.url` is the
+    address to open, with the token every request needs (`server.token`)."""
     idx = build_index(runs)
     nonce = secrets.token_urlsafe(18)
-    handler = type("Handler", (_Handler,), {"index": idx, "nonce": nonce, "page": _page(nonce)})
+    token = secrets.token_urlsafe(32)
+    handler = type("Handler", (_Handler,), {"index": idx, "nonce": nonce, "page": _page(nonce), "token": token,
+                                            "timeout": idle_s, "errors": collections.Counter(),
+                                            "rebuild": threading.Lock()})
     try:
         server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError as e:
@@ -332,4 +413,6 @@ def make_server(runs: list[Run], port: int = 0) -> ThreadingHTTPServer:
     server.daemon_threads = True
     bound = server.server_address[1]
     handler.allowed_hosts = {f"127.0.0.1:{bound}", f"localhost:{bound}"}
+    server.token = token  # type: ignore[attr-defined]
+    server.url = f"http://127.0.0.1:{bound}/?token={token}"  # type: ignore[attr-defined]
     return server
