@@ -40,13 +40,13 @@ def test_the_viewer_answers_only_whoever_has_its_token(run_dir):  # noqa: F811
     """M3: a 0700 run folder was readable by every local user through `curl .../api/sample?i=1`."""
     with serving(run_dir) as server:
         token = server.token
-        assert len(token) >= 32 and server.url.endswith(f"/?token={token}")
+        assert len(token) >= 32 and server.url.endswith(f"/?t={token}")
         for path in ("/api/meta", "/api/rows", "/api/sample?i=0", "/"):
             assert raw_get(server, path)[0] == 403, path
             assert raw_get(server, path, token="x" * len(token))[0] == 403, path
         assert raw_get(server, "/api/sample?i=0", token=token)[0] == 200
-        assert raw_get(server, f"/?token={token}")[0] == 200  # the page, by the printed URL
-        assert raw_get(server, f"/api/sample?i=0&token={token}")[0] == 403  # the API: by its header only
+        assert raw_get(server, f"/?t={token}")[0] == 200  # the page, by the printed URL
+        assert raw_get(server, f"/api/sample?i=0&t={token}")[0] == 403  # the API: by its header only
     with serving(run_dir) as other:
         assert other.token != token
 

@@ -48,7 +48,7 @@ def get(server, path, host=None, method="GET"):
     port = server.server_address[1]
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     if path.startswith("/?") or path == "/":  # the page by the printed URL's token, the API by its header
-        path += ("&" if "?" in path else "?") + f"token={server.token}"
+        path += ("&" if "?" in path else "?") + f"t={server.token}"
     conn.putrequest(method, path, skip_host=True)
     conn.putheader("Host", host or f"127.0.0.1:{port}")
     conn.putheader(viewer.TOKEN_HEADER, server.token)

@@ -14,26 +14,24 @@ samples.jsonl can be reached. It binds 127.0.0.1 only and answers only requests 
 address (a page on another site cannot reach it through DNS rebinding); its page fetches nothing but
 its own API (Content-Security-Policy), and it writes nothing anywhere.
 
-It is private to the user who started it: another local user can connect to 127.0.0.1 too, so every
-request must carry the random token of the URL `trustmh view` prints (the page in its query, the API
-calls in the TOKEN_HEADER header the page sends), or is refused (403). A connection idle for IDLE_S is
-closed, so idle clients cannot hold its threads. Every sample line is type-checked when indexed
-(analysis/runs.sample_problem: a line that is not one is counted by reason, never served), every
-parameter is checked (400 with the reason), and whatever else fails in a request is answered (500) and
-counted by kind in /api/meta. When samples.jsonl changes under it (`trustmh score` rewrites it), the next
-request finds the file's identity changed and indexes the runs again before it reads a line."""
+It is private to the user who started it (report/local_server.py): another local user can connect to
+127.0.0.1 too, so every request must carry the session's random token, which is in the URL `trustmh view`
+prints (the page sends it back in a header), or is refused (403); a connection idle for IDLE_S is closed.
+Every sample line is type-checked when indexed (analysis/runs.sample_problem: a line that is not one is
+counted by reason, never served), every parameter is checked (400 with the reason), and whatever else
+fails in a request is answered (500), each counted by kind in /api/meta. When samples.jsonl changes under
+it (`trustmh score` rewrites it), the next request finds the file's identity changed and indexes the runs
+again before it reads a line."""
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import re
-import secrets
 import stat
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -42,6 +40,7 @@ from ..analysis.runs import Run, entries, load_run, parse_sample
 from ..errors import UserError
 from .drilldown import _Row, _sort_keys, _worst_first, page_prompt, page_row, row_status
 from .leaderboard import task_meta
+from .local_server import IDLE_S, TOKEN_HEADER, LocalHandler, bind
 
 HERE = Path(__file__).parent
 MAX_LINE = 16 * 1024 * 1024  # a sample's line in samples.jsonl; longer ones are left out, counted
@@ -51,8 +50,6 @@ PAGE_MAX = 200
 QUERY_MAX = 200
 STATUSES = ("ok", "no_answer", "unscored", "error")
 SORTS = ("worst", "data")
-IDLE_S = 30.0  # a connection that sends nothing for this long is closed
-TOKEN_HEADER = "X-Trustmh-Token"
 _NUMBER = re.compile(r"[0-9]{1,12}")  # ASCII digits only: str.isdigit also passes "²", which int() refuses
 
 
@@ -226,44 +223,11 @@ def _summary(idx: Index, i: int, rec: dict[str, Any]) -> dict[str, Any]:
             "v": str(rec.get("variant") or "")[:200], "preview": str(text)[:160]}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LocalHandler):
     server_version = "trustmh-view"
     index: Index
     page: bytes
-    nonce: str
-    token: str
-    allowed_hosts: set[str]
-    errors: collections.Counter  # requests refused or failed, by kind (shown in /api/meta)
     rebuild: threading.Lock
-    timeout = IDLE_S  # StreamRequestHandler: a connection idle this long is closed (make_server may set it)
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: the terminal shows the URL only
-        pass
-
-    def _send(self, code: int, body: bytes, ctype: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Content-Security-Policy",
-                         f"default-src 'none'; script-src 'nonce-{self.nonce}'; style-src 'unsafe-inline'; "
-                         f"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
-                         f"frame-ancestors 'none'")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, obj: Any, code: int = 200) -> None:
-        self._send(code, json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str).encode("ascii"),
-                   "application/json; charset=utf-8")
-
-    def _refuse(self, code: int, why: str, kind: str | None = None) -> None:
-        with self.rebuild:
-            self.errors[kind or {400: "bad request", 403: "refused", 404: "no such page",
-                                 405: "not allowed"}.get(code, f"HTTP {code}")] += 1
-        self._json({"error": why}, code)
 
     def do_POST(self) -> None:  # noqa: N802 - read-only
         self._refuse(405, "read-only")
@@ -273,22 +237,16 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802
         self.do_GET()
 
-    def _authorised(self, url, args: dict[str, str]) -> bool:
-        """The page by the token in its URL, the API by the header the page sends (never in a URL a log or
-        a history could keep); compared in constant time."""
-        given = args.get("token", "") if url.path == "/" else self.headers.get(TOKEN_HEADER, "")
-        return secrets.compare_digest(given.encode("utf-8", "replace"), self.token.encode())
-
     def do_GET(self) -> None:  # noqa: N802
-        if self.headers.get("Host", "") not in self.allowed_hosts:
+        if not self.host_ok():
             return self._refuse(403, "this viewer answers its own address only")
         url = urlsplit(self.path)
         try:
             args = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=20, errors="strict").items()}
         except ValueError:  # UnicodeDecodeError included: a query that is not UTF-8
             return self._refuse(400, "bad query")
-        if not self._authorised(url, args):
-            return self._refuse(403, "this viewer answers whoever has the token of the URL it printed")
+        if not self.token_ok(args.get("t") if url.path == "/" else self.headers.get(TOKEN_HEADER)):
+            return self._refuse(403, "open the address `trustmh view` printed (it holds the session's token)")
         try:
             if url.path == "/":
                 return self._send(200, self.page, "text/html; charset=utf-8")
@@ -325,10 +283,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _meta(self) -> dict[str, Any]:
         idx = self.index
-        with self.rebuild:
-            errors = dict(self.errors)
         return {"runs": [r.id for r in idx.runs], "entries": idx.labels, "tasks": idx.tasks, "statuses": STATUSES,
-                "total": len(idx.rows), "skipped": idx.skipped, "errors": errors}
+                "total": len(idx.rows), "skipped": idx.skipped, "errors": self.error_counts()}
 
     def _rows(self, args: dict[str, str]) -> dict[str, Any]:
         idx = self.index
@@ -399,20 +355,8 @@ def _page(nonce: str) -> bytes:
 
 def make_server(runs: list[Run], port: int = 0, *, idle_s: float = IDLE_S) -> ThreadingHTTPServer:
     """The viewer's server on 127.0.0.1:`port` (0: any free port), not yet serving; `server.url` is the
-    address to open, with the token every request needs (`server.token`)."""
-    idx = build_index(runs)
-    nonce = secrets.token_urlsafe(18)
-    token = secrets.token_urlsafe(32)
-    handler = type("Handler", (_Handler,), {"index": idx, "nonce": nonce, "page": _page(nonce), "token": token,
-                                            "timeout": idle_s, "errors": collections.Counter(),
-                                            "rebuild": threading.Lock()})
-    try:
-        server = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    except OSError as e:
-        raise UserError(f"cannot listen on 127.0.0.1:{port} ({e.strerror}); pick another --port") from None
-    server.daemon_threads = True
-    bound = server.server_address[1]
-    handler.allowed_hosts = {f"127.0.0.1:{bound}", f"localhost:{bound}"}
-    server.token = token  # type: ignore[attr-defined]
-    server.url = f"http://127.0.0.1:{bound}/?token={token}"  # type: ignore[attr-defined]
+    address to open, with the session's token (`server.token`) every request needs."""
+    handler = type("Handler", (_Handler,), {"index": build_index(runs), "rebuild": threading.Lock()})
+    server = bind(handler, port, idle_s=idle_s)
+    handler.page = _page(handler.nonce)
     return server

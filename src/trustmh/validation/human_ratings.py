@@ -402,4 +402,7 @@ def agreement_table(agreement: dict[str, Any]):
             verdict = styled((v["verdict"], "red")) if v["verdict"] == BELOW else v["verdict"]
             table.add_row(c["criterion"], STAT_NAMES.get(s, s), str(c["n_items"]), cell(v["judge"], v["judge_ci"]),
                           cell(v["ceiling"], v["ceiling_ci"]), verdict)
+        bias = c.get("bias") or {}
+        table.add_row(c["criterion"], "bias (judge - human)", str(c["n_items"]), cell(bias.get("value"), bias.get("ci")),
+                      "-", "")
     return table
