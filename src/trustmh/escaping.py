@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
-_MARKDOWN = re.compile(r"([\\`*_\[\]<>|&#!])")
+_MARKDOWN = re.compile(r"([\\`*_\[\]<>|&])")  # what could make a name a link, emphasis, HTML or a new cell
 
 
 def printable(text: str) -> str:
