@@ -62,7 +62,7 @@ def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(tmp_pa
     f.write_text('[models."openai/mine"]\ninput_per_mtok = 1\noutput_per_mtok = 2\nsource = "my invoice"\n'
                  'read = "2026-01-31"\n')
     assert load_prices(f).price("openai/mine").source == f"{f}: my invoice (read 2026-01-31)"
-    for text, needle in (("[models", "not TOML"), ('[models."x/y"]\ninput_per_mtok = -1\noutput_per_mtok = 1', "≥ 0"),
+    for text, needle in (("[models", "not valid TOML"), ('[models."x/y"]\ninput_per_mtok = -1\noutput_per_mtok = 1', "≥ 0"),
                          ('[models."x/y"]\ninput_per_mtok = 1', "give input_per_mtok and output_per_mtok"),
                          ('[models."x/y"]\ninput_per_mtok = 1\noutput_per_mtok = 1\nread = "last week"', "YYYY-MM-DD"),
                          ('[models."x/y"]\ninput_per_mtok = 1\noutput_per_mtok = 1\nsource = 3', "line of text"),
@@ -72,11 +72,11 @@ def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(tmp_pa
         with pytest.raises(UserError, match=re.escape(needle)):
             load_prices(f)
     f.write_text("#" * 2_000_000)
-    with pytest.raises(UserError, match="over"):
+    with pytest.raises(UserError, match="larger than"):
         load_prices(f)
     proc = cli("run", "--suite", "sample", "--tasks", "ethics", "--dry-run", "--prices", tmp_path / "missing.toml",
                cwd=tmp_path)
-    assert_user_error(proc, "cannot be read")
+    assert_user_error(proc, "--prices file not found")
 
 
 def test_the_dry_run_names_each_shipped_price_source_and_marks_the_unverified(tmp_path):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,12 +57,8 @@ class GateConfig:
 def load_config(path: Path) -> GateConfig:
     """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
     optional top-level baseline = "runs/main", alpha = 0.05, max_unscored = 0.2 and allow_partial = true."""
-    try:
-        data = tomllib.loads(_read_config(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: invalid TOML ({e})") from None
-    except RecursionError:
-        raise UserError(f"{path}: invalid TOML (nested too deeply)") from None
+    from ..data.loaders import read_user_toml
+    data = read_user_toml(path, "gate config", CONFIG_MAX_BYTES)  # the one reader of user files
     unknown = set(data) - {"min", "max", "baseline", "alpha", "max_unscored", "allow_partial"}
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, "
@@ -99,13 +94,6 @@ def load_config(path: Path) -> GateConfig:
 
 
 CONFIG_MAX_BYTES = 1 << 20  # a gate config is a few lines; more is not one
-
-
-def _read_config(path: Path) -> str:
-    """The config's text. Every problem is a usage error (exit 2), never exit 1, which means a threshold
-    failed."""
-    from ..data.loaders import read_user_text
-    return read_user_text(path, "gate config", CONFIG_MAX_BYTES)
 
 
 def _flatten(table: dict, prefix: str = ""):

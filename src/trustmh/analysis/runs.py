@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from ..data.loaders import file_sha256
+from ..data.loaders import file_sha256, nested_deeper_than
 from ..errors import UserError
 from ..scoring.metrics import Table
 from ..scoring.results import RunResults
@@ -124,23 +124,10 @@ def sample_problem(rec: Any) -> str | None:
     if error is not None and not (isinstance(error, dict) and all(isinstance(v, (str, type(None)))
                                                                   for v in error.values())):
         return "field 'error' must be an object of texts"
-    if _deeper_than(rec, MAX_DEPTH):
+    if nested_deeper_than(rec, MAX_DEPTH):
         return f"nested deeper than {MAX_DEPTH} levels"
     return None
 
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether `value` nests more than `limit` containers deep (walked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        if depth > limit:
-            return True
-        if isinstance(v, dict):
-            stack.extend((x, depth + 1) for x in v.values() if isinstance(x, (dict, list)))
-        elif isinstance(v, list):
-            stack.extend((x, depth + 1) for x in v if isinstance(x, (dict, list)))
-    return False
 
 
 def load_run(path: Path | str) -> Run:

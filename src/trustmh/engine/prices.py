@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -72,14 +71,9 @@ class PriceTable:
 
 
 def _read(path: Path, shipped: bool) -> dict[str, Any]:
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise UserError(f"--prices {path}: over {MAX_FILE_BYTES // 1000} KB; a price table is a few lines a model")
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"--prices {path}: cannot be read ({type(e).__name__}: {e})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{'shipped price table' if shipped else '--prices'} {path}: not TOML ({e})") from None
+    """The table's TOML, through the one reader of user files (data/loaders.read_user_toml)."""
+    from ..data.loaders import read_user_toml
+    return read_user_toml(path, "shipped price table" if shipped else "--prices file", MAX_FILE_BYTES)
 
 
 def _number(v: Any, where: str) -> float:

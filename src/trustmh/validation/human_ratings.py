@@ -159,14 +159,8 @@ def pick_rubric(name: str) -> RatingRubric:
 # --- the file --------------------------------------------------------------------------------------
 
 def _records(path: Path) -> tuple[list[tuple[int, Any]], str]:
-    if not path.is_file():
-        raise UserError(f"--ratings {path}: no such file")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise UserError(f"--ratings {path}: over {MAX_FILE_BYTES >> 20} MiB")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise UserError(f"--ratings {path}: not UTF-8 text (byte {e.start})") from None
+    from ..data.loaders import read_user_text
+    text = read_user_text(path, "--ratings file", MAX_FILE_BYTES).removeprefix("\ufeff")  # a BOM, as utf-8-sig
     kind = "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else "csv"
     out: list[tuple[int, Any]] = []
     if kind == "jsonl":
