@@ -234,14 +234,14 @@ def run_cmd(
     limits = _limits(max_connections, timeout, max_retries, batch_size)
     if max_cost is not None:
         limits.budget = _budget(spec, max_cost, table, executor)
-    from ..engine.budget import BudgetStop, stop_message
+    from ..engine.budget import BudgetStop
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
                                            limits=limits, executor=chosen_executor, force=force, events=view,
                                            idle=[_prepare_report])
     except BudgetStop as stop:
-        raise UserError(stop_message(stop.budget, spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())) \
+        raise UserError(_stop_message(stop.budget, spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())) \
             from None
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
@@ -310,6 +310,27 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
                   f"against the provider's pricing page); give your own with --prices FILE.toml",
                   markup=False, highlight=False, soft_wrap=True)
     return Budget(max_cost, table)
+
+
+def _stop_message(budget, spec, run_dir) -> str:
+    """What was spent, by which rule, and what remains, once a run stopped at its cap: the rest is the dry
+    run's plan of the calls not stored yet, replies with no max_tokens at the mean length seen so far."""
+    from ..engine import context, prepare
+    from ..engine.plan import plan
+    from ..engine.prices import plan_costs, total_cost
+    ctx = context(spec)
+    prepared, _ = prepare(spec, ctx)
+    typical = budget.typical_completion()
+    lines = plan_costs(plan(spec, ctx, prepared, run_dir, typical=typical), spec, budget.table)
+    left, unpriced = total_cost(lines)
+    n_left = sum(line.calls for line in lines)
+    seen = "; ".join(f"{s} {t:,} tokens" for s, t in typical.items())
+    return (f"stopped at --max-cost {budget.cap:.2f} USD: {budget.account()}. The next call ({budget.next_spec}) "
+            f"could cost up to ${budget.next_worst:.4f}, more than the ${max(0.0, budget.cap - budget.spent):.4f} "
+            f"left. {n_left} calls remain, ~${left:.2f}{'+?' if unpriced else ''} estimated"
+            f"{f' (replies without max_tokens at the mean length seen: {seen})' if seen else ''}. Every reply so "
+            f"far is stored: rerun the same command to continue (with a higher --max-cost to finish sooner); "
+            f"`--dry-run` shows the rest")
 
 
 def _spent(budget) -> None:
@@ -420,13 +441,13 @@ def score_cmd(
             raise UserError("--out is empty; give a directory")
         from ..engine.rundir import copy_run
         run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
-    from ..engine.budget import BudgetStop, stop_message
+    from ..engine.budget import BudgetStop
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             _, results, _ = run(spec, run_dir, limits=limits, generate=False,
                                 accept_stored=accept_stored, events=view)
     except BudgetStop as stop:
-        raise UserError(stop_message(stop.budget, spec, run_dir)) from None
+        raise UserError(_stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
     _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}")
