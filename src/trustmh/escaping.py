@@ -51,9 +51,10 @@ def csv_cell(value: Any) -> Any:
 
 
 def csv_text(fieldnames: list[str], records: Iterable[dict[str, Any]]) -> str:
-    """Records as CSV text (a header row, then one row a record), every cell through `csv_cell`."""
+    """Records as CSV text (a header row, then one row a record: the fields named, others left out), every
+    cell through `csv_cell`."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     w.writerows({k: csv_cell(v) for k, v in r.items()} for r in records)
     return buf.getvalue()

@@ -24,6 +24,8 @@ def records(comparisons: list[Comparison], alpha: float = 0.05) -> list[dict[str
                         "value_b": d.b, "diff": d.diff, "ci_low": d.ci[0] if d.ci else None,
                         "ci_high": d.ci[1] if d.ci else None, "p": d.p, "n_shared": d.n_shared,
                         "n_tasks": d.n_tasks or None, "verdict": d.verdict(alpha), "note": d.note})
+            if d.calibrated is not None:  # JSON only: CSV keeps its columns, the note says it in words
+                out[-1]["calibrated"] = d.calibrated.model_dump()
     return out
 
 

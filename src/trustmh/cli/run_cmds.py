@@ -235,13 +235,14 @@ def run_cmd(
     if max_cost is not None:
         limits.budget = _budget(spec, max_cost, table, executor)
     from ..engine.budget import BudgetStop
+    from ..engine.plan import stop_message
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
                                            limits=limits, executor=chosen_executor, force=force, events=view,
                                            idle=[_prepare_report])
     except BudgetStop as stop:
-        raise UserError(_stop_message(stop.budget, spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())) \
+        raise UserError(stop_message(stop.budget, spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())) \
             from None
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
@@ -251,6 +252,7 @@ def run_cmd(
             raise UserError(f"{e}. The paper's protocol judges with {PAPER_JUDGE} by default: pass --judge rules "
                             f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
         raise
+    results = _calibrate(run_dir, results)  # a run resumed after `trustmh annotate` keeps its calibrated values
     _summary(results)
     _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
@@ -312,31 +314,10 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
     return Budget(max_cost, table)
 
 
-def _stop_message(budget, spec, run_dir) -> str:
-    """What was spent, by which rule, and what remains, once a run stopped at its cap: the rest is the dry
-    run's plan of the calls not stored yet, replies with no max_tokens at the mean length seen so far."""
-    from ..engine import context, prepare
-    from ..engine.plan import plan
-    from ..engine.prices import plan_costs, total_cost
-    ctx = context(spec)
-    prepared, _ = prepare(spec, ctx)
-    typical = budget.typical_completion()
-    lines = plan_costs(plan(spec, ctx, prepared, run_dir, typical=typical), spec, budget.table)
-    left, unpriced = total_cost(lines)
-    n_left = sum(line.calls for line in lines)
-    seen = "; ".join(f"{s} {t:,} tokens" for s, t in typical.items())
-    return (f"stopped at --max-cost {budget.cap:.2f} USD: {budget.account()}. The next call ({budget.next_spec}) "
-            f"could cost up to ${budget.next_worst:.4f}, more than the ${max(0.0, budget.cap - budget.spent):.4f} "
-            f"left. {n_left} calls remain, ~${left:.2f}{'+?' if unpriced else ''} estimated"
-            f"{f' (replies without max_tokens at the mean length seen: {seen})' if seen else ''}. Every reply so "
-            f"far is stored: rerun the same command to continue (with a higher --max-cost to finish sooner); "
-            f"`--dry-run` shows the rest")
-
-
 def _spent(budget) -> None:
     """Under --max-cost, what the finished run spent and by which rules (engine/budget.py)."""
     if budget is not None:
-        err.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
+        note.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_share(share: float, flag: str = "--max-failed") -> None:
@@ -418,9 +399,14 @@ def score_cmd(
     max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
+    ratings: Optional[Path] = typer.Option(None, "--ratings", help="Human ratings of the run to calibrate its judged "
+                                                                   "values with: an annotation.json of `trustmh "
+                                                                   "annotate` (default: RUN_DIR/annotation.json "
+                                                                   "when there is one)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
+    """Re-judge and re-score a run's saved responses; the tested model is never called. With human ratings of
+    the run (`trustmh annotate`) every judged value also gets a calibrated value (PPI++). The exit code says,
     as `run`'s does, whether too many samples failed."""
     set_quiet(quiet)
     _load_plugins(include)
@@ -442,17 +428,37 @@ def score_cmd(
         from ..engine.rundir import copy_run
         run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
     from ..engine.budget import BudgetStop
+    from ..engine.plan import stop_message
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             _, results, _ = run(spec, run_dir, limits=limits, generate=False,
                                 accept_stored=accept_stored, events=view)
+        results = _calibrate(run_dir, results, ratings)
     except BudgetStop as stop:
-        raise UserError(_stop_message(stop.budget, spec, run_dir)) from None
+        raise UserError(stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
     _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
+
+
+def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
+    """With human ratings of the run (`trustmh annotate`), its judged values' calibrated blocks, written into
+    results.json under the run's lock."""
+    from ..engine.rundir import run_lock
+    from ..validation.calibrated import with_ratings
+    if ratings is None and not (Path(run_dir) / "annotation.json").exists():
+        return results
+    with run_lock(Path(run_dir)):
+        results = with_ratings(Path(run_dir), results, ratings)
+    blocks = [mv.calibrated for mr in results.models.values() for tr in mr.tasks.values()
+              for mv in tr.metrics.values() if mv.calibrated is not None]
+    cal = results.calibration or {}
+    out.print(f"calibrated: {sum(b.value is not None for b in blocks)} of {len(blocks)} judged values anchored to "
+              f"{cal.get('n_rated', 0)} rated items ({', '.join(cal.get('raters') or []) or 'no rater yet'}); the "
+              f"others say why not (results.json, report: Anchored to clinicians)", markup=False, highlight=False)
+    return results
 
 
 @app.command("validate-judge")
@@ -462,7 +468,7 @@ def validate_judge_cmd(
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
     ratings: Optional[Path] = typer.Option(
         None, help="A human-rated set (CSV or JSONL, one rating a line: item, context, reply, criterion, rater, "
-                   "rating; README 'Checking the judge'). Default: the built-in crisis-escalation set (H1, H2)."),
+                   "rating; docs/judges.md). Default: the built-in crisis-escalation set (H1, H2)."),
     rubric: str = typer.Option("reliability.support", help="With --ratings: the judge rubric, a task id "
                                "(reliability.support, reliability.intervention) or your own jinja2 template file."),
     scale: str = typer.Option("1-5", help="With --ratings and your own rubric: the rating scale LO-HI."),
