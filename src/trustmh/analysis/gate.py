@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,12 +57,8 @@ class GateConfig:
 def load_config(path: Path) -> GateConfig:
     """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
     optional top-level baseline = "runs/main", alpha = 0.05, max_unscored = 0.2 and allow_partial = true."""
-    try:
-        data = tomllib.loads(_read_config(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: invalid TOML ({e})") from None
-    except RecursionError:
-        raise UserError(f"{path}: invalid TOML (nested too deeply)") from None
+    from ..data.loaders import read_user_toml
+    data = read_user_toml(path, "gate config", CONFIG_MAX_BYTES)  # the one reader of user files
     unknown = set(data) - {"min", "max", "baseline", "alpha", "max_unscored", "allow_partial"}
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, "
@@ -99,13 +94,6 @@ def load_config(path: Path) -> GateConfig:
 
 
 CONFIG_MAX_BYTES = 1 << 20  # a gate config is a few lines; more is not one
-
-
-def _read_config(path: Path) -> str:
-    """The config's text. Every problem is a usage error (exit 2), never exit 1, which means a threshold
-    failed."""
-    from ..data.loaders import read_user_text
-    return read_user_text(path, "gate config", CONFIG_MAX_BYTES)
 
 
 def _flatten(table: dict, prefix: str = ""):
@@ -416,6 +404,9 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
     significant regression, and a failure for every task the baseline ran that this run did not."""
     new, old = entries([run]), {e.model: e for e in entries([baseline])}
     rows_new, rows_old = read_rows(run), read_rows(baseline)
+    skipped = [note for r in (run, baseline) if (note := r.skip_note())]
+    if skipped:  # a verdict on part of the samples is no verdict: fail closed
+        raise UserError(f"{'; '.join(skipped)}; the gate does not compare runs it cannot read whole")
     checks, warnings = [], []
     for e in new:
         ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)

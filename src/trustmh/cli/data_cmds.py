@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..errors import UserError
 from ._base import (QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app,
-                    note, out, set_quiet)
+                    note, out, set_quiet, styled)
 
 
 @app.command("list")
@@ -66,7 +66,7 @@ def _count(task, source, ctx) -> str | Text:
     try:
         return str(len(task.load(source, ctx)))
     except UserError as e:  # text: a message may hold brackets ('trustmh[hf]')
-        return Text(f"error: {str(e).split(' — ')[0]}", style="red")
+        return styled((f"error: {str(e).split(' — ')[0]}", "red"))
 
 
 @data_app.command("pull")
@@ -151,7 +151,7 @@ def data_check(
     for st in check(ddir, methods_root=mroot):
         colour = {"present": "green", "user-supplied": "green", "corrupt": "red"}.get(st.state, "yellow")
         ok = sum(1 for f in st.files if f.state == "present")
-        table.add_row(st.dataset.name, f"[{colour}]{st.state}[/]", f"{ok}/{len(st.files)}", st.dataset.license,
+        table.add_row(st.dataset.name, styled((st.state, colour)), f"{ok}/{len(st.files)}", st.dataset.license,
                       "" if st.state in ("present", "user-supplied") else st.how_to_get)
         bad |= st.state == "corrupt"
     out.print(table)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.runs import Entry
+from ..escaping import csv_text, markdown_cell, printable
 from ..scoring.metrics import trust_score
 from .leaderboard import Board, Cell, rank_apart
 
@@ -316,23 +317,17 @@ CSV_COLUMNS = ["pillar", "row", "model", "spec", "group", "trust_score", "rank",
 
 
 def rank_csv(table: RankTable) -> str:
-    import csv
-    import io
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rank_records(table))
-    return buf.getvalue()
+    return csv_text(list(CSV_COLUMNS), rank_records(table))
 
 
 def rank_markdown(table: RankTable) -> str:
     """The rank table as the paper draws it: rows by pillar, one column per model, rank (trust score) in each
     cell; a rank among models measured on other tasks than most carries a *, a broken tie a †; the rules
     under it."""
-    labels = [table.labels[i].replace("|", "/") for i in table.columns]
+    labels = [markdown_cell(table.labels[i]) for i in table.columns]
     lines = []
     if table.groups:
-        lines.append("groups: " + "; ".join(f"{g}: {', '.join(labels[k:k + n])}" for (g, n), k in
+        lines.append("groups: " + "; ".join(f"{markdown_cell(g)}: {', '.join(labels[k:k + n])}" for (g, n), k in
                                              zip(table.groups, _starts(table.groups))))
         lines.append("")
     lines += ["| pillar | subtask | " + " | ".join(labels) + " |", "|---|---|" + "---:|" * len(labels)]
@@ -358,9 +353,10 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
 
 
 def tex(text: str) -> str:
-    """Text set as itself in LaTeX: every special character escaped, control characters dropped, and "--" kept
-    two hyphens (LaTeX would set an en dash)."""
-    return "".join(_TEX.get(ch, ch) for ch in str(text) if ch >= " ").replace("--", "-{}-").replace("-{}--", "-{}-{}-")
+    """Text set as itself in LaTeX: every special character escaped, control characters made visible
+    (escaping.printable), tab and newline dropped, and "--" kept two hyphens (LaTeX would set an en dash)."""
+    return "".join(_TEX.get(ch, ch) for ch in printable(str(text)) if ch >= " ").replace("--", "-{}-").replace(
+        "-{}--", "-{}-{}-")
 
 
 def rank_latex(table: RankTable) -> str:
