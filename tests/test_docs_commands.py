@@ -175,14 +175,14 @@ class Sandbox:
         server = argv[3:4] == ["view"] or (argv[3:4] == ["annotate"] and "--export" not in argv)
         if server:  # a server: it must start and serve (annotate's page: rated by two stand-in clinicians)
             argv = [a if not re.fullmatch(r"\d{4,5}", a) else "0" for a in argv]  # any free port
-            return _view(argv, self.cwd, env)
+            return _view(argv, self.cwd, env, rate=argv[3] == "annotate")
         proc = subprocess.run(argv, cwd=self.cwd, env=env, capture_output=True, text=True, timeout=600)
         if redirect:
             (self.cwd / redirect.strip()).write_text(proc.stdout, encoding="utf-8")
         return proc
 
 
-def _view(argv, cwd, env) -> subprocess.CompletedProcess:
+def _view(argv, cwd, env, rate: bool = False) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(argv, cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
@@ -192,7 +192,7 @@ def _view(argv, cwd, env) -> subprocess.CompletedProcess:
         import urllib.request
         with urllib.request.urlopen(url.group(0), timeout=30) as r:
             ok = 0 if r.status == 200 else 1
-        if "?t=" in url.group(0):
+        if rate:
             _rate(url.group(0))
     proc.terminate()
     _, err = proc.communicate(timeout=30)
