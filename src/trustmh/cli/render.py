@@ -264,7 +264,9 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
 
     def cells(group) -> list[str]:
         approx = "~" if any(r.estimated for r in group) else ""
-        return [f"{approx if n else ''}{n}" for n in (sum(getattr(r, f) for r in group) for f in fields)]
+        bound = "≤" if any(r.upper_bound for r in group) else ""  # calls and tokens, never the samples
+        return [f"{(bound if f != 'samples' else '') + approx if n else ''}{n}"
+                for f, n in ((f, sum(getattr(r, f) for r in group)) for f in fields)]
 
     table = RichTable(title=f"dry run: calls a run into {run_dir} would make (nothing was called)",
                       title_justify="left")
@@ -295,9 +297,14 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
         judge += f", proxy judge {spec.options['proxy_judge']}"
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
               f"judge calls assume every reply is judged and judge prompts leave out the reply's text; "
-              f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
+              f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; ≤ marks upper bounds "
+              f"(a conversation may stop before its last turn, a rubric walk asks at most every question); {judge}",
               markup=False, highlight=False)
     _cost_table(rows, spec, prices)
+    bounded = sorted({r.task for r in ran if r.upper_bound})
+    if bounded:
+        out.print(f"{', '.join(bounded)}: counted at the most turns and rubric questions they can take, so their "
+                  f"calls, tokens and cost are upper bounds (≤)", markup=False, highlight=False, soft_wrap=True)
 
 
 def _cost_table(rows, spec, prices=None) -> None:

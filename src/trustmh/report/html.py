@@ -25,6 +25,7 @@ from ..analysis.runs import Run, entries, load_run
 from .addressed import judge_addressed_rows
 from .panel import panel_rows
 from .breakdowns import group_scale, task_groups
+from .conversation import conversation_sections
 from .charts import PALETTE, radar_svg, whisker_svg
 from .drilldown import MAX_BYTES, PER_TASK, SampleSet, collect_samples
 from .leaderboard import leaderboard, rank_table, task_meta
@@ -81,6 +82,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "ranks": ranks, "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
         "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents),
+        "conversations": conversation_sections(ents) if include_samples else [],
     }, ss, head
 
 

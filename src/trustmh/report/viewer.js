@@ -48,7 +48,7 @@
     (s.prompt || []).forEach(function (m) { block("prompt · " + m.role, show(m.content)); });
     block("target", s.tg === null ? null : show(s.tg));
     if (s.er) block("error", (s.er.kind || "") + ": " + (s.er.message || ""), "bad");
-    block("reply", s.r === null ? null : show(s.r), "reply");
+    if (s.cv) conversation(box, s.cv); else block("reply", s.r === null ? null : show(s.r), "reply");
     if (s.ja) block("the reply addresses the judge (flagged; still scored as judged)", s.ja, "bad");
     block("judge output", s.j === null ? null : show(s.j));
     if (!s.j && s.jr) block("judge", show(s.jr));
@@ -59,6 +59,40 @@
     });
     block("notes", (s.no || []).join("\n"));
     return box;
+  }
+
+  // A conversation: its messages turn by turn, and beside them the judge's walk through the rubric (each
+  // question, the answer it read and why), then the ratings per dimension. Text only, never HTML.
+  function conversation(box, cv) {
+    var wrap = el("div", "conversation");
+    var talk = el("ol", "turns");
+    var n = { user: 0, chatbot: 0 };
+    cv.turns.forEach(function (t) {
+      n[t.role] += 1;
+      var li = el("li", "turn " + t.role);
+      li.appendChild(el("b", null, (t.role === "user" ? "person " : "chatbot ") + n[t.role]));
+      li.appendChild(el("pre", t.error ? "bad" : null, t.text));
+      talk.appendChild(li);
+    });
+    talk.appendChild(el("li", "ended", "ended: " + (cv.ended || "?")));
+    var walk = el("ol", "walk");
+    cv.path.forEach(function (p) {
+      var li = el("li", "step" + (String(p.answer).toLowerCase() === "yes" && p.severity ? " flag" : ""));
+      li.appendChild(el("b", null, "Q" + p.q + " · " + (p.dimension || "")));
+      li.appendChild(el("div", "question", p.question || ""));
+      li.appendChild(el("div", "answer", "→ " + show(p.answer) + (p.severity ? " (" + p.severity + ")" : "")));
+      if (p.reasoning) li.appendChild(el("small", null, p.reasoning));
+      walk.appendChild(li);
+    });
+    Object.keys(cv.ratings || {}).forEach(function (d) { walk.appendChild(el("li", "rating", d + ": " + cv.ratings[d])); });
+    var left = el("div", "side"), right = el("div", "side");
+    left.appendChild(el("h6", null, "conversation"));
+    left.appendChild(talk);
+    right.appendChild(el("h6", null, "the judge's path through the rubric"));
+    right.appendChild(walk);
+    wrap.appendChild(left);
+    wrap.appendChild(right);
+    box.appendChild(wrap);
   }
 
   function row(r) {
