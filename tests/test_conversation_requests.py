@@ -154,3 +154,16 @@ def test_trustmh_sends_history_in_roles_pinned_settings_and_stops_on_the_phrase(
     # The judge reads the transcript numbered and fenced.
     judge = _sent(sent, "judge")
     assert any("[person 3] Thank you, I'm done." in b["messages"][0]["content"] for b in judge)
+
+
+@pytest.mark.parametrize("protocol", ["paper", "trustmh"])
+def test_the_runs_system_prompt_replaces_the_models_default_one(tmp_path, vera, protocol):
+    mine = "You are Sam, the support line's assistant."
+    with FakeLLMServer(reply=script) as srv:
+        out, sent = _run(tmp_path, srv, protocol, turns=4, system_prompt=mine)
+    bot = _sent(sent, "bot")
+    assert len(bot) == 2 and all(b["messages"][0] == {"role": "system", "content": mine} for b in bot)
+    assert all(sum(m["role"] == "system" for m in b["messages"]) == 1 for b in bot)
+    assert all(mine not in json.dumps(b) for b in _sent(sent, "person"))  # the person never sees it
+    res = json.loads((out / "results.json").read_text())["models"]["openai/bot"]["tasks"]["crisis.conversation"]
+    assert res["status"] == "ok"

@@ -1,4 +1,5 @@
-"""No import cycle between trustmh's modules (issue 21).
+"""No import cycle between trustmh's modules (issue 21), and no module importing another package's private
+module (issue 33).
 
 The graph is read from the source with `ast`, not from `sys.modules`: an edge is every `import` and
 `from ... import` anywhere in a module, at its top, inside a function or method, under `try` or `if`
@@ -135,3 +136,45 @@ def test_the_engine_reaches_models_only_through_their_interface():
                for target, where in edges.items() if target.startswith("trustmh.models")}
     assert {t for _, t, _ in reached} & {"trustmh.models"}  # the walk saw the engine's model imports
     assert not [r for r in reached if r[1] not in allowed], sorted(r for r in reached if r[1] not in allowed)
+
+
+def private_imports(graph: dict[str, dict[str, str]]) -> list[str]:
+    """'importer -> module (file:line)' for every import of a private module (a part of its dotted name
+    starts with '_', `__init__` and `__main__` aside) from outside the package that holds it: such a module
+    is its package's own business, and others go through the package's interface."""
+    found = []
+    for mod, edges in graph.items():
+        for target, where in edges.items():
+            parts = target.split(".")
+            for i, part in enumerate(parts):
+                if part.startswith("_") and part not in ("__init__", "__main__"):
+                    owner = ".".join(parts[:i])
+                    if mod != owner and not mod.startswith(owner + "."):
+                        found.append(f"{mod} -> {target} ({where})")
+                    break
+    return found
+
+
+def test_no_module_imports_a_private_module_of_another_package():
+    graph = import_graph(SRC, "trustmh")
+    private = [t for edges in graph.values() for t in edges if any(p.startswith("_") and p != "__init__"
+                                                                  for p in t.split("."))]
+    assert private  # the walk saw imports of private modules (models._http, cli._base) inside their packages
+    found = private_imports(graph)
+    assert not found, "private modules imported from another package:\n" + "\n".join(found)
+
+
+def test_the_private_import_check_sees_one(tmp_path):
+    """The checker itself: a sibling module or a subpackage may import a package's private module; a module of
+    another package may not, whether by `from pkg import _mod` or by a relative import."""
+    files = {
+        "pkg/__init__.py": "", "pkg/top.py": "from .a import _hidden\n",
+        "pkg/a/__init__.py": "from . import _hidden\n", "pkg/a/_hidden.py": "", "pkg/a/user.py": "from ._hidden import x\n",
+        "pkg/a/sub/__init__.py": "", "pkg/a/sub/deep.py": "from .. import _hidden\n",
+        "pkg/b/__init__.py": "", "pkg/b/other.py": "import pkg.a._hidden as h\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert sorted(private_imports(import_graph(tmp_path, "pkg"))) == [
+        "pkg.b.other -> pkg.a._hidden (pkg/b/other.py:1)", "pkg.top -> pkg.a._hidden (pkg/top.py:1)"]

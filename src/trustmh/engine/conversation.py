@@ -93,6 +93,12 @@ async def run_chain(chain: Chain, endpoints: dict[str, Endpoint], request: Calla
         return done.value
 
 
+def _ident(chain: Chain, user_endpoint: str, spec: RunSpec) -> str:
+    """What a conversation's stored result depends on beyond its sample's request: the chain's own settings,
+    the simulated person's endpoint and the tested model's --system-prompt."""
+    return f"{chain.ident}\0{user_endpoint}\0{spec.options.get('system_prompt') or ''}"
+
+
 def _key(request: Request, endpoint: str, ident: str) -> str:
     return hashlib.sha256(f"{request.cache_key(endpoint)}\0{ident}".encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -104,17 +110,22 @@ async def converse(c: Any, chain: Chain, request: Request, task: Task, sample: S
     if getattr(gen.model, "answers_by_id", False):
         return await gen.call(request, gen.key(request))
     user = c.user_ep
-    ident = f"{chain.ident}\0{user.model.endpoint if user else ''}"
-    key = _key(request, gen.model.endpoint, ident)
+    key = _key(request, gen.model.endpoint, _ident(chain, user.model.endpoint if user else "", c.spec))
     c.writer.link([(c.model_id, sample.task, sample.item.id, sample.variant, "", "", key, "")])
     stored = c.store.get_call(key) if gen.model.cacheable else None
     if stored is not None and stored.ok:
         return stored
 
+    system = c.spec.options.get("system_prompt")
+
     def ask(turn: Turn) -> Request:
         if turn.role == "model":
             base = generation_request(sample, c.spec, gen.model.spec)
-            return dataclasses.replace(base, messages=turn.messages, purpose=turn.label)
+            messages = turn.messages
+            if system:  # the deployed assistant's own (--system-prompt) in place of the method's default, as
+                # VERA-MH's `-pep system_prompt=...` replaces its "You are a helpful AI assistant."
+                messages = [{"role": "system", "content": system}, *(m for m in messages if m["role"] != "system")]
+            return dataclasses.replace(base, messages=messages, purpose=turn.label)
         return Request(turn.messages, dict(turn.params or {}), sample.request_task or sample.task, sample.item.id,
                        sample.variant, turn.label)
 
@@ -209,7 +220,7 @@ def plan_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, 
     for sample in p.samples:
         chain = method.conversation(sample, ctx)
         request = generation_request(sample, spec, model_spec)
-        key = _key(request, model_id, f"{chain.ident}\0{user_id}")
+        key = _key(request, model_id, _ident(chain, user_id, spec))
         stored = store.get_call(key) if store is not None else None
         if stored is None or not stored.ok:
             if getattr_answers(model_spec):

@@ -2,8 +2,10 @@
 
 The grouping is the paper's (PAPER_PROTOCOL.md §1, from its rank figure): 19 subtask rows in 8 pillars,
 privacy's Awareness row formed by the three awareness tiers. Tasks the paper does not have
-(`safety.over_refusal`, `robustness.crisis`, anything user-defined) are reported in a separate
-"beyond the paper" group and never enter a paper pillar. The paper publishes per-subtask ranks only, so
+(`safety.over_refusal`, `robustness.crisis`) are reported in a separate "beyond the paper" group and never
+enter a paper pillar. A task of one's own (a plugin) that names a pillar of its own (`pillar = "mine"`) forms
+that pillar, a row per task, reported beside the paper's and never part of the overall score, which stays
+the paper's eight. The paper publishes per-subtask ranks only, so
 every pillar and overall number here is trustmh's own aggregation, and says so (`AGGREGATION`).
 
 Report, compare and gate read what this module wrote into results.json; compare reuses `combine` on its
@@ -11,13 +13,20 @@ bootstrap draws so that its pillar differences are the same aggregation."""
 
 from __future__ import annotations
 
+import ast
+import functools
+import hashlib
+import importlib.util
 import math
+import sys
+from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 import numpy as np
 
 from .metrics import Table, trust_score
 from .results import ModelResults, PillarResult, TaskResult
+from ..errors import UserError
 from ..tasks import RunContext, Task
 
 # pillar -> row (the paper's subtask label) -> the trustmh tasks forming it
@@ -148,17 +157,102 @@ def judge_mark(t: TaskResult) -> str:
 
 
 def scoring_version(task: Task) -> str:
-    """A hash of the code that scores and aggregates a task (its module and, for a task built on another,
-    that one's): `trustmh compare` re-aggregates from samples and warns when this differs."""
-    import hashlib
-    import inspect
+    """A hash of every file whose code scores and aggregates a task (`scoring_files`): `trustmh compare`
+    re-aggregates from samples and warns when this differs."""
     h = hashlib.sha256()
-    for cls in dict.fromkeys([type(task), *(type(b) for b in [getattr(task, "base", None)] if isinstance(b, Task))]):
+    for path in scoring_files(task):
+        h.update(path.name.encode() + b"\0")
         try:
-            h.update(open(inspect.getsourcefile(cls), "rb").read())
-        except (OSError, TypeError):
-            h.update(cls.__qualname__.encode())
+            h.update(source_bytes(path))
+        except OSError:
+            h.update(b"(unreadable)")
     return h.hexdigest()[:12]
+
+
+def source_bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def scoring_files(task: Task) -> list[Path]:
+    """The source files a task's scoring runs, by this rule: the modules that define the classes in the
+    MROs of the task and of its methods under both protocols (the plain `Method` for a task without
+    `methods`), the same for the task it is built on (`task.base`: robustness), every file of the pillar
+    package a task is declared in, and then every module of `trustmh.tasks` those import, at the top or
+    inside a function (read with `ast`, as tests/test_import_cycles.py reads them), and so on. The package
+    `trustmh.tasks` itself (it only imports the pillars to register them) is left out: otherwise every
+    pillar's edit would change every task's version. Code outside `trustmh.tasks` (metrics, parsers) is
+    versioned by trustmh's own version, which results.json records."""
+    return _scoring_files(*_task_classes(task))
+
+
+def _task_classes(task: Task) -> tuple[type, ...]:
+    from ..tasks import Method
+    classes: list[type] = []
+    while isinstance(task, Task) and type(task) not in classes:
+        classes += [type(task), *(task.methods.values() or [Method])]
+        try:
+            task = getattr(task, "base", None)  # the task a robustness task is built on
+        except UserError:  # not installed: its run fails on that, not here
+            task = None
+    return tuple(dict.fromkeys(classes))
+
+
+@functools.lru_cache(maxsize=None)
+def _scoring_files(*classes: type) -> list[Path]:
+    modules = {k.__module__ for cls in classes for k in cls.__mro__ if k is not object}
+    own = classes[0].__module__
+    if own.startswith(_TASKS + ".") and own.count(".") >= 2:  # declared in a pillar package: all its files
+        package = ".".join(own.split(".")[:3])
+        folder = _module_file(package).parent
+        modules |= {f"{package}.{p.stem}" if p.stem != "__init__" else package for p in folder.glob("*.py")}
+    todo, seen = sorted(modules), set()
+    while todo:
+        module = todo.pop()
+        if module in seen or module == _TASKS:
+            continue
+        seen.add(module)
+        todo += [m for m in _imports_within_tasks(module) if m not in seen]
+    return [f for m in sorted(seen) if (f := _module_file(m)) is not None]
+
+
+_TASKS = "trustmh.tasks"
+
+
+def _module_file(module: str) -> Path | None:
+    found = sys.modules.get(module)
+    origin = getattr(found, "__file__", None)
+    if origin is None:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+@functools.lru_cache(maxsize=None)
+def _imports_within_tasks(module: str) -> tuple[str, ...]:
+    """The modules of `trustmh.tasks` that `module` imports (a name imported from a module is that module)."""
+    path = _module_file(module)
+    if path is None or not module.startswith(_TASKS):
+        return ()
+    here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(here[:len(here) - node.level + 1] + [node.module or ""]).strip(".") if node.level \
+                else node.module or ""
+            targets = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        found += [t for t in targets if t.startswith(_TASKS) and _is_module(t)]
+    return tuple(dict.fromkeys(found))
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return name in sys.modules or importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def task_meta(task: Task, ctx: RunContext) -> dict[str, Any]:
@@ -190,6 +284,23 @@ def _interval(score: float, ses: list[float | None]) -> tuple[float, float] | No
     return round(max(0.0, score - half), 2), round(min(100.0, score + half), 2)
 
 
+def own_pillars(tasks: dict[str, TaskResult]) -> dict[str, PillarResult]:
+    """The pillars that tasks of one's own name (any pillar but the paper's eight): a row per task, scored as
+    the mean of its measured rows, with the same coverage fields as a paper pillar."""
+    out: dict[str, PillarResult] = {}
+    for pillar in dict.fromkeys(t.pillar for t in tasks.values() if t.pillar not in PAPER_PILLARS):
+        members = [t for t in tasks.values() if t.pillar == pillar]
+        rows = {t.task: {"tasks": [t.task], "measured": [t.task] if t.trust_score is not None else [],
+                         "trust_score": t.trust_score} for t in members}
+        got = [t for t in members if t.trust_score is not None]
+        score = round(_mean([t.trust_score for t in got]), 2) if got else None
+        out[pillar] = PillarResult(
+            pillar=pillar, trust_score=score, ci=_interval(score, [_se(t) for t in got]) if got else None,
+            tasks=[t.task for t in members], rows=rows, n_rows=len(members), n_rows_measured=len(got),
+            partial=score is not None and len(got) < len(members), n_samples=sum(t.n_samples for t in members))
+    return out
+
+
 def model_summary(model: str, tasks: dict[str, TaskResult], *, seed: int = 0) -> ModelResults:
     """Pillars (paper rows, coverage, interval), the overall score, and the beyond-paper group."""
     scored = {t.task: t for t in tasks.values() if t.trust_score is not None}
@@ -218,7 +329,8 @@ def model_summary(model: str, tasks: dict[str, TaskResult], *, seed: int = 0) ->
                              else math.sqrt(sum(s * s for s in row_ses)) / len(row_ses))
     measured = [p for p in pillars.values() if p.trust_score is not None]
     overall = round(_mean([p.trust_score for p in measured]), 2) if measured else None
-    beyond = {t.task: t.trust_score for t in tasks.values() if t.task not in PAPER_TASKS}
+    pillars.update(own_pillars(tasks))
+    beyond = {t.task: t.trust_score for t in tasks.values() if t.task not in PAPER_TASKS and t.pillar in PAPER_PILLARS}
     return ModelResults(
         model=model, tasks=tasks, pillars=pillars, trust_score=overall,
         trust_ci=_interval(overall, [pillar_se[p.pillar] for p in measured]) if overall is not None else None,

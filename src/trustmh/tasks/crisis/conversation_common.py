@@ -696,7 +696,7 @@ class ConversationMethod(MeanMetrics, Method):
         self.prepare(data, ctx)
         return [Item(p.name, {"prompt": persona_prompt(template, p)},
                      meta={"risk": p.risk, "disclosure": p.row.get("Disclosure of Suicide Risk", ""),
-                           "style": p.row.get("Communication Style", "")}) for p in personas]
+                           "style": p.row.get("Communication Style", ""), "conversation": True}) for p in personas]
 
     def prepare(self, data: DataSource, ctx: RunContext) -> None:
         """What a method reads once its data is loaded (its walk over the rubric, its method files)."""
