@@ -13,7 +13,9 @@ a chain's turns follow one another (L each), and an endpoint answers at most C a
 first message does not depend on the model: one request, asked once for all models (the store and the
 endpoint's in-flight sharing), which the call counts say. Printed: the server's window (first request to
 last reply) and the whole command against the ideal (target >= 0.9 of the window), the client's CPU per
-turn, and peak RSS."""
+turn, and peak RSS. Beside each, the same chains sent by a bare loop over trustmh's HTTP client (no engine,
+no store, no first message shared): what the machine allows at its load at that moment, so the engine's
+own cost is the ratio of the two rows, whatever the load.""" 
 
 from __future__ import annotations
 
@@ -71,6 +73,42 @@ def _first_after(after: dict, before: dict) -> float:
     return after["first_request"] if not before["requests"] else before["last_answer"]
 
 
+def bare(models: int, args, server: Server) -> dict:
+    """The same chains with nothing but trustmh's HTTP client (models/_http.py): one client per endpoint
+    with C connections, each conversation `turns` requests in turn, the person's and the model's; no
+    engine, no store. What this machine allows at its current load, measured beside the engine's rows."""
+    import asyncio
+    import json as _json
+    from trustmh.models._http import HTTPClient
+    base = f"http://127.0.0.1:{server.port}"
+
+    async def go() -> tuple[float, int]:
+        clients = {name: HTTPClient(f"{base}/{name}/v1/chat/completions", max_connections=args.connections,
+                                    timeout=60, headers={"Content-Type": "application/json"})
+                   for name in ["user"] + [f"m{k}" for k in range(models)]}
+        sem = {name: asyncio.Semaphore(args.connections) for name in clients}
+        history = [{"role": "system", "content": "x" * 1500}]
+
+        async def chain(model: str) -> None:
+            msgs = list(history)
+            for n in range(args.turns):
+                who = "user" if n % 2 == 0 else model
+                async with sem[who]:
+                    _, _, raw = await clients[who].post(_json.dumps({"model": who, "messages": msgs}).encode())
+                msgs.append({"role": "user", "content": _json.loads(raw)["choices"][0]["message"]["content"]})
+        t0 = time.perf_counter()
+        await asyncio.gather(*(chain(f"m{k}") for k in range(models) for _ in range(args.personas * args.runs)))
+        wall = time.perf_counter() - t0
+        for c in clients.values():
+            await c.close()
+        return wall, models * args.personas * args.runs * args.turns
+    wall, calls = asyncio.run(go())
+    busiest = max(models * args.personas * args.runs * ((args.turns + 1) // 2), args.personas * args.runs * (args.turns // 2))
+    ideal = max(busiest / (args.connections / args.latency), args.turns * args.latency)
+    return {"models": models, "calls": {"(bare chains)": calls}, "turns": calls, "ideal": ideal, "window": wall,
+            "wall": wall, "cpu_ms_per_turn": float("nan")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--latency", type=float, default=0.05)
@@ -87,7 +125,9 @@ def main() -> None:
         tmp = Path(tmp)
         personas = personas_file(args.personas, tmp)
         for models in (1, 4):
-            with Server(args.latency, reply="I hear you.") as server:
+            with Server(args.latency, reply="I hear you.", varied=True) as server:
+                rows.append(bare(models, args, server))
+            with Server(args.latency, reply="I hear you.", varied=True) as server:
                 rows.append(one(models, args, server, tmp, personas))
     print(f"{'models':>6} {'calls by endpoint':<44} {'ideal s':>8} {'window s':>9} {'ratio':>6} {'command s':>10} "
           f"{'ratio':>6} {'CPU ms/turn':>11}")

@@ -325,9 +325,10 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
     if spec.options.get("proxy_judge"):
         judge += f", proxy judge {spec.options['proxy_judge']}"
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
-              f"judge calls assume every reply is judged and judge prompts leave out the reply's text; "
-              f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; ≤ marks upper bounds "
-              f"(a conversation may stop before its last turn, a rubric walk asks at most every question); {judge}",
+              f"judge calls assume every reply is judged and judge prompts leave out the reply's text (an upper "
+              f"bound: a judgement whose body another sample's already asks is sent once, and replies that repeat "
+              f"make fewer); "
+              f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
               markup=False, highlight=False)
     _cost_table(rows, spec, prices)
     bounded = sorted({r.task for r in ran if r.upper_bound})

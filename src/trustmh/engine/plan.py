@@ -17,11 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.methods import MethodError
+from .budget import Budget
 from .prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
 from .store import Store
 from ..tasks import RunContext
 from . import conversation
 from .collect import judge_ids as role_endpoints
+from .endpoint import answered_by_body, flight_key
 from .judges import panel_endpoints
 from .identity import model_ref
 from .prepare import Prepared
@@ -120,9 +122,11 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
     keys = [r.cache_key(model_id) for r in reqs]
     stored = store.ok_keys(keys) if store is not None else set()
     row = PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0)
+    by_body = answered_by_body(model_spec)
     for req, key in zip(reqs, keys):
-        if key not in stored and key not in seen:
-            seen.add(key)
+        flight = flight_key(req, key, model_id, by_body)  # one body asked by several samples is one call
+        if key not in stored and flight not in seen and not _body_answered(store, flight, key):
+            seen.add(flight)
             row.model_calls += 1
             row.model_tokens += _tokens(req.messages)
             row.model_completion += completion_tokens(req.params, typical.get(model_spec, DEFAULT_COMPLETION_TOKENS))
@@ -143,9 +147,14 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             for label, endpoint in judge_ids[llm[name].role]:  # every judge of a panel is asked
                 judge = label.partition("|")[2] or judge_specs.get(label)
                 jkey = jreq.cache_key(endpoint)
-                if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
+                # Judge bodies built on a placeholder are not merged: the replies they stand for may differ
+                # (so the judge's count is an upper bound until the replies are in); on stored replies, one
+                # body asked for several samples is one call, as the run sends it.
+                jflight = flight_key(jreq, jkey, endpoint, reply is not None and answered_by_body(judge or ""))
+                if jflight in seen or (reply is not None and store is not None
+                                       and (store.ok_keys([jkey]) or _body_answered(store, jflight, jkey))):
                     continue
-                seen.add(jkey)
+                seen.add(jflight)
                 row.judge_calls += 1
                 row.judge_tokens += _tokens(messages)
                 by_role = row.by_role.setdefault(label, [0, 0, 0])
@@ -153,3 +162,29 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
                 by_role[1] += _tokens(messages)
                 by_role[2] += completion_tokens(jreq.params, typical.get(judge or "", DEFAULT_COMPLETION_TOKENS))
     return row
+
+
+def stop_message(budget: Budget, spec, run_dir) -> str:
+    """What was spent, by which rule, and what remains, once a run stopped at its cap: the rest is the dry
+    run's plan of the calls not stored yet, replies with no max_tokens at the mean length seen so far."""
+    from .prices import plan_costs, total_cost
+    from .prepare import prepare
+    from .run import context  # run's own closure never imports plan: no cycle
+    ctx = context(spec)
+    prepared, _ = prepare(spec, ctx)
+    typical = budget.typical_completion()
+    lines = plan_costs(plan(spec, ctx, prepared, run_dir, typical=typical), spec, budget.table)
+    left, unpriced = total_cost(lines)
+    n_left = sum(line.calls for line in lines)
+    seen = "; ".join(f"{s} {t:,} tokens" for s, t in typical.items())
+    return (f"stopped at --max-cost {budget.cap:.2f} USD: {budget.account()}. The next call ({budget.next_spec}) "
+            f"could cost up to ${budget.next_worst:.4f}, more than the ${max(0.0, budget.cap - budget.spent):.4f} "
+            f"left. {n_left} calls remain, ~${left:.2f}{'+?' if unpriced else ''} estimated"
+            f"{f' (replies without max_tokens at the mean length seen: {seen})' if seen else ''}. Every reply so "
+            f"far is stored: rerun the same command to continue (with a higher --max-cost to finish sooner); "
+            f"`--dry-run` shows the rest")
+
+
+def _body_answered(store: Store | None, flight: str, key: str) -> bool:
+    """Whether a request's body (`flight`, when it is not the request's own key) was answered already."""
+    return flight != key and store is not None and store.answer_for_body(flight) is not None
