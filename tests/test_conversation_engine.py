@@ -211,6 +211,8 @@ def test_the_105_concept_paper_transcripts_are_judged_end_to_end_without_calling
     data.mkdir()
     (data / "vera-mh").symlink_to(vera)
     folders = sorted(p for p in (vera / "conversations").iterdir() if p.is_dir())
+    if protocol == "trustmh":  # the corrected method on one folder of 35 (the paper's takes all three)
+        folders = [p for p in folders if "gpt_4o" in p.name]
     models = [f"transcripts/{p}" for p in folders]
     with FakeLLMServer(reply=script) as srv:
         url = srv.openai_base_url
@@ -222,7 +224,7 @@ def test_the_105_concept_paper_transcripts_are_judged_end_to_end_without_calling
     assert {b["model"] for b in sent} == {"judge"}  # only the judge was called: no model, no simulated person
     res = json.loads((tmp_path / "run/results.json").read_text())
     rows = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
-    assert len(rows) == 105
+    assert len(rows) == 35 * len(folders) and (protocol == "trustmh" or len(rows) == 105)
     for m in models:
         t = res["models"][m]["tasks"]["crisis.conversation"]
         assert (t["n_samples"], t["n_errors"], t["n_judge_failed"], t["n"]) == (35, 0, 0, 35), t
@@ -230,7 +232,7 @@ def test_the_105_concept_paper_transcripts_are_judged_end_to_end_without_calling
     # The scripted judge takes the first option of a choice and No otherwise: under both walks the person
     # "makes statements" at Q4 and denies at Q13, and every yes/no is No, so every dimension is Best Practice.
     assert all(r["parsed"]["ratings"] == dict.fromkeys(r["parsed"]["ratings"], "Best Practice") for r in rows)
-    lena = next(p for p in sorted((vera / "conversations").rglob("*_Lena_g4o_run3.txt")))
+    lena = next(p for p in sorted((vera / "conversations").rglob("*_Lena_g4o_run3.txt")))  # in the gpt-4o folder
     if protocol == "paper":  # VERA-MH's judge reads the file whole: its `agent:` labels and all
         preamble = (vera / "data/rubric_prompt_beginning.txt").read_text(encoding="utf-8")
         want = preamble.format(conversation=lena.read_text(encoding="utf-8"))
@@ -260,3 +262,38 @@ def test_a_trustmh_transcript_file_is_judged_and_a_bad_one_is_one_line(tmp_path)
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert f"{bad}:1: turn 1: expected" in proc.stderr
+
+
+def test_progress_counts_conversations_and_turns_and_the_view_shows_them(tmp_path):
+    from trustmh.cli.render import _ProgressView
+    from trustmh.engine import TaskProgress
+    events = []
+    view = _ProgressView(False)
+    spec = run_spec(models=["baseline/counselor"], tasks="crisis.conversation",
+                    options={"personas": PERSONAS, "runs": RUNS, "turns": 10})
+    with view:
+        run_quiet(spec, tmp_path / "run", events=lambda e: (events.append(e), view(e)))
+    rows = [e for e in events if isinstance(e, TaskProgress) and e.task == "crisis.conversation"]
+    # the scripted person says it is done at its fourth message: 7 messages a conversation, 4 conversations
+    assert rows[-1].finished and (rows[-1].done, rows[-1].total, rows[-1].turns) == (4, 4, 4 * 7)
+    assert [r.turns for r in rows] == sorted(r.turns for r in rows)
+    shown = [t for t in view.bars.tasks if "crisis.conversation" in t.description]
+    assert not shown or "conversations" in shown[0].fields["count"]
+
+
+def test_rescoring_a_conversation_run_with_an_llm_judge_calls_only_the_judge(tmp_path):
+    spec = run_spec(models=["baseline/counselor"], tasks="crisis.conversation", options={"personas": PERSONAS, "runs": 1})
+    run_quiet(spec, tmp_path / "run")
+    before = json.loads((tmp_path / "run/samples.jsonl").read_text().splitlines()[0])["response"]
+    with FakeLLMServer(reply=script) as srv:
+        proc = subprocess.run([sys.executable, "-m", "trustmh.cli", "score", str(tmp_path / "run"), "--judge",
+                               "openai/judge", "--judge-base-url", srv.openai_base_url],
+                              capture_output=True, text=True, timeout=120)
+        models = {b["model"] for b in srv.requests}
+    assert proc.returncode == 0, proc.stderr
+    assert models == {"judge"}  # the conversations were read back, never talked again
+    rows = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
+    assert rows[0]["response"] == before and all(r["values"]["rated"] == 1.0 for r in rows)
+    res = json.loads((tmp_path / "run/results.json").read_text())
+    assert res["spec"]["judge"] == "openai/judge"
+    assert res["models"]["baseline/counselor"]["tasks"]["crisis.conversation"]["n_judge_failed"] == 0

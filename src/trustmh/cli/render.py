@@ -83,9 +83,11 @@ class _ProgressView:
             return
         if key in self.task_ids and tid is None:
             return
-        extra = ", ".join(x for x in (f"{e.errors} errors" if e.errors else "",
+        turns = getattr(e, "turns", None)  # a conversation task: its conversations, and the turns stored so far
+        extra = ", ".join(x for x in (f"{turns} turns" if turns is not None else "",
+                                      f"{e.errors} errors" if e.errors else "",
                                       f"{e.judge_failed} judge failed" if e.judge_failed else "") if x)
-        fields = {"count": f"{e.done}/{e.total}", "extra": extra}
+        fields = {"count": f"{e.done}/{e.total}" + (" conversations" if turns is not None else ""), "extra": extra}
         if tid is None:
             label = f"  {e.task}" + (f" ({e.model})" if len(self.models) > 1 else "")
             self.task_ids[key] = self.bars.add_task(label, total=e.total or None, completed=e.done, **fields)

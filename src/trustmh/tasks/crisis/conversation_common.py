@@ -667,6 +667,9 @@ class ConversationMethod(MeanMetrics, Method):
     """Items (one per persona), samples (one per run), scoring against the walk, and the metrics; each
     protocol's method adds its conversation, its walk and its judge prompts."""
 
+    # The rubric is read from the data at run time: re-scoring from the store loads the data still.
+    scores_with_its_data = True
+
     def __init__(self, task):
         super().__init__(task)
         self.flow: Flow | None = None
