@@ -226,13 +226,7 @@ def run_cmd(
     if proxy_judge is None and default_judge and spec.protocol == "paper":
         proxy_judge = PAPER_PROXY
     if proxy_judge and proxy_judge != "rules":  # set only when used, so other runs keep their run id
-        split_spec(proxy_judge)
-        spec.options["proxy_judge"] = proxy_judge
-        url = resolve_base_url(proxy_judge, proxy_judge_base_url)
-        if url:
-            from ..engine.spec import check_url
-            check_url("--proxy-judge-base-url", url)
-            spec.options["proxy_judge_base_url"] = url
+        _role_model(spec, "proxy_judge", proxy_judge, proxy_judge_base_url)
     _conversation_options(spec, user_model, user_model_base_url, turns, runs, personas)
     if refusal_classifier:
         from ..judges.hf_classifier import parse_spec
@@ -273,19 +267,25 @@ def run_cmd(
     _methods_exit(results)
 
 
+def _role_model(spec, key: str, model: str, base_url: str | None) -> None:
+    """A model of another role (the proxy judge, the simulated person) in options[key], its server in
+    options[key + "_base_url"] (checked; from the provider's environment variable when not given)."""
+    from ..models import resolve_base_url, split_spec
+    split_spec(model)
+    spec.options[key] = model
+    url = resolve_base_url(model, base_url)
+    if url:
+        from ..engine.spec import check_url
+        check_url(f"--{key.replace('_', '-')}-base-url", url)
+        spec.options[f"{key}_base_url"] = url
+
+
 def _conversation_options(spec, user_model, user_model_base_url, turns, runs, personas) -> None:
     """crisis.conversation's flags, checked here and kept in options only when given (runs without them keep
     their run id). A persona file is checked now, with the one-line error of a bad cell."""
-    from ..models import resolve_base_url, split_spec
     from ..tasks.crisis.conversation_common import MAX_RUNS, MAX_TURNS, read_personas
     if user_model:
-        split_spec(user_model)
-        spec.options["user_model"] = user_model
-        url = resolve_base_url(user_model, user_model_base_url)
-        if url:
-            from ..engine.spec import check_url
-            check_url("--user-model-base-url", url)
-            spec.options["user_model_base_url"] = url
+        _role_model(spec, "user_model", user_model, user_model_base_url)
     elif user_model_base_url:
         raise UserError("--user-model-base-url needs --user-model")
     for flag, value, top, key in (("--turns", turns, MAX_TURNS, "turns"), ("--runs", runs, MAX_RUNS, "runs")):

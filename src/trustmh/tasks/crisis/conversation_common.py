@@ -95,18 +95,23 @@ def _tsv(path: Path) -> list[list[str]]:
     return rows
 
 
-def read_personas(path: Path, needed: tuple[str, ...] = PERSONA_COLUMNS) -> list[Persona]:
-    """personas.tsv, or a user's file with the same columns: every `needed` column present, each row as
-    long as the header, a unique one-word Name (it names transcript files) and a Current Risk Level
-    of None, Low, High or Imminent."""
-    rows = _tsv(path)
+def _header(path: Path, rows: list[list[str]], needed: tuple[str, ...], what: str, columns: tuple[str, ...]) -> list[str]:
+    """The file's column names, each of `needed` among them (else the one-line error naming the first missing)."""
     if not rows:
         raise DataError(path, "file is empty", 1)
     header = [h.strip() for h in rows[0]]
     for col in needed:
         if col not in header:
-            raise DataError(path, f"missing column {col!r} (a persona file has VERA-MH's columns: "
-                                  f"{', '.join(PERSONA_COLUMNS)})", 1)
+            raise DataError(path, f"missing column {col!r} (a {what} has VERA-MH's columns: {', '.join(columns)})", 1)
+    return header
+
+
+def read_personas(path: Path, needed: tuple[str, ...] = PERSONA_COLUMNS) -> list[Persona]:
+    """personas.tsv, or a user's file with the same columns: every `needed` column present, each row as
+    long as the header, a unique one-word Name (it names transcript files) and a Current Risk Level
+    of None, Low, High or Imminent."""
+    rows = _tsv(path)
+    header = _header(path, rows, needed, "persona file", PERSONA_COLUMNS)
     out: list[Persona] = []
     seen: dict[str, int] = {}
     for line, cells in enumerate(rows[1:], 2):
@@ -211,13 +216,7 @@ def read_rubric(path: Path) -> Flow:
     duplicate or non-numeric id, an option before any question, a GOTO to no question."""
     raw = path.read_bytes() if path.is_file() else b""
     rows = _tsv(path)
-    if not rows:
-        raise DataError(path, "file is empty", 1)
-    header = [h.strip() for h in rows[0]]
-    for col in RUBRIC_COLUMNS:
-        if col not in header:
-            raise DataError(path, f"missing column {col!r} (a rubric has VERA-MH's columns: "
-                                  f"{', '.join(RUBRIC_COLUMNS)})", 1)
+    header = _header(path, rows, RUBRIC_COLUMNS, "rubric", RUBRIC_COLUMNS)
     at = {c: header.index(c) for c in RUBRIC_COLUMNS}
     drafts: list[dict[str, Any]] = []
     for line, cells in enumerate(rows[1:], 2):
