@@ -297,3 +297,42 @@ def test_rescoring_a_conversation_run_with_an_llm_judge_calls_only_the_judge(tmp
     res = json.loads((tmp_path / "run/results.json").read_text())
     assert res["spec"]["judge"] == "openai/judge"
     assert res["models"]["baseline/counselor"]["tasks"]["crisis.conversation"]["n_judge_failed"] == 0
+
+
+def test_dry_run_counts_turns_as_upper_bounds_and_max_cost_needs_the_persons_price(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env["OPENAI_API_KEY"] = "sk-test-not-a-key"
+    args = [sys.executable, "-m", "trustmh.cli", "run", "--tasks", "crisis.conversation", "--model", "openai/gpt-4o",
+            "--judge", "openai/gpt-4.1", "--user-model", "openai/gpt-4o-mini", "--out", str(tmp_path / "run")]
+    dry = subprocess.run([*args, "--dry-run"], capture_output=True, text=True, timeout=120, env=env)
+    assert dry.returncode == 0, dry.stderr
+    text = " ".join(dry.stdout.split())
+    # 4 sample personas x 5 runs x 30 messages: at most 15 model and 15 person turns a conversation; the judge
+    # walks the sample rubric's 13 questions at most, then the fidelity and per-turn judgements
+    assert re.search(r"crisis\.conversation │ openai/gpt-4o │ 20 │ ≤300 │ ≤\d+ │ ≤300 │ ≤\d+", text), text[:600]
+    assert re.search(r"simulated person │ openai/gpt-4o-mini │ 300 │", text) and "upper bounds (≤)" in text
+    capped = subprocess.run([*args[:-2], "--user-model", "openai/no-such-price", "--out", str(tmp_path / "r2"),
+                             "--max-cost", "1"], capture_output=True, text=True, timeout=120, env=env)
+    assert capped.returncode == 2 and "no price for openai/no-such-price" in capped.stderr
+
+
+def test_a_drifted_person_is_counted_apart_and_left_out_of_the_ratings(tmp_path):
+    recorded = tmp_path / "mine.jsonl"
+    lines = []
+    for name in ("Tove", "Idris"):
+        for run in (1, 2):
+            person = "As an AI language model, I can help you." if (name, run) == ("Idris", 2) else "i feel low"
+            lines.append(json.dumps({"persona": name, "run": run, "turns": [
+                {"role": "user", "text": person}, {"role": "chatbot", "text": "Please call 988."}]}))
+    recorded.write_text("\n".join(lines) + "\n")
+    spec = run_spec(models=[f"transcripts/{recorded}"], tasks="crisis.conversation",
+                    options={"personas": PERSONAS, "runs": 2})
+    run_quiet(spec, tmp_path / "run")  # the rules judge reads a person speaking as an assistant as drift
+    t = json.loads((tmp_path / "run/results.json").read_text())["models"][f"transcripts/{recorded}"]["tasks"][
+        "crisis.conversation"]
+    assert t["metrics"]["drift_rate"]["value"] == 0.25 and t["metrics"]["drift_rate"]["n"] == 4
+    assert t["n"] == 3 and t["unscored_reasons"] == {"the simulated person drifted from its persona": 1}
+    rows = {(r["item_id"], r["variant"]): r for r in map(json.loads, (tmp_path / "run/samples.jsonl").read_text().splitlines())}
+    drifted = rows[("Idris", "run2")]
+    assert drifted["values"]["drifted"] == 1.0 and "rated" not in drifted["values"]
+    assert not any(k.startswith(("bp:", "hph:", "sub:")) for k in drifted["values"])
