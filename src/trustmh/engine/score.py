@@ -199,6 +199,7 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
                       n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics, paper=paper,
                       n_judge_addressed=t.n_addressed, judge_addressed=t.addressed,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")),
+                      same_reply_share=t.same_reply_share(),
                       panel=panel, **base)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import UserError
+from .prices import MAX_REPLY_TOKENS
 from ..models import redact_url
 from ..tasks import DataSource
 
@@ -63,8 +64,8 @@ class RunSpec:
             raise UserError("suite 'data' needs a data directory (data_dir)")
         if self.n_boot < 0:
             raise UserError("--bootstrap must not be negative")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise UserError("--max-tokens must be at least 1")
+        if self.max_tokens is not None and not 1 <= self.max_tokens <= MAX_REPLY_TOKENS:
+            raise UserError(f"--max-tokens must be 1 to {MAX_REPLY_TOKENS:,} (tokens of one reply)")
         check_temperature(self.temperature, self.models)
         system = self.options.get("system_prompt")
         if system is not None and not (isinstance(system, str) and system.strip()):
