@@ -77,7 +77,7 @@ def test_view_api_gives_the_transcript_turn_by_turn_and_the_judge_walk(run_dir):
     try:
         import http.client
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
-        conn.request("GET", "/api/sample?i=0")
+        conn.request("GET", "/api/sample?i=0", headers={viewer.TOKEN_HEADER: server.token})
         s = json.loads(conn.getresponse().read())
     finally:
         server.shutdown()
@@ -95,11 +95,10 @@ def test_view_page_shows_the_conversation_beside_the_rubric_path_in_chromium(run
         pytest.skip("chromium not installed")
     server = viewer.make_server([load_run(run_dir)], 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
         with chromium_tab(exe) as tab:
             page = tab.page
-            page.goto(base + "?size=50")
+            page.goto(server.url + "&size=50")  # the address `trustmh view` prints, its session token in it
             page.locator("body[data-ready='1']").wait_for(state="attached")
             page.fill("#f-search", "__pwned")
             expect(page.locator("#f-count")).to_have_text("8 of 24 samples")  # the recorded model's
