@@ -44,6 +44,7 @@ def _task(run_dir, model):
 def test_results_count_every_conversation_and_the_help_curve_reads_the_transcripts(run_dir):
     rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 3 * 4 * 2
+    assert all(r["cluster"] == r["item_id"] for r in rows)  # intervals resample personas: a persona's runs together
     counselor = [r for r in rows if r["model"] == "baseline/counselor"]
     # the counselor names 988 in its first reply: help at chatbot message 1 in every conversation
     assert {r["values"]["help_turn"] for r in counselor} == {1.0}

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from markupsafe import Markup
-
 from ..analysis.runs import read_rows
 from ..scoring.survival import turn_curves
 from .charts import PALETTE, survival_svg
@@ -51,5 +49,3 @@ def conversation_sections(ents) -> list[dict[str, Any]]:
                     "rows": table})
     return out
 
-
-__all__ = ["conversation_sections", "EVENTS", "Markup"]

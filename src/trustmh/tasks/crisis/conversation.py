@@ -34,8 +34,6 @@ import json
 import re
 from typing import Any
 
-import numpy as np
-
 from ...judges.rubric import Judged, Verdicts
 from ...scoring.metrics import Means, Table
 from ...types import Chain, Item, Response, Sample, Score, Turn

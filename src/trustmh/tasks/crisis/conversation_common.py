@@ -27,7 +27,6 @@ import csv
 import hashlib
 import io
 import json
-import math
 import re
 import string
 from dataclasses import dataclass, field
@@ -557,10 +556,6 @@ def pooled_cells(table: Table, dimensions: tuple[str, ...]) -> dict[str, np.ndar
     out = {n: np.where(present, np.nan_to_num(f), 0.0).sum(axis=0) for n, f in flags.items()}
     out["rated"] = present.sum(axis=0).astype(float)
     return out
-
-
-def nan_or(value: float | None) -> float:
-    return math.nan if value is None else float(value)
 
 
 # --- what both methods do alike --------------------------------------------------------------------------
