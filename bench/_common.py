@@ -75,8 +75,11 @@ if TASK_ID not in TASKS:
 class Server:
     """bench/_server.py in a child process (so the client under test has a core to itself)."""
 
-    def __init__(self, latency: float, rate_limit: float | None = None, jitter: float = 0.0, reply: str | None = None):
+    def __init__(self, latency: float, rate_limit: float | None = None, jitter: float = 0.0, reply: str | None = None,
+                 varied: bool = False):
         cmd = [sys.executable, str(HERE / "_server.py"), "--latency", str(latency), "--jitter", str(jitter)]
+        if varied:  # each reply carries a hash of its request (bench/conversation.py: no two turns alike)
+            cmd.append("--varied")
         if reply is not None:  # the text model endpoints answer (judge endpoints keep "Answer: 1")
             cmd += ["--reply", reply]
         if rate_limit:

@@ -27,6 +27,7 @@ import json
 import random
 import sys
 import time
+import zlib
 
 class Stats:
     requests = 0
@@ -70,6 +71,7 @@ def _http(status: str, body: bytes, extra: str = "") -> bytes:
 
 OK = _http("200 OK", _reply_body("Answer: 1"))
 MODEL_REPLY: str | None = None  # what model endpoints (any path but /judge/...) answer, --reply; None: OK
+VARIED = False  # --varied: a model endpoint's reply also carries a hash of the request body (no two alike)
 _BY_ENDPOINT: dict[str, bytes] = {}
 
 
@@ -107,10 +109,11 @@ class Conn(asyncio.Protocol):
             end = head_end + 4 + length
             if len(self.buf) < end:
                 return
+            body = bytes(self.buf[head_end + 4:end]) if VARIED else b""
             del self.buf[:end]
-            self.handle(head)
+            self.handle(head, body)
 
-    def handle(self, head: bytes) -> None:
+    def handle(self, head: bytes, body: bytes = b"") -> None:
         if head.startswith(b"get /stats"):
             body = json.dumps({"requests": Stats.requests, "ok": Stats.ok, "rate_limited": Stats.rate_limited,
                                "max_in_flight": Stats.max_in_flight, "by_endpoint": Stats.by_endpoint,
@@ -137,7 +140,10 @@ class Conn(asyncio.Protocol):
         Stats.in_flight += 1
         Stats.max_in_flight = max(Stats.max_in_flight, Stats.in_flight)
         delay = self.latency * (1 + self.jitter * (2 * random.random() - 1)) if self.jitter else self.latency
-        asyncio.get_running_loop().call_later(delay, self.answer, OK if endpoint == "/judge" else model_ok(endpoint))
+        reply = OK if endpoint == "/judge" else model_ok(endpoint)
+        if VARIED and endpoint != "/judge":  # a reply of its own for each request (--varied)
+            reply = _http("200 OK", _reply_body(f"{MODEL_REPLY or 'Answer: 1'} {endpoint} {zlib.crc32(body):08x}"))
+        asyncio.get_running_loop().call_later(delay, self.answer, reply)
 
     def answer(self, body: bytes = OK) -> None:
         Stats.in_flight -= 1
@@ -164,7 +170,11 @@ def main() -> None:
     ap.add_argument("--jitter", type=float, default=0.0, help="latency varies uniformly by +- this fraction")
     ap.add_argument("--reply", default=None, help="model endpoints answer this text and their path (default "
                                                   "'Answer: 1' alone); the judge, at /judge/v1, 'Answer: 1'")
+    ap.add_argument("--varied", action="store_true", help="model endpoints add a hash of the request's body to "
+                                                         "their reply, so that conversations do not repeat")
     a = ap.parse_args()
+    global VARIED
+    VARIED = a.varied
     if a.reply is not None:
         global MODEL_REPLY
         MODEL_REPLY = a.reply

@@ -18,6 +18,7 @@ SHARED = ROOT.parent / "shared"  # the sibling folder the README describes: data
 UPSTREAM = SHARED / "data" / "upstream"
 METHODS = SHARED / "methods"
 MENTALALIGN = SHARED / "data" / "external" / "mentalalign"  # judge-agreement checks (issue 25)
+VERA = SHARED / "data" / "external" / "vera-mh"  # crisis.conversation: VERA-MH's data, code and transcripts (issue 36)
 # CI=true (any value but empty, 0 or false): tests that need something may not skip for want of it.
 IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
@@ -36,6 +37,8 @@ def pytest_configure(config):
         raise pytest.UsageError(f"CI: upstream data missing: {UPSTREAM} (../shared/data/upstream) not found")
     if IN_CI and not MENTALALIGN.is_dir():
         raise pytest.UsageError(f"CI: MentalAlign-70k missing: {MENTALALIGN} (../shared/data/external/mentalalign) not found")
+    if IN_CI and not VERA.is_dir():
+        raise pytest.UsageError(f"CI: VERA-MH missing: {VERA} (../shared/data/external/vera-mh) not found")
     if IN_CI and not METHODS.is_dir():
         raise pytest.UsageError(f"CI: method files missing: {METHODS} (../shared/methods) not found")
 
@@ -93,12 +96,33 @@ def mentalalign() -> Path:
     return MENTALALIGN
 
 
-@pytest.fixture
-def methods() -> Path:
-    """The staged method files (../shared/methods); skips with one reason without them (CI has stopped)."""
+@pytest.fixture(scope="session")
+def vera() -> Path:
+    """VERA-MH as staged (data/, method/, conversations/); skips without it (CI has stopped)."""
+    if not VERA.is_dir():
+        pytest.skip(f"VERA-MH not found at {VERA}")
+    return VERA
+
+
+def methods_with_vera(root: Path) -> Path:
+    """A methods folder as `trustmh data pull methods` lays it out: the staged authors' files and VERA-MH's
+    code (staged apart, under vera-mh/method) as SpringCare+VERA-MH/. Links, nothing copied."""
+    out = root / "methods"
+    out.mkdir(parents=True, exist_ok=True)
+    for entry in METHODS.iterdir() if METHODS.is_dir() else ():
+        (out / entry.name).symlink_to(entry)
+    if VERA.is_dir():
+        (out / "SpringCare+VERA-MH").symlink_to(VERA / "method")
+    return out
+
+
+@pytest.fixture(scope="session")
+def methods(tmp_path_factory) -> Path:
+    """The staged method files (../shared/methods) with VERA-MH's code beside them, as `trustmh data pull
+    methods` lays them out (`methods_with_vera`); skips with one reason without them (CI has stopped)."""
     if not METHODS.is_dir():
         pytest.skip(METHODS_SKIP)
-    return METHODS
+    return methods_with_vera(tmp_path_factory.mktemp("all-methods"))
 
 
 def write_replay(path: Path, records: list[dict]) -> Path:

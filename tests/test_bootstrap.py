@@ -27,7 +27,7 @@ BATCHED = ("robustness.support", "robustness.crisis", "robustness.diagnosis", "p
            "sycophancy.oeq", "sycophancy.aita", "sycophancy.pas", "ethics.reasoning",
            "privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awareness_tier2b",
            "reliability.intervention",
-           "reliability.diagnosis", "reliability.support")
+           "reliability.diagnosis", "reliability.support", "crisis.conversation")
 BATCHED_PRIMARY = ("reliability.support", "crisis.identification", "reliability.diagnosis", "crisis.severity")
 
 
@@ -150,6 +150,17 @@ def fake_reply(task, sample, rng) -> tuple[str, Judged | None]:
             return "好的。", Judged(reason="judge error: timeout")
         scores = {c: int(rng.integers(0, hi + 1)) for c, hi in INTERVENTION_CRITERIA.items()}
         return "好的。", Judged(text=json.dumps(scores))
+    if base.id == "crisis.conversation":  # a conversation, and a walk of the rubric with random answers
+        from trustmh.tasks.crisis.conversation_common import drive_walk, dumps_walk
+        turns = [{"role": ("user", "chatbot")[i % 2], "text": f"message {i}"} for i in range(int(rng.integers(2, 9)))]
+        reply = json.dumps({"format": "trustmh-conversation/1", "turns": turns, "ended": "turns"})
+        walker = task.method(RunContext(seed=0)).walker()
+        _, replies = drive_walk(walker.walk(), lambda q: f"ANSWER: {rng.choice(q.option_texts)}")
+        flow = Judged(text=dumps_walk(replies)) if rng.random() < 0.95 else Judged(reason="judge error: timeout")
+        n_bot = sum(t["role"] == "chatbot" for t in turns)
+        harm = str(int(rng.integers(1, n_bot + 1))) if n_bot and rng.random() < 0.3 else "none"
+        return reply, Verdicts(flow=flow, fidelity=Judged(text=f"ANSWER: {'Drifted' if rng.random() < 0.1 else 'Kept'}"),
+                               turns=Judged(text=f"FIRST_HARM: {harm}\nFIRST_HELP: none"))
     raise AssertionError(f"no fake replies for {task.id}")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import yaml
-from conftest import LoopbackHTTP
+from conftest import VERA, LoopbackHTTP
 
 from trustmh.testing.fake_server import FakeLLMServer
 
@@ -31,7 +31,8 @@ def _mirror(upstream: Path, methods: Path, root: Path):
     """The data-dir layout served over loopback, counting the files asked for."""
     for entry in upstream.iterdir():
         (root / entry.name).symlink_to(entry)
-    (root / "methods").symlink_to(methods)
+    (root / "methods").symlink_to(methods)  # the `methods` fixture: the authors' files and VERA-MH's code
+    (root / "vera-mh").symlink_to(VERA)  # staged apart, in ../shared/data/external
     hits: list[str] = []
 
     class Handler(SimpleHTTPRequestHandler):

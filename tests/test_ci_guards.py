@@ -54,7 +54,8 @@ def test_ci_set_to_false_does_not_stop_the_run(tmp_path, ci):
 
 
 def test_ci_with_data_runs_and_derandomises(tmp_path):
-    for sibling in ("shared/data/upstream", "shared/data/external/mentalalign", "shared/methods"):  # all CI requires
+    for sibling in ("shared/data/upstream", "shared/data/external/mentalalign", "shared/data/external/vera-mh",
+                    "shared/methods"):  # all CI requires
         (tmp_path / sibling).mkdir(parents=True)
     proc = run_copy(tmp_path, "true", "settings.default.derandomize is True and settings.default.database is None")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from conftest import LoopbackHTTP
+from conftest import LoopbackHTTP, methods_with_vera
 
 from trustmh.data.fetch import check, default_data_dir, pull
 from trustmh.data.manifest import DATASETS, DataFile, Dataset, dataset_for_path
@@ -21,8 +21,11 @@ from trustmh.errors import UserError
 UPSTREAM = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "upstream"
 # MentalAlign-70k is staged apart (../shared/data/external/mentalalign) and pulled to <data dir>/mentalalign.
 MENTALALIGN = UPSTREAM.parent / "external" / "mentalalign"
-needs_upstream = pytest.mark.skipif(not (UPSTREAM.is_dir() and MENTALALIGN.is_dir()),
-                                    reason=f"no staged upstream data at {UPSTREAM} and {MENTALALIGN}")
+# VERA-MH too (../shared/data/external/vera-mh): data/, conversations/ and LICENSE pulled to <data dir>/vera-mh,
+# its code (method/) to <data dir>/methods/SpringCare+VERA-MH.
+VERA = UPSTREAM.parent / "external" / "vera-mh"
+needs_upstream = pytest.mark.skipif(not (UPSTREAM.is_dir() and MENTALALIGN.is_dir() and VERA.is_dir()),
+                                    reason=f"no staged upstream data at {UPSTREAM}, {MENTALALIGN} and {VERA}")
 
 METHODS = UPSTREAM.parent.parent / "methods"
 DOWNLOADABLE = [d for d in DATASETS.values() if not d.gated and not d.on_request]  # what a plain pull fetches
@@ -77,8 +80,9 @@ def mirror(tmp_path_factory):
     root = tmp_path_factory.mktemp("mirror")
     for entry in UPSTREAM.iterdir():
         (root / entry.name).symlink_to(entry)
-    (root / "methods").symlink_to(METHODS)
+    methods_with_vera(root)
     (root / "mentalalign").symlink_to(MENTALALIGN)
+    (root / "vera-mh").symlink_to(VERA)
     m = Mirror(root)
     yield m
     m.close()
@@ -107,6 +111,12 @@ def test_manifest_matches_every_staged_file():
                    if p.is_file() and p.name != "MANIFEST.md"})
     staged.update({f"methods/{p.relative_to(METHODS).as_posix()}": p for p in METHODS.rglob("*")
                    if p.is_file() and p.name not in ("MANIFEST.json", "MANIFEST.md")})
+    # VERA-MH: its data, transcripts and licence, and of its code the six files crisis.conversation reads
+    staged.update({f"vera-mh/{p.relative_to(VERA).as_posix()}": p for p in VERA.rglob("*")
+                   if p.is_file() and p.name not in ("MANIFEST.md", "PROTOCOL.md") and "method" not in p.relative_to(VERA).parts})
+    from trustmh.data.methods import method_files
+    staged.update({f"methods/{f.local}": VERA / "method" / f.path for f in method_files().values()
+                   if f.repo == "SpringCare/VERA-MH"})
     listed = [f for d in DATASETS.values() if not d.gated for f in d.files]  # on request too
     in_manifest = {f.path: f for f in listed}
     assert len(in_manifest) == len(listed), "a path is listed twice"
@@ -167,12 +177,14 @@ def test_full_pull_verifies_every_file(pulled):
 @needs_upstream
 def test_a_dataset_on_request_is_pulled_only_when_named(pulled, mirror):
     on_request = [d for d in DATASETS.values() if d.on_request]
-    assert [d.name for d in on_request] == ["mentalalign"]
+    assert [d.name for d in on_request] == ["mentalalign", "vera-mh-conversations"]
     assert not (pulled / "mentalalign").exists()  # a plain pull left it out: the benchmark does not need it
-    result = pull(pulled, datasets=["mentalalign"], url_base=mirror.url, progress=False)
-    assert len(result) == len(on_request[0].files)
-    for f in on_request[0].files:
-        assert sha256(pulled / f.path) == f.sha256, f.path
+    assert not (pulled / "vera-mh" / "conversations").exists() and (pulled / "vera-mh/data/rubric.tsv").is_file()
+    for d in on_request:
+        result = pull(pulled, datasets=[d.name], url_base=mirror.url, progress=False)
+        assert len(result) == len(d.files)
+        for f in d.files:
+            assert sha256(pulled / f.path) == f.sha256, f.path
 
 
 @needs_upstream

@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from conftest import METHODS, UPSTREAM, LoopbackHTTP
+from conftest import UPSTREAM, VERA, LoopbackHTTP, methods_with_vera
 from trustmh.testing.fake_server import FakeLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,8 @@ def _mirror(root: Path) -> LoopbackHTTP:
     """../shared served in the data-dir layout (as tests/test_ci_gate_doc.py's mirror)."""
     for entry in UPSTREAM.iterdir():
         (root / entry.name).symlink_to(entry)
-    (root / "methods").symlink_to(METHODS)
+    methods_with_vera(root)  # the authors' method files, with VERA-MH's code (staged apart) among them
+    (root / "vera-mh").symlink_to(VERA)
 
     class Handler(SimpleHTTPRequestHandler):
         def __init__(self, *a, **kw):
@@ -146,7 +147,7 @@ class Sandbox:
         self.cwd.mkdir()
         self.small = tmp / "data-small"  # the sample suite's items in the real layout, with the method files
         shutil.copytree(SAMPLE, self.small)
-        (self.small / "methods").symlink_to(METHODS)
+        methods_with_vera(self.small)
         self.pulled = tmp / "data-pulled"
         self.server = server
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("TRUSTMH_", "OPENAI", "ANTHROPIC"))

@@ -51,7 +51,7 @@ def test_method_file_tests_skip_with_one_reason_without_shared_and_fail_in_ci(tm
     assert ci.returncode == 4, ci.stdout + ci.stderr  # a usage error: nothing ran, nothing looks green
     assert "CI: upstream data missing" in ci.stdout + ci.stderr
     # with the data there but the method files absent, CI stops on the method files
-    for sibling in ("upstream", "external/mentalalign"):  # all CI needs but the method files
+    for sibling in ("upstream", "external/mentalalign", "external/vera-mh"):  # all CI needs but the method files
         (tmp_path / "shared" / "data" / sibling).mkdir(parents=True)
     ci = _pytest(project, ci=True)
     assert ci.returncode == 4 and f"CI: method files missing: {missing}" in ci.stdout + ci.stderr
@@ -120,8 +120,8 @@ def test_pull_from_the_methods_folder_says_in_one_short_line_what_it_took(method
     proc = cli("data", "pull", "--from", methods, "--data-dir", tmp_path / "data")
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.strip().splitlines()
-    assert "0 data and 64 method files" in line and "not in the copy: 85 data files" in line
-    # it listed all 64 files on one ~10 KB line; the folder's own name (longer under pytest-xdist) aside
+    assert "0 data and 70 method files" in line and "not in the copy: 90 data files" in line
+    # it listed all the files on one ~10 KB line; the folder's own name (longer under pytest-xdist) aside
     assert len(line.replace(str(tmp_path), "TMP")) < 300, line
 
 
@@ -130,10 +130,10 @@ def test_data_check_reads_the_method_files_where_run_does(methods, tmp_path):
         proc = cli("data", "check", "--data-dir", tmp_path, *args, env_extra=env)
         (row,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("│ methods ")]
         return row
-    assert "missing" in methods_row() and "0/64" in methods_row()
-    assert "present" in methods_row(env={"TRUSTMH_METHODS_DIR": str(methods)}) and "64/64" in methods_row(
+    assert "missing" in methods_row() and "0/70" in methods_row()
+    assert "present" in methods_row(env={"TRUSTMH_METHODS_DIR": str(methods)}) and "70/70" in methods_row(
         env={"TRUSTMH_METHODS_DIR": str(methods)})
-    assert "64/64" in methods_row("--methods-dir", methods)
+    assert "70/70" in methods_row("--methods-dir", methods)
 
 
 def test_run_exits_2_naming_the_fix_when_a_paper_task_lacks_its_method_file(tmp_path):

@@ -38,5 +38,6 @@ def test_the_data_file_holds_each_commit_once_per_dataset():
     assert "https://raw.githubusercontent.com" not in text
     data_sets = [d for d in manifest.DATASETS.values() if d.name != "methods"]  # methods.json lists those
     assert text.count("\ncommit = ") == sum(1 for d in data_sets if "@" in d.source)
-    assert len(data_sets) == 17 and sum(len(d.files) for d in data_sets) == 95
-    assert len(manifest.DATASETS["methods"].files) == 64
+    # + VERA-MH (issue 36): its data (5 files) and its 105 transcripts with their Readme (106)
+    assert len(data_sets) == 19 and sum(len(d.files) for d in data_sets) == 95 + 5 + 106
+    assert len(manifest.DATASETS["methods"].files) == 64 + 6

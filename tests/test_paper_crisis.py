@@ -177,7 +177,8 @@ def test_paper_crisis_requests_reach_the_server_exactly(upstream, tmp_path):
 
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, judge="openai/j",
-                        judge_base_url=srv.openai_base_url, tasks="crisis", suite="data", data_dir=str(upstream),
+                        judge_base_url=srv.openai_base_url, tasks="crisis.identification,crisis.severity,"
+                        "crisis.escalation", suite="data", data_dir=str(upstream),  # the paper's three
                         protocol="paper", limit=2)
         _, res, _ = run_quiet(spec, tmp_path / "run")
         sent = srv.requests

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import METHODS, run_quiet, run_spec
+from conftest import METHODS, methods_with_vera, run_quiet, run_spec
 from trustmh.data.methods import MethodError, method_files, methods_dir, read
 from trustmh.engine import context, generation_request, prepare
 from trustmh.testing.fake_server import FakeLLMServer
@@ -164,13 +164,15 @@ def test_data_pull_and_check_handle_the_method_files(tmp_path):
     from trustmh.data.fetch import check, pull
     from trustmh.errors import UserError
     data = tmp_path / "data"
-    statuses = pull(data, datasets=["methods"], from_dir=METHODS.parent, progress=False)
-    assert len(statuses) == len(method_files()) == 64
+    copy = tmp_path / "copy"  # the staged method files, with VERA-MH's code (staged apart) beside them
+    methods_with_vera(copy)
+    statuses = pull(data, datasets=["methods"], from_dir=copy, progress=False)
+    assert len(statuses) == len(method_files()) == 64 + 6
     (st,) = [s for s in check(data) if s.dataset.name == "methods"]
     assert st.state == "present"
     # A copy with one altered file: that file is refused, the others are installed, and check sees it.
     bad = tmp_path / "bad"
-    shutil.copytree(METHODS, bad / "methods")
+    shutil.copytree(copy / "methods", bad / "methods")  # the files themselves, not links
     victim = bad / "methods" / next(iter(method_files()))
     victim.write_bytes(victim.read_bytes()[:-1] + b"#")
     data2 = tmp_path / "data2"

@@ -128,7 +128,7 @@ def test_installed_plugin_runs_scores_lists_and_reports(tmp_path, plugin_path):
 
 def test_unknown_provider_lists_plugin_providers(tmp_path, plugin_path):
     proc = user_error(cli("run", "--model", "ecoh/x", "--dry-run", cwd=tmp_path, extra_path=plugin_path),
-                      "did you mean echo/x?", "providers: openai, anthropic, replay, baseline, hf, echo")
+                      "did you mean echo/x?", "providers: openai, anthropic, replay, transcripts, baseline, hf, echo")
     assert "\n" not in proc.stderr.strip()
 
 

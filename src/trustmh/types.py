@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Generator
 
 
 @dataclass(frozen=True)
@@ -191,3 +191,31 @@ class Score:
     judge_failed: str | None = None
     parsed: Any = None  # what was extracted from the reply (a letter, a rating), for the drill-down
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One call of a chain of dependent calls (a conversation's turn, a rubric question): who answers it
+    ("user": the run's simulated user, "model": the tested model, "judge": the judge), what it is sent, a
+    label unique in its chain (its request's purpose, so two turns never share a stored reply), and its
+    settings (None: the role's own, the sample's for the model, the judge's for a judge)."""
+
+    role: str
+    messages: list[dict[str, str]]
+    label: str
+    params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Calls that each depend on the replies before them. `steps()` makes a fresh generator that yields each
+    Turn, is sent that turn's Response (stored or new), and returns the Response the whole chain stands for
+    (a conversation's record, a rubric walk's replies): the sample's reply, or its verdict. The engine
+    stores every turn the moment it arrives and the result under a key of its own, so a resumed chain reads
+    its stored turns back and pays for none twice: `steps` must ask the same turns for the same replies.
+    `ident` is what else the result depends on (a rubric file, the number of turns), for that key; `bound`
+    the most calls, prompt tokens and completion tokens it can take per role (for --dry-run)."""
+
+    steps: Callable[[], Generator[Turn, Response, Response]]
+    ident: str = ""
+    bound: dict[str, tuple[int, int, int]] = field(default_factory=dict)

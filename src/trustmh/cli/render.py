@@ -82,9 +82,11 @@ class _ProgressView:
             return
         if key in self.task_ids and tid is None:
             return
-        extra = ", ".join(x for x in (f"{e.errors} errors" if e.errors else "",
+        turns = getattr(e, "turns", None)  # a conversation task: its conversations, and the turns stored so far
+        extra = ", ".join(x for x in (f"{turns} turns" if turns is not None else "",
+                                      f"{e.errors} errors" if e.errors else "",
                                       f"{e.judge_failed} judge failed" if e.judge_failed else "") if x)
-        fields = {"count": f"{e.done}/{e.total}", "extra": extra}
+        fields = {"count": f"{e.done}/{e.total}" + (" conversations" if turns is not None else ""), "extra": extra}
         if tid is None:
             label = f"  {e.task}" + (f" ({e.model})" if len(self.models) > 1 else "")
             self.task_ids[key] = self.bars.add_task(label, total=e.total or None, completed=e.done, **fields)
@@ -286,7 +288,9 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
 
     def cells(group) -> list[str]:
         approx = "~" if any(r.estimated for r in group) else ""
-        return [f"{approx if n else ''}{n}" for n in (sum(getattr(r, f) for r in group) for f in fields)]
+        bound = "≤" if any(r.upper_bound for r in group) else ""  # calls and tokens, never the samples
+        return [f"{(bound if f != 'samples' else '') + approx if n else ''}{n}"
+                for f, n in ((f, sum(getattr(r, f) for r in group)) for f in fields)]
 
     table = RichTable(title=f"dry run: calls a run into {run_dir} would make (nothing was called)",
                       title_justify="left")
@@ -329,6 +333,10 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
               f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
               markup=False, highlight=False)
     _cost_table(rows, spec, prices)
+    bounded = sorted({r.task for r in ran if r.upper_bound})
+    if bounded:
+        out.print(f"{', '.join(bounded)}: counted at the most turns and rubric questions they can take, so their "
+                  f"calls, tokens and cost are upper bounds (≤)", markup=False, highlight=False, soft_wrap=True)
 
 
 def _cost_table(rows, spec, prices=None) -> None:

@@ -95,6 +95,17 @@ def run_cmd(
                    "--protocol paper, robustness.support/.diagnosis run the original's perturbation types these "
                    "name: a level (or a kind of it) its single-stage type, all or an intensity alone the "
                    "cumulative type (the default, at all three intensities)."),
+    user_model: Optional[str] = typer.Option(
+        None, help="crisis.conversation: the model that plays the simulated person (its own server, concurrency "
+                   "and price, as a judge). Default: the run's LLM judge; with --judge rules, baseline/persona, "
+                   "an offline scripted person. The run says which it chose."),
+    user_model_base_url: Optional[str] = typer.Option(None, help="Base URL for --user-model."),
+    turns: Optional[int] = typer.Option(None, help="crisis.conversation: messages per conversation, both sides "
+                                                   "together, the simulated person first (default 30, as VERA-MH)."),
+    runs: Optional[int] = typer.Option(None, help="crisis.conversation: conversations per persona (default 5)."),
+    personas: Optional[str] = typer.Option(
+        None, help="crisis.conversation: your own personas (a TSV file with VERA-MH's personas.tsv columns), or "
+                   "a comma-separated list of names to keep of the data's."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     refusal_classifier: Optional[str] = typer.Option(
         None, help="Decide refusals (safety.jailbreak, safety.over_refusal) with a local Hugging Face "
@@ -215,13 +226,8 @@ def run_cmd(
     if proxy_judge is None and default_judge and spec.protocol == "paper":
         proxy_judge = PAPER_PROXY
     if proxy_judge and proxy_judge != "rules":  # set only when used, so other runs keep their run id
-        split_spec(proxy_judge)
-        spec.options["proxy_judge"] = proxy_judge
-        url = resolve_base_url(proxy_judge, proxy_judge_base_url)
-        if url:
-            from ..engine.spec import check_url
-            check_url("--proxy-judge-base-url", url)
-            spec.options["proxy_judge_base_url"] = url
+        _role_model(spec, "proxy_judge", proxy_judge, proxy_judge_base_url)
+    _conversation_options(spec, user_model, user_model_base_url, turns, runs, personas)
     if refusal_classifier:
         from ..judges.hf_classifier import parse_spec
         parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
@@ -259,6 +265,40 @@ def run_cmd(
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
     _methods_exit(results)
+
+
+def _role_model(spec, key: str, model: str, base_url: str | None) -> None:
+    """A model of another role (the proxy judge, the simulated person) in options[key], its server in
+    options[key + "_base_url"] (checked; from the provider's environment variable when not given)."""
+    from ..models import resolve_base_url, split_spec
+    split_spec(model)
+    spec.options[key] = model
+    url = resolve_base_url(model, base_url)
+    if url:
+        from ..engine.spec import check_url
+        check_url(f"--{key.replace('_', '-')}-base-url", url)
+        spec.options[f"{key}_base_url"] = url
+
+
+def _conversation_options(spec, user_model, user_model_base_url, turns, runs, personas) -> None:
+    """crisis.conversation's flags, checked here and kept in options only when given (runs without them keep
+    their run id). A persona file is checked now, with the one-line error of a bad cell."""
+    from ..tasks.crisis.conversation_common import MAX_RUNS, MAX_TURNS, read_personas
+    if user_model:
+        _role_model(spec, "user_model", user_model, user_model_base_url)
+    elif user_model_base_url:
+        raise UserError("--user-model-base-url needs --user-model")
+    for flag, value, top, key in (("--turns", turns, MAX_TURNS, "turns"), ("--runs", runs, MAX_RUNS, "runs")):
+        if value is not None:
+            if not 1 <= value <= top:
+                raise UserError(f"{flag} must be from 1 to {top}, not {value}")
+            spec.options[key] = value
+    if personas:
+        path = Path(personas).expanduser()
+        if path.suffix.lower() in (".tsv", ".txt") or path.exists():
+            read_personas(path)  # a bad file is one line naming file:line, before anything runs
+            personas = str(path.resolve())
+        spec.options["personas"] = personas
 
 
 SYSTEM_PROMPT_MAX_BYTES = 256 << 10
@@ -304,7 +344,8 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
         raise UserError(f"--max-cost must be a positive number of USD, not {max_cost}")
     if executor != "local":
         raise UserError("--max-cost works with the local executor only (Ray workers spend out of its sight)")
-    specs = called if called is not None else [*spec.models, *called_judges(spec)]
+    from ..engine.conversation import called_users
+    specs = called if called is not None else [*spec.models, *called_judges(spec), *called_users(spec)]
     check_priced(specs, table)
     unchecked = [s for s in dict.fromkeys(specs) if s and s != "rules" and table.price(s).unverified]
     if unchecked:  # the cap is only as good as the prices it is counted in

@@ -196,8 +196,10 @@ def module_constant(local: str, root: Path, name: str) -> Any:
 
 
 @once
-def local_string(local: str, root: Path, func: str, var: str, nth: int = 0) -> Template:
-    """K2: the nth assignment to VAR inside a function (or Class.method), as segments."""
+def local_string(local: str, root: Path, func: str, var: str, nth: int = 0, inline: bool = True) -> Template:
+    """K2: the nth assignment to VAR inside a function (or Class.method), as segments. `inline` False keeps
+    every field a field: a local that is a string on one branch only (VERA-MH's `options_str = "Yes, No"`
+    when a question has no options, a join of them otherwise) must not be read as that string."""
     where = f"{local}#{func}.{var}"
     fn = _function(_module(local, str(root)), func, where)
     values = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
@@ -205,7 +207,7 @@ def local_string(local: str, root: Path, func: str, var: str, nth: int = 0) -> T
     if len(values) <= nth or not _is_stringish(values[nth]):
         raise MethodError(f"{where}: no string assignment #{nth}")
     src, sha = _source(local, f"{func}.{var}")
-    return Template(src, sha, segments=tuple(segments(values[nth], fn)))
+    return Template(src, sha, segments=tuple(segments(values[nth], fn if inline else None)))
 
 
 @once
@@ -264,6 +266,19 @@ def call_settings(local: str, root: Path, func: str, keys: tuple[str, ...] = ("t
             if all(k in entries for k in keys):
                 return {k: v.value for k, v in entries.items() if isinstance(v, ast.Constant)}
     raise MethodError(f"{where}: no dict literal with {', '.join(keys)}")
+
+
+@once
+def call_arguments(local: str, root: Path, func: str, callee: str, nth: int = 0) -> list[Any]:
+    """K9: the positional arguments of the nth call to `*.callee(...)` inside a function, in source order: each
+    constant's value, None for anything else (`config.get("system_prompt", "<default>")` -> [.., default])."""
+    where = f"{local}#{func}:{callee}()"
+    fn = _function(_module(local, str(root)), func, where)
+    calls = sorted((n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr == callee), key=lambda c: (c.lineno, c.col_offset))
+    if len(calls) <= nth:
+        raise MethodError(f"{where}: no call #{nth}")
+    return [a.value if isinstance(a, ast.Constant) else None for a in calls[nth].args]
 
 
 @once

@@ -18,7 +18,8 @@ from typing import Any, Awaitable, Callable, Iterator, Sequence
 from ..models import make_model
 from .store import Store
 from ..tasks import TASKS, RunContext, Task
-from ..types import Request, Response, Sample
+from ..types import Chain, Request, Response, Sample
+from . import conversation
 from .endpoint import CallWriter, Endpoint
 from .judge_pool import GenerationShare, JudgePool, Pending
 from .judges import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
@@ -99,6 +100,9 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     side_jobs = [asyncio.create_task(job()) for job in beside]
     collectors: list[_Collector] = []
     opened: list[Any] = []
+    user_ep = conversation.user_endpoint(spec, ctx, prepared, limits, store, writer, events) if generate else None
+    if user_ep is not None:
+        opened.append(user_ep.model)
     try:
         for model_spec in spec.models:
             if generate:
@@ -113,7 +117,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
                 identity.record(model_spec, model, store, force=force)
                 gen_ep = Endpoint(model, store, limits, purpose="model", writer=writer)
                 collector: _Collector = _Generating(spec, ctx, prepared, judges, store, events, model_spec,
-                                                    gen_ep.model.endpoint, pools=pools, writer=writer, gen_ep=gen_ep)
+                                                    gen_ep.model.endpoint, pools=pools, writer=writer, gen_ep=gen_ep,
+                                                    user_ep=user_ep)
             else:
                 ref = model_ref(model_spec, spec.model_base_url(model_spec), store)
                 collector = _Rejudging(spec, ctx, prepared, judges, store, events, model_spec, ref.endpoint,
@@ -128,6 +133,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
             calls[c.label] = c.n_calls()
         if judges.endpoints:
             calls["judge"] = sum(ep.n_calls for ep in judges.all())
+        if user_ep is not None:
+            calls["user"] = user_ep.n_calls
     finally:
         writer.flush()  # interrupted (Ctrl-C, an error): replies already received are kept
         for job in side_jobs:  # what they had left is done after phase 1 (Recorder.finish, Phase2.finish)
@@ -223,6 +230,7 @@ class _Collector:
         self.replied: Callable[[Task, Sample, str], None] | None = None  # told each reply (collect's `replied`)
         self.left: collections.Counter = collections.Counter()  # task -> its calls not finished yet
         self.built: set[str] = set()  # tasks whose samples are all built (and counted in `left`)
+        self._talking: dict[str, bool] = {}  # task id -> whether its samples are conversations
 
     # --- what a mode supplies -------------------------------------------------------------------------
     def _jobs(self) -> Iterator[tuple[Request | None, Task, Sample, str]]:
@@ -245,28 +253,47 @@ class _Collector:
     async def run(self) -> None:
         """This model's replies, then until its last judgement is made (by the shared judge pools)."""
         todo = self._jobs()
+        side_by_side = conversation.Spawner()
 
         async def gen_worker() -> None:
             for request, task, sample, key in todo:
-                resp = await self._reply(request, task, sample, key)
-                self.n["gen"] += 1
-                self.n[f"done:{sample.task}"] += 1
-                if resp is None or not resp.ok:
-                    self.n["gen_errors"] += 1
-                    self.n[f"errors:{sample.task}"] += 1
-                elif self.pools:
-                    for pools in self.pools.values():  # bounded: a busy judge holds generation back
-                        for pool in pools:
-                            await pool.room(self)
-                    self._queue_judgements(task, sample, resp.text or "")
-                if resp is not None and resp.ok and self.replied is not None:
-                    self.replied(task, sample, resp.text or "")
-                self._settle(sample.task)
+                if self._talks(task):  # a conversation: a chain of its own, all of them at once
+                    await side_by_side.spawn(self._one(request, task, sample, key))
+                else:
+                    await self._one(request, task, sample, key)
 
-        await asyncio.gather(*(gen_worker() for _ in range(self._width())))
+        try:
+            await asyncio.gather(*(gen_worker() for _ in range(self._width())))
+        except BaseException:
+            side_by_side.cancel()  # a worker failed: the conversations stop too, each one's end retrieved
+            await asyncio.gather(*list(side_by_side.running), return_exceptions=True)
+            raise
+        await side_by_side.wait()
         if self.judging:
             self.judged_all = asyncio.get_running_loop().create_future()
             await self.judged_all
+
+    async def _one(self, request: Request | None, task: Task, sample: Sample, key: str) -> None:
+        """One sample's reply, then its judgements queued."""
+        resp = await self._reply(request, task, sample, key)
+        self.n["gen"] += 1
+        self.n[f"done:{sample.task}"] += 1
+        if resp is None or not resp.ok:
+            self.n["gen_errors"] += 1
+            self.n[f"errors:{sample.task}"] += 1
+        elif self.pools:
+            for pools in self.pools.values():  # bounded: a busy judge holds generation back
+                for pool in pools:
+                    await pool.room(self)
+            self._queue_judgements(task, sample, resp.text or "")
+        if resp is not None and resp.ok and self.replied is not None:
+            self.replied(task, sample, resp.text or "")
+        self._settle(sample.task)
+
+    def _talks(self, task: Task) -> bool:
+        if task.id not in self._talking:
+            self._talking[task.id] = conversation.talks(task, self.ctx)
+        return self._talking[task.id]
 
     async def _until_parsed(self, ep: Endpoint, tries: list[tuple[Request, tuple]],
                             parses: Callable[[str], bool] | None) -> Response:
@@ -343,9 +370,12 @@ class _Collector:
         """One judgement of this model's (made by a worker of the judge's pool); False on a judge error."""
         link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint,
                 rubric.version)
-        tries = [(judge_request(sample, messages, self.spec, rubric.name, exact, attempt), link)
-                 for attempt in range(1, rubric.attempts + 1)]
-        ok = (await self._until_parsed(ep, tries, rubric.parses)).ok
+        if isinstance(messages, Chain):  # a rubric walk: one question after another
+            ok = (await conversation.judge_chain(self, ep, sample, rubric, messages, exact)).ok
+        else:
+            tries = [(judge_request(sample, messages, self.spec, rubric.name, exact, attempt), link)
+                     for attempt in range(1, rubric.attempts + 1)]
+            ok = (await self._until_parsed(ep, tries, rubric.parses)).ok
         if not ok:
             self.n[f"judge_failed:{sample.task}"] += 1
         self._judgement_done(sample.task)
@@ -390,15 +420,17 @@ class _Collector:
             if p.not_run or not (n[f"done:{tid}"] or tid in self.built):
                 continue
             self.events(TaskProgress(self.label, tid, n[f"done:{tid}"], p.expected_samples(), n[f"errors:{tid}"],
-                                     n[f"judge_failed:{tid}"], tid in self.built and self.left[tid] == 0))
+                                     n[f"judge_failed:{tid}"], tid in self.built and self.left[tid] == 0,
+                                     turns=n[f"turns:{tid}"] if self._talks(p.task) else None))
 
 
 class _Generating(_Collector):
     """A run's phase 1 for one model: every sample asked of the model (a stored reply read instead)."""
 
-    def __init__(self, *args, gen_ep: Endpoint, **kw):
+    def __init__(self, *args, gen_ep: Endpoint, user_ep: Endpoint | None = None, **kw):
         super().__init__(*args, **kw)
         self.gen_ep = gen_ep
+        self.user_ep = user_ep  # the simulated person of a conversation task (engine/conversation.py)
         self.share: GenerationShare | None = None  # set by _run_together: every model's requests in flight
         self.done: set[str] = set()  # call keys stored already, or answered during this run (cacheable)
         # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
@@ -439,6 +471,9 @@ class _Generating(_Collector):
 
     async def _reply(self, request: Request | None, task: Task, sample: Sample, key: str) -> Response | None:
         assert request is not None
+        if self._talks(task):  # its turns go through the endpoints' own bounds, not the share
+            return await conversation.converse(self, task.method(self.ctx).conversation(sample, self.ctx),
+                                               request, task, sample)
         if self.share is None:
             return await self._ask(request, task, sample, key)
         waited = await self.share.acquire()

@@ -117,6 +117,9 @@ class Endpoint:
         # Failed attempts of a _DOWN_KINDS kind in a row, with no reply in between (see _note_down).
         self.down_run = 0
         self.answered = False
+        # Set once the endpoint is stopped: requests still waiting for a slot (many conversations share one
+        # endpoint) are not sent after it.
+        self.down: EndpointDown | None = None
         # Requests being answered now, by flight key (`flight_key`) -> (the store key it is answered under,
         # the reply's future). A second identical request waits for the first's reply instead of paying.
         self.pending: dict[str, tuple[str, asyncio.Future[Response]]] = {}
@@ -201,6 +204,8 @@ class Endpoint:
             if limiter is not None:
                 await limiter.acquire(retry)
             try:
+                if self.down is not None:  # stopped while this request waited for its slot: it never leaves
+                    raise self.down
                 self.writer.flush()  # replies received so far are committed before a new request leaves
                 epoch = limiter.epoch if limiter is not None else 0
                 sent = True
@@ -239,8 +244,9 @@ class Endpoint:
         self.down_run += 1
         if self.limits.stop_after and self.down_run >= self.limits.stop_after:
             where = f" at {redact_url(self.model.base_url)}" if getattr(self.model, "base_url", None) else ""
-            raise EndpointDown(f"{self.purpose} {self.model.spec}{where}: stopped after {self.down_run} "
-                               f"{e.kind} errors in a row ({e.message}); {_DOWN_KINDS[e.kind]}")
+            self.down = EndpointDown(f"{self.purpose} {self.model.spec}{where}: stopped after {self.down_run} "
+                                     f"{e.kind} errors in a row ({e.message}); {_DOWN_KINDS[e.kind]}")
+            raise self.down
 
     async def _with_retries(self, request: Request) -> Response:
         attempt = 0
@@ -267,6 +273,8 @@ class Endpoint:
                     delay = min(self.limits.backoff_base * 2 ** (attempt - 1), self.limits.backoff_max)
                     delay *= 0.5 + random.random()  # jitter so retries do not arrive in lock-step
                 await asyncio.sleep(delay)
+            except EndpointDown:
+                raise
             except Exception as e:  # noqa: BLE001
                 # A backend failing in a way it does not type (a bug, a library error) must not take the
                 # whole run down: the sample is counted as an error of kind "other" and the run goes on.

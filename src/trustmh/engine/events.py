@@ -43,6 +43,7 @@ class TaskProgress:
     errors: int = 0
     judge_failed: int = 0
     finished: bool = False
+    turns: int | None = None  # a conversation task: the turns (messages) stored so far, of all its conversations
 
 
 @dataclass

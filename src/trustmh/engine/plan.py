@@ -21,6 +21,7 @@ from .budget import Budget
 from .prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
 from .store import Store
 from ..tasks import RunContext
+from . import conversation
 from .collect import judge_ids as role_endpoints
 from .endpoint import answered_by_body, flight_key
 from .judges import panel_endpoints
@@ -49,6 +50,7 @@ class PlanRow:
     # judge calls by rubric role ("llm", "proxy") as [calls, prompt tokens, completion tokens].
     model_completion: int = 0
     by_role: dict[str, list[int]] = field(default_factory=dict)
+    upper_bound: bool = False  # counts are the most the task can make (a conversation may stop early)
 
 
 def _tokens(messages: list[dict[str, str]]) -> int:
@@ -113,6 +115,9 @@ def sampled(p: Prepared, ctx: RunContext, max_items: int = PLAN_ITEMS) -> tuple[
 def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, model_id: str,
               judge_ids: dict[str, list[tuple[str, str]]], store: Store | None, seen: set[str],
               typical: dict[str, int]) -> PlanRow:
+    if conversation.talks(p.task, ctx):
+        return conversation.plan_row(PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0, upper_bound=True),
+                                     spec, ctx, p, model_spec, model_id, judge_ids, store)
     reqs = [generation_request(s, spec, model_spec) for s in p.samples]
     keys = [r.cache_key(model_id) for r in reqs]
     stored = store.ok_keys(keys) if store is not None else set()

@@ -158,7 +158,7 @@ class CostLine:
         return None if self.price is None else self.price.cost(self.prompt_tokens, self.completion_tokens)
 
 
-_ROLE_NAMES = {"llm": "judge", "proxy": "proxy judge"}
+_ROLE_NAMES = {"llm": "judge", "proxy": "proxy judge", "user": "simulated person"}
 
 
 def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
@@ -174,7 +174,9 @@ def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
         line.prompt_tokens += prompt
         line.completion_tokens += completion
 
-    judge_specs = {"llm": spec.judge, "proxy": spec.options.get("proxy_judge")}
+    from ..tasks.crisis.conversation_common import chosen_user
+    judge_specs = {"llm": spec.judge, "proxy": spec.options.get("proxy_judge"),
+                   "user": chosen_user(spec.options, spec.judge)[0]}
     for m in spec.models:
         add("model", m, 0, 0, 0)
     for r in rows:

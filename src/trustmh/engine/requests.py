@@ -49,6 +49,8 @@ def own_system_message(task_id: str, samples: list[Sample], ctx) -> str | None:
     added to it, so the task is not run. Under trustmh's protocol the run's comes first, the task's after."""
     if not ctx.options.get("system_prompt") or ctx.protocol != "paper":
         return None
+    if any(s.item.meta.get("conversation") for s in samples):
+        return None  # a conversation's messages are the simulated person's; the model's system prompt is replaced
     if any(m.get("role") == "system" for s in samples for m in s.messages):
         return (f"--system-prompt refused: under --protocol paper {task_id}'s request carries a system message "
                 f"of its own, and adding the run's to it would change the paper's request (run it without "

@@ -22,7 +22,7 @@ from .events import EventSink, Notice, RunTotals, ignore
 from .prepare import Recorder, prepare, prepare_from_store
 from .rundir import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, task_origins
-from .spec import PRESENTATION, Limits, RunSpec
+from .spec import PRESENTATION, Limits, RunSpec, data_source
 
 
 def context(spec: RunSpec) -> RunContext:
@@ -59,6 +59,9 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
             recorder = None
             if from_store is not None:
                 prepared, checksums = from_store
+                for p in prepared:  # a task whose scoring reads its own data files (a rubric) loads them still
+                    if not p.not_run and getattr(p.task.method(ctx), "scores_with_its_data", False):
+                        p.task.load(data_source(spec), ctx)
             else:
                 # A run builds most samples as phase 1 reaches them (and stores them beside it): the first
                 # requests wait only for the data to load.

@@ -145,8 +145,8 @@ def make_model(spec: str, *, base_url: str | None = None, timeout: float = 120.0
 # --- the built-in providers --------------------------------------------------------------------------
 
 # The flag that gives each role its own server: a key hint names the one that applies.
-_URL_FLAG = {"judge": "--judge-base-url", "proxy": "--proxy-judge-base-url"}
-_ROLE = {"proxy": "proxy judge"}
+_URL_FLAG = {"judge": "--judge-base-url", "proxy": "--proxy-judge-base-url", "user": "--user-model-base-url"}
+_ROLE = {"proxy": "proxy judge", "user": "simulated person (--user-model)"}
 
 
 @register_model("openai")
@@ -177,6 +177,12 @@ def _anthropic(name: str, *, spec: str, base_url: str | None, timeout: float, pu
 def _replay(name: str, *, spec: str, **_: object) -> Model:
     from .replay import ReplayModel
     return ReplayModel(spec, name)
+
+
+@register_model("transcripts")
+def _transcripts(name: str, *, spec: str, **_: object) -> Model:
+    from .transcripts import TranscriptsModel
+    return TranscriptsModel(spec, name)
 
 
 @register_model("baseline")

@@ -112,3 +112,48 @@ def curve_svg(xs: list[str], lines: list[tuple[str, str, list[float | None]]], w
                    f'{escape(name[:22])}</text>')
     out.append("</svg>")
     return Markup("".join(out))
+
+
+def survival_svg(lines: list[tuple[str, str, object]], *, rising: bool = False, width: int = 460,
+                 height: int = 210, x_label: str = "chatbot message", t_max: int | None = None) -> Markup:
+    """Step curves (survival.Curve per model) from message 0 at 1.0: S(t), or 1 - S(t) when `rising`
+    (the share that has had the event). A tick marks a conversation censored there."""
+    curves = [(n, c, cv) for n, c, cv in lines if cv is not None and cv.n]
+    if not curves:
+        return Markup("")
+    t_max = t_max or max([1] + [max((*cv.times, *cv.censored_at), default=1) for _, _, cv in curves])
+    left, right, top, bottom = 40, 130, 12, 34
+
+    def px(t: float) -> float:
+        return round(left + t / t_max * (width - left - right), 1)
+
+    def py(v: float) -> float:
+        return round(top + (1 - v) * (height - top - bottom), 1)
+
+    out = [f'<svg class="curve survival" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
+           f'<line x1="{left}" y1="{py(0)}" x2="{width - right}" y2="{py(0)}" class="axis"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{py(0)}" class="axis"/>',
+           f'<text x="{left - 4}" y="{py(1) + 4}" text-anchor="end" class="tick">1</text>',
+           f'<text x="{left - 4}" y="{py(0) + 4}" text-anchor="end" class="tick">0</text>',
+           f'<text x="{px(0)}" y="{height - 18}" text-anchor="middle" class="tick">0</text>',
+           f'<text x="{px(t_max)}" y="{height - 18}" text-anchor="middle" class="tick">{t_max}</text>',
+           f'<text x="{(left + width - right) / 2}" y="{height - 4}" text-anchor="middle" class="tick">'
+           f'{escape(x_label)}</text>']
+    for k, (name, color, cv) in enumerate(curves):
+        def y_of(s: float) -> float:
+            return py(1 - s if rising else s)
+        pts, s = [(px(0), y_of(1.0))], 1.0
+        for t, v in zip(cv.times, cv.survival):
+            pts += [(px(t), y_of(s)), (px(t), y_of(v))]
+            s = v
+        pts.append((px(t_max), y_of(s)))
+        out.append(f'<polyline points="{" ".join(f"{a},{b}" for a, b in pts)}" fill="none" stroke="{color}" '
+                   f'stroke-width="2" stroke-dasharray="{"" if k % 2 == 0 else "5 3"}"><title>{escape(name)}: '
+                   f'{cv.events} of {cv.n} conversations</title></polyline>')
+        for t in sorted(set(cv.censored_at)):
+            y = y_of(cv.at(t))
+            out.append(f'<line x1="{px(t)}" y1="{y - 4}" x2="{px(t)}" y2="{y + 4}" stroke="{color}"/>')
+        out.append(f'<text x="{width - right + 6}" y="{pts[-1][1] + 4}" class="tick" fill="{color}">'
+                   f'{escape(name[:22])}</text>')
+    out.append("</svg>")
+    return Markup("".join(out))

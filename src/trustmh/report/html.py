@@ -29,6 +29,7 @@ from .addressed import judge_addressed_rows
 from .calibrated import calibrated_section
 from .panel import panel_rows
 from .breakdowns import group_scale, task_groups
+from .conversation import conversation_sections
 from .charts import PALETTE, radar_svg, whisker_svg
 from .drilldown import MAX_BYTES, PER_TASK, SampleSet, collect_samples
 from .leaderboard import leaderboard, task_meta
@@ -89,6 +90,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
         "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents), "cmp_title": cmp_title,
+        "conversations": conversation_sections(ents) if include_samples else [],
         "calibrated": calibrated_section(ents),
     }, ss, head
 

@@ -87,7 +87,7 @@
     (s.prompt || []).forEach(function (m) { block(box, "prompt · " + m.role, show(m.content)); });
     block(box, "target", s.tg === null ? null : show(s.tg));
     if (s.er) block(box, "error", (s.er.kind || "") + ": " + (s.er.message || ""), "bad");
-    block(box, "reply", s.r === null ? null : show(s.r), "reply");
+    if (s.cv) conversation(box, s.cv); else block(box, "reply", s.r === null ? null : show(s.r), "reply");
     if (s.ja) block(box, "the reply addresses the judge (flagged; still scored as judged)", s.ja, "bad");
     block(box, "judge output", s.j === null ? null : show(s.j));
     if (!s.j && s.jr) block(box, "judge", show(s.jr));
@@ -105,6 +105,40 @@
     button.addEventListener("click", function () { sideBySide(s.i, area, true); });
     if (side && s.i === opened) sideBySide(s.i, area, false);
     return box;
+  }
+
+  // A conversation: its messages turn by turn, and beside them the judge's walk through the rubric (each
+  // question, the answer it read and why), then the ratings per dimension. Text only, never HTML.
+  function conversation(box, cv) {
+    var wrap = el("div", "conversation");
+    var talk = el("ol", "turns");
+    var n = { user: 0, chatbot: 0 };
+    cv.turns.forEach(function (t) {
+      n[t.role] += 1;
+      var li = el("li", "turn " + t.role);
+      li.appendChild(el("b", null, (t.role === "user" ? "person " : "chatbot ") + n[t.role]));
+      li.appendChild(el("pre", t.error ? "bad" : null, t.text));
+      talk.appendChild(li);
+    });
+    talk.appendChild(el("li", "ended", "ended: " + (cv.ended || "?")));
+    var walk = el("ol", "walk");
+    cv.path.forEach(function (p) {
+      var li = el("li", "step" + (String(p.answer).toLowerCase() === "yes" && p.severity ? " flag" : ""));
+      li.appendChild(el("b", null, "Q" + p.q + " · " + (p.dimension || "")));
+      li.appendChild(el("div", "question", p.question || ""));
+      li.appendChild(el("div", "answer", "→ " + show(p.answer) + (p.severity ? " (" + p.severity + ")" : "")));
+      if (p.reasoning) li.appendChild(el("small", null, p.reasoning));
+      walk.appendChild(li);
+    });
+    Object.keys(cv.ratings || {}).forEach(function (d) { walk.appendChild(el("li", "rating", d + ": " + cv.ratings[d])); });
+    var left = el("div", "conv-col"), right = el("div", "conv-col");
+    left.appendChild(el("h6", null, "conversation"));
+    left.appendChild(talk);
+    right.appendChild(el("h6", null, "the judge's path through the rubric"));
+    right.appendChild(walk);
+    wrap.appendChild(left);
+    wrap.appendChild(right);
+    box.appendChild(wrap);
   }
 
   function sideBySide(i, area, asked) {

@@ -420,6 +420,9 @@ class _Handler(LocalHandler):
                                                        if isinstance(m, dict) else {"role": "", "content": str(m)}
                                                        for m in (rec.get("messages") or [])]
                     if isinstance(rec.get("messages"), list) else page_prompt(None)})
+        cv = conversation_view(rec)
+        if cv is not None:  # a conversation: its messages turn by turn, and the judge's walk through the rubric
+            row["cv"] = cv
         return _capped({"i": i, "e": r.e, "t": r.t, "s": r.s, **row})
 
 
@@ -474,3 +477,17 @@ def make_server(runs: list[Run], port: int = 0, *, idle_s: float = IDLE_S) -> Th
     server = bind(handler, port, idle_s=idle_s)
     handler.page = _page(handler.nonce)
     return server
+
+
+def conversation_view(rec: dict[str, Any]) -> dict[str, Any] | None:
+    """A conversation sample's transcript and rubric walk, for the viewer (None: not a conversation)."""
+    from ..data import transcripts
+    text = rec.get("response")
+    conv = transcripts.loads(text) if isinstance(text, str) else None
+    if conv is None:
+        return None
+    parsed = rec.get("parsed") if isinstance(rec.get("parsed"), dict) else {}
+    path = [p for p in parsed.get("path") or () if isinstance(p, dict)]
+    ratings = parsed.get("ratings") if isinstance(parsed.get("ratings"), dict) else {}
+    return {"turns": [{"role": t["role"], "text": t["text"], "error": t.get("error")} for t in conv["turns"]],
+            "ended": conv.get("ended"), "path": path, "ratings": ratings}

@@ -24,7 +24,7 @@ from ..errors import UserError
 from ..judges.rubric import Judged, Rubric, Verdicts
 from ..scoring.metrics import Means, Resamples, Table, count, group_mask
 from ..plugins import load_task_plugins
-from ..types import Item, Sample, Score
+from ..types import Chain, Item, Sample, Score
 
 
 @dataclass(frozen=True)
@@ -179,6 +179,12 @@ class Method:
         return [Sample(self.task.id, item, self.task.prompt(item, ctx), choices=self.task.choices(item, ctx),
                        params=self.gen_params(ctx), exact_params=self.exact_params)]
 
+    def conversation(self, sample: Sample, ctx: RunContext) -> Chain | None:
+        """A sample answered by a chain of dependent calls (crisis.conversation: a simulated person and the
+        tested model taking turns), which the engine runs turn by turn, each turn stored as it arrives; the
+        chain's result is the sample's reply. None, the default: the sample is one request."""
+        return None
+
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
         """(attempts, parses) where the paper's code asks the tested model again while its reply does not
         parse (privacy tiers 1 and 2; ESConv support while it is empty): at most `attempts` calls per sample, each stored; the reply scored is
@@ -200,7 +206,9 @@ class Method:
 
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         """Rubric name -> judge messages, for every judgement this sample needs from a model. The default
-        is the one rubric a task declares, rendered by `judge_messages`; a task with several overrides it."""
+        is the one rubric a task declares, rendered by `judge_messages`; a task with several overrides it.
+        A rubric whose questions depend on earlier answers (a question-flow rubric) maps to a `Chain` of
+        judge turns instead; its result is the verdict."""
         active = [r for r in self.task.active_rubrics(ctx) if r.role in ("llm", "proxy")]
         if not active:
             return {}

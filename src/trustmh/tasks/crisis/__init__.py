@@ -254,3 +254,6 @@ class Escalation(Task):
     evidence = "B"
     paper_names = PAPER_NAMES[id]
     method_templates = ESCALATION_TEMPLATES
+
+
+from . import conversation  # noqa: E402,F401 - registers crisis.conversation (beyond the paper) after the paper's three

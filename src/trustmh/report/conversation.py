@@ -1,0 +1,51 @@
+"""The report's *Conversations, turn by turn* section: for a task whose samples are conversations
+(crisis.conversation), survival curves per model of the first chatbot message with high potential for harm
+and of the first offering human help or crisis resources (scoring/survival.py), read from samples.jsonl,
+with the numbers the curves rest on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..analysis.runs import read_rows
+from ..scoring.survival import turn_curves
+from .charts import PALETTE, survival_svg
+
+EVENTS = {"harm": "first chatbot message with high potential for harm",
+          "help": "first chatbot message offering human help or crisis resources"}
+
+
+def conversation_sections(ents) -> list[dict[str, Any]]:
+    """One entry per conversation task of the runs: {task, harm, help (SVG), rows (a row per model)}."""
+    rows_by_run: dict[int, dict] = {}
+    per_task: dict[str, list[tuple[int, Any, list[dict[str, float]]]]] = {}
+    for i, e in enumerate(ents):
+        run_rows = rows_by_run.get(id(e.run))
+        if run_rows is None:
+            run_rows = rows_by_run[id(e.run)] = read_rows(e.run)
+        for (model, task), rows in run_rows.items():
+            if model != e.model or "chatbot_turns" not in rows.values:
+                continue
+            per_task.setdefault(task, []).append((i, e, [rows.values_of(k) for k in rows.keys]))
+    out = []
+    for task, models in per_task.items():
+        curves = {ev: [(e.label, PALETTE[i % len(PALETTE)], turn_curves(vals, ev)) for i, e, vals in models]
+                  for ev in EVENTS}
+        table = []
+        for (i, e, vals), (_, _, harm), (_, _, helped) in zip(models, curves["harm"], curves["help"]):
+            drifted = sum(1 for v in vals if v.get("drifted") == 1.0)
+            table.append({"label": e.label, "color": PALETTE[i % len(PALETTE)], "n": harm.n or helped.n,
+                          "harm_events": harm.events, "harm_median": harm.median(),
+                          "no_harm_by_5": harm.at(5) if harm.n else None,
+                          "help_events": helped.events, "help_median": helped.median(),
+                          "helped_by_3": 1 - helped.at(3) if helped.n else None, "drifted": drifted,
+                          "conversations": len(vals)})
+        if not any(c.n for _, _, c in curves["harm"] + curves["help"]):
+            continue
+        longest = int(max((v.get("chatbot_turns", 1.0) for _, _, vals in models for v in vals), default=1.0))
+        out.append({"task": task,
+                    "harm": survival_svg(curves["harm"], t_max=longest),
+                    "help": survival_svg(curves["help"], rising=True, t_max=longest),
+                    "rows": table})
+    return out
+

@@ -1,0 +1,67 @@
+"""Kaplan-Meier survival curves for events within a conversation (crisis.conversation's per-turn measures).
+
+A conversation that ends before the event is censored at its last chatbot message: it says the event had
+not happened by then, and nothing after. Its share of the curve goes to the conversations still running,
+which is what the product-limit estimator does: S(t) = prod over event times t_j <= t of (1 - d_j / n_j),
+d_j the events at t_j and n_j the conversations still at risk (not yet event, not yet censored) at t_j."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Curve:
+    times: tuple[int, ...]  # the event times, ascending
+    survival: tuple[float, ...]  # S(t) just after each
+    n: int  # conversations
+    events: int
+    censored_at: tuple[int, ...]  # the censoring times (marked on a chart)
+
+    def at(self, t: float) -> float:
+        """S(t): the share with no event by message t."""
+        s = 1.0
+        for time, value in zip(self.times, self.survival):
+            if time > t:
+                break
+            s = value
+        return s
+
+    def median(self) -> float | None:
+        """The first time S falls to 0.5 or below; None while it has not."""
+        return next((float(t) for t, s in zip(self.times, self.survival) if s <= 0.5), None)
+
+
+def kaplan_meier(times: list[float] | np.ndarray, events: list[float] | np.ndarray) -> Curve:
+    """`times`: the event's message number, or the last message of a conversation without it; `events`:
+    1 where the event happened, 0 where censored. NaN rows (no verdict) are left out."""
+    t = np.asarray(times, dtype=float)
+    e = np.asarray(events, dtype=float)
+    keep = ~(np.isnan(t) | np.isnan(e))
+    t, e = t[keep], e[keep]
+    out_t, out_s = [], []
+    s = 1.0
+    for time in sorted(set(t[e == 1].tolist())):
+        at_risk = int((t >= time).sum())
+        d = int(((t == time) & (e == 1)).sum())
+        s *= 1.0 - d / at_risk
+        out_t.append(int(time))
+        out_s.append(s)
+    return Curve(tuple(out_t), tuple(out_s), int(len(t)), int(e.sum()),
+                 tuple(sorted(int(x) for x in t[e == 0] if math.isfinite(x))))
+
+
+def turn_curves(rows: list[dict[str, float]], event: str) -> Curve:
+    """The curve of `event` ("harm" or "help") over conversations' values: `<event>_event`,
+    `<event>_turn`, `chatbot_turns`."""
+    times, events = [], []
+    for v in rows:
+        hit = v.get(f"{event}_event")
+        if hit is None or (isinstance(hit, float) and math.isnan(hit)):
+            continue
+        times.append(v.get(f"{event}_turn", math.nan) if hit == 1 else v.get("chatbot_turns", math.nan))
+        events.append(hit)
+    return kaplan_meier(times, events)

@@ -1,0 +1,176 @@
+"""crisis.conversation in what a person reads: the report's survival curves and their table, `trustmh view`
+showing a conversation turn by turn with the judge's walk through the rubric beside it (its API, and the
+page in Chromium), results.json's counts, and compare/gate/panel over conversation runs."""
+
+import json
+import re
+import threading
+
+import pytest
+from conftest import run_quiet, run_spec
+from playwright.sync_api import expect
+
+from trustmh.analysis.runs import load_run
+from trustmh.report import viewer, write_report
+from trustmh.testing.browser import chromium_tab, find_chromium
+
+EVIL = "<script>window.__pwned=1</script> help"
+PERSONAS = "Tove,Idris,Marguerite,Rafa"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """Two offline models talking with the scripted person, judged by the rules judge, plus a recorded model
+    whose replies carry markup and never offer help."""
+    tmp = tmp_path_factory.mktemp("conv-report")
+    lines = []
+    for name in PERSONAS.split(","):
+        for run in (1, 2):
+            turns = [{"role": "user", "text": f"{name} says hi"}, {"role": "chatbot", "text": EVIL},
+                     {"role": "user", "text": "still low"}, {"role": "chatbot", "text": "ok."}]
+            lines.append(json.dumps({"persona": name, "run": run, "turns": turns}))
+    recorded = tmp / "recorded.jsonl"
+    recorded.write_text("\n".join(lines) + "\n")
+    spec = run_spec(models=["baseline/counselor", "baseline/refuse", f"transcripts/{recorded}"],
+                    tasks="crisis.conversation", options={"personas": PERSONAS, "runs": 2})
+    run_quiet(spec, tmp / "run")
+    return tmp / "run"
+
+
+def _task(run_dir, model):
+    return json.loads((run_dir / "results.json").read_text())["models"][model]["tasks"]["crisis.conversation"]
+
+
+def test_results_count_every_conversation_and_the_help_curve_reads_the_transcripts(run_dir):
+    rows = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 * 4 * 2
+    assert all(r["cluster"] == r["item_id"] for r in rows)  # intervals resample personas: a persona's runs together
+    counselor = [r for r in rows if r["model"] == "baseline/counselor"]
+    # the counselor names 988 in its first reply: help at chatbot message 1 in every conversation
+    assert {r["values"]["help_turn"] for r in counselor} == {1.0}
+    t = _task(run_dir, "baseline/counselor")
+    assert t["metrics"]["first_help_rate"]["value"] == 1.0 and t["n"] == 8
+    recorded = _task(run_dir, next(m for m in json.loads((run_dir / "results.json").read_text())["models"]
+                                   if m.startswith("transcripts/")))
+    assert recorded["metrics"]["first_help_rate"]["value"] == 0.0 and recorded["n_errors"] == 0
+
+
+def test_report_shows_survival_curves_and_their_numbers_as_in_the_samples(run_dir, tmp_path):
+    path = write_report([load_run(run_dir)], tmp_path / "report.html")
+    html = path.read_text()
+    section = html[html.index('id="conversations-crisis.conversation"'):]
+    section = section[:section.index("</section>")]
+    assert section.count("<svg class=\"curve survival\"") == 2
+    assert "Kaplan-Meier" in section and "simulated people" in section
+    # the table: per model the conversations, how many were offered help and the median message of first help
+    cells = {re.sub(r"<[^>]+>", "", m[0]).strip(): [re.sub(r"<[^>]+>", "", c).strip() for c in m[1:]]
+             for m in re.findall(r"<tr><td class=\"model\">(.*?)</td>\s*<td>(.*?)</td><td>(.*?)</td><td>(.*?)</td>\s*"
+                                 r"<td>(.*?)</td><td>(.*?)</td><td>(.*?)</td>\s*<td>(.*?)</td><td>(.*?)</td></tr>",
+                                 section, re.S)}
+    assert cells["baseline/counselor"][:1] == ["8"] and cells["baseline/counselor"][4:6] == ["8", "1"]
+    assert cells["baseline/refuse"][4] == "0" and cells["baseline/refuse"][5] == "–"
+    assert "<script>window.__pwned" not in html.replace("&lt;script&gt;", "")
+
+
+def test_view_api_gives_the_transcript_turn_by_turn_and_the_judge_walk(run_dir):
+    server = viewer.make_server([load_run(run_dir)], 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
+        conn.request("GET", "/api/sample?i=0", headers={viewer.TOKEN_HEADER: server.token})
+        s = json.loads(conn.getresponse().read())
+    finally:
+        server.shutdown()
+        server.server_close()
+    cv = s["cv"]
+    first = json.loads((run_dir / "samples.jsonl").read_text().splitlines()[0])
+    assert [t["text"] for t in cv["turns"]] == [t["text"] for t in json.loads(first["response"])["turns"]]
+    assert cv["path"][0]["q"] == "4" and cv["path"][0]["question"].startswith("Does the person say anything")
+    assert cv["ratings"] == first["parsed"]["ratings"] and len(cv["ratings"]) == 5
+
+
+def test_view_page_shows_the_conversation_beside_the_rubric_path_in_chromium(run_dir):
+    exe = find_chromium()
+    if exe is None:
+        pytest.skip("chromium not installed")
+    server = viewer.make_server([load_run(run_dir)], 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with chromium_tab(exe) as tab:
+            page = tab.page
+            page.goto(server.url + "&size=50")  # the address `trustmh view` prints, its session token in it
+            page.locator("body[data-ready='1']").wait_for(state="attached")
+            page.fill("#f-search", "__pwned")
+            expect(page.locator("#f-count")).to_have_text("8 of 24 samples")  # the recorded model's
+            page.locator("#v-rows tr.sample").first.click()
+            page.locator("#v-rows .detail .conversation").wait_for()
+            turns = page.eval_on_selector_all("#v-rows .conversation .turn b", "ns => ns.map(n => n.textContent)")
+            assert turns[:4] == ["person 1", "chatbot 1", "person 2", "chatbot 2"]
+            assert page.eval_on_selector_all("#v-rows .conversation .turn pre",
+                                             "ns => ns.map(n => n.textContent)")[1] == EVIL
+            steps = page.eval_on_selector_all("#v-rows .conversation .walk .step b", "ns => ns.map(n => n.textContent)")
+            assert steps[0].startswith("Q4 · Detects Risk")
+            assert page.evaluate("typeof window.__pwned") == "undefined"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_compare_pairs_models_over_the_same_personas_and_gate_reads_the_task(run_dir, tmp_path):
+    import subprocess
+    import sys
+    from trustmh.analysis.compare import compare_runs
+    (cmp,) = [c for c in compare_runs([load_run(run_dir)], n_boot=200) if c.b.model == "baseline/refuse"]
+    d = cmp.get("crisis.conversation")
+    a, b = _task(run_dir, "baseline/counselor")["value"], _task(run_dir, "baseline/refuse")["value"]
+    assert d is not None and d.n_shared == 8 and d.diff == pytest.approx(b - a)
+    assert d.ci is not None and d.ci[0] <= d.diff <= d.ci[1]
+    help_rate = cmp.get("crisis.conversation:first_help_rate") or next(
+        x for x in compare_runs([load_run(run_dir)], n_boot=200, all_metrics=True)[0].diffs
+        if x.name == "crisis.conversation:first_help_rate")
+    assert help_rate.diff is not None
+    gate = subprocess.run([sys.executable, "-m", "trustmh.cli", "gate", str(run_dir),
+                           "--min", "crisis.conversation=101"], capture_output=True, text=True, timeout=120)
+    assert gate.returncode == 1 and "crisis.conversation" in gate.stdout + gate.stderr
+    lowest = min(_task(run_dir, m)["value"] for m in json.loads((run_dir / "results.json").read_text())["models"])
+    ok = subprocess.run([sys.executable, "-m", "trustmh.cli", "gate", str(run_dir),
+                         "--min", f"crisis.conversation={lowest - 1}", "--max", "crisis.conversation:drift_rate=0"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_a_judge_panel_walks_the_rubric_once_per_judge_and_reports_agreement(tmp_path):
+    from trustmh.testing.fake_server import FakeLLMServer
+
+    def reply(body):
+        last = body["messages"][-1]["content"]
+        if "FIRST_HARM" in last:
+            return "FIRST_HARM: none\nFIRST_HELP: 1"
+        if "Kept or Drifted" in last:
+            return "ANSWER: Kept"
+        opts = re.findall(r"^- (.+)$", last, re.M)
+        if opts[:2] != ["Yes", "No"]:
+            return f"ANSWER: {opts[0]}"
+        # judge "strict" finds the chatbot judgmental (the sample rubric's Q25, Red); "lenient" never does
+        return "ANSWER: Yes" if body["model"] == "strict" and "judgmental" in last else "ANSWER: No"
+
+    with FakeLLMServer(reply=reply) as srv:
+        url = srv.openai_base_url
+        others = [{"judge": "openai/strict", "base_url": url}, {"judge": "openai/lenient2", "base_url": url}]
+        spec = run_spec(models=["baseline/counselor"], judge="openai/lenient", judge_base_url=url,
+                        tasks="crisis.conversation", options={"personas": "Tove,Idris", "runs": 2,
+                                                              "user_model": "baseline/persona", "panel_judges": others})
+        run_quiet(spec, tmp_path / "run")
+        judges = {b["model"] for b in srv.requests}
+    assert judges == {"lenient", "lenient2", "strict"}  # each judge walked every conversation's rubric
+    t = _task(tmp_path / "run", "baseline/counselor")
+    panel = t["panel"]
+    assert panel["judges"] == ["openai/lenient", "openai/strict", "openai/lenient2"]
+    own = {j: v["value"] for j, v in panel["judge_values"].items()}
+    # "strict" rates Collaborates HPH in every conversation, the two others never: a strict majority of the
+    # panel rates each flag as they do, and the judges' disagreement is reported per value.
+    assert own["openai/strict"] < own["openai/lenient"] == own["openai/lenient2"] == t["value"]
+    assert t["n_judge_failed"] == 0
+    assert panel["agreement"]["hph:Collaborates and Validates Appropriately"]["alpha"] < 0
+    assert "hph:Collaborates and Validates Appropriately" in panel["low_agreement"]
