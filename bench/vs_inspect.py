@@ -44,7 +44,7 @@ def job(n: int):
     """(generation messages, judge-messages function) per sample, exactly as trustmh builds them."""
     from trustmh.tasks import RunContext
     task, ctx = SyntheticTask(), RunContext(options={"bench_n": n})
-    samples = [s for it in task.load(None, ctx) for s in task.samples(it, ctx)]
+    samples = [s for it in task.method(ctx).load(None, ctx) for s in task.method(ctx).samples(it, ctx)]
     return task, ctx, samples
 
 
@@ -76,7 +76,7 @@ def child_inspect(a) -> dict:
 
         async def score(state: TaskState, target: Target) -> Score:
             sample = by_id[str(state.sample_id)]
-            out = await model.generate(msgs(task.judge_messages(sample, state.output.completion, ctx)))
+            out = await model.generate(msgs(task.method(ctx).judge_messages(sample, state.output.completion, ctx)))
             return Score(value=1 if out.completion.startswith("Answer") else 0)
         return score
 

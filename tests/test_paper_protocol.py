@@ -154,10 +154,10 @@ def test_ethics_requests_render_from_the_method_files(upstream, tmp_path):
         req = generation_request(p.samples[i], spec)
         assert req.messages == [{"role": "user", "content": build_reasoning(rows[i])}]
         assert req.params == {"temperature": 0.0}  # E-set: model, temperature and messages only
-        judge = p.task.judge_messages(p.samples[i], "my reply", ctx)
+        judge = p.task.method(ctx).judge_messages(p.samples[i], "my reply", ctx)
         assert judge == [{"role": "user", "content": build_judge(rows[i], "my reply")}]
-        (rubric,) = p.task.active_rubrics(ctx)
-        assert p.task.judge_params(rubric, ctx) == {"temperature": 0.0}
+        (rubric,) = p.task.method(ctx).active_rubrics(ctx)
+        assert p.task.method(ctx).judge_params(rubric, ctx) == {"temperature": 0.0}
 
 
 def test_data_pull_and_check_handle_the_method_files(tmp_path):
@@ -213,7 +213,7 @@ def test_leakage_requests_follow_the_papers_story_rule_and_templates(upstream):
             assert content.endswith(f'{x["control"]} Answer yes or no.\nAnswer: ')
         assert generation_request(s, spec).params == {"temperature": 0.0, "max_tokens": 256, "top_p": 1.0,
                                                       "frequency_penalty": 0.0, "presence_penalty": 0.0}
-    judge = p.task.judge_messages(p.samples[0], 'Answer: "No."', ctx)[0]["content"]
+    judge = p.task.method(ctx).judge_messages(p.samples[0], 'Answer: "No."', ctx)[0]["content"]
     assert "\nText: \"No.\"\nQuestion: " in judge  # the reply after its first "Answer:", unstripped
     assert judge.endswith(f"'{p.samples[0].item.input['secret'].lower()}'?\nAnswer: ")
 

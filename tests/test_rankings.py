@@ -25,7 +25,7 @@ def awareness_replays(tmp: Path) -> dict[str, str]:
     answers, constant = [], []
     for tid in TIERS:
         task = TASKS[tid]()
-        for it in task.load(DataSource(UPSTREAM, "data"), RunContext()):
+        for it in task.method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext()):
             answers.append({"task": tid, "item_id": it.id, "response": f"Answer: {nearest(it.target, task.allowed)}"})
             constant.append({"task": tid, "item_id": it.id, "response": f"Answer: {task.allowed[0]}"})
     return {"answers": f"replay/{write_replay(tmp / 'answers.jsonl', answers)}",
@@ -201,7 +201,7 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, t
 
 def _oeq_items(upstream):
     from conftest import METHODS
-    return TASKS["sycophancy.oeq"]().load(DataSource(upstream, "data"),
+    return TASKS["sycophancy.oeq"]().method(RunContext(protocol="paper", methods_root=METHODS)).load(DataSource(upstream, "data"),
                                           RunContext(protocol="paper", methods_root=METHODS))
 
 

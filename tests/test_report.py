@@ -22,7 +22,7 @@ JSON_BLOCK = re.compile(r'<script type="application/json" id="samples-data">(.*?
 
 
 def sample_items(task: str):
-    return TASKS[task]().load(DataSource(SAMPLE, "sample"), RunContext())
+    return TASKS[task]().method(RunContext()).load(DataSource(SAMPLE, "sample"), RunContext())
 
 
 def test_run_writes_report_next_to_results(tmp_path, capsys):
@@ -93,7 +93,7 @@ def three_models(tmp_path_factory):
     if not UPSTREAM.is_dir():
         pytest.skip(f"upstream data not found at {UPSTREAM}")
     tmp = tmp_path_factory.mktemp("three")
-    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())
     n_gold = sum(it.target is not None for it in items)
     specs = [f"replay/{ethics_replay(tmp / f'{name}.jsonl', items, n)}"
              for name, n in (("all", None), ("one_off", n_gold - 1), ("sixty", 60))]

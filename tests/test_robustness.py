@@ -132,12 +132,12 @@ def test_clean_sample_is_the_base_request_and_only_seeker_text_changes(upstream)
     spec = RunSpec(models=["openai/x"], seed=3)
     data = DataSource(upstream, "data")
     base, robust = TASKS["reliability.support"](), TASKS["robustness.support"]()
-    items = robust.load(data, ctx)[:10]
-    assert [i.id for i in items] == [i.id for i in base.load(data, ctx)[:10]]
+    items = robust.method(ctx).load(data, ctx)[:10]
+    assert [i.id for i in items] == [i.id for i in base.method(ctx).load(data, ctx)[:10]]
     for item in items:
-        samples = robust.samples(item, ctx)
+        samples = robust.method(ctx).samples(item, ctx)
         (clean,) = [s for s in samples if s.variant == ""]
-        (ref,) = base.samples(item, ctx)
+        (ref,) = base.method(ctx).samples(item, ctx)
         assert generation_request(clean, spec) == generation_request(ref, spec)
         assert generation_request(clean, spec).cache_key("e") == generation_request(ref, spec).cache_key("e")
         assert clean.task == "robustness.support"
@@ -156,8 +156,8 @@ def test_clean_sample_is_the_base_request_and_only_seeker_text_changes(upstream)
 def test_instructions_around_the_persons_text_never_change(upstream, task_id, root):
     ctx = RunContext(seed=1)
     task = TASKS[task_id]()
-    for item in task.load(DataSource(root or upstream, "data"), ctx)[:15]:
-        samples = task.samples(item, ctx)
+    for item in task.method(ctx).load(DataSource(root or upstream, "data"), ctx)[:15]:
+        samples = task.method(ctx).samples(item, ctx)
         clean = samples[0].messages[0]["content"]
         head, body = clean.split("<<<\n", 1)
         tail = body.rsplit(">>>", 1)[1]
@@ -293,7 +293,7 @@ class ToyErrors(Task):
     def prompt(self, item, ctx):
         return [{"role": "system", "content": "Reply OK or NO."}, {"role": "user", "content": item.input["text"]}]
 
-    def perturb(self, item, edit, ctx):
+    def perturb(self, item, edit):
         return Item(item.id, {"text": edit(item.input["text"])}, item.target, dict(item.meta))
 
     def score(self, sample, reply, judged, ctx):
@@ -353,7 +353,7 @@ def test_robustness_reads_the_base_primary_metric_hook(monkeypatch):
     table = Table.from_rows(rows, ["0", "0", "0", "1", "1"], {
         "perturbation": ["clean", "char_swap@low", "word_swap@low", "clean", "char_swap@low"],
         "pair": ["0|", "0|", "0|", "1|", "1|"]})
-    out = ToyRobust().aggregate(table, RunContext())
+    out = ToyRobust().method(RunContext()).aggregate(table, RunContext())
     assert out["clean"] == pytest.approx(0.27)  # the hook on the 2 clean rows (aggregate() would say 0.5)
     assert out["drop[char_swap@low]"] == pytest.approx(0.0)  # 2 rows on each side
     assert out["drop[word_swap@low]"] == pytest.approx(0.0)  # item 0 only: 1 row on each side

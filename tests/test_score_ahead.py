@@ -1,4 +1,4 @@
-"""The part of a task's scoring that rests on the reply alone (`Task.ahead`) is done as each reply arrives,
+"""The part of a task's scoring that rests on the reply alone (`Method.ahead`) is done as each reply arrives,
 while the judge still works on the task, and the results are those of scoring everything at the end; ESConv's
 reference metrics (reliability.support, robustness.support under the paper's protocol) use it."""
 

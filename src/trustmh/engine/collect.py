@@ -31,7 +31,7 @@ from .spec import Limits, RunSpec
 
 
 def _needed_roles(prepared: list[Prepared], ctx: RunContext) -> set[str]:
-    return {r.role for p in prepared if not p.not_run for r in p.task.active_rubrics(ctx)}
+    return {r.role for p in prepared if not p.not_run for r in p.task.method(ctx).active_rubrics(ctx)}
 
 
 def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limits: Limits) -> dict[str, list[Any]]:
@@ -59,7 +59,7 @@ def judged_first(prepared: list[Prepared], ctx: RunContext, roles: Any) -> list[
     privacy tiers) generate (one model at --limit 300: 0.71 -> 0.93 of the ideal window, bench/README.md).
     Only the order the model is asked in changes: outputs, scoring and the Recorder keep run order."""
     judged = {p.task.id for p in prepared
-              if not p.not_run and any(r.role in roles for r in p.task.active_rubrics(ctx))}
+              if not p.not_run and any(r.role in roles for r in p.task.method(ctx).active_rubrics(ctx))}
     return sorted(prepared, key=lambda p: p.task.id not in judged)  # stable: run order within each group
 
 
@@ -306,13 +306,13 @@ class _Collector:
 
     def _rubrics(self, task: Task) -> dict[str, Any]:
         if task.id not in self._active:
-            self._active[task.id] = {r.name: r for r in task.active_rubrics(self.ctx)}
+            self._active[task.id] = {r.name: r for r in task.method(self.ctx).active_rubrics(self.ctx)}
         return self._active[task.id]
 
     def _judge_params(self, task: Task, rubric) -> dict[str, Any] | None:
         key = (task.id, rubric.name)  # read once: a task's method-file lookup cost ~20 µs a judgement
         if key not in self._params:
-            self._params[key] = task.judge_params(rubric, self.ctx)
+            self._params[key] = task.method(self.ctx).judge_params(rubric, self.ctx)
         return self._params[key]
 
     def render(self, pool: JudgePool, job: Pending) -> list[tuple]:
@@ -321,7 +321,7 @@ class _Collector:
         task, sample = job.task, job.sample
         rubrics = self._rubrics(task)
         out = []
-        for name, messages in task.judgements(sample, job.reply, self.ctx).items():
+        for name, messages in task.method(self.ctx).judgements(sample, job.reply, self.ctx).items():
             rubric = rubrics.get(name)
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
@@ -403,7 +403,7 @@ class _Generating(_Collector):
         self.done: set[str] = set()  # call keys stored already, or answered during this run (cacheable)
         # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
         # Not for replay files and baselines: the same request gets the same reply again.
-        self.reasks = {p.task.id: r for p in self.prepared if (r := p.task.reask(self.ctx)) is not None} \
+        self.reasks = {p.task.id: r for p in self.prepared if (r := p.task.method(self.ctx).reask(self.ctx)) is not None} \
             if gen_ep.model.cacheable else {}
 
     def _width(self) -> int:
@@ -504,7 +504,7 @@ class _Rejudging(_Collector):
         nothing: frozenset[tuple[str, str]] = frozenset()
         for p in self.prepared:
             task_id = p.task.id
-            wanted = {(r.name, pool.ep.model.endpoint) for r in p.task.active_rubrics(self.ctx)
+            wanted = {(r.name, pool.ep.model.endpoint) for r in p.task.method(self.ctx).active_rubrics(self.ctx)
                       for pool in self.pools.get(r.role, ())}
 
             def settled(item_id: str, variant: str) -> bool:

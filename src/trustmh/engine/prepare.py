@@ -48,7 +48,7 @@ class Prepared:
             self.pending = None
         else:
             try:
-                self.samples.extend(self.task.samples(item, ctx))
+                self.samples.extend(self.task.method(ctx).samples(item, ctx))
                 self.n_built += 1
             except MethodError as e:
                 # The paper's protocol without its method file (or with an altered one): this task does not
@@ -100,7 +100,7 @@ def prepare(spec: RunSpec, ctx: RunContext, *, lazy: bool = False) -> tuple[list
             prepared.append(p)
             continue
         try:
-            items = task.load(data, ctx)
+            items = task.method(ctx).load(data, ctx)
         except MethodError as e:
             p.not_run = str(e)
             prepared.append(p)
