@@ -2,6 +2,7 @@
 independent least-squares fit of the two-way model; kappa and Spearman against scikit-learn and scipy; the
 leave-one-out human ceiling, its bootstrap and its verdict."""
 
+import itertools
 import math
 
 import numpy as np
@@ -228,3 +229,55 @@ def test_combine_values_kinds_and_failures():
     assert failed == {"refused": "no strict majority among the judges (0, 1 tied)"}
     assert combine_values([{}, {}, {"rating": 2.0}], kinds) == (
         {}, {"rating": "only 1 of 3 judges gave a usable verdict"})
+
+
+@pytest.mark.parametrize("level", ["nominal", "interval"])
+def test_judge_alpha_is_the_same_in_any_order_and_missing_verdicts_are_missing(level):
+    """H3 (issue 38): the "every judge agrees" shortcut compared each row with row 0 after NaN became 0, so a
+    first judge with no verdict at all read as agreement: X (no verdicts), B and C disagreeing gave 1.0 with X
+    listed first. Alpha is over the verdicts that exist, the same for every order of the panel, and a panel
+    with fewer than two usable judges on every item has none."""
+    krippendorff = pytest.importorskip("krippendorff")
+    from trustmh.scoring.agreement import judge_alpha
+    rng = np.random.default_rng(11)
+    b = rng.integers(1, 6, 40).astype(float)
+    c = np.where(rng.random(40) < 0.5, b, rng.integers(1, 6, 40)).astype(float)
+    if level == "nominal":
+        b, c = (b > 3).astype(float), (c > 2).astype(float)
+    x = np.full(40, np.nan)
+    want = krippendorff.alpha(reliability_data=np.stack([b, c]), level_of_measurement=level)
+    assert want < 0.9
+    for rows in itertools.permutations([x, b, c]):
+        alpha, ci = judge_alpha(np.stack(rows), level, seed=3, n_boot=200)
+        assert alpha == pytest.approx(want, abs=1e-12)
+    # two judges, one failing everything: no alpha, never 1.0 (and no interval)
+    for rows in ([x, b], [b, x]):
+        alpha, ci = judge_alpha(np.stack(rows), level, seed=3, n_boot=200)
+        assert math.isnan(alpha) and ci is None
+    # judges that agree wherever both gave a verdict agree (1.0), in any order, missing verdicts left out
+    partial = np.where(rng.random(40) < 0.3, np.nan, b)
+    for rows in itertools.permutations([x, b, partial]):
+        assert judge_alpha(np.stack(rows), level, seed=3, n_boot=50)[0] == 1.0
+    # items with one usable verdict each never pair: no alpha, whatever those verdicts are
+    lonely = np.array([[1.0, np.nan, np.nan], [np.nan, 2.0, np.nan], [np.nan, np.nan, 1.0]])
+    assert math.isnan(judge_alpha(lonely, level, seed=3, n_boot=50)[0])
+
+
+@pytest.mark.parametrize("level", ["nominal", "interval"])
+def test_judge_alpha_order_invariance_over_random_panels(level):
+    """Every permutation of 3-4 judges over random panels with missing verdicts, some judges failing
+    everything and some panels unanimous: the same alpha (NaN where there is none)."""
+    from trustmh.scoring.agreement import judge_alpha
+    rng = np.random.default_rng(12)
+    for trial in range(30):
+        k, n = int(rng.integers(2, 5)), int(rng.integers(3, 25))
+        m = rng.integers(0, 2 if level == "nominal" else 5, size=(k, n)).astype(float)
+        if trial % 3 == 0:
+            m[:] = m[0]  # unanimous
+        m[rng.random(m.shape) < rng.random() * 0.6] = np.nan
+        if trial % 4 == 0:
+            m[int(rng.integers(0, k))] = np.nan  # one judge without a verdict
+        first = judge_alpha(m, level, seed=1, n_boot=0)[0]
+        for perm in itertools.permutations(range(k)):
+            got = judge_alpha(m[list(perm)], level, seed=1, n_boot=0)[0]
+            assert (math.isnan(first) and math.isnan(got)) or got == pytest.approx(first, abs=1e-12), (trial, perm)

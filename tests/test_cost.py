@@ -157,13 +157,13 @@ def _spent(bodies) -> float:
 def test_max_cost_stops_before_the_cap_and_the_same_command_continues(tmp_path):
     prices = tmp_path / "p.toml"
     prices.write_text(PRICES)
-    cap = 2.5
+    cap = 4
     with FakeLLMServer(reply=lambda body: REPLY, latency_s=0.02) as srv:
         dry = cli(*_args(srv, tmp_path / "plan", prices), "--dry-run", cwd=tmp_path, env_extra=ENV)
         planned = int(_cost_rows(dry.stdout)["total"][1])
         run = tmp_path / "run"
         seen, stops = 0, 0
-        for _ in range(10):
+        for _ in range(30):
             proc = cli(*_args(srv, run, prices), "--max-cost", cap, cwd=tmp_path, env_extra=ENV)
             bodies = srv.requests[seen:]
             seen += len(bodies)
@@ -225,32 +225,35 @@ def test_the_budget_waits_for_calls_in_flight_and_never_reserves_past_the_cap():
     does not fit beside those in flight waits for them, and the stop comes only when one cannot fit with
     none in flight, after every call sent has settled."""
     import asyncio
-    from trustmh.engine.budget import Budget, BudgetStop
+    from trustmh.engine.budget import PROMPT_OVERHEAD_MESSAGE, PROMPT_OVERHEAD_REQUEST, Budget, BudgetStop
     from trustmh.engine.prices import Price, PriceTable
     from trustmh.types import Request, Response
 
     table = PriceTable({"openai/m": Price(1e6, 0.0, "test")})  # $1 a prompt token: cost = tokens
-    budget = Budget(100.0, table)
+    budget = Budget(1000.0, table)
     req = Request([{"role": "user", "content": "x" * 40}], {"max_tokens": 5}, "t", "i", "", "generate", None)
+    worst = 40 + PROMPT_OVERHEAD_MESSAGE + PROMPT_OVERHEAD_REQUEST  # a token is at least a byte: $112
     peak, settled, stopped = [0.0], [0], []
 
     async def call(k: int) -> None:
         try:
-            held = await budget.reserve("openai/m", req)  # 40 chars: 10 tokens, $10
+            hold = await budget.reserve("openai/m", req)
         except BudgetStop:
             stopped.append((k, budget.in_flight))
             return
+        assert hold.cost == worst
         peak[0] = max(peak[0], budget.spent + budget.reserved)
         await asyncio.sleep(0.001 * (k % 3))
-        budget.settle("openai/m", req, held, Response(text="ok", prompt_tokens=9, completion_tokens=1))
+        budget.settle(hold, Response(text="ok", prompt_tokens=9, completion_tokens=1))
         settled[0] += 1
 
     async def main() -> None:
-        await asyncio.gather(*(call(k) for k in range(40)))
+        await asyncio.gather(*(call(k) for k in range(120)))
 
     asyncio.run(main())
-    assert peak[0] <= 100.0
-    # Each call reserves $10 and costs $9 once answered: after 10 ($90 spent) an 11th still fits ($90 + $10),
-    # a 12th does not ($99 + $10).
-    assert settled[0] == 11 and budget.spent == pytest.approx(99.0) and budget.calls == 11
-    assert len(stopped) == 29 and all(in_flight == 0 for _, in_flight in stopped)
+    assert peak[0] <= 1000.0
+    # Each call reserves $112 and costs $9 once answered: after 98 ($882 spent) a 99th still fits ($882 + $112),
+    # a 100th does not ($891 + $112).
+    assert settled[0] == 99 and budget.spent == pytest.approx(891.0) and budget.calls == 99
+    assert len(stopped) == 21 and all(in_flight == 0 for _, in_flight in stopped)
+    assert budget.next_worst == worst and budget.priced_by == {"usage from the server": 99}

@@ -225,7 +225,8 @@ def test_classifier_verdicts_are_stored_and_not_rerun_on_rescore(upstream, tmp_p
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="safety.jailbreak",
                         suite="data", data_dir=str(upstream), limit=8, options={"refusal_classifier": f"hf/{path}"})
         _, res, calls = run_quiet(spec, tmp_path / "run")
-    assert calls["judge"] == 8
+    # Eight replies alike: those classified at the same moment are one call (single flight), each stored.
+    assert 1 <= calls["judge"] <= 8
     from trustmh.engine.store import Store
     store = Store(tmp_path / "run" / "store.sqlite")
     stored = store.db.execute("SELECT count(*) FROM calls WHERE endpoint LIKE 'classifier/%' AND ok = 1").fetchone()[0]

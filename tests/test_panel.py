@@ -4,6 +4,7 @@ values computed here from each judge's own samples.jsonl and against the krippen
 judge added to the finished run costs exactly its own calls."""
 
 import collections
+import itertools
 import hashlib
 import json
 
@@ -126,3 +127,24 @@ def test_cli_panel_prints_and_writes_json(judged, tmp_path):
     assert "crisis.escalation" in result.output and "judges agree below" in result.output
     rows = {r["task"]: r for r in json.loads((tmp_path / "p.json").read_text())}
     assert rows["crisis.escalation"]["judges"] == list(JUDGES[:3]) and rows["crisis.escalation"]["low_agreement"]
+
+
+def test_a_judge_without_verdicts_changes_no_alpha_whatever_its_place(judged, tmp_path):
+    """H3 (issue 38): judges X (HTTP 500 to every call), j2 and j3: listed X first, alpha read 1.0 and no
+    task was marked; listed last, the alphas of j2 and j3 alone, marked. Now every order gives the alphas of
+    the judges that gave verdicts, and X beside one judge gives no alpha at all, never 1.0."""
+    from trustmh.testing.fake_server import Fault
+    dirs, _, _, _ = judged
+    with FakeLLMServer(faults=lambda n, body: Fault("status", status=500)) as srv:
+        x = add_judge(dirs[0], "openai/jx", tmp_path / "jx", judge_base_url=srv.openai_base_url,
+                      limits=Limits(max_connections=4, max_retries=0))
+    alone = {t.task: t for t in panel(dirs[1:3], n_boot=100)}
+    assert any(t.low_agreement for t in alone.values())
+    for order in itertools.permutations([x, dirs[1], dirs[2]]):
+        got = {t.task: t for t in panel(list(order), n_boot=100)}
+        for task, t in got.items():
+            assert t.alpha == pytest.approx(alone[task].alpha, abs=1e-12), (order, task)
+            assert t.low_agreement == alone[task].low_agreement
+    for order in ([x, dirs[1]], [dirs[1], x]):
+        for t in panel(order, n_boot=100):
+            assert t.alpha is None and not t.low_agreement and t.n == 0, (t.task, t.alpha)

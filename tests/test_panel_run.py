@@ -235,3 +235,31 @@ def test_a_hostile_stored_panel_is_a_one_line_error(bad):
     from trustmh.errors import UserError
     with pytest.raises(UserError, match="panel_judges|--judge-base-url"):
         run_spec(models=["baseline/counselor"], judge="openai/j1", options={"panel_judges": bad})
+
+
+def test_a_judge_failing_everything_changes_no_alpha_whatever_its_place(panel_run, tmp_path):
+    """H3 (issue 38) inside a run: with a judge answering HTTP 500 to every call listed first, every alpha
+    read 1.0 and nothing was marked; listed last, j2's and j3's own alphas, marked. Every order gives those
+    now, per value (non-primary values included), with the same marks."""
+    from trustmh.testing.fake_server import Fault
+    root, *_ = panel_run
+    calls = collections.Counter()
+    fail_x = lambda n, body: Fault("status", status=500) if body["model"] == "jx" else None  # noqa: E731
+    agreement = {}
+    with FakeLLMServer(reply=counting(calls), faults=fail_x) as srv:
+        url = srv.openai_base_url
+        for order in (("openai/jx", *JUDGES[1:3]), (*JUDGES[1:3], "openai/jx"), JUDGES[1:3]):
+            spec = load_spec(root / "panel")
+            set_judges(spec, [(j, url) for j in order])
+            out = tmp_path / "-".join(j[-2:] for j in order)
+            results = run(spec, copy_run(root / "panel", out), limits=Limits(max_connections=4, max_retries=0),
+                          generate=False)[1]
+            tasks = results.models["baseline/counselor"].tasks
+            agreement[order] = {(task, column): (a.alpha, column in tasks[task].panel.low_agreement)
+                                for task in COLUMNS for column, a in tasks[task].panel.agreement.items()}
+    first, last, pair = agreement.values()
+    assert pair and any(low for _, low in pair.values())
+    for got in (first, last):
+        assert got.keys() == pair.keys()
+        for key, (alpha, low) in pair.items():
+            assert got[key][0] == pytest.approx(alpha, abs=1e-12) and got[key][1] == low, key

@@ -229,7 +229,8 @@ def _runs(scores: dict[str, dict[str, float]]):
 
 def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart():
     from trustmh.analysis.runs import entries
-    from trustmh.report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
+    from trustmh.report.leaderboard import leaderboard, task_meta
+    from trustmh.report.ranks import rank_csv, rank_markdown, rank_table
     tiers = {t: 50.0 for t in TIERS}
     runs = _runs({
         "A": {"reliability.knowledge": 80, **tiers, "privacy.leakage": 10},
@@ -259,8 +260,8 @@ def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart()
     assert [table.labels[i] for i in table.columns] == ["C", "A", "D", "B"]
     assert table.groups == [("general", 2), ("mental-health", 2)]
     csv_rows = rank_csv(table).splitlines()
-    assert csv_rows[0] == "pillar,row,model,group,trust_score,rank,ranked_apart"
-    assert "reliability,Knowledge,C,general,80.0,1," in csv_rows
+    assert csv_rows[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
+    assert "reliability,Knowledge,C,C,general,80.0,1,,,paper,m,0.8,E" in csv_rows
     md = rank_markdown(table)
     assert "| reliability | Knowledge | 1 (80.0) | 1 (80.0) | 4 (40.0) | 3 (60.0) |" in md
     assert "1* (90.0)" in md and "1, 2, 2, 4" in md
@@ -280,9 +281,9 @@ def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awaren
 
 def test_rank_table_from_the_command_line(awareness, tmp_path, capsys):
     code, out, _ = cli(capsys, "report", awareness["run"], "--format", "csv")
-    assert code == 0 and out.splitlines()[0] == "pillar,row,model,group,trust_score,rank,ranked_apart"
+    assert code == 0 and out.splitlines()[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
     rows = [line.split(",") for line in out.splitlines()[1:]]
-    assert {(r[2], r[5]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], "2"),
+    assert {(r[2], r[6]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], "2"),
                                             (awareness["refuse"], "2")}
     code, out, _ = cli(capsys, "report", awareness["run"], "--format", "markdown", "--group",
                        f"{awareness['refuse']}=general", "-o", tmp_path / "ranks.md")
@@ -293,7 +294,7 @@ def test_rank_table_from_the_command_line(awareness, tmp_path, capsys):
     code, out, _ = cli(capsys, "compare", awareness["run"], "--ranks", "--format", "markdown")
     assert code == 0 and "Privacy Awareness" in out
     code, out, err = cli(capsys, "report", awareness["run"], "--format", "pdf")
-    assert code == 2 and "--format must be html, csv or markdown" in err
+    assert code == 2 and "--format must be html, csv, markdown or latex" in err
     code, out, err = cli(capsys, "report", awareness["run"], "--format", "csv", "--group", "nogroup")
     assert code == 2 and "--group expects LABEL=GROUP" in err
     # compare's interval is the (1 - alpha) interval of the same draws as p

@@ -63,7 +63,7 @@ def test_header_legends_and_rank_table_in_chromium_and_in_print(chromium, report
         assert [c.split()[0] for c in cells.all_inner_texts()] == ["1", "2", "2"]
         best, worst = (cells.nth(k).evaluate("n => getComputedStyle(n).backgroundColor") for k in (0, 2))
         assert best != worst  # rank 1 shaded darker than the tied 2s
-        assert "1, 2, 2, 4" in page.locator(".rank-rule").inner_text()
+        assert "1, 2, 2, 4" in page.locator(".rank-rules").inner_text()
         # Printed: the legends and the banner are still there (no hover needed), the navigation is not.
         page.emulate_media(media="print")
         assert legend.is_visible() and columns.is_visible() and banner.is_visible()

@@ -72,7 +72,11 @@ class SupportFakes:
         return (4 + 3 + 3 + self.base(self.dialogues[d]["dialog"][t]["text"])) / 4
 
 
-def test_support_drops_clean_run_paid_once_and_reused(upstream, tmp_path):
+def test_support_drops_clean_run_paid_once_and_reused(upstream, tmp_path, monkeypatch):
+    from trustmh.engine.endpoint import Endpoint
+    # Each sample's own request is counted here: two identical ones in flight together are otherwise sent
+    # once (tests/test_single_flight.py), as many times as they happen to overlap.
+    monkeypatch.setattr(Endpoint, "flight_key", lambda self, request, key: key)
     fakes = SupportFakes(upstream / "esconv" / "test.json")
     common = dict(models=["openai/fake"], judge="openai/judge", suite="data", data_dir=str(upstream), limit=6)
     with FakeLLMServer(reply=fakes) as srv:

@@ -89,6 +89,14 @@ class Request:
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
+    def body_key(self, endpoint: str) -> str:
+        """The hash of what `endpoint` is sent (messages, params, choices) and why (purpose), without the
+        sample it is for: two samples asking the same of a model whose reply depends on the body alone."""
+        payload = {"endpoint": endpoint, "messages": self.messages, "params": self.params,
+                   "choices": self.choices, "purpose": self.purpose}
+        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return "body:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
 
 # Kinds of failure. Retryable ones are retried with back-off; the rest are final for this run and
 # counted in results (never turned into a score). context_length: the prompt (with the reply's max tokens)

@@ -239,7 +239,7 @@ def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Dif
         d.ci, d.p = _interval(draws_all, level), _p_value(draws_all)
         d.n_shared = sum(x.n_shared for x in out if x.p is not None)
         d.n_tasks = len(trust_point)
-        every = sorted({t for x in (ra, rb) for p in x.pillars.values() for t in p.tasks})
+        every = sorted({t for x in (ra, rb) for p in x.pillars.values() if p.pillar in PAPER_PILLARS for t in p.tasks})
         d.note = _shared_note(sorted(t for t in trust_point if t in every), every, ra.partial, rb.partial)
     out.append(d)
     return out

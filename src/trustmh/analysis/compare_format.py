@@ -1,4 +1,8 @@
-"""`trustmh compare`'s output: JSON, CSV, Markdown and the terminal's tables, from `compare.Comparison`s."""
+"""`trustmh compare`'s output: JSON, CSV, Markdown and the terminal's tables, from `compare.Comparison`s.
+
+Every format says the same thing the same way: `a` is the reference (the first model given), `b` the model
+compared with it, and every difference is b − a. A title names a first ("a = X (reference), b = Y"), the
+value columns name their model, and the sign follows: a positive difference means b's value is higher."""
 
 from __future__ import annotations
 
@@ -22,6 +26,11 @@ def records(comparisons: list[Comparison], alpha: float = 0.05) -> list[dict[str
                         "ci_high": d.ci[1] if d.ci else None, "p": d.p, "n_shared": d.n_shared,
                         "n_tasks": d.n_tasks or None, "verdict": d.verdict(alpha), "note": d.note})
     return out
+
+
+def title(c: Comparison) -> str:
+    """What a comparison's title says, in every format: which model is a and which b, and that b − a is shown."""
+    return f"a = {c.a.label} (reference), b = {c.b.label}: b − a"
 
 
 def _num(v: float | None, digits: int = 3) -> str:
@@ -48,9 +57,11 @@ def to_csv(comparisons: list[Comparison], alpha: float = 0.05) -> str:
 def to_markdown(comparisons: list[Comparison], alpha: float = 0.05) -> str:
     lines = []
     for c in comparisons:
-        lines += [f"### {c.b.label} vs {c.a.label}", ""]
+        lines += [f"### {title(c).replace('|', '/')}", ""]
         lines += [f"> warning: {w}" for w in c.warnings]
-        lines += [f"| name | a | b | b − a | {1 - alpha:.0%} CI | p | n | verdict |", "|---|---:|---:|---:|---|---:|---:|---|"]
+        a, b = (x.label.replace("|", "/") for x in (c.a, c.b))
+        lines += [f"| name | a: {a} | b: {b} | b − a | {1 - alpha:.0%} CI | p | n | verdict |",
+                  "|---|---:|---:|---:|---|---:|---:|---|"]
         for d in c.diffs:
             ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
             verdict = "; ".join(x for x in (d.verdict(alpha), d.note.replace("|", "/")) if x)
@@ -64,9 +75,9 @@ def rich_tables(comparisons: list[Comparison], alpha: float = 0.05):
     from rich.markup import escape
     from rich.table import Table as RichTable
     for c in comparisons:
-        t = RichTable(title=escape(f"{c.b.label}  vs  {c.a.label}  (b − a, paired bootstrap over shared items)"))
-        for col in ("name", "a", "b", "b − a", f"{1 - alpha:.0%} CI", "p", "n", "verdict"):
-            t.add_column(col, justify="left" if col in ("name", "verdict") else "right")
+        t = RichTable(title=escape(f"{title(c)} (paired bootstrap over shared items)"))
+        for col in ("name", f"a\n{c.a.label}", f"b\n{c.b.label}", "b − a", f"{1 - alpha:.0%} CI", "p", "n", "verdict"):
+            t.add_column(escape(col), justify="left" if col in ("name", "verdict") else "right")
         for d in c.diffs:
             ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
             v = d.verdict(alpha)

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
-import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from .compare import compare
 from ..errors import UserError
-from .runs import Run, entries, read_rows
+from .runs import Run, entries, model_labels, read_rows
 
 
 @dataclass(frozen=True)
@@ -104,24 +102,10 @@ CONFIG_MAX_BYTES = 1 << 20  # a gate config is a few lines; more is not one
 
 
 def _read_config(path: Path) -> str:
-    """The config's text: a regular file (a FIFO would block, /dev/zero never end), at most 1 MiB, UTF-8.
-    Every problem is a usage error (exit 2), never exit 1, which means a threshold failed."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise UserError(f"{path}: gate config not found") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read the gate config ({e.strerror or e})") from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise UserError(f"{path}: the gate config must be a regular file")
-        raw = fh.read(CONFIG_MAX_BYTES + 1)
-    if len(raw) > CONFIG_MAX_BYTES:
-        raise UserError(f"{path}: gate config larger than {CONFIG_MAX_BYTES >> 20} MiB")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not valid UTF-8 text (byte {e.start})") from None
+    """The config's text. Every problem is a usage error (exit 2), never exit 1, which means a threshold
+    failed."""
+    from ..data.loaders import read_user_text
+    return read_user_text(path, "gate config", CONFIG_MAX_BYTES)
 
 
 def _flatten(table: dict, prefix: str = ""):
@@ -157,7 +141,7 @@ def check_input(run: Run) -> None:
     where = run.dir / "results.json"
     if not run.results.models:
         raise UserError(f"{where}: no models in this run, so nothing can be checked")
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         scores = [("overall", mr.trust_score)] + [(f"pillar:{p}", pr.trust_score) for p, pr in mr.pillars.items()]
         for tid, tr in mr.tasks.items():
             scores.append((tid, tr.trust_score))
@@ -240,20 +224,55 @@ def _value(mr, name: str) -> tuple[float | None, str | None]:
     return (mv.value, None) if mv.value is not None else (None, f"{metric} undefined (n={mv.n})")
 
 
-def check_thresholds(run: Run, thresholds: list[Threshold]) -> tuple[list[str], int]:
-    """(failure lines, number of checks made). Every model of the run is checked."""
+@dataclass(frozen=True)
+class Check:
+    """One check the gate made: of which model, on which name (a task, `task:metric`, `pillar:<name>`,
+    `overall`), of which kind (the summary line's reasons), and, failed, the line that says why. The text,
+    JSON, JUnit and GitHub outputs are all written from these."""
+
+    model: str
+    name: str
+    kind: str
+    failure: str | None = None  # None: the check held
+    detail: str = ""  # what was checked, for a check that held
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None
+
+    def line(self) -> str:
+        """`model: why`: the text output's FAIL line, less the FAIL."""
+        return f"{self.model}: {self.failure}"
+
+
+THRESHOLD, COVERAGE, JUDGE_USABLE, PARTIAL = ("thresholds missed", "too few samples", "unusable judge verdicts",
+                                             "partial scores")
+ADDRESSED, BASELINE = "replies addressing the judge", "regressions or tasks lost against the baseline"
+KINDS = (THRESHOLD, COVERAGE, JUDGE_USABLE, PARTIAL, ADDRESSED, BASELINE)  # the summary's order
+
+
+def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
+    """One check per model and threshold: every model of the run is checked."""
     validate(thresholds, run)
-    failures, n = [], 0
-    for model, mr in run.results.models.items():
+    checks = []
+    for model, mr in _named(run):
         for th in thresholds:
-            n += 1
             value, why = _value(mr, th.name)
+            failure = None
             if value is None:
-                failures.append(f"{model}: {th.name} {why}; needs {th.describe()}")
+                failure = f"{th.name} {why}; needs {th.describe()}"
             elif (th.bound == "min" and value < th.value) or (th.bound == "max" and value > th.value):
                 sign = "<" if th.bound == "min" else ">"
-                failures.append(f"{model}: {th.name} = {value:.4g} {sign} {th.describe()}")
-    return failures, n
+                failure = f"{th.name} = {value:.4g} {sign} {th.describe()}"
+            checks.append(Check(model, th.name, THRESHOLD, failure,
+                                f"{th.name} = {value:.4g}, {th.describe()}" if failure is None else ""))
+    return checks
+
+
+def _named(run: Run):
+    """(name, results) of every model of a run: its label from the models file, else its spec."""
+    labels = model_labels(run.results)
+    return [(labels[m], mr) for m, mr in run.results.models.items()]
 
 
 MAX_UNSCORED = 0.05
@@ -261,8 +280,9 @@ MAX_UNSCORED = 0.05
 
 def _checked_tasks(mr, name: str) -> list[str]:
     """The tasks a threshold's number rests on: its task, its pillar's tasks, or every pillar's."""
-    if name == "overall":
-        return [t for p in mr.pillars.values() for t in p.tasks]
+    if name == "overall":  # the paper's pillars: a pillar of one's own tasks is not in the overall score
+        from ..scoring.pillars import PAPER_PILLARS
+        return [t for p in mr.pillars.values() if p.pillar in PAPER_PILLARS for t in p.tasks]
     if name.startswith("pillar:"):
         p = mr.pillars.get(name[len("pillar:"):])
         return list(p.tasks) if p else []
@@ -270,54 +290,57 @@ def _checked_tasks(mr, name: str) -> list[str]:
 
 
 def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float = MAX_UNSCORED,
-                   allow_partial: bool = False, every_task: bool = False,
-                   made: list[int] | None = None) -> list[str]:
-    """Failures for every checked number that rests on too little: a task with more than `max_unscored` of
+                   allow_partial: bool = False, every_task: bool = False) -> list[Check]:
+    """A check for every checked number that rests on too little: a task with more than `max_unscored` of
     its samples left out of its primary metric (API errors, judge failures, unusable items) or judge-failed,
     and a pillar or overall score measured on fewer rows or pillars than the paper has (unless
     `allow_partial`), and a judged task whose judge verdicts were unusable (failed, or read by a paper
     fall-back rule) for more than `max_unscored` of its judged samples. `every_task` checks every task of
     the run too (a gate against a baseline looks at all of them). A model's own non-answers count against
-    it in the metric and are not left out. `made`, when given, gets the number of checks made appended
-    (for the gate's summary line)."""
-    failures, n = [], 0
+    it in the metric and are not left out."""
+    checks = []
     every = [Threshold(t, "min", 0.0) for mr in run.results.models.values() for t in mr.tasks] if every_task else []
-    for model, mr in run.results.models.items():
+    for model, mr in _named(run):
         seen: set[str] = set()
         for th in thresholds + every:
             if not allow_partial and th not in every:
-                n += th.name == "overall" or th.name.startswith("pillar:")
-                if th.name == "overall" and mr.partial:
-                    failures.append(f"{model}: overall is partial ({mr.n_pillars_measured} of {mr.n_pillars} "
-                                    f"pillars measured, or a partial pillar); --allow-partial to accept it")
-                p = mr.pillars.get(th.name[len("pillar:"):]) if th.name.startswith("pillar:") else None
-                if p is not None and p.partial:
-                    failures.append(f"{model}: {th.name} is partial ({p.n_rows_measured} of {p.n_rows} rows "
-                                    f"measured{_unmeasured(mr, p)}); --allow-partial to accept it")
+                if th.name == "overall":
+                    checks.append(Check(model, th.name, PARTIAL, (
+                        f"overall is partial ({mr.n_pillars_measured} of {mr.n_pillars} pillars measured, or a "
+                        f"partial pillar); --allow-partial to accept it") if mr.partial else None,
+                        f"overall: {mr.n_pillars_measured} of {mr.n_pillars} pillars measured"))
+                elif th.name.startswith("pillar:"):
+                    p = mr.pillars.get(th.name[len("pillar:"):])
+                    checks.append(Check(model, th.name, PARTIAL, (
+                        f"{th.name} is partial ({p.n_rows_measured} of {p.n_rows} rows measured"
+                        f"{_unmeasured(mr, p)}); --allow-partial to accept it") if p is not None and p.partial
+                        else None, f"{th.name}: {p.n_rows_measured} of {p.n_rows} rows measured" if p else ""))
             for tid in _checked_tasks(mr, th.name):
                 tr = mr.tasks.get(tid)
                 if tid in seen or tr is None or tr.status != "ok" or not tr.n_samples:
                     continue
                 seen.add(tid)
-                n += 1
                 left_out = (tr.n_samples - tr.n) / tr.n_samples
                 judge_failed = tr.n_judge_failed / tr.n_samples
+                failure = None
                 if left_out > max_unscored or judge_failed > max_unscored:
-                    failures.append(
-                        f"{model}: {tid} rests on too few samples: {left_out:.1%} not scored on {tr.metric} "
-                        f"({tr.n_errors} API errors, {tr.n_unscored} unscored), {judge_failed:.1%} judge-failed "
-                        f"({tr.n_judge_failed}); allowed {max_unscored:.1%} (--max-unscored)")
-                n += tr.judge_usable_rate is not None  # the usable-verdict check is one of its own
-                if tr.judge_usable_rate is not None and 1 - tr.judge_usable_rate > max_unscored + 1e-12:
+                    failure = (f"{tid} rests on too few samples: {left_out:.1%} not scored on {tr.metric} "
+                               f"({tr.n_errors} API errors, {tr.n_unscored} unscored), {judge_failed:.1%} "
+                               f"judge-failed ({tr.n_judge_failed}); allowed {max_unscored:.1%} (--max-unscored)")
+                checks.append(Check(model, tid, COVERAGE, failure, f"{tid}: {tr.n} of {tr.n_samples} samples scored, "
+                                                                   f"{tr.n_judge_failed} judge-failed"))
+                if tr.judge_usable_rate is not None:  # the usable-verdict check is one of its own
                     # Under the paper's protocol an unparsed verdict may be read by a fall-back rule (no digit =
                     # not endorsing) instead of failing: the value then rests on the fall-back, not the judge.
-                    failures.append(
-                        f"{model}: {tid}: judge verdicts usable for only {tr.judge_usable_rate:.1%} of "
-                        f"{tr.n_judged} judged samples (the rest failed or were read by the paper's fall-back "
-                        f"rule); allowed {max_unscored:.1%} unusable (--max-unscored)")
-    if made is not None:
-        made.append(n)
-    return failures
+                    failure = None
+                    if 1 - tr.judge_usable_rate > max_unscored + 1e-12:
+                        failure = (f"{tid}: judge verdicts usable for only {tr.judge_usable_rate:.1%} of "
+                                   f"{tr.n_judged} judged samples (the rest failed or were read by the paper's "
+                                   f"fall-back rule); allowed {max_unscored:.1%} unusable (--max-unscored)")
+                    checks.append(Check(model, tid, JUDGE_USABLE, failure,
+                                        f"{tid}: judge verdicts usable for {tr.judge_usable_rate:.1%} of "
+                                        f"{tr.n_judged} judged samples"))
+    return checks
 
 
 def _unmeasured(mr, pillar) -> str:
@@ -337,88 +360,94 @@ def _unmeasured(mr, pillar) -> str:
     return f": {'; '.join(why)}" if why else ""
 
 
-def summary(failures: dict[str, list[str]], n_checks: int) -> str:
-    """The gate's last line: how many checks failed of how many, by reason (`failures`: reason -> lines)."""
-    n_failed = sum(map(len, failures.values()))
-    if not n_failed:
-        return f"gate passed: {n_checks} checks"
-    reasons = ", ".join(f"{reason}: {len(lines)}" for reason, lines in failures.items() if lines)
-    return f"gate failed: {n_failed} of {n_checks} checks failed ({reasons})"
+def summary(checks: list[Check]) -> str:
+    """The gate's last line: how many checks failed of how many, by reason, and on how many models."""
+    failed = [c for c in checks if not c.passed]
+    if not failed:
+        return f"gate passed: {len(checks)} checks"
+    by_kind = {k: sum(c.kind == k for c in failed) for k in KINDS}
+    reasons = ", ".join(f"{kind}: {n}" for kind, n in by_kind.items() if n)
+    return f"gate failed: {len(failed)} of {len(checks)} checks failed ({reasons})"
 
 
-def check_judge_addressed(run: Run, max_addressed: int) -> list[str]:
-    """Failures for every task whose judged replies address the judge (judges/addressed.py) more than
-    `max_addressed` times: such a task's judged numbers may have been gamed (--max-judge-addressed)."""
-    failures = []
-    for model, mr in run.results.models.items():
+def check_judge_addressed(run: Run, max_addressed: int) -> list[Check]:
+    """A check of every task: it fails when its judged replies address the judge (judges/addressed.py) more
+    than `max_addressed` times, as its judged numbers may have been gamed (--max-judge-addressed)."""
+    checks = []
+    for model, mr in _named(run):
         for tid, tr in mr.tasks.items():
+            failure = None
             if tr.n_judge_addressed > max_addressed:
                 first = tr.judge_addressed[0] if tr.judge_addressed else {}
-                failures.append(f"{model}: {tid} has {tr.n_judge_addressed} judged replies addressing the judge "
-                                f"(e.g. item {first.get('item_id', '?')}: {first.get('found', '?')}); allowed "
-                                f"{max_addressed} (--max-judge-addressed)")
-    return failures
+                failure = (f"{tid} has {tr.n_judge_addressed} judged replies addressing the judge (e.g. item "
+                           f"{first.get('item_id', '?')}: {first.get('found', '?')}); allowed {max_addressed} "
+                           f"(--max-judge-addressed)")
+            checks.append(Check(model, tid, ADDRESSED, failure,
+                                f"{tid}: {tr.n_judge_addressed} judged replies addressing the judge"))
+    return checks
 
 
 def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int = 1000,
-                   seed: int = 0) -> tuple[list[str], list[str], int]:
-    """(failures, warnings, checks made). A failure for every significant regression of a task's primary
-    metric, a pillar or the overall trust score against the baseline's model of the same name (or its only
-    model, when both runs have one), and for every task the baseline ran that this run did not."""
+                   seed: int = 0) -> tuple[list[Check], list[str]]:
+    """(checks, warnings). A check of every task's primary metric, pillar and overall trust score against
+    the baseline's model of the same name (or its only model, when both runs have one), failed by a
+    significant regression, and a failure for every task the baseline ran that this run did not."""
     new, old = entries([run]), {e.model: e for e in entries([baseline])}
     rows_new, rows_old = read_rows(run), read_rows(baseline)
-    failures, warnings, n = [], [], 0
+    checks, warnings = [], []
     for e in new:
         ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)
         if ref is None:
-            failures.append(f"{e.model}: not in the baseline run ({', '.join(old)}); cannot check for regressions")
+            checks.append(Check(e.label, "baseline", BASELINE, f"not in the baseline run ({', '.join(old)}); "
+                                                               f"cannot check for regressions"))
             continue
         for tid, tr in ref.result.tasks.items():
             mine = e.result.tasks.get(tid)
             if tr.status == "ok" and (mine is None or mine.status != "ok"):
-                n += 1
-                failures.append(f"{e.model}: {tid} not run, but ran in the baseline")
-        more, m = _lost_values(e.model, ref.result, e.result)
-        failures, n = failures + more, n + m
+                checks.append(Check(e.label, tid, BASELINE, f"{tid} not run, but ran in the baseline"))
+        checks += _lost_values(e.label, ref.result, e.result)
         c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
-        warnings += [f"{e.model}: {w}" for w in c.warnings]
+        warnings += [f"{e.label}: {w}" for w in c.warnings]
         for d in c.diffs:
             if d.kind == "metric" or d.diff is None:
                 continue
-            n += 1
+            ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
+            failure = None
             if d.verdict(alpha) == "worse":
-                ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
-                failures.append(f"{e.model}: {d.name} regressed against the baseline: {d.diff:+.4g} "
-                                f"({1 - alpha:.0%} CI {ci}, p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
-                                f"{d.n_shared} shared samples)")
-    return failures, warnings, n
+                failure = (f"{d.name} regressed against the baseline: {d.diff:+.4g} ({1 - alpha:.0%} CI {ci}, "
+                           f"p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
+                           f"{d.n_shared} shared samples)")
+            checks.append(Check(e.label, d.name, BASELINE, failure,
+                                f"{d.name} against the baseline: {d.diff:+.4g} ({1 - alpha:.0%} CI {ci})"))
+    return checks, warnings
 
 
-def _lost_values(model: str, old, new) -> tuple[list[str], int]:
+def _lost_values(model: str, old, new) -> list[Check]:
     """A task, paper row, pillar or overall score that had a value in the baseline and has none now fails:
     a number that went missing (undefined, a row no longer measured) must never read as "no regression"."""
-    failures, n = [], 0
+    checks = []
     for tid, tr in old.tasks.items():
         mine = new.tasks.get(tid)
         if tr.status != "ok" or mine is None or mine.status != "ok":
             continue  # not run: reported above
-        n += 1
+        failure = None
         if tr.trust_score is not None and mine.trust_score is None:
-            failures.append(f"{model}: {tid}: trust score undefined ({mine.reason or 'no value'}), but "
-                            f"{tr.trust_score:g} in the baseline")
+            failure = (f"{tid}: trust score undefined ({mine.reason or 'no value'}), but {tr.trust_score:g} in the "
+                       f"baseline")
         elif tr.value is not None and mine.value is None:
-            failures.append(f"{model}: {tid}: {mine.metric} undefined ({mine.undefined_by_model or mine.reason}), "
-                            f"but {tr.value:.4g} in the baseline")
+            failure = (f"{tid}: {mine.metric} undefined ({mine.undefined_by_model or mine.reason}), but "
+                       f"{tr.value:.4g} in the baseline")
+        checks.append(Check(model, tid, BASELINE, failure, f"{tid}: a value in both runs"))
     for pillar, pr in old.pillars.items():
         mine = new.pillars.get(pillar)
         for row, got in pr.rows.items():
             now = (mine.rows.get(row) or {}) if mine else {}
             if got.get("trust_score") is not None and now.get("trust_score") is None:
-                n += 1
-                failures.append(f"{model}: pillar:{pillar} row '{row}' has no trust score, but "
-                                f"{got['trust_score']:g} in the baseline")
+                checks.append(Check(model, f"pillar:{pillar}", BASELINE, f"pillar:{pillar} row '{row}' has no trust "
+                                                                         f"score, but {got['trust_score']:g} in the "
+                                                                         f"baseline"))
         if pr.trust_score is not None and mine is not None and mine.partial and not pr.partial:
-            n += 1
-            failures.append(f"{model}: pillar:{pillar} is partial ({mine.n_rows_measured} of {mine.n_rows} rows), "
-                            f"complete in the baseline: not comparable")
-    return failures, n
+            checks.append(Check(model, f"pillar:{pillar}", BASELINE, f"pillar:{pillar} is partial "
+                                                                     f"({mine.n_rows_measured} of {mine.n_rows} rows), "
+                                                                     f"complete in the baseline: not comparable"))
+    return checks

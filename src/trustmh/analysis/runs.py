@@ -117,23 +117,42 @@ class Entry:
         return self.run.results.models[self.model]
 
 
+def model_labels(results: RunResults) -> dict[str, str]:
+    """Each model's name as people read it: its `label` from `--models FILE` (results.json keeps it in
+    `spec.options.model_info`), else its spec. A label two models share, or that is another model's spec,
+    is followed by the spec in brackets, so that no two models of a run read alike."""
+    options = results.spec.get("options") or {}
+    info = options.get("model_info") if isinstance(options.get("model_info"), dict) else {}
+    given = {}
+    for m in results.models:
+        listed = info.get(m) if isinstance(info.get(m), dict) else {}
+        label = listed.get("label")
+        given[m] = label.strip() if isinstance(label, str) and label.strip() else m
+    out = {}
+    for m, label in given.items():
+        clash = label != m and (list(given.values()).count(label) > 1 or label in results.models)
+        out[m] = f"{label} ({m})" if clash else label
+    return out
+
+
 def entries(runs: list[Run], groups: dict[str, str] | None = None) -> list[Entry]:
-    """Every model of every run; a model name seen in two runs is labelled with its run id. A model's group
-    comes from `groups` (label or model spec -> group), else from its run's spec (`model_groups`)."""
-    pairs = [(r, m) for r in runs for m in r.results.models]
+    """Every model of every run, each named by its label (`model_labels`); a name seen in two runs is followed
+    by its run id. A model's group comes from `groups` (label or model spec -> group), else from its run's spec
+    (`model_groups`), else from the models file (`model_info`)."""
+    pairs = [(r, m, model_labels(r.results)[m]) for r in runs for m in r.results.models]
     seen: dict[str, int] = {}
-    for _, m in pairs:
-        seen[m] = seen.get(m, 0) + 1
+    for _, _, name in pairs:
+        seen[name] = seen.get(name, 0) + 1
     out = []
-    for r, m in pairs:
-        label = m if seen[m] == 1 else f"{m} @ {r.id}"
+    for r, m, name in pairs:
+        label = name if seen[name] == 1 else f"{name} @ {r.id}"
         if any(e.label == label for e in out):  # the same run given twice
             label = f"{label} ({len(out)})"
         options = r.results.spec.get("options") or {}
         spec_groups = r.results.spec.get("model_groups") or options.get("model_groups")
         info = options.get("model_info") if isinstance(options.get("model_info"), dict) else {}
         listed = info.get(m) if isinstance(info.get(m), dict) else {}  # `--models FILE`: label and group
-        given = (groups or {}).get(label) or (groups or {}).get(m)
+        given = (groups or {}).get(label) or (groups or {}).get(name) or (groups or {}).get(m)
         group = (given or (spec_groups.get(m) if isinstance(spec_groups, dict) else None)
                  or listed.get("group") or "")
         out.append(Entry(r, m, label, str(group)))

@@ -14,7 +14,7 @@ from ._base import PAPER_JUDGE, app, data_app, err, loading, out
 
 with loading():
     # Importing the command modules registers their commands on `app`.
-    from . import data_cmds, run_cmds, report_cmds, panel_cmds  # noqa: F401  (this order is --help's)
+    from . import data_cmds, run_cmds, report_cmds, panel_cmds, annotate_cmds  # noqa: F401  (this order is --help's)
     from .render import _summary
 
 __all__ = ["PAPER_JUDGE", "app", "data_app", "err", "main", "out", "_summary"]

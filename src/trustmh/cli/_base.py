@@ -54,8 +54,17 @@ class _SafeConsole(Console):
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns; give them room instead, unless
 # COLUMNS says how wide the reader is (rich reads it when width is None).
 _WIDE = None if os.environ.get("COLUMNS") else 160
-out = _SafeConsole(width=None if sys.stdout.isatty() else _WIDE)
-err = _SafeConsole(stderr=True, width=None if sys.stderr.isatty() else _WIDE)
+out = _SafeConsole(width=None if sys.stdout.isatty() else _WIDE)  # what a command shows a person: tables, paths
+err = _SafeConsole(stderr=True, width=None if sys.stderr.isatty() else _WIDE)  # errors and warnings: always
+note = _SafeConsole(stderr=True, width=None if sys.stderr.isatty() else _WIDE)  # notes and progress lines
+QUIET_HELP = ("Print nothing but errors and warnings: no progress bars, notes or summaries (a document asked for "
+              "with --format still goes to standard output; the exit code says how it went).")
+
+
+def set_quiet(quiet: bool) -> None:
+    """--quiet: `out` and `note` print nothing; `err` still does. Reset by every command (the root callback),
+    so a quiet command leaves no quiet console behind in the same process."""
+    out.quiet = note.quiet = quiet
 _INCLUDE_HELP = ("A Python file (or importable module name) defining tasks (@register) or model providers "
                  "(@register_model) to load first; repeatable. Installed plugins (entry points trustmh.tasks, "
                  "trustmh.models) load by themselves.")
@@ -90,6 +99,7 @@ def _show_version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", callback=_show_version, is_eager=True,
                                        help="Print the version and exit.")) -> None:
     """Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method)."""
+    set_quiet(False)
 
 
 def _data_dir(data_dir: Optional[Path]) -> Path:
@@ -99,7 +109,10 @@ def _data_dir(data_dir: Optional[Path]) -> Path:
     return default_data_dir()
 
 
-def _choose_suite(suite: str, data_dir: Path) -> str:
+def _choose_suite(suite: str, data_dir: Path, tasks: str | None = None) -> str:
+    """The suite `auto` means here; `tasks` (a run's selection), when given and none of them reads a data
+    file (a plugin's tasks with items of their own), leaves the note about the sample suite out: it would
+    not be what the run rests on."""
     if suite in ("sample", "data"):
         return suite
     if suite != "auto":
@@ -111,7 +124,11 @@ def _choose_suite(suite: str, data_dir: Path) -> str:
     present = any((data_dir / f.path).is_file() for d in DATASETS.values() if d.name != METHODS and not d.on_request
                   for f in d.files)
     if not present:
-        err.print(f"No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
+        if tasks is not None:
+            from ..tasks import resolve_tasks
+            if not any(t.files for t in resolve_tasks(tasks)):
+                return "sample"
+        note.print(f"No datasets in {data_dir}: using the built-in sample suite (a few items per task). "
                   f"Run `trustmh data pull` for the full benchmark.", style="yellow", markup=False, highlight=False)
         return "sample"
     return "data"

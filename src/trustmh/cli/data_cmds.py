@@ -11,7 +11,8 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app, err, out
+from ._base import (QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app,
+                    note, out, set_quiet)
 
 
 @app.command("list")
@@ -32,7 +33,7 @@ def list_tasks(
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     if chosen == "sample" and suite == "auto":
-        err.print()  # the notice above is its own paragraph, not the table's first line
+        note.print()  # the notice above is its own paragraph, not the table's first line
     if protocol not in (None, "paper", "trustmh", "both"):
         raise UserError(f"--protocol must be paper, trustmh or both, not '{protocol}'")
     if chosen == "sample" and protocol in ("paper", "both"):
@@ -75,8 +76,10 @@ def data_pull(
     from_dir: Optional[Path] = typer.Option(None, "--from", help="Import from a local copy instead of downloading."),
     url_base: Optional[str] = typer.Option(None, help="Mirror URL with the same layout (or $TRUSTMH_DATA_URL)."),
     force: bool = typer.Option(False, help="Fetch again even if a file is present and valid."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Download (or import) the upstream datasets and verify every file's sha256."""
+    set_quiet(quiet)
     from ..data.fetch import pull
     ddir = _data_dir(data_dir)
     if datasets and "swmh" in datasets and from_dir is None:  # gated: from the Hub, with the user's own token
@@ -85,7 +88,7 @@ def data_pull(
         if not datasets:
             return
     statuses = pull(ddir, datasets=datasets or None, url_base=url_base, from_dir=from_dir,
-                    progress=sys.stderr.isatty(), force=force)
+                    progress=sys.stderr.isatty() and not quiet, force=force)
     out.print(pull_line(statuses, ddir, from_dir), markup=False, highlight=False, soft_wrap=True)
 
 

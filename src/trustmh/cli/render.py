@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ._base import err, out
+from ._base import err, note, out
 
 
 class _ProgressView:
@@ -20,6 +20,7 @@ class _ProgressView:
     end. With bars off (not a terminal, --no-progress) only notices and totals show."""
 
     def __init__(self, bars: bool):
+        bars = bars and not note.quiet  # --quiet
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
         self.bars = Progress(TextColumn("{task.description:<34}", markup=False), BarColumn(bar_width=20),
                              TextColumn("{task.fields[count]}", markup=False),
@@ -56,10 +57,11 @@ class _ProgressView:
         elif isinstance(event, TaskProgress):
             self._task_row(event)
         elif isinstance(event, Notice):
-            self.bars.console.print(f"note: {event.text}", style="yellow", markup=False, highlight=False)
+            if not note.quiet:
+                self.bars.console.print(f"note: {event.text}", style="yellow", markup=False, highlight=False)
         elif isinstance(event, RunTotals):
             calls = ", ".join(f"{k} {v}" for k, v in event.requests.items())
-            err.print(f"calls made: {calls or 'none'}; tokens stored: {event.prompt_tokens} prompt, "
+            note.print(f"calls made: {calls or 'none'}; tokens stored: {event.prompt_tokens} prompt, "
                       f"{event.completion_tokens} completion; {event.seconds:.1f} s "
                       f"(scoring {event.scoring_seconds:.1f} s)", markup=False, highlight=False)
 
@@ -91,24 +93,35 @@ class _ProgressView:
             self.bars.update(tid, completed=e.done, total=e.total or None, **fields)
 
 
-def _pillar_summary(mr) -> None:
-    """The paper's pillars with what each rests on; the overall score says how many pillars it covers."""
+def _pillar_summary(mr, name: str) -> None:
+    """The pillars the run has tasks in, with what each rests on: the paper's, then those of one's own tasks
+    (outside the overall score); the overall score says how many of the paper's pillars it covers. A pillar
+    with no task in the run is left out (the overall row counts it)."""
+    from ..scoring.pillars import PAPER_PILLARS
+    shown = [p for p in mr.pillars.values() if p.tasks]
+    paper = any(p.pillar in PAPER_PILLARS for p in shown)
+    if not shown:
+        return
     narrow = out.width < 120  # no frame: at 80 columns every cell reads whole
-    table = RichTable(title=f"{mr.model}: pillars (trustmh's aggregation; the paper publishes ranks only)",
-                      title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
+    title = "pillars (trustmh's aggregation; the paper publishes ranks only)" if paper else "pillars"
+    table = RichTable(title=f"{escape(name)}: {title}", title_justify="left",
+                      box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for col in ("pillar", "trust", "~95% CI", "rows", "samples", ""):
         table.add_column(col, justify="left" if col in ("pillar", "") else "right", no_wrap=True)
-    for p in mr.pillars.values():
+    for p in shown:
+        own = "" if p.pillar in PAPER_PILLARS else "your own pillar, not in the overall score"
         if p.trust_score is None:
-            table.add_row(p.pillar, "-", "", f"0 of {p.n_rows}", str(p.n_samples), "not measured")
+            table.add_row(p.pillar, "-", "", f"0 of {p.n_rows}", str(p.n_samples),
+                          ", ".join(filter(None, ["not measured", own])))
             continue
         ci = "" if p.ci is None else f"[{p.ci[0]:.1f}, {p.ci[1]:.1f}]"
         table.add_row(p.pillar, f"{p.trust_score:.1f}", ci, f"{p.n_rows_measured} of {p.n_rows}", str(p.n_samples),
-                      "partial" if p.partial else "")
-    overall = "-" if mr.trust_score is None else f"{mr.trust_score:.1f}"
-    ci = "" if mr.trust_ci is None else f"[{mr.trust_ci[0]:.1f}, {mr.trust_ci[1]:.1f}]"
-    table.add_row("overall", overall, ci, f"{mr.n_pillars_measured} of {mr.n_pillars} pillars", "",
-                  "partial" if mr.partial else "", style="bold")
+                      ", ".join(filter(None, ["partial" if p.partial else "", own])))
+    if paper:
+        overall = "-" if mr.trust_score is None else f"{mr.trust_score:.1f}"
+        ci = "" if mr.trust_ci is None else f"[{mr.trust_ci[0]:.1f}, {mr.trust_ci[1]:.1f}]"
+        table.add_row("overall", overall, ci, f"{mr.n_pillars_measured} of {mr.n_pillars} pillars", "",
+                      "partial" if mr.partial else "", style="bold")
     out.print(table)
     if mr.beyond_paper:
         shown = ", ".join(f"{t} {'-' if v is None else f'{v:.1f}'}" for t, v in mr.beyond_paper.items())
@@ -133,7 +146,7 @@ def _red(n: int) -> str:
     return f"[red]{n}[/]" if n else "0"
 
 
-def _task_tables(mr) -> list[RichTable]:
+def _task_tables(mr, name: str) -> list[RichTable]:
     """The per-task table: one of ten columns from 120 columns on; under that (80 columns must read whole:
     task ids are never cut, they are what users copy into --tasks and gates) two tables, the values and
     then the counts they rest on, each with its full headers."""
@@ -141,7 +154,7 @@ def _task_tables(mr) -> list[RichTable]:
     arrow = lambda t: "↑" if t.higher_is_better else "↓"  # noqa: E731
     ok = [t for t in mr.tasks.values() if t.status == "ok"]
     if out.width >= 120:
-        table = RichTable(title=mr.model, title_justify="left", box=box.HEAVY_HEAD)
+        table = RichTable(title=escape(name), title_justify="left", box=box.HEAVY_HEAD)
         for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
                     "trust"):
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
@@ -153,7 +166,7 @@ def _task_tables(mr) -> list[RichTable]:
             table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), str(t.n_no_answer),
                           str(t.n_unscored), _red(t.n_judge_failed), _red(t.n_errors), trust(t))
         return [table]
-    values = RichTable(title=f"{mr.model}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+    values = RichTable(title=f"{escape(name)}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                        padding=(0, 1, 0, 0))
     for col in ("task / metric", "value", "95% CI", "trust"):
         values.add_column(col, justify="left" if col == "task / metric" else "right", no_wrap=True)
@@ -163,7 +176,7 @@ def _task_tables(mr) -> list[RichTable]:
             continue
         val, ci = _value_cells(t)
         values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val.replace(" (base", "\n(base"), ci, trust(t))
-    counts = RichTable(title=f"{mr.model}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
+    counts = RichTable(title=f"{escape(name)}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
                        pad_edge=False, padding=(0, 1, 0, 0))
     for col in ("task", "n", "no\nanswer", "unscored", "judge\nfailed", "errors"):
         counts.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
@@ -174,17 +187,26 @@ def _task_tables(mr) -> list[RichTable]:
 
 
 def _summary(results) -> None:
+    from ..analysis.runs import model_labels
     from ..scoring.pillars import judge_mark
     if results.banner:  # above and below: the tables between are long, and either end may be all one reads
         out.print(results.banner, style="bold yellow", markup=False, highlight=False, soft_wrap=True)
+    from ..engine.spec import limited_banner
+    limited = limited_banner(results)
+    if limited:
+        out.print(limited, style="yellow", markup=False, highlight=False, soft_wrap=True)
+    labels = model_labels(results)
     for model, mr in results.models.items():
-        for table in _task_tables(mr):
+        # a model's label, from --models FILE, with its spec once here; the leaderboard shows the label alone
+        name = labels[model] if labels[model] == model or model in labels[model] else f"{labels[model]} ({model})"
+        for table in _task_tables(mr, name):
             out.print(table)
         not_run = [f"  {t.task}: not run: {(t.reason or '').split(' — ')[0]}" for t in mr.tasks.values()
                    if t.status != "ok"]  # own lines: in a cell the reason squeezed every other column
         if not_run:
-            out.print("\n".join(not_run) + "\n  (how to get the data: `trustmh data check`)", style="yellow",
-                      markup=False, highlight=False, soft_wrap=True)
+            data = any(" missing " in (t.reason or "") for t in mr.tasks.values() if t.status != "ok")
+            out.print("\n".join(not_run) + ("\n  (how to get the data: `trustmh data check`)" if data else ""),
+                      style="yellow", markup=False, highlight=False, soft_wrap=True)
         out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
                   "failed: left out of the value, not the model's doing", markup=False, highlight=False)
         undefined = [t for t in mr.tasks.values() if t.status == "ok" and t.undefined_by_model]
@@ -204,7 +226,7 @@ def _summary(results) -> None:
                       "perfect on them; read them beside the base value ("
                       + ", ".join(f"{t.task}: {t.base_metric}" for t in relative) + ")",
                       markup=False, highlight=False)
-        _pillar_summary(mr)
+        _pillar_summary(mr, name)
     if len(results.models) > 1:
         _leaderboard(results)
     for note in results.notes:
@@ -276,6 +298,13 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
         table.add_row(task, who, *cells([r for r in ran if r.task == task]))
     table.add_row("total", "", *cells(ran), style="bold")
     out.print(table)
+    if spec.limit is not None and ran:  # what --limit N takes, in items and in samples
+        from ..engine.spec import describe_limit
+        items = {p.task.id: p.n_items for p in prepared}
+        first = [r for r in ran if r.model == models[0]]
+        several = {r.task: (items[r.task], r.samples) for r in first if r.samples > items.get(r.task, r.samples)}
+        out.print(describe_limit(spec.limit, sum(r.samples for r in first), several), markup=False,
+                  highlight=False, soft_wrap=True)
     if len(models) > 1:
         per = RichTable(title="per model", title_justify="left")
         for col in ("model", "tasks", "samples", "model calls", "~prompt tokens", "judge calls", "~judge tokens"):

@@ -10,9 +10,12 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _load_plugins, app, err, out, printable
+from ._base import QUIET_HELP, _INCLUDE_HELP, _load_plugins, app, err, note, out, printable, set_quiet
 
 
+_TIES_HELP = ("The rank table's tie rule: paper (a tie broken by the row's declared secondary value, marked †; "
+              "shared where a row has none) or shared (1, 2, 2, 4). Default: paper for runs under --protocol "
+              "paper, else shared.")
 _GROUP_HELP = ("LABEL=GROUP: a model's group in the rank table (e.g. general, mental-health); repeatable. LABEL is "
                "the model as listed (its spec, or 'spec @ run' when runs share one). Default: the run's model_groups.")
 
@@ -32,25 +35,38 @@ def report_cmd(
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
     fmt: str = typer.Option("html", "--format", "-f", help="html (the report), or the paper's rank table alone as "
-                                                           "csv or markdown (to --output, else to stdout)."),
+                                                           "csv, markdown or latex (to --output, else to stdout)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
+    ties: Optional[str] = typer.Option(None, "--ties", help=_TIES_HELP),
+    figures: Optional[Path] = typer.Option(None, "--figures", help="Write the rank heat map and the pillar radar "
+                                                                   "as SVG and PNG into this folder instead of "
+                                                                   "the report (needs trustmh[figures])."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
+    set_quiet(quiet)
     from ..analysis.runs import load_run
     from ..engine.rundir import check_output_target
     from ..report import write_report
     _load_plugins(include)
-    if fmt not in ("html", "csv", "markdown"):
-        raise UserError(f"--format must be html, csv or markdown, not '{fmt}'")
+    if fmt not in ("html", "csv", "markdown", "latex"):
+        raise UserError(f"--format must be html, csv, markdown or latex, not '{fmt}'")
     if samples_per_task < 1 or max_samples < 1:
         raise UserError("--samples-per-task and --max-samples must be at least 1")
     if not 0 < sample_mb < 1e6:
         raise UserError("--sample-mb must be a positive number of megabytes")
     groups = _groups(group)
+    _check_ties(ties)
     loaded = [load_run(r) for r in runs]
+    if figures is not None:
+        from ..report.figures import write_figures
+        ents, board, table, pillars = _rank_table(loaded, groups, ties)
+        for path in write_figures(table, board, [e.label for e in ents], pillars, figures):
+            out.print(f"figure: {path}", markup=False, highlight=False)
+        return
     if fmt != "html":
-        _emit(_rank_text(loaded, fmt, groups, paired=paired), output)
+        _emit(_rank_text(loaded, fmt, groups, ties=ties), output)
         return
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
     check_output_target(target, [r.dir for r in loaded], "-o")  # never a run's own file, a link or a device
@@ -63,9 +79,9 @@ def report_cmd(
             progress(done, total, label)
         return write_report(loaded, target, include_samples=samples, max_samples=max_samples, page_size=page_size,
                             paired=paired, groups=groups, progress=both, per_task=samples_per_task,
-                            max_bytes=int(sample_mb * 1e6))
+                            max_bytes=int(sample_mb * 1e6), ties=ties)
     path = _with_progress(work)
-    err.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
+    note.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
               markup=False, highlight=False)
     out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
@@ -106,17 +122,30 @@ def _groups(pairs: list[str]) -> dict[str, str]:
     return out_
 
 
-def _rank_text(loaded, fmt: str, groups: dict[str, str], *, paired: bool = False, n_boot: int = 200) -> str:
-    """The paper's rank table (subtask rows x models) as CSV or Markdown, in the report's overall ordering."""
+def _check_ties(ties: str | None) -> None:
+    from ..report.ranks import TIES
+    if ties is not None and ties not in TIES:
+        raise UserError(f"--ties must be {' or '.join(TIES)}, not '{ties}'")
+
+
+def _rank_table(loaded, groups: dict[str, str], ties: str | None = None, n_boot: int = 200):
+    """The runs' entries, leaderboard, rank table and pillars, in the report's overall ordering."""
     from ..analysis.runs import entries
-    from ..report.leaderboard import leaderboard, rank_csv, rank_markdown, rank_table, task_meta
+    from ..report.leaderboard import leaderboard, task_meta
+    from ..report.ranks import rank_table
     from ..tasks import PILLARS
     ents = entries(loaded, groups)
     metas = task_meta(ents)
     pillars = [p for p in PILLARS if any(m.pillar == p for m in metas.values())]
     board = leaderboard(ents, metas, pillars, paired=False, n_boot=n_boot)
-    table = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
-    return rank_csv(table) if fmt == "csv" else rank_markdown(table)
+    return ents, board, rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties), pillars
+
+
+def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = None) -> str:
+    """The paper's rank table (subtask rows x models) as CSV, Markdown or LaTeX."""
+    from ..report.ranks import rank_csv, rank_latex, rank_markdown
+    table = _rank_table(loaded, groups, ties)[2]
+    return {"csv": rank_csv, "markdown": rank_markdown, "latex": rank_latex}[fmt](table)
 
 
 def _emit(text: str, output: Optional[Path]) -> None:
@@ -125,7 +154,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
         return
     from ..engine.rundir import atomic_write
     atomic_write(output, text)
-    err.print(f"ranks: {output}", markup=False, highlight=False)
+    note.print(f"ranks: {output}", markup=False, highlight=False)
 
 
 @app.command("compare")
@@ -142,9 +171,12 @@ def compare_cmd(
     ranks: bool = typer.Option(False, "--ranks", help="Print the paper's rank table (subtask rows x models) "
                                                       "instead of the differences (--format csv or markdown)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
+    ties: Optional[str] = typer.Option(None, "--ties", help=_TIES_HELP + " With --ranks."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Differences between models per task, pillar and overall: paired bootstrap CI over shared items, p-value."""
+    set_quiet(quiet)
     _load_plugins(include)
     from ..analysis.compare import compare_runs
     from ..analysis.runs import load_run
@@ -159,8 +191,9 @@ def compare_cmd(
     if html:
         from ..engine.rundir import check_output_target
         check_output_target(html, [r.dir for r in loaded], "--html")  # refused before any work is done
+    _check_ties(ties)
     if ranks:
-        _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group)), None)
+        _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group), ties=ties), None)
         return
     comparisons = _with_progress(lambda progress: compare_runs(loaded, n_boot=n_boot, seed=seed,
                                                               all_metrics=all_metrics, level=1 - alpha,
@@ -175,8 +208,8 @@ def compare_cmd(
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if html:
         from ..report import write_report
-        write_report(loaded, html, comparisons=comparisons, groups=_groups(group))
-        err.print(f"report: {html}", markup=False, highlight=False)
+        write_report(loaded, html, comparisons=comparisons, groups=_groups(group), ties=ties)
+        note.print(f"report: {html}", markup=False, highlight=False)
 
 
 def _with_progress(work):
@@ -184,7 +217,7 @@ def _with_progress(work):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn("paired comparisons"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[label]}",
                                                                                         markup=False),
-                  TimeElapsedColumn(), console=err, transient=True) as bar:
+                  TimeElapsedColumn(), console=err, transient=True, disable=note.quiet) as bar:
         task = bar.add_task("compare", total=None, label="")
 
         def progress(done: int, total: int, label: str) -> None:
@@ -220,11 +253,18 @@ def gate_cmd(
                                             "the judge (a verdict in the judge's format, an instruction to an "
                                             "evaluator, the rubric's score lines, a closing tag); not checked "
                                             "by default."),
+    fmt: str = typer.Option("text", "--format", help="text (a FAIL line per failed check, then a summary line), "
+                                                     "json (every check, passed or failed), junit (JUnit XML: a "
+                                                     "test case per check) or github (GitHub Actions error "
+                                                     "annotations). The exit code is the same in every format."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..analysis.runs import load_run
     from ..analysis.gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
-                                 check_judge_addressed, check_thresholds, load_config, parse_threshold, summary)
+                                 check_judge_addressed, check_thresholds, load_config, parse_threshold)
+    from ..analysis.gate_format import FORMATS, to_github, to_json, to_junit, to_text
+    if fmt not in FORMATS:
+        raise UserError(f"--format must be {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, not '{fmt}'")
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
     max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)
@@ -244,33 +284,27 @@ def gate_cmd(
         check_bootstrap(n_boot)
     run = load_run(run_dir)
     check_input(run)  # fails closed: a file that cannot carry a verdict is exit 2, never a pass
-    failures, n = check_thresholds(run, thresholds)
-    made: list[int] = []
-    coverage = check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
-                              every_task=base_path is not None, made=made)
-    # by reason, for the summary line (a coverage check is one of its own beside its threshold's)
-    by_reason = {"thresholds missed": failures, "too few samples": [c for c in coverage if "rests on too few" in c],
-                 "unusable judge verdicts": [c for c in coverage if "judge verdicts usable" in c],
-                 "partial scores": [c for c in coverage if "is partial" in c]}
-    failures, n = failures + coverage, n + made[0]
+    checks = check_thresholds(run, thresholds)
+    checks += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
+                             every_task=base_path is not None)
     if max_judge_addressed is not None:
-        by_reason["replies addressing the judge"] = check_judge_addressed(run, max_judge_addressed)
-        failures += by_reason["replies addressing the judge"]
-        n += sum(len(mr.tasks) for mr in run.results.models.values())
+        checks += check_judge_addressed(run, max_judge_addressed)
+    warnings: list[str] = []
     if base_path is not None:
         base_run = load_run(base_path)
         check_input(base_run)
-        more, warnings, m = check_baseline(run, base_run, alpha=level, n_boot=n_boot, seed=seed)
-        for w in warnings:
-            err.print(f"warning: {w}", markup=False, highlight=False)
-        failures, n = failures + more, n + m
-        by_reason["regressions or tasks lost against the baseline"] = more
-    if n == 0 and not failures:  # a gate that checked nothing has not passed
+        more, warnings = check_baseline(run, base_run, alpha=level, n_boot=n_boot, seed=seed)
+        checks += more
+        if fmt not in ("json", "github"):  # those carry the warnings in the document itself
+            for w in warnings:
+                err.print(f"warning: {w}", markup=False, highlight=False)
+    if not checks:  # a gate that checked nothing has not passed
         raise UserError("nothing was checked (no threshold applies to this run's models)")
-    for line in failures:
-        out.print(f"FAIL {line}", markup=False, highlight=False, soft_wrap=True)
-    line = summary(by_reason, n) + f" on {len(run.results.models)} model(s)"
-    out.print(line, markup=False, highlight=False, soft_wrap=True)
-    if failures:
+    models = len(run.results.models)
+    text = {"text": lambda: to_text(checks, models, printable), "json": lambda: to_json(checks, models, warnings),
+            "junit": lambda: to_junit(checks, printable),
+            "github": lambda: to_github(checks, models, warnings, printable)}[fmt]()
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if any(not c.passed for c in checks):
         raise typer.Exit(1)
-

@@ -9,8 +9,8 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import (PAPER_JUDGE, PAPER_PROXY, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err,
-                    loading, out)
+from ._base import (PAPER_JUDGE, PAPER_PROXY, QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _limits,
+                    _load_plugins, app, err, loading, note, out, set_quiet)
 from .judge_opts import (JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, _model_urls, called_judges, judge_list,
                          set_min_alpha)
 from .render import _ProgressView, _dry_run, _summary, _write_report
@@ -23,6 +23,14 @@ _FAIL_ON_ERROR_HELP = "Exit 1 if any sample failed with an API error of the mode
 _PRICES_HELP = ("A TOML price table ([models.\"SPEC\"] input_per_mtok, output_per_mtok: USD per million tokens) "
                 "over trustmh's shipped one (list prices, each with the page and date it was read, or marked "
                 "unverified); for the cost estimates.")
+_LIMIT_HELP = ("The first N items of each task, in data order (all of a task with fewer). An item can make several "
+               "samples, each a model call: robustness tasks ask it perturbed, fairness.support as 17 people, so "
+               "--limit 20 is about 1,100 samples per model on the whole benchmark; --dry-run counts them.")
+_SYSTEM_PROMPT_HELP = (
+    "The deployed assistant's system prompt, as TEXT or @FILE (a UTF-8 file, at most 256 KiB): sent first in every "
+    "request to the tested models (never to the judge) and recorded in the run's spec, so it is part of every "
+    "request's cache key and of the run id. Under --protocol paper a task whose request has a system message of "
+    "its own (reliability.emotion_recognition) is not run, with that reason.")
 _MAX_COST_HELP = ("Stop before the estimated spend of this invocation would pass this many USD (stored calls cost "
                   "nothing): exit 2 with what was spent and what remains; rerun the same command to continue.")
 
@@ -39,7 +47,7 @@ def run_cmd(
     judge: Optional[list[str]] = typer.Option(
         None, help=f"{JUDGE_HELP} Default: {PAPER_JUDGE}, the paper's judge, under --protocol paper; rules otherwise."),
     tasks: str = typer.Option("all", "--tasks", "-t", help="Comma-separated task ids and/or pillar names."),
-    limit: Optional[int] = typer.Option(None, help="First N items of each task, in data order."),
+    limit: Optional[int] = typer.Option(None, help=_LIMIT_HELP),
     seed: int = typer.Option(0, help="Seed for sampling, variants, baselines and the bootstrap."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     suite: str = typer.Option("auto", help="auto (data dir if it has data, else sample suite), sample or data."),
@@ -111,8 +119,11 @@ def run_cmd(
                                                           "calling anything."),
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
+    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help=_SYSTEM_PROMPT_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
+    set_quiet(quiet)
     _load_plugins(include)
     with loading():
         from ..engine import RunSpec, run
@@ -143,7 +154,7 @@ def run_cmd(
         raise UserError(f"--data-dir {data_dir} is not a directory; `trustmh data pull --data-dir {data_dir}` "
                         f"fetches the data there")
     ddir = _data_dir(data_dir)
-    chosen = _choose_suite(suite, ddir)
+    chosen = _choose_suite(suite, ddir, tasks)
     if upstream_compat:  # the old name of --protocol paper
         if protocol == "trustmh":
             raise UserError("--upstream-compat means --protocol paper; it cannot be combined with --protocol trustmh")
@@ -159,7 +170,7 @@ def run_cmd(
         offline = all(m.startswith("baseline/") for m in model)
         judge = PAPER_JUDGE if paper and not offline else "rules"
         if paper and offline:
-            err.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
+            note.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
                       f"judge)", style="yellow", markup=False, highlight=False)
             default_judge = False  # no paper proxy judge either
     if judges is None:
@@ -186,6 +197,8 @@ def run_cmd(
         for url in own_urls.values():
             check_url("--base-url", url)
         spec.options["base_urls"] = own_urls
+    if system_prompt is not None:  # set only when given, so runs without one keep their run id
+        spec.options["system_prompt"] = read_system_prompt(system_prompt)
     if info:  # how the report names and groups the models (a label or group never changes a result)
         spec.options["model_info"] = info
     if transport != "http":  # set only when not the default, so default runs keep their run id
@@ -239,10 +252,26 @@ def run_cmd(
                             f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
         raise
     _summary(results)
+    _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
     _methods_exit(results)
+
+
+SYSTEM_PROMPT_MAX_BYTES = 256 << 10
+
+
+def read_system_prompt(value: str) -> str:
+    """--system-prompt TEXT, or @FILE: the file's text, less its final line break."""
+    text = value
+    if value.startswith("@"):
+        from ..data.loaders import read_user_text
+        text = read_user_text(Path(value[1:]), "system prompt file", SYSTEM_PROMPT_MAX_BYTES)
+        text = text[:-1] if text.endswith("\n") else text
+    if not text.strip():
+        raise UserError("--system-prompt is empty" + (f" ({value[1:]} holds no text)" if value.startswith("@") else ""))
+    return text
 
 
 def _prepare_report() -> None:
@@ -277,10 +306,16 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
     check_priced(specs, table)
     unchecked = [s for s in dict.fromkeys(specs) if s and s != "rules" and table.price(s).unverified]
     if unchecked:  # the cap is only as good as the prices it is counted in
-        err.print(f"note: --max-cost counts {', '.join(unchecked)} at an unverified shipped price (not checked "
+        note.print(f"note: --max-cost counts {', '.join(unchecked)} at an unverified shipped price (not checked "
                   f"against the provider's pricing page); give your own with --prices FILE.toml",
                   markup=False, highlight=False, soft_wrap=True)
     return Budget(max_cost, table)
+
+
+def _spent(budget) -> None:
+    """Under --max-cost, what the finished run spent and by which rules (engine/budget.py)."""
+    if budget is not None:
+        err.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_share(share: float, flag: str = "--max-failed") -> None:
@@ -362,9 +397,11 @@ def score_cmd(
     max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
     as `run`'s does, whether too many samples failed."""
+    set_quiet(quiet)
     _load_plugins(include)
     _check_share(max_failed)
     _check_share(max_judge_failed, "--max-judge-failed")
@@ -391,6 +428,7 @@ def score_cmd(
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
+    _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}")
     _write_report(run_dir)
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
@@ -420,9 +458,11 @@ def validate_judge_cmd(
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
     max_retries: int = typer.Option(6, help="Retries for the judge."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """The judge against human raters, per criterion, with the human ceiling beside it: the built-in
     crisis-escalation set (H1, H2), or any human-rated set given with --ratings."""
+    set_quiet(quiet)
     import json
     from ..validation.judge import ValidateSpec, report_table, validate_judge
     from ..models import split_spec

@@ -44,6 +44,33 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def read_user_text(path: Path, what: str, max_bytes: int) -> str:
+    """A small text file the user names on the command line (a gate config, a system prompt): a regular
+    file (a FIFO would block, /dev/zero never end), at most `max_bytes`, UTF-8. Every problem is a
+    UserError naming the file."""
+    import os
+    import stat
+    from ..errors import UserError
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder with its own error
+        os.close(fd)
+        raise UserError(f"{path}: the {what} must be a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        size = f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes:,} bytes"
+        raise UserError(f"{path}: {what} larger than {size}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not valid UTF-8 text (byte {e.start})") from None
+
+
 def read_text(path: Path, *, encoding: str = "utf-8") -> str:
     if not path.is_file():
         raise DataError(path, "file not found")

@@ -1,25 +1,50 @@
-"""`trustmh run --max-cost USD`: the spend cap, checked before each call is sent.
+"""`trustmh run --max-cost USD`: the spend cap, checked before every attempt is sent.
 
-Every call an endpoint is about to send reserves its estimated cost (prompt characters / 4 and the
-request's max_tokens, else the larger of prices.DEFAULT_COMPLETION_TOKENS and the longest reply this
-endpoint has returned, at the endpoint's price). A call that would take what is spent plus what is
-reserved past the cap waits for the calls in flight to settle; one that does not fit with none in flight
-is not sent: from then on no call leaves, and the run stops with BudgetStop once the calls in flight are
-stored. When a reply arrives its reservation is replaced by its cost
-from the token counts the server reported (the estimate where it reported none; nothing for a call that
-failed before an answer, the estimate for a timeout, which the server may have worked on).
+The guarantee: by trustmh's own accounting, what one invocation spends never passes the cap, whatever a
+server reports as usage and however it stalls. It rests on four rules.
+
+* **Each attempt reserves its worst case** before it leaves: prompt tokens at most the request's UTF-8
+  bytes, plus PROMPT_OVERHEAD_* for the chat template (a token is at least a byte of text); completion
+  tokens at most the max_tokens the request sends (the backend's own default where it sends one when the
+  request has none: Anthropic's 1,024), and where none is sent at all, as under the paper's protocol, twice
+  the longest reply this endpoint has returned, never below COMPLETION_FLOOR. The first such call of an
+  endpoint goes alone, so the bound is learned from a reply before a wave of calls leaves on a guess.
+* **The calls in flight fit together**: an attempt waits while spent + reserved + its reservation would
+  pass the cap; one that does not fit with nothing in flight stops the run (BudgetStop, once the calls
+  in flight are stored).
+* **Every attempt that may have been billed is counted**: a reply at its usage; a timeout, a dropped
+  connection, a malformed or filtered reply, a cancelled call at its reservation (the server may have
+  worked on it); only refusals that come before any work (UNBILLED: 429, 400, 401, 404, context length)
+  cost nothing. Retries reserve and count each attempt.
+* **Usage is believed only within its bound**: a reply reporting no usage, zero tokens, or more tokens
+  than its reservation is priced at its reservation, and counted by that rule (`priced_by`), so each
+  call costs at most what it reserved. A reply with no max_tokens that honestly ran past its learned
+  bound is priced the same way; what its server reported beyond is kept apart (`beyond`) and shown: it is
+  the only way the real bill can pass what is counted, and the probe keeps it to one reply an endpoint
+  unless a later reply is more than twice as long as any before it.
 
 Stored calls are never sent, so they cost nothing: the cap bounds what one invocation spends, and
-running the same command again continues where the last one stopped. The cap holds as long as replies
-are no longer than estimated; a task that sets max_tokens bounds them."""
+running the same command again continues where the last one stopped."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 from dataclasses import dataclass, field
 
-from .prices import DEFAULT_COMPLETION_TOKENS, Price, PriceTable, completion_tokens, prompt_tokens
+from .prices import CHARS_PER_TOKEN, Price, PriceTable
 from ..types import Request, Response
+
+COMPLETION_FLOOR = 1024  # tokens reserved for a reply whose request sets no max_tokens, before any is seen
+PROMPT_OVERHEAD_MESSAGE = 8  # chat-template tokens around each message (role markers, separators)
+PROMPT_OVERHEAD_REQUEST = 64  # and around the whole prompt (a default system prompt a server adds)
+# A count above this is no model's (context windows are at most a few million tokens): a server's
+# nonsense, never learned from.
+MAX_SANE_TOKENS = 10_000_000
+# Refused before the model does any work, so never billed: everything else may have been.
+UNBILLED = frozenset({"rate_limit", "bad_request", "context_length", "auth", "not_found"})
+_MAX_PARAMS = ("max_tokens", "max_completion_tokens", "max_new_tokens")
+USAGE = "usage from the server"  # the rule a trusted reply is priced by; the others say "reservation: why"
 
 
 class BudgetStop(Exception):
@@ -30,16 +55,50 @@ class BudgetStop(Exception):
         self.budget = budget
 
 
+def prompt_bound(request: Request) -> int:
+    """The most prompt tokens `request` can cost: a token of text is at least one UTF-8 byte."""
+    content = sum(len(str(m.get("content") or "").encode("utf-8", "replace")) for m in request.messages
+                  if isinstance(m, dict))
+    return content + PROMPT_OVERHEAD_MESSAGE * len(request.messages) + PROMPT_OVERHEAD_REQUEST
+
+
+def sent_max_tokens(request: Request, default: int | None = None) -> int | None:
+    """The completion bound the request carries on the wire, or None where it sends none."""
+    for key in _MAX_PARAMS:
+        v = request.params.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return default
+
+
+@dataclass(frozen=True)
+class Hold:
+    """One attempt's reservation."""
+
+    spec: str
+    prompt: int  # the most prompt tokens it can cost
+    completion: int  # the most completion tokens: max_tokens, or the learned bound
+    cost: float
+    bounded: bool  # the request sends its completion bound, so usage above it is never true
+    probe: bool  # the first call of its endpoint with no bound sent, which goes alone
+
+
 @dataclass
 class Budget:
     cap: float
     table: PriceTable
     spent: float = 0.0
-    calls: int = 0  # calls paid for (sent and settled)
+    calls: int = 0  # attempts counted (sent, and answered, failed or cancelled in a way that may be billed)
     reserved: float = 0.0
     in_flight: int = 0
     stopped: bool = False
+    next_worst: float = 0.0  # the reservation that did not fit, when the run stopped
+    next_spec: str = ""
+    beyond: float = 0.0  # what replies with no max_tokens reported past their reservation: not counted, shown
+    priced_by: collections.Counter = field(default_factory=collections.Counter)  # rule -> attempts
     longest: dict[str, int] = field(default_factory=dict)  # endpoint spec -> longest completion seen
+    lengths: dict[str, list[int]] = field(default_factory=dict)  # spec -> [replies, completion tokens] seen
+    probing: set[str] = field(default_factory=set)
     _waiters: list[asyncio.Future[None]] = field(default_factory=list)  # reserve() calls waiting for a settle
 
     def price(self, spec: str) -> Price:
@@ -48,73 +107,133 @@ class Budget:
             raise BudgetStop(self)
         return price
 
-    def estimate(self, spec: str, request: Request) -> tuple[int, int]:
-        completion = completion_tokens(request.params)
-        if not any(k in request.params for k in ("max_tokens", "max_completion_tokens", "max_new_tokens")):
-            completion = max(DEFAULT_COMPLETION_TOKENS, self.longest.get(spec, 0))
-        return prompt_tokens(request.messages), completion
+    def completion_bound(self, spec: str) -> int:
+        """What a call of `spec` with no max_tokens reserves for its reply."""
+        return max(COMPLETION_FLOOR, 2 * self.longest.get(spec, 0))
 
-    async def reserve(self, spec: str, request: Request) -> float:
-        """Reserve the call's estimated cost. When it does not fit beside the calls in flight, wait for them
+    def _hold(self, spec: str, price: Price, request: Request, default_max: int | None) -> Hold:
+        sent = sent_max_tokens(request, default_max)
+        completion = sent if sent is not None else self.completion_bound(spec)
+        prompt = prompt_bound(request)
+        return Hold(spec, prompt, completion, price.cost(prompt, completion), sent is not None,
+                    sent is None and spec not in self.longest)
+
+    async def reserve(self, spec: str, request: Request, default_max_tokens: int | None = None) -> Hold | None:
+        """Reserve one attempt's worst case (None for a free endpoint). When it does not fit beside the
+        calls in flight, or it is an endpoint's first unbounded call and another is out, wait for a call
         to settle; when it does not fit with none in flight, stop the run."""
         price = self.price(spec)
         if price.free:
-            return 0.0
-        held = price.cost(*self.estimate(spec, request))
-        while not self.stopped and self.spent + self.reserved + held > self.cap:
+            return None
+        while not self.stopped:
+            hold = self._hold(spec, price, request, default_max_tokens)
+            if hold.probe and spec in self.probing:
+                await self._next_settle()
+                continue
+            if self.spent + self.reserved + hold.cost <= self.cap:
+                self.reserved += hold.cost
+                self.in_flight += 1
+                if hold.probe:
+                    self.probing.add(spec)
+                return hold
             if not self.in_flight:
-                self.stopped = True
+                self.stopped, self.next_worst, self.next_spec = True, hold.cost, spec
                 break
             await self._next_settle()
-        if self.stopped:
-            while self.in_flight:  # the calls already sent are waited for, so their replies are stored
-                await self._next_settle()
-            raise BudgetStop(self)
-        self.reserved += held
-        self.in_flight += 1
-        return held
+        while self.in_flight:  # the calls already sent are waited for, so their replies are stored
+            await self._next_settle()
+        raise BudgetStop(self)
 
-    def settle(self, spec: str, request: Request, held: float, resp: Response | None) -> None:
-        """The call is over: its reservation becomes what it cost."""
-        price = self.price(spec)
-        if price.free:
+    def settle(self, hold: Hold | None, resp: Response | None = None, error_kind: str | None = None, *,
+               sent: bool = True) -> None:
+        """The attempt is over: its reservation becomes what it is counted at. `resp` is its reply (ok or
+        not), `error_kind` its failure where it raised; neither: it was cancelled in flight. An attempt
+        never `sent` (cancelled while it waited for a connection) costs nothing."""
+        if hold is None:
             return
-        self.reserved -= held
+        self.reserved -= hold.cost
         self.in_flight -= 1
-        if resp is not None and resp.ok:
-            est_prompt, est_completion = self.estimate(spec, request)
-            p = resp.prompt_tokens if resp.prompt_tokens is not None else est_prompt
-            c = resp.completion_tokens if resp.completion_tokens is not None else est_completion
-            self.longest[spec] = max(self.longest.get(spec, 0), c)
-            self.spent += price.cost(p, c)
+        if hold.probe:
+            self.probing.discard(hold.spec)
+        kind = resp.error_kind if resp is not None and not resp.ok else error_kind
+        rule, cost = None, 0.0
+        if not sent or kind in UNBILLED:
+            pass
+        elif resp is not None and resp.ok:
+            rule, cost = self._reply_cost(hold, resp)
+        else:
+            rule = {None: "reservation: cancelled in flight", "timeout": "reservation: timed out"}.get(
+                kind, f"reservation: {kind} after sending")
+            cost = hold.cost
+        if rule is not None:
+            self.spent += cost
             self.calls += 1
-        elif resp is None or resp.error_kind == "timeout":  # cancelled or timed out: it may have been worked on
-            self.spent += held
-            self.calls += 1
+            self.priced_by[rule] += 1
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():
                 w.set_result(None)
+
+    def _reply_cost(self, hold: Hold, resp: Response) -> tuple[str, float]:
+        """A reply's rule and cost, and what it teaches about the endpoint's reply lengths."""
+        p, c = resp.prompt_tokens, resp.completion_tokens
+        text_tokens = len(resp.text or "") // CHARS_PER_TOKEN  # the reply's length as the dry run counts it
+        sane = c if c is not None and 0 < c <= MAX_SANE_TOKENS else 0
+        seen = max(sane, text_tokens)
+        self.longest[hold.spec] = max(self.longest.get(hold.spec, 0), seen)
+        n = self.lengths.setdefault(hold.spec, [0, 0])
+        n[0] += 1
+        n[1] += seen
+        if p is None or c is None:
+            return "reservation: no usage reported", hold.cost
+        if p == 0 or (c == 0 and resp.text):
+            return "reservation: usage zero", hold.cost
+        if p > hold.prompt or c > hold.completion:
+            if not hold.bounded and p <= hold.prompt and c <= MAX_SANE_TOKENS:  # a long reply, not a lie
+                self.beyond += self.price(hold.spec).cost(0, c - hold.completion)
+            return "reservation: usage above its bound", hold.cost
+        return USAGE, self.price(hold.spec).cost(p, c)
 
     async def _next_settle(self) -> None:
         w = asyncio.get_running_loop().create_future()
         self._waiters.append(w)
         await w
 
+    def typical_completion(self) -> dict[str, int]:
+        """Per endpoint, the mean reply length seen: what the calls left are estimated at."""
+        return {spec: total // n for spec, (n, total) in self.lengths.items() if n}
+
+    def account(self) -> str:
+        """What was spent and by which rules, in one sentence."""
+        rules = ", ".join(f"{n} at {rule}" for rule, n in self.priced_by.most_common())
+        text = (f"spent ~${self.spent:.4f} on {self.calls} calls in this run ({rules or 'none sent'}; stored calls "
+                f"cost nothing). Each call is counted at the usage its server reported, up to its reservation "
+                f"(prompt: its UTF-8 bytes + {PROMPT_OVERHEAD_MESSAGE} a message + {PROMPT_OVERHEAD_REQUEST}; "
+                f"completion: max_tokens, else twice the longest reply seen, at least {COMPLETION_FLOOR} tokens); "
+                f"usage missing, zero or above that, and any attempt that may have been billed without a reply, "
+                f"at its reservation")
+        if self.beyond > 0:
+            text += (f". Replies without max_tokens longer than their reservation reported beyond it "
+                     f"~${self.beyond:.4f} more, not counted: the bill may be that much higher")
+        return text
+
 
 def stop_message(budget: Budget, spec, run_dir) -> str:
-    """What was spent and what remains, once a run stopped at its cap: the rest is the dry run's plan of
-    the calls not stored yet, priced the same way."""
+    """What was spent, by which rule, and what remains, once a run stopped at its cap: the rest is the dry
+    run's plan of the calls not stored yet, replies with no max_tokens at the mean length seen so far."""
     from .prices import plan_costs, total_cost
     from . import context, prepare
     from .plan import plan
     ctx = context(spec)
     prepared, _ = prepare(spec, ctx)
-    lines = plan_costs(plan(spec, ctx, prepared, run_dir), spec, budget.table)
+    typical = budget.typical_completion()
+    lines = plan_costs(plan(spec, ctx, prepared, run_dir, typical=typical), spec, budget.table)
     left, unpriced = total_cost(lines)
     n_left = sum(line.calls for line in lines)
-    return (f"stopped before --max-cost {budget.cap:.2f} USD would be passed: spent ~${budget.spent:.4f} on "
-            f"{budget.calls} calls in this run (from the tokens the servers reported; stored calls cost nothing); "
-            f"{n_left} calls remain, ~${left:.2f}{'+?' if unpriced else ''} estimated. Every reply so far is "
-            f"stored: rerun the same command to continue (with a higher --max-cost to finish sooner); "
+    seen = "; ".join(f"{s} {t:,} tokens" for s, t in typical.items())
+    return (f"stopped at --max-cost {budget.cap:.2f} USD: {budget.account()}. The next call ({budget.next_spec}) "
+            f"could cost up to ${budget.next_worst:.4f}, more than the ${max(0.0, budget.cap - budget.spent):.4f} "
+            f"left. {n_left} calls remain, ~${left:.2f}{'+?' if unpriced else ''} estimated"
+            f"{f' (replies without max_tokens at the mean length seen: {seen})' if seen else ''}. Every reply so "
+            f"far is stored: rerun the same command to continue (with a higher --max-cost to finish sooner); "
             f"`--dry-run` shows the rest")

@@ -5,8 +5,10 @@ either leaves before every reply received so far is stored."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 
+from .budget import Hold
 from .limiter import AdaptiveLimiter
 from ..models import Model
 from ..redaction import redact_url, scrub
@@ -87,9 +89,12 @@ class Endpoint:
         # Failed attempts of a _DOWN_KINDS kind in a row, with no reply in between (see _note_down).
         self.down_run = 0
         self.answered = False
-        # Requests being answered now, by cache key: two samples can share one request (a robustness
-        # task's clean sample is its base task's own request), and the second waits instead of paying.
-        self.pending: dict[str, asyncio.Future[Response]] = {}
+        # Requests being answered now, by flight key (`flight_key`) -> (the store key it is answered under,
+        # the reply's future). A second identical request waits for the first's reply instead of paying.
+        self.pending: dict[str, tuple[str, asyncio.Future[Response]]] = {}
+        # Whether a reply depends on the request's body alone (not on which sample asks, as a replay file's
+        # does), and the endpoint is one that costs something to ask.
+        self.merges = model.remote and not getattr(model, "answers_by_id", False)
 
     @property
     def width(self) -> int:
@@ -99,18 +104,37 @@ class Endpoint:
     def key(self, request: Request) -> str:
         return request.cache_key(self.model.endpoint)
 
+    def flight_key(self, request: Request, key: str) -> str:
+        """What makes two requests in flight one: the body the endpoint is sent (and its purpose, so a
+        verdict re-asked is never answered by a first ask), where one reply answers both. fairness.support
+        judges its 17 identity variants of a dialogue blind to identity, and a model that answers them alike
+        asks the judge one body 17 times at once (issue 34: 508 of 2,065 judge calls). A request sampled at
+        temperature > 0 without a seed is a draw of its own, and a reply that depends on the sample (a
+        replay file) is the sample's: those share only with the same store key."""
+        if not self.merges:
+            return key
+        params = request.params
+        if params.get("temperature", 1.0) != 0 and params.get("seed") is None:
+            return key
+        return request.body_key(self.model.endpoint)
+
     async def call(self, request: Request, key: str) -> Response:
         if self.offline_only:
             stored = self.store.get_call(key)
             return stored or Response(None, error_kind="not_generated", error="no stored reply in this run")
-        shared = self.pending.get(key)
-        if shared is not None:
-            return await shared
-        budget = self.limits.budget  # --max-cost: the call's estimated cost is reserved before it leaves
-        held = await budget.reserve(self.model.spec, request) if budget is not None else 0.0
+        flight = self.flight_key(request, key)
+        while (first := self.pending.get(flight)) is not None:
+            try:
+                resp = await asyncio.shield(first[1])
+            except asyncio.CancelledError:
+                if first[1].cancelled() and not asyncio.current_task().cancelling():
+                    continue  # the first was cancelled, not this one: it asks itself
+                raise
+            return await self._shared(first[0], request, key, resp)
         # A plain future, not a task per call: the caller does the work itself (one scheduling hop less).
-        fut = self.pending[key] = asyncio.get_running_loop().create_future()
-        resp = None
+        # Registered before anything is awaited, so an identical request arriving meanwhile waits for it.
+        fut = asyncio.get_running_loop().create_future()
+        self.pending[flight] = (key, fut)
         try:
             resp = await self._call(request, key)
         except asyncio.CancelledError:
@@ -119,41 +143,65 @@ class Endpoint:
         except BaseException as e:
             if not fut.done():
                 fut.set_exception(e)
-                fut.exception()  # raised here already; a sharer, if any, raises it too
+                fut.exception()  # raised here already; each waiter raises it too
             raise
         finally:
-            del self.pending[key]
-            if budget is not None:
-                budget.settle(self.model.spec, request, held, resp)
+            del self.pending[flight]
         if not fut.done():
             fut.set_result(resp)
         return resp
+
+    async def _shared(self, first_key: str, request: Request, key: str, resp: Response) -> Response:
+        """An identical request's reply, for the sample `key` names: the same Response for the same key,
+        else a copy stored under `key` (scoring reads each sample's own call, a rerun finds it). The copy
+        carries no token counts: the tokens were paid once, by the call that was sent. An error is stored
+        as the error it is, so it is counted, and retried by the next run, as the first's is."""
+        if first_key == key:
+            return resp
+        own = dataclasses.replace(resp, prompt_tokens=None, completion_tokens=None)
+        await self.writer.add(key, self.model.endpoint, self.purpose, request, own)
+        return own
 
     async def _call(self, request: Request, key: str) -> Response:
         resp = await self._with_retries(request)
         await self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
         return resp
 
-    async def _attempt(self, request: Request, retry: bool = False) -> Response:
+    async def _attempt(self, request: Request, retry: bool = False, hold: Hold | None = None) -> Response:
         """One request to the model. It takes a slot of the limiter for this attempt only: a request
-        waiting to retry must not hold one, or after a 429 the retries alone would keep the pressure on."""
-        limiter = self.limiter
-        if limiter is None:
-            self.writer.flush()
-            return await self.model.generate(request)
-        await limiter.acquire(retry)
+        waiting to retry must not hold one, or after a 429 the retries alone would keep the pressure on.
+        Under --max-cost the attempt has reserved its worst case (`hold`) and settles once over: a reply at
+        its usage, a failure after sending (a timeout, a dropped connection) at its reservation, since the
+        server may have worked on it and billed it (engine/budget.py)."""
+        limiter, budget = self.limiter, self.limits.budget
+        resp = kind = None
+        sent = False
         try:
-            self.writer.flush()  # replies received so far are committed before a new request leaves
-            epoch = limiter.epoch
+            if limiter is not None:
+                await limiter.acquire(retry)
             try:
-                resp = await self.model.generate(request)
-            except ModelError as e:
-                limiter.on_failure(epoch, e)  # 429s and runs of 503s slow the endpoint down
-                raise
-            limiter.on_success(epoch)
-            return resp
-        finally:
-            limiter.release()
+                self.writer.flush()  # replies received so far are committed before a new request leaves
+                epoch = limiter.epoch if limiter is not None else 0
+                sent = True
+                try:
+                    resp = await self.model.generate(request)
+                except ModelError as e:
+                    kind = e.kind
+                    if limiter is not None:
+                        limiter.on_failure(epoch, e)  # 429s and runs of 503s slow the endpoint down
+                    raise
+                except Exception:  # noqa: BLE001 - untyped, after sending: it may have been billed
+                    kind = "other"
+                    raise
+                if limiter is not None:
+                    limiter.on_success(epoch)
+                return resp
+            finally:
+                if limiter is not None:
+                    limiter.release()
+        finally:  # cancelled in flight: neither reply nor kind, counted at the reservation
+            if hold is not None:
+                budget.settle(hold, resp, kind, sent=sent)
 
     def _note_down(self, e: ModelError, final: bool) -> None:
         """Stop the endpoint after `limits.stop_after` failures in a row that say it cannot work. Before
@@ -178,8 +226,10 @@ class Endpoint:
         while True:
             attempt += 1
             self.n_calls += 1
+            budget = self.limits.budget  # --max-cost: BudgetStop here ends the run, never one sample
+            hold = await budget.reserve(self.model.spec, request, self.model.default_max_tokens) if budget else None
             try:
-                resp = await self._attempt(request, retry=attempt > 1)
+                resp = await self._attempt(request, attempt > 1, hold)
                 resp.attempts = attempt
                 self.down_run, self.answered = 0, True
                 return resp

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..scoring.agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, value_kinds
+from ..scoring.agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, unanimous, value_kinds
 from ..judges.rubric import Judged, Verdicts
 from ..scoring.metrics import count, derived_seed
 from ..scoring.results import JudgeAgreement, JudgeValue, PanelResult
@@ -119,7 +119,7 @@ class PanelTally:
         agreement, low = {}, []
         for column in sorted(self.kinds, key=lambda c: (c != primary, c)):
             m = self.matrix(column)
-            if column != primary and np.all(np.nan_to_num(m - m[0]) == 0):
+            if column != primary and unanimous(m):
                 continue  # no two judges give it differently: not the judges' doing (a failure is counted apart)
             level = alpha_level(self.kinds[column])
             alpha, ci = judge_alpha(m, level, seed=derived_seed(seed, f"panel|{label}|{column}"), n_boot=n_boot)

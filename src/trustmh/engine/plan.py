@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.methods import MethodError
-from .prices import completion_tokens
+from .prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
 from .store import Store
 from ..tasks import RunContext
 from .collect import judge_ids as role_endpoints
@@ -53,7 +53,10 @@ def _tokens(messages: list[dict[str, str]]) -> int:
     return sum(len(m.get("content") or "") for m in messages) // CHARS_PER_TOKEN
 
 
-def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path) -> list[PlanRow]:
+def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path, *,
+         typical: dict[str, int] | None = None) -> list[PlanRow]:
+    """`typical`: per model or judge spec, the completion tokens a reply to a request with no max_tokens is
+    estimated at (a stopped --max-cost run passes the mean length it saw; default DEFAULT_COMPLETION_TOKENS)."""
     db = run_dir / "store.sqlite"
     store = Store(db) if db.is_file() else None  # an absent run directory is not created by a dry run
     # The LLM judges by rubric role (the classifier's calls are local and free: not counted).
@@ -71,7 +74,7 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
                 if p.not_run:
                     rows.append(PlanRow(p.task.id, model_spec, 0, 0, 0, 0, 0, f"not run: {p.not_run}"))
                     continue
-                row = _task_row(spec, ctx, p, model_spec, model_id, judge_ids, store, seen)
+                row = _task_row(spec, ctx, p, model_spec, model_id, judge_ids, store, seen, typical or {})
                 if scale != 1.0:
                     for name in ("samples", "model_calls", "model_tokens", "judge_calls", "judge_tokens",
                                  "model_completion"):
@@ -106,7 +109,8 @@ def sampled(p: Prepared, ctx: RunContext, max_items: int = PLAN_ITEMS) -> tuple[
 
 
 def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, model_id: str,
-              judge_ids: dict[str, list[tuple[str, str]]], store: Store | None, seen: set[str]) -> PlanRow:
+              judge_ids: dict[str, list[tuple[str, str]]], store: Store | None, seen: set[str],
+              typical: dict[str, int]) -> PlanRow:
     reqs = [generation_request(s, spec, model_spec) for s in p.samples]
     keys = [r.cache_key(model_id) for r in reqs]
     stored = store.ok_keys(keys) if store is not None else set()
@@ -116,12 +120,13 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             seen.add(key)
             row.model_calls += 1
             row.model_tokens += _tokens(req.messages)
-            row.model_completion += completion_tokens(req.params)
+            row.model_completion += completion_tokens(req.params, typical.get(model_spec, DEFAULT_COMPLETION_TOKENS))
     method = p.task.method(ctx)
     llm = {r.name: r for r in method.active_rubrics(ctx) if r.role in judge_ids}
     if not llm:
         return row
     exact_params = {name: method.judge_params(r, ctx) for name, r in llm.items()}  # per rubric, not per sample
+    judge_specs = {"llm": spec.judge, "proxy": spec.options.get("proxy_judge")}
     for sample, key in zip(p.samples, keys):
         reply = store.get_call(key) if key in stored else None
         # A reply not there yet stands in as a placeholder (tasks skip judging an empty reply), so the judge
@@ -132,6 +137,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
                 continue
             jreq = judge_request(sample, messages, spec, name, exact_params[name])
             for label, endpoint in judge_ids[llm[name].role]:  # every judge of a panel is asked
+                judge = label.partition("|")[2] or judge_specs.get(label)
                 jkey = jreq.cache_key(endpoint)
                 if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
                     continue
@@ -141,5 +147,5 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
                 by_role = row.by_role.setdefault(label, [0, 0, 0])
                 by_role[0] += 1
                 by_role[1] += _tokens(messages)
-                by_role[2] += completion_tokens(jreq.params)
+                by_role[2] += completion_tokens(jreq.params, typical.get(judge or "", DEFAULT_COMPLETION_TOKENS))
     return row

@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 from ..data.loaders import file_sha256
 from ..data.methods import MethodError
 from ..errors import UserError
+from .requests import own_system_message
 from .store import Store, sample_row
 from ..tasks import RunContext, Task, resolve_tasks
 from ..types import Item, Sample
@@ -48,11 +49,16 @@ class Prepared:
             self.pending = None
         else:
             try:
-                self.samples.extend(self.task.method(ctx).samples(item, ctx))
+                samples = self.task.method(ctx).samples(item, ctx)
+                refused = own_system_message(self.task.id, samples, ctx)
+                if refused:
+                    raise MethodError(refused)
+                self.samples.extend(samples)
                 self.n_built += 1
             except MethodError as e:
-                # The paper's protocol without its method file (or with an altered one): this task does not
-                # run, and says why; there is no fall-back to other text.
+                # The paper's protocol without its method file (or with an altered one), or its request with
+                # a system message of its own under --system-prompt: this task does not run, and says why;
+                # there is no fall-back to other text.
                 self.samples, self.not_run, self.pending, built = [], str(e), None, False
         if self.on_built is not None:
             self.on_built()

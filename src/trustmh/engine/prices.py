@@ -133,13 +133,13 @@ def prompt_tokens(messages: Iterable[dict[str, Any]]) -> int:
     return sum(len(m.get("content") or "") for m in messages if isinstance(m, dict)) // CHARS_PER_TOKEN
 
 
-def completion_tokens(params: dict[str, Any]) -> int:
-    """A reply's estimated length: at most the request's max_tokens when set, else the default."""
+def completion_tokens(params: dict[str, Any], default: int = DEFAULT_COMPLETION_TOKENS) -> int:
+    """A reply's estimated length: at most the request's max_tokens when set, else `default`."""
     for key in ("max_tokens", "max_completion_tokens", "max_new_tokens"):
         v = params.get(key)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
-    return DEFAULT_COMPLETION_TOKENS
+    return default
 
 
 @dataclass

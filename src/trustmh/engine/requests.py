@@ -14,21 +14,40 @@ JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 512}
 
 
 def generation_request(sample: Sample, spec: RunSpec, model: str = "") -> Request:
-    """What `model` (its spec, e.g. "openai/Qwen3-8B") is sent for `sample`."""
+    """What `model` (its spec, e.g. "openai/Qwen3-8B") is sent for `sample`: the task's messages, after the
+    run's --system-prompt when it has one (the deployed assistant's own, first, as a deployment sends it)."""
+    system = spec.options.get("system_prompt")
     if sample.exact_params:  # the paper's settings, exactly as its code sends them
         params = dict(sample.params)
         if spec.max_tokens is not None:
             params["max_tokens"] = spec.max_tokens
-        return Request(_for_model(sample, model), params, sample.request_task or sample.task, sample.item.id,
-                       sample.variant, "generate", sample.choices)
+        return Request(_with_system(system, _for_model(sample, model)), params, sample.request_task or sample.task,
+                       sample.item.id, sample.variant, "generate", sample.choices)
     params = dict(DEFAULT_PARAMS)
     params["temperature"] = spec.temperature
     params.update(sample.params)
     if spec.max_tokens is not None:
         params["max_tokens"] = spec.max_tokens
     params["seed"] = spec.seed
-    return Request(sample.messages, params, sample.request_task or sample.task, sample.item.id, sample.variant,
+    return Request(_with_system(system, sample.messages), params, sample.request_task or sample.task, sample.item.id, sample.variant,
                    "generate", sample.choices)
+
+
+def _with_system(system: str | None, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{"role": "system", "content": system}, *messages] if system else messages
+
+
+def own_system_message(task_id: str, samples: list[Sample], ctx) -> str | None:
+    """Why a task cannot take the run's --system-prompt, or None: under the paper's protocol a request that
+    carries a system message of its own (EmoBench's) would no longer be the paper's request with a second
+    one before it, so the task is not run. Under trustmh's protocol the run's comes first, the task's after."""
+    if not ctx.options.get("system_prompt") or ctx.protocol != "paper":
+        return None
+    if any(m.get("role") == "system" for s in samples for m in s.messages):
+        return (f"--system-prompt refused: under --protocol paper {task_id}'s request carries a system message "
+                f"of its own, and a second one would change the paper's request (run it without "
+                f"--system-prompt, or under --protocol trustmh)")
+    return None
 
 
 def _for_model(sample: Sample, model: str) -> list[dict[str, str]]:

@@ -29,17 +29,18 @@ def _open_lock(path: Path):
 
 
 @contextlib.contextmanager
-def run_lock(run_dir: Path):
+def run_lock(run_dir: Path, name: str = "run.lock", busy: str | None = None):
     """One process per run directory: a second `trustmh run` on it refuses instead of interleaving. The
-    lock file is removed when the run ends (a killed run leaves it: it marks the folder as a run's)."""
-    path = run_dir / "run.lock"
+    lock file is removed when the run ends (a killed run leaves it: it marks the folder as a run's).
+    Another `name` is another lock (`trustmh annotate` holds annotate.lock while it serves)."""
+    path = run_dir / name
     while True:
         fh = _open_lock(path)
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.close()
-            raise UserError(f"another trustmh process is using {run_dir}; wait for it or pass a different --out")
+            raise UserError(busy or f"another trustmh process is using {run_dir}; wait for it or pass a different --out")
         try:
             current = os.fstat(fh.fileno()).st_ino == path.stat().st_ino
         except FileNotFoundError:
@@ -56,7 +57,7 @@ def run_lock(run_dir: Path):
 
 
 # Temp files a killed writer leaves behind: NAME.<8 hex>.tmp from _replacing, NAME.tmp from older writers.
-_TEMP = re.compile(r"^(results\.json|samples\.jsonl|report\.html)(\.[0-9a-f]{8})?\.tmp$")
+_TEMP = re.compile(r"^(results\.json|samples\.jsonl|report\.html|annotation\.json)(\.[0-9a-f]{8})?\.tmp$")
 STALE_TEMP_S = 600  # `trustmh report` writes report.html without the lock: never sweep a fresh one
 
 
@@ -137,7 +138,7 @@ def copy_run(src: Path, dest: Path) -> Path:
 
 # The files that make up a run: `report -o` / `compare --html` may never name one (they hold paid replies).
 RUN_FILES = ("store.sqlite", "store.sqlite-wal", "store.sqlite-shm", "store.sqlite-journal", "results.json",
-             "samples.jsonl", "run.lock")
+             "samples.jsonl", "run.lock", "annotation.json")
 _OPEN_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 

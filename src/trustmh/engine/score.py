@@ -224,6 +224,12 @@ SAMPLE_BANNER = ("SAMPLE SUITE: a few built-in items per task, to try trustmh ou
                  "results (run `trustmh data pull`, then `trustmh run --suite data`)")
 
 
+def on_sample_data(kind: str, prepared: list[Prepared]) -> bool:
+    """Whether a run's numbers rest on the sample suite's items: a task that ran read its files. Tasks with
+    items of their own (a plugin's, built in) are not a try-out of the sample suite, and carry no banner."""
+    return kind == "sample" and any(p.task.files and not p.not_run for p in prepared)
+
+
 def finalize(run_dir: Path, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], store: Store,
              checksums: dict[str, str], *, accept_stored: bool = False, events: EventSink = ignore) -> RunResults:
     """Phase 2: stream every sample through its task's scorer; write samples.jsonl and results.json."""
@@ -403,7 +409,7 @@ class Phase2:
             spec=published, data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
             versions=versions(spec), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                                             "method": "percentile, resampling items (scenarios for leakage)"},
-            models=models, notes=notes, banner=SAMPLE_BANNER if data.kind == "sample" else None)
+            models=models, notes=notes, banner=SAMPLE_BANNER if on_sample_data(data.kind, self.prepared) else None)
 
 
 def _run(steps: Generator[None, None, TaskResult]) -> TaskResult:

@@ -66,6 +66,9 @@ class RunSpec:
         if self.max_tokens is not None and self.max_tokens < 1:
             raise UserError("--max-tokens must be at least 1")
         check_temperature(self.temperature, self.models)
+        system = self.options.get("system_prompt")
+        if system is not None and not (isinstance(system, str) and system.strip()):
+            raise UserError("options.system_prompt must be a non-empty string (the tested models' system prompt)")
         panel = self.options.get("panel_judges")  # a judge panel's other judges (engine/judges.py)
         if panel is not None and not (isinstance(panel, list) and all(
                 isinstance(j, dict) and isinstance(j.get("judge"), str) and isinstance(j.get("base_url"), (str, type(None)))
@@ -172,6 +175,25 @@ class Limits:
     # Stop an endpoint after this many connection failures or 404s in a row (0: never); see Endpoint.
     stop_after: int = 5
     budget: Any = None  # --max-cost: an engine.budget.Budget every endpoint reserves each call's cost from
+
+
+def describe_limit(limit: int, samples: int, several: dict[str, tuple[int, int]] | None = None) -> str:
+    """What `--limit N` took, in items and in samples (one model's): the words every view of a limited run
+    uses. `several`: task -> (items, samples) for the tasks whose items make more than one sample each."""
+    why = ""
+    if several:
+        why = " (" + ", ".join(f"{t}: {s:,} from {i:,}" for t, (i, s) in several.items()) + ")"
+    return (f"--limit {limit}: the first {limit:,} items of each task, {samples:,} samples per model; an item makes "
+            f"several samples where a task asks it several ways{why}")
+
+
+def limited_banner(results) -> str:
+    """A --limit run's banner (terminal and report alike): what it took, in items and samples, or ""."""
+    limit = results.spec.get("limit")
+    if not limit or not results.models:
+        return ""
+    samples = max(sum(t.n_samples for t in mr.tasks.values()) for mr in results.models.values())
+    return f"SUBSET: {describe_limit(limit, samples)}: not the benchmark's numbers, and their intervals are wide"
 
 
 def data_source(spec: RunSpec) -> DataSource:

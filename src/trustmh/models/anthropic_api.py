@@ -27,6 +27,8 @@ def unsendable_params() -> tuple[str, ...]:
 
 
 class AnthropicModel(Model):
+    default_max_tokens = 1024  # the Messages API requires one
+
     def __init__(self, spec: str, name: str, *, api_key: str, base_url: str | None, timeout: float):
         super().__init__(spec)
         self.name = name
@@ -41,7 +43,7 @@ class AnthropicModel(Model):
         p = request.params
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
         messages = [m for m in request.messages if m["role"] != "system"]
-        kwargs = {"model": self.name, "messages": messages, "max_tokens": p.get("max_tokens") or 1024}
+        kwargs = {"model": self.name, "messages": messages, "max_tokens": p.get("max_tokens") or self.default_max_tokens}
         if system:
             kwargs["system"] = system
         # Sent only where the installed SDK still has them (see unsendable_params). The requested values

@@ -67,6 +67,9 @@ class Model:
     answers_by_id: ClassVar[bool] = False
 
     base_url: str | None = None  # where it is asked; make_model sets it
+    # The max_tokens the backend sends when a request names none (None: it sends none, and the server's own
+    # limit applies): --max-cost reserves a reply's worst case by it (engine/budget.py).
+    default_max_tokens: ClassVar[int | None] = None
 
     def __init__(self, spec: str):
         self.spec = spec

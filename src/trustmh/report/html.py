@@ -21,13 +21,15 @@ import jinja2
 from markupsafe import Markup
 
 from ..analysis.compare import Comparison
+from ..analysis.compare_format import title as cmp_title
 from ..analysis.runs import Run, entries, load_run
 from .addressed import judge_addressed_rows
 from .panel import panel_rows
 from .breakdowns import group_scale, task_groups
 from .charts import PALETTE, radar_svg, whisker_svg
 from .drilldown import MAX_BYTES, PER_TASK, SampleSet, collect_samples
-from .leaderboard import leaderboard, rank_table, task_meta
+from .leaderboard import leaderboard, task_meta
+from .ranks import rank_grid, rank_table, rank_text, score_text
 
 HERE = Path(__file__).parent
 
@@ -41,7 +43,8 @@ def fmt(v: float | None, digits: int = 3) -> str:
 def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, page_size: int = 50,
              paired: bool = True, n_boot: int = 200, max_samples: int = 50_000,
              include_samples: bool = True, groups: dict[str, str] | None = None, progress=None,
-             per_task: int = PER_TASK, max_bytes: int = MAX_BYTES) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
+             per_task: int = PER_TASK, max_bytes: int = MAX_BYTES,
+             ties: str | None = None) -> tuple[dict[str, Any], SampleSet, dict[str, Any]]:
     """The page's context without its sample JSON block, the drill-down (spooled), and the block's head.
     The drill-down keeps the worst `per_task` samples of each model and task within `max_bytes` of page
     JSON; `progress(done, total, label)` is told of each paired comparison and of how far reading the
@@ -54,7 +57,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     pillars = [p for p in PILLARS if p in seen_pillars] + [p for p in seen_pillars if p not in PILLARS]
     task_ids = [t for p in pillars for t in metas if metas[t].pillar == p]
     board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot, progress=progress)
-    ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group})
+    ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties)
     colors = [PALETTE[i % len(PALETTE)] for i in range(len(ents))]
     axes = list(PILLARS) + [p for p in pillars if p not in PILLARS]
     radar = radar_svg(axes, [(e.label, colors[i], [board.cells[(i, p)].score if p in pillars else None for p in axes],
@@ -78,9 +81,10 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "css": Markup((HERE / "report.css").read_text(encoding="utf-8")),
         "js": Markup("".join((HERE / f).read_text(encoding="utf-8") for f in ("dom.js", "report.js"))),
         "fmt": fmt, "whisker": whisker_svg, "group_scale": group_scale, "paired": paired,
-        "ranks": ranks, "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
+        "ranks": ranks, "rank_grid": rank_grid, "rank_text": rank_text, "score_text": score_text,
+        "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
-        "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents),
+        "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents), "cmp_title": cmp_title,
     }, ss, head
 
 
@@ -92,7 +96,7 @@ def run_header(run: Run) -> dict[str, str]:
                                                  if spec.get("judge", "rules") == "rules" else "")]
     judges += [f"{k.replace('_', ' ')} {opts[k]}" for k in ("proxy_judge", "refusal_classifier") if opts.get(k)]
     limit = spec.get("limit")
-    from ..engine.spec import stored_protocol
+    from ..engine.spec import limited_banner, stored_protocol
     protocol = stored_protocol(spec) or "trustmh"
     return {
         "protocol": ("the paper's (prompts and scoring read from the authors' files)" if protocol == "paper"
@@ -101,8 +105,7 @@ def run_header(run: Run) -> dict[str, str]:
         "data": f"{res.data.get('kind', '–')} ({len(res.data.get('sha256') or {})} files checked by sha256)",
         "subset": (f"tasks: {spec.get('tasks', 'all')}; "
                    + (f"the first {limit} items of each task (--limit)" if limit else "every item")),
-        "limited": (f"SUBSET: --limit {limit} keeps {limit} items per task, so these numbers are not the benchmark's "
-                    f"and their intervals are wide" if limit else ""),
+        "limited": limited_banner(res),
     }
 
 

@@ -35,6 +35,8 @@ verdict reads the paired bootstrap interval of judge &minus; ceiling: <b>below</
 <td>{{ cell(v.diff, v.diff_ci) }}</td>
 <td class="{{ 'warn' if v.verdict == below else ('good' if v.verdict == within else 'note') }}">{{ v.verdict }}</td></tr>
 {% endfor %}
+{% if c.bias is defined and c.bias %}<tr><td>bias (judge &minus; human)</td><td>{{ cell(c.bias.value, c.bias.ci) }}</td>
+<td colspan="3" class="note">the judge's mean difference from a person on this scale: above 0 it rates higher</td></tr>{% endif %}
 </table></div>
 {% endfor %}
 </section>

@@ -13,7 +13,7 @@ a rank among an incomplete set is marked."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 from ..analysis.compare import Comparison, compare
 from ..analysis.runs import Entry, read_rows
@@ -60,11 +60,6 @@ def task_meta(entries_: list[Entry]) -> dict[str, TaskMeta]:
     return out
 
 
-TIE_RULE = ("rank 1 = best; equal trust scores (to 0.01) share the best rank and the next rank skips (1, 2, 2, 4) — "
-            "the paper repeats ranks too, its tie rule is unknown; a score measured on fewer tasks than the paper's "
-            "is ranked only among models measured on the same tasks, and marked")
-
-
 @dataclass
 class Cell:
     score: float | None
@@ -74,6 +69,7 @@ class Cell:
     partial: str = ""  # what a pillar or overall score rests on when it is fewer rows/pillars than the paper's
     coverage: tuple[str, ...] = ()  # the tasks the score rests on: only equal coverages are ranked together
     apart: str = ""  # set when ranked only among models of an incomplete coverage
+    broken: str = ""  # rank table, --ties paper: set when a tie was broken, saying by what
 
 
 @dataclass
@@ -89,10 +85,10 @@ def competition_ranks(scores: list[float]) -> list[int]:
     return [1 + sum(o > s for o in scores) for s in scores]
 
 
-def rank_apart(cells: list[Cell], complete: Iterable[str]) -> list[list[int]]:
-    """Rank cells with a score among those of the same coverage; the groups (lists of positions) in display
-    order: the complete coverage first, then larger coverages before smaller. A cell ranked in a group that
-    is not complete gets `apart` saying so."""
+def rank_apart(cells: list[Cell], complete: Iterable[str], keys: list[float] | None = None) -> list[list[int]]:
+    """Rank cells with a score among those of the same coverage, by score or by `keys` (one per cell, higher
+    is better); the groups (lists of positions) in display order: the complete coverage first, then larger
+    coverages before smaller. A cell ranked in a group that is not complete gets `apart` saying so."""
     complete = tuple(sorted(complete))
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, c in enumerate(cells):
@@ -100,7 +96,7 @@ def rank_apart(cells: list[Cell], complete: Iterable[str]) -> list[list[int]]:
             groups.setdefault(tuple(sorted(c.coverage)), []).append(i)
     ordered = sorted(groups.items(), key=lambda kv: (kv[0] != complete, -len(kv[0]), kv[0]))
     for cov, members in ordered:
-        ranks = competition_ranks([cells[i].score for i in members])
+        ranks = competition_ranks([cells[i].score if keys is None else keys[i] for i in members])
         for i, r in zip(members, ranks):
             cells[i].rank = r
             if cov != complete:
@@ -126,7 +122,7 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
             if pr is None or pr.trust_score is None:
                 board.cells[(i, p)] = Cell(None, None)
                 continue
-            cover += _measured(pr)
+            cover += _measured(pr) if p in PAPER_PILLARS else ()  # a pillar of one's own is not in the overall
             board.cells[(i, p)] = Cell(pr.trust_score, pr.ci, coverage=_measured(pr), partial=(
                 f"partial: {pr.n_rows_measured} of the paper's {pr.n_rows} rows" if pr.partial else ""))
         r = e.result
@@ -151,8 +147,12 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
         return pair_cache[(i, j)]
 
     every = {p: [t for ts in rows.values() for t in ts] for p, rows in PAPER_PILLARS.items()}
+    for p in pillars:  # a pillar of one's own tasks: complete with every task of it that some model ran
+        if p not in every:
+            every[p] = sorted({t for e in ents for t in (e.result.pillars[p].tasks if p in e.result.pillars else ())})
+    paper_tasks = [t for p in PAPER_PILLARS for t in every[p]]
     for col in board.columns:
-        complete = [t for ts in every.values() for t in ts] if col == "overall" else every.get(col, [])
+        complete = paper_tasks if col == "overall" else every.get(col, [])
         cells = [board.cells[(i, col)] for i in range(len(ents))]
         ranked_groups = rank_apart(cells, complete)
         for ranked in ranked_groups:
@@ -171,114 +171,3 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
             board.order = [i for g in ranked_groups for i in g]
     board.order += [i for i in range(len(ents)) if i not in board.order]  # no overall score: last, in order
     return board
-
-
-# --------------------------------------------------------------------------------------------------
-# The paper's rank table: subtask rows x models
-
-@dataclass
-class RankRow:
-    pillar: str
-    row: str  # the paper's subtask label, or a task id beyond the paper
-    cells: list[Cell]  # one per entry, in entry order
-    beyond: bool = False
-
-
-@dataclass
-class RankTable:
-    rows: list[RankRow]
-    columns: list[int]  # entry indices in display order: by group, then by the overall ordering
-    groups: list[tuple[str, int]]  # (group label, number of columns), in display order; [] without groups
-    labels: list[str]
-    tie_rule: str = TIE_RULE
-
-
-def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = None) -> RankTable:
-    """The paper's 19 subtask rows in its pillar order (then tasks beyond the paper), one column per model
-    in the overall ordering, grouped by `groups` (entry label -> group, e.g. general / mental-health) when
-    given; each cell the row's trust score and its rank among the models measured on the same tasks."""
-    from ..scoring.pillars import PAPER_PILLARS, PAPER_TASKS
-    rows: list[RankRow] = []
-    for pillar, paper_rows in PAPER_PILLARS.items():
-        for row, members in paper_rows.items():
-            cells = []
-            for e in ents:
-                pr = e.result.pillars.get(pillar)
-                got = (pr.rows.get(row) or {}) if pr else {}
-                cells.append(Cell(got.get("trust_score"), None, coverage=tuple(got.get("measured", ()))))
-            if any(c.score is not None for c in cells):
-                rank_apart(cells, members)
-                rows.append(RankRow(pillar, row, cells))
-    beyond = sorted({t for e in ents for t in e.result.tasks if t not in PAPER_TASKS})
-    for tid in beyond:
-        cells = [Cell(getattr(e.result.tasks.get(tid), "trust_score", None), None, coverage=(tid,)) for e in ents]
-        if any(c.score is not None for c in cells):
-            rank_apart(cells, (tid,))
-            pillar = next(e.result.tasks[tid].pillar for e in ents if tid in e.result.tasks)
-            rows.append(RankRow(pillar, tid, cells, True))
-    groups = groups or {}
-    names = list(dict.fromkeys(groups.get(ents[i].label, "") for i in board.order)) if groups else []
-    columns = [i for g in names for i in board.order if groups.get(ents[i].label, "") == g] if names \
-        else list(board.order)
-    spans = [(g or "other", sum(groups.get(ents[i].label, "") == g for i in columns)) for g in names]
-    return RankTable(rows, columns, spans, [e.label for e in ents])
-
-
-def rank_records(table: RankTable) -> list[dict[str, Any]]:
-    """One record per (row, model): what the CSV holds."""
-    out = []
-    group_of = {}
-    k = 0
-    for g, n in table.groups:
-        for i in table.columns[k:k + n]:
-            group_of[i] = g
-        k += n
-    for r in table.rows:
-        for i in table.columns:
-            c = r.cells[i]
-            out.append({"pillar": r.pillar, "row": r.row, "model": table.labels[i], "group": group_of.get(i, ""),
-                        "trust_score": c.score, "rank": c.rank, "ranked_apart": c.apart})
-    return out
-
-
-def rank_csv(table: RankTable) -> str:
-    import csv
-    import io
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["pillar", "row", "model", "group", "trust_score", "rank", "ranked_apart"],
-                       lineterminator="\n")
-    w.writeheader()
-    w.writerows(rank_records(table))
-    return buf.getvalue()
-
-
-def rank_markdown(table: RankTable) -> str:
-    """The rank table as the paper draws it: rows by pillar, one column per model, rank (trust score) in each
-    cell; a rank among an incomplete set of tasks carries a *."""
-    labels = [table.labels[i].replace("|", "/") for i in table.columns]
-    lines = []
-    if table.groups:
-        lines.append("groups: " + "; ".join(f"{g}: {', '.join(labels[k:k + n])}" for (g, n), k in
-                                             zip(table.groups, _starts(table.groups))))
-        lines.append("")
-    lines += ["| pillar | subtask | " + " | ".join(labels) + " |", "|---|---|" + "---:|" * len(labels)]
-    last = None
-    for r in table.rows:
-        cells = []
-        for i in table.columns:
-            c = r.cells[i]
-            cells.append("–" if c.rank is None else f"{c.rank}{'*' if c.apart else ''} ({c.score:.1f})")
-        lines.append(f"| {r.pillar if r.pillar != last else ''} | {r.row}{' (beyond the paper)' if r.beyond else ''} | "
-                     + " | ".join(cells) + " |")
-        last = r.pillar
-    lines += ["", f"Ranks: {table.tie_rule}. In brackets: the row's 0–100 trust score (trustmh's mapping of each "
-                  f"task's metric). *: ranked apart."]
-    return "\n".join(lines) + "\n"
-
-
-def _starts(groups: list[tuple[str, int]]) -> list[int]:
-    out, k = [], 0
-    for _, n in groups:
-        out.append(k)
-        k += n
-    return out

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -31,6 +30,7 @@ from ..analysis.runs import Run, entries
 from ..errors import UserError
 from .drilldown import _Row, _sort_keys, _worst_first, page_prompt, page_row, row_status
 from .leaderboard import task_meta
+from .local_server import LocalHandler, bind
 
 HERE = Path(__file__).parent
 MAX_LINE = 16 * 1024 * 1024  # a sample's line in samples.jsonl; longer ones are left out, counted
@@ -194,37 +194,10 @@ def _summary(idx: Index, i: int, rec: dict[str, Any]) -> dict[str, Any]:
             "v": str(rec.get("variant") or "")[:200], "preview": str(text)[:160]}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LocalHandler):
     server_version = "trustmh-view"
     index: Index
     page: bytes
-    nonce: str
-    allowed_hosts: set[str]
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: the terminal shows the URL only
-        pass
-
-    def _send(self, code: int, body: bytes, ctype: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("Referrer-Policy", "no-referrer")
-        self.send_header("Content-Security-Policy",
-                         f"default-src 'none'; script-src 'nonce-{self.nonce}'; style-src 'unsafe-inline'; "
-                         f"connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
-                         f"frame-ancestors 'none'")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-
-    def _json(self, obj: Any, code: int = 200) -> None:
-        self._send(code, json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str).encode("ascii"),
-                   "application/json; charset=utf-8")
-
-    def _refuse(self, code: int, why: str) -> None:
-        self._json({"error": why}, code)
 
     def do_POST(self) -> None:  # noqa: N802 - read-only
         self._refuse(405, "read-only")
@@ -235,7 +208,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.do_GET()
 
     def do_GET(self) -> None:  # noqa: N802
-        if self.headers.get("Host", "") not in self.allowed_hosts:
+        if not self.host_ok():
             return self._refuse(403, "this viewer answers its own address only")
         url = urlsplit(self.path)
         try:
@@ -322,14 +295,7 @@ def _page(nonce: str) -> bytes:
 
 def make_server(runs: list[Run], port: int = 0) -> ThreadingHTTPServer:
     """The viewer's server on 127.0.0.1:`port` (0: any free port), not yet serving."""
-    idx = build_index(runs)
-    nonce = secrets.token_urlsafe(18)
-    handler = type("Handler", (_Handler,), {"index": idx, "nonce": nonce, "page": _page(nonce)})
-    try:
-        server = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    except OSError as e:
-        raise UserError(f"cannot listen on 127.0.0.1:{port} ({e.strerror}); pick another --port") from None
-    server.daemon_threads = True
-    bound = server.server_address[1]
-    handler.allowed_hosts = {f"127.0.0.1:{bound}", f"localhost:{bound}"}
+    handler = type("Handler", (_Handler,), {"index": build_index(runs)})
+    server = bind(handler, port)
+    handler.page = _page(handler.nonce)
     return server

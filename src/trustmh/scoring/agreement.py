@@ -77,16 +77,23 @@ def _mean_defined(values: list[float]) -> float:
     return float(np.mean(kept)) if kept else math.nan
 
 
+def _bias(judge: np.ndarray, human: np.ndarray) -> float:
+    """Mean of judge - human over the items both rated: how far the judge rates above (or below) a person."""
+    ok = ~(np.isnan(judge) | np.isnan(human))
+    return float((judge[ok] - human[ok]).mean()) if ok.any() else math.nan
+
+
 def judge_and_ceiling(table: Table, raters: list[str], scale: tuple[int, ...]) -> dict[str, float]:
     """`judge.<stat>` (the judge column against each rater, averaged), `ceiling.<stat>` (each rater
-    against the others, averaged over raters) and `diff.<stat>` = judge - ceiling, for one criterion.
+    against the others, averaged over raters) and `diff.<stat>` = judge - ceiling, for one criterion; and
+    `judge.bias`, the judge's mean difference from each rater, averaged.
 
     A pair that shares too few rows to give a statistic is left out of its average, never counted as 0."""
     judge = table.col("judge")
     cols = {r: table.col(f"rater:{r}") for r in raters}
     vs_judge = [pair_stats(judge, cols[r], scale) for r in raters]
     pairs = {(r, o): pair_stats(cols[r], cols[o], scale) for i, r in enumerate(raters) for o in raters[i + 1:]}
-    out: dict[str, float] = {}
+    out: dict[str, float] = {"judge.bias": _mean_defined([_bias(judge, cols[r]) for r in raters])}
     for s in STATS:
         out[f"judge.{s}"] = _mean_defined([p[s] for p in vs_judge])
         # each rater's leave-one-out value: its mean agreement with every other rater
@@ -166,6 +173,9 @@ def agreement_task_result(ca: CriterionAgreement, n_rated: int, failed: collecti
     metrics = {f"{who}.{s}": MetricValue(value=None if math.isnan(v := ca.values[f"{who}.{s}"]) else v,
                                          ci=ca.cis.get(f"{who}.{s}"), n=ca.n_items)
                for who in ("judge", "ceiling", "diff") for s in STATS}
+    bias = ca.values.get("judge.bias", math.nan)
+    metrics["judge.bias"] = MetricValue(value=None if math.isnan(bias) else bias, ci=ca.cis.get("judge.bias"),
+                                        n=ca.n_items)
     head = metrics["judge.icc_a1"]
     return TaskResult(task=f"validate_judge.{ca.criterion}", pillar="judge", status="ok", metric="judge.icc_a1",
                       value=head.value, ci=head.ci, higher_is_better=True, n=ca.n_items, n_samples=n_rated,
@@ -183,7 +193,9 @@ def agreement_json(ca_list: list[CriterionAgreement], **about: Any) -> dict[str,
         return None if math.isnan(v) else v
 
     return {**about, "criteria": [
-        {"criterion": ca.criterion, "n_items": ca.n_items, "raters": ca.raters, "statistics": {
+        {"criterion": ca.criterion, "n_items": ca.n_items, "raters": ca.raters,
+         "bias": {"value": num(ca.values.get("judge.bias", math.nan)), "ci": ca.cis.get("judge.bias")},
+         "statistics": {
             s: {**{w: num(ca.values[f"{w}.{s}"]) for w in ("judge", "ceiling", "diff")},
                 **{f"{w}_ci": ca.cis.get(f"{w}.{s}") for w in ("judge", "ceiling", "diff")},
                 "verdict": ca.verdicts[s]} for s in STATS}} for ca in ca_list]}
@@ -244,13 +256,24 @@ def alpha_level(kind: str) -> str:
     return "nominal" if kind == "label" else "interval"
 
 
+def unanimous(matrix: np.ndarray) -> bool:
+    """Whether the judges (rows) give one value on every sample (column) where two or more gave a usable
+    verdict (NaN: none); a verdict that is missing is missing, never agreement or disagreement."""
+    m = np.asarray(matrix, dtype=float)
+    shared = m[:, (~np.isnan(m)).sum(axis=0) >= 2]
+    return bool(np.array_equal(np.nanmin(shared, axis=0), np.nanmax(shared, axis=0))) if shared.size else True
+
+
 def judge_alpha(matrix: np.ndarray, level: str, *, seed: int, n_boot: int) -> tuple[float, tuple[float, float] | None]:
     """Krippendorff's alpha of a judges x samples matrix (NaN: no usable verdict) and its percentile
-    bootstrap interval over samples (None when too few resamples are defined). 1.0 with no interval when
-    every judge gives every sample the same value: nothing there depends on the judge."""
+    bootstrap interval over samples (None when too few resamples are defined), over the verdicts that
+    exist: a sample with fewer than two usable verdicts pairs with nothing and counts for nothing, and with
+    no sample that has two there is no alpha (NaN), never agreement. 1.0 with no interval when the judges
+    give each such sample one value: nothing there depends on the judge. The judges' order changes nothing."""
     m = np.asarray(matrix, dtype=float)
-    finite = m[~np.isnan(m)]
-    if finite.size and np.all(np.nan_to_num(m - m[0], nan=0.0) == 0):
+    if not ((~np.isnan(m)).sum(axis=0) >= 2).any():
+        return math.nan, None
+    if unanimous(m):
         return 1.0, None
     alpha = krippendorff_alpha(m, level)
     if n_boot <= 0 or m.shape[1] < 2 or math.isnan(alpha):

@@ -2,8 +2,10 @@
 
 The grouping is the paper's (PAPER_PROTOCOL.md §1, from its rank figure): 19 subtask rows in 8 pillars,
 privacy's Awareness row formed by the three awareness tiers. Tasks the paper does not have
-(`safety.over_refusal`, `robustness.crisis`, anything user-defined) are reported in a separate
-"beyond the paper" group and never enter a paper pillar. The paper publishes per-subtask ranks only, so
+(`safety.over_refusal`, `robustness.crisis`) are reported in a separate "beyond the paper" group and never
+enter a paper pillar. A task of one's own (a plugin) that names a pillar of its own (`pillar = "mine"`) forms
+that pillar, a row per task, reported beside the paper's and never part of the overall score, which stays
+the paper's eight. The paper publishes per-subtask ranks only, so
 every pillar and overall number here is trustmh's own aggregation, and says so (`AGGREGATION`).
 
 Report, compare and gate read what this module wrote into results.json; compare reuses `combine` on its
@@ -282,6 +284,23 @@ def _interval(score: float, ses: list[float | None]) -> tuple[float, float] | No
     return round(max(0.0, score - half), 2), round(min(100.0, score + half), 2)
 
 
+def own_pillars(tasks: dict[str, TaskResult]) -> dict[str, PillarResult]:
+    """The pillars that tasks of one's own name (any pillar but the paper's eight): a row per task, scored as
+    the mean of its measured rows, with the same coverage fields as a paper pillar."""
+    out: dict[str, PillarResult] = {}
+    for pillar in dict.fromkeys(t.pillar for t in tasks.values() if t.pillar not in PAPER_PILLARS):
+        members = [t for t in tasks.values() if t.pillar == pillar]
+        rows = {t.task: {"tasks": [t.task], "measured": [t.task] if t.trust_score is not None else [],
+                         "trust_score": t.trust_score} for t in members}
+        got = [t for t in members if t.trust_score is not None]
+        score = round(_mean([t.trust_score for t in got]), 2) if got else None
+        out[pillar] = PillarResult(
+            pillar=pillar, trust_score=score, ci=_interval(score, [_se(t) for t in got]) if got else None,
+            tasks=[t.task for t in members], rows=rows, n_rows=len(members), n_rows_measured=len(got),
+            partial=score is not None and len(got) < len(members), n_samples=sum(t.n_samples for t in members))
+    return out
+
+
 def model_summary(model: str, tasks: dict[str, TaskResult], *, seed: int = 0) -> ModelResults:
     """Pillars (paper rows, coverage, interval), the overall score, and the beyond-paper group."""
     scored = {t.task: t for t in tasks.values() if t.trust_score is not None}
@@ -310,7 +329,8 @@ def model_summary(model: str, tasks: dict[str, TaskResult], *, seed: int = 0) ->
                              else math.sqrt(sum(s * s for s in row_ses)) / len(row_ses))
     measured = [p for p in pillars.values() if p.trust_score is not None]
     overall = round(_mean([p.trust_score for p in measured]), 2) if measured else None
-    beyond = {t.task: t.trust_score for t in tasks.values() if t.task not in PAPER_TASKS}
+    pillars.update(own_pillars(tasks))
+    beyond = {t.task: t.trust_score for t in tasks.values() if t.task not in PAPER_TASKS and t.pillar in PAPER_PILLARS}
     return ModelResults(
         model=model, tasks=tasks, pillars=pillars, trust_score=overall,
         trust_ci=_interval(overall, [pillar_se[p.pillar] for p in measured]) if overall is not None else None,

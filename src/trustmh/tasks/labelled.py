@@ -6,7 +6,8 @@ not import another to reuse them."""
 from __future__ import annotations
 
 import math
-from typing import Any
+import re
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from ..types import Sample, Score
 from .base import NO_ANSWER, Judged, MeanMetrics, Method, RunContext, judge_failure, judge_text, render_judge
 
 SUPPORT_CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
+_PER_CLASS = re.compile(r"(recall|support|precision|f1|confusion)\[(.+)\]")
 
 
 def support_judge_messages(context: list[dict[str, str]], reference: str, reply: str) -> list[dict[str, str]]:
@@ -137,8 +139,24 @@ class LabelledMethod(MeanMetrics, Method):
 
     view = Tally
 
+    prediction: ClassVar[str] = "pred"  # the label column that the per-class metrics count
+
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return gold_pred_labels(sample, score)
+
+    def metric_n(self, table: Table, metric: str) -> int:
+        """A class's numbers rest on the samples of that class among those counted (a gold label and a
+        prediction): recall and support on its gold samples, precision on those predicted as it, F1 on
+        both, a confusion-matrix cell on its gold class's row."""
+        m = _PER_CLASS.fullmatch(metric)
+        if m is None or "gold" not in table.labels or self.prediction not in table.labels:
+            return super().metric_n(table, metric)
+        gold, pred = table.labels["gold"], table.labels[self.prediction]
+        part, name = m.groups()
+        if part == "confusion":
+            name = name.split("->")[0]
+        rows = {"precision": pred == name, "f1": (gold == name) | (pred == name)}.get(part, gold == name)
+        return int((rows & (gold != "") & (pred != "")).sum())  # '' for a sample not counted
 
     def primary_metric(self, table: Table, ctx: RunContext) -> float:
         # Macro-F1 alone: robustness re-computes it for every perturbation in every resample.

@@ -34,7 +34,7 @@ from typing import Callable
 from aiohttp import web
 
 from .faults import FAULT_KINDS, HOSTILE_KINDS, Fault, fault_schedule
-from .wire import JSON, MALFORMED_BODY, completion, error_body, fmt_seconds, request_key
+from .wire import JSON, MALFORMED_BODY, USAGE_MODES, completion, error_body, fmt_seconds, request_key
 
 # Fault, fault_schedule and request_key are re-exported: tests and benchmarks import them from here.
 __all__ = ["Fault", "FakeLLMServer", "fault_schedule", "request_key", "FAULT_KINDS", "HOSTILE_KINDS"]
@@ -58,6 +58,7 @@ class FakeLLMServer:
         reply: Callable[[dict], str] | None = None,
         faults: Callable[[int, dict], Fault | None] | None = None,
         rate_limit_rps: float | None = None,
+        usage: str = "honest",
     ):
         """reply(request_json) -> completion text (default: the fixed text 'OK');
         faults(n, request_json) -> a Fault for the n-th request (0-based, over all
@@ -66,12 +67,18 @@ class FakeLLMServer:
 
         ``latency_s`` delays every answer the handler produces (normal or fault)
         with asyncio.sleep; rate-limit rejections are immediate, as at a gateway.
+
+        ``usage``: the token counts replies report (wire.USAGE_MODES): honestly (the words received and
+        sent), or zero, missing, inflated, 2^63-1, negative or not numbers at all.
         """
+        if usage not in USAGE_MODES:
+            raise ValueError(f"unknown usage mode {usage!r}; expected one of {USAGE_MODES}")
         if rate_limit_rps is not None and rate_limit_rps <= 0:
             raise ValueError("rate_limit_rps must be > 0 or None")
         self.latency_s = float(latency_s)
         self._reply = reply
         self._faults = faults
+        self._usage = usage
         self._rps = rate_limit_rps
         self._bucket_cap = max(1.0, rate_limit_rps) if rate_limit_rps else 0.0
         self._tokens = self._bucket_cap
@@ -330,7 +337,7 @@ class FakeLLMServer:
                 text = self._reply(body) if self._reply is not None else "OK"
             except Exception as e:  # a broken test callable should be visible, not hang the client
                 return self._error(provider, 500, f"reply callable raised {type(e).__name__}: {e}")
-            payload = completion(provider, n, body, text, "normal")
+            payload = completion(provider, n, body, text, "normal", self._usage)
             resp = web.Response(body=json.dumps(payload).encode(), content_type=JSON)
             # Send it here (not after returning) so we only count replies whose
             # bytes actually went out; a disconnected client raises or cancels us.
@@ -380,7 +387,7 @@ class FakeLLMServer:
             words = text.split()
             # Truncate to the first half of the words: what a max_tokens cut looks like.
             text = " ".join(words[: max(1, (len(words) + 1) // 2)]) if words else text
-            payload = completion(provider, n, body, text, "length")
+            payload = completion(provider, n, body, text, "length", self._usage)
         else:  # content_filter
             payload = completion(provider, n, body, None, "content_filter")
         return web.Response(body=json.dumps(payload).encode(), content_type=JSON)

@@ -87,12 +87,26 @@ def error_body(provider: str, status: int, message: str) -> dict:
     return {"error": {"message": message, "type": etype, "param": None, "code": code}}
 
 
-def completion(provider: str, n: int, body: dict, text: str | None, mode: str) -> dict:
+# What the server reports as usage, from the words it received and sent: honestly, or as a broken or
+# dishonest server does (the spend cap, engine/budget.py, is tested against each).
+USAGE_MODES = ("honest", "zero", "missing", "inflated", "max", "negative", "text")
+
+
+def _usage(mode: str, prompt: int, completion: int) -> tuple[Any, Any] | None:
+    """(prompt, completion) token counts a server in `mode` reports; None: no usage at all."""
+    if mode not in USAGE_MODES:
+        raise ValueError(f"unknown usage mode {mode!r}; expected one of {USAGE_MODES}")
+    return {"honest": (prompt, completion), "zero": (0, 0), "missing": None,
+            "inflated": (prompt * 1000 + 1000, completion * 1000 + 1000), "max": (2**63 - 1, 2**63 - 1),
+            "negative": (-prompt, -completion), "text": ("many", "lots")}[mode]
+
+
+def completion(provider: str, n: int, body: dict, text: str | None, mode: str, usage: str = "honest") -> dict:
     """A reply body; mode is 'normal' or one of the 200-status fault kinds (empty_choices, length,
-    content_filter)."""
+    content_filter); usage one of USAGE_MODES."""
     model = body.get("model") or "fake-model"
-    prompt_tokens = prompt_words(body)
-    completion_tokens = len(text.split()) if text else 0
+    counts = _usage(usage, prompt_words(body), len(text.split()) if text else 0)
+    prompt_tokens, completion_tokens = counts if counts is not None else (None, None)
     if provider == "anthropic":
         stop_reason = {"normal": "end_turn", "length": "max_tokens", "content_filter": "refusal"}.get(mode, "end_turn")
         content = [] if (mode in ("empty_choices", "content_filter") or text is None) else [{"type": "text", "text": text}]
@@ -104,7 +118,7 @@ def completion(provider: str, n: int, body: dict, text: str | None, mode: str) -
             "content": content,
             "stop_reason": stop_reason,
             "stop_sequence": None,
-            "usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens},
+            **({"usage": {"input_tokens": prompt_tokens, "output_tokens": completion_tokens}} if counts else {}),
         }
     finish = {"normal": "stop", "length": "length", "content_filter": "content_filter"}.get(mode, "stop")
     choices = (
@@ -125,9 +139,7 @@ def completion(provider: str, n: int, body: dict, text: str | None, mode: str) -
         "created": int(time.time()),
         "model": model,
         "choices": choices,
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
+        **({"usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens if usage != "text" else "all"}}
+           if counts else {}),
     }

@@ -401,4 +401,7 @@ def agreement_table(agreement: dict[str, Any]):
             mark = "[red]" if v["verdict"] == BELOW else ""
             table.add_row(c["criterion"], STAT_NAMES.get(s, s), str(c["n_items"]), cell(v["judge"], v["judge_ci"]),
                           cell(v["ceiling"], v["ceiling_ci"]), f"{mark}{v['verdict']}")
+        bias = c.get("bias") or {}
+        table.add_row(c["criterion"], "bias (judge - human)", str(c["n_items"]), cell(bias.get("value"), bias.get("ci")),
+                      "-", "")
     return table

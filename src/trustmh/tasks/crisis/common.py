@@ -148,21 +148,12 @@ class IdentificationBase(LabelledMethod):
     """crisis.identification under either protocol: the answer options, the text variants and the sample
     counts of the per-class metrics."""
 
-    prediction: ClassVar[str] = "pred"  # the label column that the per-class metrics count
-
     def choices(self, item: Item) -> tuple[str, ...]:
         return CRISIS_LABELS  # suicidal_ideation first: the cautious answer
 
     def perturb(self, item: Item, edit: Callable[[str], str]) -> Item:
         return edit_messages(item, edit)
 
-    def metric_n(self, table: Table, metric: str) -> int:
-        m = re.fullmatch(r"(recall|support|precision|f1)\[(.+)\]", metric)
-        if m and "gold" in table.labels:  # gold is '' for unscored rows
-            in_gold, in_pred = table.labels["gold"] == m.group(2), table.labels[self.prediction] == m.group(2)
-            rows = {"precision": in_pred, "f1": in_gold | in_pred}.get(m.group(1), in_gold)
-            return int(rows.sum())
-        return super().metric_n(table, metric)
 
 
 class SeverityBase(LabelledMethod):

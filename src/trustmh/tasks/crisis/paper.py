@@ -250,6 +250,8 @@ class SeverityPaper(PaperMacroF1, SeverityBase):
     """crisis.severity under --protocol paper: every user with posts and a label, all posts joined, the
     predecessor's reading of a reply (an off-level label drops the sample), trustmh's companions beside."""
 
+    prediction = "paper_pred"
+
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         """Every user in file order (the predecessor samples only below 500 users, with a clock seed), rows
         with an empty Post or Label left out as its loader does; all posts joined with one space."""
@@ -323,8 +325,9 @@ class SeverityPaper(PaperMacroF1, SeverityBase):
         return present_macro_f1(gold, paper, list(LEVELS), resamples)  # "" (dropped, unscored) is in no class
 
     def metric_n(self, table: Table, metric: str) -> int:
-        kept_only = metric in ("macro_f1", "binary_f1", "macro_precision", "macro_recall", "num_classes") or \
-            metric.startswith(("precision[", "recall[", "confusion["))
+        """The paper's own numbers rest on the samples it keeps (its per-class ones on those of the class,
+        LabelledMethod.metric_n over `paper_pred`)."""
+        kept_only = metric in ("macro_f1", "binary_f1", "macro_precision", "macro_recall", "num_classes")
         if kept_only and "paper_pred" in table.labels:
             return int(((table.labels["gold"] != "") & (table.labels["paper_pred"] != "")).sum())  # kept samples
         return super().metric_n(table, metric)

@@ -15,7 +15,7 @@ import numpy as np
 from ...data.loaders import read_csv
 from ...errors import DataError
 from ...judges.parsing import extract_letter
-from ...scoring.metrics import Means, Table
+from ...scoring.metrics import Means, Table, count
 from ...types import Item, Sample, Score
 from ..base import (DataSource, Judged, MeanMetrics, Method, RunContext, answer_metrics, answered, judge_failure,
                     judge_text, no_answer)
@@ -165,6 +165,13 @@ class ReasoningMethod(MeanMetrics, Method):
 
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         return {"subcategory": sample.item.meta.get("subcategory", "")}
+
+    def metric_n(self, table: Table, metric: str) -> int:
+        """A subcategory's accuracy rests on that subcategory's samples, not on the task's."""
+        sub = table.labels.get("subcategory")
+        if sub is not None and metric.startswith("accuracy[") and metric.endswith("]"):
+            return count(table.col("correct")[sub == metric[len("accuracy["):-1]])
+        return super().metric_n(table, metric)
 
     def extra_metrics(self, table: Table, means: Means) -> dict[str, Any]:
         """What this method reports beside the means every method reports (a part of ReasoningMethod's

@@ -17,7 +17,8 @@ from ...data.extract import (argparse_defaults, argument_defaults, call_keywords
                              message_roles, module_constant, returned_string)
 from ...data.loaders import read_csv
 from ...data.methods import MethodError
-from ...scoring.metrics import Means, Resamples, Table, confusion_many, f1_per_class, macro_of, point, whole
+from ...scoring.metrics import (Means, Resamples, Table, confusion_many, count, f1_per_class, macro_of, point,
+                                whole)
 from ...types import Item, Sample, Score
 from ..esconv_reference import reference_metrics, tokenizer_used
 from ..esconv_reference import sample_values as reference_sample_values
@@ -366,6 +367,13 @@ class SupportPaper(MeanMetrics, SupportMethod):
 
     def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
         return self._overall(Means(table, resamples))
+
+    def metric_n(self, table: Table, metric: str) -> int:
+        """min, max and std of a criterion rest on the samples that criterion scored."""
+        name, _, criterion = metric.rstrip("]").partition("[")
+        if name in ("min", "max", "std") and criterion in SUPPORT_CRITERIA:
+            return count(table.col(criterion))
+        return super().metric_n(table, metric)
 
     @staticmethod
     def _overall(means: Means) -> Any:

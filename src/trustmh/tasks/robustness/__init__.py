@@ -126,9 +126,13 @@ class RobustOwn(RobustMethod):
         return out
 
     def metric_n(self, table: Table, metric: str) -> int:
-        if metric.startswith("drop[") and "@" in metric and not metric.startswith("drop[@"):
-            return int(self.complete_rows(table, metric[len("drop["):-1]).sum())
-        return super().metric_n(table, metric)
+        """A drop rests on its pairs (a perturbed sample whose clean one is scored); a mean of drops (a
+        level, an intensity) on the pairs of every perturbation it averages."""
+        if not (metric.startswith("drop[") and metric.endswith("]")):
+            return super().metric_n(table, metric)
+        which = metric[len("drop["):-1]
+        keys = [p.key for p in perturbations() if which in (p.key, p.level, f"@{p.intensity}")]
+        return sum(int(self.complete_rows(table, k).sum()) for k in keys)
 
 
 class _Robustness(Task):

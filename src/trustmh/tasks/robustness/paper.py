@@ -203,10 +203,15 @@ class RobustPaper(RobustMethod):
     def metric_n(self, table: Table, metric: str) -> int:
         if metric.startswith(("score[", "diff[", "rel_drop[")):  # the per-intensity metrics
             key = metric[metric.index("[") + 1:-1]
-            if metric.startswith("rel_drop["):
+            if metric.startswith("rel_drop["):  # paired: its pairs
                 return int(self.complete_rows(table, key).sum())
             pert, names, _, scored = self.pairs(table)
-            return int((scored & (pert == names.index(key))).sum()) if key in names and CLEAN in names else 0
+            if key not in names or CLEAN not in names:
+                return 0
+            on = pert == names.index(key)
+            if metric.startswith("diff["):  # the difference of two means: the samples of both
+                on |= pert == names.index(CLEAN)
+            return int((scored & on).sum())
         if metric.startswith(("judge_", "ref_")) and metric.endswith("]") and "perturbation" in table.labels:
             name, _, key = metric[:-1].partition("[")  # extras': one perturbation's samples with a value
             column = name.removeprefix("judge_") if name.startswith("judge_") else "ref_hyp_len"

@@ -1,0 +1,401 @@
+"""`trustmh annotate RUN...`: clinicians rate a sample of a run's judged replies in a local page, blind.
+
+The run's judged samples (every scored sample of a task whose judge has a rating form,
+`validation.rating_forms`) are the frame; a seeded draw (`calibration.draw`: uniform, or stratified by
+model, task and the judge's verdict) picks the items, and each item's inclusion probability is recorded
+with it. The draw and every rating live in the run folder, in annotation.json, written whole through the
+one writer (`engine.rundir.atomic_write`) after each rating, never in the store: rating resumes where it
+stopped, by any number of raters, each known by the id they type in.
+
+Blinding: the page is given the context, the reply and the form (the judge's rubric in plain words), and
+an opaque number per item; never the model, the task id, the run, the item id or the judge's verdict.
+Each rater sees the items in an order of their own, shuffled from the draw's seed and the rater's id.
+
+The server is `trustmh view`'s (report/local_server.py: 127.0.0.1 only, Host checked). Everything it
+serves needs the session's token, which is in the URL it prints (the page sends it back in a header);
+a write also needs the page's own Origin. `export` writes the ratings in `validate-judge`'s format."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import hashlib
+import io
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from ..analysis.runs import Run, load_run, run_context
+from ..errors import UserError
+from .calibration import DESIGNS, FrameRow, draw
+from .rating_forms import RatingForm, form_for
+
+ANNOTATION = "annotation.json"
+KIND = "trustmh annotation"
+MAX_ANNOTATION_BYTES = 64 << 20
+MAX_TEXT = 200_000  # characters of one text sent to the page
+RATER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+HERE = Path(__file__).resolve().parents[1] / "report"
+
+
+# --- the frame and the draw ------------------------------------------------------------------------
+
+def judged_tasks(run: Run) -> tuple[dict[str, RatingForm], dict[str, str]]:
+    """The run's tasks that have a rating form, and why each other judged task has none."""
+    from ..plugins import load_task_plugins
+    from ..tasks import TASKS
+    load_task_plugins()
+    ctx = run_context(run)
+    forms, without = {}, {}
+    for task_id in sorted({t for m in run.results.models.values() for t in m.tasks}):
+        cls = TASKS.get(task_id)
+        if cls is None:
+            continue
+        form, why = form_for(cls(), ctx)
+        if form is not None:
+            forms[task_id] = form
+        elif why != "not judged by an LLM judge":
+            without[task_id] = why or "no rating form"
+    return forms, without
+
+
+def primary_of(run: Run, model: str, task: str) -> str:
+    return run.results.models[model].tasks[task].primary_value
+
+
+def frame_of(run: Run, forms: dict[str, RatingForm]) -> list[FrameRow]:
+    """Every scored sample of a task with a form: the items the judged metric rests on."""
+    rows = []
+    for rec in run.iter_samples():
+        task, model = rec.get("task"), rec.get("model")
+        if task not in forms or model not in run.results.models or rec.get("error"):
+            continue
+        value = (rec.get("values") or {}).get(primary_of(run, model, task))
+        if isinstance(value, (int, float)) and value == value:
+            rows.append(FrameRow(model, task, str(rec.get("item_id")), str(rec.get("variant") or ""), f"{value:g}"))
+    return rows
+
+
+def unit_id(run: Run, row: FrameRow, seed: int) -> str:
+    """An opaque id for a drawn item: nothing of its model, task or item can be read from it."""
+    text = "\x1f".join([run.id, row.model, row.task, row.item_id, row.variant, str(seed)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --- annotation.json ---------------------------------------------------------------------------------
+
+@dataclass
+class Annotation:
+    """A run's draw and its ratings (annotation.json)."""
+
+    path: Path
+    run_id: str
+    design: dict[str, Any]
+    units: list[dict[str, Any]]
+    ratings: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": KIND, "version": 1, "run_id": self.run_id, "design": self.design, "units": self.units,
+                "ratings": self.ratings}
+
+    def save(self) -> None:
+        from ..engine.rundir import atomic_write
+        atomic_write(self.path, json.dumps(self.to_json(), indent=1, ensure_ascii=False))
+
+    def rated_by(self, rater: str) -> set[str]:
+        return {r["unit"] for r in self.ratings if r["rater"] == rater}
+
+    def rate(self, unit: str, rater: str, answers: dict[str, int]) -> None:
+        """A rater's rating of a unit; a second one from the same rater replaces the first."""
+        self.ratings = [r for r in self.ratings if not (r["unit"] == unit and r["rater"] == rater)]
+        self.ratings.append({"unit": unit, "rater": rater, "answers": answers,
+                             "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+
+
+def read_annotation(run_dir: Path) -> Annotation | None:
+    """annotation.json of a run folder, checked (None when there is none): a file that is not one is a
+    one-line error, as any damaged run file is."""
+    path = Path(run_dir) / ANNOTATION
+    if not path.exists():
+        return None
+    if not path.is_file() or path.is_symlink():
+        raise UserError(f"{path}: not a regular file")
+    if path.stat().st_size > MAX_ANNOTATION_BYTES:
+        raise UserError(f"{path}: over {MAX_ANNOTATION_BYTES >> 20} MiB, not an annotation file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise UserError(f"{path}: not readable JSON ({str(e)[:120]})") from None
+    problem = _shape(data)
+    if problem:
+        raise UserError(f"{path}: {problem}")
+    return Annotation(path, data["run_id"], data["design"], data["units"], data["ratings"])
+
+
+def _shape(data: Any) -> str | None:
+    if not isinstance(data, dict) or data.get("kind") != KIND:
+        return "not a trustmh annotation file"
+    d = data.get("design")
+    if not isinstance(d, dict) or d.get("kind") not in DESIGNS or not isinstance(d.get("seed"), int):
+        return "design: missing or unknown"
+    if not isinstance(data.get("units"), list) or not isinstance(data.get("ratings"), list):
+        return "units and ratings must be lists"
+    for u in data["units"]:
+        if not isinstance(u, dict) or not all(isinstance(u.get(k), str) for k in ("id", "model", "task", "item_id", "variant")):
+            return "a unit lacks its id, model, task, item_id or variant"
+        pi = u.get("pi")
+        if not isinstance(pi, (int, float)) or isinstance(pi, bool) or not 0 < pi <= 1:
+            return f"unit {u['id']}: inclusion probability pi must be in (0, 1]"
+    ids = {u["id"] for u in data["units"]}
+    for r in data["ratings"]:
+        if not isinstance(r, dict) or r.get("unit") not in ids or not isinstance(r.get("rater"), str) \
+                or not isinstance(r.get("answers"), dict):
+            return "a rating lacks a drawn unit, a rater or its answers"
+    return None
+
+
+def open_annotation(run: Run, n: int | None, design: str | None, seed: int | None) -> Annotation:
+    """The run's draw: the one in annotation.json (rating resumes), else a new one of `n` items."""
+    found = read_annotation(run.dir)
+    if found is not None:
+        if found.run_id != run.id:
+            raise UserError(f"{found.path} belongs to run {found.run_id}, not {run.id}")
+        asked = {"n": n, "kind": design, "seed": seed}
+        differ = [k for k, v in asked.items() if v is not None and found.design.get(k) != v]
+        if differ:
+            raise UserError(f"{run.dir} already has a draw ({found.design['kind']}, n={found.design['n']}, seed="
+                            f"{found.design['seed']}); rate that one (leave out --n/--design/--seed), or move "
+                            f"{ANNOTATION} away to draw again")
+        return found
+    forms, without = judged_tasks(run)
+    if not forms:
+        why = "; ".join(f"{t}: {w}" for t, w in sorted(without.items())) or "no task is judged by an LLM judge"
+        raise UserError(f"{run.dir}: nothing to rate ({why})")
+    frame = frame_of(run, forms)
+    if not frame:
+        raise UserError(f"{run.dir}: no judged sample was scored; nothing to rate")
+    design, seed = design or "uniform", 0 if seed is None else seed
+    n = n or min(100, len(frame))
+    if n < 2:
+        raise UserError("--n: draw at least 2 items")
+    drawn = draw(frame, n, design, seed)
+    sizes: dict[str, int] = {}
+    from .calibration import stratum_of
+    for row in frame:
+        h = stratum_of(row, design)
+        sizes[h] = sizes.get(h, 0) + 1
+    units = [{"id": unit_id(run, d.row, seed), "model": d.row.model, "task": d.row.task, "item_id": d.row.item_id,
+              "variant": d.row.variant, "stratum": d.stratum, "pi": d.pi} for d in drawn]
+    counts: dict[str, int] = {}
+    for d in drawn:
+        counts[d.stratum] = counts.get(d.stratum, 0) + 1
+    spec = {"kind": design, "seed": seed, "n": n, "n_frame": len(frame),
+            "strata": {h: {"size": sizes[h], "drawn": counts.get(h, 0)} for h in sorted(sizes)},
+            "samples_sha256": run.results.outputs.get("samples_sha256"),
+            "not_rated": without}
+    ann = Annotation(run.dir / ANNOTATION, run.id, spec, units)
+    ann.save()
+    return ann
+
+
+# --- what the page is given ---------------------------------------------------------------------------
+
+_ROLE = {"system": "Instructions given to the reply's author", "user": "Message", "assistant": "An earlier reply"}
+
+
+def _text(v: Any) -> str:
+    s = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+    return s if len(s) <= MAX_TEXT else s[:MAX_TEXT] + f"… [{len(s) - MAX_TEXT} more characters]"
+
+
+@dataclass
+class Shown:
+    """A drawn item as the rater sees it, and what its rating is checked against."""
+
+    unit: str
+    form: RatingForm
+    context: list[dict[str, str]]
+    reply: str
+
+
+def shown_units(runs: list[Run], anns: list[Annotation]) -> dict[str, Shown]:
+    """Each drawn item's context and reply, read from its run's samples.jsonl (only the drawn ones kept)."""
+    out: dict[str, Shown] = {}
+    for run, ann in zip(runs, anns):
+        forms, _ = judged_tasks(run)
+        by_key = {(u["model"], u["task"], u["item_id"], u["variant"]): u for u in ann.units}
+        for rec in run.iter_samples():
+            key = (rec.get("model"), rec.get("task"), str(rec.get("item_id")), str(rec.get("variant") or ""))
+            u = by_key.get(key)  # type: ignore[arg-type]
+            if u is None or u["task"] not in forms:
+                continue
+            messages = rec.get("messages") if isinstance(rec.get("messages"), list) else []
+            context = [{"who": _ROLE.get(str(m.get("role")), "Message"), "text": _text(m.get("content", ""))}
+                       for m in messages if isinstance(m, dict)]
+            out[u["id"]] = Shown(u["id"], forms[u["task"]], context, _text(rec.get("response") or ""))
+    return out
+
+
+def order_for(units: list[str], rater: str, seed: int) -> list[str]:
+    """The rater's own shuffled order of the drawn items."""
+    import numpy as np
+    digest = int(hashlib.sha256(f"{seed}\x1f{rater}".encode()).hexdigest()[:12], 16)
+    perm = np.random.default_rng(digest).permutation(len(units))
+    return [units[i] for i in perm]
+
+
+# --- the server ----------------------------------------------------------------------------------------
+
+from ..report.local_server import LocalHandler, bind  # noqa: E402
+
+
+class _Handler(LocalHandler):
+    server_version = "trustmh-annotate"
+    anns: list[Annotation]
+    shown: dict[str, Shown]
+    owner: dict[str, Annotation]
+    page: bytes
+
+    def do_GET(self) -> None:  # noqa: N802
+        if not self.host_ok():
+            return self._refuse(403, "this server answers its own address only")
+        url = urlsplit(self.path)
+        try:
+            args = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=10).items()}
+        except ValueError:
+            return self._refuse(400, "bad query")
+        if url.path == "/":
+            if not self.token_ok(args.get("t")):
+                return self._refuse(403, "open the address `trustmh annotate` printed (it holds the session's token)")
+            return self._send(200, self.page, "text/html; charset=utf-8")
+        if not self.token_ok(self.headers.get("X-Trustmh-Token")):
+            return self._refuse(403, "this request lacks the session's token")
+        if url.path == "/api/next":
+            rater = args.get("rater", "")
+            if not RATER.match(rater):
+                return self._refuse(400, "rater: a short id (letters, digits, . _ @ -)")
+            return self._json(self._next(rater, args.get("skip", "")))
+        return self._refuse(404, "no such page")
+
+    do_HEAD = do_GET
+
+    def do_POST(self) -> None:  # noqa: N802
+        why = self.write_refused()
+        if why:
+            return self._refuse(403, why)
+        if urlsplit(self.path).path != "/api/rate":
+            return self._refuse(404, "no such page")
+        try:
+            body = self.read_json()
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            return self._refuse(400, f"not a rating: {str(e)[:120]}")
+        if not isinstance(body, dict):
+            return self._refuse(400, "not a rating")
+        rater, unit, answers = body.get("rater"), body.get("unit"), body.get("answers")
+        if not isinstance(rater, str) or not RATER.match(rater):
+            return self._refuse(400, "rater: a short id (letters, digits, . _ @ -)")
+        shown = self.shown.get(unit) if isinstance(unit, str) else None
+        if shown is None:
+            return self._refuse(400, "no such item")
+        problem = shown.form.check(answers)
+        if problem:
+            return self._refuse(400, problem)
+        ann = self.owner[unit]
+        with ann.lock:
+            ann.rate(unit, rater, answers)
+            ann.save()
+        return self._json({"ok": True, **self._progress(rater)})
+
+    def _progress(self, rater: str) -> dict[str, int]:
+        done = sum(len(a.rated_by(rater) & set(self.shown)) for a in self.anns)
+        return {"done": done, "total": len(self.shown)}
+
+    def _next(self, rater: str, skip: str) -> dict[str, Any]:
+        done = set().union(*(a.rated_by(rater) for a in self.anns))
+        order = order_for(sorted(self.shown), rater, sum(a.design["seed"] for a in self.anns))
+        todo = [u for u in order if u not in done]
+        if skip in todo and len(todo) > 1:  # "later": this one goes to the end of the rater's queue
+            todo.remove(skip)
+            todo.append(skip)
+        unit = None
+        if todo:
+            s = self.shown[todo[0]]
+            unit = {"id": s.unit, "number": order.index(s.unit) + 1, "form": s.form.public(), "context": s.context,
+                    "reply": s.reply}
+        return {"unit": unit, **self._progress(rater)}
+
+
+def _page(nonce: str) -> bytes:
+    css = (HERE / "report.css").read_text(encoding="utf-8")
+    js = "".join((HERE / f).read_text(encoding="utf-8") for f in ("dom.js", "annotate.js"))
+    html = (HERE / "annotate.html").read_text(encoding="utf-8")
+    head, _, tail = html.replace("NONCE", nonce).partition("/*JS*/")
+    return (head.replace("/*CSS*/", css) + js + tail).encode("utf-8")
+
+
+def make_server(runs: list[Run], anns: list[Annotation], port: int = 0):
+    """The rating page's server on 127.0.0.1:`port` (0: any free port), not yet serving; its URL with the
+    session's token is `url(server)`."""
+    shown = shown_units(runs, anns)
+    owner = {u["id"]: a for a in anns for u in a.units if u["id"] in shown}
+    handler = type("Handler", (_Handler,), {"anns": anns, "shown": shown, "owner": owner})
+    server = bind(handler, port)
+    handler.page = _page(handler.nonce)
+    return server
+
+
+def url(server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}/?t={server.RequestHandlerClass.token}"
+
+
+# --- export in validate-judge's format --------------------------------------------------------------
+
+EXPORT_FIELDS = ("item", "context", "reply", "criterion", "rater", "rating")
+
+
+def export_rows(runs: list[Run], anns: list[Annotation]) -> list[dict[str, Any]]:
+    """One line per rating and criterion, as `trustmh validate-judge --ratings` reads them: the item is the
+    drawn unit's opaque id, the context its messages as `role: text` lines."""
+    shown = shown_units(runs, anns)
+    rows = []
+    for ann in anns:
+        for r in sorted(ann.ratings, key=lambda r: (r["unit"], r["rater"])):
+            s = shown.get(r["unit"])
+            if s is None:
+                continue
+            context = "\n".join(f"{'user' if c['who'] == 'Message' else 'assistant' if c['who'] == 'An earlier reply' else 'system'}: "
+                                f"{c['text']}" for c in s.context)
+            for c in s.form.criteria:
+                if c.name in r["answers"]:
+                    rows.append({"item": s.unit, "context": context, "reply": s.reply, "criterion": c.name,
+                                 "rater": r["rater"], "rating": r["answers"][c.name]})
+    return rows
+
+
+def export(runs: list[Run], anns: list[Annotation], path: Path) -> int:
+    """Write the ratings to `path` (.csv, or .jsonl/.json for JSON Lines) through the one writer."""
+    from ..engine.rundir import atomic_write, check_output_target
+    path = check_output_target(Path(path), [r.dir for r in runs], what="--export")
+    rows = export_rows(runs, anns)
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    else:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(EXPORT_FIELDS), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        text = buf.getvalue()
+    atomic_write(path, text)
+    return len(rows)
+
+
+def load_runs(paths: list[Path]) -> list[Run]:
+    runs = [load_run(p) for p in paths]
+    if len({r.dir.resolve() for r in runs}) != len(runs):
+        raise UserError("a run is given twice")
+    return runs

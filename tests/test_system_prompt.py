@@ -1,0 +1,103 @@
+"""`trustmh run --system-prompt TEXT|@FILE`: the deployed assistant's system prompt goes first in every request
+to the tested model and never to the judge, is recorded in the spec (so in every cache key and the run id;
+a run without it keeps its id), and under --protocol paper a task whose request has a system message of its
+own is not run, with the reason, while the others take it."""
+
+import json
+
+import pytest
+
+from conftest import METHODS
+from test_compare_gate import cli
+from trustmh.testing.fake_server import FakeLLMServer
+
+PROMPT = "You are Sunny, the wellbeing assistant of Acme Health.\nNever give a diagnosis."
+
+
+def _reply(body):
+    if body["model"] == "judge":  # an ethics judge verdict, the five APA principles
+        return json.dumps({f"sc{k}": 4 for k in range(1, 6)})
+    return "Answer: A. I hear you; talking to someone you trust can help."
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
+    with FakeLLMServer(reply=_reply) as srv:
+        yield srv
+
+
+def _run(capsys, srv, out, *extra):
+    return cli(capsys, "run", "--model", "openai/assistant", "--base-url", srv.openai_base_url, "--judge",
+               "openai/judge", "--judge-base-url", srv.openai_base_url, "--suite", "sample", "--tasks",
+               "ethics", "--bootstrap", "0", "--no-progress", "--out", out, *extra)
+
+
+def test_the_system_prompt_goes_first_to_the_model_and_never_to_the_judge(server, tmp_path, capsys):
+    (tmp_path / "prompt.txt").write_text(PROMPT + "\n", encoding="utf-8")
+    code, _, err = _run(capsys, server, tmp_path / "with", "--system-prompt", f"@{tmp_path / 'prompt.txt'}")
+    assert code == 0, err
+    gens = [b for b in server.requests if b["model"] == "assistant"]
+    judged = [b for b in server.requests if b["model"] == "judge"]
+    assert gens and judged
+    # the file's text less its final line break, first, then the task's own messages unchanged
+    assert all(b["messages"][0] == {"role": "system", "content": PROMPT} for b in gens)
+    assert all(m["role"] != "system" for b in gens for m in b["messages"][1:])
+    assert not any(PROMPT in json.dumps(b) for b in judged)
+    spec = json.loads((tmp_path / "with" / "results.json").read_text())["spec"]
+    assert spec["options"]["system_prompt"] == PROMPT
+
+    # the same command again resumes: every request is stored, nothing is sent
+    server.reset_counters()
+    code, _, err = _run(capsys, server, tmp_path / "with", "--system-prompt", f"@{tmp_path / 'prompt.txt'}")
+    assert code == 0 and server.n_requests == 0, err
+
+    # without it: the task's own messages, a spec without the option, and another run id
+    server.reset_counters()
+    code, _, err = _run(capsys, server, tmp_path / "without")
+    assert code == 0, err
+    gens_without = [b for b in server.requests if b["model"] == "assistant"]
+    assert len(gens_without) == len(gens)
+    assert [b["messages"] for b in gens_without] == [b["messages"][1:] for b in gens]
+    plain = json.loads((tmp_path / "without" / "results.json").read_text())
+    assert "system_prompt" not in plain["spec"]["options"]
+    from trustmh.engine import RunSpec
+    with_spec = RunSpec.from_json({k: v for k, v in spec.items() if k != "task_origins"})
+    plain_spec = RunSpec.from_json(plain["spec"])
+    assert with_spec.run_id() != plain_spec.run_id()
+    plain_spec.options["system_prompt"] = PROMPT
+    assert plain_spec.run_id() == with_spec.run_id()  # the option is all that tells them apart
+
+
+def test_a_system_prompt_file_that_cannot_be_used_is_a_usage_error(server, tmp_path, capsys):
+    code, _, err = _run(capsys, server, tmp_path / "a", "--system-prompt", f"@{tmp_path / 'missing.txt'}")
+    assert code == 2 and "system prompt file not found" in err
+    (tmp_path / "blank.txt").write_text("  \n", encoding="utf-8")
+    code, _, err = _run(capsys, server, tmp_path / "b", "--system-prompt", f"@{tmp_path / 'blank.txt'}")
+    assert code == 2 and "--system-prompt is empty" in err
+    (tmp_path / "bin.txt").write_bytes(b"\xff\xfe")
+    code, _, err = _run(capsys, server, tmp_path / "c", "--system-prompt", f"@{tmp_path / 'bin.txt'}")
+    assert code == 2 and "not valid UTF-8" in err
+    code, _, err = _run(capsys, server, tmp_path / "d", "--system-prompt", f"@{tmp_path}")
+    assert code == 2 and "must be a regular file" in err
+    assert server.n_requests == 0  # all before anything is sent
+
+
+def test_under_the_paper_protocol_a_task_with_its_own_system_message_is_refused(server, upstream, tmp_path, capsys):
+    if not METHODS.is_dir():
+        pytest.skip(f"method files not found at {METHODS}")
+    args = ("run", "--model", "openai/assistant", "--base-url", server.openai_base_url, "--judge", "rules",
+            "--suite", "data", "--data-dir", upstream, "--methods-dir", METHODS, "--protocol", "paper",
+            "--tasks", "reliability.emotion_recognition,crisis.identification", "--limit", "2", "--bootstrap", "0",
+            "--no-progress", "--system-prompt", "Be kind.", "--out", tmp_path / "paper")
+    code, out, err = cli(capsys, *args)
+    assert code == 0, err
+    res = json.loads((tmp_path / "paper" / "results.json").read_text())["models"]["openai/assistant"]["tasks"]
+    emo = res["reliability.emotion_recognition"]
+    assert emo["status"] != "ok" and "its own" in emo["reason"] and "--system-prompt" in emo["reason"]
+    assert "reliability.emotion_recognition" in out and "--system-prompt refused" in out  # the summary says why
+    assert res["crisis.identification"]["status"] == "ok"
+    bodies = server.requests
+    assert len(bodies) == 2 and all(b["messages"][0] == {"role": "system", "content": "Be kind."} for b in bodies)
+    # the paper's own request follows it unchanged: one user message, as the original sends
+    assert all([m["role"] for m in b["messages"]] == ["system", "user"] for b in bodies)
