@@ -234,7 +234,8 @@ def run_cmd(
     limits = _limits(max_connections, timeout, max_retries, batch_size)
     if max_cost is not None:
         limits.budget = _budget(spec, max_cost, table, executor)
-    from ..engine.budget import BudgetStop, stop_message
+    from ..engine.budget import BudgetStop
+    from ..engine.plan import stop_message
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
@@ -420,7 +421,8 @@ def score_cmd(
             raise UserError("--out is empty; give a directory")
         from ..engine.rundir import copy_run
         run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
-    from ..engine.budget import BudgetStop, stop_message
+    from ..engine.budget import BudgetStop
+    from ..engine.plan import stop_message
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             _, results, _ = run(spec, run_dir, limits=limits, generate=False,

@@ -216,24 +216,3 @@ class Budget:
             text += (f". Replies without max_tokens longer than their reservation reported beyond it "
                      f"~${self.beyond:.4f} more, not counted: the bill may be that much higher")
         return text
-
-
-def stop_message(budget: Budget, spec, run_dir) -> str:
-    """What was spent, by which rule, and what remains, once a run stopped at its cap: the rest is the dry
-    run's plan of the calls not stored yet, replies with no max_tokens at the mean length seen so far."""
-    from .prices import plan_costs, total_cost
-    from . import context, prepare
-    from .plan import plan
-    ctx = context(spec)
-    prepared, _ = prepare(spec, ctx)
-    typical = budget.typical_completion()
-    lines = plan_costs(plan(spec, ctx, prepared, run_dir, typical=typical), spec, budget.table)
-    left, unpriced = total_cost(lines)
-    n_left = sum(line.calls for line in lines)
-    seen = "; ".join(f"{s} {t:,} tokens" for s, t in typical.items())
-    return (f"stopped at --max-cost {budget.cap:.2f} USD: {budget.account()}. The next call ({budget.next_spec}) "
-            f"could cost up to ${budget.next_worst:.4f}, more than the ${max(0.0, budget.cap - budget.spent):.4f} "
-            f"left. {n_left} calls remain, ~${left:.2f}{'+?' if unpriced else ''} estimated"
-            f"{f' (replies without max_tokens at the mean length seen: {seen})' if seen else ''}. Every reply so "
-            f"far is stored: rerun the same command to continue (with a higher --max-cost to finish sooner); "
-            f"`--dry-run` shows the rest")

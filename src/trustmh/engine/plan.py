@@ -14,6 +14,7 @@ share (robustness and its base task) is still counted once."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 from ..data.methods import MethodError
@@ -26,6 +27,9 @@ from .identity import model_ref
 from .prepare import Prepared
 from .requests import generation_request, judge_request
 from .spec import RunSpec
+
+if TYPE_CHECKING:
+    from .budget import Budget
 
 CHARS_PER_TOKEN = 4
 PLACEHOLDER = "(reply)"
@@ -149,3 +153,25 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
                 by_role[1] += _tokens(messages)
                 by_role[2] += completion_tokens(jreq.params, typical.get(judge or "", DEFAULT_COMPLETION_TOKENS))
     return row
+
+
+def stop_message(budget: Budget, spec: RunSpec, run_dir: Path) -> str:
+    """What was spent, by which rule, and what remains, once a run stopped at its cap (--max-cost, budget.py):
+    the rest is the dry run's plan of the calls not stored yet, replies with no max_tokens at the mean length
+    seen so far. Here, not in budget.py: the endpoint imports the budget, and the plan the endpoint."""
+    from .prices import plan_costs, total_cost
+    from .prepare import prepare
+    from .run import context
+    ctx = context(spec)
+    prepared, _ = prepare(spec, ctx)
+    typical = budget.typical_completion()
+    lines = plan_costs(plan(spec, ctx, prepared, run_dir, typical=typical), spec, budget.table)
+    left, unpriced = total_cost(lines)
+    n_left = sum(line.calls for line in lines)
+    seen = "; ".join(f"{s} {t:,} tokens" for s, t in typical.items())
+    return (f"stopped at --max-cost {budget.cap:.2f} USD: {budget.account()}. The next call ({budget.next_spec}) "
+            f"could cost up to ${budget.next_worst:.4f}, more than the ${max(0.0, budget.cap - budget.spent):.4f} "
+            f"left. {n_left} calls remain, ~${left:.2f}{'+?' if unpriced else ''} estimated"
+            f"{f' (replies without max_tokens at the mean length seen: {seen})' if seen else ''}. Every reply so "
+            f"far is stored: rerun the same command to continue (with a higher --max-cost to finish sooner); "
+            f"`--dry-run` shows the rest")
