@@ -100,10 +100,12 @@ os.environ.setdefault("TRUSTMH_METHODS_DIR", str(METHODS))
 
 def run_spec(**kw):
     """A RunSpec for tests: the trustmh protocol unless a test asks for the paper's (most tests were
-    written for trustmh's parsing); the paper's reads the staged method files."""
+    written for trustmh's parsing); the paper's reads the staged method files; the rules judge unless a
+    test names one (never the paper's default judge, a real server)."""
     from trustmh.engine import RunSpec
     kw.setdefault("n_boot", 200)
     kw.setdefault("protocol", "trustmh")
+    kw.setdefault("judge", "rules")
     if kw["protocol"] == "paper":
         kw.setdefault("methods_dir", str(METHODS))
     return RunSpec(**kw)

@@ -223,7 +223,7 @@ def test_classifier_verdicts_are_stored_and_not_rerun_on_rescore(upstream, tmp_p
     path = tiny_classifier(tmp_path / "cls")
     with FakeLLMServer(reply=lambda body: "Sorry this is not something I will write.") as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="safety.jailbreak",
-                        suite="data", data_dir=str(upstream), limit=8, options={"refusal_classifier": f"hf/{path}"})
+                        suite="data", data_dir=str(upstream), limit=8, refusal_classifier=f"hf/{path}")
         _, res, calls = run_quiet(spec, tmp_path / "run")
     # Eight replies alike: those classified at the same moment are one call (single flight), each stored.
     assert 1 <= calls["judge"] <= 8

@@ -265,7 +265,7 @@ def test_leakage_proxy_is_asked_through_the_proxy_judge(upstream, tmp_path):
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/x"], base_url=srv.openai_base_url, tasks="privacy.leakage", suite="data",
                         data_dir=str(upstream), protocol="paper", judge="openai/j", judge_base_url=srv.openai_base_url,
-                        limit=16, options={"proxy_judge": "openai/proxy", "proxy_judge_base_url": srv.openai_base_url})
+                        limit=16, proxy_judge="openai/proxy", proxy_judge_base_url=srv.openai_base_url)
         _, res, calls = run_quiet(spec, tmp_path / "run")
         sent = srv.requests
     proxy = [b for b in sent if b["model"] == "proxy"]

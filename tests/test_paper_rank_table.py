@@ -45,7 +45,7 @@ AWARENESS = ["privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awa
 
 
 def items(tid):
-    return TASKS[tid]().load(DataSource(UPSTREAM, "data"), RunContext(protocol="paper", methods_root=METHODS))
+    return TASKS[tid]().method(RunContext(protocol="paper", methods_root=METHODS)).load(DataSource(UPSTREAM, "data"), RunContext(protocol="paper", methods_root=METHODS))
 
 
 def fenced(obj) -> str:
@@ -105,7 +105,7 @@ def recorded(tmp_path_factory):
         info = {spec: {"label": model, "group": "general" if model in GENERAL else "mental-health"}}
         run_quiet(run_spec(models=[spec], judge=f"replay/{write_replay(tmp / f'{model}-judge.jsonl', judge)}",
                            tasks=tasks, suite="data", data_dir=str(UPSTREAM), protocol="paper",
-                           options={"model_info": info}), tmp / model)
+                           model_info=info), tmp / model)
         runs.append(tmp / model)
         if ratings:
             mean_r[model] = sum(pearsonr(*ratings[t]).statistic for t in AWARENESS) / 3

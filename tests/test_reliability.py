@@ -203,17 +203,17 @@ def test_emotion_accuracy_by_hand_and_languages(upstream, tmp_path):
     for cat, vals in cats.items():
         assert t.metrics[f"accuracy[category={cat}]"].value == pytest.approx(np.mean(vals))
         assert t.metrics[f"accuracy[category={cat}]"].n == len(vals)
-    # --lang zh / all through RunSpec.options
+    # --lang zh / all through RunSpec.lang
     for lang, n in (("zh", 200), ("all", 400)):
         _, r2, _ = run_quiet(run_spec(models=["baseline/random"], tasks="reliability.emotion_recognition",
-                                      suite="data", data_dir=str(upstream), options={"lang": lang}),
+                                      suite="data", data_dir=str(upstream), lang=lang),
                              tmp_path / lang)
         t2 = r2.models["baseline/random"].tasks["reliability.emotion_recognition"]
         assert t2.n == n and t2.n_samples == n
     assert t2.metrics["accuracy[lang=zh]"].n == 200
     with pytest.raises(UserError, match="--lang"):
         run_quiet(run_spec(models=["baseline/random"], tasks="reliability.emotion_recognition", suite="sample",
-                           options={"lang": "fr"}), tmp_path / "fr")
+                           lang="fr"), tmp_path / "fr")
 
 
 # --- diagnosis (SWMH is gated: project-made fixtures only) ------------------------------------------

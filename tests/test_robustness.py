@@ -186,7 +186,7 @@ def test_crisis_drop_of_macro_f1_against_sklearn(upstream, tmp_path):
     keys = ["char_keyboard@high", "word_delete@high", "sentence_irrelevant@low"]
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.crisis",
-                        suite="data", data_dir=str(upstream), limit=40, options={"perturbations": ",".join(keys)})
+                        suite="data", data_dir=str(upstream), limit=40, perturbations=",".join(keys))
         _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models["openai/fake"].tasks["robustness.crisis"]
     assert t.n_errors == 0 and t.n_unscored == 0
@@ -216,7 +216,7 @@ def test_diagnosis_runs_on_the_sample_suite_and_is_not_run_without_swmh(upstream
 
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.diagnosis",
-                        options={"perturbations": "word_swap@high"})
+                        perturbations="word_swap@high")
         _, res, _ = run_quiet(spec, tmp_path / "sample")
         t = res.models["openai/fake"].tasks["robustness.diagnosis"]
         golds = [label_of[r["text"]] for r in rows]
@@ -225,7 +225,7 @@ def test_diagnosis_runs_on_the_sample_suite_and_is_not_run_without_swmh(upstream
         # upstream data has no SWMH (gated): not run, with the reason
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
                         tasks="robustness.diagnosis,robustness.crisis", limit=1,
-                        options={"perturbations": "char_swap@low"})
+                        perturbations="char_swap@low")
         _, res, _ = run_quiet(spec, tmp_path / "data")
     t = res.models["openai/fake"].tasks["robustness.diagnosis"]
     assert t.status == "not run" and "swmh" in t.reason
@@ -234,7 +234,7 @@ def test_diagnosis_runs_on_the_sample_suite_and_is_not_run_without_swmh(upstream
 def test_rules_judge_leaves_support_drops_unscored(tmp_path):
     with FakeLLMServer(reply=lambda body: "I hear you.") as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.support",
-                        options={"perturbations": "char_swap@low"})
+                        perturbations="char_swap@low")
         _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models["openai/fake"].tasks["robustness.support"]
     assert t.value is None and t.n == 0 and t.n_unscored == t.n_samples > 0
@@ -371,7 +371,7 @@ def test_constant_reply_is_perfectly_robust_and_the_base_value_says_so(upstream,
     with FakeLLMServer(reply=lambda body: json.dumps({"label": "no_crisis"})) as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.crisis",
                         suite="data", data_dir=str(upstream), limit=40,
-                        options={"perturbations": "char_keyboard@high"})
+                        perturbations="char_keyboard@high")
         run_dir, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models["openai/fake"].tasks["robustness.crisis"]
     assert t.value == 0.0 and t.trust_score == 100.0

@@ -65,7 +65,7 @@ def test_the_system_prompt_goes_first_to_the_model_and_never_to_the_judge(server
     with_spec = RunSpec.from_json({k: v for k, v in spec.items() if k != "task_origins"})
     plain_spec = RunSpec.from_json(plain["spec"])
     assert with_spec.run_id() != plain_spec.run_id()
-    plain_spec.options["system_prompt"] = PROMPT
+    plain_spec.system_prompt = PROMPT
     assert plain_spec.run_id() == with_spec.run_id()  # the option is all that tells them apart
 
 

@@ -38,13 +38,13 @@ def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limi
     """The judge backends by role: "llm" one per judge of the panel (one for a single judge)."""
     roles = _needed_roles(prepared, ctx)
     models: dict[str, list[Any]] = {}
-    transport = spec.options.get("transport", "http")
+    transport = spec.transport
     if "llm" in roles:
         models["llm"] = [make_model(j, base_url=url, timeout=limits.timeout, seed=spec.seed, purpose="judge",
                                     transport=transport, max_connections=limits.max_connections)
                          for j, url in llm_judges(spec)]
-    if "proxy" in roles and spec.options.get("proxy_judge"):
-        models["proxy"] = [make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
+    if "proxy" in roles and spec.proxy_judge:
+        models["proxy"] = [make_model(spec.proxy_judge, base_url=spec.proxy_judge_base_url,
                                       timeout=limits.timeout, seed=spec.seed, purpose="proxy", transport=transport,
                                       max_connections=limits.max_connections)]
     if "classifier" in roles and ctx.options.get("refusal_classifier"):
@@ -80,7 +80,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     for (judge, _url), jm in zip(llm_judges(spec), judge_models.get("llm", ())):
         identity.record(judge, jm, store, force=force)
     for jm in judge_models.get("proxy", ()):
-        identity.record(spec.options["proxy_judge"], jm, store, force=force)
+        identity.record(spec.proxy_judge, jm, store, force=force)
     if not generate and not judge_models:
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
@@ -104,7 +104,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
             if generate:
                 model = (models or {}).get(model_spec) or make_model(
                     model_spec, base_url=spec.model_base_url(model_spec), timeout=limits.timeout, seed=spec.seed,
-                    transport=spec.options.get("transport", "http"), max_connections=limits.max_connections,
+                    transport=spec.transport, max_connections=limits.max_connections,
                     batch_size=limits.batch_size)
                 opened.append(model)
                 if getattr(model, "answers_by_id", False):

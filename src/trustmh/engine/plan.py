@@ -130,7 +130,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
     if not llm:
         return row
     exact_params = {name: method.judge_params(r, ctx) for name, r in llm.items()}  # per rubric, not per sample
-    judge_specs = {"llm": spec.judge, "proxy": spec.options.get("proxy_judge")}
+    judge_specs = {"llm": spec.judge, "proxy": spec.proxy_judge}
     for sample, key in zip(p.samples, keys):
         reply = store.get_call(key) if key in stored else None
         # A reply not there yet stands in as a placeholder (tasks skip judging an empty reply), so the judge

@@ -174,7 +174,7 @@ def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
         line.prompt_tokens += prompt
         line.completion_tokens += completion
 
-    judge_specs = {"llm": spec.judge, "proxy": spec.options.get("proxy_judge")}
+    judge_specs = {"llm": spec.judge, "proxy": spec.proxy_judge}
     for m in spec.models:
         add("model", m, 0, 0, 0)
     for r in rows:

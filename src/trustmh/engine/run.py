@@ -28,7 +28,7 @@ from .spec import PRESENTATION, Limits, RunSpec
 def context(spec: RunSpec) -> RunContext:
     from ..data.methods import methods_dir
     root = methods_dir(spec.data_dir, spec.methods_dir) if spec.protocol == "paper" else None
-    return RunContext(seed=spec.seed, protocol=spec.protocol, judge=spec.judge, options=spec.options,
+    return RunContext(seed=spec.seed, protocol=spec.protocol, judge=spec.judge, options=dict(spec.options),
                       methods_root=root)
 
 

@@ -273,7 +273,7 @@ class Phase2:
         if self._sc is None:
             self._sc = Scoring(self.spec, self.ctx, self.store, judge_ids(self.spec, self.ctx, self.store),
                                self.accept_stored, panel=panel_endpoints(self.spec, self.store),
-                               min_alpha=self.spec.options.get("min_judge_alpha", ALPHA_MIN))
+                               min_alpha=self.spec.min_judge_alpha)
         return self._sc
 
     def model(self, model_spec: str) -> ModelRef:

@@ -25,7 +25,7 @@ judge and scoring, plus the same items re-asked with the person's words perturbe
   were scored. The runner's bootstrap resamples items with all their samples, clean and perturbed
   together, so every CI here is a paired bootstrap CI.
 
-`RunSpec.options["perturbations"]` (comma-separated kinds, levels or keys, e.g. "char,word_synonym@high")
+`RunSpec.perturbations` (comma-separated kinds, levels or keys, e.g. "char,word_synonym@high")
 restricts the perturbations run, to save cost; under the paper protocol the same names pick the original's
 perturbation types (see `paper.paper_keys`)."""
 
