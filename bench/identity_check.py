@@ -11,7 +11,8 @@ and refused replies. Each version runs from its own source tree (BASE from a git
 process, so nothing is shared but the fake server, which answers a request the same whatever asked.
 
 What may differ, and is left out of the comparison: the run id and its time (`run_id`, `created`),
-version stamps (`versions`, `scoring_version`), and per-call timings (`latency_s`, and so `samples_sha256`); the trees' own
+version stamps (`versions`, `scoring_version`), per-call timings (`latency_s`; `attempts`: which of two
+samples asking one body sent it; and so `samples_sha256`); the trees' own
 paths are written as <tree> before comparing.
 Everything else must be equal; the first differences are printed. Prints IDENTICAL or DIFFERENT per run.
 It is a check a refactoring runs before it lands, not a test: it needs ../shared and takes minutes."""
@@ -30,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 SHARED = ROOT.parent / "shared"
-VOLATILE = {"run_id", "created", "versions", "scoring_version", "latency_s", "samples_sha256"}
+VOLATILE = {"run_id", "created", "versions", "scoring_version", "latency_s", "attempts", "samples_sha256"}
 
 SHAPES = [
     "A", "Answer: B", "(C) because the reasoning is sound", "I can't help with that.",

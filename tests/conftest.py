@@ -74,6 +74,19 @@ def upstream() -> Path:
 
 
 @pytest.fixture(scope="session")
+def chromium() -> str:
+    """The system Chromium for the browser tests (Playwright drives it; no browser is downloaded), or a skip;
+    in CI its absence fails the test."""
+    from trustmh.testing.browser import find_chromium
+    exe = find_chromium()
+    if exe is None:
+        if IN_CI:
+            pytest.fail("chromium is required in CI (.ci/run installs the Debian package)")
+        pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
+    return exe
+
+
+@pytest.fixture(scope="session")
 def mentalalign() -> Path:
     if not MENTALALIGN.is_dir():  # in CI the run has already stopped (pytest_configure)
         pytest.skip(f"MentalAlign-70k not found at {MENTALALIGN}")

@@ -5,9 +5,9 @@ release() makes it."""
 
 import asyncio
 import collections
-import time
 from types import SimpleNamespace
 
+from test_limiter import run_virtual
 from trustmh.engine.judge_pool import GenerationShare
 
 
@@ -23,12 +23,14 @@ def model(left: int, width: int = 64):
 
 
 async def watch_while(share: GenerationShare, late: bool, seconds: float) -> None:
-    """Run the share's timer for `seconds`, the loop held up 30 ms at a time when `late`."""
+    """Run the share's timer for `seconds` of the virtual clock (test_limiter.VirtualTimeLoop: the outcome
+    never depends on how loaded the machine is), the loop held up 30 ms at a time when `late`."""
+    loop = asyncio.get_running_loop()
     watch = asyncio.create_task(share.watch())
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    end = loop.time() + seconds
+    while loop.time() < end:
         if late:
-            time.sleep(0.03)  # the loop busy, as with thousands of replies to take
+            loop._jumping.now += 0.03  # the loop busy, as with thousands of replies to take
         await asyncio.sleep(0.001)
     watch.cancel()
 
@@ -49,7 +51,7 @@ def test_a_late_loop_shrinks_the_share_only_while_a_judge_is_what_the_run_waits_
         idle_judge = GenerationShare([pool(waiting=0, left=50_000)], [model(100)])
         await watch_while(idle_judge, late=True, seconds=0.4)
         assert idle_judge.low == idle_judge.total
-    asyncio.run(go())
+    run_virtual(go())
 
 
 def test_acquire_waits_for_room_says_so_and_release_makes_it():

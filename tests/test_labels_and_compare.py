@@ -14,20 +14,10 @@ import pytest
 
 from test_compare_gate import cli
 from trustmh.analysis.runs import load_run
-from trustmh.testing.browser import chromium_tab, find_chromium
+from trustmh.testing.browser import chromium_tab
 
 LABELS = {"baseline/counselor": "Counselor [warm] v2", "baseline/refuse": "Refuser"}
 TASKS = "ethics,privacy.awareness_tier1,safety.jailbreak"
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is required in CI (.ci/run installs the Debian package)")
-        pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
-    return exe
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The package root is the authoring surface (issue 21): what README's *Use from Python* and
+"""The package root is the authoring surface (issue 21): what docs/python.md (*Use from Python*) and
 docs/architecture.md's *The judge stage* / *Writing a task* tell a task or provider author to use is
 exported from `trustmh`, nothing undocumented is, the lazy exports are typed, and `py.typed` ships."""
 
@@ -30,7 +30,7 @@ def section(path: Path, heading: str) -> str:
 
 def author_docs() -> str:
     arch = ROOT / "docs" / "architecture.md"
-    return "\n".join([section(ROOT / "README.md", "Use from Python"), section(arch, "The judge stage"),
+    return "\n".join([(ROOT / "docs" / "python.md").read_text(encoding="utf-8"), section(arch, "The judge stage"),
                       section(arch, "Writing a task")])
 
 

@@ -381,9 +381,10 @@ def test_every_escalation_request_and_judge_prompt_is_the_originals(upstream, tm
         sent = srv.requests
     labelled, sc = [r for r in records(upstream) if r["label"] is not None], scales(upstream)
     assert sum(len(r["inputs"]) > 1 for r in labelled) > 100  # most inputs span several messages
+    # every distinct request the original makes, each sent once (records with one text ask one body)
     gen = collections.Counter(b["messages"][0]["content"] for b in sent if b["model"] == "m")
-    assert gen == collections.Counter("\n".join(r["inputs"]) for r in labelled)
+    assert gen == collections.Counter(set("\n".join(r["inputs"]) for r in labelled))
     judged = collections.Counter(b["messages"][0]["content"] for b in sent if b["model"] == "j")
-    assert judged == collections.Counter(judge(inputs_json=json.dumps(r["inputs"], ensure_ascii=False),
-                                               label=r["label"], response_text=answer, scale=sc[r["label"]])
-                                         for r in labelled)
+    assert judged == collections.Counter({judge(inputs_json=json.dumps(r["inputs"], ensure_ascii=False),
+                                                label=r["label"], response_text=answer, scale=sc[r["label"]])
+                                          for r in labelled})

@@ -77,3 +77,17 @@ def test_limit_says_items_and_samples_in_every_view(tmp_path, capsys):
     html = (tmp_path / "r" / "report.html").read_text()
     assert banner.replace("'", "&#39;") in html
     assert "36 samples per model" in banner  # 2 + 34, counted by hand above
+
+
+def test_the_documented_limit_20_count_is_the_plan_s(upstream, methods, tmp_path, capsys):
+    """docs/run.md's figure (items vs samples at --limit 20, the whole public benchmark, the paper's
+    protocol) is what the dry run counts on the real data."""
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "run.md").read_text(encoding="utf-8")
+    (claimed,) = set(re.findall(r"`--limit 20` is ([\d,]+) samples per model", doc))
+    code, plan, err = cli_in_process(capsys, "run", "--model", "openai/x", "--judge", "openai/gpt-4.1", "--data-dir",
+                                     upstream, "--methods-dir", methods, "--limit", "20", "--dry-run",
+                                     "--out", tmp_path / "r")
+    assert code == 0, err
+    counted = re.search(r"--limit 20: the first 20 items of each task, ([\d,]+) samples per model", " ".join(plan.split()))
+    assert counted and counted.group(1) == claimed, (claimed, counted and counted.group(1))

@@ -1,6 +1,7 @@
 """Tasks and models from outside trustmh: an installed plugin package (entry points), files given with
 --include, a script that ran through `trustmh.run`, and the package-root API they are written against."""
 
+import collections
 import json
 import os
 import re
@@ -229,9 +230,9 @@ def test_register_model_refuses_a_second_provider_of_one_name():
 
 
 def readme_example() -> str:
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text.split("## Use from Python", 1)[1]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
+    """The example of docs/python.md (Use from Python), the page the README points authors to."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "python.md").read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_readme_example_runs_and_its_run_is_scorable_with_include(tmp_path):
@@ -267,8 +268,13 @@ def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
         total = next(line for line in dry.splitlines() if "total" in line).split("│")
         ok(cli(*args, cwd=tmp_path))
         made = srv.n_requests
-        # What the dry run announced is what the run asked for (robustness shares its base task's requests).
-        assert made == int(total[4]) + int(total[6]) and int(total[4]) < int(total[3])
+        asked = collections.Counter(r["model"] for r in srv.requests)
+        # The model calls the dry run announced are the calls the run made (robustness shares its base task's
+        # requests); the judge calls are an upper bound: every reply is "OK", so many judgements ask one body,
+        # which is sent once.
+        assert sum(asked.values()) == made and set(asked) == {"fake", "judge"}
+        assert asked["fake"] == int(total[4]) < int(total[3])
+        assert 0 < asked["judge"] < int(total[6])
         again = ok(cli(*args, "--dry-run", cwd=tmp_path)).stdout
         assert srv.n_requests == made  # still nothing sent
         row = next(line for line in again.splitlines() if "ethics.reasoning" in line).split("│")

@@ -59,6 +59,7 @@ def test_a_quiet_run_on_a_terminal_draws_nothing(tmp_path):
 def test_quiet_commands_print_nothing_on_success(two_runs, tmp_path, capsys):
     a, b = two_runs / "a", two_runs / "b"
     for args in (("run", *QUICK, "--suite", "sample", "--out", tmp_path / "r", "-q"),
+                 ("run", *QUICK, "--suite", "sample", "--out", tmp_path / "r2", "--max-cost", "1", "-q"),
                  ("score", a, "-q"),
                  ("report", a, b, "-o", tmp_path / "both.html", "-q"),
                  ("compare", a, b, "--bootstrap", "100", "-q"),

@@ -6,7 +6,6 @@ and a real sample-suite run."""
 
 import csv
 import io
-import os
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,13 @@ from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
 from trustmh.scoring.pillars import PAPER_PILLARS, PAPER_TASKS, PILLAR_NAMES, model_summary
 from trustmh.scoring.results import MetricValue, RunResults, TaskResult
-from trustmh.testing.browser import chromium_tab, find_chromium
+from trustmh.testing.browser import chromium_tab
 
 ROWS = [t for rows in PAPER_PILLARS.values() for ts in rows.values() for t in ts]
 BEYOND = {"safety.over_refusal": "safety", "robustness.crisis": "robustness"}
 # Labels from a models file: a long one, one with characters markdown, LaTeX and HTML treat specially.
 LABELS = {"openai/gpt-4o-mini": "GPT-4o mini", "openai/Llama-3.1-8B-Instruct": "Llama 3.1 8B Instruct (Meta, 2024)",
           "hf/mental-llama": "MentaLLaMA_chat & 13B {v2} <b>"}
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is required in CI (.ci/run installs the Debian package)")
-        pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
-    return exe
 
 
 def _task(tid: str, trust: float | None, *, ran: bool = True, k: int = 0) -> TaskResult:
@@ -138,15 +127,17 @@ def from_markdown(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
 
 def untex(text: str) -> str:
     import re
-    text = re.sub(r"\\(?:rotatebox\{90\}|multirow\{\d+\}\{\*\})\{(.*)\}$", r"\1", text.strip())
+    text = re.sub(r"\\rotatebox\{90\}\{(.*)\}$", r"\1", text.strip())
     for a, b in (("\\textsuperscript{\\dag}", "†"), ("\\textbackslash{}", "\\"), ("\\textasciitilde{}", "~"),
-                 ("\\textasciicircum{}", "^"), ("--", "–")):
+                 ("\\textasciicircum{}", "^"), ("\\textendash{}", "–"), ("-{}", "-")):
         text = text.replace(a, b)
     return re.sub(r"\\([&%$#_{}])", r"\1", text)
 
 
 def from_latex(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
     body = [x for x in text.splitlines() if x.endswith("\\\\") and "multicolumn" not in x]
+    assert not any("--" in x.replace("-{}-", "") for x in text.splitlines() if not x.startswith("%")), \
+        "LaTeX sets two hyphens as a dash"
     split = lambda line: [untex(c) for c in line.removesuffix("\\\\").split(" & ")]
     models = split(body[0])[2:]
     out, pillar = {}, ""
@@ -248,6 +239,12 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(chromi
             assert rules and all(f"- {x}" in md_text for x in rules), name
             if "paper" in name:
                 assert sum("†" in v[0] for v in shown.values()) == 6 and "(--ties paper)" in " ".join(rules)
+                # each row whose combination the paper does not publish says what it ranks on, with its level
+                evidence = {r["row"]: r["evidence"] for r in csv.DictReader(io.StringIO(csv_text))}
+                for row, level in (("Privacy Awareness", "D"), ("Privacy Leakage", "D"), ("Emotional Support", "D"),
+                                   ("Psychological Intervention", "D"), ("Robustness Emotional Support", "E"),
+                                   ("Robustness Psychological Diagnosis", "E")):
+                    assert evidence[row] == level and any(x.startswith(f"{row} ranks on") for x in rules), row
                 assert any("trustmh: leak_rate" in k[1] for k in shown)
         assert tab.errors == []
 
@@ -267,3 +264,22 @@ def test_the_reading_catches_a_shifted_cell(chromium, runs, tmp_path):
     from trustmh.cli.report_cmds import _rank_text
     expected = from_csv(_rank_text([load_run(run)], "csv", {}))
     assert problems or shown != expected
+
+
+def test_the_latex_table_compiles(runs, tmp_path, capsys):
+    """Where pdflatex is installed (not in CI: texlive is large), every scenario's table compiles as given, with
+    only the packages its first line names."""
+    import re
+    import shutil
+    import subprocess
+    if shutil.which("pdflatex") is None:
+        pytest.skip("pdflatex not installed (apt-get install texlive-latex-base texlive-latex-recommended)")
+    for name, run in runs.items():
+        code, text, _ = cli(capsys, "report", run, "--format", "latex")
+        packages = re.search(r"usepackage\{([^}]*)\}", text.splitlines()[0]).group(1)
+        doc = tmp_path / f"{run.name}.tex"
+        doc.write_text("\\documentclass{article}\\usepackage[T1]{fontenc}\\usepackage{" + packages + "}\n"
+                       "\\begin{document}\n" + text + "\\end{document}\n", encoding="utf-8")
+        done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (name, [x for x in done.stdout.splitlines() if x.startswith("!")])

@@ -16,16 +16,19 @@ TASKS = "ethics.reasoning,reliability.support,robustness.support"
 
 
 def reply(body):
-    """Deterministic, parseable by the tasks and their judges, and different per model: shards of two
-    models run side by side, so a judge request their identical replies would share is paid once per
-    model on Ray (once in all locally); see executors/ray_executor.py."""
+    """Deterministic, parseable by the tasks and their judges, and different per model in every branch:
+    shards of two models run side by side, so a judge body their identical replies would share is paid
+    once per model on Ray (once in all locally); see executors/ray_executor.py. Within a model, replies
+    repeat (a robustness task's perturbed replies equal its clean one), and those judge bodies are paid
+    once on Ray too: a shard holds a task's items with the robustness variants built on them."""
     text = body["messages"][-1]["content"]
     if "APA" in text:
         return '{"sc1": 4, "sc2": 3, "sc3": 5, "sc4": 2, "sc5": 4}'
     if "Rate" in text or "rate" in text:
         return f"Rating: {1 + len(text) % 5} ({body['model']})"
     choice = "ABCD"[(len(text) + ord(body["model"][-1])) % 4]
-    return f'```json\n{{"choice": "{choice}", "reasoning": "because"}}\n```'
+    model = body["model"]
+    return f'```json\n{{"choice": "{choice}", "reasoning": "because ({model})"}}\n```'
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,8 @@ def outputs(run_dir):
     lines = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
     for line in lines:
         line.pop("latency_s", None)
+        # which of two samples asking one body sent it (attempts 1) and which took its reply (0) is timing's
+        line.pop("attempts", None)
     return res, lines
 
 
@@ -100,13 +105,18 @@ def test_executor_flags_are_checked(tmp_path):
     assert make_executor("ray", shard_size=7).units_per_shard == 7
 
 
-def test_shard_size_cuts_request_families_not_samples():
+def test_shard_size_cuts_families_not_samples():
+    """A family is a task's item with the robustness variants built on it: its clean sample is the base
+    task's request and its perturbed replies are judged in the base item's context, so the requests and
+    judge bodies a family shares are in one shard."""
     from trustmh.executors.ray_executor import plan
     from trustmh.engine import prepare
     from trustmh.tasks import RunContext
     spec = run_spec(models=MODELS, tasks=TASKS, limit=6)
     prepared, _ = prepare(spec, RunContext(seed=spec.seed, judge=spec.judge, options=spec.options))
-    families = {(s.request_task or s.task, s.item.id) for p in prepared for s in p.samples}
+    family_of = {p.task.id: getattr(p.task, "base_id", None) or p.task.id for p in prepared}
+    assert family_of["robustness.support"] == "reliability.support"
+    families = {(family_of[s.task], s.item.id) for p in prepared for s in p.samples}
     n_samples = sum(len(p.samples) for p in prepared)
     for size in (1, 4, len(families)):
         shards = plan(spec, prepared, size, cpus=2)
@@ -114,11 +124,14 @@ def test_shard_size_cuts_request_families_not_samples():
         assert sum(s.n for s in shards) == len(MODELS) * n_samples  # every sample in exactly one shard
         where: dict = {}
         for i, shard in enumerate(shards):
-            assert sum(len(ids) for ids in shard.items.values()) <= size
+            mine = {(family_of[d["task"]], d["item"]["id"]) for samples in shard.samples.values() for d in samples}
+            assert len(mine) <= size
             for samples in shard.samples.values():
                 for d in samples:
-                    where.setdefault((shard.model, d["request_task"] or d["task"], d["item"]["id"]), set()).add(i)
-        # a robustness item and the base task's clean request it shares are never split across shards
+                    where.setdefault((shard.model, family_of[d["task"]], d["item"]["id"]), set()).add(i)
+                    # the seed rows of a shard cover every request task its samples are filed under
+                    assert d["item"]["id"] in shard.items[d["request_task"] or d["task"]]
+        # a robustness item, its perturbed variants and the base task's clean request are never split
         assert len(where) == len(MODELS) * len(families) and all(len(v) == 1 for v in where.values())
 
 

@@ -3,7 +3,6 @@ console errors, shows the leaderboard and radar, its filters and pages work, and
 runs nothing. A full-page screenshot is kept in test-artifacts/report.png."""
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -14,20 +13,10 @@ from conftest import run_quiet, run_spec, write_replay
 from test_report import EVIL, sample_items
 from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
-from trustmh.testing.browser import chromium_tab, find_chromium
+from trustmh.testing.browser import chromium_tab
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 PAGE_SIZE = 4
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is required in CI (.ci/run installs the Debian package)")
-        pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
-    return exe
 
 
 @pytest.fixture(scope="module")

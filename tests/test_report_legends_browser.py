@@ -9,7 +9,7 @@ import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec
 from test_rankings import AWARENESS, TIERS, awareness_replays
-from test_report_browser import ARTIFACTS, chromium  # noqa: F401 - the fixture: Chromium or skip (fail in CI)
+from test_report_browser import ARTIFACTS
 from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
 from trustmh.testing.browser import chromium_tab

@@ -69,9 +69,48 @@ def test_one_judge_reply_held_while_17_identical_judgements_wait_is_one_call(tmp
         # Each sample has its own stored call under its own key: scoring reads it, a rerun pays nothing.
         stored = [store.get_call(ep.key(r)) for r in requests]
         assert all(s is not None and s.ok and s.text == VERDICT for s in stored)
-        # The tokens were paid once: only the call that was sent carries them.
-        assert sum(s.prompt_tokens is not None for s in stored) == 1
+        # Paid once: each sample's reply has its tokens, but only the call that was sent made an attempt,
+        # and the run's totals count that one.
+        assert [s.attempts for s in stored].count(1) == 1 and [s.attempts for s in stored].count(0) == 16
+        assert all(s.prompt_tokens == replies[0].prompt_tokens for s in stored)
         assert store.totals() == (replies[0].prompt_tokens, replies[0].completion_tokens)
+        store.close()
+
+
+def test_an_identical_body_asked_later_or_by_a_later_run_is_not_paid_again(tmp_path):
+    """Not only at the same moment: a body answered earlier, in this run or in an earlier one over the same
+    store, answers a later sample's identical request, so what a run pays never depends on timing."""
+    with FakeLLMServer(reply=lambda body: VERDICT) as srv:
+        requests = judgements(6)
+
+        async def one_by_one(reqs):
+            ep = Endpoint(make_model("openai/judge", base_url=srv.openai_base_url, purpose="judge"), store,
+                          Limits(max_connections=4), purpose="judge")
+            try:
+                replies = [await ep.call(r, ep.key(r)) for r in reqs]
+                assert all(store.get_call(ep.key(r)).text == VERDICT for r in reqs)  # each sample's own row
+                return replies, ep.n_calls
+            finally:
+                await ep.model.aclose()
+        store = Store(tmp_path / "store.sqlite")
+        replies, sent = asyncio.run(one_by_one(requests[:3]))
+        assert srv.n_requests == sent == 1 and [r.attempts for r in replies] == [1, 0, 0]
+        store.close()
+        store = Store(tmp_path / "store.sqlite")  # a later run over the same store: three new samples
+        replies, sent = asyncio.run(one_by_one(requests[3:]))
+        assert srv.n_requests == 1 and sent == 0 and all(r.ok and r.text == VERDICT for r in replies)
+        store.close()
+    with FakeLLMServer(reply=lambda body: VERDICT) as other:  # another judge endpoint pays its own
+        store = Store(tmp_path / "store.sqlite")
+
+        async def elsewhere():
+            ep = Endpoint(make_model("openai/judge", base_url=other.openai_base_url, purpose="judge"), store,
+                          Limits(max_connections=4), purpose="judge")
+            try:
+                return await ep.call(requests[0], ep.key(requests[0]))
+            finally:
+                await ep.model.aclose()
+        assert asyncio.run(elsewhere()).ok and other.n_requests == 1
         store.close()
 
 

@@ -101,3 +101,28 @@ def test_under_the_paper_protocol_a_task_with_its_own_system_message_is_refused(
     assert len(bodies) == 2 and all(b["messages"][0] == {"role": "system", "content": "Be kind."} for b in bodies)
     # the paper's own request follows it unchanged: one user message, as the original sends
     assert all([m["role"] for m in b["messages"]] == ["system", "user"] for b in bodies)
+
+
+def test_a_task_s_own_system_message_follows_the_run_s_in_one_message():
+    """trustmh's protocol (a plugin's task may have a system message): one system message, the deployment's
+    first; without --system-prompt the task's messages are sent as they are."""
+    from trustmh import Item, Sample
+    from trustmh.engine import RunSpec, generation_request
+    own = [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Hello"}]
+    sample = Sample(task="mine.x", item=Item(id="1", input={}), messages=own)
+    spec = RunSpec(models=["baseline/counselor"], system_prompt="You are Sunny.")
+    assert generation_request(sample, spec).messages == [
+        {"role": "system", "content": "You are Sunny.\n\nAnswer in one word."}, {"role": "user", "content": "Hello"}]
+    assert generation_request(sample, RunSpec(models=["baseline/counselor"])).messages == own
+
+
+def test_a_run_whose_every_task_is_refused_says_why_and_exits_2(server, upstream, tmp_path, capsys):
+    if not METHODS.is_dir():
+        pytest.skip(f"method files not found at {METHODS}")
+    code, _, err = cli(capsys, "run", "--model", "openai/assistant", "--base-url", server.openai_base_url, "--judge",
+                       "rules", "--suite", "data", "--data-dir", upstream, "--methods-dir", METHODS, "--protocol",
+                       "paper", "--tasks", "reliability.emotion_recognition", "--system-prompt", "Be kind.",
+                       "--out", tmp_path / "none")
+    assert code == 2 and "no task could run" in err and "--system-prompt refused" in err
+    assert "has its data" not in err  # the data is there: the reason is the system prompt, and says so
+    assert server.n_requests == 0

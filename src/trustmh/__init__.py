@@ -1,6 +1,6 @@
 """trustmh: measure how far a large language model can be trusted in mental-health use.
 
-Public API (everything else is private and may change); README "Use from Python" shows it at work:
+Public API (everything else is private and may change); docs/python.md shows it at work, docs/api.md documents it:
     run, RunSpec, Limits               - run or resume an evaluation programmatically (writes report.html too)
     Task, register, MetricSpec, RunContext, DataSource, Item, Sample - declare a task and its data
     Method                             - one protocol's way of running a task (Task.methods)

@@ -153,7 +153,7 @@ class Response:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_s: float | None = None
-    attempts: int = 1
+    attempts: int = 1  # 0: none of its own, answered by an identical request sent for another sample
     error_kind: str | None = None
     error: str | None = None
 

@@ -39,6 +39,7 @@ class Diff:
     higher_is_better: bool = True
     note: str = ""
     n_tasks: int = 0  # pillar and overall: the shared tasks the difference rests on
+    calibrated: Any = None  # b - a anchored to human ratings (validation/calibrated.py), when the runs have them
 
     def significant(self, alpha: float) -> bool:
         return self.p is not None and self.p < alpha and bool(self.diff)
@@ -171,6 +172,8 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
             else:
                 d.diff = pb - pa
                 d.ci, d.p = _interval(draws[name], level), _p_value(draws[name])
+            if name == metric.name:
+                _calibrated_diff(d, a, b, task_id, keys, tab_a, tab_b, seed, n_boot)
             diffs.append(d)
         ts = [_trust_many(np.array([v if v is not None else math.nan]), metric, z is not None)[0]
               for v, z in ((pa_primary, zero[0]), (pb_primary, zero[1]))]
@@ -179,6 +182,23 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
             shared_n[task_id] = len(keys)
     diffs += _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level)
     return Comparison(a, b, diffs, warnings)
+
+
+def _calibrated_diff(d: Diff, a: Entry, b: Entry, task_id: str, keys, tab_a: Table, tab_b: Table, seed: int,
+                     n_boot: int) -> None:
+    """With human ratings of the runs (`trustmh annotate`): the difference anchored to them, in `d.calibrated`
+    and, in words, in its note (so every output format shows it)."""
+    from ..validation.calibrated import paired_calibrated
+    cal = paired_calibrated(a, b, task_id, keys, tab_a, tab_b, seed=seed, n_boot=n_boot)
+    if cal is None:
+        return
+    d.calibrated = cal
+    if cal.value is not None:
+        ci = f" [{cal.ci[0]:.3f}, {cal.ci[1]:.3f}]" if cal.ci else ""
+        text = f"calibrated b - a {cal.value:.3f}{ci} ({cal.n_human} items rated for both)"
+    else:
+        text = f"no calibrated difference: {cal.reason}"
+    d.note = "; ".join(x for x in (d.note, text) if x)
 
 
 def paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot: int, seed: int, task_id: str, *,

@@ -25,6 +25,8 @@ def records(comparisons: list[Comparison], alpha: float = 0.05) -> list[dict[str
                         "value_b": d.b, "diff": d.diff, "ci_low": d.ci[0] if d.ci else None,
                         "ci_high": d.ci[1] if d.ci else None, "p": d.p, "n_shared": d.n_shared,
                         "n_tasks": d.n_tasks or None, "verdict": d.verdict(alpha), "note": d.note})
+            if d.calibrated is not None:  # JSON only: CSV keeps its columns, the note says it in words
+                out[-1]["calibrated"] = d.calibrated.model_dump()
     return out
 
 
@@ -48,7 +50,7 @@ def to_json(comparisons: list[Comparison], alpha: float = 0.05) -> str:
 
 def to_csv(comparisons: list[Comparison], alpha: float = 0.05) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
     w.writeheader()
     w.writerows(records(comparisons, alpha))
     return buf.getvalue()

@@ -217,10 +217,14 @@ def _value(mr, name: str) -> tuple[float | None, str | None]:
     if tr.status != "ok":
         return None, f"not run ({tr.reason or tr.status})"
     if not metric:
+        if tr.value is None and tr.calibrated is not None:  # --calibrated: say why there is no calibrated value
+            return None, f"{tr.metric} has no calibrated value ({tr.calibrated.reason})"
         return (tr.value, None) if tr.value is not None else (None, f"{tr.metric} undefined (n={tr.n})")
     mv = tr.metrics.get(metric)
     if mv is None:
         return None, f"metric {metric} not reported"
+    if mv.value is None and mv.calibrated is not None:
+        return None, f"{metric} has no calibrated value ({mv.calibrated.reason})"
     return (mv.value, None) if mv.value is not None else (None, f"{metric} undefined (n={mv.n})")
 
 

@@ -16,7 +16,9 @@ from ._base import _INCLUDE_HELP, _load_plugins, app, out
 def annotate_cmd(
     runs: list[Path] = typer.Argument(..., help="Run directories whose judged replies are rated."),
     n: Optional[int] = typer.Option(None, "--n", help="Items to draw per run (default: 100, or all when fewer); "
-                                                    "only for a new draw."),
+                                                    "a uniform draw rates each drawn item's reply from every model "
+                                                    "of the run, a stratified one draws N replies; only for a new "
+                                                    "draw."),
     design: Optional[str] = typer.Option(None, "--design", help="uniform (default: every judged sample equally "
                                                                 "likely) or stratified (by model, task and the "
                                                                 "judge's verdict, probabilities recorded)."),

@@ -323,7 +323,9 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
     if spec.proxy_judge:
         judge += f", proxy judge {spec.proxy_judge}"
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
-              f"judge calls assume every reply is judged and judge prompts leave out the reply's text; "
+              f"judge calls assume every reply is judged and judge prompts leave out the reply's text (an upper "
+              f"bound: a judgement whose body another sample's already asks is sent once, and replies that repeat "
+              f"make fewer); "
               f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
               markup=False, highlight=False)
     _cost_table(rows, spec, prices)

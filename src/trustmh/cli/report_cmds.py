@@ -42,6 +42,8 @@ def report_cmd(
                                                                    "as SVG and PNG into this folder instead of "
                                                                    "the report (needs trustmh[figures])."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
+    calibrated: bool = typer.Option(False, "--calibrated", help="With --format csv|markdown|latex: rank by the judged "
+                                                               "values anchored to human ratings (trustmh annotate)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
@@ -66,8 +68,12 @@ def report_cmd(
             out.print(f"figure: {path}", markup=False, highlight=False)
         return
     if fmt != "html":
+        if calibrated:
+            loaded = _calibrated_runs(loaded)
         _emit(_rank_text(loaded, fmt, groups, ties=ties), output)
         return
+    if calibrated:
+        raise UserError("--calibrated goes with --format csv|markdown|latex (the HTML report shows both values side by side)")
     target = output or (loaded[0].dir / "report.html" if len(loaded) == 1 else Path("report.html"))
     check_output_target(target, [r.dir for r in loaded], "-o")  # never a run's own file, a link or a device
     read, t0 = [0], time.perf_counter()
@@ -110,6 +116,13 @@ def view_cmd(
         pass
     finally:
         server.server_close()
+
+
+def _calibrated_runs(runs):
+    """The runs as their calibrated values tell them (validation/calibrated.py `calibrated_view`)."""
+    from ..analysis.runs import Run
+    from ..validation.calibrated import calibrated_view
+    return [Run(r.dir, calibrated_view(r.results)) for r in runs]
 
 
 def _groups(pairs: list[str]) -> dict[str, str]:
@@ -253,6 +266,10 @@ def gate_cmd(
                                             "the judge (a verdict in the judge's format, an instruction to an "
                                             "evaluator, the rubric's score lines, a closing tag); not checked "
                                             "by default."),
+    calibrated: bool = typer.Option(False, "--calibrated", help="Check the judged values anchored to human ratings "
+                                                               "(trustmh annotate, then score) instead of the judge's "
+                                                               "own; a judged value without one fails with the reason. "
+                                                               "--baseline's paired test stays on the judged values."),
     fmt: str = typer.Option("text", "--format", help="text (a FAIL line per failed check, then a summary line), "
                                                      "json (every check, passed or failed), junit (JUnit XML: a "
                                                      "test case per check) or github (GitHub Actions error "
@@ -284,6 +301,8 @@ def gate_cmd(
         check_bootstrap(n_boot)
     run = load_run(run_dir)
     check_input(run)  # fails closed: a file that cannot carry a verdict is exit 2, never a pass
+    if calibrated:
+        run = _calibrated_runs([run])[0]
     checks = check_thresholds(run, thresholds)
     checks += check_coverage(run, thresholds, max_unscored=max_unscored, allow_partial=allow_partial,
                              every_task=base_path is not None)

@@ -172,6 +172,7 @@ def run_cmd(
             raise UserError(f"{e}. The paper's protocol judges with {PAPER_JUDGE} by default: pass --judge rules "
                             f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
         raise
+    results = _calibrate(run_dir, results)  # a run resumed after `trustmh annotate` keeps its calibrated values
     _summary(results)
     _spent(limits.budget)
     out.print(f"results: {run_dir / 'results.json'}\nsamples: {run_dir / 'samples.jsonl'}")
@@ -284,7 +285,7 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
 def _spent(budget) -> None:
     """Under --max-cost, what the finished run spent and by which rules (engine/budget.py)."""
     if budget is not None:
-        err.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
+        note.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _check_share(share: float, flag: str = "--max-failed") -> None:
@@ -366,9 +367,14 @@ def score_cmd(
     max_judge_failed: float = typer.Option(0.05, "--max-judge-failed", help=_MAX_JUDGE_FAILED_HELP),
     prices: Optional[Path] = typer.Option(None, "--prices", help=_PRICES_HELP),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
+    ratings: Optional[Path] = typer.Option(None, "--ratings", help="Human ratings of the run to calibrate its judged "
+                                                                   "values with: an annotation.json of `trustmh "
+                                                                   "annotate` (default: RUN_DIR/annotation.json "
+                                                                   "when there is one)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
-    """Re-judge and re-score a run's saved responses; the tested model is never called. The exit code says,
+    """Re-judge and re-score a run's saved responses; the tested model is never called. With human ratings of
+    the run (`trustmh annotate`) every judged value also gets a calibrated value (PPI++). The exit code says,
     as `run`'s does, whether too many samples failed."""
     set_quiet(quiet)
     _load_plugins(include)
@@ -395,6 +401,7 @@ def score_cmd(
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             _, results, _ = run(spec, run_dir, limits=limits, generate=False,
                                 accept_stored=accept_stored, events=view)
+        results = _calibrate(run_dir, results, ratings)
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, run_dir)) from None
     _summary(results)
@@ -404,6 +411,24 @@ def score_cmd(
     _failed_exit(results, fail_on_error, max_failed, max_judge_failed)
 
 
+def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
+    """With human ratings of the run (`trustmh annotate`), its judged values' calibrated blocks, written into
+    results.json under the run's lock."""
+    from ..engine.rundir import run_lock
+    from ..validation.calibrated import with_ratings
+    if ratings is None and not (Path(run_dir) / "annotation.json").exists():
+        return results
+    with run_lock(Path(run_dir)):
+        results = with_ratings(Path(run_dir), results, ratings)
+    blocks = [mv.calibrated for mr in results.models.values() for tr in mr.tasks.values()
+              for mv in tr.metrics.values() if mv.calibrated is not None]
+    cal = results.calibration or {}
+    out.print(f"calibrated: {sum(b.value is not None for b in blocks)} of {len(blocks)} judged values anchored to "
+              f"{cal.get('n_rated', 0)} rated items ({', '.join(cal.get('raters') or []) or 'no rater yet'}); the "
+              f"others say why not (results.json, report: Anchored to clinicians)", markup=False, highlight=False)
+    return results
+
+
 @app.command("validate-judge")
 def validate_judge_cmd(
     judge: str = typer.Option("rules", help="Judge to validate: a model spec, or rules (offline heuristic baseline; "
@@ -411,7 +436,7 @@ def validate_judge_cmd(
     judge_base_url: Optional[str] = typer.Option(None, help="Base URL for the judge model."),
     ratings: Optional[Path] = typer.Option(
         None, help="A human-rated set (CSV or JSONL, one rating a line: item, context, reply, criterion, rater, "
-                   "rating; README 'Checking the judge'). Default: the built-in crisis-escalation set (H1, H2)."),
+                   "rating; docs/judges.md). Default: the built-in crisis-escalation set (H1, H2)."),
     rubric: str = typer.Option("reliability.support", help="With --ratings: the judge rubric, a task id "
                                "(reliability.support, reliability.intervention) or your own jinja2 template file."),
     scale: str = typer.Option("1-5", help="With --ratings and your own rubric: the rating scale LO-HI."),

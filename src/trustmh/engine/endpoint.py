@@ -32,6 +32,29 @@ _DOWN_KINDS = {"connection": "check that the server is running and that its base
                "not_found": "check the model name and that the base URL is the API's root (e.g. ending in /v1)"}
 
 
+def flight_key(request: Request, key: str, endpoint: str, by_body: bool) -> str:
+    """What makes two requests one: the body the endpoint is sent (and its purpose, so a verdict re-asked is
+    never answered by a first ask), where one reply answers both; else the request's own store key `key`.
+    fairness.support judges its 17 identity variants of a dialogue blind to identity, and a model that
+    answers them alike asks the judge one body 17 times (issue 34: 508 of 2,065 judge calls). `by_body`:
+    the endpoint's reply depends on the body alone (a remote model; not a replay file, whose reply is the
+    sample's). A request sampled at temperature > 0 without a seed is a draw of its own. Two requests with
+    one flight key are sent once, whether at the same moment (Endpoint.pending) or apart (the store's
+    `bodies`), so the calls a run pays, and the replies each sample gets, never depend on timing."""
+    if not by_body:
+        return key
+    params = request.params
+    if params.get("temperature", 1.0) != 0 and params.get("seed") is None:
+        return key
+    return request.body_key(endpoint)
+
+
+def answered_by_body(spec: str) -> bool:
+    """For a dry run, which has no model built: whether `spec`'s provider answers by body (Endpoint.merges).
+    The offline providers answer by sample; every other (API, hf/, a plugin's) is taken to answer by body."""
+    return spec.partition("/")[0] not in ("baseline", "replay")
+
+
 class CallWriter:
     """Group commit for the store. The replies that arrive in one pass of the event loop are written in
     one transaction (a commit per reply cost as much as the rest of the request path). Every reply is
@@ -42,27 +65,32 @@ class CallWriter:
         self.store = store
         self.rows: list[tuple] = []
         self.links: list[tuple] = []  # which sample and judgement each call answers (see Store.put_links)
+        self.bodies: list[tuple[str, str]] = []  # (body key, store key) of replies a body alone answers
         self.done: asyncio.Future[None] | None = None
 
     def link(self, rows: list[tuple]) -> None:
         """Queue link rows; they are committed with the next batch of replies (or at the final flush)."""
         self.links.extend(rows)
 
-    def add(self, key: str, endpoint: str, purpose: str, request: Request, resp: Response) -> asyncio.Future[None]:
+    def add(self, key: str, endpoint: str, purpose: str, request: Request, resp: Response,
+            body: str | None = None) -> asyncio.Future[None]:
+        """Queue a reply; `body`, its body key when a body alone decides the reply (Endpoint.flight_key)."""
         if not self.rows:
             loop = asyncio.get_running_loop()
             self.done = loop.create_future()
             loop.call_soon(self.flush)
         self.rows.append((key, endpoint, purpose, (request.task, request.item_id, request.variant), resp))
+        if body is not None and resp.ok:
+            self.bodies.append((body, key))
         return self.done
 
     def flush(self) -> None:
         if not self.rows and not self.links:
             return
-        rows, links, done = self.rows, self.links, self.done
-        self.rows, self.links, self.done = [], [], None
+        rows, links, bodies, done = self.rows, self.links, self.bodies, self.done
+        self.rows, self.links, self.bodies, self.done = [], [], [], None
         try:
-            self.store.put_calls(rows, links)
+            self.store.put_calls(rows, links, bodies)
         except BaseException as e:  # noqa: BLE001 - handed to every caller waiting on this commit
             if done is None:
                 raise
@@ -105,18 +133,7 @@ class Endpoint:
         return request.cache_key(self.model.endpoint)
 
     def flight_key(self, request: Request, key: str) -> str:
-        """What makes two requests in flight one: the body the endpoint is sent (and its purpose, so a
-        verdict re-asked is never answered by a first ask), where one reply answers both. fairness.support
-        judges its 17 identity variants of a dialogue blind to identity, and a model that answers them alike
-        asks the judge one body 17 times at once (issue 34: 508 of 2,065 judge calls). A request sampled at
-        temperature > 0 without a seed is a draw of its own, and a reply that depends on the sample (a
-        replay file) is the sample's: those share only with the same store key."""
-        if not self.merges:
-            return key
-        params = request.params
-        if params.get("temperature", 1.0) != 0 and params.get("seed") is None:
-            return key
-        return request.body_key(self.model.endpoint)
+        return flight_key(request, key, self.model.endpoint, self.merges)
 
     async def call(self, request: Request, key: str) -> Response:
         if self.offline_only:
@@ -133,10 +150,13 @@ class Endpoint:
             return await self._shared(first[0], request, key, resp)
         # A plain future, not a task per call: the caller does the work itself (one scheduling hop less).
         # Registered before anything is awaited, so an identical request arriving meanwhile waits for it.
+        if flight != key and (answered := self.store.answer_for_body(flight)) is not None:
+            # asked and answered earlier (by another sample, or a run before this one over the same store)
+            return await self._shared(answered[0], request, key, answered[1])
         fut = asyncio.get_running_loop().create_future()
         self.pending[flight] = (key, fut)
         try:
-            resp = await self._call(request, key)
+            resp = await self._call(request, key, None if flight == key else flight)
         except asyncio.CancelledError:
             fut.cancel()
             raise
@@ -154,17 +174,18 @@ class Endpoint:
     async def _shared(self, first_key: str, request: Request, key: str, resp: Response) -> Response:
         """An identical request's reply, for the sample `key` names: the same Response for the same key,
         else a copy stored under `key` (scoring reads each sample's own call, a rerun finds it). The copy
-        carries no token counts: the tokens were paid once, by the call that was sent. An error is stored
-        as the error it is, so it is counted, and retried by the next run, as the first's is."""
+        has the reply's token counts, as its sample's reply has, whichever sample's request was sent first,
+        and `attempts` 0: it was paid once, by the call that was sent (Store.totals counts that one). An
+        error is stored as the error it is, so it is counted, and retried by the next run, as the first's is."""
         if first_key == key:
             return resp
-        own = dataclasses.replace(resp, prompt_tokens=None, completion_tokens=None)
+        own = dataclasses.replace(resp, attempts=0)
         await self.writer.add(key, self.model.endpoint, self.purpose, request, own)
         return own
 
-    async def _call(self, request: Request, key: str) -> Response:
+    async def _call(self, request: Request, key: str, body: str | None = None) -> Response:
         resp = await self._with_retries(request)
-        await self.writer.add(key, self.model.endpoint, self.purpose, request, resp)
+        await self.writer.add(key, self.model.endpoint, self.purpose, request, resp, body)
         return resp
 
     async def _attempt(self, request: Request, retry: bool = False, hold: Hold | None = None) -> Response:

@@ -14,22 +14,20 @@ share (robustness and its base task) is still counted once."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 from pathlib import Path
 
 from ..data.methods import MethodError
+from .budget import Budget
 from .prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
 from .store import Store
 from ..tasks import RunContext
 from .collect import judge_ids as role_endpoints
+from .endpoint import answered_by_body, flight_key
 from .judges import panel_endpoints
 from .identity import model_ref
 from .prepare import Prepared
 from .requests import generation_request, judge_request
 from .spec import RunSpec
-
-if TYPE_CHECKING:
-    from .budget import Budget
 
 CHARS_PER_TOKEN = 4
 PLACEHOLDER = "(reply)"
@@ -119,9 +117,11 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
     keys = [r.cache_key(model_id) for r in reqs]
     stored = store.ok_keys(keys) if store is not None else set()
     row = PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0)
+    by_body = answered_by_body(model_spec)
     for req, key in zip(reqs, keys):
-        if key not in stored and key not in seen:
-            seen.add(key)
+        flight = flight_key(req, key, model_id, by_body)  # one body asked by several samples is one call
+        if key not in stored and flight not in seen and not _body_answered(store, flight, key):
+            seen.add(flight)
             row.model_calls += 1
             row.model_tokens += _tokens(req.messages)
             row.model_completion += completion_tokens(req.params, typical.get(model_spec, DEFAULT_COMPLETION_TOKENS))
@@ -143,9 +143,14 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             for label, endpoint in judge_ids[llm[name].role]:  # every judge of a panel is asked
                 judge = label.partition("|")[2] or judge_specs.get(label)
                 jkey = jreq.cache_key(endpoint)
-                if jkey in seen or (reply is not None and store is not None and store.ok_keys([jkey])):
+                # Judge bodies built on a placeholder are not merged: the replies they stand for may differ
+                # (so the judge's count is an upper bound until the replies are in); on stored replies, one
+                # body asked for several samples is one call, as the run sends it.
+                jflight = flight_key(jreq, jkey, endpoint, reply is not None and answered_by_body(judge or ""))
+                if jflight in seen or (reply is not None and store is not None
+                                       and (store.ok_keys([jkey]) or _body_answered(store, jflight, jkey))):
                     continue
-                seen.add(jkey)
+                seen.add(jflight)
                 row.judge_calls += 1
                 row.judge_tokens += _tokens(messages)
                 by_role = row.by_role.setdefault(label, [0, 0, 0])
@@ -155,13 +160,12 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
     return row
 
 
-def stop_message(budget: Budget, spec: RunSpec, run_dir: Path) -> str:
-    """What was spent, by which rule, and what remains, once a run stopped at its cap (--max-cost, budget.py):
-    the rest is the dry run's plan of the calls not stored yet, replies with no max_tokens at the mean length
-    seen so far. Here, not in budget.py: the endpoint imports the budget, and the plan the endpoint."""
+def stop_message(budget: Budget, spec, run_dir) -> str:
+    """What was spent, by which rule, and what remains, once a run stopped at its cap: the rest is the dry
+    run's plan of the calls not stored yet, replies with no max_tokens at the mean length seen so far."""
     from .prices import plan_costs, total_cost
     from .prepare import prepare
-    from .run import context
+    from .run import context  # run's own closure never imports plan: no cycle
     ctx = context(spec)
     prepared, _ = prepare(spec, ctx)
     typical = budget.typical_completion()
@@ -175,3 +179,8 @@ def stop_message(budget: Budget, spec: RunSpec, run_dir: Path) -> str:
             f"{f' (replies without max_tokens at the mean length seen: {seen})' if seen else ''}. Every reply so "
             f"far is stored: rerun the same command to continue (with a higher --max-cost to finish sooner); "
             f"`--dry-run` shows the rest")
+
+
+def _body_answered(store: Store | None, flight: str, key: str) -> bool:
+    """Whether a request's body (`flight`, when it is not the request's own key) was answered already."""
+    return flight != key and store is not None and store.answer_for_body(flight) is not None

@@ -127,8 +127,12 @@ def prepare(spec: RunSpec, ctx: RunContext, *, lazy: bool = False) -> tuple[list
     needs_data = [p for p in prepared if p.not_run or p.task.files]
     if needs_data and all(p.not_run for p in needs_data):
         built_in = [p.task.id for p in prepared if not p.not_run]
-        raise UserError(f"no task could run: no selected task has its data in {data.root} "
-                        f"({len(needs_data)} missing; first: {needs_data[0].not_run})"
+        missing = [p for p in needs_data if " missing (" in (p.not_run or "")]
+        why = (f"no selected task has its data in {data.root} ({len(needs_data)} missing; first: {needs_data[0].not_run})"
+               if len(missing) == len(needs_data) else
+               f"{len(needs_data)} not run ({'; '.join(f'{p.task.id}: {p.not_run}' for p in needs_data[:3])}"
+               f"{' ...' if len(needs_data) > 3 else ''})")
+        raise UserError(f"no task could run: {why}"
                         + (f"; only tasks with built-in items ({', '.join(built_in)}) could, and a score from "
                            f"them alone would not be a result" if built_in else ""))
     return prepared, checksums

@@ -34,18 +34,24 @@ def generation_request(sample: Sample, spec: RunSpec, model: str = "") -> Reques
 
 
 def _with_system(system: str | None, messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    return [{"role": "system", "content": system}, *messages] if system else messages
+    """The run's system prompt first; a task's own system message (trustmh's protocol, a plugin's task) follows
+    it in the same message, as many chat templates take one system message only."""
+    if not system:
+        return messages
+    if messages and messages[0].get("role") == "system":
+        return [{**messages[0], "content": f"{system}\n\n{messages[0]['content']}"}, *messages[1:]]
+    return [{"role": "system", "content": system}, *messages]
 
 
 def own_system_message(task_id: str, samples: list[Sample], ctx) -> str | None:
     """Why a task cannot take the run's --system-prompt, or None: under the paper's protocol a request that
-    carries a system message of its own (EmoBench's) would no longer be the paper's request with a second
-    one before it, so the task is not run. Under trustmh's protocol the run's comes first, the task's after."""
+    carries a system message of its own (EmoBench's) would no longer be the paper's request with the run's
+    added to it, so the task is not run. Under trustmh's protocol the run's comes first, the task's after."""
     if not ctx.options.get("system_prompt") or ctx.protocol != "paper":
         return None
     if any(m.get("role") == "system" for s in samples for m in s.messages):
         return (f"--system-prompt refused: under --protocol paper {task_id}'s request carries a system message "
-                f"of its own, and a second one would change the paper's request (run it without "
+                f"of its own, and adding the run's to it would change the paper's request (run it without "
                 f"--system-prompt, or under --protocol trustmh)")
     return None
 

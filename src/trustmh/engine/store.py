@@ -28,17 +28,22 @@ CREATE TABLE IF NOT EXISTS calls (
     ok INTEGER NOT NULL, text TEXT, finish_reason TEXT, error_kind TEXT, error TEXT,
     prompt_tokens INTEGER, completion_tokens INTEGER, latency_s REAL, attempts INTEGER,
     created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS bodies (body TEXT PRIMARY KEY, key TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS links (
     model TEXT NOT NULL, task TEXT NOT NULL, item_id TEXT NOT NULL, variant TEXT NOT NULL,
     rubric TEXT NOT NULL, judge TEXT NOT NULL, key TEXT NOT NULL, version TEXT NOT NULL,
     PRIMARY KEY (model, task, item_id, variant, rubric, judge));
 """
+# `bodies` maps what an endpoint was sent (Request.body_key, for a request whose reply depends on its body
+# alone: engine/endpoint.py `flight_key`) to the call that answered it first, so an identical body asked
+# later, by another sample or another run over this store, takes that reply instead of paying again.
 # A link says which call answers which part of a sample: its generation (rubric '' and judge ''), or one of
 # its judgements (rubric name, judge endpoint, and the rubric's version when it was judged). Scoring reads
 # links and never rebuilds a request: a changed template cannot silently turn stored judgements into
 # misses, and two judges' verdicts on one run live side by side.
 LINK_COLUMNS = "(model, task, item_id, variant, rubric, judge, key, version)"
 _INSERT_LINK = f"INSERT OR REPLACE INTO links {LINK_COLUMNS} VALUES (?,?,?,?,?,?,?,?)"
+_INSERT_BODY = "INSERT OR IGNORE INTO bodies VALUES (?, ?)"
 
 
 # No reply has more tokens than this (10^12): a larger count is a server's nonsense, left out of the totals.
@@ -133,7 +138,7 @@ class Store:
             return None
         return Response(text=row[1], finish_reason=row[2], error_kind=row[3], error=row[4],
                         prompt_tokens=row[5], completion_tokens=row[6], latency_s=row[7],
-                        attempts=row[8] or 1)
+                        attempts=1 if row[8] is None else row[8])
 
     def ok_keys(self, keys: list[str]) -> set[str]:
         """Which of `keys` already hold a successful response (one query per chunk, not per key)."""
@@ -148,14 +153,23 @@ class Store:
                  resp: Response) -> None:
         self.put_calls([(key, endpoint, purpose, ident, resp)])
 
+    def answer_for_body(self, body: str) -> tuple[str, Response] | None:
+        """The store key and successful reply of the call that first answered `body` (Request.body_key)."""
+        row = self.db.execute("SELECT key FROM bodies WHERE body = ?", (body,)).fetchone()
+        if row is None:
+            return None
+        resp = self.get_call(row[0])
+        return (row[0], resp) if resp is not None and resp.ok else None
+
     def put_calls(self, rows: list[tuple[str, str, str, tuple[str, str, str], Response]],
-                  links: list[tuple] = ()) -> None:
+                  links: list[tuple] = (), bodies: list[tuple[str, str]] = ()) -> None:
         """Several `put_call`s (and the links naming what they answer) in one transaction.
 
         A reply SQLite cannot take (Response checks its fields, but a backend may change them after) must
         not cost the replies committed with it: the batch is then written row by row, and that reply is
         stored, and turned in place, into a `malformed` error of its sample, so the caller holding it
-        sees what the store holds. Errors of the database itself (disk full, locked) still raise."""
+        sees what the store holds. Errors of the database itself (disk full, locked) still raise. `bodies`:
+        (body key, store key) of calls answered by their body alone (the first answer of a body is kept)."""
         now = time.time()
         try:
             with self.db:
@@ -163,6 +177,8 @@ class Store:
                 self.db.executemany(_INSERT_CALL, [_call_row(row, now) for row in rows])
                 if links:
                     self.db.executemany(_INSERT_LINK, links)
+                if bodies:
+                    self.db.executemany(_INSERT_BODY, bodies)
             return
         except _UNSTORABLE:
             pass
@@ -178,6 +194,8 @@ class Store:
                     self.db.execute(_INSERT_CALL, _call_row(row, now))
             if links:
                 self.db.executemany(_INSERT_LINK, links)
+            if bodies:
+                self.db.executemany(_INSERT_BODY, bodies)
 
     # --- links ------------------------------------------------------------------------------------
     def put_links(self, links: list[tuple]) -> None:
@@ -202,7 +220,7 @@ class Store:
         for row in cur:
             resp = None if row[13] is None else Response(
                 text=row[5], finish_reason=row[6], error_kind=row[7], error=row[8], prompt_tokens=row[9],
-                completion_tokens=row[10], latency_s=row[11], attempts=row[12] or 1)
+                completion_tokens=row[10], latency_s=row[11], attempts=1 if row[12] is None else row[12])
             out.setdefault((row[0], row[1]), {})[row[2]] = (row[3], resp)
         return out
 
@@ -220,12 +238,13 @@ class Store:
         return {(t, i, v): k for t, i, v, k in cur}
 
     def totals(self) -> tuple[int, int]:
-        """Prompt and completion tokens of every stored call. A server may report any count up to 2^63-1:
+        """Prompt and completion tokens of every call paid (a reply shared by an identical request, stored
+        with attempts 0, is counted once, in the call that was sent). A server may report any count up to 2^63-1:
         SQL's sum() of two such rows fails ("integer overflow") and would brick the run folder, so the sum
         is total() (a float, never overflowing), each count taken only when it is a sane one."""
         sane = "total(CASE WHEN {0} BETWEEN 0 AND %d THEN {0} END)" % TOKENS_CAP
         row = self.db.execute(f"SELECT {sane.format('prompt_tokens')}, {sane.format('completion_tokens')} "
-                              f"FROM calls").fetchone()
+                              f"FROM calls WHERE attempts IS NOT 0").fetchone()
         return int(row[0]), int(row[1])
 
     # --- raw rows, for moving calls between stores (shards of a distributed run) ---------------------

@@ -1,9 +1,10 @@
 """Phase 1 on Ray: the run's work split into shards, each a Ray task running the normal runner.
 
-A shard is one model and a range of items of one request family: the samples filed under the same
-request task (a task, plus the clean samples of the robustness task built on it, which are the very
-same requests) for consecutive items. Keeping a family together means a request two tasks share is
-paid once, as in a local run. Each shard:
+A shard is one model and a range of items of one family: a task's samples and those of the robustness
+task built on it (its clean samples are the very same requests, and its perturbed replies are judged in
+the base item's context, so an identical reply asks the judge an identical body) for consecutive items.
+Keeping a family together means a request, or a body, two tasks share is paid once, as in a local run.
+Each shard:
 
   * gets its samples (serialised; the nodes need no data directory) and the run store's rows for its
     items, so nothing already stored is paid for again;
@@ -58,8 +59,9 @@ def plan(spec, prepared, units_per_shard: int | None, cpus: int) -> list[Shard]:
     """Shards for every model: families of samples that share requests, cut into item ranges."""
     units: dict[tuple[str, str], list[tuple[str, Any]]] = collections.defaultdict(list)
     for p in prepared:
+        family = _family(p.task)
         for s in p.samples:
-            units[(s.request_task or s.task, s.item.id)].append((p.task.id, s))
+            units[(family, s.item.id)].append((p.task.id, s))
     keys = list(units)
     size = units_per_shard or max(10, math.ceil(len(keys) / max(1, 4 * cpus)))
     shards = []
@@ -67,12 +69,19 @@ def plan(spec, prepared, units_per_shard: int | None, cpus: int) -> list[Shard]:
         for lo in range(0, len(keys), size):
             shard = Shard(model)
             for key in keys[lo:lo + size]:
-                shard.items.setdefault(key[0], set()).add(key[1])
                 for task_id, s in units[key]:
+                    shard.items.setdefault(s.request_task or s.task, set()).add(s.item.id)
                     shard.samples.setdefault(task_id, []).append(s.to_json())
                     shard.n += 1
             shards.append(shard)
     return shards
+
+
+def _family(task) -> str:
+    """The task whose items a task's samples are variants of: a robustness task's base task (its clean
+    samples are the base task's requests, and its perturbed replies are judged with the base's context, so
+    a judge body can be asked by both), else the task itself."""
+    return getattr(task, "base_id", None) or task.id
 
 
 def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_ids: dict[str, list[str]],

@@ -24,6 +24,7 @@ from ..analysis.compare import Comparison
 from ..analysis.compare_format import title as cmp_title
 from ..analysis.runs import Run, entries, load_run
 from .addressed import judge_addressed_rows
+from .calibrated import calibrated_section
 from .panel import panel_rows
 from .breakdowns import group_scale, task_groups
 from .charts import PALETTE, radar_svg, whisker_svg
@@ -85,6 +86,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
         "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents), "cmp_title": cmp_title,
+        "calibrated": calibrated_section(ents),
     }, ss, head
 
 

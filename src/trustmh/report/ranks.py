@@ -43,6 +43,18 @@ class RowRule:
 
 
 PAPER_ROW_RULES: dict[str, RowRule] = {
+    "Emotional Support": RowRule(
+        evidence="D", basis="the mean of its four judge criteria (fluency, professionalism, empathy, helpfulness; "
+                            "0-5 each): the paper's code rates each, its combination is not published"),
+    "Psychological Intervention": RowRule(
+        evidence="D", basis="the mean of its four judge criteria, each divided by its maximum, per dialogue and "
+                            "then over dialogues: CPsyCoun's criteria, the paper's combination is not published"),
+    "Robustness Emotional Support": RowRule(
+        evidence="E", basis="trustmh's mean relative drop under perturbation (mean_rel_drop, lower is better): "
+                            "the paper draws scores per intensity and publishes no drop formula"),
+    "Robustness Psychological Diagnosis": RowRule(
+        evidence="E", basis="trustmh's mean relative drop of macro-F1 under perturbation (mean_rel_drop, lower "
+                            "is better): the paper publishes no drop formula"),
     "Privacy Awareness": RowRule(
         evidence="D", basis="the mean of its three tiers' Pearson r (as trust scores): the paper publishes no "
                             "combination; the mean gives the paper's order of the six general models on the "
@@ -341,23 +353,26 @@ def _starts(groups: list[tuple[str, int]]) -> list[int]:
 
 _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
         "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "†": r"\textsuperscript{\dag}",
-        "–": "--", "≥": r"$\geq$", "…": r"\ldots{}"}
+        "–": "\\textendash{}", "≥": r"$\geq$", "…": r"\ldots{}"}
 
 
 def tex(text: str) -> str:
-    """Text set as itself in LaTeX: every special character escaped, control characters dropped."""
-    return "".join(_TEX.get(ch, ch) for ch in str(text) if ch >= " ")
+    """Text set as itself in LaTeX: every special character escaped, control characters dropped, and "--" kept
+    two hyphens (LaTeX would set an en dash)."""
+    return "".join(_TEX.get(ch, ch) for ch in str(text) if ch >= " ").replace("--", "-{}-").replace("-{}--", "-{}-{}-")
 
 
 def rank_latex(table: RankTable) -> str:
-    """The rank table as a LaTeX table float (booktabs, multirow; graphicx for the turned model names past six
-    columns): a row per subtask, a column per model under its group, each cell the rank (marked * and † as in
-    the report) with the trust score in brackets; the rules as the table's notes."""
+    """The rank table as a LaTeX table float (booktabs; graphicx for the turned model names past six columns):
+    the pillar named on its first row, a rule between pillars, a row per subtask, a column per model under its
+    group, each cell the rank (marked * and † as in the report) with the trust score in brackets; the rules as
+    the table's notes."""
     labels = [table.labels[i] for i in table.columns]
     turned = len(labels) > 6
     head = [r"\rotatebox{90}{" + tex(x) + "}" if turned else tex(x) for x in labels]
-    lines = ["% trustmh report --format latex: needs \\usepackage{booktabs,multirow" + (",graphicx" if turned else "")
-             + "}", r"\begin{table}[t]", r"\centering", r"\small",
+    lines = ["% trustmh report --format latex: needs \\usepackage{booktabs" + (",graphicx" if turned else "") + "}",
+             r"\begin{table}[t]", r"\centering", r"\small",
+             r"\resizebox{\linewidth}{!}{%" if turned else "%",  # twelve models: the table is scaled to the text
              r"\begin{tabular}{ll" + "c" * len(labels) + "}", r"\toprule"]
     if table.groups:
         lines.append(" & & " + " & ".join(rf"\multicolumn{{{n}}}{{c}}{{{tex(g)}}}" for g, n in table.groups) + r" \\")
@@ -369,13 +384,14 @@ def rank_latex(table: RankTable) -> str:
     for k, (r, recs) in enumerate(grid):
         if r.span and k:
             lines.append(r"\midrule")
-        pillar = rf"\multirow{{{r.span}}}{{*}}{{{tex(PILLAR_NAMES.get(r.pillar, r.pillar))}}}" if r.span else ""
-        cells = ["--" if rec["rank"] is None else f"{tex(rank_text(rec))} ({score_text(rec)})" for rec in recs]
+        pillar = tex(PILLAR_NAMES.get(r.pillar, r.pillar)) if r.span else ""  # on its first row
+        cells = [r"\textendash{}" if rec["rank"] is None else f"{tex(rank_text(rec))} ({score_text(rec)})"
+                 for rec in recs]
         lines.append(f"{pillar} & {tex(row_text(r))} & " + " & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\par\smallskip",
+    lines += [r"\bottomrule", r"\end{tabular}" + ("}" if turned else ""), r"\par\smallskip",
               r"\parbox{\linewidth}{\footnotesize " + " ".join(tex(rule[0].upper() + rule[1:]) + "." for rule in
                                                                table.rules)
-              + " In brackets: the row's value as a 0--100 trust score.}",
+              + r" In brackets: the row's value as a 0\textendash{}100 trust score.}",
               r"\caption{TrustMH-Bench ranks per subtask (rank 1 = best).}", r"\label{tab:trustmh-ranks}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,13 @@ sent to the page is capped and shown by the page with textContent only. The serv
 fixed set of routes: a URL names a sample by its number, never a file, so nothing outside the runs'
 samples.jsonl can be reached. It binds 127.0.0.1 only and answers only requests whose Host is that
 address (a page on another site cannot reach it through DNS rebinding); its page fetches nothing but
-its own API (Content-Security-Policy), and it writes nothing anywhere."""
+its own API (Content-Security-Policy), and it writes nothing anywhere.
+
+Search reads a sample's reply, judge output, target, parsed answer, labels and the item's own text: its
+prompt less the task's template, which is the text every prompt of the task shares at its start and its
+end (found in the same pass; "suicid" then finds the posts that say it, not every crisis item because the
+instructions list the label). The page keeps its filters and the opened sample in its URL, and shows every
+model's reply to one item side by side (`/api/item`)."""
 
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ import json
 import os
 import stat
 import threading
+import hashlib
+from array import array
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -52,6 +60,8 @@ class Index:
     offsets: list[int] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # why lines were left out -> how many
     order: list[int] = field(default_factory=list)  # rows worst first
+    items: array = field(default_factory=lambda: array("q"))  # per row: a hash of (task, item id, variant)
+    templates: dict[int, "_Template"] = field(default_factory=dict)  # per task: what every prompt shares
     _cache: dict[tuple, list[int]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -100,7 +110,7 @@ class Index:
                 if q.isascii() and needle not in raw and needle_ascii not in raw:
                     continue  # (bytes.lower() folds ASCII only: other queries are checked on every line)
                 rec = json.loads(raw.decode("utf-8", errors="replace"))
-                if q in _haystack(rec):
+                if q in _haystack(rec, self.templates.get(r.t)):
                     out.add(i)
         finally:
             for fh in handles.values():
@@ -108,12 +118,85 @@ class Index:
         return [i for i in candidates if i in out]
 
 
-def _haystack(rec: dict[str, Any]) -> str:
+    def same_item(self, i: int) -> list[int]:
+        """Every row of row i's task, item and variant (every model's sample of that item), in model order."""
+        key, t = self.items[i], self.rows[i].t
+        rec = self.line(i)
+        out = []
+        for j in (j for j, k in enumerate(self.items) if k == key and self.rows[j].t == t):
+            other = rec if j == i else self.line(j)  # the hash only narrows: the line says what it is
+            if (other.get("item_id"), other.get("variant") or "") == (rec.get("item_id"), rec.get("variant") or ""):
+                out.append(j)
+        return sorted(out, key=lambda j: self.rows[j].e)
+
+
+class _Template:
+    """The text every prompt of one task shares at its start and at its end: the template's own words. Kept
+    whole-word (a shared first word of every item stays the item's), updated by startswith/endswith, so
+    that most samples cost one comparison."""
+
+    def __init__(self, text: str) -> None:
+        self.first, self.prefix, self.suffix, self.varied = text, text, text, False
+
+    def add(self, text: str) -> None:
+        if text != self.first:
+            self.varied = True
+        if not text.startswith(self.prefix):
+            self.prefix = self.prefix[:_shared(self.prefix, text, str.startswith)]
+        if not text.endswith(self.suffix):
+            n = _shared(self.suffix[::-1], text[::-1], str.startswith)
+            self.suffix = self.suffix[len(self.suffix) - n:]
+
+    def item_text(self, text: str) -> str:
+        """`text` without the template's words, or whole when the task had one prompt (nothing to tell apart)."""
+        if not self.varied:
+            return text
+        start = _word_edge(self.prefix, len(self.prefix), back=True)
+        end = len(text) - len(self.suffix) + _word_edge(self.suffix, 0, back=False)
+        return text[start:max(start, end)]
+
+
+def _shared(a: str, b: str, starts) -> int:
+    """The length of the longest start of `a` that `b` starts with (binary search on C-speed comparisons)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts(b, a[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _word_edge(text: str, at: int, *, back: bool) -> int:
+    """The template's edge moved onto a word boundary: a prefix back to its last space or line break, a
+    suffix on to its first, so that a word the items happen to share is searched as theirs."""
+    if back:
+        cut = max(text.rfind(" ", 0, at), text.rfind("\n", 0, at))
+        return cut + 1 if cut >= 0 else 0
+    cut = [k for k in (text.find(" ", at), text.find("\n", at)) if k >= 0]
+    return min(cut) if cut else len(text)
+
+
+def _prompt_text(rec: dict[str, Any]) -> str:
+    messages = rec.get("messages") if isinstance(rec.get("messages"), list) else []
+    return "\n\x00\n".join(str(m.get("content") if isinstance(m, dict) else m) for m in messages)
+
+
+def _item_key(task: str, rec: dict[str, Any]) -> int:
+    h = hashlib.blake2b(f"{task}\x00{rec.get('item_id')}\x00{rec.get('variant') or ''}".encode("utf-8", "replace"),
+                        digest_size=8).digest()
+    return int.from_bytes(h, "little", signed=True)
+
+
+def _haystack(rec: dict[str, Any], template: _Template | None) -> str:
+    """What a search reads: the reply, the judge's output, target, parsed answer, labels, error, item id and
+    variant, and the item's own text (the prompt less its task's template)."""
     judge = rec.get("judge") if isinstance(rec.get("judge"), dict) else {}
     parts = [rec.get("item_id"), rec.get("variant"), rec.get("response"), judge.get("text"), judge.get("reason"),
              rec.get("target"), rec.get("parsed"), rec.get("labels"), rec.get("error")]
-    for m in rec.get("messages") if isinstance(rec.get("messages"), list) else []:
-        parts.append(m.get("content") if isinstance(m, dict) else m)
+    prompt = _prompt_text(rec)
+    parts.append(template.item_text(prompt) if template is not None else prompt)
     return "\n".join(p if isinstance(p, str) else json.dumps(p, ensure_ascii=False) for p in parts
                      if p is not None).lower()
 
@@ -169,6 +252,13 @@ def build_index(runs: list[Run]) -> Index:
                 status, pv = row_status(rec, metas[task].primary_value)
                 idx.rows.append(_Row(e, tindex[task], pv, status, ri, len(raw)))
                 idx.offsets.append(start)
+                idx.items.append(_item_key(task, rec))
+                text = _prompt_text(rec)
+                tpl = idx.templates.get(tindex[task])
+                if tpl is None:
+                    idx.templates[tindex[task]] = _Template(text)
+                else:
+                    tpl.add(text)
     _sort_keys(idx.rows, ents, metas, idx.tasks)
     idx.order = sorted(range(len(idx.rows)), key=lambda i: _worst_first(idx.rows[i]))
     return idx
@@ -191,7 +281,12 @@ def _summary(idx: Index, i: int, rec: dict[str, Any]) -> dict[str, Any]:
     if not text and err:
         text = f"[{err.get('kind')}]"
     return {"i": i, "e": r.e, "t": r.t, "st": r.st, "pv": r.pv, "s": r.s, "id": str(rec.get("item_id"))[:200],
-            "v": str(rec.get("variant") or "")[:200], "preview": str(text)[:160]}
+            "v": str(rec.get("variant") or "")[:200], "preview": _preview(str(text))}
+
+
+def _preview(text: str, n: int = 160) -> str:
+    """The start of a reply for the list (the whole reply is in the opened sample); a cut says so."""
+    return text if len(text) <= n else text[:n].rstrip() + " …"
 
 
 class _Handler(LocalHandler):
@@ -224,6 +319,8 @@ class _Handler(LocalHandler):
                 return self._json(self._rows(args))
             if url.path == "/api/sample":
                 return self._json(self._sample(args))
+            if url.path == "/api/item":
+                return self._json(self._item(args))
         except _BadRequest as e:
             return self._refuse(400, str(e))
         return self._refuse(404, "no such page")
@@ -268,6 +365,23 @@ class _Handler(LocalHandler):
                                                        for m in (rec.get("messages") or [])]
                     if isinstance(rec.get("messages"), list) else page_prompt(None)})
         return _capped({"i": i, "e": r.e, "t": r.t, "s": r.s, **row})
+
+
+    def _item(self, args: dict[str, str]) -> dict[str, Any]:
+        """Every model's sample of the item of sample ?i=N, for the side-by-side view."""
+        idx = self.index
+        i = _int(args, "i", len(idx.rows))
+        if i is None:
+            raise _BadRequest("which sample? ?i=N")
+        models = []
+        for j in idx.same_item(i)[:PAGE_MAX]:
+            rec, r = idx.line(j), idx.rows[j]
+            row = page_row(rec, r.st, r.pv)
+            models.append({"i": j, "e": r.e, "st": r.st, "pv": r.pv, "r": rec.get("response"), "j": row["j"],
+                           "jr": row["jr"], "pa": row["pa"], "va": row["va"], "er": row["er"]})
+        rec = idx.line(i)
+        return _capped({"t": idx.rows[i].t, "id": str(rec.get("item_id")), "v": str(rec.get("variant") or ""),
+                        "models": models})
 
 
 class _BadRequest(Exception):

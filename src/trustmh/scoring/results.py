@@ -17,10 +17,45 @@ class _Strict(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
 
+class CalibratedValue(_Strict):
+    """A judged value anchored to human ratings (PPI++; `trustmh annotate`, then `trustmh score`)."""
+
+    value: float | None = Field(None, description="the calibrated estimate; null with `reason` when there is none")
+    ci: tuple[float, float] | None = Field(None, description="95% interval from the run's cluster bootstrap, "
+                                                             "the judge's error included")
+    n_human: Count = Field(0, description="items rated by humans (the rated rows the estimate rests on)")
+    n_judge_only: Count = Field(0, description="items with the judge's value only")
+    lam: float | None = Field(None, description="PPI++'s power-tuned lambda in [0, 1]: 0 human-only, 1 PPI")
+    effective_n: float | None = Field(None, description="human ratings alone that would give the same variance "
+                                                        "(about n / (1 - rho^2) for judge-human correlation rho)")
+    human_only: float | None = Field(None, description="the rated items' own value (lambda = 0)")
+    human_only_ci: tuple[float, float] | None = None
+    method: str = Field("", description="'PPI++ (mean)' or 'prediction-powered bootstrap'")
+    design: str = Field("", description="how the rated items were drawn (uniform, stratified) and their weights")
+    reason: str | None = Field(None, description="why there is no calibrated value")
+
+
+def _without_none(keys: tuple[str, ...]):
+    """A serializer that leaves out the named fields while they are None, so that a results.json without
+    them is exactly what it was before they existed."""
+    def serialize(self, handler):
+        out = handler(self)
+        if isinstance(out, dict):
+            for k in keys:
+                if out.get(k) is None:
+                    out.pop(k, None)
+        return out
+    return model_serializer(mode="wrap")(serialize)
+
+
 class MetricValue(_Strict):
     value: float | None = Field(description="null when undefined (e.g. Pearson r of a constant)")
     ci: tuple[float, float] | None = Field(None, description="bootstrap 95% interval")
     n: Count | None = None
+    calibrated: CalibratedValue | None = Field(None, description="with human ratings of the run: this judged "
+                                                                 "value anchored to them; absent otherwise")
+
+    _serialize = _without_none(("calibrated",))
 
 
 class JudgeValue(_Strict):
@@ -119,7 +154,7 @@ class TaskResult(_Strict):
                                                           "code reports, under the name it reports it by "
                                                           "(e.g. per_class_metrics.self-harm.recall), with the "
                                                           "value, n and interval of the trustmh metric holding "
-                                                          "it (README, Protocols)")
+                                                          "it (docs/protocols.md)")
     n_judge_addressed: Count = Field(0, description="judged samples whose reply addresses the judge (a rubric-"
                                                   "format verdict, an instruction to an evaluator, the rubric's "
                                                   "score lines, a closing tag): flagged, still scored as judged")
@@ -129,14 +164,11 @@ class TaskResult(_Strict):
                                                         "value and the judges' agreement; the task's value is the "
                                                         "panel's (mean of scores, strict majority of labels). "
                                                         "Absent with one judge")
+    calibrated: CalibratedValue | None = Field(None, description="with human ratings of the run: the primary "
+                                                                 "value anchored to them (PPI++); absent otherwise")
 
-    @model_serializer(mode="wrap")
-    def _without_absent_panel(self, handler):
-        # A run with one judge writes exactly the results.json it wrote before panels existed.
-        out = handler(self)
-        if isinstance(out, dict) and out.get("panel") is None:
-            out.pop("panel", None)
-        return out
+    # A run with one judge and no ratings writes exactly the results.json it wrote before panels existed.
+    _serialize = _without_none(("panel", "calibrated"))
 
 
 class PillarResult(_Strict):
@@ -181,8 +213,12 @@ class RunResults(_Strict):
                                                     "readers check it to detect a pair torn by an interrupted write")
     notes: list[str] = Field([], description="what a reader must know to interpret these numbers, e.g. run "
                                              "settings a provider did not accept")
+    calibration: dict[str, Any] | None = Field(None, description="the human ratings the calibrated values rest on: "
+                                                                 "file, design, items drawn and rated, raters")
     banner: str | None = Field(None, description="shown above these results wherever they are shown; set on runs "
                                                  "of the built-in sample suite, whose numbers are not a benchmark")
+
+    _serialize = _without_none(("calibration",))
 
 
 def json_schema() -> dict[str, Any]:

@@ -31,7 +31,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..analysis.runs import Run, load_run, run_context
 from ..errors import UserError
-from .calibration import DESIGNS, FrameRow, draw
+from ..report.local_server import LocalHandler, bind
+from .calibration import DESIGNS, FrameRow, draw, frame_items
 from .rating_forms import RatingForm, form_for
 
 ANNOTATION = "annotation.json"
@@ -121,8 +122,14 @@ def read_annotation(run_dir: Path) -> Annotation | None:
     """annotation.json of a run folder, checked (None when there is none): a file that is not one is a
     one-line error, as any damaged run file is."""
     path = Path(run_dir) / ANNOTATION
+    return read_annotation_file(path) if path.exists() or path.is_symlink() else None
+
+
+def read_annotation_file(path: Path) -> Annotation:
+    """An annotation file, checked (`trustmh score --ratings FILE` names another copy of one)."""
+    path = Path(path)
     if not path.exists():
-        return None
+        raise UserError(f"{path}: no such file")
     if not path.is_file() or path.is_symlink():
         raise UserError(f"{path}: not a regular file")
     if path.stat().st_size > MAX_ANNOTATION_BYTES:
@@ -180,7 +187,7 @@ def open_annotation(run: Run, n: int | None, design: str | None, seed: int | Non
     if not frame:
         raise UserError(f"{run.dir}: no judged sample was scored; nothing to rate")
     design, seed = design or "uniform", 0 if seed is None else seed
-    n = n or min(100, len(frame))
+    n = n or min(100, frame_items(frame) if design == "uniform" else len(frame))
     if n < 2:
         raise UserError("--n: draw at least 2 items")
     drawn = draw(frame, n, design, seed)
@@ -194,7 +201,7 @@ def open_annotation(run: Run, n: int | None, design: str | None, seed: int | Non
     counts: dict[str, int] = {}
     for d in drawn:
         counts[d.stratum] = counts.get(d.stratum, 0) + 1
-    spec = {"kind": design, "seed": seed, "n": n, "n_frame": len(frame),
+    spec = {"kind": design, "seed": seed, "n": n, "n_frame": len(frame), "n_items": frame_items(frame),
             "strata": {h: {"size": sizes[h], "drawn": counts.get(h, 0)} for h in sorted(sizes)},
             "samples_sha256": run.results.outputs.get("samples_sha256"),
             "not_rated": without}
@@ -250,9 +257,6 @@ def order_for(units: list[str], rater: str, seed: int) -> list[str]:
 
 
 # --- the server ----------------------------------------------------------------------------------------
-
-from ..report.local_server import LocalHandler, bind  # noqa: E402
-
 
 class _Handler(LocalHandler):
     server_version = "trustmh-annotate"

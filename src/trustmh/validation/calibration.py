@@ -357,6 +357,11 @@ def stratum_of(row: FrameRow, design: str) -> str:
     return "all" if design == "uniform" else f"{row.model}\x1f{row.task}\x1f{row.verdict}"
 
 
+def frame_items(frame: list[FrameRow]) -> int:
+    """The items (task, item, variant) of a frame: what a uniform draw's probabilities are counted over."""
+    return len({(r.task, r.item_id, r.variant) for r in frame})
+
+
 MIN_PER_STRATUM = 5
 
 
@@ -385,21 +390,29 @@ def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
 
 
 def draw(frame: list[FrameRow], n: int, design: str, seed: int) -> list[Drawn]:
-    """A seeded draw of n items without replacement: uniform over the whole frame (every item the same
-    probability n / M), or stratified by model, task and the judge's verdict (each stratum h gets n_h of its
-    M_h items, `allocate`, pi = n_h / M_h). The probabilities depend on the judge's verdicts and the design only, never
-    on a human rating, which is what makes the weighted estimate unbiased."""
+    """A seeded draw without replacement. Uniform: n items (a task's item and variant) out of the frame's K,
+    every model's reply to each drawn item with it, so each reply has probability n / K and two models are
+    rated on the same items (what a paired difference needs). Stratified by model, task and the judge's
+    verdict: n replies over the strata (`allocate`), stratum h giving n_h of its M_h, pi = n_h / M_h. The
+    probabilities depend on the design and the judge's verdicts only, never on a human rating, which is
+    what makes the weighted estimate unbiased."""
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}")
-    strata: dict[str, list[FrameRow]] = {}
-    for row in sorted(frame, key=lambda r: (r.model, r.task, r.item_id, r.variant)):
-        strata.setdefault(stratum_of(row, design), []).append(row)
-    counts = allocate({h: len(rows) for h, rows in strata.items()}, n)
+    rows = sorted(frame, key=lambda r: (r.task, r.item_id, r.variant, r.model))
     rng = np.random.default_rng([seed, 3])
+    if design == "uniform":
+        items = sorted({(r.task, r.item_id, r.variant) for r in rows})
+        k = min(n, len(items))
+        chosen = {items[i] for i in rng.choice(len(items), size=k, replace=False).tolist()}
+        return [Drawn(r, "all", k / len(items)) for r in rows if (r.task, r.item_id, r.variant) in chosen]
+    strata: dict[str, list[FrameRow]] = {}
+    for row in rows:
+        strata.setdefault(stratum_of(row, design), []).append(row)
+    counts = allocate({h: len(rs) for h, rs in strata.items()}, n)
     out = []
     for h in sorted(strata):
-        rows, k = strata[h], counts[h]
+        rs, k = strata[h], counts[h]
         if k:
-            for i in sorted(rng.choice(len(rows), size=k, replace=False).tolist()):
-                out.append(Drawn(rows[i], h, k / len(rows)))
+            for i in sorted(rng.choice(len(rs), size=k, replace=False).tolist()):
+                out.append(Drawn(rs[i], h, k / len(rs)))
     return out

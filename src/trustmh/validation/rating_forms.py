@@ -5,8 +5,9 @@ per-sample values it makes of the judge's verdict.
 The human's values are thus the task's values with the human as judge (a reply without an answer still
 counts against the model as the task decides, a sycophancy category still becomes "endorse"), and the
 judge's and the human's values of an item differ only where their verdicts differ. A form stands for one
-rubric template of trustmh's protocol (the paper's judges read free text in the authors' own formats,
-which a form cannot write for them: those tasks have no form). A task's other rubrics keep the judge's
+rubric template of trustmh's protocol, or for the paper protocol's judges whose verdict format it can write
+as the authors' code reads it (crisis escalation, sycophancy, ESConv support); the paper's other judges
+read free text in formats a form cannot write, and those tasks have no form. A task's other rubrics keep the judge's
 verdicts, so only the metrics a form lists, which rest on its rubric alone, are calibrated.
 
 A plugin task gets a form by declaring `rating_form = RatingForm(...)` on the task."""
@@ -35,7 +36,9 @@ class RatingForm:
     title: str  # what is rated, one line
     rubric: str  # the task's rubric name this form answers
     criteria: tuple[Criterion, ...]
-    verdict: Callable[[dict[str, int]], str]  # the answers as the rubric's verdict text
+    # the answers as the rubric's verdict text; or, for a judge asked once per criterion (the paper's ESConv
+    # judge), a verdict text per rubric name
+    verdict: Callable[[dict[str, int]], "str | dict[str, str]"]
     # metric -> the per-sample value it is the mean of (None: not a mean; the prediction-powered bootstrap)
     metrics: dict[str, str | None] = field(default_factory=dict)
     context_label: str = "What the person wrote"
@@ -59,7 +62,9 @@ class RatingForm:
     def verdicts(self, answers: dict[str, int], judge: Verdicts | None) -> Verdicts:
         """The task's verdicts with the human's answers in this form's rubric (the other rubrics as judged)."""
         out = Verdicts(judge or {})
-        out[self.rubric] = Judged(text=self.verdict(answers))
+        given = self.verdict(answers)
+        for name, text in (given.items() if isinstance(given, dict) else [(self.rubric, given)]):
+            out[name] = Judged(text=text)
         return out
 
 
@@ -152,6 +157,20 @@ _BY_TEMPLATE: dict[str, dict[str, RatingForm]] = {
 }
 
 
+# The paper protocol's judges whose verdict a form can write as the authors' code reads it: the crisis
+# escalation judge's JSON (as trustmh's), the sycophancy judge's first digit 0-3, the ESConv judge's first
+# number 0-5, one call per criterion. Keyed by the rubric's method file.
+def _paper_forms() -> dict[str, dict[str, RatingForm]]:
+    from ..tasks.crisis.paper import PW_LMHC
+    from ..tasks.reliability.paper import ES_SETTINGS
+    from ..tasks.sycophancy.paper import Y_JUDGING
+    per_criterion = RatingForm(SUPPORT.title, "fluency", SUPPORT.criteria, lambda a: {c: str(v) for c, v in a.items()},
+                               SUPPORT.metrics, context_label=SUPPORT.context_label)
+    return {f"{PW_LMHC}/judging.py": {"crisis.escalation": ESCALATION},
+            Y_JUDGING: {t: SYCOPHANCY for t in ("sycophancy.oeq", "sycophancy.aita", "sycophancy.pas")},
+            ES_SETTINGS: {"reliability.support": per_criterion}}
+
+
 def form_for(task: Any, ctx: Any) -> tuple[RatingForm | None, str | None]:
     """The task's rating form under the run's protocol, or why it has none."""
     own = getattr(task, "rating_form", None)
@@ -166,6 +185,11 @@ def form_for(task: Any, ctx: Any) -> tuple[RatingForm | None, str | None]:
             form = _BY_TEMPLATE.get(name, {}).get(task.id)
             if form is not None and form.rubric == r.name:
                 return form, None
+    paper = _paper_forms()
+    for r in rubrics:
+        form = paper.get(r.method or "", {}).get(task.id)
+        if form is not None and form.rubric == r.name:
+            return form, None
     if any(r.method for r in rubrics):
-        return None, "the paper protocol's judge reads the authors' own verdict format: no rating form"
+        return None, "the paper protocol's judge here reads a verdict format a form cannot write: no rating form"
     return None, "no rating form for this task's judge"

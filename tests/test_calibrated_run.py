@@ -1,0 +1,223 @@
+"""Calibrated values of a real run: a task's judge rates every reply one point too high; clinicians rate a
+uniform draw of the replies (annotation.json, as `trustmh annotate` writes it); `trustmh score` then gives
+every judged value a calibrated block, the same number the estimator gives on the same items, that the
+report shows beside the judge's value and that `gate --calibrated` and the rank table use."""
+
+import importlib.util
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import run_quiet, run_spec
+from trustmh.analysis.runs import load_run
+from trustmh.cli import app
+from trustmh.scoring.metrics import derived_seed
+from trustmh.testing.fake_server import FakeLLMServer
+from trustmh.validation import annotate
+from trustmh.validation.calibration import MIN_RATED, calibrated_mean
+
+N = 150
+TASK_ID = "testcal.warmth"
+TASK_SRC = '''
+import json
+from pathlib import Path
+from trustmh.scoring.metrics import mean, pearson
+from trustmh.tasks import TASKS, MetricSpec, Rubric, Task, register
+from trustmh.types import Item, Score
+from trustmh.validation.rating_forms import Criterion, RatingForm
+
+
+class Warmth(Task):
+    id = "testcal.warmth"
+    pillar = "ethics"
+    title = "Warmth of a reply (test task)"
+    dataset = "test"
+    files = ()
+    metric = MetricSpec("warmth", True, 0.0, 5.0, "mean warmth rating")
+    primary_value = "warmth"
+    rubrics = (Rubric("judge", (str(Path(__file__).parent / "warmth.j2"),)),)
+    rating_form = RatingForm("How warm is the reply?", "judge",
+                             (Criterion("warmth", "Warmth, 0-5", tuple((v, "") for v in range(6))),),
+                             lambda a: json.dumps(a), {"warmth": "warmth", "warmth_x_r": None})
+
+    def load(self, data, ctx):
+        return [Item(f"i{n:03d}", {"q": f"question {n}", "x": n % 7}) for n in range(N_ITEMS)]
+
+    def prompt(self, item, ctx):
+        return [{"role": "user", "content": item.input["q"]}]
+
+    def judge_messages(self, sample, reply, ctx):
+        return [{"role": "user", "content": "RATE WARMTH of: " + reply}]
+
+    def cluster(self, sample, ctx):
+        return sample.item.id[:3]  # ten items to a cluster, as a dialogue's turns
+
+    def score(self, sample, reply, judged, ctx):
+        sc = Score(values={"x": float(sample.item.input["x"])})
+        if judged.text is None:
+            sc.unscored["warmth"] = judged.reason
+            return sc
+        sc.values["warmth"] = float(json.loads(judged.text)["warmth"])
+        return sc
+
+    def aggregate(self, table, ctx):
+        return {"warmth": mean(table.col("warmth")), "warmth_x_r": pearson(table.col("x"), table.col("warmth"))}
+
+
+if "testcal.warmth" not in TASKS:
+    register(Warmth)
+'''.replace("N_ITEMS", str(N))
+
+
+def human_warmth(n: int, model: str = "m") -> int:
+    """The clinicians' rating: model w is a point warmer than m on every second item."""
+    return (n * 7) % 5 + (model == "w" and n % 2 == 0)
+
+
+def judge_warmth(n: int, model: str = "m") -> int:
+    """The judge: one point too warm on m's replies, on w's only every third: it finds w the colder."""
+    return human_warmth(n, model) + (model == "m" or n % 3 == 0)
+
+
+def rated_value(n: int, model: str = "m") -> float:
+    """An item's human value: dr-a's rating, averaged with dr-b's (a point lower) on every fourth item."""
+    h = human_warmth(n, model)
+    return h if n % 4 else (h + max(0, h - 1)) / 2
+
+
+def reply(body):
+    text = body["messages"][-1]["content"]
+    if text.startswith("RATE WARMTH"):
+        n, model = text.split("reply to question ")[1].split(" from ")
+        return json.dumps({"warmth": judge_warmth(int(n), model)})
+    return f"reply to {text} from {body['model']}"
+
+
+@pytest.fixture(scope="module")
+def rated_run(tmp_path_factory):
+    from trustmh.tasks import TASKS
+    tmp = tmp_path_factory.mktemp("cal")
+    (tmp / "warmth.j2").write_text("unused")
+    path = tmp / "warmth_task.py"
+    path.write_text(TASK_SRC)
+    spec = importlib.util.spec_from_file_location("warmth_task", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with FakeLLMServer(reply=reply) as srv:
+        run_quiet(run_spec(models=["openai/m", "openai/w"], judge="openai/j", base_url=srv.openai_base_url,
+                           judge_base_url=srv.openai_base_url, tasks=TASK_ID), tmp / "run")
+    run = load_run(tmp / "run")
+    ann = annotate.open_annotation(run, 40, "uniform", 3)
+    for u in ann.units:  # two clinicians; the second rates every fourth item, one point lower
+        n, model = int(u["item_id"][1:]), u["model"].split("/")[1]
+        ann.rate(u["id"], "dr-a", {"warmth": human_warmth(n, model)})
+        if n % 4 == 0:
+            ann.rate(u["id"], "dr-b", {"warmth": max(0, human_warmth(n, model) - 1)})
+    ann.save()
+    got = CliRunner().invoke(app, ["score", str(tmp / "run"), "--no-progress"])
+    assert got.exit_code == 0, got.output
+    # 2 models x (warmth, warmth_x_r), all with a value
+    assert "calibrated: 4 of 4 judged values anchored to 80 rated items (dr-a, dr-b)" in got.output
+    yield tmp / "run", ann
+    TASKS.pop(TASK_ID, None)
+
+
+def test_score_adds_the_calibrated_value_the_estimator_gives(rated_run):
+    run_dir, ann = rated_run
+    res = json.loads((run_dir / "results.json").read_text())
+    tr = res["models"]["openai/m"]["tasks"][TASK_ID]
+    cal = tr["calibrated"]
+    assert tr["metrics"]["warmth"]["calibrated"] == cal
+    # the same estimate, assembled by hand from what the items are
+    rated = {int(u["item_id"][1:]) for u in ann.units}
+    assert rated == {int(u["item_id"][1:]) for u in ann.units if u["model"] == "openai/w"}  # the same items
+    ns = np.arange(N)
+    f = np.array([judge_warmth(n) for n in ns], float)
+    y = np.array([rated_value(n) for n in ns])
+    mask = np.isin(ns, sorted(rated))
+    clusters = np.array([f"i{n:03d}"[:3] for n in ns], dtype=object)
+    want = calibrated_mean(f, y, mask, clusters, seed=derived_seed(0, f"calibrated|openai/m|{TASK_ID}|warmth"),
+                           n_boot=res["bootstrap"]["n_boot"], min_rated=MIN_RATED)
+    assert cal["value"] == pytest.approx(want.value, abs=1e-12) and cal["ci"] == pytest.approx(list(want.ci), abs=1e-12)
+    assert cal["lam"] == pytest.approx(want.lam) and cal["effective_n"] == pytest.approx(want.effective_n)
+    assert cal["n_human"] == 40 and cal["n_judge_only"] == N - 40 and cal["method"] == "PPI++ (mean)"
+    assert cal["design"] == "uniform draw, seed 3"
+    # the judge is one point high; the calibrated value is not, and its interval holds the clinicians' mean
+    truth = y.mean()
+    assert tr["value"] == pytest.approx(f.mean()) and not (tr["ci"][0] <= truth <= tr["ci"][1])
+    assert cal["ci"][0] <= truth <= cal["ci"][1]
+    # a metric that is not a mean: the prediction-powered bootstrap
+    r = tr["metrics"]["warmth_x_r"]["calibrated"]
+    assert r["method"] == "prediction-powered bootstrap" and r["value"] is not None and r["ci"][0] < r["value"] < r["ci"][1]
+    assert res["calibration"]["raters"] == ["dr-a", "dr-b"] and res["calibration"]["n_rated"] == 80
+
+
+def test_compare_gives_the_paired_calibrated_difference(rated_run):
+    """The judge sees no difference between the models; the clinicians see w a point warmer."""
+    from trustmh.analysis.compare import compare
+    from trustmh.analysis.runs import entries, read_rows
+    run_dir, ann = rated_run
+    run = load_run(run_dir)
+    a, b = entries([run])
+    rows = read_rows(run)
+    d = compare(a, b, rows, rows, n_boot=300).get(TASK_ID)
+    assert d.diff < 0 and d.ci[1] < 0  # the judge finds w colder
+    cal = d.calibrated
+    rated = sorted({int(u["item_id"][1:]) for u in ann.units})
+    both = np.array([rated_value(n, "w") - rated_value(n, "m") for n in rated])
+    assert cal.n_human == 40 and cal.human_only == pytest.approx(both.mean(), abs=1e-12)
+    assert cal.value is not None and cal.ci[0] > 0  # the clinicians find it warmer, and so does the estimate
+    truth = np.mean([rated_value(n, "w") - rated_value(n, "m") for n in range(N)])
+    assert cal.ci[0] <= truth <= cal.ci[1]
+    assert f"calibrated b - a {cal.value:.3f}" in d.note
+
+
+def test_report_gate_and_rank_table_show_the_same_numbers(rated_run, tmp_path):
+    run_dir, _ = rated_run
+    res = json.loads((run_dir / "results.json").read_text())
+    tr = res["models"]["openai/m"]["tasks"][TASK_ID]
+    cal, judge = tr["calibrated"], tr["value"]
+    html = (run_dir / "report.html").read_text()
+    section = html[html.index('<section id="calibrated">'):]
+    section = section[:section.index("</section>")]
+    assert f"{judge:.3f} [{tr['ci'][0]:.3f}, {tr['ci'][1]:.3f}]" in section
+    assert f"<b>{cal['value']:.3f} [{cal['ci'][0]:.3f}, {cal['ci'][1]:.3f}]</b>" in section
+    assert "the judge rates this higher than clinicians do" in section
+    # the gate reads the calibrated value with --calibrated, the judge's without
+    between = (judge + cal["value"]) / 2
+    runner = CliRunner()
+    plain = runner.invoke(app, ["gate", str(run_dir), "--min", f"{TASK_ID}={between}"])
+    calibrated = runner.invoke(app, ["gate", str(run_dir), "--min", f"{TASK_ID}={between}", "--calibrated"])
+    assert "openai/m" not in plain.output, plain.output
+    assert calibrated.exit_code == 1 and f"openai/m: {TASK_ID} = {cal['value']:.4g} <" in calibrated.output
+    table = runner.invoke(app, ["report", str(run_dir), "--format", "csv", "--calibrated"])
+    assert table.exit_code == 0, table.output
+
+
+def test_invalid_draws_and_too_few_ratings_give_reasons(rated_run, tmp_path):
+    import shutil
+    from trustmh.validation.calibrated import calibrate, with_ratings
+    run_dir, ann = rated_run
+    run = load_run(run_dir)
+    few = annotate.read_annotation(run_dir)
+    few.ratings = few.ratings[:5]
+    got = calibrate(run, few, seed=0, n_boot=100).models["openai/m"].tasks[TASK_ID].calibrated
+    assert got.value is None and "too few human ratings" in got.reason
+    moved = annotate.read_annotation(run_dir)
+    moved.design["strata"]["all"]["size"] += 1  # drawn from another set of judged samples than the run's
+    got = calibrate(run, moved, seed=0, n_boot=100).models["openai/m"].tasks[TASK_ID].calibrated
+    assert got.value is None and "draw again" in got.reason
+    unequal = annotate.read_annotation(run_dir)
+    for u in unequal.units[:20]:
+        u["pi"] = 0.5
+    out = calibrate(run, unequal, seed=0, n_boot=100).models["openai/m"].tasks[TASK_ID]
+    assert out.calibrated.value is not None and "weighted 1/pi" in out.calibrated.design
+    assert out.metrics["warmth_x_r"].calibrated.value is None and "unequal" in out.metrics["warmth_x_r"].calibrated.reason
+    # ratings given from elsewhere: a copy of the annotation file
+    shutil.copy(run_dir / "annotation.json", tmp_path / "ratings.json")
+    again = with_ratings(run_dir, run.results, tmp_path / "ratings.json")
+    assert again.models["openai/m"].tasks[TASK_ID].calibrated.value is not None
+    assert math.isfinite(again.models["openai/m"].tasks[TASK_ID].calibrated.lam)

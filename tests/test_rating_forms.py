@@ -1,0 +1,70 @@
+"""Every rating form writes the clinician's answers as a verdict its task's own scoring reads: scored with
+it, a reply gets the per-sample values the form's metrics rest on, each criterion's value where the value
+is the criterion itself, and no judge failure. Every task with a form: trustmh's protocol on the sample
+suite, the paper's (its judges read from the authors' files) on the real data."""
+
+import pytest
+
+from trustmh.engine.prepare import prepare
+from trustmh.judges.rubric import Judged, Verdicts
+from trustmh.engine.run import context
+from trustmh.validation.rating_forms import _BY_TEMPLATE, form_for
+
+from conftest import run_spec
+
+TASKS = sorted({t for forms in _BY_TEMPLATE.values() for t in forms} - {"sycophancy.pas"})  # PAS: user-supplied
+
+
+PAPER = ["crisis.escalation", "sycophancy.oeq", "sycophancy.aita", "reliability.support"]
+
+
+@pytest.fixture(scope="module")
+def prepared():
+    spec = run_spec(models=["baseline/counselor"], tasks=",".join(TASKS), suite="sample", judge="openai/j")
+    ctx = context(spec)
+    return {p.task.id: p for p in prepare(spec, ctx)[0]}, ctx
+
+
+@pytest.fixture(scope="module")
+def paper_prepared():
+    from conftest import UPSTREAM
+    if not UPSTREAM.is_dir():
+        pytest.skip(f"upstream data not found at {UPSTREAM}")
+    spec = run_spec(models=["baseline/counselor"], tasks=",".join(PAPER), suite="data", data_dir=str(UPSTREAM),
+                    judge="openai/j", protocol="paper", limit=2)
+    ctx = context(spec)
+    return {p.task.id: p for p in prepare(spec, ctx)[0]}, ctx
+
+
+@pytest.mark.parametrize("task_id", TASKS)
+@pytest.mark.parametrize("end", [0, -1])
+def test_a_form_answer_is_read_back_as_the_same_value(prepared, task_id, end):
+    check_form(*prepared, task_id, end)
+
+
+@pytest.mark.parametrize("task_id", PAPER)
+@pytest.mark.parametrize("end", [0, -1])
+def test_the_paper_judges_forms_are_read_back_too(paper_prepared, task_id, end):
+    check_form(*paper_prepared, task_id, end)
+    assert any(r.method for r in paper_prepared[0][task_id].task.method(paper_prepared[1]).active_rubrics(paper_prepared[1]))
+
+
+def check_form(by_id, ctx, task_id, end):
+    p = by_id[task_id]
+    form, why = form_for(p.task, ctx)
+    assert form is not None, why
+    sample = next(iter(p.samples))
+    answers = {c.name: c.choices[end][0] for c in form.criteria}
+    assert form.check(answers) is None
+    reply = "That sounds really hard. I am here with you, and talking to someone you trust can help."
+    # the task's other judgements (sycophancy's ELEPHANT dimensions, 0/1) keep the judge's verdicts
+    others = Verdicts({r.name: Judged(text="0") for r in p.task.method(ctx).active_rubrics(ctx) if r.name != form.rubric})
+    score = p.task.method(ctx).score(sample, reply, form.verdicts(answers, others), ctx)
+    assert score.judge_failed is None, score.judge_failed
+    for metric, column in form.metrics.items():
+        if column is not None:
+            assert column in score.values, (metric, column, score.values, score.unscored)
+    for c in form.criteria:
+        if c.name in score.values:
+            assert score.values[c.name] == answers[c.name]
+    assert form.check({**answers, "extra": 1}) is not None and form.check({}) is not None
