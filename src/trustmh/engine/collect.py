@@ -20,7 +20,8 @@ from .store import Store
 from ..tasks import TASKS, RunContext, Task
 from ..types import Request, Response, Sample
 from .endpoint import CallWriter, Endpoint
-from .judge_pool import GenerationShare, JudgePool, Pending
+from .generation_share import GenerationShare
+from .judge_pool import JudgeJob, JudgePool, Pending
 from .judges import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
 from . import identity
 from .identity import model_ref
@@ -144,7 +145,7 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
     rejected key) stops them all."""
     pools = {pool.ep.model.endpoint: pool for ps in pools_by_role.values() for pool in ps}
     for c in collectors:  # every model's bar from the start: the run's total is known before any call
-        events(PhaseStarted("generate", c.label, c._n_samples(), estimated=c._building()))
+        events(PhaseStarted("generate", c.label, c.n_samples(), estimated=c.building()))
     for pool in pools.values():
         events(PhaseStarted("judge", pool.label, None))
     loop = asyncio.get_running_loop()
@@ -167,9 +168,9 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
     def show() -> None:
         elapsed = loop.time() - t_start
         for c in collectors:
-            c._show(elapsed)
+            c.show(elapsed)
         for pool in pools.values():
-            ahead = sum(c._judgements_ahead(pool.ep.model.endpoint) for c in collectors)
+            ahead = sum(c.judgements_ahead(pool.ep.model.endpoint) for c in collectors)
             events(PhaseProgress("judge", pool.label, pool.n_done, pool.n_queued + ahead, pool.n_errors,
                                  estimated=ahead > 0))
 
@@ -199,9 +200,25 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
             events(PhaseDone("judge", pool.label))
 
 
+@dataclasses.dataclass
+class Counts:
+    """One model's phase-1 counts, read by the progress ticker: replies in (a failed one too) and failed,
+    in all and per task; judgements queued per judge endpoint (the estimate of those ahead rests on them),
+    and judgements failed per task."""
+
+    generated: int = 0
+    gen_errors: int = 0
+    done: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # task -> replies in
+    errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # task -> failed
+    judgements: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # judge endpoint
+    judge_failed: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # task
+
+
 class _Collector:
     """Phase 1 for one tested model: its replies (`_Generating` asks for them, `_Rejudging` reads them from
-    the store), each queued for its judgements with the shared judge pools, and when each task is ready."""
+    the store), each queued for its judgements with the shared judge pools, and when each task is ready.
+    What the judge pools need of it is `judge_pool.Judged` (render, judge); what the generation share
+    reads, `generation_share.Generation` (width, generations_left, judgements_ahead)."""
 
     def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], judges: Judges, store: Store,
                  events: EventSink, label: str, model_id: str, *, pools: dict[str, list[JudgePool]],
@@ -211,7 +228,7 @@ class _Collector:
         self.model_id, self.writer = model_id, writer
         # Counted here and reported by a ticker a few times a second: an event per reply cost more than
         # the rest of the request path.
-        self.n = collections.Counter()
+        self.n = Counts()
         # The run's judge pools by role, shared with the other models (their workers run in _run_together).
         self.pools = pools
         self._active: dict[str, dict[str, Any]] = {}  # task id -> its active rubrics by name (`_rubrics`)
@@ -235,7 +252,9 @@ class _Collector:
         """The judges to ask for `rubric` of the sample `key` (task, item, variant)."""
         return list(self.pools.get(rubric.role, ()))
 
-    def _width(self) -> int:
+    @property
+    def width(self) -> int:
+        """Generation requests in flight at most."""
         return 1
 
     def n_calls(self) -> int:
@@ -249,11 +268,11 @@ class _Collector:
         async def gen_worker() -> None:
             for request, task, sample, key in todo:
                 resp = await self._reply(request, task, sample, key)
-                self.n["gen"] += 1
-                self.n[f"done:{sample.task}"] += 1
+                self.n.generated += 1
+                self.n.done[sample.task] += 1
                 if resp is None or not resp.ok:
-                    self.n["gen_errors"] += 1
-                    self.n[f"errors:{sample.task}"] += 1
+                    self.n.gen_errors += 1
+                    self.n.errors[sample.task] += 1
                 elif self.pools:
                     for pools in self.pools.values():  # bounded: a busy judge holds generation back
                         for pool in pools:
@@ -263,7 +282,7 @@ class _Collector:
                     self.replied(task, sample, resp.text or "")
                 self._settle(sample.task)
 
-        await asyncio.gather(*(gen_worker() for _ in range(self._width())))
+        await asyncio.gather(*(gen_worker() for _ in range(self.width)))
         if self.judging:
             self.judged_all = asyncio.get_running_loop().create_future()
             await self.judged_all
@@ -299,7 +318,7 @@ class _Collector:
                 asked.setdefault(pool, set()).add(r.name)
         for pool, names in asked.items():
             skip = frozenset(name for name, r in rubrics.items() if r.role == pool.role and name not in names)
-            self.n[f"judge:{pool.ep.model.endpoint}"] += 1
+            self.n.judgements[pool.ep.model.endpoint] += 1
             self.left[sample.task] += 1
             self.judging += 1
             pool.put(self, Pending(task, sample, reply, skip))
@@ -315,25 +334,25 @@ class _Collector:
             self._params[key] = task.method(self.ctx).judge_params(rubric, self.ctx)
         return self._params[key]
 
-    def render(self, pool: JudgePool, job: Pending) -> list[tuple]:
+    def render(self, pool: JudgePool, pending: Pending) -> list[JudgeJob]:
         """A queued reply's judgements for the judge of `pool` (judge()'s arguments), rendered by the worker
         that took it; the reply counted one judgement while it waited, now it counts what it needs."""
-        task, sample = job.task, job.sample
+        task, sample = pending.task, pending.sample
         rubrics = self._rubrics(task)
         out = []
-        for name, messages in task.method(self.ctx).judgements(sample, job.reply, self.ctx).items():
+        for name, messages in task.method(self.ctx).judgements(sample, pending.reply, self.ctx).items():
             rubric = rubrics.get(name)
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
-            if rubric.role == pool.role and name not in job.skip:
-                out.append((sample, rubric, messages, self._judge_params(task, rubric)))
-        counter = f"judge:{pool.ep.model.endpoint}"
+            if rubric.role == pool.role and name not in pending.skip:
+                out.append(JudgeJob(sample, rubric, messages, self._judge_params(task, rubric)))
+        endpoint = pool.ep.model.endpoint
         if not out:
-            self.n[counter] -= 1
+            self.n.judgements[endpoint] -= 1
             self._judgement_done(sample.task)
             return out
         more = len(out) - 1
-        self.n[counter] += more
+        self.n.judgements[endpoint] += more
         self.left[sample.task] += more
         self.judging += more
         return out
@@ -347,7 +366,7 @@ class _Collector:
                  for attempt in range(1, rubric.attempts + 1)]
         ok = (await self._until_parsed(ep, tries, rubric.parses)).ok
         if not ok:
-            self.n[f"judge_failed:{sample.task}"] += 1
+            self.n.judge_failed[sample.task] += 1
         self._judgement_done(sample.task)
         return ok
 
@@ -366,31 +385,37 @@ class _Collector:
             self.ready(task_id)
 
     # --- progress -----------------------------------------------------------------------------------
-    def _n_samples(self) -> int:
+    def n_samples(self) -> int:
         """The samples of the run: exact once built, counted ahead from the items while phase 1 still builds
         them as it goes (Prepared.expected_samples), so a bar's total is known from its start."""
         return sum(p.expected_samples() for p in self.prepared)
 
-    def _building(self) -> bool:
+    def generations_left(self) -> int:
+        """Its samples not answered yet."""
+        return self.n_samples() - self.n.generated
+
+    def building(self) -> bool:
+        """Whether some of its samples are still being built (its total an estimate until then)."""
         return any(p.pending is not None for p in self.prepared)
 
-    def _judgements_ahead(self, endpoint: str) -> int:
+    def judgements_ahead(self, endpoint: str) -> int:
         """Judgements for the judge at `endpoint` this model will still queue: its replies still to come, each
         asking the judge as those so far did (an estimate that converges; 0 once every reply is in)."""
         n = self.n
-        left = max(0, self._n_samples() - n["gen"])
-        return round(left * n[f"judge:{endpoint}"] / n["gen"]) if n["gen"] else 0
+        left = max(0, self.generations_left())
+        return round(left * n.judgements[endpoint] / n.generated) if n.generated else 0
 
-    def _show(self, elapsed: float) -> None:
+    def show(self, elapsed: float) -> None:
+        """Its progress so far, as events (the ticker calls it a few times a second)."""
         n = self.n
-        self.events(PhaseProgress("generate", self.label, n["gen"], self._n_samples(), n["gen_errors"],
-                                  n["gen"] / elapsed if elapsed > 0 else None, estimated=self._building()))
+        self.events(PhaseProgress("generate", self.label, n.generated, self.n_samples(), n.gen_errors,
+                                  n.generated / elapsed if elapsed > 0 else None, estimated=self.building()))
         for p in self.prepared:
             tid = p.task.id
-            if p.not_run or not (n[f"done:{tid}"] or tid in self.built):
+            if p.not_run or not (n.done[tid] or tid in self.built):
                 continue
-            self.events(TaskProgress(self.label, tid, n[f"done:{tid}"], p.expected_samples(), n[f"errors:{tid}"],
-                                     n[f"judge_failed:{tid}"], tid in self.built and self.left[tid] == 0))
+            self.events(TaskProgress(self.label, tid, n.done[tid], p.expected_samples(), n.errors[tid],
+                                     n.judge_failed[tid], tid in self.built and self.left[tid] == 0))
 
 
 class _Generating(_Collector):
@@ -406,7 +431,8 @@ class _Generating(_Collector):
         self.reasks = {p.task.id: r for p in self.prepared if (r := p.task.method(self.ctx).reask(self.ctx)) is not None} \
             if gen_ep.model.cacheable else {}
 
-    def _width(self) -> int:
+    @property
+    def width(self) -> int:
         return max(1, self.gen_ep.width)
 
     def n_calls(self) -> int:
@@ -510,8 +536,8 @@ class _Rejudging(_Collector):
             def settled(item_id: str, variant: str) -> bool:
                 key = (task_id, item_id, variant)
                 if key in linked and wanted <= judged.get(key, nothing):
-                    self.n["gen"] += 1
-                    self.n[f"done:{task_id}"] += 1
+                    self.n.generated += 1
+                    self.n.done[task_id] += 1
                     return True
                 return False
 
