@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import inspect
 import itertools
 import json
 import re
@@ -278,6 +279,15 @@ HOOKS = ("load", "prompt", "choices", "params", "samples", "reask", "perturb", "
          "primary_metric", "aggregate_many", "primary_metric_many", "metric_n", "metric_description")
 
 
+def _takes(signature: inspect.Signature, n: int) -> bool:
+    """Whether a function of `signature` can be called with `n` positional arguments."""
+    params = list(signature.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return sum(p.default is p.empty for p in positional) <= n <= len(positional)
+
+
 def writes(method: Method, hook: str) -> bool:
     """Whether `method` answers `hook` with code of its own (its class's, or its task's for the plain
     Method) rather than Method's default."""
@@ -329,6 +339,12 @@ class Task:
         if cls.methods and written:  # one surface: with methods, a hook on the task would never be called
             raise TypeError(f"{cls.__name__} declares methods and writes {', '.join(written)} on the task: write "
                             f"them on its Method")
+        for hook in written:  # one signature per hook: Method's (a hook taking another fails here, not mid-run)
+            own, want = inspect.signature(getattr(cls, hook)), inspect.signature(getattr(Method, hook))
+            if not _takes(own, len(want.parameters)):
+                raise TypeError(f"{cls.__name__}.{hook}({', '.join(own.parameters)}): write it as {hook}("
+                                f"{', '.join(want.parameters)}), Method's signature (a hook written on a task takes "
+                                f"the same parameters)")
 
     def method(self, ctx: RunContext) -> Method:
         """The method that runs this task under `ctx.protocol`: chosen here, once per protocol, and only here."""
