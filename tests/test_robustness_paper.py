@@ -265,7 +265,7 @@ def diagnosis_run(tmp_path, out, gold, **options):
 
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(tmp_path),
-                        tasks="robustness.diagnosis", protocol="paper", options=options)
+                        tasks="robustness.diagnosis", protocol="paper", **options)
         _, res, _ = run_quiet(spec, tmp_path / out)
         return res.models["openai/m"].tasks["robustness.diagnosis"], list(srv.requests)
 

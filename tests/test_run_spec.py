@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import trustmh
+import trustmh.api  # before any test patches the engine's run: api binds it on import
 from trustmh.cli import app
 from trustmh.engine.spec import PAPER_JUDGE, PAPER_PROXY, RunSpec, resolve
 from trustmh.errors import UserError
@@ -118,7 +119,6 @@ def cli_spec(monkeypatch, flags: list[str]) -> RunSpec | str:
 
 def api_spec(monkeypatch, fields: dict) -> RunSpec | str:
     """The spec `trustmh.run(RunSpec(**fields))` hands the engine, or its one-line error."""
-    import trustmh.api
     monkeypatch.setattr(trustmh.api, "engine_run", capture)
     try:
         trustmh.run(RunSpec(**fields))
