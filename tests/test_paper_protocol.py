@@ -278,8 +278,7 @@ def test_leakage_proxy_is_asked_through_the_proxy_judge(upstream, tmp_path):
     assert t.metrics["free_response_leak_rate_proxy"].value == pytest.approx(2 / 4)
 
 
-def test_cli_defaults_the_proxy_to_the_papers_model_only_with_the_papers_judge(upstream, tmp_path):
-    from test_cli import cli
+def test_cli_defaults_the_proxy_to_the_papers_model_only_with_the_papers_judge(cli, upstream, tmp_path):
     common = ("run", "-m", "openai/x", "--base-url", "http://127.0.0.1:9/v1", "--data-dir", upstream,
               "--tasks", "privacy.leakage", "--limit", "4", "--dry-run", "--no-progress")
     env = {"OPENAI_API_KEY": "sk-test"}
