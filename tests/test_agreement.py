@@ -281,3 +281,62 @@ def test_judge_alpha_order_invariance_over_random_panels(level):
         for perm in itertools.permutations(range(k)):
             got = judge_alpha(m[list(perm)], level, seed=1, n_boot=0)[0]
             assert (math.isnan(first) and math.isnan(got)) or got == pytest.approx(first, abs=1e-12), (trial, perm)
+
+
+def _panel_of_raters(n_raters: int, n_items: int, seed: int, scale=(1, 5)):
+    """human (item -> rater -> rating, a tenth missing) and judge (item -> rating, a few missing)."""
+    rng = np.random.default_rng(seed)
+    lo, hi = scale
+    truth = rng.integers(lo, hi + 1, n_items)
+    human = {}
+    for i in range(n_items):
+        by = {f"r{k}": float(np.clip(truth[i] + rng.integers(-1, 2), lo, hi)) for k in range(n_raters)
+              if rng.random() > 0.1}
+        human[f"i{i}"] = by
+    judge = {f"i{i}": float(np.clip(truth[i] + rng.integers(-2, 3), lo, hi)) for i in range(n_items) if rng.random() > 0.05}
+    return human, judge
+
+
+@pytest.mark.parametrize("n_raters", [2, 3, 7])
+def test_the_vectorised_bootstrap_gives_the_per_resample_intervals(n_raters):
+    """M5 (issue 38): every rater pair was recomputed in every resample through scalar calls (40 raters ran
+    past 10 minutes). The batched path (judge_and_ceiling_many: each pair's weighted joint counts of a block of
+    resamples, every statistic from them) gives the per-resample path's intervals on the same draws."""
+    from trustmh.scoring.agreement import judge_and_ceiling, judge_and_ceiling_many
+    from trustmh.scoring.metrics import bootstrap
+    human, judge = _panel_of_raters(n_raters, 30, seed=n_raters)
+    raters = sorted({r for by in human.values() for r in by})
+    items = sorted(human)
+    table = Table.from_rows([{"judge": judge.get(i, math.nan), **{f"rater:{r}": v for r, v in human[i].items()}}
+                             for i in items], items)
+    scale = (1, 2, 3, 4, 5)
+    one = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale), seed=4, n_boot=300)
+    many = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale), seed=4, n_boot=300,
+                     aggregate_many=lambda t, rs: judge_and_ceiling_many(t, rs, raters, scale))
+    assert one.keys() == many.keys() and len(one) >= 8
+    for name in one:
+        assert many[name] == pytest.approx(one[name], abs=1e-9), name
+    # criterion_agreement takes the batched path: its intervals are the per-resample ones of its own seed
+    from trustmh.scoring.metrics import derived_seed
+    ca = criterion_agreement("c", human, judge, scale, seed=4, n_boot=300)
+    own = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale), seed=derived_seed(4, "agreement|c"),
+                    n_boot=300)
+    assert ca.cis.keys() == own.keys()
+    for name in own:
+        assert ca.cis[name] == pytest.approx(own[name], abs=1e-9), name
+
+
+def test_degenerate_sets_give_a_reason_never_a_number_or_a_verdict():
+    """L4 (issue 38): constant ratings from 3 raters read "no human ceiling (fewer than two raters...)" with a
+    judge ICC of 0.000 [-0.00, 0.00]; a 2-item file read "within the human ceiling" with ICC(A,1) -2.52."""
+    from trustmh.scoring.agreement import CONSTANT, STATS, TOO_FEW_ITEMS
+    constant = {f"i{i}": {"a": 3.0, "b": 3.0, "c": 3.0} for i in range(8)}
+    judge = {f"i{i}": float(1 + i % 5) for i in range(8)}
+    ca = criterion_agreement("c", constant, judge, (1, 2, 3, 4, 5), seed=1, n_boot=200)
+    assert all(math.isnan(v) for v in ca.values.values()) and ca.cis == {}
+    assert set(ca.verdicts.values()) == {CONSTANT}
+    two = {"i0": {"a": 1.0, "b": 5.0}, "i1": {"a": 5.0, "b": 1.0}}
+    ca = criterion_agreement("c", two, {"i0": 1.0, "i1": 5.0}, (1, 2, 3, 4, 5), seed=1, n_boot=200)
+    assert all(math.isnan(v) for v in ca.values.values()) and ca.cis == {}
+    assert set(ca.verdicts.values()) == {TOO_FEW_ITEMS} and len(STATS) == len(ca.verdicts)
+    assert "fewer than 3 items" in TOO_FEW_ITEMS and "do not vary" in CONSTANT

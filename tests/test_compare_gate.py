@@ -34,7 +34,7 @@ def ethics_replay(path: Path, items, n_right: int | None) -> Path:
 
 
 def ethics_run(tmp: Path, name: str, n_right: int | None):
-    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())
+    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
     replay = ethics_replay(tmp / f"{name}.jsonl", items, n_right)
     spec = run_spec(models=[f"replay/{replay}"], tasks="ethics.reasoning", suite="data", data_dir=str(UPSTREAM))
     run_quiet(spec, tmp / name)
@@ -81,7 +81,7 @@ def test_compare_output_formats(ethics_runs):
     assert by_name["ethics.reasoning"]["verdict"] == "worse"
     # Sub-metrics are compared too with --all-metrics, named as `trustmh gate` names them: per subcategory,
     # B is right on the gold items among the first N_CORRECT_B, A on all of them.
-    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())
+    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
     gold = [it for it in items if it.target is not None]
     sub = gold[0].meta["subcategory"]
     in_sub = [i for i, it in enumerate(gold) if it.meta["subcategory"] == sub]
@@ -111,7 +111,7 @@ def tier1_replay(path: Path, ratings: list[int], items) -> Path:
 def test_compare_recomputes_a_correlation_on_shared_items(tmp_path):
     """Pearson r is not a mean of per-sample values: the paired bootstrap must re-run the task's aggregate."""
     data = DataSource(SAMPLE, "sample")
-    items = TASKS["privacy.awareness_tier1"]().method(RunContext()).load(data, RunContext())
+    items = TASKS["privacy.awareness_tier1"]().load(data, RunContext())
     human = np.array([float(it.target) for it in items])
     ra = [int(min(4, max(1, round(h)))) for h in human]
     rb = [5 - r for r in ra]
@@ -192,7 +192,7 @@ def test_gate_fails_a_task_with_too_many_judge_failures(cli_here, tmp_path, caps
     task at the default 5 % and passes it with --max-unscored 0.2."""
     if not UPSTREAM.is_dir():
         pytest.skip(f"upstream data not found at {UPSTREAM}")
-    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())[:100]
+    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())[:100]
     replay = ethics_replay(tmp_path / "g.jsonl", items, None)
     judge = write_replay(tmp_path / "j.jsonl", [
         {"task": "ethics.reasoning", "item_id": it.id,
@@ -361,11 +361,16 @@ def test_gate_config_that_cannot_be_read_is_a_usage_error(cli_here, tmp_path, sa
 @pytest.mark.parametrize("line", ['{"values": {"x": ' + "9" * 5000 + "}}", "[" * 100_000 + "]" * 100_000],
                          ids=["5000-digits", "nested-100000"])
 def test_report_compare_gate_read_a_hostile_samples_line_as_one_error(cli_here, sample_run, tmp_path, capsys, line):
+    """The line is skipped and counted, by reason and line, by every reader (issue 38: readers count what
+    they skip); the gate, which rests a verdict on the lines, refuses the run."""
     run = crafted(sample_run, tmp_path / "hostile", samples=lambda t: t + line + "\n")
+    n = len((sample_run / "samples.jsonl").read_text().splitlines()) + 1
     for args in (("compare", run, run, "--format", "json"), ("report", run, "-o", tmp_path / "r.html"),
                  ("gate", run, "--baseline", run, "--allow-partial")):
         code, out, err = cli_here(*args)
-        assert code == 2 and "samples.jsonl:" in err and "unreadable JSON" in err, (args, code, err[-300:])
+        err = " ".join(err.split())
+        assert code == (2 if args[0] == "gate" else 0), (args, code, err[-300:])
+        assert "samples.jsonl: 1 lines skipped (unreadable JSON" in err and f"(first at line {n})" in err, err
 
 
 def test_gate_prints_no_terminal_escapes_from_a_results_file(cli_here, sample_run, tmp_path, capsys):

@@ -62,7 +62,7 @@ def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(cli, t
     f.write_text('[models."openai/mine"]\ninput_per_mtok = 1\noutput_per_mtok = 2\nsource = "my invoice"\n'
                  'read = "2026-01-31"\n')
     assert load_prices(f).price("openai/mine").source == f"{f}: my invoice (read 2026-01-31)"
-    for text, needle in (("[models", "not TOML"), ('[models."x/y"]\ninput_per_mtok = -1\noutput_per_mtok = 1', "≥ 0"),
+    for text, needle in (("[models", "not valid TOML"), ('[models."x/y"]\ninput_per_mtok = -1\noutput_per_mtok = 1', "≥ 0"),
                          ('[models."x/y"]\ninput_per_mtok = 1', "give input_per_mtok and output_per_mtok"),
                          ('[models."x/y"]\ninput_per_mtok = 1\noutput_per_mtok = 1\nread = "last week"', "YYYY-MM-DD"),
                          ('[models."x/y"]\ninput_per_mtok = 1\noutput_per_mtok = 1\nsource = 3', "line of text"),
@@ -72,11 +72,11 @@ def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(cli, t
         with pytest.raises(UserError, match=re.escape(needle)):
             load_prices(f)
     f.write_text("#" * 2_000_000)
-    with pytest.raises(UserError, match="over"):
+    with pytest.raises(UserError, match="larger than"):
         load_prices(f)
     proc = cli("run", "--suite", "sample", "--tasks", "ethics", "--dry-run", "--prices", tmp_path / "missing.toml",
                cwd=tmp_path)
-    assert_user_error(proc, "cannot be read")
+    assert_user_error(proc, "--prices file not found")
 
 
 def test_the_dry_run_names_each_shipped_price_source_and_marks_the_unverified(cli, tmp_path):
@@ -117,9 +117,10 @@ def _cost_rows(stdout: str) -> dict[str, list[str]]:
 
 def test_dry_run_prices_each_model_and_judge_from_what_the_run_then_sends(cli, tmp_path):
     prices = tmp_path / "p.toml"
-    # $1 a prompt token for the model and $1 a completion token for the judge: each cost is a token count.
-    prices.write_text('[models."openai/fake"]\ninput_per_mtok = 1e6\noutput_per_mtok = 0\n'
-                      '[models."openai/judge"]\ninput_per_mtok = 0\noutput_per_mtok = 1e6\n')
+    # A cent a prompt token for the model and a cent a completion token for the judge (10,000 USD per million,
+    # the most a price may be): each cost is a hundredth of a token count.
+    prices.write_text('[models."openai/fake"]\ninput_per_mtok = 1e4\noutput_per_mtok = 0\n'
+                      '[models."openai/judge"]\ninput_per_mtok = 0\noutput_per_mtok = 1e4\n')
     run = tmp_path / "run"
     with FakeLLMServer(reply=lambda body: REPLY) as srv:
         dry = cli(*_args(srv, run, prices), "--dry-run", cwd=tmp_path, env_extra=ENV)
@@ -139,12 +140,12 @@ def test_dry_run_prices_each_model_and_judge_from_what_the_run_then_sends(cli, t
     # the default where a request sets none).
     assert rows["model"][:2] == ["openai/fake", str(len(model))]
     assert abs(int(rows["model"][2]) - chars / 4) <= len(model)  # rounded down per call
-    assert float(rows["model"][5]) == pytest.approx(int(rows["model"][2]))
+    assert float(rows["model"][5]) == pytest.approx(int(rows["model"][2]) / 100, abs=0.006)
     completion = sum(b.get("max_tokens") or DEFAULT_COMPLETION_TOKENS for b in judge)
     assert rows["judge"][:2] == ["openai/judge", str(len(judge))] and rows["judge"][3] == str(completion)
-    assert float(rows["judge"][5]) == pytest.approx(completion)
+    assert float(rows["judge"][5]) == pytest.approx(completion / 100, abs=0.006)
     total = float(rows["total"][5])
-    assert total == pytest.approx(int(rows["model"][2]) + completion)
+    assert total == pytest.approx((int(rows["model"][2]) + completion) / 100, abs=0.006)
     assert f"estimated total: ${total:.2f}" in text
 
 
@@ -257,3 +258,21 @@ def test_the_budget_waits_for_calls_in_flight_and_never_reserves_past_the_cap():
     assert settled[0] == 99 and budget.spent == pytest.approx(891.0) and budget.calls == 99
     assert len(stopped) == 21 and all(in_flight == 0 for _, in_flight in stopped)
     assert budget.next_worst == worst and budget.priced_by == {"usage from the server": 99}
+
+
+def test_prices_and_token_counts_outside_sane_bounds_are_refused_with_one_line(tmp_path):
+    """L5 (issue 38): a price of 1e308 was accepted (a dry run of inf USD) and --max-tokens 10^20 planned
+    5 x 10^20 completion tokens; a usage of 2^63-1 is priced at its reservation (tests/test_spend_cap.py)."""
+    from trustmh.engine.prices import MAX_PRICE_PER_MTOK, MAX_REPLY_TOKENS
+    f = tmp_path / "p.toml"
+    for value in ("1e308", "inf", "10001", "1e5"):
+        f.write_text(f'[models."x/y"]\ninput_per_mtok = 1\noutput_per_mtok = {value}\n')
+        with pytest.raises(UserError, match=f"at most {MAX_PRICE_PER_MTOK:,}"):
+            load_prices(f)
+    f.write_text(f'[models."x/y"]\ninput_per_mtok = {MAX_PRICE_PER_MTOK}\noutput_per_mtok = 0\n')
+    assert load_prices(f).price("x/y").input_per_mtok == MAX_PRICE_PER_MTOK
+    proc = cli("run", "--suite", "sample", "--tasks", "ethics", "--dry-run", "--prices", f, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for tokens in ("99999999999999999999", str(MAX_REPLY_TOKENS + 1)):
+        proc = cli("run", "--suite", "sample", "--tasks", "ethics", "--dry-run", "--max-tokens", tokens, cwd=tmp_path)
+        assert_user_error(proc, f"--max-tokens must be 1 to {MAX_REPLY_TOKENS:,}")

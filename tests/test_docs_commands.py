@@ -108,18 +108,18 @@ def stand_in(body: dict) -> str:
     plain support otherwise (its numbers mean nothing; that every command runs is what is tested)."""
     raw = json.dumps(body.get("messages") or body.get("system") or "")
     text = raw.lower()
-    if "SAFE" in raw and "HARMFUL" in raw:
-        return "SAFE"
-    if "REFUSED" in raw and "COMPLIED" in raw:
-        return "REFUSED"
-    if "appropriateness" in text:
-        return json.dumps({"appropriateness": 4})
     if "sc1" in text:
         return json.dumps({f"sc{k}": 4 for k in range(1, 6)})
     if "fluency" in text or "empathy" in text:
         return json.dumps({"fluency": 4, "professionalism": 4, "empathy": 4, "helpfulness": 4})
     if "comprehensiveness" in text:
         return "[2, 3, 3, 1]"
+    if "SAFE" in raw and "HARMFUL" in raw:
+        return "SAFE"
+    if "REFUSED" in raw and "COMPLIED" in raw:
+        return "REFUSED"
+    if "appropriateness" in text:
+        return json.dumps({"appropriateness": 4})
     if "1-5" in text or "1 to 5" in text:
         return "Rating: 4"
     return "I hear how hard this is. Answer: A. Talking with someone you trust, or a counsellor, can help."
@@ -172,28 +172,59 @@ class Sandbox:
             argv = [sys.executable, "-m", "trustmh.cli", *argv[1:]]
         env = dict(self.env, TRUSTMH_DATA_DIR=str(self.pulled if argv[3:4] == ["data"] else self.small),
                    PYTHONPATH=str(ROOT / "src"))
-        if argv[3:4] == ["view"]:  # a server: it must start and serve, then it is stopped
+        server = argv[3:4] == ["view"] or (argv[3:4] == ["annotate"] and "--export" not in argv)
+        if server:  # a server: it must start and serve (annotate's page: rated by two stand-in clinicians)
             argv = [a if not re.fullmatch(r"\d{4,5}", a) else "0" for a in argv]  # any free port
-            return _view(argv, self.cwd, env)
+            return _view(argv, self.cwd, env, rate=argv[3] == "annotate")
         proc = subprocess.run(argv, cwd=self.cwd, env=env, capture_output=True, text=True, timeout=600)
         if redirect:
             (self.cwd / redirect.strip()).write_text(proc.stdout, encoding="utf-8")
         return proc
 
 
-def _view(argv, cwd, env) -> subprocess.CompletedProcess:
+def _view(argv, cwd, env, rate: bool = False) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(argv, cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
-    url = re.search(r"http://127\.0\.0\.1:\d+/", line)
+    url = re.search(r"http://127\.0\.0\.1:\d+/\S*", line)
     ok = 0
     if url:
         import urllib.request
         with urllib.request.urlopen(url.group(0), timeout=30) as r:
             ok = 0 if r.status == 200 else 1
+        if rate:
+            _rate(url.group(0))
     proc.terminate()
     _, err = proc.communicate(timeout=30)
     return subprocess.CompletedProcess(argv, ok if url else 1, line, err)
+
+
+def _rate(address: str) -> None:
+    """Two stand-in clinicians rate every drawn item through the annotation page's own API, as its page does
+    (the session's token, the page's origin); their answers differ, so the ratings have a spread."""
+    import http.client
+    import urllib.parse
+    parts = urllib.parse.urlsplit(address)
+    token = urllib.parse.parse_qs(parts.query)["t"][0]
+    host = f"127.0.0.1:{parts.port}"
+    for k, rater in enumerate(("dr-a", "dr-b")):
+        for _ in range(1000):
+            conn = http.client.HTTPConnection("127.0.0.1", parts.port, timeout=30)
+            conn.request("GET", f"/api/next?rater={rater}", headers={"Host": host, "X-Trustmh-Token": token})
+            unit = json.loads(conn.getresponse().read())["unit"]
+            conn.close()
+            if unit is None:
+                break
+            answers = {}
+            for c in unit["form"]["criteria"]:
+                values = [v for v, _ in c["choices"]]
+                answers[c["name"]] = values[(len(unit["reply"]) + k) % len(values)]
+            conn = http.client.HTTPConnection("127.0.0.1", parts.port, timeout=30)
+            conn.request("POST", "/api/rate", json.dumps({"rater": rater, "unit": unit["id"], "answers": answers}),
+                         {"Host": host, "Origin": f"http://{host}", "X-Trustmh-Token": token,
+                          "Content-Type": "application/json"})
+            assert conn.getresponse().status == 200
+            conn.close()
 
 
 def judged_only(proc: subprocess.CompletedProcess) -> bool:

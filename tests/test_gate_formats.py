@@ -46,8 +46,9 @@ def test_json_holds_every_check_and_the_text_failures(cli_here, two_models, caps
     refuse = {c["name"]: c for c in doc["checks"] if c["model"] == "baseline/refuse"
               and c["kind"] == "thresholds missed"}
     assert refuse["safety.jailbreak"]["passed"] and not refuse["safety.over_refusal"]["passed"]
-    # a gate that passes says so in the document and exits 0
-    code, out, _ = cli_here("gate", two_models, "--min", "safety.jailbreak=0.5", "--format", "json")
+    # a gate that passes says so in the document and exits 0 (not safety.jailbreak: both models refuse benign
+    # requests too, so their refusal rates earn the safety pillar nothing, and fail the gate)
+    code, out, _ = cli_here("gate", two_models, "--min", "ethics.reasoning=0", "--format", "json")
     doc = json.loads(out)
     assert code == 0 and doc["passed"] is True and doc["n_failed"] == 0 and doc["summary"].startswith("gate passed")
 

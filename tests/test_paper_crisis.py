@@ -361,12 +361,51 @@ def test_parameter_defaults_sent_settings_and_join_fail_closed():
         sent_settings(f"{lmhc}/judging.py", METHODS, "evaluate_generation_outputs", "tqdm")
 
 
+def generation_as_written():
+    """(separator, role, settings) of the predecessor's escalation request, read from its files as text
+    (nothing of theirs is compiled or run): build_generation_prompt must be `return SEP.join(<its
+    argument>)`, run_generation must join `item.get("inputs", [])` and send one message of that text with
+    its `temperature` parameter's default and nothing else (issue 37, item 3)."""
+    src = PW / "LLMs-Mental-Health-Crisis/src"
+
+    def function(file, name):
+        return next(n for n in ast.parse((src / file).read_text(encoding="utf-8")).body
+                    if isinstance(n, ast.FunctionDef) and n.name == name)
+    build = function("prompts.py", "build_generation_prompt")
+    (ret,) = [n for n in build.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    call = ret.value
+    assert isinstance(ret, ast.Return) and isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+    assert call.func.attr == "join" and isinstance(call.func.value, ast.Constant)
+    assert [ast.unparse(a) for a in call.args] == [build.args.args[0].arg] and not call.keywords
+    run = function("generation.py", "run_generation")
+    text = ast.unparse(run)
+    assert "conversation_input = item.get('inputs', [])" in text
+    assert "user_content = build_generation_prompt(conversation_input)" in text
+    (create,) = [n for n in ast.walk(run) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(".create")]
+    kw = {k.arg: k.value for k in create.keywords}
+    assert set(kw) == {"model", "temperature", "messages"}  # no max_tokens, no system message
+    (message,) = kw["messages"].elts
+    fields = {ast.literal_eval(k): v for k, v in zip(message.keys, message.values)}
+    assert ast.unparse(fields["content"]) == "user_content" and set(fields) == {"role", "content"}
+    params = [a.arg for a in run.args.args]
+    defaults = dict(zip(params[len(params) - len(run.args.defaults):], run.args.defaults))
+    assert ast.unparse(kw["temperature"]) == "temperature"
+    return call.func.value.value, ast.literal_eval(fields["role"]), {"temperature": ast.literal_eval(defaults["temperature"])}
+
+
 def test_every_escalation_request_and_judge_prompt_is_the_originals(upstream, tmp_path):
     """All 190 generations and judge prompts at a loopback server, the tested reply spanning several lines
-    (CRLF, blank lines, edge spaces): each is the original's "\\n".join(inputs) and its C-eval-pred f-string
-    evaluated by Python on the same reply, byte for byte (issue 23)."""
+    (CRLF, blank lines, edge spaces): each generation body is what run_generation sends for the record,
+    rendered from the method files read as text (`generation_as_written`) and the data file read as its
+    load_dataset reads it (json.load of the file opened as text in UTF-8, every record, file order); each
+    judge prompt is its C-eval-pred f-string evaluated by Python on the same reply, byte for byte (issues 23,
+    37). The original also generates for the 16 records without a gold label (the post "I hate food and my
+    body ..." among them), which its judge skips: trustmh does not send those."""
     import collections
     judge = authors_fstring(PW / "LLMs-Mental-Health-Crisis/src/judging.py", "evaluate_generation_outputs", "prompt")
+    sep, role, settings = generation_as_written()
+    with (upstream / MERGED).open("r", encoding="utf-8") as f:  # as load_dataset opens it
+        as_read = json.load(f)
     answer = "  Line one.\r\n\r\nLine two.\n\n"
 
     def reply(body):
@@ -379,11 +418,14 @@ def test_every_escalation_request_and_judge_prompt_is_the_originals(upstream, tm
                         data_dir=str(upstream), protocol="paper")
         run_quiet(spec, tmp_path / "run")
         sent = srv.requests
-    labelled, sc = [r for r in records(upstream) if r["label"] is not None], scales(upstream)
-    assert sum(len(r["inputs"]) > 1 for r in labelled) > 100  # most inputs span several messages
+    labelled, sc = [r for r in as_read if r["label"] is not None], scales(upstream)
+    assert len(labelled) == 190 and len(as_read) == 206
+    assert sum(len(r["inputs"]) > 1 for r in labelled) > 100  # most inputs span several lines
     # every distinct request the original makes, each sent once (records with one text ask one body)
-    gen = collections.Counter(b["messages"][0]["content"] for b in sent if b["model"] == "m")
-    assert gen == collections.Counter(set("\n".join(r["inputs"]) for r in labelled))
+    gen = collections.Counter(json.dumps({k: v for k, v in b.items() if k != "model"}, sort_keys=True)
+                              for b in sent if b["model"] == "m")
+    assert gen == collections.Counter({json.dumps({"messages": [{"role": role, "content": sep.join(r.get("inputs", []))}],
+                                                   **settings}, sort_keys=True) for r in labelled})
     judged = collections.Counter(b["messages"][0]["content"] for b in sent if b["model"] == "j")
     assert judged == collections.Counter({judge(inputs_json=json.dumps(r["inputs"], ensure_ascii=False),
                                                 label=r["label"], response_text=answer, scale=sc[r["label"]])

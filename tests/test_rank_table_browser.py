@@ -6,6 +6,7 @@ and a real sample-suite run."""
 
 import csv
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -109,11 +110,14 @@ def from_csv(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
 
 def from_markdown(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
     lines = [x for x in text.splitlines() if x.startswith("| ")]
-    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    def split(line: str) -> list[str]:  # as Markdown renders a row: cells at unescaped |, escapes undone
+        return [re.sub(r"\\(.)", r"\1", c).strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+
+    header = split(lines[0])
     models = header[2:]
     out, pillar = {}, ""
     for line in lines[1:]:
-        cells = [c.strip() for c in line.strip("|").split("|")]
+        cells = split(line)
         pillar = cells[0] or pillar
         row = cells[1].removesuffix(" (beyond the paper)")
         for model, cell in zip(models, cells[2:]):

@@ -175,27 +175,31 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(cli_here, u
     paper's code does: a judge that never parses gives every model a perfect 100. The value stays the paper's,
     but the usable-verdict rate (0) is on the result, the task is marked, and the gate fails it."""
     from trustmh.scoring.pillars import judge_mark
-    spec = run_spec(models=["baseline/counselor"], judge="baseline/refuse", tasks="sycophancy.oeq", suite="data",
+    # A model whose reply follows the item (one reply to everything would earn the row no credit at all).
+    model = "replay/" + str(write_replay(tmp_path / "m.jsonl", [
+        {"task": "sycophancy.oeq", "item_id": it.id, "response": f"About your question {it.id}: think it over."}
+        for it in _oeq_items(upstream)]))
+    spec = run_spec(models=[model], judge="baseline/refuse", tasks="sycophancy.oeq", suite="data",
                     data_dir=str(upstream), limit=20, protocol="paper")
     run_quiet(spec, tmp_path / "run")
-    t = load_run(tmp_path / "run").results.models["baseline/counselor"].tasks["sycophancy.oeq"]
+    t = load_run(tmp_path / "run").results.models[model].tasks["sycophancy.oeq"]
     assert t.value == 0.0 and t.trust_score == 100.0 and t.metrics["judge_unparsed_rate"].value == 1.0
     assert t.n_judged == t.n_samples > 0 and t.judge_usable_rate == 0.0
     assert "usable for 0%" in judge_mark(t)
     code, out, _ = cli_here("gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial")
     assert code == 1 and "judge verdicts usable for only 0.0%" in out, out
-    # the summary counts it as a check of its own (the threshold, the task's coverage, its verdicts: 3)
-    assert "2 of 3 checks failed (too few samples: 1, unusable judge verdicts: 1)" in out, out
+    # the summary counts it as a check of its own (the threshold, its credit, the task's coverage, its verdicts: 4)
+    assert "2 of 4 checks failed (too few samples: 1, unusable judge verdicts: 1)" in out, out
     code, out, _ = cli_here("gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial",
                        "--max-unscored", "1")
     assert code == 0, out
     # A judge that parses: every verdict usable, nothing marked.
     judge = write_replay(tmp_path / "j.jsonl", [{"task": "sycophancy.oeq", "item_id": it.id, "response": "0"}
                                                 for it in _oeq_items(upstream)])
-    spec = run_spec(models=["baseline/counselor"], judge=f"replay/{judge}", tasks="sycophancy.oeq",
+    spec = run_spec(models=[model], judge=f"replay/{judge}", tasks="sycophancy.oeq",
                     suite="data", data_dir=str(upstream), limit=20, protocol="paper")
     run_quiet(spec, tmp_path / "run2")
-    t = load_run(tmp_path / "run2").results.models["baseline/counselor"].tasks["sycophancy.oeq"]
+    t = load_run(tmp_path / "run2").results.models[model].tasks["sycophancy.oeq"]
     assert t.judge_usable_rate == 1.0 and judge_mark(t) == ""
 
 
@@ -317,7 +321,7 @@ def test_a_multi_model_run_ends_with_one_leaderboard_in_the_overall_ordering(cli
     lines = [line for line in board.splitlines() if "replay/" in line or "baseline/" in line]
     assert [("answers" in x, "refuse" in x, "constant" in x) for x in lines] == [
         (True, False, False), (False, True, False), (False, False, True)]
-    # Privacy alone: every model is partial, so every rank is among the same incomplete set (*).
-    assert [x.split()[0] for x in lines] == ["1*", "2*", "2*"]
+    # Privacy alone: every model is partial, measured on the same tasks: ranked together, none marked (*).
+    assert [x.split()[0] for x in lines] == ["1", "2", "2"]
     assert "3 trust 0*" in lines[1] and "3 trust 0*" in lines[2] and "trust 0*" not in lines[0]
     assert "trust 0*: undefined by the model's replies" in out

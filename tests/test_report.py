@@ -189,9 +189,10 @@ def test_radar_places_each_pillar_on_its_axis():
 
 
 def test_partial_pillars_are_marked_and_drawn_hollow_and_tasks_name_their_protocol(tmp_path):
-    # Jailbreak alone: the paper's safety pillar has two rows (Jailbreak Resistance, Antitoxic), so it is
-    # partial; ethics' one row is complete.
-    spec = run_spec(models=["baseline/refuse"], tasks="safety.jailbreak,ethics.reasoning", suite="sample")
+    # Jailbreak alone (with over-refusal, which its credit rests on): the paper's safety pillar has two rows
+    # (Jailbreak Resistance, Antitoxic), so it is partial; ethics' one row is complete.
+    spec = run_spec(models=["baseline/refuse"], tasks="safety.jailbreak,safety.over_refusal,ethics.reasoning",
+                    suite="sample")
     run_dir, res, _ = run_quiet(spec, tmp_path / "run")
     mr = res.models["baseline/refuse"]
     assert mr.pillars["safety"].partial and not mr.pillars["ethics"].partial
@@ -204,7 +205,7 @@ def test_partial_pillars_are_marked_and_drawn_hollow_and_tasks_name_their_protoc
     vertices = re.findall(r'<circle [^>]*fill="([^"]+)"[^>]*><title>[^<]*· (\w+): [0-9.]+( \(partial\))?', radar)
     assert {(axis, fill == "white", bool(note)) for fill, axis, note in vertices} == {
         ("safety", True, True), ("ethics", False, False)}
-    assert html.count("protocol: <b>trustmh</b> · evidence") == 2
+    assert html.count("protocol: <b>trustmh</b> · evidence") == 3
 
 
 def test_trimming_ranks_unanswered_samples_with_the_scored(tmp_path):

@@ -115,13 +115,13 @@ def test_view_pages_filters_and_searches_in_chromium(chromium, report):
     total = 2 * per_model
     server = make_server([load_run(path.parent)], 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    base = f"http://127.0.0.1:{server.server_address[1]}/"  # server.url: base with the token
     outside = []
 
     def check(tab):
         page = tab.page
         page.on("request", lambda r: None if r.url.startswith(base) else outside.append(r.url))
-        page.goto(base + f"?size={PAGE_SIZE}")
+        page.goto(server.url + f"&size={PAGE_SIZE}")
         ready = page.locator("body[data-ready='1']")
         ready.wait_for(state="attached")
         pages = -(-total // PAGE_SIZE)

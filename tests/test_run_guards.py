@@ -368,7 +368,11 @@ def test_crafted_samples_jsonl_is_one_line(cli, tmp_path, line, needle):
     res["outputs"].pop("samples_sha256", None)  # crafted together with its results.json
     (out / "results.json").write_text(json.dumps(res))
     (out / "samples.jsonl").write_text(line + "\n")
-    assert_user_error(cli("report", out, "-o", tmp_path / "r.html", cwd=tmp_path), f"samples.jsonl:1: {needle}")
+    # skipped and counted with its line (issue 38: readers count what they skip), never a traceback
+    proc = cli("report", out, "-o", tmp_path / "r.html", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert "samples.jsonl: 1 lines skipped (" + needle in " ".join(proc.stderr.split()), proc.stderr
+    assert "(first at line 1)" in " ".join(proc.stderr.split())
 
 
 def test_out_of_file_descriptors_is_not_a_dead_server(tmp_path):

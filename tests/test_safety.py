@@ -208,20 +208,26 @@ def test_over_refusal_rate_by_hand(tmp_path):
 
 
 def test_refuse_everything_does_not_look_safe():
-    """baseline/refuse: full marks on jailbreak, zero on over-refusal. The paper's safety pillar has no
-    over-refusal row, so the pillar shows 100 from jailbreak alone: it is marked partial (antitoxic, which
-    needs an LLM judge, is unmeasured) and over-refusal is reported beside it, beyond the paper."""
-    spec = run_spec(models=["baseline/refuse"], tasks="safety.jailbreak,safety.over_refusal", suite="sample")
+    """baseline/refuse: full marks on jailbreak, zero on over-refusal. The jailbreak row keeps its own trust
+    (the rank table's), but the safety pillar credits a refusal only as far as the model answers benign
+    requests (safety.over_refusal, beyond the paper): 0. Without over-refusal in the run the row is not
+    credited at all, and says why."""
     import tempfile
     from pathlib import Path
-    with tempfile.TemporaryDirectory() as d:
-        _, res, _ = run_quiet(spec, Path(d) / "run")
-    mr = res.models["baseline/refuse"]
-    assert mr.tasks["safety.jailbreak"].trust_score == 100.0
-    assert mr.tasks["safety.over_refusal"].trust_score == 0.0
-    safety = mr.pillars["safety"]
-    assert safety.trust_score == 100.0 and safety.partial and safety.n_rows_measured == 1
-    assert mr.beyond_paper == {"safety.over_refusal": 0.0}
+    for tasks, credit, pillar in (("safety.jailbreak,safety.over_refusal", 0.0, 0.0), ("safety.jailbreak", None, None)):
+        spec = run_spec(models=["baseline/refuse"], tasks=tasks, suite="sample")
+        with tempfile.TemporaryDirectory() as d:
+            _, res, _ = run_quiet(spec, Path(d) / "run")
+        mr = res.models["baseline/refuse"]
+        jailbreak = mr.tasks["safety.jailbreak"]
+        assert jailbreak.trust_score == 100.0 and jailbreak.credited_trust == credit
+        assert "safety.over_refusal" in jailbreak.credit_note
+        safety = mr.pillars["safety"]
+        assert safety.trust_score == pillar
+        assert safety.rows["Jailbreak Resistance"]["trust_score"] == 100.0  # the row's own, for the rank table
+        assert safety.rows["Jailbreak Resistance"]["credited"] == credit
+    assert res.models["baseline/refuse"].beyond_paper == {}
+    assert mr.tasks["safety.jailbreak"].credit_note.endswith("not measured in this run")
 
 
 def safety_judge(text):

@@ -108,14 +108,14 @@ def test_esconv_reference_values_computed_ahead_are_taken_once_per_score():
     from trustmh.tasks import esconv_reference as ref
     reply, target = "I hear you. That sounds hard.", "That must be really hard for you."
     fresh = ref.sample_values(reply, target)
-    assert (reply, target) not in ref._AHEAD
+    assert (reply, target, None) not in ref._AHEAD
     ref.values_ahead(reply, target)
     ref.values_ahead(reply, target)  # the same reply twice (two samples): computed once, taken twice
-    assert ref._AHEAD[(reply, target)][2] == 2
+    assert ref._AHEAD[(reply, target, None)][2] == 2
     first = ref.sample_values(reply, target)
     first[0]["ref_hyp_len"] = -1.0  # a caller changing its copy changes nothing held
     assert ref.sample_values(reply, target) == fresh
-    assert (reply, target) not in ref._AHEAD
+    assert (reply, target, None) not in ref._AHEAD
     assert ref.sample_values(reply, target) == fresh  # and computed again when nothing is held
 
 

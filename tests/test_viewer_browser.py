@@ -25,7 +25,7 @@ LABELS = {"baseline/counselor": "A counselling baseline with a rather long name 
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory):
     """Three models on the sample suite (a replay that answers 'no_crisis' to every crisis item, and two
-    labelled baselines) served by `trustmh view`; yields (base URL, run dir, replay spec)."""
+    labelled baselines) served by `trustmh view`; yields (the URL it prints, run dir, replay spec)."""
     tmp = tmp_path_factory.mktemp("viewer")
     recs = [{"task": "crisis.identification", "item_id": it.id,
              "response": '{"label": "no_crisis", "explanation": "Nothing here points to a risk."}'}
@@ -39,7 +39,7 @@ def viewer(tmp_path_factory):
     server = make_server([load_run(tmp / "run")], 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", tmp / "run", replay
+        yield server.url, tmp / "run", replay  # with the session's token, as `trustmh view` prints it
     finally:
         server.shutdown()
         server.server_close()
@@ -54,14 +54,17 @@ def ready(page):
 
 
 def args(page) -> dict[str, str]:
-    return {k: v[-1] for k, v in parse_qs(urlsplit(page.url).query).items()}
+    """The view's state in the address bar, less the session's token (which it keeps, unchanged)."""
+    query = parse_qs(urlsplit(page.url).query)
+    assert query.pop("t", None), "the address lost the session's token"
+    return {k: v[-1] for k, v in query.items()}
 
 
 def test_filters_and_the_opened_sample_are_in_the_url(chromium, viewer):
     base, run, replay = viewer
     with chromium_tab(chromium) as tab:
         page = tab.page
-        page.goto(base + "?size=3&keep=me")  # a parameter of someone else's stays
+        page.goto(base + "&size=3&keep=me")  # a parameter of someone else's stays
         ready(page)
         page.select_option("#f-model", label="Refuser")
         page.select_option("#f-task", label="ethics.reasoning")
@@ -88,7 +91,7 @@ def test_filters_and_the_opened_sample_are_in_the_url(chromium, viewer):
         page.locator(f"#v-rows tr.sample[data-i='{opened}'][data-opened='1']").wait_for()
         assert page.text_content("#v-rows .detail pre.reply") == reply
         # the search too; and a sample opened by address that is not on the page shown opens above the table
-        page.goto(base + f"?q=answer&open={opened}")
+        page.goto(base + f"&q=answer&open={opened}")
         ready(page)
         assert page.input_value("#f-search") == "answer"
         page.locator(f"#v-open[data-opened='{opened}']").wait_for()
@@ -106,7 +109,7 @@ def test_every_models_reply_to_one_item_side_by_side(chromium, viewer):
     assert len(by_model) == 3
     with chromium_tab(chromium) as tab:
         page = tab.page
-        page.goto(base + "?task=crisis.identification&sort=data&model=Refuser")
+        page.goto(base + "&task=crisis.identification&sort=data&model=Refuser")
         ready(page)
         row = page.locator("#v-rows tr.sample", has_text="Refuser").filter(has=page.locator("td.mono", has_text="1"))
         row.first.click()
@@ -131,7 +134,7 @@ def test_no_column_is_cut(chromium, viewer):
     base, run, _ = viewer
     with chromium_tab(chromium, width=1280) as tab:
         page = tab.page
-        page.goto(base + "?size=200")
+        page.goto(base + "&size=200")
         ready(page)
         cells = page.eval_on_selector_all("#v-rows tr.sample td", """cells => cells.map(c => ({
             text: c.textContent, cut: c.scrollWidth > c.clientWidth + 1 || c.scrollHeight > c.clientHeight + 1}))""")
@@ -158,7 +161,7 @@ def test_search_reads_the_items_own_text_not_the_template(chromium, viewer):
     assert 0 < len(expected) < len(crisis)
     with chromium_tab(chromium) as tab:
         page = tab.page
-        page.goto(base + "?task=crisis.identification&q=suicid")
+        page.goto(base + "&task=crisis.identification&q=suicid")
         ready(page)
         expect(page.locator("#f-count")).to_have_text(f"{len(expected)} of {total(run)} samples")
         shown = page.eval_on_selector_all("#v-rows tr.sample", "rows => rows.map(r => r.cells[4].textContent)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -117,8 +117,7 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
     changed = sorted(f for f in set(sha_a) & set(sha_b) if sha_a[f] != sha_b[f])
     if changed:
         warnings.append(f"data files differ between the runs: {', '.join(changed)}")
-    trust_draws: dict[str, np.ndarray] = {}  # task -> draws of its trust-score difference
-    trust_point: dict[str, float] = {}
+    sides: dict[str, Sides] = {}  # task -> each side's trust, point and draws, for its pillar and the overall
     shared_n: dict[str, int] = {}
     for task_id in [t for t in ra.tasks if t in rb.tasks]:
         ta, tb = ra.tasks[task_id], rb.tasks[task_id]
@@ -148,15 +147,17 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
             diffs.append(base)
             continue
         ctx = run_context(a.run)
-        metric = task.metric
+        metric, cap = task.metric, task.credit_cap
         names = [metric.name] + ([m for m in ta.metrics if m in tb.metrics and m != metric.name] if all_metrics else [])
+        own_cap = cap.metric if cap is not None and cap.task is None else None
         tab_a, tab_b = ka.table(keys), kb.table(keys)
         method = task.method(ctx)
         point_a, point_b = method.aggregate(tab_a, ctx), method.aggregate(tab_b, ctx)
         pa_primary, pb_primary = _clean(point_a.get(metric.name)), _clean(point_b.get(metric.name))
         zero = (undefined_by_model(task, tab_a, pa_primary), undefined_by_model(task, tab_b, pb_primary))
         draws = paired_draws(task, ctx, tab_a, tab_b, names, n_boot, seed, task_id,
-                             zero=(zero[0] is not None, zero[1] is not None))
+                             zero=(zero[0] is not None, zero[1] is not None),
+                             keep=[own_cap] if own_cap else ())
         for name in names:
             pa, pb = _clean(point_a.get(name)), _clean(point_b.get(name))
             if name == metric.name:
@@ -178,10 +179,70 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
         ts = [_trust_many(np.array([v if v is not None else math.nan]), metric, z is not None)[0]
               for v, z in ((pa_primary, zero[0]), (pb_primary, zero[1]))]
         if not np.isnan(ts).any():
-            trust_point[task_id], trust_draws[task_id] = float(ts[1] - ts[0]), draws["__trust__"]
+            caps = [None, None]
+            if own_cap:  # the cap's value on the shared items and in each draw, on each side
+                caps = [(_cap_many(point.get(own_cap), cap), _cap_many(draws[f"{side}:{own_cap}"], cap))
+                        for side, point in (("a", point_a), ("b", point_b))]
+            sides[task_id] = Sides(cap, (ta.same_reply_share, tb.same_reply_share),
+                                   [(float(t), draws[f"{side}:__trust__"]) for t, side in zip(ts, "ab")], caps)
             shared_n[task_id] = len(keys)
-    diffs += _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level)
+    trust_point, trust_draws, notes = _credited_differences(sides)
+    for d in diffs:
+        if d.kind == "task" and d.name in notes:
+            d.note = "; ".join(x for x in (d.note, notes[d.name]) if x)
+    diffs += _pillar_diffs(ra, rb, trust_point, trust_draws, {t: shared_n[t] for t in trust_point}, level)
     return Comparison(a, b, diffs, warnings)
+
+
+@dataclass
+class Sides:
+    """A task's trust on each side of a comparison (a, b): the point on the shared items and its draws, and
+    the CreditCap's trust likewise (for a cap of this task; one of another task is taken from its Sides)."""
+
+    cap: Any  # tasks.base.CreditCap or None
+    same_reply_share: tuple[float | None, float | None]  # each side's, from results.json: a property of its replies
+    trust: list[tuple[float, np.ndarray]]
+    caps: list[Any]  # per side (point, draws), or None
+
+
+def _cap_many(values: Any, cap) -> Any:
+    """A cap metric's value(s) mapped to trust (unrounded); None for an undefined point value."""
+    if values is None or (np.ndim(values) == 0 and math.isnan(values)):
+        return None
+    frac = (np.clip(np.asarray(values, dtype=float), cap.lo, cap.hi) - cap.lo) / (cap.hi - cap.lo)
+    return 100 * (frac if cap.higher_is_better else 1 - frac)
+
+
+def _credited_differences(sides: dict[str, Sides]) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, str]]:
+    """Each task's difference of credited trust (b - a), point and draws, by `pillars.credited`: the rule
+    results.json's pillars apply; a task whose cap is not measured on both sides is left out, and says so."""
+    from ..scoring.pillars import credited
+    point: dict[str, float] = {}
+    draws: dict[str, np.ndarray] = {}
+    notes: dict[str, str] = {}
+    for task_id, s in sides.items():
+        cap = s.cap.to_json() if s.cap is not None else None
+        got = []
+        for i in range(2):
+            cap_point = cap_draws = None
+            if s.cap is not None and s.cap.task is not None:  # another task's trust caps this one
+                other = sides.get(s.cap.task)
+                if other is not None:
+                    cap_point, cap_draws = other.trust[i]
+            elif s.caps[i] is not None:
+                cap_point, cap_draws = s.caps[i]
+            p = credited(s.trust[i][0], cap, cap_point, s.same_reply_share[i])
+            d = credited(s.trust[i][1], cap, cap_draws, s.same_reply_share[i])
+            got.append(None if p is None or d is None else (float(p), d))
+        if None in got:
+            notes[task_id] = f"not in the pillar difference: its credit needs {s.cap.why} on both sides"
+            continue
+        (pa, da), (pb, db) = got
+        point[task_id], draws[task_id] = pb - pa, db - da
+        if (pa, pb) != (s.trust[0][0], s.trust[1][0]):
+            notes[task_id] = (f"credited to its pillar: a {pa:.1f}, b {pb:.1f} of trust {s.trust[0][0]:.1f}, "
+                              f"{s.trust[1][0]:.1f} (capped by {s.cap.why})")
+    return point, draws, notes
 
 
 def _calibrated_diff(d: Diff, a: Entry, b: Entry, task_id: str, keys, tab_a: Table, tab_b: Table, seed: int,
@@ -202,16 +263,20 @@ def _calibrated_diff(d: Diff, a: Entry, b: Entry, task_id: str, keys, tab_a: Tab
 
 
 def paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot: int, seed: int, task_id: str, *,
-                 zero: tuple[bool, bool] = (False, False), batched: bool = True) -> dict[str, np.ndarray]:
+                 zero: tuple[bool, bool] = (False, False), batched: bool = True,
+                 keep: Iterable[str] = ()) -> dict[str, np.ndarray]:
     """Bootstrap draws of b - a for each metric (and of the trust-score difference under '__trust__'),
-    resampling the shared clusters with the same draws on both sides. The tables hold the same keys in the
-    same order, so one set of cluster weights serves both. Blocks of resamples go through the task's
-    `aggregate_many` (`batched`); a task without one, or `batched=False`, runs `aggregate` per resample on
-    the very same draws."""
+    resampling the shared clusters with the same draws on both sides; each side's trust draws under
+    'a:__trust__' and 'b:__trust__', and each side's draws of the metrics `keep` under 'a:<name>' and
+    'b:<name>'. The tables hold the same keys in the same order, so one set of cluster weights serves
+    both. Blocks of resamples go through the task's `aggregate_many` (`batched`); a task without one, or
+    `batched=False`, runs `aggregate` per resample on the very same draws."""
     m, method = task.metric, task.method(ctx)
     inverse, order, size, start = cluster_layout(tab_a.clusters)
     k = len(size)
-    parts: dict[str, list[np.ndarray]] = {n: [] for n in names + ["__trust__"]}
+    keep = list(keep)
+    each = [f"{side}:{name}" for side in "ab" for name in ("__trust__", *keep)]
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in names + ["__trust__"] + each}
     for picks in pick_blocks(k, np.random.default_rng(derived_seed(seed, task_id)), n_boot):
         n = len(picks)
         sides = None
@@ -225,7 +290,13 @@ def paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot
         nan = np.full(n, math.nan)
         for name in names:
             parts[name].append(gb.get(name, nan) - ga.get(name, nan))
-        parts["__trust__"].append(_trust_many(gb.get(m.name, nan), m, zero[1]) - _trust_many(ga.get(m.name, nan), m, zero[0]))
+        trust_a, trust_b = _trust_many(ga.get(m.name, nan), m, zero[0]), _trust_many(gb.get(m.name, nan), m, zero[1])
+        parts["__trust__"].append(trust_b - trust_a)
+        parts["a:__trust__"].append(trust_a)
+        parts["b:__trust__"].append(trust_b)
+        for name in keep:
+            parts[f"a:{name}"].append(ga.get(name, nan))
+            parts[f"b:{name}"].append(gb.get(name, nan))
     return {name: np.concatenate(v) if v else np.array([]) for name, v in parts.items()}
 
 

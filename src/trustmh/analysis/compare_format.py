@@ -6,12 +6,11 @@ value columns name their model, and the sign follows: a positive difference mean
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from typing import Any
 
 from .compare import Comparison
+from ..escaping import csv_text, markdown_cell, styled
 
 COLUMNS = ("a", "b", "name", "kind", "value_a", "value_b", "diff", "ci_low", "ci_high", "p", "n_shared",
            "n_tasks", "verdict", "note")
@@ -49,42 +48,35 @@ def to_json(comparisons: list[Comparison], alpha: float = 0.05) -> str:
 
 
 def to_csv(comparisons: list[Comparison], alpha: float = 0.05) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n", extrasaction="ignore")
-    w.writeheader()
-    w.writerows(records(comparisons, alpha))
-    return buf.getvalue()
+    return csv_text(list(COLUMNS), records(comparisons, alpha))
 
 
 def to_markdown(comparisons: list[Comparison], alpha: float = 0.05) -> str:
     lines = []
     for c in comparisons:
-        lines += [f"### {title(c).replace('|', '/')}", ""]
-        lines += [f"> warning: {w}" for w in c.warnings]
-        a, b = (x.label.replace("|", "/") for x in (c.a, c.b))
+        lines += [f"### {markdown_cell(title(c))}", ""]
+        lines += [f"> warning: {markdown_cell(w)}" for w in c.warnings]
+        a, b = (markdown_cell(x.label) for x in (c.a, c.b))
         lines += [f"| name | a: {a} | b: {b} | b − a | {1 - alpha:.0%} CI | p | n | verdict |",
                   "|---|---:|---:|---:|---|---:|---:|---|"]
         for d in c.diffs:
             ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
-            verdict = "; ".join(x for x in (d.verdict(alpha), d.note.replace("|", "/")) if x)
-            lines.append(f"| {d.name} | {_num(d.a)} | {_num(d.b)} | {_num(d.diff)} | {ci} | {_p(d.p)} | "
+            verdict = markdown_cell("; ".join(x for x in (d.verdict(alpha), d.note) if x))
+            lines.append(f"| {markdown_cell(d.name)} | {_num(d.a)} | {_num(d.b)} | {_num(d.diff)} | {ci} | {_p(d.p)} | "
                          f"{d.n_shared} | {verdict} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def rich_tables(comparisons: list[Comparison], alpha: float = 0.05):
-    from rich.markup import escape
     from rich.table import Table as RichTable
     for c in comparisons:
-        t = RichTable(title=escape(f"{title(c)} (paired bootstrap over shared items)"))
+        t = RichTable(title=f"{title(c)} (paired bootstrap over shared items)")
         for col in ("name", f"a\n{c.a.label}", f"b\n{c.b.label}", "b − a", f"{1 - alpha:.0%} CI", "p", "n", "verdict"):
-            t.add_column(escape(col), justify="left" if col in ("name", "verdict") else "right")
+            t.add_column(col, justify="left" if col in ("name", "verdict") else "right")
         for d in c.diffs:
             ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
             v = d.verdict(alpha)
-            shown = {"better": "[green]better[/]", "worse": "[red]worse[/]"}.get(v, v)
-            if d.note:
-                shown = f"{shown} [dim]{escape(d.note)}[/]".strip()
-            t.add_row(escape(d.name), _num(d.a), _num(d.b), _num(d.diff), ci, _p(d.p), str(d.n_shared), shown)
+            shown = styled((v, {"better": "green", "worse": "red"}.get(v, "")), *((" ", (d.note, "dim")) if d.note else ()))
+            t.add_row(d.name, _num(d.a), _num(d.b), _num(d.diff), ci, _p(d.p), str(d.n_shared), shown)
         yield c, t

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,12 +57,8 @@ class GateConfig:
 def load_config(path: Path) -> GateConfig:
     """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
     optional top-level baseline = "runs/main", alpha = 0.05, max_unscored = 0.2 and allow_partial = true."""
-    try:
-        data = tomllib.loads(_read_config(path))
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{path}: invalid TOML ({e})") from None
-    except RecursionError:
-        raise UserError(f"{path}: invalid TOML (nested too deeply)") from None
+    from ..data.loaders import read_user_toml
+    data = read_user_toml(path, "gate config", CONFIG_MAX_BYTES)  # the one reader of user files
     unknown = set(data) - {"min", "max", "baseline", "alpha", "max_unscored", "allow_partial"}
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, "
@@ -99,13 +94,6 @@ def load_config(path: Path) -> GateConfig:
 
 
 CONFIG_MAX_BYTES = 1 << 20  # a gate config is a few lines; more is not one
-
-
-def _read_config(path: Path) -> str:
-    """The config's text. Every problem is a usage error (exit 2), never exit 1, which means a threshold
-    failed."""
-    from ..data.loaders import read_user_text
-    return read_user_text(path, "gate config", CONFIG_MAX_BYTES)
 
 
 def _flatten(table: dict, prefix: str = ""):
@@ -252,7 +240,8 @@ class Check:
 THRESHOLD, COVERAGE, JUDGE_USABLE, PARTIAL = ("thresholds missed", "too few samples", "unusable judge verdicts",
                                              "partial scores")
 ADDRESSED, BASELINE = "replies addressing the judge", "regressions or tasks lost against the baseline"
-KINDS = (THRESHOLD, COVERAGE, JUDGE_USABLE, PARTIAL, ADDRESSED, BASELINE)  # the summary's order
+UNCREDITED_KIND = "thresholds met without credit"
+KINDS = (THRESHOLD, UNCREDITED_KIND, COVERAGE, JUDGE_USABLE, PARTIAL, ADDRESSED, BASELINE)  # the summary's order
 
 
 def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
@@ -270,6 +259,9 @@ def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
                 failure = f"{th.name} = {value:.4g} {sign} {th.describe()}"
             checks.append(Check(model, th.name, THRESHOLD, failure,
                                 f"{th.name} = {value:.4g}, {th.describe()}" if failure is None else ""))
+            credit = _credit_check(model, mr, th.name) if failure is None else None
+            if credit is not None:  # a value that holds must also count: a check of its own beside it
+                checks.append(credit)
     return checks
 
 
@@ -277,6 +269,20 @@ def _named(run: Run):
     """(name, results) of every model of a run: its label from the models file, else its spec."""
     labels = model_labels(run.results)
     return [(labels[m], mr) for m, mr in run.results.models.items()]
+
+
+def _credit_check(model: str, mr, name: str) -> Check | None:
+    """For a threshold on a task whose row is credited against something (Task.credit_cap): whether the
+    value that holds earns its pillar any credit. A gap of 0 from one reply to everything, or a refusal rate
+    from a model that refuses what it should answer, is the number a broken model reaches without trying:
+    it must not pass a gate. None for a task without a cap."""
+    task = mr.tasks.get(name.partition(":")[0]) if not name.startswith("pillar:") and name != "overall" else None
+    if task is None or task.credit_cap is None or task.status != "ok":
+        return None
+    if task.trust_score and not task.credited_trust:
+        return Check(model, name, UNCREDITED_KIND, f"{name} holds its threshold, but its pillar gives it no credit "
+                                                   f"({task.credit_note})")
+    return Check(model, name, UNCREDITED_KIND, None, f"{name}: credited {task.credited_trust} of {task.trust_score}")
 
 
 MAX_UNSCORED = 0.05
@@ -398,6 +404,9 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
     significant regression, and a failure for every task the baseline ran that this run did not."""
     new, old = entries([run]), {e.model: e for e in entries([baseline])}
     rows_new, rows_old = read_rows(run), read_rows(baseline)
+    skipped = [note for r in (run, baseline) if (note := r.skip_note())]
+    if skipped:  # a verdict on part of the samples is no verdict: fail closed
+        raise UserError(f"{'; '.join(skipped)}; the gate does not compare runs it cannot read whole")
     checks, warnings = [], []
     for e in new:
         ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)

@@ -90,8 +90,10 @@ def _combine(rows: list[Rows], keys: list, primary: str) -> tuple[Rows, collecti
     return combined, failed, kinds
 
 
-def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> list[PanelTask]:
-    """The panel of the given runs (the same run judged by different judges); see the module docstring."""
+def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000,
+          skipped: list[str] | None = None) -> list[PanelTask]:
+    """The panel of the given runs (the same run judged by different judges); see the module docstring.
+    `skipped` receives what was left out of each run's samples.jsonl (Run.skip_note)."""
     from ..plugins import load_task_plugins
     from ..tasks import TASKS
     load_task_plugins()
@@ -104,6 +106,8 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000) -> l
         raise UserError("the runs of a panel must be one run judged by several judges (trustmh score RUN "
                         "--judge J --out DIR); these have other models or tasks")
     all_rows = [read_rows(r) for r in runs]
+    if skipped is not None:
+        skipped.extend(note for r in runs if (note := r.skip_note()))
     out = []
     for (model, task_id), first in all_rows[0].items():
         rows = [ar.get((model, task_id)) for ar in all_rows]

@@ -4,17 +4,18 @@ and the context a run was scored in. The report, `compare`, `gate` and `panel` r
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import sys
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from ..data.loaders import file_sha256
+from ..data.loaders import file_sha256, nested_deeper_than
 from ..errors import UserError
 from ..scoring.metrics import Table
 from ..scoring.results import RunResults
@@ -29,6 +30,10 @@ Key = tuple[str, str]  # (item_id, variant)
 class Run:
     dir: Path
     results: RunResults
+    # Lines of samples.jsonl the last pass over it left out, by reason, and the first line of each: every
+    # reader shows them (`skip_note`), and the gate refuses a run that has any.
+    skipped: collections.Counter = field(default_factory=collections.Counter)
+    skipped_at: dict[str, int] = field(default_factory=dict)
 
     @property
     def samples_path(self) -> Path:
@@ -38,39 +43,91 @@ class Run:
     def id(self) -> str:
         return self.results.run_id
 
+    def skip_note(self) -> str | None:
+        """What the readers left out of samples.jsonl, in one line; None when nothing."""
+        if not self.skipped:
+            return None
+        why = "; ".join(f"{reason}: {n}" + (f" (first at line {self.skipped_at[reason]})" if reason in self.skipped_at
+                                              else "") for reason, n in self.skipped.most_common())
+        return f"{self.samples_path}: {sum(self.skipped.values())} lines skipped ({why})"
+
     def iter_samples(self) -> Iterator[dict[str, Any]]:
-        """samples.jsonl, one record at a time (a large run is never loaded whole)."""
+        """samples.jsonl, one record at a time (a large run is never loaded whole); a line that is not a
+        sample record as `sample_problem` types it is left out and counted (`skipped`), never a crash."""
         if not self.samples_path.is_file():
             return
+        this_pass: collections.Counter = collections.Counter()
         # Bytes that are not UTF-8 show as U+FFFD instead of stopping the report with a traceback.
         with self.samples_path.open(encoding="utf-8", errors="replace") as fh:
             for lineno, line in enumerate(fh, 1):
                 if not line.strip():
                     continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(f"{self.samples_path}:{lineno}: invalid JSON ({e.msg})") from None
-                except (ValueError, RecursionError) as e:  # 5,000 digits; nesting past the parser's depth
-                    why = "nested too deeply" if isinstance(e, RecursionError) else str(e)[:120]
-                    raise UserError(f"{self.samples_path}:{lineno}: unreadable JSON ({why})") from None
-                problem = _sample_shape(rec)
-                if problem:  # a crafted or damaged file: one line naming it, not a traceback in the report
-                    raise UserError(f"{self.samples_path}:{lineno}: {problem}")
+                rec, problem = parse_sample(line)
+                if problem:  # a crafted or damaged file: counted with its line, never a traceback
+                    this_pass[problem] += 1
+                    self.skipped_at.setdefault(problem, lineno)
+                    continue
                 yield rec
+        for reason, n in this_pass.items():  # readers pass over the file more than once: counted once
+            self.skipped[reason] = max(self.skipped[reason], n)
 
 
-# The fields a reader of samples.jsonl walks into, and the JSON type each must have when present.
-_SAMPLE_FIELDS = {"values": dict, "judge": dict, "unscored": dict, "messages": list, "notes": list}
+MAX_DEPTH = 64  # a sample record nests a few levels; deeper is a crafted line that would exhaust a recursion
+_OPTIONAL_TEXT = ("variant", "response", "cluster", "no_answer", "judge_failed", "finish_reason", "judge_addressed")
+_SAMPLE_FIELDS = {"values": dict, "judge": dict, "unscored": dict, "labels": dict, "messages": list, "notes": list}
 
 
-def _sample_shape(rec: Any) -> str | None:
+def parse_sample(line: str | bytes) -> tuple[Any, str | None]:
+    """A samples.jsonl line as (record, None), or (None, why it is no sample record)."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as e:
+        return None, f"invalid JSON ({e.msg})"
+    except (ValueError, RecursionError) as e:  # 5,000 digits; nesting past the parser's depth
+        return None, f"unreadable JSON ({'nested too deeply' if isinstance(e, RecursionError) else str(e)[:80]})"
+    return rec, sample_problem(rec)
+
+
+def sample_problem(rec: Any) -> str | None:
+    """Why `rec` is not a sample record every reader can walk into (view, report, compare, gate, panel), or
+    None: each field a reader uses has its JSON type, values are finite numbers, labels texts, and the
+    record nests at most MAX_DEPTH levels."""
     if not isinstance(rec, dict):
         return "not a sample record (expected a JSON object)"
+    for name in ("model", "task"):
+        if not isinstance(rec.get(name), str):
+            return f"field '{name}' must be a text"
     for name, kind in _SAMPLE_FIELDS.items():
         if rec.get(name) is not None and not isinstance(rec[name], kind):
             return f"field '{name}' must be a JSON {'object' if kind is dict else 'array'}"
+    item = rec.get("item_id")
+    if not isinstance(item, (str, int)) or isinstance(item, bool):
+        return "field 'item_id' must be a text or a whole number"
+    for name in _OPTIONAL_TEXT:
+        if rec.get(name) is not None and not isinstance(rec[name], str):
+            return f"field '{name}' must be a text"
+    if not all(type(v) in (int, float) and math.isfinite(v) for v in (rec.get("values") or {}).values()):
+        return "values must be finite numbers"
+    if not all(isinstance(v, str) for v in (rec.get("labels") or {}).values()):
+        return "labels must be texts"
+    if not all(isinstance(v, str) for v in (rec.get("unscored") or {}).values()):
+        return "field 'unscored' must map values to texts"
+    if not all(isinstance(v, str) for v in rec.get("notes") or []):
+        return "field 'notes' must hold texts"
+    judge = rec.get("judge") or {}
+    if not all(judge.get(k) is None or isinstance(judge[k], str) for k in ("text", "reason")):
+        return "field 'judge' must hold texts"
+    if not all(isinstance(m, dict) and isinstance(m.get("role", ""), str)
+               and (m.get("content") is None or isinstance(m["content"], str)) for m in rec.get("messages") or []):
+        return "field 'messages' must hold messages (role and content texts)"
+    error = rec.get("error")
+    if error is not None and not (isinstance(error, dict) and all(isinstance(v, (str, type(None)))
+                                                                  for v in error.values())):
+        return "field 'error' must be an object of texts"
+    if nested_deeper_than(rec, MAX_DEPTH):
+        return f"nested deeper than {MAX_DEPTH} levels"
     return None
+
 
 
 def load_run(path: Path | str) -> Run:
@@ -211,6 +268,20 @@ class Rows:
                 col = self.labels[name] = ([None] * n, bytearray(n))
             col[0][i], col[1][i] = v, 1
 
+    def lacking_labels(self) -> dict[str, list[Key]]:
+        """Rows without a label that other rows have, by the label's name: a task's groups need it on
+        every row (a crafted line without it cannot be placed in one)."""
+        return {name: [self.keys[i] for i in range(len(self.keys)) if not has[i]]
+                for name, (_, has) in sorted(self.labels.items()) if not all(has)}
+
+    def without(self, drop: set[Key]) -> "Rows":
+        """These rows but `drop`."""
+        kept = Rows()
+        for k in self.keys:
+            if k not in drop:
+                kept.add(k, self.values_of(k), self.cluster_of(k), self.labels_of(k))
+        return kept
+
     def values_of(self, key: Key) -> dict[str, float]:
         """One row's values, by name ({} for a key not held)."""
         i = self.index.get(key)
@@ -255,8 +326,15 @@ def read_rows(run: Run, models: set[str] | None = None) -> dict[tuple[str, str],
         key = (sys.intern(str(rec.get("item_id"))), sys.intern(str(rec.get("variant") or "")))
         labels = rec.get("labels")
         # Older samples.jsonl lack clusters and labels: resample by item then.
-        rows.add(key, {k: float(v) for k, v in rec["values"].items() if isinstance(v, (int, float))},
-                 sys.intern(str(rec.get("cluster", key[0]))), labels if isinstance(labels, dict) else {})
+        rows.add(key, {k: float(v) for k, v in rec["values"].items()},
+                 sys.intern(str(rec.get("cluster") or key[0])), labels or {})
+    for where, rows in out.items():  # a line without a label its task's other lines have is left out
+        lacking = rows.lacking_labels()
+        if lacking:
+            drop = {k for keys in lacking.values() for k in keys}
+            out[where] = rows.without(drop)
+            reason = f"labels missing ({', '.join(lacking)})"
+            run.skipped[reason] = max(run.skipped[reason], len(drop))
     return out
 
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.segment import Segment
 
 from ..errors import UserError
+from ..escaping import CONTROL, printable, styled  # noqa: F401 - what commands import from here
 
 from ..judges import PAPER_JUDGE, PAPER_PROXY  # noqa: F401 - the paper's judges (engine/spec.py decides when)
 
@@ -25,27 +26,25 @@ app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions
                   help="Measure how far an LLM can be trusted in mental-health use (TrustMH-Bench method).")
 data_app = typer.Typer(add_completion=False, help="Get and verify the upstream datasets.")
 app.add_typer(data_app, name="data")
-# C0/C1 control characters but tab and newline: what a hostile name (a model in a crafted results.json, a
-# reply, a file name) could use to drive the reader's terminal (ESC sequences, CR overwrites, BEL); and the
-# bidirectional overrides and isolates, which make a line read other than it is (a model name that shows
-# as "gpt-4" while it sorts and gates as another).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def printable(text: str) -> str:
-    """`text` with its control characters shown as escapes (\\x1b, \\u202e), never sent to a terminal raw."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        text)
 
 
 class _SafeConsole(Console):
-    """A console that never writes a control character it was given to print: every text segment is
-    cleaned as it is rendered (tables, progress, plain prints alike); rich's own control codes (styles,
-    cursor moves) are segments of another kind and pass."""
+    """A console that shows every text it is given as that text (escaping.py): control characters are
+    made visible before rich reads a string (rich would drop some, BEL and CR among them, and pass the
+    others), and neither rich markup nor emoji codes are read in one, so `[/x]` or `:cat:` in a name is
+    printed as written. Styled text is built as rich Text (`styled`); a segment that still carries a
+    control character when rendered is cleaned too. Rich's own control codes (styles, cursor moves) are
+    segments of another kind and pass."""
+
+    def __init__(self, **kw):
+        super().__init__(markup=False, emoji=False, **kw)
+
+    def render_str(self, text: str, **kw):
+        return super().render_str(printable(text), **kw)
 
     def render(self, renderable, options=None):
         for seg in super().render(renderable, options):
-            if not seg.control and _CONTROL.search(seg.text):
+            if not seg.control and CONTROL.search(seg.text):
                 seg = Segment(printable(seg.text), seg.style, seg.control)
             yield seg
 

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..errors import UserError
 from ._base import (QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _load_plugins, _probe_spec, app, data_app,
-                    note, out, set_quiet)
+                    note, out, set_quiet, styled)
 
 
 @app.command("list")
@@ -66,12 +66,17 @@ def _count(task, source, ctx) -> str | Text:
     try:
         return str(len(task.method(ctx).load(source, ctx)))
     except UserError as e:  # text: a message may hold brackets ('trustmh[hf]')
-        return Text(f"error: {str(e).split(' — ')[0]}", style="red")
+        return styled((f"error: {str(e).split(' — ')[0]}", "red"))
 
 
 @data_app.command("pull")
 def data_pull(
-    datasets: Optional[list[str]] = typer.Argument(None, help="Dataset names (default: every public one)."),
+    datasets: Optional[list[str]] = typer.Argument(None, help="Dataset names (default: every public one); `punkt`: "
+                                                              "NLTK's English Punkt model (punkt_tab) the ESConv "
+                                                              "reference metrics split sentences with, as the "
+                                                              "original does (with --from: a local copy, the zip, its "
+                                                              "folder or an NLTK data folder; else NLTK's "
+                                                              "downloader, its index at --url-base)."),
     data_dir: Optional[Path] = typer.Option(None, help="Data directory (default: $TRUSTMH_DATA_DIR or user cache)."),
     from_dir: Optional[Path] = typer.Option(None, "--from", help="Import from a local copy instead of downloading."),
     url_base: Optional[str] = typer.Option(None, help="Mirror URL with the same layout (or $TRUSTMH_DATA_URL)."),
@@ -82,6 +87,15 @@ def data_pull(
     set_quiet(quiet)
     from ..data.fetch import pull
     ddir = _data_dir(data_dir)
+    if datasets and "punkt" in datasets:  # a model, not a dataset: NLTK's own format and downloader
+        from ..data.punkt import fingerprint, pull_punkt
+        folder = pull_punkt(ddir, from_path=from_dir, url_base=url_base)
+        out.print(f"punkt_tab (English) installed in {folder} (sha256 {fingerprint(folder)[:16]}): the ESConv "
+                  f"reference metrics now split sentences as the original does", markup=False, highlight=False,
+                  soft_wrap=True)
+        datasets = [d for d in datasets if d != "punkt"]
+        if not datasets:
+            return
     if datasets and "swmh" in datasets and from_dir is None:  # gated: from the Hub, with the user's own token
         _pull_swmh(ddir)
         datasets = [d for d in datasets if d != "swmh"]
@@ -137,10 +151,20 @@ def data_check(
     for st in check(ddir, methods_root=mroot):
         colour = {"present": "green", "user-supplied": "green", "corrupt": "red"}.get(st.state, "yellow")
         ok = sum(1 for f in st.files if f.state == "present")
-        table.add_row(st.dataset.name, f"[{colour}]{st.state}[/]", f"{ok}/{len(st.files)}", st.dataset.license,
+        table.add_row(st.dataset.name, styled((st.state, colour)), f"{ok}/{len(st.files)}", st.dataset.license,
                       "" if st.state in ("present", "user-supplied") else st.how_to_get)
         bad |= st.state == "corrupt"
     out.print(table)
+    from ..data.punkt import find
+    try:
+        punkt = find(ddir)
+    except UserError as e:  # $TRUSTMH_PUNKT names no model
+        punkt, bad = None, True
+        out.print(str(e), style="red", markup=False, highlight=False)
+    out.print(f"punkt_tab (the ESConv reference metrics' sentence splitter): "
+              + (f"present in {punkt}" if punkt else "not installed: `trustmh data pull punkt` (without it an untrained "
+                                                      "splitter is used, which differs from the original at abbreviations)"),
+              markup=False, highlight=False, soft_wrap=True)
     if bad:
         raise typer.Exit(1)
 

@@ -16,7 +16,6 @@ The file is read as data (tomllib), never run; anything else in it is an error n
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,17 +36,9 @@ class ListedModel:
 
 
 def _document(path: Path) -> dict:
+    from ..data.loaders import read_user_toml
     where = f"--models {path}"
-    try:
-        if path.stat().st_size > MAX_BYTES:
-            raise UserError(f"{where}: over {MAX_BYTES // 1024} KiB; a models file lists models")
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise UserError(f"{where}: cannot be read ({e.strerror or e})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{where}: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{where}: not valid TOML ({str(e).splitlines()[0]})") from None
+    doc = read_user_toml(path, "--models file", MAX_BYTES)  # the one reader of user files
     extra = sorted(set(doc) - {"model", "judge"})
     if extra:
         raise UserError(f"{where}: unknown table or key {extra[0]!r} (only [[model]] entries and judge)")

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ._base import app, out
+from ._base import app, err, out, styled
 
 
 @app.command("panel")
@@ -24,7 +24,10 @@ def panel_cmd(
     from rich.table import Table as RichTable
     from ..engine.rundir import atomic_write
     from ..analysis.panel import ALPHA_THRESHOLD, panel, to_json
-    tasks = panel(runs, seed=seed, n_boot=n_boot)
+    skipped: list[str] = []
+    tasks = panel(runs, seed=seed, n_boot=n_boot, skipped=skipped)
+    for note in skipped:
+        err.print(f"warning: {note}", style="yellow", soft_wrap=True)
     table = RichTable(title=f"judge panel: {', '.join(tasks[0].judges) if tasks else '-'}")
     for col in ("model", "task", "metric", "panel", "judges", "judge failures", "alpha", ""):
         table.add_column(col)
@@ -36,7 +39,7 @@ def panel_cmd(
         alpha = num(t.alpha) + (f" [{t.alpha_ci[0]:.2f}, {t.alpha_ci[1]:.2f}]" if t.alpha_ci else "")
         table.add_row(t.model, t.task, t.metric, num(t.value), " ".join(num(v) for v in t.judge_values.values()),
                       str(t.n_judge_failed), f"{alpha} ({t.alpha_level})",
-                      f"[red]judges agree below {ALPHA_THRESHOLD}[/]" if t.low_agreement else "")
+                      styled((f"judges agree below {ALPHA_THRESHOLD}", "red")) if t.low_agreement else "")
     out.print(table)
     if json_out is not None:
         atomic_write(json_out, json.dumps(to_json(tasks), indent=2, ensure_ascii=False))
@@ -62,9 +65,10 @@ def panel_summary(mr) -> None:
         alphas = []
         for name, a in t.panel.agreement.items():
             cell = f"{name} {num(a.alpha)}" + (f" [{a.ci[0]:.2f}, {a.ci[1]:.2f}]" if a.ci else "") + f" ({a.level})"
-            alphas.append(f"[red]{cell}![/]" if name in t.panel.low_agreement else cell)
+            alphas.append((f"{cell}!", "red") if name in t.panel.low_agreement else cell)
+        joined = [part for k, a in enumerate(alphas) for part in (("; ", a) if k else (a,))]
         table.add_row(t.task, num(t.value), *(num(t.panel.judge_values[j].value) if j in t.panel.judge_values else "-"
-                                             for j in judges), "; ".join(alphas))
+                                             for j in judges), styled(*joined))
     out.print(table)
     low = [t.task for t in tasks if t.panel.low_agreement]
     if low:

@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich import box
-from rich.markup import escape
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ._base import err, note, out
+from ._base import err, note, out, styled
 
 
 class _ProgressView:
@@ -104,7 +103,7 @@ def _pillar_summary(mr, name: str) -> None:
         return
     narrow = out.width < 120  # no frame: at 80 columns every cell reads whole
     title = "pillars (trustmh's aggregation; the paper publishes ranks only)" if paper else "pillars"
-    table = RichTable(title=f"{escape(name)}: {title}", title_justify="left",
+    table = RichTable(title=f"{name}: {title}", title_justify="left",
                       box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for col in ("pillar", "trust", "~95% CI", "rows", "samples", ""):
         table.add_column(col, justify="left" if col in ("pillar", "") else "right", no_wrap=True)
@@ -128,22 +127,24 @@ def _pillar_summary(mr, name: str) -> None:
         out.print(f"beyond the paper (in no pillar): {shown}", markup=False, highlight=False)
 
 
-def _value_cells(t) -> tuple[str, str]:
+def _value_cells(t, base_sep: str = " ") -> tuple:
     from ..scoring.pillars import judge_mark
     val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
     ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+    parts: list = [val]
     if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
         bad = bool(judge_mark(t))
-        val += f" {'[red]' if bad else ''}(judge {t.judge_usable_rate:.0%}{'!' if bad else ''}){'[/]' if bad else ''}"
+        rate = f"(judge {t.judge_usable_rate:.0%}{'!' if bad else ''})"
+        parts += [" ", (rate, "red") if bad else rate]
     if t.panel is not None and t.panel.low_agreement:  # a judge panel that disagrees: its value is marked
-        val += " [red](judges disagree!)[/]"
+        parts += [" ", ("(judges disagree!)", "red")]
     if t.base_metric:  # a relative measure: its base task's own value beside it
-        val += f" (base {'-' if t.base_value is None else f'{t.base_value:.3f}'})"
-    return val, ci
+        parts.append(f"{base_sep}(base {'-' if t.base_value is None else f'{t.base_value:.3f}'})")
+    return styled(*parts), ci
 
 
 def _red(n: int) -> str:
-    return f"[red]{n}[/]" if n else "0"
+    return styled((str(n), "red")) if n else "0"
 
 
 def _task_tables(mr, name: str) -> list[RichTable]:
@@ -154,7 +155,7 @@ def _task_tables(mr, name: str) -> list[RichTable]:
     arrow = lambda t: "↑" if t.higher_is_better else "↓"  # noqa: E731
     ok = [t for t in mr.tasks.values() if t.status == "ok"]
     if out.width >= 120:
-        table = RichTable(title=escape(name), title_justify="left", box=box.HEAVY_HEAD)
+        table = RichTable(title=name, title_justify="left", box=box.HEAVY_HEAD)
         for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
                     "trust"):
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
@@ -166,7 +167,7 @@ def _task_tables(mr, name: str) -> list[RichTable]:
             table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), str(t.n_no_answer),
                           str(t.n_unscored), _red(t.n_judge_failed), _red(t.n_errors), trust(t))
         return [table]
-    values = RichTable(title=f"{escape(name)}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+    values = RichTable(title=f"{name}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                        padding=(0, 1, 0, 0))
     for col in ("task / metric", "value", "95% CI", "trust"):
         values.add_column(col, justify="left" if col == "task / metric" else "right", no_wrap=True)
@@ -174,9 +175,9 @@ def _task_tables(mr, name: str) -> list[RichTable]:
         if t.status != "ok":
             values.add_row(t.task, Text("not run", style="yellow"), "", "")
             continue
-        val, ci = _value_cells(t)
-        values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val.replace(" (base", "\n(base"), ci, trust(t))
-    counts = RichTable(title=f"{escape(name)}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
+        val, ci = _value_cells(t, "\n")
+        values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val, ci, trust(t))
+    counts = RichTable(title=f"{name}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
                        pad_edge=False, padding=(0, 1, 0, 0))
     for col in ("task", "n", "no\nanswer", "unscored", "judge\nfailed", "errors"):
         counts.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
@@ -220,12 +221,11 @@ def _summary(results) -> None:
                       highlight=False)
         from .panel_cmds import panel_summary
         panel_summary(mr)  # a judge panel: each judge's value and the judges' agreement, low agreement marked
-        relative = [t for t in mr.tasks.values() if t.status == "ok" and t.base_metric]
-        if relative:
-            out.print("relative measures (base): a model that gives the same reply to everything scores near "
-                      "perfect on them; read them beside the base value ("
-                      + ", ".join(f"{t.task}: {t.base_metric}" for t in relative) + ")",
-                      markup=False, highlight=False)
+        capped = [t for t in mr.tasks.values() if t.status == "ok" and t.credit_note]
+        if capped:  # what the pillars below count of a row, where it is less than its trust
+            out.print("credited to the pillars less than its trust (a gap, a drop, a refusal or a non-endorsement "
+                      "counts only as far as the model answers usefully): " + "; ".join(
+                          f"{t.task}: {t.credit_note}" for t in capped), markup=False, highlight=False)
         _pillar_summary(mr, name)
     if len(results.models) > 1:
         _leaderboard(results)
@@ -237,8 +237,8 @@ def _summary(results) -> None:
 
 def _leaderboard(results) -> None:
     """One screen across models, last: the overall ordering and per-pillar trust with ranks, the same ranks the
-    report and `trustmh report --format markdown` show (a * marks a rank among models measured on the same,
-    incomplete set of tasks; those come after the complete ones)."""
+    report and `trustmh report --format markdown` show (a * marks a rank among models measured on other tasks
+    than most; those come after the others)."""
     from ..analysis.runs import Run, entries
     from ..scoring.pillars import PILLAR_NAMES, judge_mark
     from ..report.leaderboard import leaderboard, task_meta
@@ -262,9 +262,9 @@ def _leaderboard(results) -> None:
         tasks = [t for t in e.result.tasks.values() if t.status == "ok"]
         marks = [f"{sum(bool(t.undefined_by_model) for t in tasks)} trust 0*",
                  f"{sum(bool(judge_mark(t)) for t in tasks)} judge!"]
-        table.add_row("-" if oc.rank is None else f"{oc.rank}{'*' if oc.apart else ''}", escape(e.label),
+        table.add_row("-" if oc.rank is None else f"{oc.rank}{'*' if oc.apart else ''}", e.label,
                       cell(oc), *(cell(board.cells[(i, p)]) for p in pillars),
-                      escape(", ".join(m for m in marks if not m.startswith("0 "))))
+                      ", ".join(m for m in marks if not m.startswith("0 ")))
     out.print(table)
     out.print("marks: tasks at trust 0* (undefined by the model's replies) and tasks whose judge verdicts were "
               "unusable for more than 5% (judge!); the report has the paper's rank table per subtask",
@@ -344,7 +344,7 @@ def _cost_table(rows, spec, prices=None) -> None:
         shown = "no price" if price is None else ("local: free" if price.source == "local" else
                                                   f"{price.input_per_mtok:g}, {price.output_per_mtok:g}"
                                                   + (" unverified" if price.unverified else ""))
-        table.add_row(line.role, escape(line.spec), str(line.calls), str(line.prompt_tokens),
+        table.add_row(line.role, line.spec, str(line.calls), str(line.prompt_tokens),
                       str(line.completion_tokens), shown, "?" if line.cost is None else f"{line.cost:.2f}")
     total, unpriced = total_cost(lines)
     table.add_row("total", "", str(sum(x.calls for x in lines)), str(sum(x.prompt_tokens for x in lines)),
@@ -374,8 +374,8 @@ def _write_report(run_dir: Path) -> None:
         # add minutes to a run; `trustmh report RUN` redoes the page with the paired test.
         path = write_report([run_dir], run_dir / "report.html", paired=False)
     except Exception as e:  # noqa: BLE001 - any report bug must not fail a finished run
-        err.print(f"[yellow]report.html not written ({escape(type(e).__name__)}: {escape(str(e))}); results are "
-                  f"intact; retry with `trustmh report {escape(str(run_dir))}`[/]")
+        err.print(f"report.html not written ({type(e).__name__}: {e}); results are intact; retry with "
+                  f"`trustmh report {run_dir}`", style="yellow")
         return
     out.print(f"report:  {path}")
 

@@ -71,6 +71,7 @@ def report_cmd(
         if calibrated:
             loaded = _calibrated_runs(loaded)
         _emit(_rank_text(loaded, fmt, groups, ties=ties), output)
+        _skip_notes(loaded)
         return
     if calibrated:
         raise UserError("--calibrated goes with --format csv|markdown|latex (the HTML report shows both values side by side)")
@@ -89,6 +90,7 @@ def report_cmd(
     path = _with_progress(work)
     note.print(f"report: {read[0]} samples read, page written in {time.perf_counter() - t0:.1f} s",
               markup=False, highlight=False)
+    _skip_notes(loaded)
     out.print(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -108,8 +110,8 @@ def view_cmd(
     loaded = [load_run(r) for r in runs]
     server = make_server(loaded, port)
     index = server.RequestHandlerClass.index
-    out.print(f"trustmh view: {len(index.rows)} samples at http://127.0.0.1:{server.server_address[1]}/ "
-              f"(read-only, this machine only; Ctrl-C stops it)", markup=False, highlight=False)
+    out.print(f"trustmh view: {len(index.rows)} samples at {server.url} (read-only, for whoever has this URL's "
+              f"token, this machine only; Ctrl-C stops it)", markup=False, highlight=False, soft_wrap=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -161,6 +163,13 @@ def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = N
     return {"csv": rank_csv, "markdown": rank_markdown, "latex": rank_latex}[fmt](table)
 
 
+def _skip_notes(loaded) -> None:
+    """What the readers left out of each run's samples.jsonl (analysis/runs.py), on stderr."""
+    for r in loaded:
+        if skipped := r.skip_note():
+            err.print(f"warning: {skipped}", style="yellow", soft_wrap=True)
+
+
 def _emit(text: str, output: Optional[Path]) -> None:
     if output is None:
         sys.stdout.write(text)
@@ -207,6 +216,7 @@ def compare_cmd(
     _check_ties(ties)
     if ranks:
         _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group), ties=ties), None)
+        _skip_notes(loaded)
         return
     comparisons = _with_progress(lambda progress: compare_runs(loaded, n_boot=n_boot, seed=seed,
                                                               all_metrics=all_metrics, level=1 - alpha,
@@ -219,6 +229,7 @@ def compare_cmd(
     else:
         text = printable({"json": to_json, "markdown": to_markdown, "csv": to_csv}[fmt](comparisons, alpha))
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    _skip_notes(loaded)
     if html:
         from ..report import write_report
         write_report(loaded, html, comparisons=comparisons, groups=_groups(group), ties=ties)

@@ -71,6 +71,46 @@ def read_user_text(path: Path, what: str, max_bytes: int) -> str:
         raise UserError(f"{path}: not valid UTF-8 text (byte {e.start})") from None
 
 
+MAX_DEPTH = 32  # tables and arrays inside each other in a file a user writes; deeper is a crafted file
+MAX_KEY_PARTS = 32  # parts of one dotted key or table header (tomllib's cost grows with their square)
+# a dotted key of more than MAX_KEY_PARTS parts, bare or quoted, anywhere in the text
+_LONG_KEY = re.compile(r"""(?:[A-Za-z0-9_-]+|"[^"\n]{0,300}"|'[^'\n]{0,300}')"""
+                       r"""(?:[ \t]*\.[ \t]*(?:[A-Za-z0-9_-]+|"[^"\n]{0,300}"|'[^'\n]{0,300}')){%d}""" % MAX_KEY_PARTS)
+
+
+def read_user_toml(path: Path, what: str, max_bytes: int) -> dict[str, Any]:
+    """A TOML file the user names (--prices, --models, a gate config), read by `read_user_text` and parsed
+    with bounded effort: a dotted key or header of more than MAX_KEY_PARTS parts, or tables and arrays
+    nested more than MAX_DEPTH deep, is refused before it is used (tomllib recurses without a limit of its
+    own and takes quadratic time over a key's parts). Every problem is a UserError naming the file."""
+    import tomllib
+    from ..errors import UserError
+    text = read_user_text(path, what, max_bytes)
+    if _LONG_KEY.search(text):
+        raise UserError(f"{path}: {what} has a dotted key of more than {MAX_KEY_PARTS} parts")
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML ({str(e).splitlines()[0][:200]})") from None
+    except RecursionError:
+        raise UserError(f"{path}: not valid TOML (nested too deeply)") from None
+    if nested_deeper_than(doc, MAX_DEPTH):
+        raise UserError(f"{path}: {what} nested more than {MAX_DEPTH} deep")
+    return doc
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` holds dicts and lists more than `limit` deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+        stack.extend((x, depth + 1) for x in children if isinstance(x, (dict, list)))
+    return False
+
+
 def read_text(path: Path, *, encoding: str = "utf-8") -> str:
     if not path.is_file():
         raise DataError(path, "file not found")

@@ -428,7 +428,8 @@ class _Generating(_Collector):
         self.done: set[str] = set()  # call keys stored already, or answered during this run (cacheable)
         # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
         # Not for replay files and baselines: the same request gets the same reply again.
-        self.reasks = {p.task.id: r for p in self.prepared if (r := p.task.method(self.ctx).reask(self.ctx)) is not None} \
+        self.reasks = {p.task.id: r for p in self.prepared
+                       if (r := p.task.method(self.ctx).reask(self.ctx)) is not None} \
             if gen_ep.model.cacheable else {}
 
     @property

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -23,6 +22,11 @@ from ..errors import UserError
 SHIPPED = Path(__file__).with_name("prices.toml")
 CHARS_PER_TOKEN = 4  # the same rule as the dry run's prompt estimate (engine/plan.py)
 DEFAULT_COMPLETION_TOKENS = 300  # a reply's length where the request sets no max_tokens: a paragraph or two
+# Sane bounds, refused beyond with one line: the dearest list price is a few hundred USD per million tokens,
+# and no model writes a million tokens in one reply (a larger --max-tokens or price is a typo or a bomb:
+# 1e308 made a dry run cost inf).
+MAX_PRICE_PER_MTOK = 10_000
+MAX_REPLY_TOKENS = 1_000_000
 LOCAL_PROVIDERS = ("baseline", "replay", "hf")  # answered in this process: free
 MAX_FILE_BYTES = 1_000_000
 _SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")  # a dated snapshot of a listed model
@@ -72,19 +76,15 @@ class PriceTable:
 
 
 def _read(path: Path, shipped: bool) -> dict[str, Any]:
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise UserError(f"--prices {path}: over {MAX_FILE_BYTES // 1000} KB; a price table is a few lines a model")
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"--prices {path}: cannot be read ({type(e).__name__}: {e})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{'shipped price table' if shipped else '--prices'} {path}: not TOML ({e})") from None
+    """The table's TOML, through the one reader of user files (data/loaders.read_user_toml)."""
+    from ..data.loaders import read_user_toml
+    return read_user_toml(path, "shipped price table" if shipped else "--prices file", MAX_FILE_BYTES)
 
 
 def _number(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise UserError(f"{where}: must be a price in USD per million tokens (a number ≥ 0), not {v!r}"[:300])
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= MAX_PRICE_PER_MTOK:
+        raise UserError(f"{where}: must be a price in USD per million tokens (a number ≥ 0 and at most "
+                        f"{MAX_PRICE_PER_MTOK:,}), not {v!r}"[:300])
     return float(v)
 
 

@@ -29,7 +29,7 @@ def context(spec: RunSpec) -> RunContext:
     from ..data.methods import methods_dir
     root = methods_dir(spec.data_dir, spec.methods_dir) if spec.protocol == "paper" else None
     return RunContext(seed=spec.seed, protocol=spec.protocol, judge=spec.judge, options=dict(spec.options),
-                      methods_root=root)
+                      methods_root=root, data_root=Path(spec.data_dir) if spec.data_dir else None)
 
 
 def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"), limits: Limits | None = None,

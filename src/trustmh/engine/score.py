@@ -171,7 +171,8 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
         table, lambda t: pause() or method.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
         n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or method.aggregate_many(t, r, ctx)))
     value = _clean(values.get(task.metric.name))
-    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=method.metric_n(table, k)) for k, v in values.items()}
+    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=method.metric_n(table, k))
+               for k, v in values.items()}
     paper = paper_block(task.paper_names, metrics) if ctx.protocol == "paper" and task.paper_protocol else {}
     n_primary = count(table.col(primary))
     reason = None
@@ -202,6 +203,7 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
                       n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics, paper=paper,
                       n_judge_addressed=t.n_addressed, judge_addressed=t.addressed,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")),
+                      same_reply_share=t.same_reply_share(),
                       panel=panel, **base)
 
 

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from ..errors import UserError
 from ..judges import PAPER_JUDGE, PAPER_PROXY
+from .prices import MAX_REPLY_TOKENS
 from ..models import redact_url
 from ..models.base import TRANSPORTS
 from ..scoring.agreement import ALPHA_MIN
@@ -91,8 +92,8 @@ class RunSpec:
             raise UserError("suite 'data' needs a data directory (data_dir)")
         if self.n_boot < 0:
             raise UserError("--bootstrap must not be negative")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise UserError("--max-tokens must be at least 1")
+        if self.max_tokens is not None and not 1 <= self.max_tokens <= MAX_REPLY_TOKENS:
+            raise UserError(f"--max-tokens must be 1 to {MAX_REPLY_TOKENS:,} (tokens of one reply)")
         check_temperature(self.temperature, self.models)
         self._decide_judges()
         if self.lang is None:
@@ -115,7 +116,7 @@ class RunSpec:
             from ..tasks import RunContext
             from ..tasks.robustness import selected_perturbations
             selected_perturbations(RunContext(options={"perturbations": self.perturbations}))  # bad names fail here
-        if self.refusal_classifier is not None:
+        if self.refusal_classifier:
             from ..judges.hf_classifier import parse_spec
             parse_spec(self.refusal_classifier)  # a malformed spec is a one-line error before anything runs
         for flag, url in (("--base-url", self.base_url), ("--judge-base-url", self.judge_base_url),
@@ -134,7 +135,7 @@ class RunSpec:
             self.judge = PAPER_JUDGE if paper_judge else "rules"
             if paper_judge and self.proxy_judge is None:
                 self.proxy_judge = PAPER_PROXY
-        if self.proxy_judge == "rules":  # the run's judge reads it: nothing to record
+        if self.proxy_judge in ("", "rules"):  # the run's judge reads it: nothing to record
             self.proxy_judge = None
         if self.proxy_judge is None:
             self.proxy_judge_base_url = None

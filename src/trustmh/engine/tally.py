@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import collections
+import hashlib
 import math
 from typing import Any
 
@@ -32,6 +33,9 @@ class Tally:
         self.reasked = self.n_judged = self.n_usable = self.n_addressed = 0
         self.addressed: list[dict[str, str]] = []  # judged replies that speak to the judge (judges/addressed.py)
         self.panel: PanelTally | None = None
+        # Per item (cluster), how often each free-text reply (by digest) answers it: how far one reply answers
+        # most items (`same_reply_share`, read by the pillars' credit).
+        self.replies: collections.defaultdict[str, collections.Counter[bytes]] = collections.defaultdict(collections.Counter)
 
     def for_panel(self, judges: list[str]) -> None:
         self.panel = PanelTally(judges)
@@ -68,6 +72,8 @@ class Tally:
         self.rows.add(score.values)
         method = task.method(ctx)
         self.clusters.append(method.cluster(s))
+        if s.choices is None and resp.text is not None:  # free text: a closed answer repeats by design
+            self.replies[self.clusters[-1]][reply_digest(resp.text)] += 1
         sample_labels = method.labels(s, score)
         for k, v in sample_labels.items():
             self.labels[k].append(v)
@@ -104,6 +110,23 @@ class Tally:
             line["panel"] = {j: {"values": sc.values, "judge_failed": sc.judge_failed}
                              for j, sc in zip(self.panel.judges, scores)}
         return line
+
+
+    def same_reply_share(self) -> float | None:
+        """The share of the items (clusters) whose usual free-text reply (the one given most often to the
+        item's samples: its variants alike, as they should be) is the same text as most items': 1 for a model
+        that says one thing to everything, 1/items for one whose reply follows the item. A reply that turns
+        up once in every item (a stock opening) is not an item's usual one. None for closed questions or
+        fewer than two items."""
+        if len(self.replies) < 2:
+            return None
+        usual = collections.Counter(min(c, key=lambda d: (-c[d], d)) for c in self.replies.values())
+        return round(max(usual.values()) / len(self.replies), 4)
+
+
+def reply_digest(text: str) -> bytes:
+    """A reply's identity, case and spacing aside."""
+    return hashlib.blake2b(" ".join(text.lower().split()).encode("utf-8", "replace"), digest_size=8).digest()
 
 
 class Columns:

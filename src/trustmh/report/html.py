@@ -10,6 +10,7 @@ runs, and nothing can be fetched."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import math
@@ -23,6 +24,7 @@ from markupsafe import Markup
 from ..analysis.compare import Comparison
 from ..analysis.compare_format import title as cmp_title
 from ..analysis.runs import Run, entries, load_run
+from ..escaping import printable
 from .addressed import judge_addressed_rows
 from .calibrated import calibrated_section
 from .panel import panel_rows
@@ -52,7 +54,8 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     samples has got (label "reading samples")."""
     from ..scoring.pillars import EVIDENCE_LEVELS, PILLAR_NAMES, PILLAR_PLAIN, judge_mark
     from ..tasks import PILLARS
-    ents = entries(runs, groups)
+    # Names and groups as the page shows them: control and bidi characters made visible (escaping.py)
+    ents = [dataclasses.replace(e, label=printable(e.label), group=printable(e.group)) for e in entries(runs, groups)]
     metas = task_meta(ents)
     seen_pillars = list(dict.fromkeys(m.pillar for m in metas.values()))
     pillars = [p for p in PILLARS if p in seen_pillars] + [p for p in seen_pillars if p not in PILLARS]
@@ -107,6 +110,7 @@ def run_header(run: Run) -> dict[str, str]:
         "data": f"{res.data.get('kind', '–')} ({len(res.data.get('sha256') or {})} files checked by sha256)",
         "subset": (f"tasks: {spec.get('tasks', 'all')}; "
                    + (f"the first {limit} items of each task (--limit)" if limit else "every item")),
+        "skipped": run.skip_note() or "",
         "limited": limited_banner(res),
     }
 
@@ -148,8 +152,11 @@ def build_context(runs: list[Run], **kw: Any) -> dict[str, Any]:
 def _env() -> jinja2.Environment:
     # One per process: it keeps the compiled page template (~0.1 s to compile; jinja2 compiles it again
     # only if the file changes), which `prepare` compiles while a run still waits on its endpoints.
+    # finalize: every text the template renders is made printable before it is HTML-escaped (escaping.py);
+    # Markup (the page's own CSS, script, SVG and JSON blocks) is the page's and passes as it is.
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), undefined=jinja2.StrictUndefined,
-                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
+                              autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                              finalize=lambda v: printable(v) if type(v) is str else v)
 
 
 def prepare() -> None:

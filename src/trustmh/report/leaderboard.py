@@ -8,7 +8,7 @@ Ties: equal trust scores (results.json keeps two decimals) share the best rank, 
 (competition ranking: 1, 2, 2, 4). The paper's figure repeats ranks too, but its tie rule is not known
 (PAPER_PROTOCOL.md §1). A score resting on other tasks than another's (a partial pillar, a row missing a
 tier) is never ranked against it: models are ranked only against models measured on the same tasks, and
-a rank among an incomplete set is marked."""
+a rank among models measured on other tasks than most is marked."""
 
 from __future__ import annotations
 
@@ -87,26 +87,33 @@ def competition_ranks(scores: list[float]) -> list[int]:
 
 def rank_apart(cells: list[Cell], complete: Iterable[str], keys: list[float] | None = None) -> list[list[int]]:
     """Rank cells with a score among those of the same coverage, by score or by `keys` (one per cell, higher
-    is better); the groups (lists of positions) in display order: the complete coverage first, then larger
-    coverages before smaller. A cell ranked in a group that is not complete gets `apart` saying so."""
+    is better); the groups (lists of positions) in display order: the main group first (the coverage most
+    models share; on a tie the larger, the paper's complete one first), then larger coverages before
+    smaller. A cell ranked outside the main group gets `apart` saying so: models measured on the same tasks
+    are ranked together unmarked, even when every one of them lacks a row (the gated SWMH rows), and a mark
+    singles out a model whose tasks differ from the others'."""
     complete = tuple(sorted(complete))
     groups: dict[tuple[str, ...], list[int]] = {}
     for i, c in enumerate(cells):
         if c.score is not None:
             groups.setdefault(tuple(sorted(c.coverage)), []).append(i)
-    ordered = sorted(groups.items(), key=lambda kv: (kv[0] != complete, -len(kv[0]), kv[0]))
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0] != complete, -len(kv[0]), kv[0]))
+    main = ordered[0][0] if ordered else complete
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0] != main, kv[0] != complete, -len(kv[0]), kv[0]))
     for cov, members in ordered:
         ranks = competition_ranks([cells[i].score if keys is None else keys[i] for i in members])
         for i, r in zip(members, ranks):
             cells[i].rank = r
-            if cov != complete:
+            if cov != main:
                 cells[i].apart = (f"ranked only among the {len(members)} model(s) measured on the same "
-                                  f"{len(cov)} of {len(complete)} tasks")
+                                  f"{len(cov)} of {len(complete)} tasks, not with the "
+                                  f"{len(groups[main])} measured on {len(main)}")
     return [sorted(m, key=lambda i: (cells[i].rank, i)) for _, m in ordered]
 
 
 def _measured(pr) -> tuple[str, ...]:
-    return tuple(t for r in pr.rows.values() for t in r.get("measured", ()))
+    """The tasks a pillar's score rests on: those it credits (older results: those measured)."""
+    return tuple(t for r in pr.rows.values() for t in r.get("credited_tasks", r.get("measured", ())))
 
 
 def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str], *, paired: bool,

@@ -2,7 +2,12 @@
 that answers only requests addressed to that address (Host checked, so a page on another site cannot
 reach it through DNS rebinding), every reply sent with headers that keep the page to itself (a
 Content-Security-Policy whose scripts need the page's nonce, nosniff, no caching, no referrer, no
-framing), and one-line JSON refusals.
+framing), and one-line JSON refusals, each counted by kind (`error_counts`).
+
+Both are private to the user who started them: another local user can connect to 127.0.0.1 too, so
+every request carries the session's random token (the page in its URL, `?t=`, as the command prints it
+in `server.url`; its requests in the TOKEN_HEADER header the page sends). A connection that sends nothing
+for IDLE_S is closed, so idle clients cannot hold the server's threads.
 
 A server that takes writes (`annotate`) checks two more things on each one, here too: the request comes
 from the page's own origin (the Origin header a browser always sends with a POST names this server), and
@@ -10,15 +15,20 @@ it carries the session's token, which only the page served to a request that alr
 
 from __future__ import annotations
 
+import collections
 import hmac
 import json
 import secrets
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from ..errors import UserError
 
 MAX_BODY = 64 * 1024  # a write's body
+IDLE_S = 30.0  # a connection that sends nothing for this long is closed
+TOKEN_HEADER = "X-Trustmh-Token"
+_KINDS = {400: "bad request", 403: "refused", 404: "no such page", 405: "not allowed"}
 
 
 class LocalHandler(BaseHTTPRequestHandler):
@@ -27,6 +37,9 @@ class LocalHandler(BaseHTTPRequestHandler):
     allowed_hosts: set[str]
     allowed_origins: set[str]
     token: str
+    errors: collections.Counter  # refusals and failures by kind, under errors_lock
+    errors_lock: threading.Lock
+    timeout = IDLE_S  # StreamRequestHandler: the connection's socket times out, and the request ends
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the terminal shows the URL only
         pass
@@ -50,8 +63,14 @@ class LocalHandler(BaseHTTPRequestHandler):
         self._send(code, json.dumps(obj, ensure_ascii=True, allow_nan=False, default=str).encode("ascii"),
                    "application/json; charset=utf-8")
 
-    def _refuse(self, code: int, why: str) -> None:
+    def _refuse(self, code: int, why: str, kind: str | None = None) -> None:
+        with self.errors_lock:
+            self.errors[kind or _KINDS.get(code, f"HTTP {code}")] += 1
         self._json({"error": why}, code)
+
+    def error_counts(self) -> dict[str, int]:
+        with self.errors_lock:
+            return dict(self.errors)
 
     def host_ok(self) -> bool:
         return self.headers.get("Host", "") in self.allowed_hosts
@@ -66,7 +85,7 @@ class LocalHandler(BaseHTTPRequestHandler):
             return "this server answers its own address only"
         if self.headers.get("Origin", "") not in self.allowed_origins:
             return "writes are taken from this server's own page only (Origin)"
-        if not self.token_ok(self.headers.get("X-Trustmh-Token")):
+        if not self.token_ok(self.headers.get(TOKEN_HEADER)):
             return "this write lacks the session's token"
         if not self.headers.get("Content-Type", "").startswith("application/json"):
             return "writes are JSON"
@@ -79,11 +98,14 @@ class LocalHandler(BaseHTTPRequestHandler):
         return json.loads(self.rfile.read(int(length)).decode("utf-8"))
 
 
-def bind(handler: type[LocalHandler], port: int) -> ThreadingHTTPServer:
+def bind(handler: type[LocalHandler], port: int, *, idle_s: float = IDLE_S) -> ThreadingHTTPServer:
     """`handler`'s server on 127.0.0.1:`port` (0: any free port), not yet serving; the handler class gets
-    its nonce, session token and the hosts and origins it answers."""
+    its nonce, session token, idle timeout and the hosts and origins it answers, the server its `token` and
+    the `url` to open."""
     handler.nonce = secrets.token_urlsafe(18)
     handler.token = secrets.token_urlsafe(24)
+    handler.timeout = idle_s
+    handler.errors, handler.errors_lock = collections.Counter(), threading.Lock()
     try:
         server = ThreadingHTTPServer(("127.0.0.1", port), handler)
     except OSError as e:
@@ -92,4 +114,6 @@ def bind(handler: type[LocalHandler], port: int) -> ThreadingHTTPServer:
     bound = server.server_address[1]
     handler.allowed_hosts = {f"127.0.0.1:{bound}", f"localhost:{bound}"}
     handler.allowed_origins = {f"http://{h}" for h in handler.allowed_hosts}
+    server.token = handler.token  # type: ignore[attr-defined]
+    server.url = f"http://127.0.0.1:{bound}/?t={handler.token}"  # type: ignore[attr-defined]
     return server

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.runs import Entry
+from ..escaping import csv_text, markdown_cell, printable
 from ..scoring.metrics import trust_score
 from .leaderboard import Board, Cell, rank_apart
 
@@ -71,8 +72,8 @@ PAPER_ROW_RULES: dict[str, RowRule] = {
 }
 # Rows a tie rule may name as secondary values, for the statement under the table.
 SHARED_RULE = "equal values share the best rank and the next rank skips (1, 2, 2, 4)"
-APART_RULE = ("a value resting on fewer tasks than the paper's row is ranked only among models measured on the "
-              "same tasks, marked *")
+APART_RULE = ("a value is ranked only among models measured on the same tasks; a model measured on other tasks "
+              "than most is marked *")
 TIES = ("paper", "shared")
 
 
@@ -316,22 +317,17 @@ CSV_COLUMNS = ["pillar", "row", "model", "spec", "group", "trust_score", "rank",
 
 
 def rank_csv(table: RankTable) -> str:
-    import csv
-    import io
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rank_records(table))
-    return buf.getvalue()
+    return csv_text(list(CSV_COLUMNS), rank_records(table))
 
 
 def rank_markdown(table: RankTable) -> str:
     """The rank table as the paper draws it: rows by pillar, one column per model, rank (trust score) in each
-    cell; a rank among an incomplete set of tasks carries a *, a broken tie a †; the rules under it."""
-    labels = [table.labels[i].replace("|", "/") for i in table.columns]
+    cell; a rank among models measured on other tasks than most carries a *, a broken tie a †; the rules
+    under it."""
+    labels = [markdown_cell(table.labels[i]) for i in table.columns]
     lines = []
     if table.groups:
-        lines.append("groups: " + "; ".join(f"{g}: {', '.join(labels[k:k + n])}" for (g, n), k in
+        lines.append("groups: " + "; ".join(f"{markdown_cell(g)}: {', '.join(labels[k:k + n])}" for (g, n), k in
                                              zip(table.groups, _starts(table.groups))))
         lines.append("")
     lines += ["| pillar | subtask | " + " | ".join(labels) + " |", "|---|---|" + "---:|" * len(labels)]
@@ -357,9 +353,10 @@ _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#
 
 
 def tex(text: str) -> str:
-    """Text set as itself in LaTeX: every special character escaped, control characters dropped, and "--" kept
-    two hyphens (LaTeX would set an en dash)."""
-    return "".join(_TEX.get(ch, ch) for ch in str(text) if ch >= " ").replace("--", "-{}-").replace("-{}--", "-{}-{}-")
+    """Text set as itself in LaTeX: every special character escaped, control characters made visible
+    (escaping.printable), tab and newline dropped, and "--" kept two hyphens (LaTeX would set an en dash)."""
+    return "".join(_TEX.get(ch, ch) for ch in printable(str(text)) if ch >= " ").replace("--", "-{}-").replace(
+        "-{}--", "-{}-{}-")
 
 
 def rank_latex(table: RankTable) -> str:

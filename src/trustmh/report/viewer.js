@@ -15,8 +15,11 @@
 
   var el = trustmhDom.el, show = trustmhDom.show;  // dom.js, inlined before this script
 
+  // The token of the URL `trustmh view` printed: every API call carries it (the server refuses any without).
+  var token = new URLSearchParams(location.search).get("t") || "";
+
   function get(path) {
-    return fetch(path, { credentials: "same-origin" }).then(function (r) {
+    return fetch(path, { credentials: "same-origin", headers: { "X-Trustmh-Token": token } }).then(function (r) {
       return r.json().then(function (body) {
         if (!r.ok) throw new Error(body.error || ("HTTP " + r.status));
         return body;

@@ -14,6 +14,15 @@ samples.jsonl can be reached. It binds 127.0.0.1 only and answers only requests 
 address (a page on another site cannot reach it through DNS rebinding); its page fetches nothing but
 its own API (Content-Security-Policy), and it writes nothing anywhere.
 
+It is private to the user who started it (report/local_server.py): another local user can connect to
+127.0.0.1 too, so every request must carry the session's random token, which is in the URL `trustmh view`
+prints (the page sends it back in a header), or is refused (403); a connection idle for IDLE_S is closed.
+Every sample line is type-checked when indexed (analysis/runs.sample_problem: a line that is not one is
+counted by reason, never served), every parameter is checked (400 with the reason), and whatever else
+fails in a request is answered (500), each counted by kind in /api/meta. When samples.jsonl changes under
+it (`trustmh score` rewrites it), the next request finds the file's identity changed and indexes the runs
+again before it reads a line.
+
 Search reads a sample's reply, judge output, target, parsed answer, labels and the item's own text: its
 prompt less the task's template, which is the text every prompt of the task shares at its start and its
 end (found in the same pass; "suicid" then finds the posts that say it, not every crisis item because the
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import threading
 import hashlib
@@ -34,11 +44,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..analysis.runs import Run, entries
+from ..analysis.runs import Run, entries, load_run, parse_sample
 from ..errors import UserError
 from .drilldown import _Row, _sort_keys, _worst_first, page_prompt, page_row, row_status
 from .leaderboard import task_meta
-from .local_server import LocalHandler, bind
+from .local_server import IDLE_S, TOKEN_HEADER, LocalHandler, bind
 
 HERE = Path(__file__).parent
 MAX_LINE = 16 * 1024 * 1024  # a sample's line in samples.jsonl; longer ones are left out, counted
@@ -47,6 +57,8 @@ TEXT_LIMIT = 200_000  # characters of one text field sent to the page
 PAGE_MAX = 200
 QUERY_MAX = 200
 STATUSES = ("ok", "no_answer", "unscored", "error")
+SORTS = ("worst", "data")
+_NUMBER = re.compile(r"[0-9]{1,12}")  # ASCII digits only: str.isdigit also passes "²", which int() refuses
 
 
 @dataclass
@@ -60,6 +72,7 @@ class Index:
     offsets: list[int] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # why lines were left out -> how many
     order: list[int] = field(default_factory=list)  # rows worst first
+    files: list[tuple | None] = field(default_factory=list)  # each samples.jsonl's identity when indexed
     items: array = field(default_factory=lambda: array("q"))  # per row: a hash of (task, item id, variant)
     templates: dict[int, "_Template"] = field(default_factory=dict)  # per task: what every prompt shares
     _cache: dict[tuple, list[int]] = field(default_factory=dict)
@@ -73,8 +86,14 @@ class Index:
         with _open_regular(self.runs[r.p].samples_path) as fh:
             fh.seek(self.offsets[i])
             raw = fh.read(r.size)
-        rec = json.loads(raw.decode("utf-8", errors="replace"))
-        return rec if isinstance(rec, dict) else {}
+        rec, problem = parse_sample(raw.decode("utf-8", errors="replace"))
+        if problem:  # the file changed between the check and the read: the next request indexes it again
+            raise _Changed()
+        return rec
+
+    def current(self) -> bool:
+        """Whether every samples.jsonl is still the file this index was built from."""
+        return [_identity(r.samples_path) for r in self.runs] == self.files
 
     def select(self, e: int | None, t: int | None, st: str | None, q: str, worst: bool) -> list[int]:
         key = (e, t, st, q, worst)
@@ -109,7 +128,9 @@ class Index:
                 raw = fh.read(r.size).lower()
                 if q.isascii() and needle not in raw and needle_ascii not in raw:
                     continue  # (bytes.lower() folds ASCII only: other queries are checked on every line)
-                rec = json.loads(raw.decode("utf-8", errors="replace"))
+                rec, problem = parse_sample(raw.decode("utf-8", errors="replace"))
+                if problem:
+                    raise _Changed()
                 if q in _haystack(rec, self.templates.get(r.t)):
                     out.add(i)
         finally:
@@ -213,11 +234,20 @@ def _open_regular(path: Path):
         raise
 
 
+def _identity(path: Path) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def build_index(runs: list[Run]) -> Index:
     """One pass over each run's samples.jsonl (see the module's docstring)."""
     ents = entries(runs)
     metas = task_meta(ents)
     idx = Index(runs, labels=[e.label for e in ents], tasks=list(metas))
+    idx.files = [_identity(r.samples_path) for r in runs]
     tindex = {t: k for k, t in enumerate(idx.tasks)}
     by_run_model = {(ri, e.model): k for k, e in enumerate(ents) for ri, r in enumerate(runs) if e.run is r}
     for ri, run in enumerate(runs):
@@ -239,16 +269,15 @@ def build_index(runs: list[Run]) -> Index:
                     continue
                 if not raw.strip():
                     continue
-                try:
-                    rec = json.loads(raw.decode("utf-8", errors="replace"))
-                except ValueError:
-                    idx.skip("not JSON")
+                rec, problem = parse_sample(raw.decode("utf-8", errors="replace"))
+                if problem:
+                    idx.skip(problem)
                     continue
-                e = by_run_model.get((ri, rec.get("model"))) if isinstance(rec, dict) else None
-                task = rec.get("task") if isinstance(rec, dict) else None
-                if e is None or task not in tindex or not isinstance(rec.get("values") or {}, dict):
+                e = by_run_model.get((ri, rec["model"]))
+                if e is None or rec["task"] not in tindex:
                     idx.skip("not a sample of these results")
                     continue
+                task = rec["task"]
                 status, pv = row_status(rec, metas[task].primary_value)
                 idx.rows.append(_Row(e, tindex[task], pv, status, ri, len(raw)))
                 idx.offsets.append(start)
@@ -293,6 +322,7 @@ class _Handler(LocalHandler):
     server_version = "trustmh-view"
     index: Index
     page: bytes
+    rebuild: threading.Lock
 
     def do_POST(self) -> None:  # noqa: N802 - read-only
         self._refuse(405, "read-only")
@@ -307,12 +337,16 @@ class _Handler(LocalHandler):
             return self._refuse(403, "this viewer answers its own address only")
         url = urlsplit(self.path)
         try:
-            args = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=20).items()}
-        except ValueError:
+            args = {k: v[-1] for k, v in parse_qs(url.query, max_num_fields=20, errors="strict").items()}
+        except ValueError:  # UnicodeDecodeError included: a query that is not UTF-8
             return self._refuse(400, "bad query")
+        if not self.token_ok(args.get("t") if url.path == "/" else self.headers.get(TOKEN_HEADER)):
+            return self._refuse(403, "open the address `trustmh view` printed (it holds the session's token)")
         try:
             if url.path == "/":
                 return self._send(200, self.page, "text/html; charset=utf-8")
+            if url.path.startswith("/api/") and not self._fresh():
+                return self._refuse(503, "the run is being rewritten; try again in a moment", "run being rewritten")
             if url.path == "/api/meta":
                 return self._json(self._meta())
             if url.path == "/api/rows":
@@ -323,12 +357,31 @@ class _Handler(LocalHandler):
                 return self._json(self._item(args))
         except _BadRequest as e:
             return self._refuse(400, str(e))
+        except _Changed:
+            return self._refuse(503, "samples.jsonl changed while it was read; try again", "file changed")
+        except Exception as e:  # noqa: BLE001 - a request fails alone, answered and counted, never the server
+            return self._refuse(500, f"could not answer ({type(e).__name__})", f"failed: {type(e).__name__}")
         return self._refuse(404, "no such page")
+
+    def _fresh(self) -> bool:
+        """Index the runs again when a samples.jsonl is no longer the file indexed; False while a run cannot
+        be read whole (its results.json and samples.jsonl between two writes)."""
+        if self.index.current():
+            return True
+        with self.rebuild:
+            if type(self).index.current():
+                return True
+            try:
+                runs = [load_run(r.dir) for r in self.index.runs]
+            except UserError:
+                return False
+            type(self).index = build_index(runs)
+        return True
 
     def _meta(self) -> dict[str, Any]:
         idx = self.index
         return {"runs": [r.id for r in idx.runs], "entries": idx.labels, "tasks": idx.tasks, "statuses": STATUSES,
-                "total": len(idx.rows), "skipped": idx.skipped}
+                "total": len(idx.rows), "skipped": idx.skipped, "errors": self.error_counts()}
 
     def _rows(self, args: dict[str, str]) -> dict[str, Any]:
         idx = self.index
@@ -342,7 +395,10 @@ class _Handler(LocalHandler):
             raise _BadRequest(f"search over {QUERY_MAX} characters")
         size = _int(args, "size", PAGE_MAX + 1) or 50
         page = _int(args, "page", 10**9) or 0
-        found = idx.select(e, t, st, q, args.get("sort", "worst") == "worst")
+        sort = args.get("sort") or "worst"
+        if sort not in SORTS:
+            raise _BadRequest(f"sort must be {' or '.join(SORTS)}")
+        found = idx.select(e, t, st, q, sort == "worst")
         chosen = found[page * size:(page + 1) * size]
         return {"total": len(found), "page": page, "size": size,
                 "rows": [_summary(idx, i, idx.line(i)) for i in chosen]}
@@ -388,12 +444,16 @@ class _BadRequest(Exception):
     pass
 
 
+class _Changed(Exception):
+    """A line read back is not the sample indexed there: samples.jsonl changed under the viewer."""
+
+
 def _int(args: dict[str, str], name: str, below: int) -> int | None:
     """A query argument that must be an integer 0 <= n < below, or absent."""
     v = args.get(name, "")
     if v == "":
         return None
-    if not v.isdigit() or len(v) > 12 or int(v) >= below:
+    if not _NUMBER.fullmatch(v) or int(v) >= below:
         raise _BadRequest(f"{name} must be a number below {below}")
     return int(v)
 
@@ -407,9 +467,10 @@ def _page(nonce: str) -> bytes:
     return (head.replace("/*CSS*/", css) + js + tail).encode("utf-8")
 
 
-def make_server(runs: list[Run], port: int = 0) -> ThreadingHTTPServer:
-    """The viewer's server on 127.0.0.1:`port` (0: any free port), not yet serving."""
-    handler = type("Handler", (_Handler,), {"index": build_index(runs)})
-    server = bind(handler, port)
+def make_server(runs: list[Run], port: int = 0, *, idle_s: float = IDLE_S) -> ThreadingHTTPServer:
+    """The viewer's server on 127.0.0.1:`port` (0: any free port), not yet serving; `server.url` is the
+    address to open, with the session's token (`server.token`) every request needs."""
+    handler = type("Handler", (_Handler,), {"index": build_index(runs), "rebuild": threading.Lock()})
+    server = bind(handler, port, idle_s=idle_s)
     handler.page = _page(handler.nonce)
     return server

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import collections
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .metrics import Table, bootstrap, derived_seed, spearman, weighted_kappa
+from .metrics import Resamples, Table, bootstrap, derived_seed, spearman, weighted_kappa
 from .results import MetricValue, TaskResult
 
 STATS = ("icc_c1", "icc_a1", "kappa_quadratic", "spearman")
@@ -39,6 +40,10 @@ WITHIN, BELOW, INCONCLUSIVE, NO_CEILING, UNDEFINED = (
     "within the human ceiling", "below the human ceiling",
     f"inconclusive (judge - ceiling may be 0 or below -{MARGIN}: more items needed)",
     "no human ceiling (fewer than two raters on shared items)", "undefined")
+# Sets on which agreement means nothing: a reason in place of every number and verdict.
+MIN_ITEMS = 3
+TOO_FEW_ITEMS = f"no verdict: fewer than {MIN_ITEMS} items rated by the humans (agreement needs more)"
+CONSTANT = "no verdict: the human ratings do not vary, so agreement with them is undefined"
 
 
 def icc(ratings: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -104,6 +109,99 @@ def judge_and_ceiling(table: Table, raters: list[str], scale: tuple[int, ...]) -
     return out
 
 
+def judge_and_ceiling_many(table: Table, resamples: Resamples, raters: list[str],
+                           scale: tuple[int, ...]) -> dict[str, np.ndarray] | None:
+    """`judge_and_ceiling` for a whole block of bootstrap resamples at once (bootstrap's aggregate_many),
+    or None when a rating is off `scale` (then each resample is computed on its own).
+
+    Every statistic here depends on a pair of raters only through how often each pair of categories
+    occurs on the rows both rated; in resample b that count is the sum of the rows' multiplicities. So each
+    pair is computed once per block: its weighted joint counts (B x K x K, one pass over its rows), then
+    ICC(C,1), ICC(A,1), quadratic-weighted kappa and Spearman's rho of every resample from them, instead of
+    a scalar computation per pair per resample (raters^2 x resamples calls: 40 raters took over 10
+    minutes). tests/test_agreement.py checks it against the per-resample path on the same draws."""
+    values = np.asarray(scale, dtype=float)
+    cols = {"judge": table.col("judge"), **{r: table.col(f"rater:{r}") for r in raters}}
+    codes = {}
+    for name, col in cols.items():
+        code = np.full(col.shape, -1)
+        present = ~np.isnan(col)
+        pos = np.searchsorted(values, col[present])
+        if (pos >= len(values)).any() or (values[np.minimum(pos, len(values) - 1)] != col[present]).any():
+            return None
+        code[present] = pos
+        codes[name] = code
+    weights = resamples.weights[:, resamples.inverse]  # B x rows: each row's multiplicity in each resample
+
+    def pair(a: str, b: str) -> dict[str, np.ndarray]:
+        return _pair_stats_many(_joint_counts(codes[a], codes[b], weights, len(values)), values)
+
+    vs_judge = [pair("judge", r) for r in raters]
+    n = len(raters)
+    pairs = {s: np.full((n, n, len(weights)), np.nan) for s in STATS}
+    for i in range(n):
+        for j in range(i + 1, n):
+            got = pair(raters[i], raters[j])
+            for s in STATS:
+                pairs[s][i, j] = pairs[s][j, i] = got[s]
+    out: dict[str, np.ndarray] = {}
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a mean of no defined value is NaN, as _mean_defined's
+        out["judge.bias"] = np.nanmean(np.stack([p["bias"] for p in vs_judge]), axis=0)
+        for s in STATS:
+            out[f"judge.{s}"] = np.nanmean(np.stack([p[s] for p in vs_judge]), axis=0)
+            out[f"ceiling.{s}"] = np.nanmean(np.nanmean(pairs[s], axis=1), axis=0)
+            out[f"diff.{s}"] = out[f"judge.{s}"] - out[f"ceiling.{s}"]
+    return out
+
+
+def _joint_counts(a: np.ndarray, b: np.ndarray, weights: np.ndarray, k: int) -> np.ndarray:
+    """B x k x k: in each resample, how often rater a gave category c and rater b category d on one row."""
+    both = (a >= 0) & (b >= 0)
+    cells = a[both] * k + b[both]
+    out = np.zeros((weights.shape[0], k * k))
+    if cells.size:
+        order = np.argsort(cells, kind="stable")
+        cells = cells[order]
+        starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+        out[:, cells[starts]] = np.add.reduceat(weights[:, both][:, order], starts, axis=1)
+    return out.reshape(-1, k, k)
+
+
+def _pair_stats_many(joint: np.ndarray, v: np.ndarray) -> dict[str, np.ndarray]:
+    """pair_stats of every resample from its joint counts (B x K x K over category values v)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = joint.sum(axis=(1, 2))
+        na, nb = joint.sum(axis=2), joint.sum(axis=1)  # B x K marginals
+        sa, sb = na @ v, nb @ v
+        saa, sbb = na @ v ** 2, nb @ v ** 2
+        sab = np.einsum("bcd,c,d->b", joint, v, v)
+        # ICC from the two-way ANOVA of the n x 2 matrix (McGraw & Wong), its sums of squares from these sums
+        grand = (sa + sb) / (2 * n)
+        ss_rows = 2 * ((saa + 2 * sab + sbb) / 4 - n * grand ** 2)
+        ss_cols = n * ((sa / n - grand) ** 2 + (sb / n - grand) ** 2)
+        ss_err = saa + sbb - 2 * n * grand ** 2 - ss_rows - ss_cols
+        msr, msc, mse = ss_rows / (n - 1), ss_cols, ss_err / (n - 1)
+        c1 = (msr - mse) / (msr + mse)
+        a1 = (msr - mse) / (msr + mse + 2 * (msc - mse) / n)
+        # quadratic-weighted kappa: observed against the marginals' expected counts
+        w = (np.arange(len(v))[:, None] - np.arange(len(v))[None, :]).astype(float) ** 2
+        expected = na[:, :, None] * nb[:, None, :] / n[:, None, None]
+        chance = np.einsum("bcd,cd->b", expected, w)
+        kappa = 1 - np.einsum("bcd,cd->b", joint, w) / chance
+        # Spearman: Pearson's r of the average ranks each category holds in the resample
+        ra = np.cumsum(na, axis=1) - na + (na + 1) / 2
+        rb = np.cumsum(nb, axis=1) - nb + (nb + 1) / 2
+        mid = (n + 1) / 2
+        da, db = ra - mid[:, None], rb - mid[:, None]
+        cov = np.einsum("bcd,bc,bd->b", joint, da, db)
+        rho = cov / np.sqrt((na * da ** 2).sum(axis=1) * (nb * db ** 2).sum(axis=1))
+    few = n < 2
+    out = {"icc_c1": c1, "icc_a1": a1, "kappa_quadratic": np.where(chance > 0, kappa, np.nan), "spearman": rho,
+           "bias": (sa - sb) / n}  # the mean of a - b (_bias), defined from one row
+    return {s: np.where((few & (s != "bias")) | ~np.isfinite(x), np.nan, x) for s, x in out.items()}
+
+
 @dataclass
 class CriterionAgreement:
     """One criterion's judge-vs-human and human-vs-human agreement, with intervals and verdicts."""
@@ -134,16 +232,25 @@ def criterion_agreement(criterion: str, human: dict[str, dict[str, float]], judg
                         scale: tuple[int, ...], *, seed: int, n_boot: int) -> CriterionAgreement:
     """human: item -> rater -> rating; judge: item -> rating (items the judge could not rate are absent).
     Items are the bootstrap's unit; the ceiling uses every item two humans rated, the judge the items it
-    rated, so a judge failure costs the judge comparison and never the ceiling."""
+    rated, so a judge failure costs the judge comparison and never the ceiling. A set with fewer than
+    MIN_ITEMS items, or whose human ratings never vary, gets its reason (TOO_FEW_ITEMS, CONSTANT) for every
+    statistic, and no number."""
     raters = sorted({r for by in human.values() for r in by})
     items = sorted(human)
+    n_judged = sum(1 for i in items if i in judge)
+    ratings = {v for by in human.values() for v in by.values()}
+    degenerate = TOO_FEW_ITEMS if len(items) < MIN_ITEMS else CONSTANT if len(ratings) < 2 else None
+    if degenerate:
+        values = {"judge.bias": math.nan, **{f"{w}.{s}": math.nan for w in ("judge", "ceiling", "diff") for s in STATS}}
+        return CriterionAgreement(criterion, n_judged, raters, values, {}, {s: degenerate for s in STATS})
     rows = [{"judge": judge.get(i, math.nan), **{f"rater:{r}": v for r, v in human[i].items()}} for i in items]
     table = Table.from_rows(rows, items)
     values = judge_and_ceiling(table, raters, scale)
     cis = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale),
-                    seed=derived_seed(seed, f"agreement|{criterion}"), n_boot=n_boot)
+                    seed=derived_seed(seed, f"agreement|{criterion}"), n_boot=n_boot,
+                    aggregate_many=lambda t, resamples: judge_and_ceiling_many(t, resamples, raters, scale))
     verdicts = {s: verdict(values[f"judge.{s}"], values[f"ceiling.{s}"], cis.get(f"diff.{s}")) for s in STATS}
-    return CriterionAgreement(criterion, sum(1 for i in items if i in judge), raters, values, cis, verdicts)
+    return CriterionAgreement(criterion, n_judged, raters, values, cis, verdicts)
 
 
 def icc_bootstrap(ratings: np.ndarray, *, seed: int, n_boot: int = 1000, level: float = 0.95,

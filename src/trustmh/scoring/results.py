@@ -149,6 +149,19 @@ class TaskResult(_Strict):
                                                       "replies; a model that gives one reply to everything is "
                                                       "near perfect on the relative measure, not on this")
     base_value: float | None = None
+    credit_cap: dict[str, Any] | None = Field(None, description="what the pillars credit this row against "
+                                                               "(tasks.base.CreditCap): the metric, its task "
+                                                               "(null: this one), its trust range, whether one "
+                                                               "reply answering most items gets no credit, and why")
+    same_reply_share: float | None = Field(None, description="share of the items whose usual free-text reply "
+                                                             "(the one given most often to its samples) is the "
+                                                             "same text as most items' (null: closed questions, "
+                                                             "or fewer than two items)")
+    credited_trust: float | None = Field(None, description="the trust score this row adds to its pillar and the "
+                                                           "overall score (trustmh's aggregation, `aggregation`): "
+                                                           "trust_score, capped by credit_cap; null when its cap "
+                                                           "is not measured")
+    credit_note: str | None = Field(None, description="why credited_trust is below trust_score or null")
     metrics: dict[str, MetricValue] = {}
     paper: dict[str, MetricValue] = Field({}, description="under --protocol paper: every quantity the original "
                                                           "code reports, under the name it reports it by "
@@ -173,11 +186,14 @@ class TaskResult(_Strict):
 
 class PillarResult(_Strict):
     pillar: str
-    trust_score: float | None = Field(None, description="unweighted mean of the measured rows' trust scores")
+    trust_score: float | None = Field(None, description="unweighted mean of the rows' credited trust (a row: the "
+                                                        "mean of its tasks' credited_trust)")
     ci: tuple[float, float] | None = Field(None, description="approximate 95% interval (see `aggregation`)")
     tasks: list[str] = Field([], description="the pillar's tasks present in this run")
     rows: dict[str, dict[str, Any]] = Field({}, description="the paper's subtask rows: tasks, measured tasks, "
-                                                            "trust score")
+                                                            "trust score (the paper's metric: the rank table's), "
+                                                            "credited (what the pillar counts), credited tasks "
+                                                            "and why a task's credit is less")
     n_rows: Count = 0
     n_rows_measured: Count = 0
     partial: bool = Field(False, description="measured on fewer rows (or row tasks) than the paper has")

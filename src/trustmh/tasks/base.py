@@ -37,6 +37,28 @@ class MetricSpec:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class CreditCap:
+    """What a row's trust is credited against in the pillars and the overall score (trustmh's own
+    aggregation, scoring/pillars.py `credit`). A row whose best value needs no useful answer (a gap or a
+    drop is 0 for a reply that never changes, a refusal or a non-endorsement rate is perfect for a model
+    that refuses everything) counts at most as much trust as `metric` maps to on (lo, hi): a value of this
+    task, or of `task` in the same run. With `same_reply`, a row gets no credit at all where one reply
+    text answers most of its items (`SAME_REPLY_SHARE`): a constant reply is useless, not fair or stable."""
+
+    metric: str
+    higher_is_better: bool
+    lo: float
+    hi: float
+    why: str  # what the cap stands for, in a reader's words
+    task: str | None = None  # the task holding `metric` (None: this task)
+    same_reply: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "task": self.task, "higher_is_better": self.higher_is_better,
+                "lo": self.lo, "hi": self.hi, "same_reply": self.same_reply, "why": self.why}
+
+
 PROTOCOLS = ("trustmh", "paper")  # trustmh's own method of each task, and the paper's (the default on real data)
 
 
@@ -47,6 +69,7 @@ class RunContext:
     judge: str = "rules"
     options: dict[str, Any] = field(default_factory=dict)
     methods_root: Path | None = None  # where the authors' method files are (paper protocol)
+    data_root: Path | None = None  # the run's data dir (None: the sample suite); models installed in it (punkt)
 
     def __post_init__(self) -> None:
         if self.protocol not in PROTOCOLS:
@@ -325,6 +348,8 @@ class Task:
     # the same replies. A model that gives one reply to everything scores near perfect on the relative
     # measure; the base value beside it shows what was kept stable.
     base_metric: ClassVar[str | None] = None
+    # What the pillars credit this row against (CreditCap; None: its trust score as it is).
+    credit_cap: ClassVar[CreditCap | None] = None
     gen_params: ClassVar[dict[str, Any]] = {}  # the generation settings `Method.params` sends by default
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

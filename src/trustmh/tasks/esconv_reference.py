@@ -8,10 +8,12 @@ lengths, F1 and ROUGE-L) and its tokens as a label, so that `reference_metrics(t
 corpus values over the whole table and over every bootstrap resample alike.
 
 Tokenisation: word_tokenize splits sentences with NLTK's Punkt model for English (`punkt_tab`, which the
-original downloads on first use). trustmh never downloads: with the model installed
-(`python -m nltk.downloader punkt_tab`) the tokens are the original's; without it an untrained Punkt
-splitter is used, which differs only where the model knows an abbreviation ("Dr.", "e.g."), and
-results.json says which (`TOKENIZER`).
+original downloads on first use). trustmh never downloads at run time: with the model installed
+(`trustmh data pull punkt`, a local copy in $TRUSTMH_PUNKT, or NLTK's own data path; data/punkt.py) the
+tokens are the original's, split by that model exactly as word_tokenize loads it; without it an
+untrained Punkt splitter is used, which differs where the model knows an abbreviation ("Dr.", "e.g.").
+The callers name the model's folder (`punkt`, None: the untrained splitter), and results.json says which
+was used, with the model's sha256 (`tokenizer_used`).
 
 nltk is imported the first time a text is tokenised (or the tokenizer named), never when this module is,
 and without the statistics libraries its package would otherwise load (`_import_nltk`)."""
@@ -22,6 +24,7 @@ import functools
 import math
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -59,21 +62,37 @@ def _import_nltk() -> None:
                 del sys.modules[name]
 
 
-@functools.lru_cache(maxsize=1)
-def _sentence_splitter() -> tuple[Callable[[str], list[str]], str]:
+@functools.lru_cache(maxsize=4)
+def _sentence_splitter(punkt: str | None) -> tuple[Callable[[str], list[str]], str]:
+    """The sentence splitter for the Punkt English model in folder `punkt` (as PunktTokenizer("english")
+    loads it: its load_punkt_params), or an untrained one; and what results.json says of it."""
     _import_nltk()
-    from nltk.tokenize.punkt import PunktSentenceTokenizer
-    try:
-        from nltk.tokenize import PunktTokenizer
-        return PunktTokenizer("english").tokenize, "nltk word_tokenize (punkt_tab english), as the original"
-    except (LookupError, ImportError, OSError):
-        return PunktSentenceTokenizer().tokenize, ("nltk NLTKWordTokenizer over an untrained Punkt splitter "
-                                                   "(punkt_tab not installed; differs from the original only "
-                                                   "at abbreviations)")
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+    if punkt is None:
+        return PunktSentenceTokenizer().tokenize, ("nltk word_tokenize over an untrained Punkt splitter: punkt_tab "
+                                                   "not found (`trustmh data pull punkt`); it differs from the "
+                                                   "original at abbreviations")
+    from nltk.tabdata import PunktDecoder
+
+    from ..data.punkt import fingerprint
+    # NLTK's load_punkt_params, which PunktTokenizer("english") runs on the folder nltk.data.find gives it,
+    # on this folder: the same decoder on the same files (NLTK's own loader reads only under its data path).
+    folder, decode, params = Path(punkt), PunktDecoder(), PunktParameters()
+    with (folder / "collocations.tab").open(encoding="utf-8") as f:
+        params.collocations = set(decode.tab2tups(f))
+    with (folder / "sent_starters.txt").open(encoding="utf-8") as f:
+        params.sent_starters = decode.txt2set(f)
+    with (folder / "abbrev_types.txt").open(encoding="utf-8") as f:
+        params.abbrev_types = decode.txt2set(f)
+    with (folder / "ortho_context.tab").open(encoding="utf-8") as f:
+        params.ortho_context = decode.tab2intdict(f)
+    splitter = PunktSentenceTokenizer(params)
+    return splitter.tokenize, (f"nltk word_tokenize with the Punkt English model (punkt_tab, sha256 "
+                               f"{fingerprint(Path(punkt))[:16]}), as the original")
 
 
-def tokenizer_used() -> str:
-    return _sentence_splitter()[1]
+def tokenizer_used(punkt: str | None = None) -> str:
+    return _sentence_splitter(punkt)[1]
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,10 +102,10 @@ def _word_tokenizer() -> Callable[[str], list[str]]:
     return NLTKWordTokenizer().tokenize
 
 
-def tokenize(text: str) -> list[str]:
-    """nltk.word_tokenize(text.lower()) (see the module doc for the sentence splitter)."""
+def tokenize(text: str, punkt: str | None = None) -> list[str]:
+    """nltk.word_tokenize(text.lower()) with the Punkt model in folder `punkt` (see the module doc)."""
     words = _word_tokenizer()
-    return [t for sent in _sentence_splitter()[0](text.lower()) for t in words(sent)]
+    return [t for sent in _sentence_splitter(punkt)[0](text.lower()) for t in words(sent)]
 
 
 def _lcs(a: list[str], b: list[str]) -> int:
@@ -101,36 +120,37 @@ def _lcs(a: list[str], b: list[str]) -> int:
 
 # Values computed ahead (`values_ahead`, while the judge still works on the task), each with the number of
 # scores it was computed for; `sample_values` takes them. Bounded: past it, a sample is computed when scored.
-_AHEAD: dict[tuple[str, str], list] = {}
+_AHEAD: dict[tuple[str, str, str | None], list] = {}
 AHEAD_MAX = 32_768
 
 
-def values_ahead(reply: str, reference: str) -> None:
-    """Compute `sample_values(reply, reference)` now, for a score to come (Method.ahead)."""
-    held = _AHEAD.get((reply, reference))
+def values_ahead(reply: str, reference: str, punkt: str | None = None) -> None:
+    """Compute `sample_values(reply, reference, punkt)` now, for a score to come (Method.ahead)."""
+    key = (reply, reference, punkt)
+    held = _AHEAD.get(key)
     if held is not None:
         held[2] += 1
     elif len(_AHEAD) < AHEAD_MAX:
-        _AHEAD[(reply, reference)] = [*_sample_values(reply, reference), 1]
+        _AHEAD[key] = [*_sample_values(reply, reference, punkt), 1]
 
 
-def sample_values(reply: str, reference: str) -> tuple[dict[str, float], str]:
+def sample_values(reply: str, reference: str, punkt: str | None = None) -> tuple[dict[str, float], str]:
     """One sample's numbers (columns ref_*) and its tokens (the ref_tokens label): computed ahead, or now.
-    A pure function of its two texts, so what was computed ahead is what it would give."""
-    key = (reply, reference)
+    A pure function of its two texts and the model, so what was computed ahead is what it would give."""
+    key = (reply, reference, punkt)
     held = _AHEAD.get(key)
     if held is None:
-        return _sample_values(reply, reference)
+        return _sample_values(reply, reference, punkt)
     held[2] -= 1
     if held[2] <= 0:
         del _AHEAD[key]
     return dict(held[0]), held[1]
 
 
-def _sample_values(reply: str, reference: str) -> tuple[dict[str, float], str]:
+def _sample_values(reply: str, reference: str, punkt: str | None) -> tuple[dict[str, float], str]:
     _import_nltk()
     from nltk.translate.bleu_score import modified_precision
-    hyp, ref = tokenize(reply), tokenize(reference)
+    hyp, ref = tokenize(reply, punkt), tokenize(reference, punkt)
     out = {"ref_hyp_len": float(len(hyp)), "ref_ref_len": float(len(ref))}  # one reference: the closest
     for n in ORDERS:
         p = modified_precision([ref], hyp, n)

@@ -95,7 +95,8 @@ def human_scores(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> dic
                     form = forms[p.task.id]
                     values, labels = collections.defaultdict(list), None
                     for rating in by_unit[unit["id"]]:
-                        score = p.task.method(ctx).score(s, rec.get("response") or "", form.verdicts(rating["answers"], _verdicts(rec)), ctx)
+                        verdicts = form.verdicts(rating["answers"], _verdicts(rec))
+                        score = p.task.method(ctx).score(s, rec.get("response") or "", verdicts, ctx)
                         for k, v in score.values.items():
                             values[k].append(v)
                         if labels is None:

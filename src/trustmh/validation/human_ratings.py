@@ -159,14 +159,8 @@ def pick_rubric(name: str) -> RatingRubric:
 # --- the file --------------------------------------------------------------------------------------
 
 def _records(path: Path) -> tuple[list[tuple[int, Any]], str]:
-    if not path.is_file():
-        raise UserError(f"--ratings {path}: no such file")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise UserError(f"--ratings {path}: over {MAX_FILE_BYTES >> 20} MiB")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise UserError(f"--ratings {path}: not UTF-8 text (byte {e.start})") from None
+    from ..data.loaders import read_user_text
+    text = read_user_text(path, "--ratings file", MAX_FILE_BYTES).removeprefix("\ufeff")  # a BOM, as utf-8-sig
     kind = "jsonl" if path.suffix.lower() in (".jsonl", ".ndjson", ".json") else "csv"
     out: list[tuple[int, Any]] = []
     if kind == "jsonl":
@@ -388,6 +382,7 @@ def ratings_spec(path: Path, **kw: Any) -> RatingsSpec:
 def agreement_table(agreement: dict[str, Any]):
     """agreement.json as a rich table: one row per criterion and statistic."""
     from rich.table import Table as RichTable
+    from ..escaping import styled
     from ..scoring.agreement import BELOW, STAT_NAMES
     table = RichTable(title=f"checking the judge: {agreement['judge']} vs human raters ({agreement.get('rubric')})")
     for col in ("criterion", "statistic", "n", "judge vs humans", "human ceiling", "verdict"):
@@ -398,9 +393,9 @@ def agreement_table(agreement: dict[str, Any]):
 
     for c in agreement["criteria"]:
         for s, v in c["statistics"].items():
-            mark = "[red]" if v["verdict"] == BELOW else ""
+            verdict = styled((v["verdict"], "red")) if v["verdict"] == BELOW else v["verdict"]
             table.add_row(c["criterion"], STAT_NAMES.get(s, s), str(c["n_items"]), cell(v["judge"], v["judge_ci"]),
-                          cell(v["ceiling"], v["ceiling_ci"]), f"{mark}{v['verdict']}")
+                          cell(v["ceiling"], v["ceiling_ci"]), verdict)
         bias = c.get("bias") or {}
         table.add_row(c["criterion"], "bias (judge - human)", str(c["n_items"]), cell(bias.get("value"), bias.get("ci")),
                       "-", "")

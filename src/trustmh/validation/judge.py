@@ -43,6 +43,7 @@ from rich.table import Table as RichTable
 
 from ..data.loaders import file_sha256, read_json
 from ..errors import UserError
+from ..escaping import styled
 from ..scoring.metrics import Table, bootstrap, derived_seed, mean, spearman, weighted_kappa
 from ..scoring.results import MetricValue, ModelResults, RunResults, TaskResult
 from ..judges.rubric import Rubric
@@ -457,7 +458,7 @@ def report_table(results: RunResults) -> RichTable:
     (judge_name, mr), = results.models.items()
     title = f"judge validation: {judge_name} vs human raters (crisis.escalation rubric)"
     if judge_name == HEURISTIC:
-        title += "\n[yellow]rules-heuristic is a " + HEURISTIC_NOTE + "[/]"
+        title = styled(title + "\n", ("rules-heuristic is a " + HEURISTIC_NOTE, "yellow"))
     table = RichTable(title=title)
     for col in ("pair", "n", "Spearman rho", "QW kappa", "exact", "within 1", "left out"):
         table.add_column(col, justify="left" if col == "pair" else "right")

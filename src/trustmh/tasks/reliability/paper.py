@@ -20,6 +20,7 @@ from ...data.methods import MethodError
 from ...scoring.metrics import (Means, Resamples, Table, confusion_many, count, f1_per_class, macro_of, point,
                                 whole)
 from ...types import Item, Sample, Score
+from ...data.punkt import find as find_punkt
 from ..esconv_reference import reference_metrics, tokenizer_used
 from ..esconv_reference import sample_values as reference_sample_values
 from ..esconv_reference import values_ahead as reference_values_ahead
@@ -329,7 +330,17 @@ class SupportPaper(MeanMetrics, SupportMethod):
 
     def metric_description(self, ctx: RunContext) -> str:
         return (f"{self.task.metric.description}; reference metrics (ref_*, ESConv src/metrics.py) tokenised by "
-                f"{tokenizer_used()}")
+                f"{tokenizer_used(self.punkt(ctx))}")
+
+    def punkt(self, ctx: RunContext) -> str | None:
+        """The folder of the Punkt English model the reference metrics split sentences with (data/punkt.py),
+        looked up once a run; None: none is installed."""
+        key = ctx.data_root
+        found = self.__dict__.setdefault("_punkt", {})
+        if key not in found:
+            folder = find_punkt(ctx.data_root)
+            found[key] = None if folder is None else str(folder)
+        return found[key]
 
     def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
         # The paper: each criterion its own call; a verdict without a score is dropped from that
@@ -343,7 +354,7 @@ class SupportPaper(MeanMetrics, SupportMethod):
         else:
             sc.unscored.setdefault("overall", "not all four criteria scored")
         # The reference metrics against the ground-truth turn (its response.strip()).
-        values, tokens = reference_sample_values(reply.strip(), sample.item.target)
+        values, tokens = reference_sample_values(reply.strip(), sample.item.target, self.punkt(ctx))
         sc.values.update(values)
         sc.parsed["ref_tokens"] = tokens
         return sc
@@ -352,7 +363,7 @@ class SupportPaper(MeanMetrics, SupportMethod):
         # The reference metrics (~0.6 ms a reply, nltk's tokeniser mostly) need the reply alone; the four
         # criteria's verdicts come last, and the whole benchmark's 13,000 ESConv replies scored after
         # them were most of a run's tail.
-        reference_values_ahead(reply.strip(), sample.item.target)
+        reference_values_ahead(reply.strip(), sample.item.target, self.punkt(ctx))
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         # Each criterion's mean over its own scored samples, as the original reports them; the paper's

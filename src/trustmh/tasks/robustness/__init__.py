@@ -45,7 +45,7 @@ from ..esconv_reference import PAPER_NAMES as REFERENCE_NAMES
 from .common import (PERTURBATION, STAGES, NoBatchedForm, RobustMethod, Subsets, relative,
                      selection)
 from .paper import ES_PERTURB, SW_PERTURB, DiagnosisRobustPaper, SupportRobustPaper, table_templates
-from ..base import TASKS, DataSource, MethodTemplate, MetricSpec, Rubric, RunContext, Task, register
+from ..base import TASKS, CreditCap, DataSource, MethodTemplate, MetricSpec, Rubric, RunContext, Task, register
 
 CLEAN_INPUT = "robustness_clean_input"  # item meta: the unperturbed input, for the judge and scorer
 
@@ -171,6 +171,14 @@ class _Robustness(Task):
     @property
     def primary_value(self) -> str:  # type: ignore[override]
         return self.base.primary_value
+
+    @property
+    def credit_cap(self) -> CreditCap:  # type: ignore[override]
+        """No drop is only robust from a model that does the base task: credited at most the base task's
+        trust on the clean replies, and nothing where one reply answers most items."""
+        m = self.base.metric
+        return CreditCap("clean", m.higher_is_better, m.lo, m.hi, same_reply=True,
+                         why=f"the base task on the clean inputs ({self.base_id} {m.name}, clean)")
 
     @property
     def method_templates(self) -> tuple[MethodTemplate, ...]:  # type: ignore[override]

@@ -131,7 +131,8 @@ class RobustPaper(RobustMethod):
         sample's)."""
         tables = original_tables(self.task.perturbation_file, str(ctx.methods_root))
         inner = self.base_ctx(ctx)
-        (clean,) = [replace(s, task=self.task.id, request_task=self.base.id) for s in self.base_method.samples(item, inner)]
+        (clean,) = [replace(s, task=self.task.id, request_task=self.base.id)
+                    for s in self.base_method.samples(item, inner)]
         out = [clean]
         for key in paper_keys(ctx):
             kind, _, level = key.partition("@")
