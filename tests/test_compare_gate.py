@@ -34,7 +34,7 @@ def ethics_replay(path: Path, items, n_right: int | None) -> Path:
 
 
 def ethics_run(tmp: Path, name: str, n_right: int | None):
-    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())
     replay = ethics_replay(tmp / f"{name}.jsonl", items, n_right)
     spec = run_spec(models=[f"replay/{replay}"], tasks="ethics.reasoning", suite="data", data_dir=str(UPSTREAM))
     run_quiet(spec, tmp / name)
@@ -81,7 +81,7 @@ def test_compare_output_formats(ethics_runs):
     assert by_name["ethics.reasoning"]["verdict"] == "worse"
     # Sub-metrics are compared too with --all-metrics, named as `trustmh gate` names them: per subcategory,
     # B is right on the gold items among the first N_CORRECT_B, A on all of them.
-    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())
     gold = [it for it in items if it.target is not None]
     sub = gold[0].meta["subcategory"]
     in_sub = [i for i, it in enumerate(gold) if it.meta["subcategory"] == sub]
@@ -111,7 +111,7 @@ def tier1_replay(path: Path, ratings: list[int], items) -> Path:
 def test_compare_recomputes_a_correlation_on_shared_items(tmp_path):
     """Pearson r is not a mean of per-sample values: the paired bootstrap must re-run the task's aggregate."""
     data = DataSource(SAMPLE, "sample")
-    items = TASKS["privacy.awareness_tier1"]().load(data, RunContext())
+    items = TASKS["privacy.awareness_tier1"]().method(RunContext()).load(data, RunContext())
     human = np.array([float(it.target) for it in items])
     ra = [int(min(4, max(1, round(h)))) for h in human]
     rb = [5 - r for r in ra]
@@ -192,7 +192,7 @@ def test_gate_fails_a_task_with_too_many_judge_failures(cli_here, tmp_path, caps
     task at the default 5 % and passes it with --max-unscored 0.2."""
     if not UPSTREAM.is_dir():
         pytest.skip(f"upstream data not found at {UPSTREAM}")
-    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())[:100]
+    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())[:100]
     replay = ethics_replay(tmp_path / "g.jsonl", items, None)
     judge = write_replay(tmp_path / "j.jsonl", [
         {"task": "ethics.reasoning", "item_id": it.id,

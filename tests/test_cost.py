@@ -260,7 +260,7 @@ def test_the_budget_waits_for_calls_in_flight_and_never_reserves_past_the_cap():
     assert budget.next_worst == worst and budget.priced_by == {"usage from the server": 99}
 
 
-def test_prices_and_token_counts_outside_sane_bounds_are_refused_with_one_line(tmp_path):
+def test_prices_and_token_counts_outside_sane_bounds_are_refused_with_one_line(cli, tmp_path):
     """L5 (issue 38): a price of 1e308 was accepted (a dry run of inf USD) and --max-tokens 10^20 planned
     5 x 10^20 completion tokens; a usage of 2^63-1 is priced at its reservation (tests/test_spend_cap.py)."""
     from trustmh.engine.prices import MAX_PRICE_PER_MTOK, MAX_REPLY_TOKENS

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-
+from conftest import run_cli
 from trustmh.testing.fake_server import FakeLLMServer
 
 ENV = {"OPENAI_API_KEY": "sk-test"}
@@ -33,7 +33,7 @@ FORMULA = ("=", "+", "-", "@", "\t", "\r")
 def hostile_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("escaping")
     with FakeLLMServer(reply=lambda body: "Answer: A") as srv:
-        proc = cli("run", "--model", "openai/m1", "--model", "openai/m2", "--base-url", srv.openai_base_url,
+        proc = run_cli("run", "--model", "openai/m1", "--model", "openai/m2", "--base-url", srv.openai_base_url,
                    "--judge", "rules", "--suite", "sample", "--tasks", "ethics,privacy.awareness_tier1",
                    "--bootstrap", "100", "--out", root / "run", "--no-progress", cwd=root, env_extra=ENV)
     assert proc.returncode == 0, proc.stderr
