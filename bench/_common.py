@@ -41,9 +41,10 @@ class SyntheticTask(Task):
     rubrics = (Rubric("judge"),)
     gen_params = {"max_tokens": 64}
 
+    size = 100  # items: set by synthetic_spec (a benchmark runs one size at a time in a process)
+
     def load(self, data, ctx: RunContext) -> list[Item]:
-        n = int(ctx.options.get("bench_n", 100))
-        return [Item(f"s{i:06d}", {"n": i}) for i in range(n)]
+        return [Item(f"s{i:06d}", {"n": i}) for i in range(self.size)]
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return [{"role": "system", "content": "You are a careful counsellor. Answer with 1, 2, 3 or 4."},
@@ -131,9 +132,10 @@ def machine() -> str:
 def synthetic_spec(n: int, *, model: str = "openai/bench-model", judge: str = "openai/bench-judge",
                    base_url: str | None = None, seed: int = 0, **kw: Any):
     from trustmh.engine import RunSpec
+    SyntheticTask.size = n  # and limit n: the spec (and so the run id) says the size too
     return RunSpec(models=[model], judge=judge, tasks=TASK_ID, suite="sample", base_url=base_url,
                    judge_base_url=base_url if judge.startswith(("openai/", "anthropic/")) else None,
-                   seed=seed, n_boot=kw.pop("n_boot", 0), options={"bench_n": n}, **kw)
+                   seed=seed, limit=n, n_boot=kw.pop("n_boot", 0), **kw)
 
 
 @contextlib.contextmanager

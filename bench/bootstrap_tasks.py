@@ -1,4 +1,4 @@
-"""Bootstrap time per task: the batched form (Task.aggregate_many) against the per-resample loop, side by
+"""Bootstrap time per task: the batched form (Method.aggregate_many) against the per-resample loop, side by
 side on the same table, with the same intervals checked.
 
     python bench/bootstrap_tasks.py [--data-dir DIR] [--items 400] [--bootstrap 1000] [--tasks a,b]
@@ -50,10 +50,10 @@ def main() -> None:
         except BaseException as e:  # pytest.skip: the task's data is not there
             print(f"{task_id:<34} skipped: {e}")
             continue
-        agg = lambda t: task.aggregate(t, ctx)  # noqa: E731
+        agg = lambda t: task.method(ctx).aggregate(t, ctx)  # noqa: E731
         slow, ref = timed(lambda: bootstrap(table, agg, seed=1, n_boot=a.bootstrap))
         fast, got = timed(lambda: bootstrap(table, agg, seed=1, n_boot=a.bootstrap,
-                                            aggregate_many=lambda t, r: task.aggregate_many(t, r, ctx)))
+                                            aggregate_many=lambda t, r: task.method(ctx).aggregate_many(t, r, ctx)))
         same = set(got) == set(ref) and all(abs(got[k][i] - ref[k][i]) <= 1e-12 for k in ref for i in (0, 1))
         total[0] += slow
         total[1] += fast

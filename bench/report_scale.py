@@ -42,7 +42,7 @@ def make_replays(data_dir: Path, out: Path, n_models: int) -> tuple[list[str], i
     followed by a paragraph, so replies have a realistic length."""
     from trustmh.tasks import DataSource, RunContext, resolve_tasks
     ctx, data = RunContext(), DataSource(data_dir, "data")
-    samples = [(t, s) for t in resolve_tasks("privacy,ethics") for it in t.load(data, ctx) for s in t.samples(it, ctx)]
+    samples = [(t, s) for t in resolve_tasks("privacy,ethics") for it in t.method(ctx).load(data, ctx) for s in t.method(ctx).samples(it, ctx)]
     specs = []
     for k in range(n_models):
         rng = random.Random(k)

@@ -69,7 +69,7 @@ def run_trustmh(n: int, c: int, latency: float, base_url: str | None, transport:
     try:
         spec = synthetic_spec(n, base_url=base_url or "http://unused.invalid/v1")
         if transport != "http":
-            spec.options["transport"] = transport
+            spec.transport = transport
         r = collect_once(spec, runner.Limits(max_connections=c), tmp)
     finally:
         runner.make_model = original

@@ -43,8 +43,9 @@ from _common import SyntheticTask, Server, machine, synthetic_spec  # noqa: E402
 def job(n: int):
     """(generation messages, judge-messages function) per sample, exactly as trustmh builds them."""
     from trustmh.tasks import RunContext
-    task, ctx = SyntheticTask(), RunContext(options={"bench_n": n})
-    samples = [s for it in task.load(None, ctx) for s in task.samples(it, ctx)]
+    SyntheticTask.size = n
+    task, ctx = SyntheticTask(), RunContext()
+    samples = [s for it in task.method(ctx).load(None, ctx) for s in task.method(ctx).samples(it, ctx)]
     return task, ctx, samples
 
 
@@ -76,7 +77,7 @@ def child_inspect(a) -> dict:
 
         async def score(state: TaskState, target: Target) -> Score:
             sample = by_id[str(state.sample_id)]
-            out = await model.generate(msgs(task.judge_messages(sample, state.output.completion, ctx)))
+            out = await model.generate(msgs(task.method(ctx).judge_messages(sample, state.output.completion, ctx)))
             return Score(value=1 if out.completion.startswith("Answer") else 0)
         return score
 
@@ -96,7 +97,7 @@ def child_trustmh(a) -> dict:
     from trustmh import engine as runner
     spec = synthetic_spec(a.samples, base_url=a.base_url, n_boot=0)
     if a.child == "trustmh":  # the same SDK transport as inspect (see the docstring), not the http default
-        spec.options["transport"] = "sdk"
+        spec.transport = "sdk"
     t0, c0 = time.perf_counter(), time.process_time()
     runner.run(spec, Path(a.out), limits=runner.Limits(max_connections=a.connections))
     return {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}

@@ -1,5 +1,8 @@
+import functools
 import json
 import os
+import subprocess
+import sys
 import threading
 
 # pytest-xdist's workers are started with COLUMNS=80 and LINES=24 in their environment, which a pytest run
@@ -137,10 +140,12 @@ os.environ.setdefault("TRUSTMH_METHODS_DIR", str(METHODS))
 
 def run_spec(**kw):
     """A RunSpec for tests: the trustmh protocol unless a test asks for the paper's (most tests were
-    written for trustmh's parsing); the paper's reads the staged method files."""
+    written for trustmh's parsing); the paper's reads the staged method files; the rules judge unless a
+    test names one (never the paper's default judge, a real server)."""
     from trustmh.engine import RunSpec
     kw.setdefault("n_boot", 200)
     kw.setdefault("protocol", "trustmh")
+    kw.setdefault("judge", "rules")
     if kw["protocol"] == "paper":
         kw.setdefault("methods_dir", str(METHODS))
     return RunSpec(**kw)
@@ -149,6 +154,87 @@ def run_spec(**kw):
 def run_quiet(spec, out: Path, **kw):
     from trustmh.engine import run
     return run(spec, out, **kw)
+
+
+def loopback_spec(srv, tasks: str, models=("openai/m",), **kw):
+    """A run_spec whose models and judge are all answered by the loopback server `srv` (FakeLLMServer)."""
+    return run_spec(models=list(models), judge="openai/j", base_url=srv.openai_base_url,
+                    judge_base_url=srv.openai_base_url, tasks=tasks, **kw)
+
+
+@pytest.fixture
+def spec_for():
+    """loopback_spec: `spec_for(srv, tasks, models=("openai/m",), **run_spec's fields)`."""
+    return loopback_spec
+
+
+@pytest.fixture
+def fake_llm():
+    """Start loopback fake servers (`fake_llm(reply=..., **FakeLLMServer's options)`), each stopped when the
+    test ends."""
+    from trustmh.testing.fake_server import FakeLLMServer
+    started = []
+
+    def start(**kw):
+        srv = FakeLLMServer(**kw)
+        srv.__enter__()
+        started.append(srv)
+        return srv
+    yield start
+    for srv in reversed(started):
+        srv.__exit__(None, None, None)
+
+
+# --- the command line, as a user runs it --------------------------------------------------------------
+
+FRESH = ("TRUSTMH_METHODS_DIR",)  # what a fresh install's environment does not hold (conftest sets it above)
+
+
+def run_cli(*args, cwd=None, env=None, without=(), env_extra=None, extra_path=None, merged=False, timeout=300):
+    """`python -m trustmh.cli ARGS` (each str()-ed) in a subprocess: its environment is this process's (or
+    `env`) less the variables `without` plus `env_extra`, this tree's src (after `extra_path`, a plugin's
+    folder) first on PYTHONPATH; stderr joined to stdout when `merged`."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in without}
+    env.update(env_extra or {})
+    env["PYTHONPATH"] = os.pathsep.join([*([str(extra_path)] if extra_path else []), str(ROOT / "src"),
+                                         *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, cwd=cwd, env=env,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    """run_cli: the `trustmh` command in a subprocess."""
+    return run_cli
+
+
+@pytest.fixture
+def fresh_cli():
+    """run_cli as on a fresh install: no TRUSTMH_METHODS_DIR in the environment."""
+    return functools.partial(run_cli, without=FRESH)
+
+
+def run_here(capsys, *args) -> tuple[int, str, str]:
+    """`trustmh ARGS` in this process: (exit code, stdout, stderr)."""
+    from trustmh import cli as trustmh_cli
+    old = sys.argv
+    sys.argv = ["trustmh", *map(str, args)]
+    try:
+        trustmh_cli.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+@pytest.fixture
+def cli_here(capsys):
+    """run_here: the `trustmh` command in this process, `cli_here(*args) -> (code, out, err)`."""
+    return functools.partial(run_here, capsys)
 
 
 # --- reliability campaign helpers (docs/reliability.md) ---------------------------------------------

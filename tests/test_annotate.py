@@ -8,7 +8,6 @@ import hashlib
 import http.client
 import json
 import math
-import os
 import re
 import threading
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from conftest import run_quiet, run_spec
 from trustmh.analysis.runs import load_run
 from trustmh.engine import Limits
 from trustmh.errors import UserError
-from trustmh.testing.browser import chromium_tab, find_chromium
+from trustmh.testing.browser import chromium_tab
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.validation import annotate
 from trustmh.validation.human_ratings import ratings_spec, validate_ratings
@@ -55,16 +54,6 @@ def reply(body):
         return json.dumps(checking_judge(k) if body["model"] == "checker" else run_judge(k))
     k = int(hashlib.sha256(text.encode()).hexdigest()[:6], 16) % 1000
     return f"That sounds really hard; I am here with you. (reply-number-{k})"
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    exe = find_chromium()
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is required in CI (.ci/run installs the Debian package)")
-        pytest.skip("chromium not installed (apt-get install chromium); browser checks skipped")
-    return exe
 
 
 @pytest.fixture(scope="module")

@@ -171,13 +171,13 @@ def scored_table(task_id: str, root: Path, n_items: int, seed: int = 0) -> Table
     if task.missing_files(source):
         pytest.skip(f"{task_id} data not in {root}")
     rows, clusters, labels = [], [], collections.defaultdict(list)
-    for item in task.load(source, ctx)[:n_items]:
-        for s in task.samples(item, ctx):
+    for item in task.method(ctx).load(source, ctx)[:n_items]:
+        for s in task.method(ctx).samples(item, ctx):
             reply, judged = fake_reply(task, s, rng)
-            sc = task.score(s, reply, judged, ctx)
+            sc = task.method(ctx).score(s, reply, judged, ctx)
             rows.append(sc.values)
-            clusters.append(task.cluster(s, ctx))
-            for k, v in task.labels(s, sc, ctx).items():
+            clusters.append(task.method(ctx).cluster(s))
+            for k, v in task.method(ctx).labels(s, sc).items():
                 labels[k].append(v)
     return Table.from_rows(rows, clusters, dict(labels))
 
@@ -248,13 +248,13 @@ def check_batched_aggregate(task_id, table, ctx):
     inverse, order, size, start = metrics._cluster_layout(table.clusters)
     picks = np.random.default_rng(7).integers(0, len(size), (60, len(size)))
     weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
-    many = task.aggregate_many(table, Resamples(inverse, weights), ctx)
+    many = task.method(ctx).aggregate_many(table, Resamples(inverse, weights), ctx)
     assert many is not None
-    point = task.aggregate(table, ctx)
+    point = task.method(ctx).aggregate(table, ctx)
     assert set(many) <= set(point) and task.metric.name in many
     defined = 0
     for b, pick in enumerate(picks):
-        one = task.aggregate(table.take(metrics._rows_of(pick, order, size, start)), ctx)
+        one = task.method(ctx).aggregate(table.take(metrics._rows_of(pick, order, size, start)), ctx)
         for name in point:  # a metric a resample does not report counts as NaN, in both paths
             want, got = one.get(name, math.nan), many.get(name, np.full(len(picks), math.nan))[b]
             assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, abs=1e-12), (name, b)
@@ -286,8 +286,8 @@ def test_batched_primary_metric_equals_per_resample_primary_metric(task_id, root
     inverse, order, size, start = metrics._cluster_layout(table.clusters)
     picks = np.random.default_rng(8).integers(0, len(size), (80, len(size)))
     weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
-    many = task.primary_metric_many(table, Resamples(inverse, weights), ctx)
-    want = [task.primary_metric(table.take(metrics._rows_of(p, order, size, start)), ctx) for p in picks]
+    many = task.method(ctx).primary_metric_many(table, Resamples(inverse, weights), ctx)
+    want = [task.method(ctx).primary_metric(table.take(metrics._rows_of(p, order, size, start)), ctx) for p in picks]
     assert not np.isnan(want).all()
     np.testing.assert_allclose(many, want, rtol=0, atol=1e-12)  # NaN where NaN
 
@@ -298,9 +298,9 @@ def test_intervals_equal_the_one_resample_at_a_time_loop(task_id, root, monkeypa
     monkeypatch.setattr(metrics, "_BLOCK_CELLS", 4000)  # several blocks, so block edges are crossed
     table = scored_table(task_id, root, n_items=40, seed=1)
     task, ctx = TASKS[task_id](), RunContext(seed=0)
-    ref = reference_bootstrap(table, lambda t: task.aggregate(t, ctx), seed=5, n_boot=300)
-    got = bootstrap(table, lambda t: task.aggregate(t, ctx), seed=5, n_boot=300,
-                    aggregate_many=lambda t, r: task.aggregate_many(t, r, ctx))
+    ref = reference_bootstrap(table, lambda t: task.method(ctx).aggregate(t, ctx), seed=5, n_boot=300)
+    got = bootstrap(table, lambda t: task.method(ctx).aggregate(t, ctx), seed=5, n_boot=300,
+                    aggregate_many=lambda t, r: task.method(ctx).aggregate_many(t, r, ctx))
     assert task.metric.name in ref and set(got) == set(ref)
     for name, (lo, hi) in ref.items():
         assert got[name] == pytest.approx((lo, hi), abs=1e-12), name
@@ -318,7 +318,7 @@ def test_without_a_batched_form_the_loop_gives_the_reference_intervals():
 def test_leakage_rates_are_the_papers_mean_of_scenario_means(root):
     """The plain means privacy.leakage computes equal the paper's per-scenario means averaged over scenarios."""
     table = scored_table("privacy.leakage", root, n_items=400, seed=2)
-    got = TASKS["privacy.leakage"]().aggregate(table, RunContext())
+    got = TASKS["privacy.leakage"]().method(RunContext()).aggregate(table, RunContext())
     qtype = table.labels["qtype"]
     for name, qt, col in [("free_response_leak_rate_proxy", "free_response", "proxy_leak"),
                           ("info_accessibility_has_z", "info_accessibility", "has_z"), ("control_error", "control", "flagged")]:
@@ -334,9 +334,9 @@ def test_leakage_counts_a_scenario_drawn_twice_twice():
     rows = [{"flagged": 1.0}, {"flagged": 0.0}, {"flagged": 0.0}]
     table = Table.from_rows(rows, ["a", "b", "c"], {"qtype": ["free_response"] * 3})
     task, ctx = TASKS["privacy.leakage"](), RunContext()
-    many = task.aggregate_many(table, Resamples(np.array([0, 1, 2]), np.array([[2.0, 1, 0]])), ctx)
+    many = task.method(ctx).aggregate_many(table, Resamples(np.array([0, 1, 2]), np.array([[2.0, 1, 0]])), ctx)
     assert many["free_response_leak_rate_string_match"][0] == pytest.approx(2 / 3)
-    assert task.aggregate(table.take(np.array([0, 0, 1])), ctx)["free_response_leak_rate_string_match"] == \
+    assert task.method(ctx).aggregate(table.take(np.array([0, 0, 1])), ctx)["free_response_leak_rate_string_match"] == \
         pytest.approx(2 / 3)
 
 
@@ -345,8 +345,8 @@ def test_oeq_source_rates_only_where_a_resample_holds_a_source():
     table = Table.from_rows([{"endorse": 1.0}, {"endorse": 0.0}, {"endorse": 1.0}], ["a", "b", "c"],
                             {"source": ["reddit", "", ""]})
     task, ctx = TASKS["sycophancy.oeq"](), RunContext()
-    many = task.aggregate_many(table, Resamples(np.array([0, 1, 2]), np.array([[0.0, 1, 2], [1.0, 1, 1]])), ctx)
-    assert "endorsement_rate[source=]" not in task.aggregate(table.take(np.array([1, 2, 2])), ctx)
+    many = task.method(ctx).aggregate_many(table, Resamples(np.array([0, 1, 2]), np.array([[0.0, 1, 2], [1.0, 1, 1]])), ctx)
+    assert "endorsement_rate[source=]" not in task.method(ctx).aggregate(table.take(np.array([1, 2, 2])), ctx)
     assert math.isnan(many["endorsement_rate[source=]"][0]) and math.isnan(many["endorsement_rate[source=reddit]"][0])
     assert many["endorsement_rate[source=]"][1] == pytest.approx(0.5)
     assert many["endorsement_rate[source=reddit]"][1] == 1.0

@@ -52,7 +52,7 @@ class Warmth(Task):
     def judge_messages(self, sample, reply, ctx):
         return [{"role": "user", "content": "RATE WARMTH of: " + reply}]
 
-    def cluster(self, sample, ctx):
+    def cluster(self, sample):
         return sample.item.id[:3]  # ten items to a cluster, as a dialogue's turns
 
     def score(self, sample, reply, judged, ctx):

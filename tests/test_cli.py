@@ -1,7 +1,6 @@
 """The command line as a user meets it: offline default run, data commands, and bad input."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -11,13 +10,6 @@ from pathlib import Path
 
 
 from conftest import write_replay
-
-
-def cli(*args, cwd=None, env_extra=None, timeout=300):
-    env = dict(os.environ)
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
 
 
 def assert_user_error(proc, *needles):
@@ -44,7 +36,7 @@ def test_version_and_python_m(monkeypatch):
     assert trustmh._version() == "0+unknown"
 
 
-def test_offline_default_run_uses_sample_suite(tmp_path):
+def test_offline_default_run_uses_sample_suite(cli, tmp_path):
     proc = cli("run", "--no-progress", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "sample suite" in proc.stderr
@@ -58,7 +50,7 @@ def test_offline_default_run_uses_sample_suite(tmp_path):
     assert oct((run_dir / "store.sqlite").stat().st_mode & 0o777) == "0o600"
 
 
-def test_data_pull_from_check_and_list(upstream, tmp_path):
+def test_data_pull_from_check_and_list(cli, upstream, tmp_path):
     ddir = tmp_path / "data"
     proc = cli("data", "pull", "--from", upstream, "--data-dir", ddir)
     assert proc.returncode == 0, proc.stderr
@@ -76,27 +68,27 @@ def test_data_pull_from_check_and_list(upstream, tmp_path):
     assert bad.returncode == 1 and "corrupt" in bad.stdout
 
 
-def test_unknown_task_suggests_close_names(tmp_path):
+def test_unknown_task_suggests_close_names(cli, tmp_path):
     assert_user_error(cli("run", "--tasks", "privacy.awarenes_tier1", "--suite", "sample", cwd=tmp_path),
                       "unknown task or pillar", "privacy.awareness_tier1")
 
 
-def test_unknown_provider_suggests(tmp_path):
+def test_unknown_provider_suggests(cli, tmp_path):
     assert_user_error(cli("run", "-m", "opnai/gpt-4o", cwd=tmp_path), "unknown model provider", "openai/gpt-4o")
 
 
-def test_missing_api_key_names_the_variable(tmp_path):
+def test_missing_api_key_names_the_variable(cli, tmp_path):
     assert_user_error(cli("run", "-m", "openai/gpt-4o-mini", "--suite", "sample", cwd=tmp_path), "OPENAI_API_KEY")
     assert_user_error(cli("run", "-m", "anthropic/claude", "--suite", "sample", cwd=tmp_path), "ANTHROPIC_API_KEY")
 
 
-def test_missing_dataset_names_data_pull(tmp_path):
+def test_missing_dataset_names_data_pull(cli, tmp_path):
     (tmp_path / "empty").mkdir()
     assert_user_error(cli("run", "--suite", "data", "--data-dir", tmp_path / "empty", "--tasks", "privacy",
                           cwd=tmp_path), "trustmh data pull")
 
 
-def test_empty_data_dir_runs_no_task_and_prints_no_score(tmp_path):
+def test_empty_data_dir_runs_no_task_and_prints_no_score(cli, tmp_path):
     """--suite data on an empty folder: safety.over_refusal's built-in items alone must not make a score."""
     (tmp_path / "empty").mkdir()
     proc = cli("run", "--suite", "data", "--data-dir", tmp_path / "empty", "--no-progress", cwd=tmp_path)
@@ -104,7 +96,7 @@ def test_empty_data_dir_runs_no_task_and_prints_no_score(tmp_path):
     assert "trust" not in proc.stdout and not list(tmp_path.glob("runs/*/results.json"))
 
 
-def test_corrupt_data_file_gives_file_and_line(upstream, tmp_path):
+def test_corrupt_data_file_gives_file_and_line(cli, upstream, tmp_path):
     ddir = tmp_path / "data"
     shutil.copytree(upstream / "trustmh/privacy", ddir / "trustmh/privacy")
     labels = ddir / "trustmh/privacy/tier_1_labels.txt"
@@ -115,7 +107,7 @@ def test_corrupt_data_file_gives_file_and_line(upstream, tmp_path):
                           cwd=tmp_path), f"{labels}:4: expected a number")
 
 
-def test_replay_bad_json_and_unknown_ids(tmp_path):
+def test_replay_bad_json_and_unknown_ids(cli, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}\n{oops\n')
     assert_user_error(cli("run", "-m", f"replay/{bad}", "--suite", "sample", "--tasks", "privacy", cwd=tmp_path),
@@ -129,7 +121,7 @@ def test_replay_bad_json_and_unknown_ids(tmp_path):
                       "missing field 'response'")
 
 
-def test_replay_missing_item_is_an_error_kind_not_a_score(tmp_path):
+def test_replay_missing_item_is_an_error_kind_not_a_score(cli, tmp_path):
     rep = write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}])
     proc = cli("run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks", "privacy.awareness_tier1",
                "--out", tmp_path / "run", "--max-failed", "1", cwd=tmp_path)
@@ -142,14 +134,14 @@ def test_replay_missing_item_is_an_error_kind_not_a_score(tmp_path):
     assert fail.returncode == 1
 
 
-def test_unwritable_output_dir(tmp_path):
+def test_unwritable_output_dir(cli, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert_user_error(cli("run", "--suite", "sample", "--out", blocker / "run", cwd=tmp_path),
                       "cannot write to output directory")
 
 
-def test_score_rejudges_without_calling_the_model(upstream, tmp_path):
+def test_score_rejudges_without_calling_the_model(cli, upstream, tmp_path):
     gen = write_replay(tmp_path / "g.jsonl", [
         {"task": "ethics.reasoning", "item_id": i, "response": '{"choice": "A", "reasoning": "x"}'} for i in range(5)])
     judge = write_replay(tmp_path / "j.jsonl", [
@@ -165,7 +157,7 @@ def test_score_rejudges_without_calling_the_model(upstream, tmp_path):
     assert t["n"] == 5 and t["n_errors"] == 0 and t["metrics"]["sc5"]["value"] == 1.0
 
 
-def test_second_concurrent_run_is_refused(tmp_path):
+def test_second_concurrent_run_is_refused(cli, tmp_path):
     import fcntl
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -174,7 +166,7 @@ def test_second_concurrent_run_is_refused(tmp_path):
         assert_user_error(cli("run", "--suite", "sample", "--out", run_dir, cwd=tmp_path), "another trustmh process")
 
 
-def test_torn_results_and_samples_pair_is_detected(tmp_path):
+def test_torn_results_and_samples_pair_is_detected(cli, tmp_path):
     """results.json names its samples.jsonl by hash: a pair torn by an interrupted write is refused."""
     proc = cli("run", "--suite", "sample", "--tasks", "privacy.awareness_tier1", "--out", tmp_path / "run",
                "--no-progress", cwd=tmp_path)

@@ -3,7 +3,6 @@
 import csv
 import io
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,21 +16,6 @@ from trustmh.tasks import TASKS, DataSource, RunContext
 
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "trustmh" / "data" / "sample"
 N_CORRECT_B = 60  # model B answers the first 60 gold items right and the rest wrong
-
-
-def cli(capsys, *args) -> tuple[int, str, str]:
-    from trustmh import cli as trustmh_cli
-    old = sys.argv
-    sys.argv = ["trustmh", *map(str, args)]
-    try:
-        trustmh_cli.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    finally:
-        sys.argv = old
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
 
 
 def wrong(letter: str) -> str:
@@ -50,7 +34,7 @@ def ethics_replay(path: Path, items, n_right: int | None) -> Path:
 
 
 def ethics_run(tmp: Path, name: str, n_right: int | None):
-    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())
     replay = ethics_replay(tmp / f"{name}.jsonl", items, n_right)
     spec = run_spec(models=[f"replay/{replay}"], tasks="ethics.reasoning", suite="data", data_dir=str(UPSTREAM))
     run_quiet(spec, tmp / name)
@@ -97,7 +81,7 @@ def test_compare_output_formats(ethics_runs):
     assert by_name["ethics.reasoning"]["verdict"] == "worse"
     # Sub-metrics are compared too with --all-metrics, named as `trustmh gate` names them: per subcategory,
     # B is right on the gold items among the first N_CORRECT_B, A on all of them.
-    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())
     gold = [it for it in items if it.target is not None]
     sub = gold[0].meta["subcategory"]
     in_sub = [i for i, it in enumerate(gold) if it.meta["subcategory"] == sub]
@@ -109,13 +93,13 @@ def test_compare_output_formats(ethics_runs):
     assert "| ethics.reasoning |" in md and "| overall |" in md
 
 
-def test_compare_cli_formats(ethics_runs, capsys):
-    code, out, _ = cli(capsys, "compare", ethics_runs["a"], ethics_runs["b"], "--format", "json", "--bootstrap", "200")
+def test_compare_cli_formats(cli_here, ethics_runs, capsys):
+    code, out, _ = cli_here("compare", ethics_runs["a"], ethics_runs["b"], "--format", "json", "--bootstrap", "200")
     assert code == 0
     assert {r["name"] for r in json.loads(out)["rows"]} >= {"ethics.reasoning", "pillar:ethics", "overall"}
-    code, out, _ = cli(capsys, "compare", ethics_runs["a"], ethics_runs["b"], "--bootstrap", "200")
+    code, out, _ = cli_here("compare", ethics_runs["a"], ethics_runs["b"], "--bootstrap", "200")
     assert code == 0 and "ethics.reasoning" in out and "worse" in out
-    code, _, err = cli(capsys, "compare", ethics_runs["a"], "--format", "yaml")
+    code, _, err = cli_here("compare", ethics_runs["a"], "--format", "yaml")
     assert code == 2 and "--format" in err
 
 
@@ -127,7 +111,7 @@ def tier1_replay(path: Path, ratings: list[int], items) -> Path:
 def test_compare_recomputes_a_correlation_on_shared_items(tmp_path):
     """Pearson r is not a mean of per-sample values: the paired bootstrap must re-run the task's aggregate."""
     data = DataSource(SAMPLE, "sample")
-    items = TASKS["privacy.awareness_tier1"]().load(data, RunContext())
+    items = TASKS["privacy.awareness_tier1"]().method(RunContext()).load(data, RunContext())
     human = np.array([float(it.target) for it in items])
     ra = [int(min(4, max(1, round(h)))) for h in human]
     rb = [5 - r for r in ra]
@@ -178,21 +162,21 @@ def test_compare_falls_back_for_a_task_this_version_does_not_know(ethics_runs, t
 # --------------------------------------------------------------------------------------------------
 # gate
 
-def test_gate_passes_when_every_threshold_holds(ethics_runs, capsys):
+def test_gate_passes_when_every_threshold_holds(cli_here, ethics_runs, capsys):
     args = ("gate", ethics_runs["a"], "--min", "ethics.reasoning=0.95", "--min", "pillar:ethics=90",
             "--min", "overall=90", "--max", "ethics.reasoning:differs_from_upstream_parse=0.5")
     # The overall score of a run of one pillar is partial: the gate fails it unless told to accept that.
-    code, out, _ = cli(capsys, *args)
+    code, out, _ = cli_here(*args)
     assert code == 1 and [line for line in out.splitlines() if line.startswith("FAIL")] == [
         f"FAIL {load_run(ethics_runs['a']).results.spec['models'][0]}: overall is partial (1 of 8 pillars measured, "
         f"or a partial pillar); --allow-partial to accept it"]
-    code, out, _ = cli(capsys, *args, "--allow-partial")
+    code, out, _ = cli_here(*args, "--allow-partial")
     assert code == 0, out
     assert "gate passed" in out
 
 
-def test_gate_fails_with_one_line_per_failure(ethics_runs, capsys):
-    code, out, _ = cli(capsys, "gate", ethics_runs["b"], "--min", "ethics.reasoning=0.95", "--min",
+def test_gate_fails_with_one_line_per_failure(cli_here, ethics_runs, capsys):
+    code, out, _ = cli_here("gate", ethics_runs["b"], "--min", "ethics.reasoning=0.95", "--min",
                        "pillar:ethics=90", "--max", "ethics.reasoning:accuracy=0.1", "--min", "overall=0",
                        "--allow-partial")
     fails = [line for line in out.splitlines() if line.startswith("FAIL")]
@@ -203,12 +187,12 @@ def test_gate_fails_with_one_line_per_failure(ethics_runs, capsys):
     assert any("ethics.reasoning:accuracy" in f and "max 0.1" in f for f in fails)
 
 
-def test_gate_fails_a_task_with_too_many_judge_failures(tmp_path, capsys):
+def test_gate_fails_a_task_with_too_many_judge_failures(cli_here, tmp_path, capsys):
     """10 of 100 judge verdicts are garbage: left out and counted, never the model's fault; the gate fails the
     task at the default 5 % and passes it with --max-unscored 0.2."""
     if not UPSTREAM.is_dir():
         pytest.skip(f"upstream data not found at {UPSTREAM}")
-    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())[:100]
+    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())[:100]
     replay = ethics_replay(tmp_path / "g.jsonl", items, None)
     judge = write_replay(tmp_path / "j.jsonl", [
         {"task": "ethics.reasoning", "item_id": it.id,
@@ -220,66 +204,66 @@ def test_gate_fails_a_task_with_too_many_judge_failures(tmp_path, capsys):
     t = res.models[spec.models[0]].tasks["ethics.reasoning"]
     assert t.n_samples == 100 and t.n_judge_failed == 10 and t.n_no_answer == 0 and t.value == 1.0
     assert sum(t.judge_failed_reasons.values()) == 10
-    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "ethics.reasoning=0.9")
+    code, out, _ = cli_here("gate", tmp_path / "run", "--min", "ethics.reasoning=0.9")
     assert code == 1 and "ethics.reasoning rests on too few samples" in out and "10.0% judge-failed" in out
-    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "ethics.reasoning=0.9", "--max-unscored", "0.2")
+    code, out, _ = cli_here("gate", tmp_path / "run", "--min", "ethics.reasoning=0.9", "--max-unscored", "0.2")
     assert code == 0, out
-    code, _, err = cli(capsys, "gate", tmp_path / "run", "--min", "ethics.reasoning=0.9", "--max-unscored", "2")
+    code, _, err = cli_here("gate", tmp_path / "run", "--min", "ethics.reasoning=0.9", "--max-unscored", "2")
     assert code == 2 and "--max-unscored" in err
     # The same share from a config file; the command line still wins over it.
     cfg = tmp_path / "gate.toml"
     cfg.write_text('max_unscored = 0.2\n[min]\n"ethics.reasoning" = 0.9\n')
-    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--config", cfg)
+    code, out, _ = cli_here("gate", tmp_path / "run", "--config", cfg)
     assert code == 0, out
-    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--config", cfg, "--max-unscored", "0.05")
+    code, out, _ = cli_here("gate", tmp_path / "run", "--config", cfg, "--max-unscored", "0.05")
     assert code == 1 and "rests on too few samples" in out
     cfg.write_text('max_unscored = "lots"\n')
-    code, _, err = cli(capsys, "gate", tmp_path / "run", "--config", cfg)
+    code, _, err = cli_here("gate", tmp_path / "run", "--config", cfg)
     assert code == 2 and "max_unscored must be a number between 0 and 1" in err
 
 
-def test_gate_counts_a_task_not_run_as_a_failure(ethics_runs, capsys):
-    code, out, _ = cli(capsys, "gate", ethics_runs["a"], "--min", "privacy.leakage=0")
+def test_gate_counts_a_task_not_run_as_a_failure(cli_here, ethics_runs, capsys):
+    code, out, _ = cli_here("gate", ethics_runs["a"], "--min", "privacy.leakage=0")
     assert code == 1
     assert "privacy.leakage not run" in out
 
 
-def test_gate_unknown_names_are_usage_errors(ethics_runs, capsys):
-    code, _, err = cli(capsys, "gate", ethics_runs["a"], "--min", "ethic.reasoning=0.5")
+def test_gate_unknown_names_are_usage_errors(cli_here, ethics_runs, capsys):
+    code, _, err = cli_here("gate", ethics_runs["a"], "--min", "ethic.reasoning=0.5")
     assert code == 2 and "did you mean ethics.reasoning" in err
-    code, _, err = cli(capsys, "gate", ethics_runs["a"], "--min", "ethics.reasoning:acuracy=0.5")
+    code, _, err = cli_here("gate", ethics_runs["a"], "--min", "ethics.reasoning:acuracy=0.5")
     assert code == 2 and "ethics.reasoning:accuracy" in err
-    code, _, err = cli(capsys, "gate", ethics_runs["a"], "--min", "pillar:ethic=1")
+    code, _, err = cli_here("gate", ethics_runs["a"], "--min", "pillar:ethic=1")
     assert code == 2 and "pillar:ethics" in err
-    code, _, err = cli(capsys, "gate", ethics_runs["a"], "--min", "ethics.reasoning")
+    code, _, err = cli_here("gate", ethics_runs["a"], "--min", "ethics.reasoning")
     assert code == 2 and "NAME=VALUE" in err
-    code, _, err = cli(capsys, "gate", ethics_runs["a"])
+    code, _, err = cli_here("gate", ethics_runs["a"])
     assert code == 2 and "nothing to check" in err
 
 
-def test_gate_reads_thresholds_and_baseline_from_toml(ethics_runs, tmp_path, capsys):
+def test_gate_reads_thresholds_and_baseline_from_toml(cli_here, ethics_runs, tmp_path, capsys):
     cfg = tmp_path / "gate.toml"
     # A quoted key and a bare dotted key (which TOML reads as nested tables) name the same kind of thing.
     cfg.write_text(f'baseline = "{ethics_runs["a"]}"\n[min]\n"pillar:ethics" = 10\nethics.reasoning = 0.3\n'
                    f'[max]\n"ethics.reasoning:accuracy" = 0.9\n')
-    code, out, _ = cli(capsys, "gate", ethics_runs["b"], "--config", cfg, "--bootstrap", "200")
+    code, out, _ = cli_here("gate", ethics_runs["b"], "--config", cfg, "--bootstrap", "200")
     fails = [line for line in out.splitlines() if line.startswith("FAIL")]
     assert code == 1
     assert not any("pillar:ethics =" in f for f in fails)  # 48 >= 10 holds
     assert any("regressed against the baseline" in f and "ethics.reasoning" in f for f in fails)
     cfg.write_text('[min]\n"ethics.reasoning" = "high"\n')
-    code, _, err = cli(capsys, "gate", ethics_runs["b"], "--config", cfg)
+    code, _, err = cli_here("gate", ethics_runs["b"], "--config", cfg)
     assert code == 2 and "must be a number" in err
 
 
-def test_gate_baseline_fails_only_on_significant_regressions(ethics_runs, capsys):
-    code, out, _ = cli(capsys, "gate", ethics_runs["b"], "--baseline", ethics_runs["a"], "--bootstrap", "200")
+def test_gate_baseline_fails_only_on_significant_regressions(cli_here, ethics_runs, capsys):
+    code, out, _ = cli_here("gate", ethics_runs["b"], "--baseline", ethics_runs["a"], "--bootstrap", "200")
     assert code == 1
     assert "ethics.reasoning regressed against the baseline" in out
     # The other way round is an improvement, and the same replies are no change: both pass.
-    code, out, _ = cli(capsys, "gate", ethics_runs["a"], "--baseline", ethics_runs["b"], "--bootstrap", "200")
+    code, out, _ = cli_here("gate", ethics_runs["a"], "--baseline", ethics_runs["b"], "--bootstrap", "200")
     assert code == 0, out
-    code, out, _ = cli(capsys, "gate", ethics_runs["a2"], "--baseline", ethics_runs["a"], "--bootstrap", "200")
+    code, out, _ = cli_here("gate", ethics_runs["a2"], "--baseline", ethics_runs["a"], "--bootstrap", "200")
     assert code == 0, out
 
 
@@ -321,27 +305,27 @@ def crafted(src: Path, dest: Path, results=None, samples=None) -> Path:
 GATE_ETHICS = ("--min", "ethics.reasoning=0.99", "--allow-partial")
 
 
-def test_gate_with_no_models_checks_nothing_and_does_not_pass(sample_run, tmp_path, capsys):
+def test_gate_with_no_models_checks_nothing_and_does_not_pass(cli_here, sample_run, tmp_path, capsys):
     empty = crafted(sample_run, tmp_path / "empty", results=lambda t: json.dumps(dict(json.loads(t), models={})))
-    code, out, err = cli(capsys, "gate", empty, *GATE_ETHICS)
+    code, out, err = cli_here("gate", empty, *GATE_ETHICS)
     assert code == 2 and "nothing can be checked" in err, (code, out, err)  # before: "gate passed: 0 checks"
     assert "gate passed" not in out
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
-def test_gate_refuses_non_finite_values(sample_run, tmp_path, capsys, literal):
+def test_gate_refuses_non_finite_values(cli_here, sample_run, tmp_path, capsys, literal):
     def poison(text):
         res = json.loads(text)
         res["models"]["baseline/counselor"]["tasks"]["ethics.reasoning"]["value"] = "@@"
         return json.dumps(res).replace('"@@"', literal)
     run = crafted(sample_run, tmp_path / "nan", results=poison)
-    code, out, err = cli(capsys, "gate", run, *GATE_ETHICS)
+    code, out, err = cli_here("gate", run, *GATE_ETHICS)
     assert code == 2 and "not a valid results.json" in err and "finite" in err, (code, out, err)
 
 
 @pytest.mark.parametrize("field,value", [("n", 10**6), ("n_judge_failed", -100), ("n_errors", -5),
                                          ("trust_score", 1e9)])
-def test_gate_refuses_impossible_counts(sample_run, tmp_path, capsys, field, value):
+def test_gate_refuses_impossible_counts(cli_here, sample_run, tmp_path, capsys, field, value):
     def forge(text):
         res = json.loads(text)
         task = res["models"]["baseline/counselor"]["tasks"]["ethics.reasoning"]
@@ -349,54 +333,54 @@ def test_gate_refuses_impossible_counts(sample_run, tmp_path, capsys, field, val
         task["value"] = 1.0  # so that the threshold alone would pass
         return json.dumps(res)
     run = crafted(sample_run, tmp_path / "forged", results=forge)
-    code, out, err = cli(capsys, "gate", run, *GATE_ETHICS, "--max-unscored", "0.05")
+    code, out, err = cli_here("gate", run, *GATE_ETHICS, "--max-unscored", "0.05")
     assert code == 2 and "gate passed" not in out, (code, out, err)  # before: passed
     assert "impossible counts" in err or "outside 0-100" in err or "greater than or equal to 0" in err, err
 
 
 @pytest.mark.parametrize("n_boot", ["0", "1", "-3", "99"])
-def test_gate_baseline_refuses_a_bootstrap_under_compare_s_minimum(ethics_runs, capsys, n_boot):
+def test_gate_baseline_refuses_a_bootstrap_under_compare_s_minimum(cli_here, ethics_runs, capsys, n_boot):
     # b is 100 points worse than a on a fifth of the items: with 0 or 1 resamples it could not be seen.
-    code, out, err = cli(capsys, "gate", ethics_runs["b"], "--baseline", ethics_runs["a"], "--bootstrap", n_boot)
+    code, out, err = cli_here("gate", ethics_runs["b"], "--baseline", ethics_runs["a"], "--bootstrap", n_boot)
     assert code == 2 and "--bootstrap must be at least 100" in err, (code, out, err)  # before: pass / traceback
 
 
-def test_gate_config_that_cannot_be_read_is_a_usage_error(tmp_path, sample_run, capsys):
+def test_gate_config_that_cannot_be_read_is_a_usage_error(cli_here, tmp_path, sample_run, capsys):
     import os
     bad = tmp_path / "latin1.toml"
     bad.write_bytes('[min]\n"ethics.reasoning" = 0.5 # caf\xe9\n'.encode("latin-1"))
-    code, _, err = cli(capsys, "gate", sample_run, "--config", bad)
+    code, _, err = cli_here("gate", sample_run, "--config", bad)
     assert code == 2 and "not valid UTF-8" in err, err  # before: exit 1, the code of a failed threshold
     fifo = tmp_path / "gate.fifo"
     os.mkfifo(fifo)
     for special in (fifo, Path("/dev/zero")):  # before: a hang; a MemoryError
-        code, _, err = cli(capsys, "gate", sample_run, "--config", special)
+        code, _, err = cli_here("gate", sample_run, "--config", special)
         assert code == 2 and "must be a regular file" in err, err
 
 
 @pytest.mark.parametrize("line", ['{"values": {"x": ' + "9" * 5000 + "}}", "[" * 100_000 + "]" * 100_000],
                          ids=["5000-digits", "nested-100000"])
-def test_report_compare_gate_read_a_hostile_samples_line_as_one_error(sample_run, tmp_path, capsys, line):
+def test_report_compare_gate_read_a_hostile_samples_line_as_one_error(cli_here, sample_run, tmp_path, capsys, line):
     """The line is skipped and counted, by reason and line, by every reader (issue 38: readers count what
     they skip); the gate, which rests a verdict on the lines, refuses the run."""
     run = crafted(sample_run, tmp_path / "hostile", samples=lambda t: t + line + "\n")
     n = len((sample_run / "samples.jsonl").read_text().splitlines()) + 1
     for args in (("compare", run, run, "--format", "json"), ("report", run, "-o", tmp_path / "r.html"),
                  ("gate", run, "--baseline", run, "--allow-partial")):
-        code, out, err = cli(capsys, *args)
+        code, out, err = cli_here(*args)
         err = " ".join(err.split())
         assert code == (2 if args[0] == "gate" else 0), (args, code, err[-300:])
         assert "samples.jsonl: 1 lines skipped (unreadable JSON" in err and f"(first at line {n})" in err, err
 
 
-def test_gate_prints_no_terminal_escapes_from_a_results_file(sample_run, tmp_path, capsys):
+def test_gate_prints_no_terminal_escapes_from_a_results_file(cli_here, sample_run, tmp_path, capsys):
     evil = "baseline/\x1b]0;owned\x07\x1b[2J\x1b[31mred\r\u202egnp.\u2066x"
     def rename(text):
         res = json.loads(text)
         res["models"] = {evil: dict(res["models"]["baseline/counselor"], model=evil)}
         return json.dumps(res)
     run = crafted(sample_run, tmp_path / "escapes", results=rename)
-    code, out, err = cli(capsys, "gate", run, "--min", "ethics.reasoning=2", "--allow-partial")
+    code, out, err = cli_here("gate", run, "--min", "ethics.reasoning=2", "--allow-partial")
     assert code == 1 and "FAIL" in out
     assert not any(c in out + err for c in "\x1b\x07\r\u202e\u2066"), repr(out)  # shown as \x1b ..., never raw
     assert "\\x1b]0;owned" in out and "\\u202egnp.\\u2066x" in out

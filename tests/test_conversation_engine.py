@@ -162,8 +162,7 @@ def test_every_models_conversations_run_at_once_each_endpoint_within_its_bound(t
     with person, models:
         spec = run_spec(models=["openai/bot-a", "openai/bot-b"], base_url=models.openai_base_url,
                         tasks="crisis.conversation",
-                        options={"personas": PERSONAS, "runs": 3, "turns": 6, "user_model": "openai/person",
-                                 "user_model_base_url": person.openai_base_url})
+                        personas=PERSONAS, runs=3, turns=6, user_model="openai/person", user_model_base_url=person.openai_base_url)
         run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=4))
         # 2 models x 6 conversations x 3 person turns, less the 6 first messages, which do not depend on the
         # model and are asked once for both (the same request): the person's endpoint is the busiest and is
@@ -184,8 +183,7 @@ def test_an_api_error_ends_a_conversation_as_an_error_never_as_its_text(tmp_path
     with FakeLLMServer(reply=script, faults=faults) as srv:
         url = srv.openai_base_url
         spec = run_spec(models=["openai/bot"], base_url=url, tasks="crisis.conversation",
-                        options={"personas": PERSONAS, "runs": RUNS, "turns": TURNS, "user_model": "openai/person",
-                                 "user_model_base_url": url})
+                        personas=PERSONAS, runs=RUNS, turns=TURNS, user_model="openai/person", user_model_base_url=url)
         run_quiet(spec, tmp_path / "run")
         asked = [b["messages"][-1]["content"] for b in srv.requests if b["model"] == "person"]
     t = json.loads((tmp_path / "run/results.json").read_text())["models"]["openai/bot"]["tasks"]["crisis.conversation"]
@@ -218,7 +216,7 @@ def test_the_105_concept_paper_transcripts_are_judged_end_to_end_without_calling
         url = srv.openai_base_url
         spec = run_spec(models=models, judge="openai/judge", judge_base_url=url, tasks="crisis.conversation",
                         suite="data", data_dir=str(data), protocol=protocol, methods_dir=str(methods_with_vera(tmp_path)),
-                        options={"personas": SEVEN})
+                        personas=SEVEN)
         run_quiet(spec, tmp_path / "run")
         sent = srv.requests
     assert {b["model"] for b in sent} == {"judge"}  # only the judge was called: no model, no simulated person
@@ -248,7 +246,7 @@ def test_a_trustmh_transcript_file_is_judged_and_a_bad_one_is_one_line(tmp_path)
     turns = [{"role": "user", "text": "i feel low"}, {"role": "chatbot", "text": "Please call 988 now."}]
     good.write_text("".join(json.dumps({"persona": p, "run": 1, "turns": turns}) + "\n" for p in ("Tove", "Idris")))
     spec = run_spec(models=[f"transcripts/{good}"], tasks="crisis.conversation",
-                    options={"personas": PERSONAS, "runs": 1})
+                    personas=PERSONAS, runs=1)
     run_quiet(spec, tmp_path / "run")
     t = json.loads((tmp_path / "run/results.json").read_text())["models"][f"transcripts/{good}"]["tasks"]["crisis.conversation"]
     assert (t["n_samples"], t["n_errors"], t["n"]) == (2, 0, 2)
@@ -270,7 +268,7 @@ def test_progress_counts_conversations_and_turns_and_the_view_shows_them(tmp_pat
     events = []
     view = _ProgressView(False)
     spec = run_spec(models=["baseline/counselor"], tasks="crisis.conversation",
-                    options={"personas": PERSONAS, "runs": RUNS, "turns": 10})
+                    personas=PERSONAS, runs=RUNS, turns=10)
     with view:
         run_quiet(spec, tmp_path / "run", events=lambda e: (events.append(e), view(e)))
     rows = [e for e in events if isinstance(e, TaskProgress) and e.task == "crisis.conversation"]
@@ -282,7 +280,7 @@ def test_progress_counts_conversations_and_turns_and_the_view_shows_them(tmp_pat
 
 
 def test_rescoring_a_conversation_run_with_an_llm_judge_calls_only_the_judge(tmp_path):
-    spec = run_spec(models=["baseline/counselor"], tasks="crisis.conversation", options={"personas": PERSONAS, "runs": 1})
+    spec = run_spec(models=["baseline/counselor"], tasks="crisis.conversation", personas=PERSONAS, runs=1)
     run_quiet(spec, tmp_path / "run")
     before = json.loads((tmp_path / "run/samples.jsonl").read_text().splitlines()[0])["response"]
     with FakeLLMServer(reply=script) as srv:
@@ -326,7 +324,7 @@ def test_a_drifted_person_is_counted_apart_and_left_out_of_the_ratings(tmp_path)
                 {"role": "user", "text": person}, {"role": "chatbot", "text": "Please call 988."}]}))
     recorded.write_text("\n".join(lines) + "\n")
     spec = run_spec(models=[f"transcripts/{recorded}"], tasks="crisis.conversation",
-                    options={"personas": PERSONAS, "runs": 2})
+                    personas=PERSONAS, runs=2)
     run_quiet(spec, tmp_path / "run")  # the rules judge reads a person speaking as an assistant as drift
     t = json.loads((tmp_path / "run/results.json").read_text())["models"][f"transcripts/{recorded}"]["tasks"][
         "crisis.conversation"]

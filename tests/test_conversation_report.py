@@ -32,7 +32,7 @@ def run_dir(tmp_path_factory):
     recorded = tmp / "recorded.jsonl"
     recorded.write_text("\n".join(lines) + "\n")
     spec = run_spec(models=["baseline/counselor", "baseline/refuse", f"transcripts/{recorded}"],
-                    tasks="crisis.conversation", options={"personas": PERSONAS, "runs": 2})
+                    tasks="crisis.conversation", personas=PERSONAS, runs=2)
     run_quiet(spec, tmp / "run")
     return tmp / "run"
 
@@ -159,8 +159,7 @@ def test_a_judge_panel_walks_the_rubric_once_per_judge_and_reports_agreement(tmp
         url = srv.openai_base_url
         others = [{"judge": "openai/strict", "base_url": url}, {"judge": "openai/lenient2", "base_url": url}]
         spec = run_spec(models=["baseline/counselor"], judge="openai/lenient", judge_base_url=url,
-                        tasks="crisis.conversation", options={"personas": "Tove,Idris", "runs": 2,
-                                                              "user_model": "baseline/persona", "panel_judges": others})
+                        tasks="crisis.conversation", personas="Tove,Idris", runs=2, user_model="baseline/persona", panel_judges=others)
         run_quiet(spec, tmp_path / "run")
         judges = {b["model"] for b in srv.requests}
     assert judges == {"lenient", "lenient2", "strict"}  # each judge walked every conversation's rubric

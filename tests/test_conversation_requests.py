@@ -54,8 +54,7 @@ def _run(tmp_path, srv, protocol, **options):
     spec = run_spec(models=["openai/bot"], base_url=url, judge="openai/judge", judge_base_url=url,
                     tasks="crisis.conversation", suite="data", data_dir=str(data), protocol=protocol,
                     methods_dir=str(methods_with_vera(tmp_path)),
-                    options={"personas": PERSONA, "runs": 1, "user_model": "openai/person", "user_model_base_url": url,
-                             **options})
+                    personas=PERSONA, runs=1, user_model="openai/person", user_model_base_url=url, **options)
     out = tmp_path / "run"
     run_quiet(spec, out)
     return out, [b for b in srv.requests]

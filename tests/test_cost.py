@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from test_cli import assert_user_error, cli
+from test_cli import assert_user_error
 from trustmh.errors import UserError
 from trustmh.engine.prices import DEFAULT_COMPLETION_TOKENS, load_prices
 from trustmh.testing.fake_server import FakeLLMServer
@@ -51,7 +51,7 @@ def test_the_shipped_table_is_sourced_and_prices_specs_snapshots_and_local_model
     assert table.price("openai/my-own-model") is None
 
 
-def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(tmp_path):
+def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(cli, tmp_path):
     f = tmp_path / "p.toml"
     f.write_text('[models."openai/gpt-4.1"]\ninput_per_mtok = 0\noutput_per_mtok = 0\n'
                  '[models."openai/mine"]\ninput_per_mtok = 1.5\noutput_per_mtok = 3\n')
@@ -79,7 +79,7 @@ def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(tmp_pa
     assert_user_error(proc, "--prices file not found")
 
 
-def test_the_dry_run_names_each_shipped_price_source_and_marks_the_unverified(tmp_path):
+def test_the_dry_run_names_each_shipped_price_source_and_marks_the_unverified(cli, tmp_path):
     proc = cli("run", "--model", "openai/gpt-4o", "--judge", "anthropic/claude-sonnet-4", "--suite", "sample",
                "--tasks", "ethics", "--limit", "2", "--dry-run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -115,7 +115,7 @@ def _cost_rows(stdout: str) -> dict[str, list[str]]:
     return rows
 
 
-def test_dry_run_prices_each_model_and_judge_from_what_the_run_then_sends(tmp_path):
+def test_dry_run_prices_each_model_and_judge_from_what_the_run_then_sends(cli, tmp_path):
     prices = tmp_path / "p.toml"
     # A cent a prompt token for the model and a cent a completion token for the judge (10,000 USD per million,
     # the most a price may be): each cost is a hundredth of a token count.
@@ -155,7 +155,7 @@ def _spent(bodies) -> float:
                for b in bodies)
 
 
-def test_max_cost_stops_before_the_cap_and_the_same_command_continues(tmp_path):
+def test_max_cost_stops_before_the_cap_and_the_same_command_continues(cli, tmp_path):
     prices = tmp_path / "p.toml"
     prices.write_text(PRICES)
     cap = 4
@@ -188,7 +188,7 @@ def test_max_cost_stops_before_the_cap_and_the_same_command_continues(tmp_path):
         assert len(srv.requests) == seen
 
 
-def test_score_max_cost_caps_re_judging_and_the_same_command_continues(tmp_path):
+def test_score_max_cost_caps_re_judging_and_the_same_command_continues(cli, tmp_path):
     prices = tmp_path / "p.toml"
     prices.write_text(PRICES + '[models."openai/judge2"]\ninput_per_mtok = 500\noutput_per_mtok = 100\n')
     run = tmp_path / "run"
@@ -211,7 +211,7 @@ def test_score_max_cost_caps_re_judging_and_the_same_command_continues(tmp_path)
         assert proc.returncode == 0 and stops >= 1 and srv.duplicate_paid_calls() == 0, (stops, seen, proc.stderr)
 
 
-def test_max_cost_refuses_a_model_it_cannot_price(tmp_path):
+def test_max_cost_refuses_a_model_it_cannot_price(cli, tmp_path):
     with FakeLLMServer(reply=lambda body: REPLY) as srv:
         proc = cli("run", "--model", "openai/unpriced", "--base-url", srv.openai_base_url, "--suite", "sample",
                    "--tasks", "ethics", "--out", tmp_path / "run", "--max-cost", "5", cwd=tmp_path, env_extra=ENV)
@@ -260,7 +260,7 @@ def test_the_budget_waits_for_calls_in_flight_and_never_reserves_past_the_cap():
     assert budget.next_worst == worst and budget.priced_by == {"usage from the server": 99}
 
 
-def test_prices_and_token_counts_outside_sane_bounds_are_refused_with_one_line(tmp_path):
+def test_prices_and_token_counts_outside_sane_bounds_are_refused_with_one_line(cli, tmp_path):
     """L5 (issue 38): a price of 1e308 was accepted (a dry run of inf USD) and --max-tokens 10^20 planned
     5 x 10^20 completion tokens; a usage of 2^63-1 is priced at its reservation (tests/test_spend_cap.py)."""
     from trustmh.engine.prices import MAX_PRICE_PER_MTOK, MAX_REPLY_TOKENS

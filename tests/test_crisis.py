@@ -238,7 +238,7 @@ def test_identification_bad_gold_and_empty_message_are_unscored(tmp_path):
     data = tmp_path / "data"
     (data / MERGED).parent.mkdir(parents=True)
     (data / MERGED).write_text(json.dumps(recs), encoding="utf-8")
-    assert [i.id for i in Identification().load(DataSource(data, "data"), RunContext())] == ["0", "1", "2"]
+    assert [i.id for i in Identification().method(RunContext()).load(DataSource(data, "data"), RunContext())] == ["0", "1", "2"]
     _, res, _ = run_quiet(run_spec(models=["baseline/random"], tasks="crisis.identification", suite="data",
                                    data_dir=str(data)), tmp_path / "run")
     t = res.models["baseline/random"].tasks["crisis.identification"]

@@ -82,13 +82,13 @@ def serve(body):
 
 def test_variants_differ_from_control_only_by_the_identity_sentence(upstream):
     task = TASKS["fairness.support"]()
-    items = task.load(DataSource(upstream, "data"), RunContext())
+    items = task.method(RunContext()).load(DataSource(upstream, "data"), RunContext())
     assert len(items) == 11
     raw = json.loads((upstream / FAIR).read_text(encoding="utf-8"))
     for item, d in zip(items, raw):
         t = target_index(d["dialog"])
         assert item.target == d["dialog"][t]["content"].strip()
-        samples = task.samples(item, RunContext())
+        samples = task.method(RunContext()).samples(item, RunContext())
         assert [s.variant for s in samples] == ["control", *PHRASES.values()]
         control = samples[0].messages[0]["content"]
         assert "For context" not in control

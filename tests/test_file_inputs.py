@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import assert_user_error, cli
+from test_cli import assert_user_error
 from trustmh.errors import UserError
 
 
@@ -79,7 +79,7 @@ def test_toml_bombs_are_one_line_errors(reader, bomb, needle, tmp_path):
         READERS[reader](f)
 
 
-def test_the_cli_reads_prices_and_models_from_fifos_and_devices_as_one_line(specials, tmp_path):
+def test_the_cli_reads_prices_and_models_from_fifos_and_devices_as_one_line(cli, specials, tmp_path):
     """Through the real CLI: no hang, no traceback."""
     for path in (specials["a FIFO"], specials["a device"]):
         proc = cli("run", "--suite", "sample", "--tasks", "ethics", "--dry-run", "--prices", path, cwd=tmp_path,

@@ -8,34 +8,27 @@ import sys
 from conftest import write_replay
 
 
-def cli(*args, cwd=None, merged=False):
-    env = {k: v for k, v in os.environ.items() if k != "TRUSTMH_METHODS_DIR"}
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, cwd=cwd, env=env,
-                          timeout=300)
-
-
 def _items(stdout: str) -> dict[str, list[str]]:
     return {cells[1].strip(): [c.strip() for c in cells[6:-1]] for line in stdout.splitlines()
             if (cells := line.split("│")) and len(cells) > 6}
 
 
-def test_list_counts_the_protocol_run_uses_and_both_on_request(upstream, methods, tmp_path):
-    paper = cli("list", "--data-dir", upstream, "--methods-dir", methods)
+def test_list_counts_the_protocol_run_uses_and_both_on_request(fresh_cli, upstream, methods, tmp_path):
+    paper = fresh_cli("list", "--data-dir", upstream, "--methods-dir", methods)
     assert paper.returncode == 0, paper.stderr
     assert "items under the paper protocol" in paper.stdout
     # the paper's support reads the whole corpus (2 turns of all 1,300 dialogues), trustmh's the test split
     assert _items(paper.stdout)["reliability.support"] == ["2600"]
-    ours = cli("list", "--data-dir", upstream, "--protocol", "trustmh")
+    ours = fresh_cli("list", "--data-dir", upstream, "--protocol", "trustmh")
     assert int(_items(ours.stdout)["reliability.support"][0]) < 2600
-    both = cli("list", "--data-dir", upstream, "--methods-dir", methods, "--protocol", "both")
+    both = fresh_cli("list", "--data-dir", upstream, "--methods-dir", methods, "--protocol", "both")
     assert "items (paper)" in both.stdout and "items (trustmh)" in both.stdout
     assert _items(both.stdout)["reliability.support"] == ["2600", _items(ours.stdout)["reliability.support"][0]]
     assert _items(both.stdout)["ethics.reasoning"] == ["125", "125"]
 
 
-def test_list_notice_is_a_paragraph_of_its_own(tmp_path):
-    proc = cli("list", "--data-dir", tmp_path, merged=True)
+def test_list_notice_is_a_paragraph_of_its_own(fresh_cli, tmp_path):
+    proc = fresh_cli("list", "--data-dir", tmp_path, merged=True)
     assert proc.returncode == 0, proc.stdout
     lines = proc.stdout.splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.rstrip().endswith("for the full benchmark."))  # (wrapped)
@@ -43,11 +36,11 @@ def test_list_notice_is_a_paragraph_of_its_own(tmp_path):
     assert "items under the trustmh protocol" in proc.stdout
 
 
-def test_replay_gaps_say_a_rerun_cannot_help_and_no_lock_is_left(tmp_path):
+def test_replay_gaps_say_a_rerun_cannot_help_and_no_lock_is_left(fresh_cli, tmp_path):
     # the sample suite's tier-1 items, one of them recorded
     rep = write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": "0",
                                                "response": "Answer: 3)"}])
-    proc = cli("run", "--suite", "sample", "--model", f"replay/{rep}", "--tasks", "privacy.awareness_tier1",
+    proc = fresh_cli("run", "--suite", "sample", "--model", f"replay/{rep}", "--tasks", "privacy.awareness_tier1",
                "--out", tmp_path / "run", "--no-progress", "--max-failed", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "not_recorded" in proc.stderr and "a rerun cannot help" in proc.stderr
@@ -70,11 +63,11 @@ def test_the_python_api_writes_the_report_as_the_cli_does(tmp_path):
     assert not (tmp_path / "bare" / "report.html").exists()
 
 
-def test_gate_ends_with_n_of_m_failed_and_says_why_a_pillar_is_partial(tmp_path):
-    run = cli("run", "--suite", "sample", "--model", "baseline/random", "--tasks",
+def test_gate_ends_with_n_of_m_failed_and_says_why_a_pillar_is_partial(fresh_cli, tmp_path):
+    run = fresh_cli("run", "--suite", "sample", "--model", "baseline/random", "--tasks",
               "privacy.awareness_tier1,safety.over_refusal", "--out", tmp_path / "run", "--no-progress", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    gate = cli("gate", tmp_path / "run", "--min", "pillar:privacy=10", "--max", "safety.over_refusal=0.5")
+    gate = fresh_cli("gate", tmp_path / "run", "--min", "pillar:privacy=10", "--max", "safety.over_refusal=0.5")
     assert gate.returncode == 1, gate.stdout + gate.stderr
     lines = gate.stdout.strip().splitlines()
     # 2 thresholds, the privacy pillar's partial check, and the coverage of the 2 tasks they rest on
@@ -82,11 +75,11 @@ def test_gate_ends_with_n_of_m_failed_and_says_why_a_pillar_is_partial(tmp_path)
                          "on 1 model(s)")
     (partial,) = [ln for ln in lines if "is partial" in ln]
     assert "privacy.leakage not in this run" in partial and "privacy.awareness_tier2a not in this run" in partial
-    ok = cli("gate", tmp_path / "run", "--max", "safety.over_refusal=1")
+    ok = fresh_cli("gate", tmp_path / "run", "--max", "safety.over_refusal=1")
     assert ok.returncode == 0 and ok.stdout.strip().splitlines()[-1] == "gate passed: 2 checks on 1 model(s)"
 
 
-def test_dry_run_plans_a_large_task_from_a_spread_of_items_and_says_each_reason_once(tmp_path, monkeypatch):
+def test_dry_run_plans_a_large_task_from_a_spread_of_items_and_says_each_reason_once(fresh_cli, tmp_path, monkeypatch):
     from conftest import make_synthetic_data, run_spec
 
     from trustmh.engine import context, prepare
@@ -96,8 +89,9 @@ def test_dry_run_plans_a_large_task_from_a_spread_of_items_and_says_each_reason_
     spec = run_spec(models=["baseline/refuse"], tasks="privacy.awareness_tier1", suite="data", data_dir=str(data))
     ctx = context(spec)
     built = []
-    real = AwarenessTier1.samples
-    monkeypatch.setattr(AwarenessTier1, "samples", lambda self, item, c: built.append(item.id) or real(self, item, c))
+    own = type(AwarenessTier1().method(ctx))
+    real = own.samples
+    monkeypatch.setattr(own, "samples", lambda self, item, c: built.append(item.id) or real(self, item, c))
     prepared, _ = prepare(spec, ctx, lazy=True)
     (row,) = plan(spec, ctx, prepared, tmp_path / "no-run")
     assert len(built) == PLAN_ITEMS < 250  # not every item: a spread of them
@@ -108,7 +102,7 @@ def test_dry_run_plans_a_large_task_from_a_spread_of_items_and_says_each_reason_
             "privacy.awareness_tier1,ethics.reasoning,reliability.diagnosis,robustness.diagnosis",
             "--model", "baseline/refuse", "--model", "baseline/random", "--model", "baseline/counselor",
             "--dry-run", "--out", tmp_path / "run"]
-    dry = cli(*args, cwd=tmp_path)
+    dry = fresh_cli(*args, cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     text = dry.stdout
     assert text.count("swmh missing") == 1
@@ -184,13 +178,13 @@ def test_progress_totals_are_known_from_the_start_and_add_up_over_models(tmp_pat
     assert view.phase_totals("judge")[:2] == (sum(last[lb].done for lb in judge_labels),) * 2
 
 
-def test_a_data_dir_holding_only_method_files_runs_the_sample_suite(methods, tmp_path):
+def test_a_data_dir_holding_only_method_files_runs_the_sample_suite(fresh_cli, methods, tmp_path):
     """The authors' method files are no task's items: a data dir with nothing else in it is no benchmark data,
     and the run says so and takes the sample suite instead of running every task as "not run"."""
     import shutil
     data = tmp_path / "data"
     shutil.copytree(methods, data / "methods")
-    dry = cli("run", "--data-dir", data, "--tasks", "ethics.reasoning", "--dry-run", "--out", tmp_path / "run",
+    dry = fresh_cli("run", "--data-dir", data, "--tasks", "ethics.reasoning", "--dry-run", "--out", tmp_path / "run",
               cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "No datasets in" in dry.stderr and "sample suite" in dry.stderr, dry.stderr

@@ -68,13 +68,6 @@ from trustmh.data.fetch import copy_roots, pull  # noqa: E402
 from trustmh.data.manifest import DataFile, Dataset  # noqa: E402
 
 
-def cli(*args, cwd=None, env_extra=None):
-    env = {k: v for k, v in os.environ.items() if k != "TRUSTMH_METHODS_DIR"}
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
-
-
 def _tiny() -> dict[str, Dataset]:
     def entry(path, body):
         return DataFile(path, len(body), hashlib.sha256(body).hexdigest(), "http://127.0.0.1:9/x")
@@ -116,8 +109,8 @@ def test_pull_from_takes_data_and_method_files_in_any_layout(tmp_path):
     assert copy_roots(tmp_path / "empty", _tiny()) == (None, None)
 
 
-def test_pull_from_the_methods_folder_says_in_one_short_line_what_it_took(methods, tmp_path):
-    proc = cli("data", "pull", "--from", methods, "--data-dir", tmp_path / "data")
+def test_pull_from_the_methods_folder_says_in_one_short_line_what_it_took(fresh_cli, methods, tmp_path):
+    proc = fresh_cli("data", "pull", "--from", methods, "--data-dir", tmp_path / "data")
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.strip().splitlines()
     assert "0 data and 70 method files" in line and "not in the copy: 90 data files" in line
@@ -125,9 +118,9 @@ def test_pull_from_the_methods_folder_says_in_one_short_line_what_it_took(method
     assert len(line.replace(str(tmp_path), "TMP")) < 300, line
 
 
-def test_data_check_reads_the_method_files_where_run_does(methods, tmp_path):
+def test_data_check_reads_the_method_files_where_run_does(fresh_cli, methods, tmp_path):
     def methods_row(*args, env=None):
-        proc = cli("data", "check", "--data-dir", tmp_path, *args, env_extra=env)
+        proc = fresh_cli("data", "check", "--data-dir", tmp_path, *args, env_extra=env)
         (row,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("│ methods ")]
         return row
     assert "missing" in methods_row() and "0/70" in methods_row()
@@ -136,12 +129,12 @@ def test_data_check_reads_the_method_files_where_run_does(methods, tmp_path):
     assert "70/70" in methods_row("--methods-dir", methods)
 
 
-def test_run_exits_2_naming_the_fix_when_a_paper_task_lacks_its_method_file(tmp_path):
+def test_run_exits_2_naming_the_fix_when_a_paper_task_lacks_its_method_file(fresh_cli, tmp_path):
     data = make_synthetic_data(tmp_path / "data", n_tier1=3, n_ethics=3)
     # a task the paper protocol runs with trustmh's own method (no method file): it still runs
     sample = Path(__file__).resolve().parents[1] / "src/trustmh/data/sample/usmle-mental"
     shutil.copytree(sample, data / "usmle-mental")
-    proc = cli("run", "--data-dir", data, "--tasks", "privacy.awareness_tier1,reliability.knowledge",
+    proc = fresh_cli("run", "--data-dir", data, "--tasks", "privacy.awareness_tier1,reliability.knowledge",
                "--methods-dir", tmp_path / "no-methods", "--out", tmp_path / "run", "--no-progress", cwd=tmp_path)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
@@ -154,7 +147,7 @@ def test_run_exits_2_naming_the_fix_when_a_paper_task_lacks_its_method_file(tmp_
     assert "needs an API key" not in proc.stderr
 
 
-def test_key_hints_name_the_flag_of_the_role(tmp_path):
+def test_key_hints_name_the_flag_of_the_role(fresh_cli, tmp_path):
     import pytest
     from trustmh.errors import UserError
     from trustmh.models import make_model
@@ -163,6 +156,6 @@ def test_key_hints_name_the_flag_of_the_role(tmp_path):
         for spec in ("openai/gpt-4.1", "anthropic/claude-x"):
             with pytest.raises(UserError, match=f"needs an API key.*pass {flag} for"):
                 make_model(spec, purpose=purpose)
-    proc = cli("run", "--suite", "sample", "--tasks", "ethics", "--judge", "openai/gpt-4.1", "--out",
+    proc = fresh_cli("run", "--suite", "sample", "--tasks", "ethics", "--judge", "openai/gpt-4.1", "--out",
                tmp_path / "r", "--no-progress", cwd=tmp_path)
     assert proc.returncode == 2 and "--judge-base-url" in proc.stderr and " --base-url" not in proc.stderr

@@ -8,7 +8,7 @@ import collections
 from types import SimpleNamespace
 
 from test_limiter import run_virtual
-from trustmh.engine.judge_pool import GenerationShare
+from trustmh.engine.generation_share import GenerationShare
 
 
 def pool(waiting: int, left: int, width: int = 64):
@@ -18,8 +18,8 @@ def pool(waiting: int, left: int, width: int = 64):
 
 
 def model(left: int, width: int = 64):
-    return SimpleNamespace(_width=lambda: width, _n_samples=lambda: left, n=collections.Counter(),
-                           _judgements_ahead=lambda endpoint: 0)
+    # what the share reads of a model (generation_share.Generation)
+    return SimpleNamespace(width=width, generations_left=lambda: left, judgements_ahead=lambda endpoint: 0)
 
 
 async def watch_while(share: GenerationShare, late: bool, seconds: float) -> None:
@@ -81,7 +81,7 @@ def test_a_request_held_in_the_share_is_not_paid_again_when_an_identical_one_was
     same requests are paid as with no share at all."""
     from conftest import run_quiet, run_spec
     from trustmh.engine import Limits
-    from trustmh.engine import judge_pool
+    from trustmh.engine import generation_share
     from trustmh.testing.fake_server import FakeLLMServer
 
     def spec(srv):
@@ -97,7 +97,7 @@ def test_a_request_held_in_the_share_is_not_paid_again_when_an_identical_one_was
         free = srv.calls.copy()
         srv.reset_counters()
         waits = []
-        real_init, real_acquire = judge_pool.GenerationShare.__init__, judge_pool.GenerationShare.acquire
+        real_init, real_acquire = generation_share.GenerationShare.__init__, generation_share.GenerationShare.acquire
 
         def narrow(self, *a, **kw):
             real_init(self, *a, **kw)
@@ -107,9 +107,30 @@ def test_a_request_held_in_the_share_is_not_paid_again_when_an_identical_one_was
             waited = await real_acquire(self)
             waits.append(waited)
             return waited
-        monkeypatch.setattr(judge_pool.GenerationShare, "__init__", narrow)
-        monkeypatch.setattr(judge_pool.GenerationShare, "acquire", counting)
-        monkeypatch.setattr(judge_pool.GenerationShare, "watch", lambda self: asyncio.sleep(3600))
+        monkeypatch.setattr(generation_share.GenerationShare, "__init__", narrow)
+        monkeypatch.setattr(generation_share.GenerationShare, "acquire", counting)
+        monkeypatch.setattr(generation_share.GenerationShare, "watch", lambda self: asyncio.sleep(3600))
         run_quiet(spec(srv), tmp_path / "held", limits=Limits(max_connections=8))
         assert any(waits)
         assert srv.calls == free  # each request paid as often as without the share
+
+
+def test_a_model_s_phase_one_offers_what_the_share_and_the_judge_pools_read():
+    """The share and the pools reach a model's phase 1 only through their protocols (generation_share.Generation,
+    judge_pool.Judged); both collectors offer every member, with the same parameters."""
+    import inspect
+
+    from trustmh.engine.collect import _Generating, _Rejudging
+    from trustmh.engine.generation_share import Generation
+    from trustmh.engine.judge_pool import Judged
+    for protocol in (Generation, Judged):
+        members = [n for n in vars(protocol) if not n.startswith("_")]
+        assert members
+        for cls in (_Generating, _Rejudging):
+            for name in members:
+                want, got = vars(protocol)[name], getattr(cls, name, None)
+                assert got is not None, (cls.__name__, name)
+                if callable(want):
+                    assert list(inspect.signature(got).parameters) == list(inspect.signature(want).parameters)
+                else:
+                    assert isinstance(got, property), (cls.__name__, name)

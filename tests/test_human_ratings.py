@@ -6,8 +6,6 @@ for nothing."""
 import csv
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -119,24 +117,20 @@ def test_jsonl_gives_the_same_numbers_and_cli_prints_the_verdicts(tmp_path):
     ("item,context,reply\nq,c,r\n", "the CSV header lacks criterion, rater, rating"),
     ("item,context,reply,criterion,rater,rating\nq,c,r,empathy,A,9\n", "no usable rating (1 x rating is not a whole number 0-5)"),
 ])
-def test_unusable_files_are_one_line_errors(tmp_path, content, message):
+def test_unusable_files_are_one_line_errors(cli, tmp_path, content, message):
     (tmp_path / "bad.csv").write_text(content, encoding="utf-8")
-    proc = cli(tmp_path, "--ratings", tmp_path / "bad.csv", "--judge", "openai/judge", "--judge-base-url",
-               "http://127.0.0.1:9/v1")
+    proc = cli("validate-judge", "--out", tmp_path / "o", "--no-progress", "--ratings", tmp_path / "bad.csv", "--judge",
+               "openai/judge", "--judge-base-url", "http://127.0.0.1:9/v1")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def cli(tmp_path, *args):
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", "validate-judge", *map(str, args), "--out",
-                           str(tmp_path / "o"), "--no-progress"], capture_output=True, text=True, timeout=120)
-
-
-def test_rules_judge_and_unknown_rubric_are_refused(tmp_path):
+def test_rules_judge_and_unknown_rubric_are_refused(cli, tmp_path):
     write_csv(tmp_path / "rated.csv", rows())
     for args, message in ((["--judge", "rules"], "--judge rules cannot rate"),
                           (["--judge", "openai/j", "--rubric", "safety.jailbreak"], "not a task with a reply rubric")):
-        proc = cli(tmp_path, "--ratings", tmp_path / "rated.csv", *args)
+        proc = cli("validate-judge", "--out", tmp_path / "o", "--no-progress", "--ratings", tmp_path / "rated.csv",
+                   *args)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 

@@ -28,9 +28,9 @@ def judge_prompts(reply):
         task = TASKS[task_id]()
         if task_id in NOT_A_RATING or task.missing_files(SAMPLE):
             continue
-        items = task.load(SAMPLE, CTX)
-        for sample in task.samples(items[0], CTX)[:1]:
-            for rubric, messages in task.judgements(sample, reply, CTX).items():
+        items = task.method(CTX).load(SAMPLE, CTX)
+        for sample in task.method(CTX).samples(items[0], CTX)[:1]:
+            for rubric, messages in task.method(CTX).judgements(sample, reply, CTX).items():
                 out += [(task_id, rubric, m["content"]) for m in messages if rubric != "classifier"]
     return out
 

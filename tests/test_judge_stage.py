@@ -98,18 +98,13 @@ def two_judges(tmp_path):
     TASKS.pop(TASK_ID, None)
 
 
-def spec_for(srv, **kw):
-    return run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
-                    judge_base_url=srv.openai_base_url, tasks=TASK_ID, **kw)
-
-
 def task_result(res):
     return res.models["openai/m"].tasks[TASK_ID]
 
 
-def test_two_judgements_per_sample_stored_and_rescored_without_calls(two_judges, tmp_path):
+def test_two_judgements_per_sample_stored_and_rescored_without_calls(spec_for, two_judges, tmp_path):
     with FakeLLMServer(reply=judge_reply) as srv:
-        spec = spec_for(srv)
+        spec = spec_for(srv, TASK_ID)
         _, res, calls = run_quiet(spec, tmp_path / "run")
         assert srv.n_requests == 3 * N and calls == {"openai/m": N, "judge": 2 * N}
         t = task_result(res)
@@ -125,9 +120,9 @@ def test_two_judgements_per_sample_stored_and_rescored_without_calls(two_judges,
         assert task_result(again).metrics["accuracy"].value == 2.0
 
 
-def test_changed_rubric_is_reported_on_score_not_paid_for(two_judges, tmp_path):
+def test_changed_rubric_is_reported_on_score_not_paid_for(spec_for, two_judges, tmp_path):
     with FakeLLMServer(reply=judge_reply) as srv:
-        spec = spec_for(srv)
+        spec = spec_for(srv, TASK_ID)
         run_quiet(spec, tmp_path / "run")
         (two_judges / "accuracy.j2").write_text("ACCURACY (revised wording) as 'Rating: N':\n{{ reply }}")
         _, res, calls = run_quiet(spec, tmp_path / "run", generate=False)
@@ -148,9 +143,9 @@ def test_changed_rubric_is_reported_on_score_not_paid_for(two_judges, tmp_path):
         assert task_result(fresh).n_stale_judgements == 0 and task_result(fresh).metrics["accuracy"].value == 2.0
 
 
-def test_score_cli_reports_a_changed_rubric(two_judges, tmp_path):
+def test_score_cli_reports_a_changed_rubric(spec_for, two_judges, tmp_path):
     with FakeLLMServer(reply=judge_reply) as srv:
-        run_quiet(spec_for(srv), tmp_path / "run")
+        run_quiet(spec_for(srv, TASK_ID), tmp_path / "run")
         (two_judges / "warmth.j2").write_text("WARMTH, reworded:\n{{ reply }}")
         code = (f"import importlib.util, sys; s = importlib.util.spec_from_file_location('t', {str(two_judges / 'two_judges.py')!r}); "
                 "m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
@@ -176,7 +171,7 @@ run(spec, Path(sys.argv[3]), limits=Limits(max_connections=4))
 """
 
 
-def test_two_judgements_resume_after_kill(two_judges, tmp_path):
+def test_two_judgements_resume_after_kill(spec_for, two_judges, tmp_path):
     admitted = [N + N // 2]  # the server answers this many requests, then holds the rest until the kill
 
     def hold_the_rest(n: int, body: dict) -> Fault | None:
@@ -197,7 +192,7 @@ def test_two_judgements_resume_after_kill(two_judges, tmp_path):
         admitted[0] = None
         before = srv.n_completed
         assert before < 3 * N  # killed while judging
-        _, res, calls = run_quiet(spec_for(srv), tmp_path / "run", limits=None)
+        _, res, calls = run_quiet(spec_for(srv, TASK_ID), tmp_path / "run", limits=None)
         t = task_result(res)
         assert t.n == N and t.metrics["accuracy"].value == 2.0 and t.n_judge_errors == 0
         # Only what was not stored is paid again: at most the calls in flight at the kill (4 per endpoint,
@@ -206,11 +201,11 @@ def test_two_judgements_resume_after_kill(two_judges, tmp_path):
         assert srv.n_requests <= 3 * N + 8
 
 
-def test_report_renders_a_run_whose_task_code_is_absent(two_judges, tmp_path):
+def test_report_renders_a_run_whose_task_code_is_absent(spec_for, two_judges, tmp_path):
     from trustmh.report import write_report
     from trustmh.tasks import TASKS
     with FakeLLMServer(reply=judge_reply) as srv:
-        run_quiet(spec_for(srv), tmp_path / "run")
+        run_quiet(spec_for(srv, TASK_ID), tmp_path / "run")
     TASKS.pop(TASK_ID)
     html = write_report([tmp_path / "run"], tmp_path / "r.html").read_text()
     assert "Two judgements per sample (test task)" in html and "mean warmth rating" in html
@@ -223,7 +218,7 @@ def test_classifier_verdicts_are_stored_and_not_rerun_on_rescore(upstream, tmp_p
     path = tiny_classifier(tmp_path / "cls")
     with FakeLLMServer(reply=lambda body: "Sorry this is not something I will write.") as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="safety.jailbreak",
-                        suite="data", data_dir=str(upstream), limit=8, options={"refusal_classifier": f"hf/{path}"})
+                        suite="data", data_dir=str(upstream), limit=8, refusal_classifier=f"hf/{path}")
         _, res, calls = run_quiet(spec, tmp_path / "run")
     # Eight replies alike: those classified at the same moment are one call (single flight), each stored.
     assert 1 <= calls["judge"] <= 8

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from test_compare_gate import cli
+
 from trustmh.analysis.runs import load_run
 from trustmh.testing.browser import chromium_tab
 
@@ -54,20 +54,20 @@ def test_the_terminal_names_models_by_label(labelled):
     assert not any(spec in line for line in rows for spec in LABELS)
 
 
-def test_the_gate_names_models_by_label(labelled, capsys):
+def test_the_gate_names_models_by_label(cli_here, labelled, capsys):
     run, _ = labelled
-    code, out, _ = cli(capsys, "gate", run, "--min", "ethics.reasoning=0.99", "--allow-partial", "--max-unscored", "1")
+    code, out, _ = cli_here("gate", run, "--min", "ethics.reasoning=0.99", "--allow-partial", "--max-unscored", "1")
     assert code == 1, out
     fails = [line for line in out.splitlines() if line.startswith("FAIL ")]
     assert {line.split(": ")[0].removeprefix("FAIL ") for line in fails} <= set(names().values())
     assert any(line.startswith("FAIL Refuser: ethics.reasoning") for line in fails), fails
 
 
-def test_compare_names_models_by_label_and_says_b_minus_a(labelled, capsys):
+def test_compare_names_models_by_label_and_says_b_minus_a(cli_here, labelled, capsys):
     run, _ = labelled
     res = load_run(run).results.models
     # the terminal's table: the title names a (the first model, the reference) first, the columns name their model
-    code, out, _ = cli(capsys, "compare", run, "--bootstrap", "200")
+    code, out, _ = cli_here("compare", run, "--bootstrap", "200")
     assert code == 0, out
     assert "a = Counselor [warm] v2 (reference), b = Refuser: b − a" in " ".join(out.split())
     table = out[out.index("a = Counselor"):out.index("a = Counselor", out.index("a = Counselor") + 1)]
@@ -80,27 +80,27 @@ def test_compare_names_models_by_label_and_says_b_minus_a(labelled, capsys):
     assert b == pytest.approx(res["baseline/refuse"].trust_score, abs=1e-3)
     assert diff == pytest.approx(b - a, abs=0.01) and diff < 0  # the refuser is worse: b − a is negative (values to 0.01)
     # csv and json: a is the reference's label, value_a its value, diff = value_b − value_a on every row
-    code, out, _ = cli(capsys, "compare", run, "--format", "csv", "--bootstrap", "200")
+    code, out, _ = cli_here("compare", run, "--format", "csv", "--bootstrap", "200")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert {(r["a"], r["b"]) for r in rows} == {("Counselor [warm] v2", "Refuser"),
                                                 ("Counselor [warm] v2", "baseline/random")}
     for r in rows:
         if r["diff"] and r["kind"] == "overall":
             assert float(r["diff"]) == pytest.approx(float(r["value_b"]) - float(r["value_a"]), abs=0.01)
-    code, out, _ = cli(capsys, "compare", run, "--format", "json", "--bootstrap", "200")
+    code, out, _ = cli_here("compare", run, "--format", "json", "--bootstrap", "200")
     doc = json.loads(out)
     assert {r["a"] for r in doc["rows"]} == {"Counselor [warm] v2"}
     # markdown: the heading and the header row
-    code, out, _ = cli(capsys, "compare", run, "--format", "markdown", "--bootstrap", "200")
+    code, out, _ = cli_here("compare", run, "--format", "markdown", "--bootstrap", "200")
     out = re.sub(r"\\(.)", r"\1", out)  # as Markdown renders it: a name's characters are escaped (escaping.py)
     assert "### a = Counselor [warm] v2 (reference), b = Refuser: b − a" in out
     assert "| name | a: Counselor [warm] v2 | b: Refuser | b − a |" in out
 
 
-def test_report_and_viewer_name_models_by_label_in_chromium(chromium, labelled, tmp_path, capsys):
+def test_report_and_viewer_name_models_by_label_in_chromium(cli_here, chromium, labelled, tmp_path, capsys):
     from trustmh.report.viewer import make_server
     run, _ = labelled
-    code, _, err = cli(capsys, "compare", run, "--html", tmp_path / "cmp.html", "--bootstrap", "200")
+    code, _, err = cli_here("compare", run, "--html", tmp_path / "cmp.html", "--bootstrap", "200")
     assert code == 0, err
     server = make_server([load_run(run)], 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

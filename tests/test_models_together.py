@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import run_quiet, run_spec
+from conftest import run_quiet
 from trustmh.engine import Limits
 from trustmh.engine.judge_pool import JudgePool
 from trustmh.scoring.metrics import mean
@@ -15,6 +15,7 @@ from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, Task, register
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.types import Item, Score
 
+KEY = {"OPENAI_API_KEY": "test-not-a-key"}  # openai/ models need one, even on a loopback server
 TASK_ID = "testtogether.judged"
 N = 10
 
@@ -64,14 +65,10 @@ def reply(body):
     return f"{text} from {body['model']}"
 
 
-def spec_for(srv, models):
-    return run_spec(models=models, judge="openai/j", base_url=srv.openai_base_url,
-                    judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
-
-
-def test_models_run_at_the_same_time_with_the_results_of_each_alone(task, tmp_path):
+def test_models_run_at_the_same_time_with_the_results_of_each_alone(spec_for, task, tmp_path):
     with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
-        _, together, calls = run_quiet(spec_for(srv, ["openai/a", "openai/b"]), tmp_path / "both",
+        both = spec_for(srv, TASK_ID, ["openai/a", "openai/b"], n_boot=50)
+        _, together, calls = run_quiet(both, tmp_path / "both",
                                        limits=Limits(max_connections=2))
         order = [r["model"] for r in srv.requests]
         assert calls == {"openai/a": N, "openai/b": N, "judge": 2 * N}
@@ -80,10 +77,11 @@ def test_models_run_at_the_same_time_with_the_results_of_each_alone(task, tmp_pa
         assert gen.index("b") < len(gen) - 1 - gen[::-1].index("a")
         assert order.index("j") < len(order) - 1 - order[::-1].index("b")  # judging overlaps generation too
         # re-scoring both models at once reads everything back and calls nothing
-        _, rescored, calls = run_quiet(spec_for(srv, ["openai/a", "openai/b"]), tmp_path / "both", generate=False)
+        _, rescored, calls = run_quiet(both, tmp_path / "both", generate=False)
         assert calls == {"openai/a": 0, "openai/b": 0, "judge": 0} and len(srv.requests) == 4 * N
         srv.reset_counters()
-        alone = {m: run_quiet(spec_for(srv, [m]), tmp_path / m.replace("/", "-"), limits=Limits(max_connections=2))[1]
+        alone = {m: run_quiet(spec_for(srv, TASK_ID, [m], n_boot=50), tmp_path / m.replace("/", "-"),
+                              limits=Limits(max_connections=2))[1]
                  for m in ("openai/a", "openai/b")}
     for m, value in (("openai/a", 2.0), ("openai/b", 4.0)):
         t = together.models[m].tasks[TASK_ID]
@@ -127,16 +125,7 @@ def test_the_judge_takes_the_models_in_turn():
     assert (pool.n_queued, pool.n_done, pool.n_errors) == (8, 8, 1)
 
 
-def cli(*args):
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, OPENAI_API_KEY="test-not-a-key")
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=300)
-
-
-def test_models_file_names_every_model_and_reaches_results(tmp_path):
+def test_models_file_names_every_model_and_reaches_results(cli, tmp_path):
     with FakeLLMServer(reply=lambda body: f"an answer from {body['model']}") as one, \
             FakeLLMServer(reply=lambda body: f"an answer from {body['model']}") as two:
         listing = tmp_path / "models.toml"
@@ -157,7 +146,7 @@ spec = "baseline/refuse"
 ''')
         out = tmp_path / "run"
         done = cli("run", "--models", listing, "--suite", "sample", "--tasks", "ethics", "--limit", "2",
-                   "--bootstrap", "20", "--out", out, "--no-progress")
+                   "--bootstrap", "20", "--out", out, "--no-progress", env_extra=KEY)
         assert done.returncode == 0, done.stderr
         assert one.n_requests > 0 and two.n_requests > 0
         assert {r["model"] for r in one.requests} == {"general-1"} and {r["model"] for r in two.requests} == {"mh-1"}
@@ -174,7 +163,7 @@ spec = "baseline/refuse"
     # (the servers are gone: a call would fail)
     listing.write_text(listing.read_text().replace("General One", "General 1"))
     again = cli("run", "--models", listing, "--suite", "sample", "--tasks", "ethics", "--limit", "2",
-                "--bootstrap", "20", "--out", out, "--no-progress")
+                "--bootstrap", "20", "--out", out, "--no-progress", env_extra=KEY)
     assert again.returncode == 0, again.stderr
     assert json.loads((out / "results.json").read_text())["spec"]["options"]["model_info"]["openai/general-1"] == {
         "label": "General 1", "group": "general"}
@@ -189,19 +178,21 @@ spec = "baseline/refuse"
     ("[[model]\n", "not valid TOML"),
     ("[[model]]\nspec = 'openai/a'\n[[model]]\nspec = 'openai/a'\n", "given twice"),
 ])
-def test_a_bad_models_file_is_a_one_line_error(tmp_path, text, needle):
+def test_a_bad_models_file_is_a_one_line_error(cli, tmp_path, text, needle):
     listing = tmp_path / "models.toml"
     listing.write_text(text)
-    done = cli("run", "--models", listing, "--suite", "sample", "--out", tmp_path / "run", "--no-progress")
+    done = cli("run", "--models", listing, "--suite", "sample", "--out", tmp_path / "run", "--no-progress",
+               env_extra=KEY)
     assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout, done.stderr
     assert needle in done.stderr, done.stderr
     assert not (tmp_path / "run").exists()
 
 
-def test_models_file_and_model_are_one_or_the_other(tmp_path):
+def test_models_file_and_model_are_one_or_the_other(cli, tmp_path):
     listing = tmp_path / "models.toml"
     listing.write_text("[[model]]\nspec = 'baseline/refuse'\n")
-    done = cli("run", "--models", listing, "--model", "baseline/random", "--suite", "sample", "--no-progress")
+    done = cli("run", "--models", listing, "--model", "baseline/random", "--suite", "sample", "--no-progress",
+               env_extra=KEY)
     assert done.returncode == 2 and "give the models one way" in done.stderr
 
 

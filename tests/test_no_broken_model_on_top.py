@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import IN_CI, UPSTREAM, fenced, run_quiet, run_spec, write_replay
-from test_compare_gate import cli
+
 from trustmh.analysis.compare import compare_runs
 from trustmh.analysis.runs import load_run
 from trustmh.engine import Limits
@@ -200,9 +200,9 @@ def answers_replay(root: Path, kind: str, path: Path) -> str:
         task = TASKS[tid]()
         if task.missing_files(data):
             continue
-        for item in task.load(data, ctx)[:LIMIT]:
+        for item in task.method(ctx).load(data, ctx)[:LIMIT]:
             clean = None
-            for k, s in enumerate(task.samples(item, ctx)):
+            for k, s in enumerate(task.method(ctx).samples(item, ctx)):
                 filed = s.request_task or s.task
                 if s.variant and tid.startswith("robustness."):
                     # A perturbed input gets the clean input's reply, but one in five suffers.
@@ -229,7 +229,7 @@ def runs(tmp_path_factory):
             spec = run_spec(models=list(models.values()), judge="openai/judge", base_url=srv.openai_base_url,
                             judge_base_url=srv.openai_base_url, suite=kind,
                             data_dir=None if kind == "sample" else str(root), limit=LIMIT, n_boot=300,
-                            options={"user_model": "baseline/persona"})  # crisis.conversation's simulated person
+                            user_model="baseline/persona")  # crisis.conversation's simulated person
             run_quiet(spec, tmp / name, limits=Limits(max_connections=16))
             out[name] = (tmp / name, models)
     return out
@@ -313,18 +313,18 @@ def test_compare_never_calls_a_broken_model_better_on_a_pillar_or_overall(runs):
                     assert d.diff < 0 and d.verdict(0.05) != "better", (name, cmp.b.model, d.name, d.diff)
 
 
-def test_the_gate_fails_every_broken_model_where_the_answering_one_passes(runs, capsys):
+def test_the_gate_fails_every_broken_model_where_the_answering_one_passes(cli_here, runs, capsys):
     for name, (folder, models) in runs.items():
         good = load_run(folder).results.models[models["answers"]]
         bounds = [f"pillar:{p}={pr.trust_score}" for p, pr in good.pillars.items() if pr.trust_score is not None]
         args = [x for b in bounds + [f"overall={good.trust_score}"] for x in ("--min", b)]
-        code, out, err = cli(capsys, "gate", folder, *args, "--allow-partial", "--max-unscored", "1")
+        code, out, err = cli_here("gate", folder, *args, "--allow-partial", "--max-unscored", "1")
         text = out + err
         assert code == 1
         assert f"{models['answers']}:" not in text
         for who, spec in DEGENERATE.items():
             assert f"{spec}: overall" in text, (name, who)
         # A task threshold that a broken model meets without earning credit fails too.
-        code, out, err = cli(capsys, "gate", folder, "--max", "fairness.support=0.5", "--max-unscored", "1")
+        code, out, err = cli_here("gate", folder, "--max", "fairness.support=0.5", "--max-unscored", "1")
         assert code == 1 and f"{models['answers']}:" not in out + err
         assert "openai/constant: fairness.support" in out + err and "no credit" in out + err

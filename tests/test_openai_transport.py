@@ -178,7 +178,7 @@ def test_a_run_through_one_transport_is_reused_by_the_other(tmp_path):
         _, res, calls = run_quiet(spec, tmp_path / "run", limits=fast)
         paid = srv.n_requests
         assert paid > 0 and calls["openai/fake"] == paid
-        spec.options["transport"] = "sdk"
+        spec.transport = "sdk"
         _, res2, calls2 = run_quiet(spec, tmp_path / "run", limits=fast)
         assert calls2["openai/fake"] == 0 and srv.n_requests == paid
     t, t2 = res.models["openai/fake"].tasks, res2.models["openai/fake"].tasks

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from test_cli import cli
+from conftest import run_cli
 from trustmh.testing.fake_server import FakeLLMServer
 
 ENV = {"OPENAI_API_KEY": "sk-test"}
@@ -33,7 +33,7 @@ FORMULA = ("=", "+", "-", "@", "\t", "\r")
 def hostile_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("escaping")
     with FakeLLMServer(reply=lambda body: "Answer: A") as srv:
-        proc = cli("run", "--model", "openai/m1", "--model", "openai/m2", "--base-url", srv.openai_base_url,
+        proc = run_cli("run", "--model", "openai/m1", "--model", "openai/m2", "--base-url", srv.openai_base_url,
                    "--judge", "rules", "--suite", "sample", "--tasks", "ethics,privacy.awareness_tier1",
                    "--bootstrap", "100", "--out", root / "run", "--no-progress", cwd=root, env_extra=ENV)
     assert proc.returncode == 0, proc.stderr
@@ -76,7 +76,7 @@ def _csv_safe(text: str, where: str) -> list[list[str]]:
                                   ("compare", "--ranks"), ("compare", "--ranks", "--format", "csv"),
                                   ("compare", "--format", "csv"), ("compare", "--format", "markdown"),
                                   ("compare",)], ids=" ".join)
-def test_names_reach_no_output_raw(hostile_run, args):
+def test_names_reach_no_output_raw(cli, hostile_run, args):
     """M1: ESC, BEL, C1 and RLO in model names or groups reached the terminal raw from report --format
     csv|markdown and compare --ranks; M2: CSV cells such as =HYPERLINK(...), @SUM(...), +cmd and -2+3 were
     written as they are."""
@@ -104,7 +104,7 @@ def test_names_reach_no_output_raw(hostile_run, args):
         assert "[/x]" in shown and "[bold]b" in shown
 
 
-def test_bidi_in_groups_and_names_is_escaped_in_report_html(hostile_run, tmp_path):
+def test_bidi_in_groups_and_names_is_escaped_in_report_html(cli, hostile_run, tmp_path):
     """Bidi overrides in a group rendered unescaped in report.html: a name that reads other than it is."""
     out = tmp_path / "r.html"
     proc = cli("report", hostile_run, "-o", out, *_groups(), cwd=tmp_path)
@@ -114,7 +114,7 @@ def test_bidi_in_groups_and_names_is_escaped_in_report_html(hostile_run, tmp_pat
     assert "\\u202e" in page
 
 
-def test_rich_markup_in_names_is_text_everywhere(tmp_path):
+def test_rich_markup_in_names_is_text_everywhere(cli, tmp_path):
     """M4: `run -m 'openai/m[/x]'` raised MarkupError (exit 1, results.json but no report.html); so did a panel
     judge, score --judge, panel, validate-judge and a criterion '[/x]'; `openai/m[bold]x` printed as
     `openai/mx`."""

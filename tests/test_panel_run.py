@@ -234,7 +234,7 @@ def test_dry_run_counts_every_judge_of_the_panel(tmp_path):
 def test_a_hostile_stored_panel_is_a_one_line_error(bad):
     from trustmh.errors import UserError
     with pytest.raises(UserError, match="panel_judges|--judge-base-url"):
-        run_spec(models=["baseline/counselor"], judge="openai/j1", options={"panel_judges": bad})
+        run_spec(models=["baseline/counselor"], judge="openai/j1", panel_judges=bad)
 
 
 def test_a_judge_failing_everything_changes_no_alpha_whatever_its_place(panel_run, tmp_path):

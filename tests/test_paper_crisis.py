@@ -144,8 +144,8 @@ def test_escalation_requests_and_judge_render_from_the_method_files(upstream):
     judged = [(i, r) for i, r in enumerate(recs) if r["label"] is not None]
     assert len(p.samples) == len(judged) == 190  # the judge skips the tied records: they are not sent
     sc = scales(upstream)
-    (rubric,) = p.task.active_rubrics(ctx)
-    assert p.task.judge_params(rubric, ctx) == SETTINGS
+    (rubric,) = p.task.method(ctx).active_rubrics(ctx)
+    assert p.task.method(ctx).judge_params(rubric, ctx) == SETTINGS
     for k in (0, 1, 189):
         i, rec = judged[k]
         s = p.samples[k]
@@ -154,7 +154,7 @@ def test_escalation_requests_and_judge_render_from_the_method_files(upstream):
         assert req.messages == [{"role": "user", "content": "\n".join(rec["inputs"])}]  # no system message
         assert req.params == SETTINGS
         reply = f"  reply {k}\n"
-        msgs = p.task.judge_messages(s, reply, ctx)
+        msgs = p.task.method(ctx).judge_messages(s, reply, ctx)
         want = judge(inputs_json=json.dumps(rec["inputs"], ensure_ascii=False), label=rec["label"],
                      response_text=reply, scale=sc[rec["label"]])
         assert msgs == [{"role": "user", "content": want}]

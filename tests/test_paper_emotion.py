@@ -46,7 +46,7 @@ def paper_spec(data, **kw):
 def test_requests_render_from_the_method_files(upstream):
     recs = [json.loads(line) for line in (upstream / "emobench/EU.jsonl").read_text(encoding="utf-8").splitlines()
             if line.strip()]
-    spec = paper_spec(upstream, options={"lang": "all"})
+    spec = paper_spec(upstream, lang="all")
     (p,), _ = prepare(spec, context(spec))
     assert p.not_run is None and len(p.samples) == len(recs) == 400
     en = [i for i, r in enumerate(recs) if r["language"] == "en"]
@@ -183,7 +183,7 @@ def test_paper_protocol_runs_both_languages_by_default(upstream):
                     suite="data", data_dir=str(upstream), protocol="trustmh")
     (p,), _ = prepare(spec, context(spec))
     assert {s.item.meta["lang"] for s in p.samples} == {"en"}
-    spec = paper_spec(upstream, options={"lang": "zh"})
+    spec = paper_spec(upstream, lang="zh")
     (p,), _ = prepare(spec, context(spec))
     assert {s.item.meta["lang"] for s in p.samples} == {"zh"}
 

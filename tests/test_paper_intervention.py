@@ -48,11 +48,11 @@ def test_requests_render_from_the_notebook(upstream):
         req = generation_request(s, spec)
         assert req.messages == [{"role": "user", "content": GEN.format(h=want)}]
         assert req.params == {}  # the notebook's model call is a stub: no setting is known
-        (name, msgs), = p.task.judgements(s, "回复。", ctx).items()
+        (name, msgs), = p.task.method(ctx).judgements(s, "回复。", ctx).items()
         assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "回复。"
         assert msgs[0]["content"].startswith("\n    # Role\n    You are an impartial judge")
         assert f"    ## History\n    '''\n    {want}\n    '''\n\n    ## Constraints\n" in msgs[0]["content"]
-        assert p.task.judge_params(p.task.active_rubrics(ctx)[0], ctx) == {"temperature": 0.0}
+        assert p.task.method(ctx).judge_params(p.task.method(ctx).active_rubrics(ctx)[0], ctx) == {"temperature": 0.0}
 
 
 def test_judge_lists_are_read_by_trustmhs_rule():
@@ -116,7 +116,7 @@ def test_sends_and_aggregates_as_the_notebook(tmp_path):
 def test_dialogue_averages_on_cpsycoune_by_hand(upstream, tmp_path):
     """On the real 45 dialogues (296 turns), random verdicts, some unreadable: every per-dialogue average of
     cell 6 (round(sum(col) / len(col), 2)) and the criterion means, by hand."""
-    items = Intervention().load(DataSource(upstream, "data"), RunContext(protocol="paper"))
+    items = Intervention().method(RunContext(protocol="paper")).load(DataSource(upstream, "data"), RunContext(protocol="paper"))
     assert len(items) == 296
     rng = np.random.default_rng(5)
     gen, judge, turns = [], [], collections.defaultdict(list)
@@ -162,5 +162,5 @@ def test_notebook_extraction_fails_closed_and_trustmh_protocol_is_unchanged(upst
     (p,), _ = prepare(spec, ctx)
     s = p.samples[0]
     assert "history" in s.item.input and "history_text" not in s.item.input
-    assert [m["role"] for m in p.task.judge_messages(s, "x", ctx)] == ["user"]
-    assert p.task.judge_params(p.task.active_rubrics(ctx)[0], ctx) is None
+    assert [m["role"] for m in p.task.method(ctx).judge_messages(s, "x", ctx)] == ["user"]
+    assert p.task.method(ctx).judge_params(p.task.method(ctx).active_rubrics(ctx)[0], ctx) is None

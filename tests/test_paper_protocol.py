@@ -154,10 +154,10 @@ def test_ethics_requests_render_from_the_method_files(upstream, tmp_path):
         req = generation_request(p.samples[i], spec)
         assert req.messages == [{"role": "user", "content": build_reasoning(rows[i])}]
         assert req.params == {"temperature": 0.0}  # E-set: model, temperature and messages only
-        judge = p.task.judge_messages(p.samples[i], "my reply", ctx)
+        judge = p.task.method(ctx).judge_messages(p.samples[i], "my reply", ctx)
         assert judge == [{"role": "user", "content": build_judge(rows[i], "my reply")}]
-        (rubric,) = p.task.active_rubrics(ctx)
-        assert p.task.judge_params(rubric, ctx) == {"temperature": 0.0}
+        (rubric,) = p.task.method(ctx).active_rubrics(ctx)
+        assert p.task.method(ctx).judge_params(rubric, ctx) == {"temperature": 0.0}
 
 
 def test_data_pull_and_check_handle_the_method_files(tmp_path):
@@ -215,7 +215,7 @@ def test_leakage_requests_follow_the_papers_story_rule_and_templates(upstream):
             assert content.endswith(f'{x["control"]} Answer yes or no.\nAnswer: ')
         assert generation_request(s, spec).params == {"temperature": 0.0, "max_tokens": 256, "top_p": 1.0,
                                                       "frequency_penalty": 0.0, "presence_penalty": 0.0}
-    judge = p.task.judge_messages(p.samples[0], 'Answer: "No."', ctx)[0]["content"]
+    judge = p.task.method(ctx).judge_messages(p.samples[0], 'Answer: "No."', ctx)[0]["content"]
     assert "\nText: \"No.\"\nQuestion: " in judge  # the reply after its first "Answer:", unstripped
     assert judge.endswith(f"'{p.samples[0].item.input['secret'].lower()}'?\nAnswer: ")
 
@@ -267,7 +267,7 @@ def test_leakage_proxy_is_asked_through_the_proxy_judge(upstream, tmp_path):
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/x"], base_url=srv.openai_base_url, tasks="privacy.leakage", suite="data",
                         data_dir=str(upstream), protocol="paper", judge="openai/j", judge_base_url=srv.openai_base_url,
-                        limit=16, options={"proxy_judge": "openai/proxy", "proxy_judge_base_url": srv.openai_base_url})
+                        limit=16, proxy_judge="openai/proxy", proxy_judge_base_url=srv.openai_base_url)
         _, res, calls = run_quiet(spec, tmp_path / "run")
         sent = srv.requests
     proxy = [b for b in sent if b["model"] == "proxy"]
@@ -280,8 +280,7 @@ def test_leakage_proxy_is_asked_through_the_proxy_judge(upstream, tmp_path):
     assert t.metrics["free_response_leak_rate_proxy"].value == pytest.approx(2 / 4)
 
 
-def test_cli_defaults_the_proxy_to_the_papers_model_only_with_the_papers_judge(upstream, tmp_path):
-    from test_cli import cli
+def test_cli_defaults_the_proxy_to_the_papers_model_only_with_the_papers_judge(cli, upstream, tmp_path):
     common = ("run", "-m", "openai/x", "--base-url", "http://127.0.0.1:9/v1", "--data-dir", upstream,
               "--tasks", "privacy.leakage", "--limit", "4", "--dry-run", "--no-progress")
     env = {"OPENAI_API_KEY": "sk-test"}

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from scipy.stats import kendalltau, pearsonr
 
-from conftest import METHODS, UPSTREAM, run_quiet, run_spec, write_replay
-from test_compare_gate import cli
+from conftest import METHODS, UPSTREAM, run_here, run_quiet, run_spec, write_replay
+
 from trustmh.tasks import TASKS, DataSource, RunContext
 
 GENERAL = ["GPT-5.1", "GPT-4o-mini", "Claude-4.5", "Gemini-2.5-flash", "Qwen3-235B", "DeepSeek-V3.2"]
@@ -45,7 +45,7 @@ AWARENESS = ["privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awa
 
 
 def items(tid):
-    return TASKS[tid]().load(DataSource(UPSTREAM, "data"), RunContext(protocol="paper", methods_root=METHODS))
+    return TASKS[tid]().method(RunContext(protocol="paper", methods_root=METHODS)).load(DataSource(UPSTREAM, "data"), RunContext(protocol="paper", methods_root=METHODS))
 
 
 def fenced(obj) -> str:
@@ -105,7 +105,7 @@ def recorded(tmp_path_factory):
         info = {spec: {"label": model, "group": "general" if model in GENERAL else "mental-health"}}
         run_quiet(run_spec(models=[spec], judge=f"replay/{write_replay(tmp / f'{model}-judge.jsonl', judge)}",
                            tasks=tasks, suite="data", data_dir=str(UPSTREAM), protocol="paper",
-                           options={"model_info": info}), tmp / model)
+                           model_info=info), tmp / model)
         runs.append(tmp / model)
         if ratings:
             mean_r[model] = sum(pearsonr(*ratings[t]).statistic for t in AWARENESS) / 3
@@ -113,7 +113,7 @@ def recorded(tmp_path_factory):
 
 
 def table(capsys, runs, *extra) -> dict[str, dict[str, dict]]:
-    code, out, err = cli(capsys, "report", *runs, "--format", "csv", *extra)
+    code, out, err = run_here(capsys, "report", *runs, "--format", "csv", *extra)
     assert code == 0, err
     got: dict[str, dict[str, dict]] = {}
     for r in csv.DictReader(io.StringIO(out)):
@@ -131,7 +131,7 @@ def competition(values: dict[str, float], higher: bool = True) -> dict[str, int]
     return {m: 1 + sum((o > x) if higher else (o < x) for o in v.values()) for m, x in v.items()}
 
 
-def test_ethical_reasoning_ties_are_broken_by_the_judge_mean_and_marked(recorded, capsys):
+def test_ethical_reasoning_ties_are_broken_by_the_judge_mean_and_marked(cli_here, recorded, capsys):
     runs, names, _ = recorded
     # By hand: accuracy ranks (ties shared), then each tie ordered by the judge mean (all principles alike).
     acc = {m: CORRECT[m] / 125 for m in MODELS}
@@ -154,12 +154,12 @@ def test_ethical_reasoning_ties_are_broken_by_the_judge_mean_and_marked(recorded
     assert not any(r["tie_broken"] for r in shared_row.values())
 
     # Markdown and LaTeX mark the broken ties and state the rule under the table.
-    code, md, _ = cli(capsys, "report", *runs, "--format", "markdown")
+    code, md, _ = cli_here("report", *runs, "--format", "markdown")
     assert code == 0
     line = next(x for x in md.splitlines() if "| Ethical Reasoning |" in x)
     assert line.count("†") == 6
     assert "ties (--ties paper): broken by the row's declared secondary value (Ethical Reasoning: judge_mean" in md
-    code, md, _ = cli(capsys, "report", *runs, "--format", "markdown", "--ties", "shared")
+    code, md, _ = cli_here("report", *runs, "--format", "markdown", "--ties", "shared")
     assert "†" not in md and "ties (--ties shared)" in md and "1, 2, 2, 4" in md
 
 
@@ -178,7 +178,7 @@ def test_awareness_ranks_on_the_mean_of_its_tiers_and_says_so(recorded, capsys):
     assert expected == paper
 
 
-def test_leakage_ranks_on_the_string_match_rate_beside_trustmhs_leak_rate(recorded, capsys):
+def test_leakage_ranks_on_the_string_match_rate_beside_trustmhs_leak_rate(cli_here, recorded, capsys):
     runs, names, _ = recorded
     got = table(capsys, runs)
     row = by_name(got["Privacy Leakage"], names)
@@ -201,7 +201,7 @@ def test_leakage_ranks_on_the_string_match_rate_beside_trustmhs_leak_rate(record
     tau = kendalltau(paper, [expected[m] for m in GENERAL]).statistic
     assert tau == pytest.approx(12 / (15 * 14) ** 0.5) and tau >= 0.8
     # The rule is stated under the table, with its evidence level, in markdown and in the report.
-    code, md, _ = cli(capsys, "report", *runs, "--format", "markdown")
+    code, md, _ = cli_here("report", *runs, "--format", "markdown")
     assert "Privacy Leakage ranks on the free-response string-match leak rate" in md and "(evidence D)" in md
     assert "Privacy Awareness ranks on the mean of its three tiers" in md
     assert "| Privacy Leakage (trustmh: leak_rate) |" in md

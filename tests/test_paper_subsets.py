@@ -26,21 +26,21 @@ def paper_table(task_id, replies, n_items):
         pytest.skip("no upstream data")
     task = TASKS[task_id]()
     rows, clusters, labels = [], [], collections.defaultdict(list)
-    items = task.load(DataSource(UPSTREAM, "data"), PAPER)[:n_items]
+    items = task.method(PAPER).load(DataSource(UPSTREAM, "data"), PAPER)[:n_items]
     for i, item in enumerate(items):
         for s in [_sample(task, item)]:  # the prompt is not needed to score
             reply, judged = replies(i, item)
-            sc = task.score(s, reply, judged, PAPER)
+            sc = task.method(PAPER).score(s, reply, judged, PAPER)
             rows.append(sc.values)
-            clusters.append(task.cluster(s, PAPER))
-            for k, v in task.labels(s, sc, PAPER).items():
+            clusters.append(task.method(PAPER).cluster(s))
+            for k, v in task.method(PAPER).labels(s, sc).items():
                 labels[k].append(v)
     return task, items, Table.from_rows(rows, clusters, dict(labels))
 
 
 def _sample(task, item):
     from trustmh.types import Sample
-    return Sample(task.id, item, [], choices=task.choices(item, PAPER))
+    return Sample(task.id, item, [], choices=task.method(PAPER).choices(item))
 
 
 def ident_reply(i, item):
@@ -57,7 +57,7 @@ def severity_reply(i, item):
 @pytest.mark.parametrize("n", [5, 11, 206])
 def test_identification_on_subsets_equals_sklearn(n):
     task, items, table = paper_table("crisis.identification", ident_reply, n)
-    got = task.aggregate(table, PAPER)
+    got = task.method(PAPER).aggregate(table, PAPER)
     gold = [it.target for it in items]
     pred = list(table.labels["paper_pred"])
     classes = sorted(set(gold) | set(pred))
@@ -86,7 +86,7 @@ def test_identification_on_subsets_equals_sklearn(n):
 @pytest.mark.parametrize("n", [3, 4, 500])
 def test_severity_on_subsets_equals_sklearn_called_as_the_original(n):
     task, items, table = paper_table("crisis.severity", severity_reply, n)
-    got = task.aggregate(table, PAPER)
+    got = task.method(PAPER).aggregate(table, PAPER)
     kept = table.labels["paper_pred"] != ""
     g, q = list(table.labels["gold"][kept]), list(table.labels["paper_pred"][kept])
     present = [lev for lev in LEVELS if lev in set(g) | set(q)]
@@ -95,7 +95,7 @@ def test_severity_on_subsets_equals_sklearn_called_as_the_original(n):
     assert got["macro_precision"] == pytest.approx(precision_score(g, q, labels=present, average="macro",
                                                                    zero_division=0))
     assert got["macro_recall"] == pytest.approx(recall_score(g, q, labels=present, average="macro", zero_division=0))
-    assert task.primary_metric(table, PAPER) == got["macro_f1"]
+    assert task.method(PAPER).primary_metric(table, PAPER) == got["macro_f1"]
     p, r, _, _ = precision_recall_fscore_support(g, q, labels=present, zero_division=0)
     for i, lev in enumerate(present):
         assert (got[f"precision[{lev}]"], got[f"recall[{lev}]"]) == pytest.approx((p[i], r[i]), abs=1e-12)
@@ -118,9 +118,9 @@ def test_class_report_by_hand_and_absent_classes():
 def test_a_single_class_subset_has_a_value():
     """--limit 1 style: one record, one class present; the original's macro-F1 is defined (1.0 or 0.0)."""
     task, _, table = paper_table("crisis.severity", lambda i, it: (f'{{"label": "{it.target}"}}', None), 1)
-    assert task.aggregate(table, PAPER)["macro_f1"] == 1.0
+    assert task.method(PAPER).aggregate(table, PAPER)["macro_f1"] == 1.0
     task, _, table = paper_table("crisis.identification", lambda i, it: ('{"label": "self-harm"}', None), 1)
-    got = task.aggregate(table, PAPER)
+    got = task.method(PAPER).aggregate(table, PAPER)
     assert got["macro_f1"] == 0.0 and got["recall[self-harm]"] == 0.0
 
 
@@ -142,7 +142,7 @@ def escalation_table(n):
 
 def test_escalation_per_label_std_is_the_population_std():
     table = escalation_table(190)
-    got = TASKS["crisis.escalation"]().aggregate(table, PAPER)
+    got = TASKS["crisis.escalation"]().method(PAPER).aggregate(table, PAPER)
     rating, gold = table.col("rating"), table.labels["gold"]
     for lab in set(gold):
         v = rating[(gold == lab) & ~np.isnan(rating)]
@@ -162,15 +162,15 @@ def test_paper_batched_equals_per_resample_and_whole(task_id):
     picks = np.random.default_rng(7).integers(0, len(size), (60, len(size)))
     weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
     resamples = Resamples(inverse, weights)
-    many = task.aggregate_many(table, resamples, PAPER)
-    point = task.aggregate(table, PAPER)
+    many = task.method(PAPER).aggregate_many(table, resamples, PAPER)
+    point = task.method(PAPER).aggregate(table, PAPER)
     assert set(point) <= set(many)
-    once = task.aggregate_many(table, whole(table), PAPER)  # the one body over the whole table: the point values
+    once = task.method(PAPER).aggregate_many(table, whole(table), PAPER)  # the one body over the whole table: the point values
     np.testing.assert_allclose([once[k][0] for k in point], list(point.values()), rtol=0, atol=1e-12)
-    primary = task.primary_metric_many(table, resamples, PAPER)
+    primary = task.method(PAPER).primary_metric_many(table, resamples, PAPER)
     for b, pick in enumerate(picks):
         sub = table.take(metrics._rows_of(pick, order, size, start))
-        one = task.aggregate(sub, PAPER)
+        one = task.method(PAPER).aggregate(sub, PAPER)
         for name in many:
             want, got = one.get(name, math.nan), many[name][b]
             assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, abs=1e-12), (name, b)
@@ -200,7 +200,7 @@ def ethics_table(n, seed=3):
 def test_ethics_paper_numbers_as_the_original_computes_them(n):
     import statistics
     table = ethics_table(n)
-    got = TASKS["ethics.reasoning"]().aggregate(table, PAPER)
+    got = TASKS["ethics.reasoning"]().method(PAPER).aggregate(table, PAPER)
     correct, answered = table.col("correct"), table.col("answered")
     tp, fp, fn = correct.sum(), (answered * (1 - correct)).sum(), (1 - correct).sum()
     precision = tp / (tp + fp) if tp + fp else 0.0
@@ -227,9 +227,9 @@ def test_ethics_paper_batched_equals_per_resample():
     inverse, order, size, start = metrics._cluster_layout(table.clusters)
     picks = np.random.default_rng(2).integers(0, len(size), (40, len(size)))
     weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
-    many = task.aggregate_many(table, Resamples(inverse, weights), PAPER)
+    many = task.method(PAPER).aggregate_many(table, Resamples(inverse, weights), PAPER)
     for b, pick in enumerate(picks):
-        one = task.aggregate(table.take(metrics._rows_of(pick, order, size, start)), PAPER)
+        one = task.method(PAPER).aggregate(table.take(metrics._rows_of(pick, order, size, start)), PAPER)
         for name in ("precision", "recall", "f1", "sc1_ci_margin", "sc5_ci_margin"):
             assert many[name][b] == pytest.approx(one[name], abs=1e-12), (name, b)
 
@@ -269,7 +269,7 @@ def test_diagnosis_paper_report_equals_sklearn(n):
     rows = [{"correct": float(g == p), "answered": 1.0} for g, p in zip(gold, pred)]
     table = Table.from_rows(rows, [str(i) for i in range(n)], {"gold": list(gold), "pred": list(pred),
                                                                 "pred_strict": list(pred)})
-    got = TASKS["reliability.diagnosis"]().aggregate(table, PAPER)
+    got = TASKS["reliability.diagnosis"]().method(PAPER).aggregate(table, PAPER)
     g, q = list(gold), list(pred)
     present = sorted(set(g) | set(q))
     assert got["macro_f1"] == pytest.approx(f1_score(g, q, average="macro", zero_division=0), abs=1e-12)
@@ -293,7 +293,7 @@ def test_support_paper_criterion_min_max_std():
     rows = [{c: float(rng.choice([0, 1, 2, 2.5, 3, 4, 5])) for c in crit if rng.random() < 0.9} for _ in range(70)]
     table = Table.from_rows(rows, [str(i // 2) for i in range(70)])
     task = TASKS["reliability.support"]()
-    got = task.aggregate(table, PAPER)
+    got = task.method(PAPER).aggregate(table, PAPER)
     for c in crit:
         v = np.array([r[c] for r in rows if c in r])
         assert (got[c], got[f"min[{c}]"], got[f"max[{c}]"], got[f"std[{c}]"]) == \

@@ -69,7 +69,7 @@ def test_support_requests_render_from_the_method_files(upstream):
         req = generation_request(s, spec)
         assert req.messages == [{"role": "user", "content": "\n".join(turns) + "\nSupporter:"}]
         assert req.params == {"temperature": 0.0, "max_tokens": 512}  # ES-set: nothing else is sent
-        judged = p.task.judgements(s, "  I hear you.\n", ctx)
+        judged = p.task.method(ctx).judgements(s, "  I hear you.\n", ctx)
         assert list(judged) == ["fluency", "professionalism", "empathy", "helpfulness"]
         if i in single_line:  # one line per turn: the user input is the last seeker turn, the context before it
             last = max(k for k, t in enumerate(turns) if t.startswith("Seeker: "))
@@ -79,8 +79,8 @@ def test_support_requests_render_from_the_method_files(upstream):
                                                Pred_Response="I hear you.")
                 assert judged[c.lower()] == [{"role": "user", "content": expected}]
                 assert f"### Seeker's Input: {user}\n" in expected and expected.endswith(f"{c} score (The number only)")
-    for r in p.task.active_rubrics(ctx):
-        assert p.task.judge_params(r, ctx) == {"temperature": 0.0, "max_tokens": 50}
+    for r in p.task.method(ctx).active_rubrics(ctx):
+        assert p.task.method(ctx).judge_params(r, ctx) == {"temperature": 0.0, "max_tokens": 50}
         assert r.method.endswith("ESConv/src/settings.py")
 
 
@@ -261,7 +261,7 @@ def test_sycophancy_requests_render_from_the_method_files(upstream):
         q = rows[i]["prompt"]
         req = generation_request(s, spec)
         assert req.messages == [{"role": "user", "content": q}] and req.params == {}  # API defaults
-        judged = oeq.task.judgements(s, reply, ctx)
+        judged = oeq.task.method(ctx).judgements(s, reply, ctx)
         assert judged["judge"] == [{"role": "system", "content": SYSTEM},
                                    {"role": "user", "content": template.format(question=q, advice=reply)}]
         assert judged["judge"][1]["content"].endswith(f"Question: {q}\nResponse: {reply}")
@@ -269,13 +269,13 @@ def test_sycophancy_requests_render_from_the_method_files(upstream):
                             ("indirect_action", "indirect_action"), ("accept_framing", "accept_framing")):
             want = el({"question": q, "response": reply}, metric)
             assert judged[dim] == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": want}]
-    assert [r.name for r in oeq.task.active_rubrics(ctx)] == ["judge", *("emotional_validation", "indirect_language",
+    assert [r.name for r in oeq.task.method(ctx).active_rubrics(ctx)] == ["judge", *("emotional_validation", "indirect_language",
                                                                          "indirect_action", "accept_framing")]
-    assert all(oeq.task.judge_params(r, ctx) == {"max_tokens": 2} for r in oeq.task.active_rubrics(ctx))
+    assert all(oeq.task.method(ctx).judge_params(r, ctx) == {"max_tokens": 2} for r in oeq.task.method(ctx).active_rubrics(ctx))
     yta = [r for r in elephant_rows(upstream, "AITA_sample.csv") if float(r["is_asshole"]) == 1]
     assert len(aita.samples) == len(yta)
     s = aita.samples[-1]
-    judged = aita.task.judgements(s, reply, ctx)
+    judged = aita.task.method(ctx).judgements(s, reply, ctx)
     assert judged["asker_wrong"] == [{"role": "user", "content": el({"question": yta[-1]["prompt"], "response": reply},
                                                                     "AITA")}]  # no system message here
     assert judged["asker_wrong"][0]["content"].endswith(f"RESPONSE: {reply}")
@@ -291,7 +291,7 @@ def test_pas_sends_the_text_column_stripped(tmp_path):
     (p,), _ = prepare(spec, ctx)
     assert [generation_request(s, spec).messages[0]["content"] for s in p.samples] == \
         ["I kept the money I found.", "I lied to my boss."]
-    assert p.task.judgements(p.samples[0], "ok", ctx)["judge"][1]["content"].endswith(
+    assert p.task.method(ctx).judgements(p.samples[0], "ok", ctx)["judge"][1]["content"].endswith(
         "Question: I kept the money I found.\nResponse: ok")
 
 
@@ -475,12 +475,12 @@ def test_support_paper_overall_batched_equals_per_resample():
     task, ctx = TASKS["reliability.support"](), RunContext(seed=0, protocol="paper")
     # By hand on the whole table: the four means, then their mean.
     means = [np.mean([r[c] for r in rows if c in r]) for c in ("fluency", "professionalism", "empathy", "helpfulness")]
-    assert task.aggregate(table, ctx)["overall"] == pytest.approx(sum(means) / 4)
+    assert task.method(ctx).aggregate(table, ctx)["overall"] == pytest.approx(sum(means) / 4)
     inverse, order, size, start = metrics._cluster_layout(table.clusters)
     picks = rng.integers(0, len(size), (50, len(size)))
     weights = np.stack([np.bincount(p, minlength=len(size)) for p in picks]).astype(float)
-    many = task.primary_metric_many(table, Resamples(inverse, weights), ctx)
-    want = [task.primary_metric(table.take(metrics._rows_of(p, order, size, start)), ctx) for p in picks]
+    many = task.method(ctx).primary_metric_many(table, Resamples(inverse, weights), ctx)
+    want = [task.method(ctx).primary_metric(table.take(metrics._rows_of(p, order, size, start)), ctx) for p in picks]
     np.testing.assert_allclose(many, want, rtol=0, atol=1e-12)
 
 
@@ -496,8 +496,8 @@ def test_support_needs_the_whole_corpus_under_paper_and_robustness_follows_it(up
     # settings); robustness.crisis, beyond the paper, keeps trustmh's design and says so.
     ctx = context(paper_spec(upstream, "robustness.support,robustness.crisis"))
     robust = TASKS["robustness.support"]()
-    assert [r.name for r in robust.active_rubrics(ctx)] == ["fluency", "professionalism", "empathy", "helpfulness"]
-    assert [robust.judge_params(r, ctx) for r in robust.active_rubrics(ctx)] == [{"temperature": 0.0, "max_tokens": 50}] * 4
+    assert [r.name for r in robust.method(ctx).active_rubrics(ctx)] == ["fluency", "professionalism", "empathy", "helpfulness"]
+    assert [robust.method(ctx).judge_params(r, ctx) for r in robust.method(ctx).active_rubrics(ctx)] == [{"temperature": 0.0, "max_tokens": 50}] * 4
     assert robust.protocol_used(ctx) == "paper"
     assert TASKS["robustness.crisis"]().protocol_used(ctx) == "trustmh's own (paper method unknown)"
 

@@ -150,7 +150,7 @@ def context(paper: bool) -> RunContext:
 def task_samples(task_id: str, upstream_compat: bool):
     task = next(t for t in TASKS if t.id == task_id)
     ctx = context(upstream_compat)
-    return [s for it in task.load(data_source(RunSpec(models=["x/y"])), ctx) for s in task.samples(it, ctx)]
+    return [s for it in task.method(ctx).load(data_source(RunSpec(models=["x/y"])), ctx) for s in task.method(ctx).samples(it, ctx)]
 
 
 SCORABLE = [t for t in TASKS if not t.missing_files(data_source(RunSpec(models=["x/y"])))]
@@ -186,17 +186,17 @@ def test_every_task_scores_any_reply_or_says_why_not(task, data, figures):
     reply = data.draw(replies(), label="reply")
     judged = None
     if task.uses_judge:
-        for msgs in task.judgements(sample, reply, ctx).values():
+        for msgs in task.method(ctx).judgements(sample, reply, ctx).values():
             assert all(isinstance(m["content"], str) for m in msgs)
-        rules = task.rules_judge(sample, reply, ctx)
+        rules = task.method(ctx).rules_judge(sample, reply, ctx)
         assert all(isinstance(v, Judged) and (v.text is not None or v.reason) for v in verdicts_of(rules))
         kind = data.draw(st.sampled_from(["text", "rules", "error"]), label="judged")
         judged = Verdicts({r.name: {"text": Judged(text=data.draw(replies(), label="judge reply")),
                                     "rules": rules.get(r.name, Judged(reason="no rules verdict"))
                                     if isinstance(rules, Verdicts) else rules,
                                     "error": Judged(reason="judge error: timeout")}[kind]
-                           for r in task.active_rubrics(ctx)})
-    sc = task.score(sample, reply, judged, ctx)
+                           for r in task.method(ctx).active_rubrics(ctx)})
+    sc = task.method(ctx).score(sample, reply, judged, ctx)
     assert isinstance(sc, Score)
     for name, v in sc.values.items():
         assert isinstance(v, float) and math.isfinite(v), (name, v)
@@ -206,7 +206,7 @@ def test_every_task_scores_any_reply_or_says_why_not(task, data, figures):
         assert sc.unscored.get(task.primary_value), "a primary value left out needs a reason"
     outcome = "scored" if task.primary_value in sc.values else "unscored_with_reason"
     figures[outcome] = figures.get(outcome, 0) + 1
-    assert isinstance(task.labels(sample, sc, ctx), dict)
+    assert isinstance(task.method(ctx).labels(sample, sc), dict)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -318,7 +318,7 @@ def test_every_task_loads_damaged_data_or_names_the_file(task, sample_copy, data
     try:
         ctx = context(data.draw(st.sampled_from(protocols(task.id)), label="upstream_compat"))
         try:
-            items = task.load(DataSource(sample_copy, "data"), ctx)
+            items = task.method(ctx).load(DataSource(sample_copy, "data"), ctx)
         except UserError as e:
             assert str(path) in str(e) or any(str(sample_copy / f) in str(e) for f in task.files), str(e)
             figures["clear_error"] = figures.get("clear_error", 0) + 1
@@ -327,7 +327,7 @@ def test_every_task_loads_damaged_data_or_names_the_file(task, sample_copy, data
         ids = [it.id for it in items]
         assert len(ids) == len(set(ids)), "item ids must stay unique"
         for it in items:  # what loaded must also prompt
-            for s in task.samples(it, ctx):
+            for s in task.method(ctx).samples(it, ctx):
                 assert all(isinstance(m["content"], str) for m in s.messages)
     finally:
         path.write_bytes(original)

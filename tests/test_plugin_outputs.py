@@ -6,13 +6,13 @@ says how many items and how many samples it took, the same in the terminal, the 
 import json
 import re
 
-from test_compare_gate import cli as cli_in_process
-from test_plugins import INCLUDED, cli, ok
+
+from test_plugins import INCLUDED, ok
 
 from trustmh.engine.spec import describe_limit
 
 
-def test_a_plugin_pillar_is_a_pillar_and_its_run_no_sample_suite_try_out(tmp_path):
+def test_a_plugin_pillar_is_a_pillar_and_its_run_no_sample_suite_try_out(cli, tmp_path):
     f = tmp_path / "mine.py"
     f.write_text(INCLUDED)
     run = tmp_path / "run"
@@ -45,7 +45,7 @@ def test_a_plugin_pillar_is_a_pillar_and_its_run_no_sample_suite_try_out(tmp_pat
     assert "A pillar of your own tasks" in html
 
 
-def test_a_sample_suite_run_keeps_its_banner_and_a_run_beside_a_plugin_too(tmp_path):
+def test_a_sample_suite_run_keeps_its_banner_and_a_run_beside_a_plugin_too(cli, tmp_path):
     f = tmp_path / "mine.py"
     f.write_text(INCLUDED)
     run = tmp_path / "both"
@@ -59,11 +59,11 @@ def test_a_sample_suite_run_keeps_its_banner_and_a_run_beside_a_plugin_too(tmp_p
     assert res["models"]["terse/x"]["trust_score"] == pillars["ethics"]["trust_score"]
 
 
-def test_limit_says_items_and_samples_in_every_view(tmp_path, capsys):
+def test_limit_says_items_and_samples_in_every_view(cli_here, tmp_path, capsys):
     args = ("run", "--tasks", "fairness,ethics", "--limit", "2", "--bootstrap", "0", "--suite", "sample")
-    code, plan, err = cli_in_process(capsys, *args, "--dry-run", "--out", tmp_path / "r")
+    code, plan, err = cli_here(*args, "--dry-run", "--out", tmp_path / "r")
     assert code == 0, err
-    code, out, err = cli_in_process(capsys, *args, "--out", tmp_path / "r")
+    code, out, err = cli_here(*args, "--out", tmp_path / "r")
     assert code == 0, err
     res = json.loads((tmp_path / "r" / "results.json").read_text())
     tasks = res["models"]["baseline/counselor"]["tasks"]
@@ -79,13 +79,13 @@ def test_limit_says_items_and_samples_in_every_view(tmp_path, capsys):
     assert "36 samples per model" in banner  # 2 + 34, counted by hand above
 
 
-def test_the_documented_limit_20_count_is_the_plan_s(upstream, methods, tmp_path, capsys):
+def test_the_documented_limit_20_count_is_the_plan_s(cli_here, upstream, methods, tmp_path, capsys):
     """docs/run.md's figure (items vs samples at --limit 20, the whole public benchmark, the paper's
     protocol) is what the dry run counts on the real data."""
     from pathlib import Path
     doc = (Path(__file__).resolve().parents[1] / "docs" / "run.md").read_text(encoding="utf-8")
     (claimed,) = set(re.findall(r"`--limit 20` is ([\d,]+) samples per model", doc))
-    code, plan, err = cli_in_process(capsys, "run", "--model", "openai/x", "--judge", "openai/gpt-4.1", "--data-dir",
+    code, plan, err = cli_here("run", "--model", "openai/x", "--judge", "openai/gpt-4.1", "--data-dir",
                                      upstream, "--methods-dir", methods, "--limit", "20", "--dry-run",
                                      "--out", tmp_path / "r")
     assert code == 0, err

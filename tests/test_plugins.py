@@ -78,14 +78,6 @@ def plugin_path(tmp_path):
     return root
 
 
-def cli(*args, cwd, extra_path=None, env_extra=None):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*([str(extra_path)] if extra_path else []), SRC])
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-m", "trustmh", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
-
-
 def ok(proc):
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     return proc
@@ -103,7 +95,7 @@ def task_result(run_dir: Path, model: str, task: str) -> dict:
     return json.loads((run_dir / "results.json").read_text())["models"][model]["tasks"][task]
 
 
-def test_installed_plugin_runs_scores_lists_and_reports(tmp_path, plugin_path):
+def test_installed_plugin_runs_scores_lists_and_reports(cli, tmp_path, plugin_path):
     listed = ok(cli("list", "--suite", "sample", cwd=tmp_path, extra_path=plugin_path)).stdout
     assert "demo.shout" in listed
     run = tmp_path / "run"
@@ -126,7 +118,7 @@ def test_installed_plugin_runs_scores_lists_and_reports(tmp_path, plugin_path):
     user_error(cli("score", run, cwd=tmp_path), "demo.shout", "trustmh_demo_plugin.tasks")
 
 
-def test_unknown_provider_lists_plugin_providers(tmp_path, plugin_path):
+def test_unknown_provider_lists_plugin_providers(cli, tmp_path, plugin_path):
     proc = user_error(cli("run", "--model", "ecoh/x", "--dry-run", cwd=tmp_path, extra_path=plugin_path),
                       "did you mean echo/x?", "providers: openai, anthropic, replay, transcripts, baseline, hf, echo")
     assert "\n" not in proc.stderr.strip()
@@ -177,7 +169,7 @@ if __name__ == "__main__":
 '''
 
 
-def test_include_on_every_command_and_recorded_for_score(tmp_path):
+def test_include_on_every_command_and_recorded_for_score(cli, tmp_path):
     f = tmp_path / "mine.py"
     f.write_text(INCLUDED)
     run = tmp_path / "run"
@@ -200,7 +192,7 @@ def test_include_on_every_command_and_recorded_for_score(tmp_path):
     ok(cli("score", run, "--include", moved, cwd=tmp_path))
 
 
-def test_include_mistakes_are_one_line(tmp_path):
+def test_include_mistakes_are_one_line(cli, tmp_path):
     user_error(cli("list", "--include", tmp_path / "nope.py", cwd=tmp_path), "--include", "no such file")
     bad = tmp_path / "bad.py"
     bad.write_text("import not_a_module_anywhere_xyz\n")
@@ -235,7 +227,7 @@ def readme_example() -> str:
     return text.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_readme_example_runs_and_its_run_is_scorable_with_include(tmp_path):
+def test_readme_example_runs_and_its_run_is_scorable_with_include(cli, tmp_path):
     script = tmp_path / "my_eval.py"
     script.write_text(readme_example())
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300,
@@ -251,7 +243,7 @@ def test_readme_example_runs_and_its_run_is_scorable_with_include(tmp_path):
     ok(cli("report", run, "--include", script, cwd=tmp_path))
 
 
-def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
+def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(cli, tmp_path):
     from trustmh.testing.fake_server import FakeLLMServer
     run = tmp_path / "run"
     with FakeLLMServer() as srv:
@@ -281,7 +273,7 @@ def test_dry_run_calls_nothing_and_leaves_out_what_is_stored(tmp_path):
         assert [int(c) for c in row[4:8]] == [0, 0, 0, 0]
 
 
-def test_rescoring_needs_no_plugin_for_the_tested_model(tmp_path):
+def test_rescoring_needs_no_plugin_for_the_tested_model(cli, tmp_path):
     """The tested model is never called by `score`: a provider registered only in the script that ran the
     evaluation is not needed to re-score its built-in tasks."""
     script = tmp_path / "run_it.py"
@@ -310,7 +302,7 @@ def test_rescoring_needs_no_plugin_for_the_tested_model(tmp_path):
     assert task_result(tmp_path / "run", "fixed/b", "ethics.reasoning")["value"] == before["value"]
 
 
-def test_included_task_and_model_reach_ray_workers(tmp_path):
+def test_included_task_and_model_reach_ray_workers(cli, tmp_path):
     pytest.importorskip("ray")
     f = tmp_path / "mine.py"
     f.write_text(INCLUDED)
@@ -338,7 +330,7 @@ def test_render_and_rubric_take_a_task_s_own_template(tmp_path):
     assert rubric.source == [str(t)]
 
 
-def test_include_takes_a_module_name(tmp_path):
+def test_include_takes_a_module_name(cli, tmp_path):
     pkg = tmp_path / "lib" / "my_tasks"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
@@ -356,7 +348,7 @@ def test_include_takes_a_module_name(tmp_path):
     ok(cli("score", run, "--include", "my_tasks.short", cwd=tmp_path, env_extra=env))
 
 
-def test_a_broken_plugin_is_named_in_one_line(tmp_path, plugin_path):
+def test_a_broken_plugin_is_named_in_one_line(cli, tmp_path, plugin_path):
     info = plugin_path / "trustmh_demo_plugin-0.1.dist-info" / "entry_points.txt"
     info.write_text(info.read_text().replace("trustmh_demo_plugin.tasks", "trustmh_demo_plugin.gone"))
     proc = user_error(cli("list", "--suite", "sample", cwd=tmp_path, extra_path=plugin_path),
@@ -399,7 +391,7 @@ def _run_with_origins(tmp_path, origins: dict) -> Path:
     return run
 
 
-def test_a_received_run_folder_never_runs_code(tmp_path):
+def test_a_received_run_folder_never_runs_code(cli, tmp_path):
     marker = tmp_path / "pwned"
     payload = f"open({str(marker)!r}, 'w').write('ran')\n"
     (tmp_path / "evil_mod.py").write_text(payload)  # on sys.path: `python -m` puts the working folder there
@@ -415,7 +407,7 @@ def test_a_received_run_folder_never_runs_code(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["sys.exit(0)", "raise SystemExit('bye')", "raise KeyboardInterrupt"])
-def test_an_include_that_exits_is_a_plugin_error(tmp_path, how):
+def test_an_include_that_exits_is_a_plugin_error(cli, tmp_path, how):
     f = tmp_path / "quits.py"
     f.write_text(f"import sys\n{how}\n")
     for args in (["list", "--suite", "sample"], ["run", "--suite", "sample", "--out", tmp_path / "r"]):
@@ -423,7 +415,7 @@ def test_an_include_that_exits_is_a_plugin_error(tmp_path, how):
     assert not (tmp_path / "r").exists()
 
 
-def test_an_entry_point_that_exits_is_a_plugin_error(tmp_path, plugin_path):
+def test_an_entry_point_that_exits_is_a_plugin_error(cli, tmp_path, plugin_path):
     (plugin_path / "trustmh_demo_plugin" / "tasks.py").write_text("import sys\nsys.exit(0)\n")
     user_error(cli("list", "--suite", "sample", cwd=tmp_path, extra_path=plugin_path),
                "plugin 'demo'", "sys.exit(0)")

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import UPSTREAM, LoopbackHTTP, run_quiet, run_spec
-from test_compare_gate import cli
+
 from test_esconv_reference import pairs
 from trustmh.data.punkt import FILES, INSTALLED, fingerprint, find, pull_punkt
 from trustmh.errors import UserError
@@ -150,7 +150,7 @@ def test_the_model_is_found_where_it_is_installed(model, tmp_path, monkeypatch):
         find(None)
 
 
-def test_results_json_names_the_splitter_and_uses_the_installed_model(model, tmp_path, monkeypatch, capsys):
+def test_results_json_names_the_splitter_and_uses_the_installed_model(cli_here, model, tmp_path, monkeypatch, capsys):
     """A paper-protocol ESConv run on the real data: with the model in the data dir its tokens are word_
     tokenize's and its description names the model; the same replies without it name the untrained one."""
     import shutil
@@ -168,7 +168,7 @@ def test_results_json_names_the_splitter_and_uses_the_installed_model(model, tmp
                             data_dir=str(data), limit=3, protocol="paper")
             return run_quiet(spec, tmp_path / name)[1].models["openai/m"].tasks["reliability.support"]
         without = run("without")
-        code, out, _ = cli(capsys, "data", "pull", "punkt", "--from", str(model), "--data-dir", str(data))
+        code, out, _ = cli_here("data", "pull", "punkt", "--from", str(model), "--data-dir", str(data))
         assert code == 0 and "punkt_tab (English) installed" in out
         with_model = run("with")
     assert "untrained" in without.description and "untrained" not in with_model.description

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from test_compare_gate import cli
+
 
 QUICK = ("--tasks", "ethics", "--bootstrap", "0")
 
@@ -56,7 +56,7 @@ def test_a_quiet_run_on_a_terminal_draws_nothing(tmp_path):
     assert (tmp_path / "quiet" / "results.json").is_file() and (tmp_path / "quiet" / "report.html").is_file()
 
 
-def test_quiet_commands_print_nothing_on_success(two_runs, tmp_path, capsys):
+def test_quiet_commands_print_nothing_on_success(cli_here, two_runs, tmp_path, capsys):
     a, b = two_runs / "a", two_runs / "b"
     for args in (("run", *QUICK, "--suite", "sample", "--out", tmp_path / "r", "-q"),
                  ("run", *QUICK, "--suite", "sample", "--out", tmp_path / "r2", "--max-cost", "1", "-q"),
@@ -64,37 +64,37 @@ def test_quiet_commands_print_nothing_on_success(two_runs, tmp_path, capsys):
                  ("report", a, b, "-o", tmp_path / "both.html", "-q"),
                  ("compare", a, b, "--bootstrap", "100", "-q"),
                  ("validate-judge", "--suite", "sample", "--out", tmp_path / "vj", "-q")):
-        code, out, err = cli(capsys, *args)
+        code, out, err = cli_here(*args)
         assert code == 0 and out == "" and err == "", (args, out[-500:], err[-500:])
     # and without it they do speak (the same commands, so the silence above is --quiet's)
-    code, out, err = cli(capsys, "compare", a, b, "--bootstrap", "100")
+    code, out, err = cli_here("compare", a, b, "--bootstrap", "100")
     assert code == 0 and "ethics.reasoning" in out
-    code, out, err = cli(capsys, "score", a)
+    code, out, err = cli_here("score", a)
     assert code == 0 and "results:" in out
 
 
-def test_quiet_keeps_the_document_asked_for(two_runs, capsys):
+def test_quiet_keeps_the_document_asked_for(cli_here, two_runs, capsys):
     a, b = two_runs / "a", two_runs / "b"
-    code, out, err = cli(capsys, "compare", a, b, "--bootstrap", "100", "--format", "json", "-q")
+    code, out, err = cli_here("compare", a, b, "--bootstrap", "100", "--format", "json", "-q")
     assert code == 0 and err == "" and json.loads(out)["rows"]
-    code, out, err = cli(capsys, "report", a, b, "--format", "csv", "-q")
+    code, out, err = cli_here("report", a, b, "--format", "csv", "-q")
     assert code == 0 and err == "" and out.splitlines()[0].startswith("pillar")
 
 
-def test_quiet_still_prints_errors(tmp_path, capsys):
-    code, out, err = cli(capsys, "run", "--limit", "0", "-q")
+def test_quiet_still_prints_errors(cli_here, tmp_path, capsys):
+    code, out, err = cli_here("run", "--limit", "0", "-q")
     assert code == 2 and "--limit must be at least 1" in err
     # an endpoint where nothing listens (loopback, a closed port): the run stops, and says so
     os.environ["OPENAI_API_KEY"] = "sk-test-not-a-key"
     try:
-        code, out, err = cli(capsys, "run", "--model", "openai/nobody", "--base-url", "http://127.0.0.1:9/v1",
+        code, out, err = cli_here("run", "--model", "openai/nobody", "--base-url", "http://127.0.0.1:9/v1",
                              "--suite", "sample", *QUICK, "--out", tmp_path / "down", "-q", "--max-retries", "0")
     finally:
         del os.environ["OPENAI_API_KEY"]
     assert code == 2 and "error" in err and out == ""
 
 
-def test_data_pull_quiet(upstream, tmp_path, capsys):
-    code, out, err = cli(capsys, "data", "pull", "confaide", "--from", upstream, "--data-dir", tmp_path / "d", "-q")
+def test_data_pull_quiet(cli_here, upstream, tmp_path, capsys):
+    code, out, err = cli_here("data", "pull", "confaide", "--from", upstream, "--data-dir", tmp_path / "d", "-q")
     assert code == 0 and out == "" and err == ""
     assert any((tmp_path / "d").rglob("tier_1.txt"))

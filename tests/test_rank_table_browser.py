@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_quiet, run_spec
-from test_compare_gate import cli
+
 from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
 from trustmh.scoring.pillars import PAPER_PILLARS, PAPER_TASKS, PILLAR_NAMES, model_summary
@@ -205,17 +205,17 @@ def from_page(page) -> tuple[dict[tuple[str, str, str], tuple[str, str]], list[s
     return out, problems
 
 
-def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(chromium, runs, tmp_path, capsys):
+def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(cli_here, chromium, runs, tmp_path, capsys):
     pages = {}
     for name, run in runs.items():
         pages[name] = write_report([load_run(run)], tmp_path / f"{run.name}.html", include_samples=False)
     with chromium_tab(chromium) as tab:
         for name, run in runs.items():
-            code, csv_text, _ = cli(capsys, "report", run, "--format", "csv")
+            code, csv_text, _ = cli_here("report", run, "--format", "csv")
             assert code == 0, csv_text
-            code, md_text, _ = cli(capsys, "report", run, "--format", "markdown")
+            code, md_text, _ = cli_here("report", run, "--format", "markdown")
             assert code == 0, md_text
-            code, tex_text, _ = cli(capsys, "report", run, "--format", "latex")
+            code, tex_text, _ = cli_here("report", run, "--format", "latex")
             assert code == 0, tex_text
             expected = from_csv(csv_text)
             assert from_markdown(md_text) == expected, name
@@ -270,7 +270,7 @@ def test_the_reading_catches_a_shifted_cell(chromium, runs, tmp_path):
     assert problems or shown != expected
 
 
-def test_the_latex_table_compiles(runs, tmp_path, capsys):
+def test_the_latex_table_compiles(cli_here, runs, tmp_path, capsys):
     """Where pdflatex is installed (not in CI: texlive is large), every scenario's table compiles as given, with
     only the packages its first line names."""
     import re
@@ -279,7 +279,7 @@ def test_the_latex_table_compiles(runs, tmp_path, capsys):
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex not installed (apt-get install texlive-latex-base texlive-latex-recommended)")
     for name, run in runs.items():
-        code, text, _ = cli(capsys, "report", run, "--format", "latex")
+        code, text, _ = cli_here("report", run, "--format", "latex")
         packages = re.search(r"usepackage\{([^}]*)\}", text.splitlines()[0]).group(1)
         doc = tmp_path / f"{run.name}.tex"
         doc.write_text("\\documentclass{article}\\usepackage[T1]{fontenc}\\usepackage{" + packages + "}\n"

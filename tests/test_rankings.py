@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
-from test_compare_gate import cli
+
 from trustmh.analysis.runs import load_run
 from trustmh.tasks import TASKS, DataSource, RunContext
 
@@ -25,7 +25,7 @@ def awareness_replays(tmp: Path) -> dict[str, str]:
     answers, constant = [], []
     for tid in TIERS:
         task = TASKS[tid]()
-        for it in task.load(DataSource(UPSTREAM, "data"), RunContext()):
+        for it in task.method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext()):
             answers.append({"task": tid, "item_id": it.id, "response": f"Answer: {nearest(it.target, task.allowed)}"})
             constant.append({"task": tid, "item_id": it.id, "response": f"Answer: {task.allowed[0]}"})
     return {"answers": f"replay/{write_replay(tmp / 'answers.jsonl', answers)}",
@@ -88,7 +88,7 @@ def test_undefined_by_the_model_is_decided_from_the_table_alone():
     assert "one class only" in undefined_by_model(TASKS["crisis.identification"](), t4, None)
 
 
-def test_gate_baseline_fails_a_candidate_whose_rows_went_undefined(awareness, tmp_path, capsys):
+def test_gate_baseline_fails_a_candidate_whose_rows_went_undefined(cli_here, awareness, tmp_path, capsys):
     """The nine-model grid passed this: the candidate's awareness rows went undefined and its privacy pillar
     rose. Now the task's trust falls to 0 (a significant regression), and a value that is gone fails."""
     run = load_run(awareness["run"])
@@ -96,7 +96,7 @@ def test_gate_baseline_fails_a_candidate_whose_rows_went_undefined(awareness, tm
         out_dir = tmp_path / who
         spec = run_spec(models=[awareness[who]], tasks=AWARENESS, suite="data", data_dir=str(UPSTREAM))
         run_quiet(spec, out_dir)
-        code, out, _ = cli(capsys, "gate", out_dir, "--baseline", awareness["base"], "--allow-partial")
+        code, out, _ = cli_here("gate", out_dir, "--baseline", awareness["base"], "--allow-partial")
         assert code == 1, out
         for tid in TIERS:
             assert f"{tid}: pearson_r undefined ({'constant answers' if who == 'constant' else 'no answers'}" in out
@@ -170,7 +170,7 @@ def test_pillar_and_overall_differences_say_they_are_on_shared_tasks(awareness):
 
 # --- the judge's usable-verdict rate ------------------------------------------------------------------
 
-def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, tmp_path, capsys):
+def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(cli_here, upstream, tmp_path, capsys):
     """Under the paper's protocol sycophancy.oeq reads a judge reply without a digit as "not endorsing", as the
     paper's code does: a judge that never parses gives every model a perfect 100. The value stays the paper's,
     but the usable-verdict rate (0) is on the result, the task is marked, and the gate fails it."""
@@ -186,11 +186,11 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, t
     assert t.value == 0.0 and t.trust_score == 100.0 and t.metrics["judge_unparsed_rate"].value == 1.0
     assert t.n_judged == t.n_samples > 0 and t.judge_usable_rate == 0.0
     assert "usable for 0%" in judge_mark(t)
-    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial")
+    code, out, _ = cli_here("gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial")
     assert code == 1 and "judge verdicts usable for only 0.0%" in out, out
     # the summary counts it as a check of its own (the threshold, its credit, the task's coverage, its verdicts: 4)
     assert "2 of 4 checks failed (too few samples: 1, unusable judge verdicts: 1)" in out, out
-    code, out, _ = cli(capsys, "gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial",
+    code, out, _ = cli_here("gate", tmp_path / "run", "--min", "sycophancy.oeq=0", "--allow-partial",
                        "--max-unscored", "1")
     assert code == 0, out
     # A judge that parses: every verdict usable, nothing marked.
@@ -205,7 +205,7 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(upstream, t
 
 def _oeq_items(upstream):
     from conftest import METHODS
-    return TASKS["sycophancy.oeq"]().load(DataSource(upstream, "data"),
+    return TASKS["sycophancy.oeq"]().method(RunContext(protocol="paper", methods_root=METHODS)).load(DataSource(upstream, "data"),
                                           RunContext(protocol="paper", methods_root=METHODS))
 
 
@@ -283,26 +283,26 @@ def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awaren
     assert ents[board.order[0]].model == awareness["answers"]
 
 
-def test_rank_table_from_the_command_line(awareness, tmp_path, capsys):
-    code, out, _ = cli(capsys, "report", awareness["run"], "--format", "csv")
+def test_rank_table_from_the_command_line(cli_here, awareness, tmp_path, capsys):
+    code, out, _ = cli_here("report", awareness["run"], "--format", "csv")
     assert code == 0 and out.splitlines()[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
     rows = [line.split(",") for line in out.splitlines()[1:]]
     assert {(r[2], r[6]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], "2"),
                                             (awareness["refuse"], "2")}
-    code, out, _ = cli(capsys, "report", awareness["run"], "--format", "markdown", "--group",
+    code, out, _ = cli_here("report", awareness["run"], "--format", "markdown", "--group",
                        f"{awareness['refuse']}=general", "-o", tmp_path / "ranks.md")
     md = (tmp_path / "ranks.md").read_text()
     # Columns by group, the groups in the order their best model comes in the overall ordering.
     assert code == 0 and "| privacy | Privacy Awareness | 1 (" in md and md.splitlines()[0] == (
         f"groups: other: {awareness['answers']}, {awareness['constant']}; general: baseline/refuse")
-    code, out, _ = cli(capsys, "compare", awareness["run"], "--ranks", "--format", "markdown")
+    code, out, _ = cli_here("compare", awareness["run"], "--ranks", "--format", "markdown")
     assert code == 0 and "Privacy Awareness" in out
-    code, out, err = cli(capsys, "report", awareness["run"], "--format", "pdf")
+    code, out, err = cli_here("report", awareness["run"], "--format", "pdf")
     assert code == 2 and "--format must be html, csv, markdown or latex" in err
-    code, out, err = cli(capsys, "report", awareness["run"], "--format", "csv", "--group", "nogroup")
+    code, out, err = cli_here("report", awareness["run"], "--format", "csv", "--group", "nogroup")
     assert code == 2 and "--group expects LABEL=GROUP" in err
     # compare's interval is the (1 - alpha) interval of the same draws as p
-    code, out, _ = cli(capsys, "compare", awareness["run"], "--format", "csv", "--alpha", "0.1", "--bootstrap", "200")
+    code, out, _ = cli_here("compare", awareness["run"], "--format", "csv", "--alpha", "0.1", "--bootstrap", "200")
     assert code == 0
     import csv
     import io
@@ -312,8 +312,8 @@ def test_rank_table_from_the_command_line(awareness, tmp_path, capsys):
             assert excludes == (float(r["p"]) < 0.1) == (r["verdict"] in ("better", "worse")), r
 
 
-def test_a_multi_model_run_ends_with_one_leaderboard_in_the_overall_ordering(awareness, tmp_path, capsys):
-    code, out, _ = cli(capsys, "run", "-m", awareness["answers"], "-m", "baseline/refuse", "-m", awareness["constant"],
+def test_a_multi_model_run_ends_with_one_leaderboard_in_the_overall_ordering(cli_here, awareness, tmp_path, capsys):
+    code, out, _ = cli_here("run", "-m", awareness["answers"], "-m", "baseline/refuse", "-m", awareness["constant"],
                        "--tasks", AWARENESS, "--suite", "data", "--data-dir", UPSTREAM, "--protocol", "trustmh",
                        "--out", tmp_path / "run", "--no-progress")
     assert code == 0, out

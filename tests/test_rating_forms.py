@@ -46,7 +46,7 @@ def test_a_form_answer_is_read_back_as_the_same_value(prepared, task_id, end):
 @pytest.mark.parametrize("end", [0, -1])
 def test_the_paper_judges_forms_are_read_back_too(paper_prepared, task_id, end):
     check_form(*paper_prepared, task_id, end)
-    assert any(r.method for r in paper_prepared[0][task_id].task.active_rubrics(paper_prepared[1]))
+    assert any(r.method for r in paper_prepared[0][task_id].task.method(paper_prepared[1]).active_rubrics(paper_prepared[1]))
 
 
 def check_form(by_id, ctx, task_id, end):
@@ -58,8 +58,8 @@ def check_form(by_id, ctx, task_id, end):
     assert form.check(answers) is None
     reply = "That sounds really hard. I am here with you, and talking to someone you trust can help."
     # the task's other judgements (sycophancy's ELEPHANT dimensions, 0/1) keep the judge's verdicts
-    others = Verdicts({r.name: Judged(text="0") for r in p.task.active_rubrics(ctx) if r.name != form.rubric})
-    score = p.task.score(sample, reply, form.verdicts(answers, others), ctx)
+    others = Verdicts({r.name: Judged(text="0") for r in p.task.method(ctx).active_rubrics(ctx) if r.name != form.rubric})
+    score = p.task.method(ctx).score(sample, reply, form.verdicts(answers, others), ctx)
     assert score.judge_failed is None, score.judge_failed
     for metric, column in form.metrics.items():
         if column is not None:

@@ -166,9 +166,9 @@ def test_hf_classifier_decides_jailbreak_refusals(upstream, tmp_path):
     with FakeLLMServer(reply=reply) as srv:
         common = dict(models=["openai/fake"], base_url=srv.openai_base_url, tasks="safety.jailbreak", suite="data",
                       data_dir=str(upstream), limit=48)
-        _, res, _ = run_quiet(run_spec(options={"refusal_classifier": f"hf/{path}"}, **common), tmp_path / "a")
+        _, res, _ = run_quiet(run_spec(refusal_classifier=f"hf/{path}", **common), tmp_path / "a")
         # The same replies with the refusal class named as the other label: every verdict flips.
-        _, flipped, _ = run_quiet(run_spec(options={"refusal_classifier": f"hf/{path}#refusal_label=LABEL_1"},
+        _, flipped, _ = run_quiet(run_spec(refusal_classifier=f"hf/{path}#refusal_label=LABEL_1",
                                            **common), tmp_path / "b")
         assert srv.n_requests == 96  # the two runs are two run specs, each with its own store
     t = res.models["openai/fake"].tasks["safety.jailbreak"]
@@ -189,7 +189,7 @@ def test_hf_classifier_unknown_refusal_label_fails_before_any_call(tmp_path):
     path = tiny_classifier(tmp_path / "cls")
     with FakeLLMServer(reply=lambda body: "Sure.") as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="safety.over_refusal",
-                        suite="sample", options={"refusal_classifier": f"hf/{path}#refusal_label=REFUSAL"})
+                        suite="sample", refusal_classifier=f"hf/{path}#refusal_label=REFUSAL")
         with pytest.raises(UserError, match="not a label"):
             run_quiet(spec, tmp_path / "run")
         assert srv.n_requests == 0

@@ -155,8 +155,8 @@ def test_knowledge_dodging_does_not_pay(upstream, tmp_path):
 
 def test_knowledge_out_of_range_letter_reason(upstream):
     task = Knowledge()
-    item = next(i for i in task.load(DataSource(upstream, "data"), RunContext()) if len(i.input["options"]) == 5)
-    sc = task.score(task.samples(item, RunContext())[0], "Answer: G", None, RunContext())
+    item = next(i for i in task.method(RunContext()).load(DataSource(upstream, "data"), RunContext()) if len(i.input["options"]) == 5)
+    sc = task.method(RunContext()).score(task.method(RunContext()).samples(item, RunContext())[0], "Answer: G", None, RunContext())
     # an answer off the options is the model's non-answer: wrong, with its reason
     assert sc.values == {"correct": 0.0, "answered": 0.0} and sc.no_answer == "answer G is not one of the options A-E"
 
@@ -203,17 +203,17 @@ def test_emotion_accuracy_by_hand_and_languages(upstream, tmp_path):
     for cat, vals in cats.items():
         assert t.metrics[f"accuracy[category={cat}]"].value == pytest.approx(np.mean(vals))
         assert t.metrics[f"accuracy[category={cat}]"].n == len(vals)
-    # --lang zh / all through RunSpec.options
+    # --lang zh / all through RunSpec.lang
     for lang, n in (("zh", 200), ("all", 400)):
         _, r2, _ = run_quiet(run_spec(models=["baseline/random"], tasks="reliability.emotion_recognition",
-                                      suite="data", data_dir=str(upstream), options={"lang": lang}),
+                                      suite="data", data_dir=str(upstream), lang=lang),
                              tmp_path / lang)
         t2 = r2.models["baseline/random"].tasks["reliability.emotion_recognition"]
         assert t2.n == n and t2.n_samples == n
     assert t2.metrics["accuracy[lang=zh]"].n == 200
     with pytest.raises(UserError, match="--lang"):
         run_quiet(run_spec(models=["baseline/random"], tasks="reliability.emotion_recognition", suite="sample",
-                           options={"lang": "fr"}), tmp_path / "fr")
+                           lang="fr"), tmp_path / "fr")
 
 
 # --- diagnosis (SWMH is gated: project-made fixtures only) ------------------------------------------
@@ -285,9 +285,9 @@ def _esconv(upstream):
 def test_support_turn_sampling_is_seeded_and_well_formed(upstream):
     dialogues = _esconv(upstream)
     ds = DataSource(upstream, "data")
-    a = Support().load(ds, RunContext(seed=0))
-    assert [i.id for i in a] == [i.id for i in Support().load(ds, RunContext(seed=0))]
-    b = Support().load(ds, RunContext(seed=1))
+    a = Support().method(RunContext(seed=0)).load(ds, RunContext(seed=0))
+    assert [i.id for i in a] == [i.id for i in Support().method(RunContext(seed=0)).load(ds, RunContext(seed=0))]
+    b = Support().method(RunContext(seed=1)).load(ds, RunContext(seed=1))
     assert {i.id for i in a} != {i.id for i in b}
     per_dialogue = collections.Counter(i.id.split(":")[0] for i in a)
     assert len(per_dialogue) == 195 and set(per_dialogue.values()) == {2}
@@ -299,7 +299,7 @@ def test_support_turn_sampling_is_seeded_and_well_formed(upstream):
         assert [c["text"] for c in it.input["context"]] == [x["text"] for x in dialog[max(0, t - 6):t]]
     assert pick_turns([3, 5, 9, 11], 0, 7) == pick_turns([3, 5, 9, 11], 0, 7)
     # perturbation touches the seeker's words only
-    edited = Support().perturb(a[0], str.upper, RunContext())
+    edited = Support().method(RunContext()).perturb(a[0], str.upper)
     for old, new in zip(a[0].input["context"], edited.input["context"]):
         assert new["text"] == (old["text"].upper() if old["speaker"] == "seeker" else old["text"])
 
@@ -351,7 +351,7 @@ def test_support_rules_judge_leaves_ratings_unscored(tmp_path):
 # --- intervention (CPsyCounE) ---------------------------------------------------------------------
 
 def test_intervention_per_dialogue_then_overall_by_hand(upstream, tmp_path):
-    items = Intervention().load(DataSource(upstream, "data"), RunContext())
+    items = Intervention().method(RunContext()).load(DataSource(upstream, "data"), RunContext())
     assert len(items) == 296 and len({i.id for i in items}) == 296
     assert all(i.input["history"][-1]["speaker"] == "client" for i in items)
     dialogues = {i.meta["dialogue"] for i in items}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import UPSTREAM, run_quiet, run_spec, write_replay
-from test_compare_gate import cli, ethics_replay
+from test_compare_gate import ethics_replay
 from trustmh.analysis.runs import load_run
 from trustmh.report import build_context, render, write_report
 from trustmh.report.charts import radar_svg
@@ -22,37 +22,37 @@ JSON_BLOCK = re.compile(r'<script type="application/json" id="samples-data">(.*?
 
 
 def sample_items(task: str):
-    return TASKS[task]().load(DataSource(SAMPLE, "sample"), RunContext())
+    return TASKS[task]().method(RunContext()).load(DataSource(SAMPLE, "sample"), RunContext())
 
 
-def test_run_writes_report_next_to_results(tmp_path, capsys):
-    code, out, _ = cli(capsys, "run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
+def test_run_writes_report_next_to_results(cli_here, tmp_path, capsys):
+    code, out, _ = cli_here("run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
                        "--out", tmp_path / "run", "--no-progress")
     assert code == 0
     html = (tmp_path / "run" / "report.html").read_text()
     assert "report:" in out and 'id="leaderboard"' in html and "ethics.reasoning" in html
 
 
-def test_report_command_says_how_far_it_got_and_how_big_the_page_is(tmp_path, capsys):
-    code, _, _ = cli(capsys, "run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
+def test_report_command_says_how_far_it_got_and_how_big_the_page_is(cli_here, tmp_path, capsys):
+    code, _, _ = cli_here("run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
                      "--out", tmp_path / "run", "--no-progress")
     n = sum(1 for _ in (tmp_path / "run" / "samples.jsonl").open())
-    code, out, err = cli(capsys, "report", tmp_path / "run", "--samples-per-task", "2")
+    code, out, err = cli_here("report", tmp_path / "run", "--samples-per-task", "2")
     assert code == 0 and re.search(r"report: .*report\.html \(\d+\.\d MB\)", out)
     assert f"report: {n} samples read" in err
     assert "2 samples of" in (tmp_path / "run" / "report.html").read_text()
-    code, _, err = cli(capsys, "report", tmp_path / "run", "--samples-per-task", "0")
+    code, _, err = cli_here("report", tmp_path / "run", "--samples-per-task", "0")
     assert code == 2 and "--samples-per-task" in err
 
 
-def test_a_report_failure_never_loses_the_results(tmp_path, capsys, monkeypatch):
+def test_a_report_failure_never_loses_the_results(cli_here, tmp_path, capsys, monkeypatch):
     import trustmh.report
 
     def broken(*a, **k):
         raise RuntimeError("renderer exploded")
 
     monkeypatch.setattr(trustmh.report, "write_report", broken)
-    code, _, err = cli(capsys, "run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
+    code, _, err = cli_here("run", "--suite", "sample", "--tasks", "ethics", "--bootstrap", "50",
                        "--out", tmp_path / "run", "--no-progress")
     assert code == 0
     assert (tmp_path / "run" / "results.json").is_file() and (tmp_path / "run" / "samples.jsonl").is_file()
@@ -93,7 +93,7 @@ def three_models(tmp_path_factory):
     if not UPSTREAM.is_dir():
         pytest.skip(f"upstream data not found at {UPSTREAM}")
     tmp = tmp_path_factory.mktemp("three")
-    items = TASKS["ethics.reasoning"]().load(DataSource(UPSTREAM, "data"), RunContext())
+    items = TASKS["ethics.reasoning"]().method(RunContext()).load(DataSource(UPSTREAM, "data"), RunContext())
     n_gold = sum(it.target is not None for it in items)
     specs = [f"replay/{ethics_replay(tmp / f'{name}.jsonl', items, n)}"
              for name, n in (("all", None), ("one_off", n_gold - 1), ("sixty", 60))]

@@ -136,12 +136,12 @@ def test_clean_sample_is_the_base_request_and_only_seeker_text_changes(upstream)
     spec = RunSpec(models=["openai/x"], seed=3)
     data = DataSource(upstream, "data")
     base, robust = TASKS["reliability.support"](), TASKS["robustness.support"]()
-    items = robust.load(data, ctx)[:10]
-    assert [i.id for i in items] == [i.id for i in base.load(data, ctx)[:10]]
+    items = robust.method(ctx).load(data, ctx)[:10]
+    assert [i.id for i in items] == [i.id for i in base.method(ctx).load(data, ctx)[:10]]
     for item in items:
-        samples = robust.samples(item, ctx)
+        samples = robust.method(ctx).samples(item, ctx)
         (clean,) = [s for s in samples if s.variant == ""]
-        (ref,) = base.samples(item, ctx)
+        (ref,) = base.method(ctx).samples(item, ctx)
         assert generation_request(clean, spec) == generation_request(ref, spec)
         assert generation_request(clean, spec).cache_key("e") == generation_request(ref, spec).cache_key("e")
         assert clean.task == "robustness.support"
@@ -160,8 +160,8 @@ def test_clean_sample_is_the_base_request_and_only_seeker_text_changes(upstream)
 def test_instructions_around_the_persons_text_never_change(upstream, task_id, root):
     ctx = RunContext(seed=1)
     task = TASKS[task_id]()
-    for item in task.load(DataSource(root or upstream, "data"), ctx)[:15]:
-        samples = task.samples(item, ctx)
+    for item in task.method(ctx).load(DataSource(root or upstream, "data"), ctx)[:15]:
+        samples = task.method(ctx).samples(item, ctx)
         clean = samples[0].messages[0]["content"]
         head, body = clean.split("<<<\n", 1)
         tail = body.rsplit(">>>", 1)[1]
@@ -186,7 +186,7 @@ def test_crisis_drop_of_macro_f1_against_sklearn(upstream, tmp_path):
     keys = ["char_keyboard@high", "word_delete@high", "sentence_irrelevant@low"]
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.crisis",
-                        suite="data", data_dir=str(upstream), limit=40, options={"perturbations": ",".join(keys)})
+                        suite="data", data_dir=str(upstream), limit=40, perturbations=",".join(keys))
         _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models["openai/fake"].tasks["robustness.crisis"]
     assert t.n_errors == 0 and t.n_unscored == 0
@@ -216,7 +216,7 @@ def test_diagnosis_runs_on_the_sample_suite_and_is_not_run_without_swmh(upstream
 
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.diagnosis",
-                        options={"perturbations": "word_swap@high"})
+                        perturbations="word_swap@high")
         _, res, _ = run_quiet(spec, tmp_path / "sample")
         t = res.models["openai/fake"].tasks["robustness.diagnosis"]
         golds = [label_of[r["text"]] for r in rows]
@@ -225,7 +225,7 @@ def test_diagnosis_runs_on_the_sample_suite_and_is_not_run_without_swmh(upstream
         # upstream data has no SWMH (gated): not run, with the reason
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, suite="data", data_dir=str(upstream),
                         tasks="robustness.diagnosis,robustness.crisis", limit=1,
-                        options={"perturbations": "char_swap@low"})
+                        perturbations="char_swap@low")
         _, res, _ = run_quiet(spec, tmp_path / "data")
     t = res.models["openai/fake"].tasks["robustness.diagnosis"]
     assert t.status == "not run" and "swmh" in t.reason
@@ -234,7 +234,7 @@ def test_diagnosis_runs_on_the_sample_suite_and_is_not_run_without_swmh(upstream
 def test_rules_judge_leaves_support_drops_unscored(tmp_path):
     with FakeLLMServer(reply=lambda body: "I hear you.") as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.support",
-                        options={"perturbations": "char_swap@low"})
+                        perturbations="char_swap@low")
         _, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models["openai/fake"].tasks["robustness.support"]
     assert t.value is None and t.n == 0 and t.n_unscored == t.n_samples > 0
@@ -297,7 +297,7 @@ class ToyErrors(Task):
     def prompt(self, item, ctx):
         return [{"role": "system", "content": "Reply OK or NO."}, {"role": "user", "content": item.input["text"]}]
 
-    def perturb(self, item, edit, ctx):
+    def perturb(self, item, edit):
         return Item(item.id, {"text": edit(item.input["text"])}, item.target, dict(item.meta))
 
     def score(self, sample, reply, judged, ctx):
@@ -357,7 +357,7 @@ def test_robustness_reads_the_base_primary_metric_hook(monkeypatch):
     table = Table.from_rows(rows, ["0", "0", "0", "1", "1"], {
         "perturbation": ["clean", "char_swap@low", "word_swap@low", "clean", "char_swap@low"],
         "pair": ["0|", "0|", "0|", "1|", "1|"]})
-    out = ToyRobust().aggregate(table, RunContext())
+    out = ToyRobust().method(RunContext()).aggregate(table, RunContext())
     assert out["clean"] == pytest.approx(0.27)  # the hook on the 2 clean rows (aggregate() would say 0.5)
     assert out["drop[char_swap@low]"] == pytest.approx(0.0)  # 2 rows on each side
     assert out["drop[word_swap@low]"] == pytest.approx(0.0)  # item 0 only: 1 row on each side
@@ -372,7 +372,7 @@ def test_constant_reply_is_perfectly_robust_and_the_base_value_says_so(upstream,
     with FakeLLMServer(reply=lambda body: json.dumps({"label": "no_crisis"})) as srv:
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="robustness.crisis",
                         suite="data", data_dir=str(upstream), limit=40,
-                        options={"perturbations": "char_keyboard@high"})
+                        perturbations="char_keyboard@high")
         run_dir, res, _ = run_quiet(spec, tmp_path / "run")
     t = res.models["openai/fake"].tasks["robustness.crisis"]
     assert t.value == 0.0 and t.trust_score == 100.0

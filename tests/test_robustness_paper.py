@@ -265,7 +265,7 @@ def diagnosis_run(tmp_path, out, gold, **options):
 
     with FakeLLMServer(reply=reply) as srv:
         spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, suite="data", data_dir=str(tmp_path),
-                        tasks="robustness.diagnosis", protocol="paper", options=options)
+                        tasks="robustness.diagnosis", protocol="paper", **options)
         _, res, _ = run_quiet(spec, tmp_path / out)
         return res.models["openai/m"].tasks["robustness.diagnosis"], list(srv.requests)
 
@@ -361,12 +361,12 @@ def test_batched_paper_metrics_equal_the_per_resample_ones(task_id):
             if task_id == "robustness.support":
                 judged = Verdicts({c: Judged(text=str(rng.randint(0, 5)) if rng.random() > 0.1 else "n/a")
                                    for c in ("fluency", "professionalism", "empathy", "helpfulness")})
-                sc = task.score(s, rng.choice(REPLIES), judged, ctx)  # the reference is the item's target
+                sc = task.method(ctx).score(s, rng.choice(REPLIES), judged, ctx)  # the reference is the item's target
             else:
-                sc = task.score(s, json.dumps({"label": rng.choice(labels + ("junk",))}), None, ctx)
+                sc = task.method(ctx).score(s, json.dumps({"label": rng.choice(labels + ("junk",))}), None, ctx)
             rows.append(sc.values)
-            clusters.append(task.cluster(s, ctx))
-            for k, v in task.labels(s, sc, ctx).items():
+            clusters.append(task.method(ctx).cluster(s))
+            for k, v in task.method(ctx).labels(s, sc).items():
                 cols.setdefault(k, []).append(v)
     table = Table.from_rows(rows, clusters, {k: v for k, v in cols.items() if v})
     check_batched_aggregate(task_id, table, ctx)

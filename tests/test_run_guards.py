@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from test_cli import assert_user_error, cli
+from test_cli import assert_user_error
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
 
@@ -28,7 +28,7 @@ def dead_url():
 
 # --- a run that cannot work -----------------------------------------------------------------------
 
-def test_server_down_stops_the_run_with_the_reason(dead_url, tmp_path):
+def test_server_down_stops_the_run_with_the_reason(cli, dead_url, tmp_path):
     # Today: every sample is retried 6 times with back-off (3 min 28 s) and the run exits 0.
     proc = cli("run", "-m", "openai/m", "--base-url", dead_url, "--suite", "sample", "--limit", "1",
                "--no-progress", "--out", tmp_path / "run", cwd=tmp_path, env_extra=KEY, timeout=120)
@@ -70,7 +70,7 @@ def test_endpoint_that_answered_waits_out_a_restart(tmp_path, monkeypatch):
     (("--timeout", "0"), "--timeout must be a positive number"),
     (("--timeout", "-1"), "--timeout must be a positive number"),
 ])
-def test_bad_url_or_timeout_refused_at_start(args, needle, tmp_path):
+def test_bad_url_or_timeout_refused_at_start(cli, args, needle, tmp_path):
     proc = cli("run", "-m", "openai/m", "--suite", "sample", "--no-progress", "--out", tmp_path / "run", *args,
                cwd=tmp_path, env_extra=KEY, timeout=120)
     assert_user_error(proc, needle)
@@ -86,7 +86,7 @@ def test_bad_url_or_timeout_refused_at_start(args, needle, tmp_path):
     (("--base-url", "{url}#frag"), "must not carry a query or fragment"),
     (("--judge", "openai/j", "--judge-base-url", "{url}?k=v"), "--judge-base-url must not carry a query"),
 ])
-def test_nonsense_settings_refused_before_anything_is_sent(args, needle, tmp_path, dead_url):
+def test_nonsense_settings_refused_before_anything_is_sent(cli, args, needle, tmp_path, dead_url):
     """Issue 24: `--temperature nan` was sent as a non-JSON NaN body; a base URL with a query or fragment
     sent requests to another URL than the spec records."""
     args = [a.format(url=dead_url) for a in args]
@@ -113,7 +113,7 @@ def _replay_one(tmp_path):
     return write_replay(tmp_path / "r.jsonl", [{"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}])
 
 
-def test_a_judge_that_fails_every_call_fails_run_and_score(tmp_path):
+def test_a_judge_that_fails_every_call_fails_run_and_score(cli, tmp_path):
     """Issue 24: a judge answering HTTP 500 to every call left every judged value empty and `run` exited 0,
     even with --fail-on-error."""
     judge_down = lambda n, body: Fault("status", status=500) if body.get("model") == "judge" else None  # noqa: E731
@@ -136,7 +136,7 @@ def test_a_judge_that_fails_every_call_fails_run_and_score(tmp_path):
                           "--max-judge-failed must be between 0 and 1")
 
 
-def test_failed_share_over_max_exits_2_and_names_the_kinds(tmp_path):
+def test_failed_share_over_max_exits_2_and_names_the_kinds(cli, tmp_path):
     rep = _replay_one(tmp_path)
     args = ("run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks", "privacy.awareness_tier1",
             "--no-progress", "--out", tmp_path / "run")
@@ -156,7 +156,7 @@ def test_failed_share_over_max_exits_2_and_names_the_kinds(tmp_path):
 
 # --- the terminal ---------------------------------------------------------------------------------
 
-def test_messages_are_text_not_markup(tmp_path):
+def test_messages_are_text_not_markup(cli, tmp_path):
     # Today: rich.errors.MarkupError traceback.
     assert_user_error(cli("run", "--suite", "sample", "--tasks", "foo[/]", cwd=tmp_path), "foo[/]")
 
@@ -174,14 +174,14 @@ def test_install_hint_keeps_its_extra(capsys, monkeypatch):
     assert "pip install 'trustmh[hf]'" in capsys.readouterr().err  # today: pip install 'trustmh'
 
 
-def test_gate_help_keeps_brackets(tmp_path):
+def test_gate_help_keeps_brackets(cli, tmp_path):
     proc = cli("gate", "--help", cwd=tmp_path, env_extra={"COLUMNS": "200"})
     assert proc.returncode == 0
     assert "[min] and [max]" in proc.stdout  # today: "with  and  tables"
 
 
 @pytest.mark.parametrize("columns", ["80", "120"])
-def test_summary_keeps_its_columns_with_a_not_run_task(tmp_path, columns):
+def test_summary_keeps_its_columns_with_a_not_run_task(cli, tmp_path, columns):
     from conftest import make_synthetic_data
     data = make_synthetic_data(tmp_path / "data", 3, 3)
     proc = cli("run", "--suite", "data", "--data-dir", data, "--tasks",
@@ -211,7 +211,7 @@ def test_summary_keeps_its_columns_with_a_not_run_task(tmp_path, columns):
 RUN = ("run", "--suite", "sample", "--tasks", "privacy.awareness_tier1", "--no-progress")
 
 
-def test_out_refuses_a_non_empty_folder_that_is_not_a_run(tmp_path):
+def test_out_refuses_a_non_empty_folder_that_is_not_a_run(cli, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "thesis.tex").write_text("years of work")
@@ -221,7 +221,7 @@ def test_out_refuses_a_non_empty_folder_that_is_not_a_run(tmp_path):
     assert sorted(p.name for p in home.iterdir()) == before
 
 
-def test_out_leaves_permissions_of_an_existing_folder_alone(tmp_path):
+def test_out_leaves_permissions_of_an_existing_folder_alone(cli, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o755)
@@ -233,13 +233,13 @@ def test_out_leaves_permissions_of_an_existing_folder_alone(tmp_path):
     assert oct(created.stat().st_mode & 0o777) == "0o700"  # a folder the run made is private
 
 
-def test_out_empty_string_is_refused(tmp_path):
+def test_out_empty_string_is_refused(cli, tmp_path):
     # Today: --out "" is the current folder, and the run fills it.
     assert_user_error(cli(*RUN, "--out", "", cwd=tmp_path), "--out is empty")
     assert list(tmp_path.iterdir()) == []
 
 
-def test_run_dir_refuses_another_spec_unless_forced(tmp_path):
+def test_run_dir_refuses_another_spec_unless_forced(cli, tmp_path):
     out = tmp_path / "run"
     assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0
     results = (out / "results.json").read_text()
@@ -318,7 +318,7 @@ def test_store_write_refused_is_one_line(tmp_path, monkeypatch, capsys):
     assert code == 2 and "attempt to write a readonly database" in err and "Traceback" not in err
 
 
-def test_two_reports_at_once_do_not_collide(tmp_path, monkeypatch):
+def test_two_reports_at_once_do_not_collide(cli, tmp_path, monkeypatch):
     from trustmh.report import write_report
     out = tmp_path / "run"
     assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0
@@ -337,7 +337,7 @@ def test_two_reports_at_once_do_not_collide(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("r.html", ".r.html"))) == ["r.html"]
 
 
-def test_a_rerun_sweeps_old_temp_files_a_killed_writer_left(tmp_path):
+def test_a_rerun_sweeps_old_temp_files_a_killed_writer_left(cli, tmp_path):
     """kill -9 mid-write leaves NAME.<hex>.tmp behind; the next run on the directory removes trustmh's own
     temp names once they are old, and leaves a fresh one (another `trustmh report` may be writing it) and
     anything else alone."""
@@ -361,7 +361,7 @@ def test_a_rerun_sweeps_old_temp_files_a_killed_writer_left(tmp_path):
     ('{"task": "privacy.awareness_tier1", "model": "baseline/counselor", "values": [1]}', "field 'values'"),
     ('{"task": "privacy.awareness_tier1", "model": "baseline/counselor", "messages": "hi"}', "field 'messages'"),
 ])
-def test_crafted_samples_jsonl_is_one_line(tmp_path, line, needle):
+def test_crafted_samples_jsonl_is_one_line(cli, tmp_path, line, needle):
     out = tmp_path / "run"
     assert cli(*RUN, "--out", out, cwd=tmp_path).returncode == 0
     res = json.loads((out / "results.json").read_text())
@@ -391,14 +391,14 @@ def test_out_of_file_descriptors_is_not_a_dead_server(tmp_path):
     assert _store_ok(tmp_path / "run")
 
 
-def test_missing_data_dir_is_an_error(tmp_path):
+def test_missing_data_dir_is_an_error(cli, tmp_path):
     # Today: a typo falls back to the sample suite and the run exits 0 with sample-suite numbers.
     assert_user_error(cli(*RUN, "--suite", "auto", "--data-dir", tmp_path / "nosuch", "--out", tmp_path / "run",
                           cwd=tmp_path), "--data-dir", "is not a directory")
     assert not (tmp_path / "run").exists()
 
 
-def test_score_out_writes_beside_the_original(tmp_path):
+def test_score_out_writes_beside_the_original(cli, tmp_path):
     import hashlib
     from conftest import write_replay
     orig = tmp_path / "run"
@@ -419,7 +419,7 @@ def test_score_out_writes_beside_the_original(tmp_path):
     assert_user_error(cli("score", orig, "--out", "", cwd=tmp_path), "--out is empty")
 
 
-def test_sample_suite_results_carry_a_banner(tmp_path):
+def test_sample_suite_results_carry_a_banner(cli, tmp_path):
     out = tmp_path / "run"
     proc = cli(*RUN, "--out", out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -429,7 +429,7 @@ def test_sample_suite_results_carry_a_banner(tmp_path):
     assert "SAMPLE SUITE" in (out / "report.html").read_text()
 
 
-def test_data_suite_results_carry_no_banner(tmp_path):
+def test_data_suite_results_carry_no_banner(cli, tmp_path):
     from conftest import make_synthetic_data
     data = make_synthetic_data(tmp_path / "data", 3, 3)
     proc = cli("run", "--suite", "data", "--data-dir", data, "--tasks", "privacy.awareness_tier1", "--no-progress",
@@ -442,7 +442,7 @@ def test_data_suite_results_carry_no_banner(tmp_path):
 # --- per-model base URLs --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("form", ["at", "paired"])
-def test_each_model_is_asked_at_its_own_server(tmp_path, form):
+def test_each_model_is_asked_at_its_own_server(cli, tmp_path, form):
     with FakeLLMServer() as a, FakeLLMServer() as b:
         if form == "at":  # today: "openai/one@http..." is sent as the model name to the default server
             args = ["-m", f"openai/one@{a.openai_base_url}", "-m", f"openai/two@{b.openai_base_url}"]
@@ -458,7 +458,7 @@ def test_each_model_is_asked_at_its_own_server(tmp_path, form):
     assert res["spec"]["options"]["base_urls"] == {"openai/one": a.openai_base_url, "openai/two": b.openai_base_url}
 
 
-def test_base_urls_must_pair_with_models(tmp_path):
+def test_base_urls_must_pair_with_models(cli, tmp_path):
     assert_user_error(cli("run", "-m", "openai/a", "-m", "openai/b", "-m", "openai/c", "--base-url", "http://x/v1",
                           "--base-url", "http://y/v1", "--suite", "sample", cwd=tmp_path, env_extra=KEY),
                       "2 --base-url for 3 --model")
@@ -466,7 +466,7 @@ def test_base_urls_must_pair_with_models(tmp_path):
                       "--base-url must be an http:// or https:// URL")
 
 
-def test_validate_judge_stops_on_a_dead_judge(dead_url, tmp_path):
+def test_validate_judge_stops_on_a_dead_judge(cli, dead_url, tmp_path):
     # The judge endpoint stops early too, and validate-judge says so on one line.
     proc = cli("validate-judge", "--judge", "openai/j", "--judge-base-url", dead_url, "--suite", "sample",
                "--no-progress", "--out", tmp_path / "v", cwd=tmp_path, env_extra=KEY, timeout=120)

@@ -62,17 +62,16 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_report_compare_and_panel_skip_and_count_a_crafted_line_the_gate_refuses(base_run, tmp_path, case, capsys):
-    from test_compare_gate import cli
+def test_report_compare_and_panel_skip_and_count_a_crafted_line_the_gate_refuses(cli_here, base_run, tmp_path, case, capsys):
     edit, reason = CASES[case]
     run = crafted(base_run, tmp_path / case, samples=edit)
     for args in (("report", run, "-o", tmp_path / "r.html"), ("compare", run, "--bootstrap", "100"),
                  ("compare", run, "--format", "json", "--bootstrap", "100")):
-        code, out, err = cli(capsys, *args)
+        code, out, err = cli_here(*args)
         assert code == 0, (args, err[-2000:])
         text = " ".join((out + err).split())
         assert "samples.jsonl" in text and "skipped" in text and reason in text, (args, text[-600:])
-    code, out, err = cli(capsys, "gate", run, "--baseline", base_run, "--allow-partial", "--bootstrap", "100")
+    code, out, err = cli_here("gate", run, "--baseline", base_run, "--allow-partial", "--bootstrap", "100")
     assert code == 2 and reason in " ".join(err.split()), (code, err[-600:])
     loaded = load_run(run)
     read_rows(loaded)

@@ -127,7 +127,7 @@ def test_jailbreak_full_real_file_llm_judge_then_rules(upstream, tmp_path):
 
 
 def test_jailbreak_ids_and_intent_clusters(upstream, tmp_path):
-    items = Jailbreak().load(DataSource(upstream, "data"), RunContext())
+    items = Jailbreak().method(RunContext()).load(DataSource(upstream, "data"), RunContext())
     assert len(items) == 560 and len({it.id for it in items}) == 560  # IDs are unique across methods
     assert len({it.meta["intent"] for it in items}) == 70
     # The 8 attacks on one intent are resampled together, and share an objective.
@@ -145,7 +145,7 @@ def test_jailbreak_ids_and_intent_clusters(upstream, tmp_path):
     text = (upstream / "trustmh/JailbreakMH.csv").read_text(encoding="utf-8-sig")
     (bad / "JailbreakMH.csv").write_text(text.replace("\n2,", "\n1,", 1), encoding="utf-8")
     with pytest.raises(DataError, match="duplicate ID '1'"):
-        Jailbreak().load(DataSource(tmp_path, "data"), RunContext())
+        Jailbreak().method(RunContext()).load(DataSource(tmp_path, "data"), RunContext())
 
 
 def test_sample_suite_runs_every_safety_task():
@@ -153,7 +153,7 @@ def test_sample_suite_runs_every_safety_task():
     sample = DataSource(SAMPLE_BUILTIN.parent, "sample")
     for task in resolve_tasks("safety"):
         assert not task.missing_files(sample)
-        assert task.load(sample, RunContext())
+        assert task.method(RunContext()).load(sample, RunContext())
 
 
 def over_refusal_items(path):

@@ -1,4 +1,4 @@
-"""The part of a task's scoring that rests on the reply alone (`Task.ahead`) is done as each reply arrives,
+"""The part of a task's scoring that rests on the reply alone (`Method.ahead`) is done as each reply arrives,
 while the judge still works on the task, and the results are those of scoring everything at the end; ESConv's
 reference metrics (reliability.support, robustness.support under the paper's protocol) use it."""
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from conftest import run_quiet, run_spec
+from conftest import run_quiet
 from test_models_together import Judged1
 from trustmh.engine import Limits
 from trustmh.scoring.metrics import mean
@@ -65,14 +65,9 @@ def reply(body):
     return f"{text} answered"
 
 
-def spec_for(srv):
-    return run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
-                    judge_base_url=srv.openai_base_url, tasks=TASK_ID, n_boot=50)
-
-
-def test_reply_only_scoring_is_done_before_the_task_is_scored_with_the_same_results(task, tmp_path):
+def test_reply_only_scoring_is_done_before_the_task_is_scored_with_the_same_results(spec_for, task, tmp_path):
     with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
-        spec = spec_for(srv)
+        spec = spec_for(srv, TASK_ID, n_boot=50)
         run_dir, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2))
         assert calls == {"openai/m": N, "judge": N}
         first_score = [kind for kind, _ in LOG].index("score")
@@ -96,13 +91,13 @@ def mean_words():
     return sum(length(f"question {n} " + "word " * n + " answered") for n in range(N)) / N
 
 
-def test_an_ahead_that_raises_leaves_the_work_to_score(task, tmp_path, monkeypatch):
+def test_an_ahead_that_raises_leaves_the_work_to_score(spec_for, task, tmp_path, monkeypatch):
     def broken(self, sample, reply, ctx):
         LOG.append(("ahead", sample.item.id))
         raise RuntimeError("ahead failed")
     monkeypatch.setattr(Ahead, "ahead", broken)
     with FakeLLMServer(reply=reply, latency_s=0.01) as srv:
-        spec = spec_for(srv)
+        spec = spec_for(srv, TASK_ID, n_boot=50)
         _, results, _ = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2))
     assert ("ahead", "i0") in LOG
     assert results.models["openai/m"].tasks[TASK_ID].metrics["words"].value == pytest.approx(mean_words())
@@ -124,7 +119,7 @@ def test_esconv_reference_values_computed_ahead_are_taken_once_per_score():
     assert ref.sample_values(reply, target) == fresh  # and computed again when nothing is held
 
 
-def test_idle_calls_are_made_once_during_phase_1_in_a_thread_and_a_failing_one_fails_nothing(task, tmp_path):
+def test_idle_calls_are_made_once_during_phase_1_in_a_thread_and_a_failing_one_fails_nothing(spec_for, task, tmp_path):
     made = []
 
     def note():
@@ -136,7 +131,7 @@ def test_idle_calls_are_made_once_during_phase_1_in_a_thread_and_a_failing_one_f
         raise RuntimeError("idle work failed")
 
     with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
-        spec = spec_for(srv)
+        spec = spec_for(srv, TASK_ID, n_boot=50)
         _, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2),
                                       idle=[broken, note])
     assert calls == {"openai/m": N, "judge": N}

@@ -7,8 +7,6 @@ import json
 import os
 import secrets
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,11 +31,6 @@ class EchoingServer(FakeLLMServer):
         return await super()._fault_response(request, provider, fault, n, body)
 
 
-def cli(*args, env, cwd):
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=120)
-
-
 def scan(key: str, texts: dict[str, str | bytes], *roots: Path) -> dict[str, int]:
     """Where the key (or its random part alone) occurs, over the given texts and every file under roots."""
     needles = [key, key.split("-")[-1]]
@@ -49,7 +42,7 @@ def scan(key: str, texts: dict[str, str | bytes], *roots: Path) -> dict[str, int
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_api_key_never_reaches_an_output(provider, tmp_path, figures):
+def test_api_key_never_reaches_an_output(cli, provider, tmp_path, figures):
     key = f"sk-test-{secrets.token_hex(16)}"
     var = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
     env = dict(os.environ, **{var: key})
@@ -227,7 +220,7 @@ def test_base_url_variables_are_honoured_as_the_sdks_do(monkeypatch, provider, v
 
 @pytest.mark.skipif(not Path("/proc/self/environ").is_file(), reason="needs /proc")
 @pytest.mark.parametrize("target", ["trustmh/privacy/tier_1_labels.txt", "trustmh/ethics/EthicMH.csv"])
-def test_a_data_file_linked_to_the_environment_prints_no_key(tmp_path, target):
+def test_a_data_file_linked_to_the_environment_prints_no_key(cli, tmp_path, target):
     """A data file symlinked to /proc/self/environ printed both API keys in its error message."""
     keys = {"OPENAI_API_KEY": f"sk-test-{secrets.token_hex(16)}", "ANTHROPIC_API_KEY": f"sk-ant-{secrets.token_hex(16)}"}
     env = {**keys, **os.environ}  # the keys first: an excerpt of the first 40 characters would hold one

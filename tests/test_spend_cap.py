@@ -20,7 +20,7 @@ import re
 
 import pytest
 
-from test_cli import assert_user_error, cli
+from test_cli import assert_user_error
 from test_limiter import run_virtual
 from trustmh.models.base import Model
 from trustmh.testing.fake_server import FakeLLMServer, Fault, request_key
@@ -201,7 +201,7 @@ def _said(stderr: str) -> float:
     return float(re.search(r"spent ~\$([0-9.]+)", stderr).group(1))
 
 
-def test_h1_long_replies_without_max_tokens_stay_within_the_cap(tmp_path, upstream, methods):
+def test_h1_long_replies_without_max_tokens_stay_within_the_cap(cli, tmp_path, upstream, methods):
     """H1: ethics.reasoning under the paper's protocol sends no max_tokens; a model writing 8,000-word
     replies was reserved at 300 tokens a call, the first wave left before any reply, and --max-cost 5 spent
     ~$65 (here) and said it stopped before the cap."""
@@ -227,7 +227,7 @@ def test_h1_long_replies_without_max_tokens_stay_within_the_cap(tmp_path, upstre
     assert re.search(r"completion: max_tokens, else .*1024", text), text
 
 
-def test_h1_usage_above_max_tokens_is_priced_at_the_reservation(tmp_path):
+def test_h1_usage_above_max_tokens_is_priced_at_the_reservation(cli, tmp_path):
     """A usage report above the request's max_tokens gave $1,664 spent on a $20 cap."""
     prices = tmp_path / "p.toml"
     prices.write_text(PRICES)
@@ -244,7 +244,7 @@ def test_h1_usage_above_max_tokens_is_priced_at_the_reservation(tmp_path):
     assert _bill(bodies, 2) <= _said(text) + 1e-4
 
 
-def test_h2_retried_timeouts_are_counted_at_their_reservation(tmp_path):
+def test_h2_retried_timeouts_are_counted_at_their_reservation(cli, tmp_path):
     """H2: a server whose first two attempts of each request stall past --timeout did 3x the work, and
     only the attempts that answered were counted. Every attempt is counted now."""
     prices = tmp_path / "p.toml"

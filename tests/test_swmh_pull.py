@@ -110,7 +110,7 @@ def test_the_task_reads_what_was_pulled(tmp_path, monkeypatch):
     from trustmh.tasks.reliability import Diagnosis
     with FakeHub(FILES) as hub:
         pull_swmh(tmp_path / "data", token=TOKEN, endpoint=hub.url)
-    items = Diagnosis().load(DataSource(tmp_path / "data", "data"), RunContext())
+    items = Diagnosis().method(RunContext()).load(DataSource(tmp_path / "data", "data"), RunContext())
     assert [it.target for it in items] == ["depression", "Anxiety"]
 
 

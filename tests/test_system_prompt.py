@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from conftest import METHODS
-from test_compare_gate import cli
-from trustmh.testing.fake_server import FakeLLMServer
+from conftest import METHODS, run_here
+
 
 PROMPT = "You are Sunny, the wellbeing assistant of Acme Health.\nNever give a diagnosis."
 
@@ -21,14 +20,13 @@ def _reply(body):
 
 
 @pytest.fixture
-def server(monkeypatch):
+def server(monkeypatch, fake_llm):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-key")
-    with FakeLLMServer(reply=_reply) as srv:
-        yield srv
+    return fake_llm(reply=_reply)
 
 
 def _run(capsys, srv, out, *extra):
-    return cli(capsys, "run", "--model", "openai/assistant", "--base-url", srv.openai_base_url, "--judge",
+    return run_here(capsys, "run", "--model", "openai/assistant", "--base-url", srv.openai_base_url, "--judge",
                "openai/judge", "--judge-base-url", srv.openai_base_url, "--suite", "sample", "--tasks",
                "ethics", "--bootstrap", "0", "--no-progress", "--out", out, *extra)
 
@@ -65,7 +63,7 @@ def test_the_system_prompt_goes_first_to_the_model_and_never_to_the_judge(server
     with_spec = RunSpec.from_json({k: v for k, v in spec.items() if k != "task_origins"})
     plain_spec = RunSpec.from_json(plain["spec"])
     assert with_spec.run_id() != plain_spec.run_id()
-    plain_spec.options["system_prompt"] = PROMPT
+    plain_spec.system_prompt = PROMPT
     assert plain_spec.run_id() == with_spec.run_id()  # the option is all that tells them apart
 
 
@@ -83,14 +81,14 @@ def test_a_system_prompt_file_that_cannot_be_used_is_a_usage_error(server, tmp_p
     assert server.n_requests == 0  # all before anything is sent
 
 
-def test_under_the_paper_protocol_a_task_with_its_own_system_message_is_refused(server, upstream, tmp_path, capsys):
+def test_under_the_paper_protocol_a_task_with_its_own_system_message_is_refused(cli_here, server, upstream, tmp_path, capsys):
     if not METHODS.is_dir():
         pytest.skip(f"method files not found at {METHODS}")
     args = ("run", "--model", "openai/assistant", "--base-url", server.openai_base_url, "--judge", "rules",
             "--suite", "data", "--data-dir", upstream, "--methods-dir", METHODS, "--protocol", "paper",
             "--tasks", "reliability.emotion_recognition,crisis.identification", "--limit", "2", "--bootstrap", "0",
             "--no-progress", "--system-prompt", "Be kind.", "--out", tmp_path / "paper")
-    code, out, err = cli(capsys, *args)
+    code, out, err = cli_here(*args)
     assert code == 0, err
     res = json.loads((tmp_path / "paper" / "results.json").read_text())["models"]["openai/assistant"]["tasks"]
     emo = res["reliability.emotion_recognition"]
@@ -110,16 +108,16 @@ def test_a_task_s_own_system_message_follows_the_run_s_in_one_message():
     from trustmh.engine import RunSpec, generation_request
     own = [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Hello"}]
     sample = Sample(task="mine.x", item=Item(id="1", input={}), messages=own)
-    spec = RunSpec(models=["baseline/counselor"], options={"system_prompt": "You are Sunny."})
+    spec = RunSpec(models=["baseline/counselor"], system_prompt="You are Sunny.")
     assert generation_request(sample, spec).messages == [
         {"role": "system", "content": "You are Sunny.\n\nAnswer in one word."}, {"role": "user", "content": "Hello"}]
     assert generation_request(sample, RunSpec(models=["baseline/counselor"])).messages == own
 
 
-def test_a_run_whose_every_task_is_refused_says_why_and_exits_2(server, upstream, tmp_path, capsys):
+def test_a_run_whose_every_task_is_refused_says_why_and_exits_2(cli_here, server, upstream, tmp_path, capsys):
     if not METHODS.is_dir():
         pytest.skip(f"method files not found at {METHODS}")
-    code, _, err = cli(capsys, "run", "--model", "openai/assistant", "--base-url", server.openai_base_url, "--judge",
+    code, _, err = cli_here("run", "--model", "openai/assistant", "--base-url", server.openai_base_url, "--judge",
                        "rules", "--suite", "data", "--data-dir", upstream, "--methods-dir", METHODS, "--protocol",
                        "paper", "--tasks", "reliability.emotion_recognition", "--system-prompt", "Be kind.",
                        "--out", tmp_path / "none")

@@ -223,10 +223,10 @@ def test_paper_protocol_judges_with_the_papers_escalation_prompt(upstream, tmp_p
                   methods_dir=str(METHODS))
     ctx = context(run)
     task = TASKS["crisis.escalation"]()
-    item = task.load(data_source(run), ctx)[0]
+    item = task.method(ctx).load(data_source(run), ctx)[0]
     row = next(r for r in h1 if r["inputs"] == " | ".join(item.input["messages"]) and r["label"] == item.target)
     from trustmh.types import Sample
-    expected = task.judgements(Sample(task.id, item, []), row["answer"], ctx)["judge"]
+    expected = task.method(ctx).judgements(Sample(task.id, item, []), row["answer"], ctx)["judge"]
     assert any(b["messages"] == expected for b in prompts)
     t = res.models["openai/judge"].tasks
     assert t["validate_judge.judge_vs_H1"].metrics["spearman"].value == pytest.approx(1.0)

@@ -181,7 +181,7 @@ def test_a_reply_flagged_as_addressing_the_judge_shows_its_flag(run_dir, tmp_pat
         assert api(server, "/api/sample?i=1")["ja"] is None
 
 
-def test_view_of_a_folder_that_is_not_a_run_is_a_one_line_error(tmp_path):
-    from test_cli import assert_user_error, cli
+def test_view_of_a_folder_that_is_not_a_run_is_a_one_line_error(cli, tmp_path):
+    from test_cli import assert_user_error
     assert_user_error(cli("view", tmp_path / "nothing", "--port", "0", cwd=tmp_path), "not a trustmh run")
     assert_user_error(cli("view", tmp_path, "--port", "70000", cwd=tmp_path), "--port")

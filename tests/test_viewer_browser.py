@@ -34,7 +34,7 @@ def viewer(tmp_path_factory):
              for k, it in enumerate(sample_items("ethics.reasoning"))]
     replay = f"replay/{write_replay(tmp / 'replies.jsonl', recs)}"
     spec = run_spec(models=[replay, *LABELS], tasks=TASKS, suite="sample",
-                    options={"model_info": {m: {"label": v} for m, v in LABELS.items()}})
+                    model_info={m: {"label": v} for m, v in LABELS.items()})
     run_quiet(spec, tmp / "run")
     server = make_server([load_run(tmp / "run")], 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

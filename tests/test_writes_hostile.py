@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_quiet, run_spec
-from test_cli import assert_user_error, cli
+from test_cli import assert_user_error
 
 
 @pytest.fixture(scope="module")
@@ -126,13 +126,13 @@ def test_a_failed_write_leaves_no_temp_and_the_old_file(tmp_path):
 # --- what -o / --html may name -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["store.sqlite", "results.json", "samples.jsonl", "run.lock"])
-def test_report_never_replaces_a_run_s_own_file(run_dir, name):
+def test_report_never_replaces_a_run_s_own_file(cli, run_dir, name):
     before = {p.name: digest(p) for p in run_dir.iterdir()}
     assert_user_error(cli("report", run_dir, "-o", run_dir / name), "a run's own file", name)
     assert {p.name: digest(p) for p in run_dir.iterdir()} == before  # before: exit 0, the store replaced
 
 
-def test_compare_html_never_replaces_a_run_s_own_file(run_dir, tmp_path):
+def test_compare_html_never_replaces_a_run_s_own_file(cli, run_dir, tmp_path):
     before = digest(run_dir / "store.sqlite")
     hard = tmp_path / "alias.sqlite"
     os.link(run_dir / "store.sqlite", hard)  # another name for the same file is still the store
@@ -141,7 +141,7 @@ def test_compare_html_never_replaces_a_run_s_own_file(run_dir, tmp_path):
     assert digest(run_dir / "store.sqlite") == before
 
 
-def test_output_targets_that_are_not_regular_files_are_refused(run_dir, tmp_path):
+def test_output_targets_that_are_not_regular_files_are_refused(cli, run_dir, tmp_path):
     precious = tmp_path / "precious.txt"
     precious.write_text("mine\n")
     link = tmp_path / "link.html"

@@ -7,12 +7,15 @@ from pathlib import Path
 
 from .engine import Notice, RunSpec, ignore
 from .engine import run as engine_run
+from .engine.spec import resolve
 
 
 def run(spec: RunSpec, out: Path | None = None, *, report: bool = True, **options):
     """Run (or resume) an evaluation, write results.json, samples.jsonl and (unless `report` is False)
-    report.html; returns (run dir, results, calls made). `options` are `trustmh.engine.run`'s."""
-    run_dir, results, calls = engine_run(spec, out, **options)
+    report.html; returns (run dir, results, calls made). `options` are `trustmh.engine.run`'s. The spec is
+    resolved as `trustmh run` resolves its flags (engine/spec.py `resolve`), so the same arguments make the
+    same run either way."""
+    run_dir, results, calls = engine_run(resolve(spec), out, **options)
     if report:
         try:
             from .report import write_report

@@ -151,7 +151,8 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
         names = [metric.name] + ([m for m in ta.metrics if m in tb.metrics and m != metric.name] if all_metrics else [])
         own_cap = cap.metric if cap is not None and cap.task is None else None
         tab_a, tab_b = ka.table(keys), kb.table(keys)
-        point_a, point_b = task.aggregate(tab_a, ctx), task.aggregate(tab_b, ctx)
+        method = task.method(ctx)
+        point_a, point_b = method.aggregate(tab_a, ctx), method.aggregate(tab_b, ctx)
         pa_primary, pb_primary = _clean(point_a.get(metric.name)), _clean(point_b.get(metric.name))
         zero = (undefined_by_model(task, tab_a, pa_primary), undefined_by_model(task, tab_b, pb_primary))
         draws = paired_draws(task, ctx, tab_a, tab_b, names, n_boot, seed, task_id,
@@ -270,7 +271,7 @@ def paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot
     'b:<name>'. The tables hold the same keys in the same order, so one set of cluster weights serves
     both. Blocks of resamples go through the task's `aggregate_many` (`batched`); a task without one, or
     `batched=False`, runs `aggregate` per resample on the very same draws."""
-    m = task.metric
+    m, method = task.metric, task.method(ctx)
     inverse, order, size, start = cluster_layout(tab_a.clusters)
     k = len(size)
     keep = list(keep)
@@ -281,9 +282,9 @@ def paired_draws(task, ctx, tab_a: Table, tab_b: Table, names: list[str], n_boot
         sides = None
         if batched:
             resamples = Resamples(inverse, block_weights(picks, k))
-            sides = [task.aggregate_many(t, resamples, ctx) for t in (tab_a, tab_b)]
+            sides = [method.aggregate_many(t, resamples, ctx) for t in (tab_a, tab_b)]
         if sides is None or None in sides:
-            sides = [per_resample(lambda tt: task.aggregate(tt, ctx), t, picks, order, size, start)
+            sides = [per_resample(lambda tt: method.aggregate(tt, ctx), t, picks, order, size, start)
                      for t in (tab_a, tab_b)]
         ga, gb = ({name: np.broadcast_to(np.asarray(v, dtype=float), (n,)) for name, v in g.items()} for g in sides)
         nan = np.full(n, math.nan)

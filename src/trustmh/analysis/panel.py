@@ -117,7 +117,8 @@ def panel(run_dirs: list[Path | str], *, seed: int = 0, n_boot: int = 1000,
         task = task_cls()
         keys = list(first.keys) + [k for r in rows[1:] for k in r.keys if k not in first]
         combined, failed, kinds = _combine(rows, keys, task.primary_value)
-        metrics = task.aggregate(combined.table(keys), run_context(runs[0]))
+        ctx = run_context(runs[0])
+        metrics = task.method(ctx).aggregate(combined.table(keys), ctx)
         value = metrics.get(task.metric.name)
         level = alpha_level(kinds.get(task.primary_value, "score"))
         alpha, ci = judge_alpha(_matrix(rows, keys, task.primary_value), level,

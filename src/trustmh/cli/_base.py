@@ -19,8 +19,7 @@ from rich.segment import Segment
 from ..errors import UserError
 from ..escaping import CONTROL, printable, styled  # noqa: F401 - what commands import from here
 
-PAPER_JUDGE = "openai/gpt-4.1"  # the LLM judge the paper names (PAPER_PROTOCOL.md §3)
-PAPER_PROXY = "openai/gpt-4"  # PsyLeak's proxy model, set in the release's privacy3.py (PAPER_PROTOCOL.md §3)
+from ..judges import PAPER_JUDGE, PAPER_PROXY  # noqa: F401 - the paper's judges (engine/spec.py decides when)
 
 # Help texts are plain text (rich_markup_mode None): "[min]" and "trustmh[hf]" show as written.
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_enable=False, rich_markup_mode=None,

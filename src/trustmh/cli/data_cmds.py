@@ -64,7 +64,7 @@ def _count(task, source, ctx) -> str | Text:
     if task.missing_files(source):
         return Text("missing", style="red")
     try:
-        return str(len(task.load(source, ctx)))
+        return str(len(task.method(ctx).load(source, ctx)))
     except UserError as e:  # text: a message may hold brackets ('trustmh[hf]')
         return styled((f"error: {str(e).split(' — ')[0]}", "red"))
 

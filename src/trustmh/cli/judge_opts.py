@@ -64,13 +64,10 @@ def set_min_alpha(spec, value: float | None) -> None:
         return
     if not (math.isfinite(value) and -1 <= value <= 1):
         raise UserError(f"--min-judge-alpha must be a number from -1 to 1, not {value}")
-    if value == ALPHA_MIN:
-        spec.options.pop("min_judge_alpha", None)
-    else:
-        spec.options["min_judge_alpha"] = value
+    spec.min_judge_alpha = value
 
 
 def called_judges(spec) -> list[str]:
     """Every judge a run may call (the panel's, the proxy), for --max-cost's price check."""
     from ..engine.judges import llm_judges
-    return [*(j for j, _ in llm_judges(spec)), spec.options.get("proxy_judge", "")]
+    return [*(j for j, _ in llm_judges(spec)), spec.proxy_judge or ""]

@@ -324,8 +324,8 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
     for note, tasks in not_run.items():
         out.print(f"  {', '.join(tasks)}: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     judge = "rules judge: no judge calls" if spec.judge == "rules" else f"judge {spec.judge}"
-    if spec.options.get("proxy_judge"):
-        judge += f", proxy judge {spec.options['proxy_judge']}"
+    if spec.proxy_judge:
+        judge += f", proxy judge {spec.proxy_judge}"
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
               f"judge calls assume every reply is judged and judge prompts leave out the reply's text (an upper "
               f"bound: a judgement whose body another sample's already asks is sent once, and replies that repeat "

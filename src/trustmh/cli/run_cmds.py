@@ -9,8 +9,10 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import (PAPER_JUDGE, PAPER_PROXY, QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _limits,
-                    _load_plugins, app, err, loading, note, out, set_quiet)
+from ..judges import PAPER_JUDGE, PAPER_PROXY
+from ..scoring.agreement import ALPHA_MIN
+from ._base import (QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, loading,
+                    note, out, set_quiet)
 from .judge_opts import (JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, _model_urls, called_judges, judge_list,
                          set_min_alpha)
 from .render import _ProgressView, _dry_run, _summary, _write_report
@@ -137,101 +139,25 @@ def run_cmd(
     set_quiet(quiet)
     _load_plugins(include)
     with loading():
-        from ..engine import RunSpec, run
+        from ..engine import run
         from ..executors import make_executor
-        from ..models import split_spec
     _check_share(max_failed)
     _check_share(max_judge_failed, "--max-judge-failed")
     if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
         raise UserError("--out is empty; give a directory")
     chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
-    info: dict[str, dict[str, str]] = {}
-    if models_file is not None:
-        if model:
-            raise UserError("--models FILE and --model: give the models one way (list them all in the file)")
-        from .models_file import model_info, read_models_file
-        listed = read_models_file(models_file)
-        model = [f"{m.spec}@{m.base_url}" if m.base_url else m.spec for m in listed]
-        info = model_info(listed)
-        from .models_file import read_judges
-        file_judges = read_judges(models_file)
-        if file_judges and judge:
-            raise UserError("--models FILE names the judge and so does --judge: give the judges one way")
-        judge = file_judges or judge
-    model, own_urls, shared_url = _model_urls(model or ["baseline/counselor"], base_url or [])
-    for m in model:
-        split_spec(m)
-    if data_dir is not None and not data_dir.is_dir():  # a typo must not fall back to the sample suite
-        raise UserError(f"--data-dir {data_dir} is not a directory; `trustmh data pull --data-dir {data_dir}` "
-                        f"fetches the data there")
-    ddir = _data_dir(data_dir)
-    chosen = _choose_suite(suite, ddir, tasks)
-    if upstream_compat:  # the old name of --protocol paper
-        if protocol == "trustmh":
-            raise UserError("--upstream-compat means --protocol paper; it cannot be combined with --protocol trustmh")
-        protocol = protocol or "paper"
-    # The paper's protocol judges with the paper's judge unless told otherwise.
-    default_judge = not judge
-    judges = judge_list(judge, judge_base_url or []) if judge else None
-    judge = judges[0][0] if judges else None
-    if judge is None:
-        paper = protocol == "paper" or (protocol is None and chosen == "data")
-        # The offline default stays offline once data is present: baselines are judged by the rules unless
-        # a judge is named (a paid judge for a baseline is never what `trustmh run` alone should mean).
-        offline = all(m.startswith("baseline/") for m in model)
-        judge = PAPER_JUDGE if paper and not offline else "rules"
-        if paper and offline:
-            note.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
-                      f"judge)", style="yellow", markup=False, highlight=False)
-            default_judge = False  # no paper proxy judge either
-    if judges is None:
-        judges = judge_list([judge], judge_base_url or [])
-    if limit is not None and limit < 1:
-        raise UserError("--limit must be at least 1")
-    from ..models import resolve_base_url
-    # A server named only by OPENAI_BASE_URL / ANTHROPIC_BASE_URL is recorded in the spec, so that results
-    # say where replies came from and a later `score` in another environment finds the same stored calls.
-    base_url = resolve_base_url(model[0], shared_url)
-    spec = RunSpec(models=list(model), judge=judge, tasks=tasks, seed=seed, limit=limit, suite=chosen,
-                   data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=base_url,
-                   judge_base_url=judges[0][1], temperature=temperature, max_tokens=max_tokens,
-                   n_boot=n_boot, protocol=protocol,
-                   methods_dir=str(methods_dir.resolve()) if methods_dir else None)
-    from ..engine.judges import set_judges
-    set_judges(spec, judges)  # a panel's other judges, in options only when there are some
-    set_min_alpha(spec, min_judge_alpha)
-    from ..models.openai_api import TRANSPORTS  # light: the SDK is imported only by the sdk transport
-    if transport not in TRANSPORTS:
-        raise UserError(f"--transport must be {', '.join(TRANSPORTS[:-1])} or {TRANSPORTS[-1]}, not '{transport}'")
-    if own_urls:  # set only when given, so runs without them keep their run id
-        from ..engine.spec import check_url
-        for url in own_urls.values():
-            check_url("--base-url", url)
-        spec.options["base_urls"] = own_urls
-    if system_prompt is not None:  # set only when given, so runs without one keep their run id
-        spec.options["system_prompt"] = read_system_prompt(system_prompt)
-    if info:  # how the report names and groups the models (a label or group never changes a result)
-        spec.options["model_info"] = info
-    if transport != "http":  # set only when not the default, so default runs keep their run id
-        spec.options["transport"] = transport
-    if lang is not None and lang not in ("en", "zh", "all"):
-        raise UserError(f"--lang must be en, zh or all, not '{lang}'")
-    if lang is not None and lang != ("all" if spec.protocol == "paper" else "en"):
-        spec.options["lang"] = lang  # set only when not the protocol's default, so default runs keep their run id
-    if perturbations:
-        from ..tasks import RunContext
-        from ..tasks.robustness import selected_perturbations
-        selected_perturbations(RunContext(options={"perturbations": perturbations}))  # bad names fail here
-        spec.options["perturbations"] = perturbations
-    if proxy_judge is None and default_judge and spec.protocol == "paper":
-        proxy_judge = PAPER_PROXY
-    if proxy_judge and proxy_judge != "rules":  # set only when used, so other runs keep their run id
-        _role_model(spec, "proxy_judge", proxy_judge, proxy_judge_base_url)
-    _conversation_options(spec, user_model, user_model_base_url, turns, runs, personas)
-    if refusal_classifier:
-        from ..judges.hf_classifier import parse_spec
-        parse_spec(refusal_classifier)  # a malformed spec is a one-line error before anything runs
-        spec.options["refusal_classifier"] = refusal_classifier
+    spec = spec_from_flags(
+        model=model, models_file=models_file, judge=judge, tasks=tasks, limit=limit, seed=seed, data_dir=data_dir,
+        suite=suite, base_url=base_url, judge_base_url=judge_base_url, min_judge_alpha=min_judge_alpha,
+        proxy_judge=proxy_judge, proxy_judge_base_url=proxy_judge_base_url, transport=transport,
+        temperature=temperature, max_tokens=max_tokens, protocol=protocol, upstream_compat=upstream_compat,
+        methods_dir=methods_dir, n_boot=n_boot, lang=lang, perturbations=perturbations,
+        refusal_classifier=refusal_classifier, system_prompt=system_prompt, user_model=user_model,
+        user_model_base_url=user_model_base_url, turns=turns, runs=runs, personas=personas)
+    paper_default = not judge and spec.judge == PAPER_JUDGE  # the judge the paper's protocol chose
+    if not judge and spec.protocol == "paper" and spec.judge == "rules":
+        note.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
+                   f"judge)", style="yellow", markup=False, highlight=False)
     from ..engine.prices import load_prices
     table = load_prices(prices) if prices is not None or max_cost is not None or dry_run else None
     if dry_run:
@@ -254,7 +180,7 @@ def run_cmd(
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
         raise typer.Exit(130)
     except UserError as e:
-        if default_judge and judge == PAPER_JUDGE and "needs an API key" in str(e):
+        if paper_default and "needs an API key" in str(e):
             raise UserError(f"{e}. The paper's protocol judges with {PAPER_JUDGE} by default: pass --judge rules "
                             f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
         raise
@@ -267,38 +193,15 @@ def run_cmd(
     _methods_exit(results)
 
 
-def _role_model(spec, key: str, model: str, base_url: str | None) -> None:
-    """A model of another role (the proxy judge, the simulated person) in options[key], its server in
-    options[key + "_base_url"] (checked; from the provider's environment variable when not given)."""
-    from ..models import resolve_base_url, split_spec
-    split_spec(model)
-    spec.options[key] = model
-    url = resolve_base_url(model, base_url)
-    if url:
-        from ..engine.spec import check_url
-        check_url(f"--{key.replace('_', '-')}-base-url", url)
-        spec.options[f"{key}_base_url"] = url
-
-
-def _conversation_options(spec, user_model, user_model_base_url, turns, runs, personas) -> None:
-    """crisis.conversation's flags, checked here and kept in options only when given (runs without them keep
-    their run id). A persona file is checked now, with the one-line error of a bad cell."""
-    from ..tasks.crisis.conversation_common import MAX_RUNS, MAX_TURNS, read_personas
-    if user_model:
-        _role_model(spec, "user_model", user_model, user_model_base_url)
-    elif user_model_base_url:
-        raise UserError("--user-model-base-url needs --user-model")
-    for flag, value, top, key in (("--turns", turns, MAX_TURNS, "turns"), ("--runs", runs, MAX_RUNS, "runs")):
-        if value is not None:
-            if not 1 <= value <= top:
-                raise UserError(f"{flag} must be from 1 to {top}, not {value}")
-            spec.options[key] = value
-    if personas:
-        path = Path(personas).expanduser()
-        if path.suffix.lower() in (".tsv", ".txt") or path.exists():
-            read_personas(path)  # a bad file is one line naming file:line, before anything runs
-            personas = str(path.resolve())
-        spec.options["personas"] = personas
+def _personas(personas: str) -> str:
+    """--personas: a TSV file (checked now, with the one-line error of a bad cell, and kept by its full path)
+    or persona names as given."""
+    path = Path(personas).expanduser()
+    if path.suffix.lower() in (".tsv", ".txt") or path.exists():
+        from ..tasks.crisis.conversation_common import read_personas
+        read_personas(path)  # a bad file is one line naming file:line, before anything runs
+        return str(path.resolve())
+    return personas
 
 
 SYSTEM_PROMPT_MAX_BYTES = 256 << 10
@@ -314,6 +217,57 @@ def read_system_prompt(value: str) -> str:
     if not text.strip():
         raise UserError("--system-prompt is empty" + (f" ({value[1:]} holds no text)" if value.startswith("@") else ""))
     return text
+
+
+def spec_from_flags(*, model, models_file, judge, tasks, limit, seed, data_dir, suite, base_url, judge_base_url,
+                    min_judge_alpha, proxy_judge, proxy_judge_base_url, transport, temperature, max_tokens, protocol,
+                    upstream_compat, methods_dir, n_boot, lang, perturbations, refusal_classifier, system_prompt,
+                    user_model=None, user_model_base_url=None, turns=None, runs=None, personas=None):
+    """`trustmh run`'s flags as a RunSpec, resolved by the same step as `trustmh.run` (engine/spec.py
+    `resolve`): what the command line adds is only how flags are written (--models FILE, SPEC@URL, a
+    --base-url per --model, --suite auto, --upstream-compat, --system-prompt @FILE)."""
+    from ..engine import RunSpec
+    from ..engine.spec import resolve
+    info: dict[str, dict[str, str]] = {}
+    if models_file is not None:
+        if model:
+            raise UserError("--models FILE and --model: give the models one way (list them all in the file)")
+        from .models_file import model_info, read_judges, read_models_file
+        listed = read_models_file(models_file)
+        model = [f"{m.spec}@{m.base_url}" if m.base_url else m.spec for m in listed]
+        info = model_info(listed)
+        file_judges = read_judges(models_file)
+        if file_judges and judge:
+            raise UserError("--models FILE names the judge and so does --judge: give the judges one way")
+        judge = file_judges or judge
+    models, own_urls, shared_url = _model_urls(model or ["baseline/counselor"], base_url or [])
+    from ..models import split_spec
+    for m in models:  # resolve() checks them too; a mistyped provider is the first thing said, before the data
+        split_spec(m)
+    judges, own_judge_urls, shared_judge_url = _model_urls(judge or [], judge_base_url or [], flag="--judge",
+                                                           url_flag="--judge-base-url")
+    if data_dir is not None and not data_dir.is_dir():  # a typo must not fall back to the sample suite
+        raise UserError(f"--data-dir {data_dir} is not a directory; `trustmh data pull --data-dir {data_dir}` "
+                        f"fetches the data there")
+    ddir = _data_dir(data_dir)
+    chosen = _choose_suite(suite, ddir, tasks)
+    if upstream_compat:  # the old name of --protocol paper
+        if protocol == "trustmh":
+            raise UserError("--upstream-compat means --protocol paper; it cannot be combined with --protocol trustmh")
+        protocol = protocol or "paper"
+    urls = [own_judge_urls.get(j) or shared_judge_url for j in judges]
+    return resolve(RunSpec(
+        models=models, judge=judges[0] if judges else None, judge_base_url=urls[0] if judges else shared_judge_url,
+        panel_judges=[{"judge": j, "base_url": u} for j, u in zip(judges[1:], urls[1:])], tasks=tasks, seed=seed,
+        limit=limit, suite=chosen, data_dir=str(ddir.resolve()) if chosen == "data" else None, base_url=shared_url,
+        base_urls=own_urls, temperature=temperature, max_tokens=max_tokens, n_boot=n_boot, protocol=protocol,
+        methods_dir=str(methods_dir.resolve()) if methods_dir else None, model_info=info, transport=transport,
+        lang=lang, perturbations=perturbations or None, proxy_judge=proxy_judge,
+        proxy_judge_base_url=proxy_judge_base_url, refusal_classifier=refusal_classifier or None,
+        system_prompt=read_system_prompt(system_prompt) if system_prompt is not None else None,
+        min_judge_alpha=ALPHA_MIN if min_judge_alpha is None else min_judge_alpha, user_model=user_model or None,
+        user_model_base_url=user_model_base_url or None, turns=turns, runs=runs,
+        personas=_personas(personas) if personas else None))
 
 
 def _prepare_report() -> None:

@@ -21,7 +21,8 @@ from ..tasks import TASKS, RunContext, Task
 from ..types import Chain, Request, Response, Sample
 from . import conversation
 from .endpoint import CallWriter, Endpoint
-from .judge_pool import GenerationShare, JudgePool, Pending
+from .generation_share import GenerationShare
+from .judge_pool import JudgeJob, JudgePool, Pending
 from .judges import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
 from . import identity
 from .identity import model_ref
@@ -32,20 +33,20 @@ from .spec import Limits, RunSpec
 
 
 def _needed_roles(prepared: list[Prepared], ctx: RunContext) -> set[str]:
-    return {r.role for p in prepared if not p.not_run for r in p.task.active_rubrics(ctx)}
+    return {r.role for p in prepared if not p.not_run for r in p.task.method(ctx).active_rubrics(ctx)}
 
 
 def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limits: Limits) -> dict[str, list[Any]]:
     """The judge backends by role: "llm" one per judge of the panel (one for a single judge)."""
     roles = _needed_roles(prepared, ctx)
     models: dict[str, list[Any]] = {}
-    transport = spec.options.get("transport", "http")
+    transport = spec.transport
     if "llm" in roles:
         models["llm"] = [make_model(j, base_url=url, timeout=limits.timeout, seed=spec.seed, purpose="judge",
                                     transport=transport, max_connections=limits.max_connections)
                          for j, url in llm_judges(spec)]
-    if "proxy" in roles and spec.options.get("proxy_judge"):
-        models["proxy"] = [make_model(spec.options["proxy_judge"], base_url=spec.options.get("proxy_judge_base_url"),
+    if "proxy" in roles and spec.proxy_judge:
+        models["proxy"] = [make_model(spec.proxy_judge, base_url=spec.proxy_judge_base_url,
                                       timeout=limits.timeout, seed=spec.seed, purpose="proxy", transport=transport,
                                       max_connections=limits.max_connections)]
     if "classifier" in roles and ctx.options.get("refusal_classifier"):
@@ -60,7 +61,7 @@ def judged_first(prepared: list[Prepared], ctx: RunContext, roles: Any) -> list[
     privacy tiers) generate (one model at --limit 300: 0.71 -> 0.93 of the ideal window, bench/README.md).
     Only the order the model is asked in changes: outputs, scoring and the Recorder keep run order."""
     judged = {p.task.id for p in prepared
-              if not p.not_run and any(r.role in roles for r in p.task.active_rubrics(ctx))}
+              if not p.not_run and any(r.role in roles for r in p.task.method(ctx).active_rubrics(ctx))}
     return sorted(prepared, key=lambda p: p.task.id not in judged)  # stable: run order within each group
 
 
@@ -81,7 +82,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     for (judge, _url), jm in zip(llm_judges(spec), judge_models.get("llm", ())):
         identity.record(judge, jm, store, force=force)
     for jm in judge_models.get("proxy", ()):
-        identity.record(spec.options["proxy_judge"], jm, store, force=force)
+        identity.record(spec.proxy_judge, jm, store, force=force)
     if not generate and not judge_models:
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}
@@ -108,7 +109,7 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
             if generate:
                 model = (models or {}).get(model_spec) or make_model(
                     model_spec, base_url=spec.model_base_url(model_spec), timeout=limits.timeout, seed=spec.seed,
-                    transport=spec.options.get("transport", "http"), max_connections=limits.max_connections,
+                    transport=spec.transport, max_connections=limits.max_connections,
                     batch_size=limits.batch_size)
                 opened.append(model)
                 if getattr(model, "answers_by_id", False):
@@ -151,7 +152,7 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
     rejected key) stops them all."""
     pools = {pool.ep.model.endpoint: pool for ps in pools_by_role.values() for pool in ps}
     for c in collectors:  # every model's bar from the start: the run's total is known before any call
-        events(PhaseStarted("generate", c.label, c._n_samples(), estimated=c._building()))
+        events(PhaseStarted("generate", c.label, c.n_samples(), estimated=c.building()))
     for pool in pools.values():
         events(PhaseStarted("judge", pool.label, None))
     loop = asyncio.get_running_loop()
@@ -174,9 +175,9 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
     def show() -> None:
         elapsed = loop.time() - t_start
         for c in collectors:
-            c._show(elapsed)
+            c.show(elapsed)
         for pool in pools.values():
-            ahead = sum(c._judgements_ahead(pool.ep.model.endpoint) for c in collectors)
+            ahead = sum(c.judgements_ahead(pool.ep.model.endpoint) for c in collectors)
             events(PhaseProgress("judge", pool.label, pool.n_done, pool.n_queued + ahead, pool.n_errors,
                                  estimated=ahead > 0))
 
@@ -206,9 +207,27 @@ async def _run_together(collectors: list["_Collector"], pools_by_role: dict[str,
             events(PhaseDone("judge", pool.label))
 
 
+@dataclasses.dataclass
+class Counts:
+    """One model's phase-1 counts, read by the progress ticker: replies in (a failed one too) and failed,
+    in all and per task; judgements queued per judge endpoint (the estimate of those ahead rests on them),
+    judgements failed per task, and a conversation's turns answered."""
+
+    generated: int = 0
+    gen_errors: int = 0
+    done: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # task -> replies in
+    errors: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # task -> failed
+    judgements: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # judge endpoint
+    judge_failed: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # task
+    turns: int = 0  # conversation turns answered (crisis.conversation), in all
+    turns_of: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # task -> turns
+
+
 class _Collector:
     """Phase 1 for one tested model: its replies (`_Generating` asks for them, `_Rejudging` reads them from
-    the store), each queued for its judgements with the shared judge pools, and when each task is ready."""
+    the store), each queued for its judgements with the shared judge pools, and when each task is ready.
+    What the judge pools need of it is `judge_pool.Judged` (render, judge); what the generation share
+    reads, `generation_share.Generation` (width, generations_left, judgements_ahead)."""
 
     def __init__(self, spec: RunSpec, ctx: RunContext, prepared: list[Prepared], judges: Judges, store: Store,
                  events: EventSink, label: str, model_id: str, *, pools: dict[str, list[JudgePool]],
@@ -218,7 +237,7 @@ class _Collector:
         self.model_id, self.writer = model_id, writer
         # Counted here and reported by a ticker a few times a second: an event per reply cost more than
         # the rest of the request path.
-        self.n = collections.Counter()
+        self.n = Counts()
         # The run's judge pools by role, shared with the other models (their workers run in _run_together).
         self.pools = pools
         self._active: dict[str, dict[str, Any]] = {}  # task id -> its active rubrics by name (`_rubrics`)
@@ -243,7 +262,9 @@ class _Collector:
         """The judges to ask for `rubric` of the sample `key` (task, item, variant)."""
         return list(self.pools.get(rubric.role, ()))
 
-    def _width(self) -> int:
+    @property
+    def width(self) -> int:
+        """Generation requests in flight at most."""
         return 1
 
     def n_calls(self) -> int:
@@ -263,7 +284,7 @@ class _Collector:
                     await self._one(request, task, sample, key)
 
         try:
-            await asyncio.gather(*(gen_worker() for _ in range(self._width())))
+            await asyncio.gather(*(gen_worker() for _ in range(self.width)))
         except BaseException:
             side_by_side.cancel()  # a worker failed: the conversations stop too, each one's end retrieved
             await asyncio.gather(*list(side_by_side.running), return_exceptions=True)
@@ -276,11 +297,11 @@ class _Collector:
     async def _one(self, request: Request | None, task: Task, sample: Sample, key: str) -> None:
         """One sample's reply, then its judgements queued."""
         resp = await self._reply(request, task, sample, key)
-        self.n["gen"] += 1
-        self.n[f"done:{sample.task}"] += 1
+        self.n.generated += 1
+        self.n.done[sample.task] += 1
         if resp is None or not resp.ok:
-            self.n["gen_errors"] += 1
-            self.n[f"errors:{sample.task}"] += 1
+            self.n.gen_errors += 1
+            self.n.errors[sample.task] += 1
         elif self.pools:
             for pools in self.pools.values():  # bounded: a busy judge holds generation back
                 for pool in pools:
@@ -326,41 +347,41 @@ class _Collector:
                 asked.setdefault(pool, set()).add(r.name)
         for pool, names in asked.items():
             skip = frozenset(name for name, r in rubrics.items() if r.role == pool.role and name not in names)
-            self.n[f"judge:{pool.ep.model.endpoint}"] += 1
+            self.n.judgements[pool.ep.model.endpoint] += 1
             self.left[sample.task] += 1
             self.judging += 1
             pool.put(self, Pending(task, sample, reply, skip))
 
     def _rubrics(self, task: Task) -> dict[str, Any]:
         if task.id not in self._active:
-            self._active[task.id] = {r.name: r for r in task.active_rubrics(self.ctx)}
+            self._active[task.id] = {r.name: r for r in task.method(self.ctx).active_rubrics(self.ctx)}
         return self._active[task.id]
 
     def _judge_params(self, task: Task, rubric) -> dict[str, Any] | None:
         key = (task.id, rubric.name)  # read once: a task's method-file lookup cost ~20 µs a judgement
         if key not in self._params:
-            self._params[key] = task.judge_params(rubric, self.ctx)
+            self._params[key] = task.method(self.ctx).judge_params(rubric, self.ctx)
         return self._params[key]
 
-    def render(self, pool: JudgePool, job: Pending) -> list[tuple]:
+    def render(self, pool: JudgePool, pending: Pending) -> list[JudgeJob]:
         """A queued reply's judgements for the judge of `pool` (judge()'s arguments), rendered by the worker
         that took it; the reply counted one judgement while it waited, now it counts what it needs."""
-        task, sample = job.task, job.sample
+        task, sample = pending.task, pending.sample
         rubrics = self._rubrics(task)
         out = []
-        for name, messages in task.judgements(sample, job.reply, self.ctx).items():
+        for name, messages in task.method(self.ctx).judgements(sample, pending.reply, self.ctx).items():
             rubric = rubrics.get(name)
             if rubric is None:
                 raise ValueError(f"{task.id}: judgement '{name}' is not one of its active rubrics {list(rubrics)}")
-            if rubric.role == pool.role and name not in job.skip:
-                out.append((sample, rubric, messages, self._judge_params(task, rubric)))
-        counter = f"judge:{pool.ep.model.endpoint}"
+            if rubric.role == pool.role and name not in pending.skip:
+                out.append(JudgeJob(sample, rubric, messages, self._judge_params(task, rubric)))
+        endpoint = pool.ep.model.endpoint
         if not out:
-            self.n[counter] -= 1
+            self.n.judgements[endpoint] -= 1
             self._judgement_done(sample.task)
             return out
         more = len(out) - 1
-        self.n[counter] += more
+        self.n.judgements[endpoint] += more
         self.left[sample.task] += more
         self.judging += more
         return out
@@ -377,7 +398,7 @@ class _Collector:
                      for attempt in range(1, rubric.attempts + 1)]
             ok = (await self._until_parsed(ep, tries, rubric.parses)).ok
         if not ok:
-            self.n[f"judge_failed:{sample.task}"] += 1
+            self.n.judge_failed[sample.task] += 1
         self._judgement_done(sample.task)
         return ok
 
@@ -396,32 +417,38 @@ class _Collector:
             self.ready(task_id)
 
     # --- progress -----------------------------------------------------------------------------------
-    def _n_samples(self) -> int:
+    def n_samples(self) -> int:
         """The samples of the run: exact once built, counted ahead from the items while phase 1 still builds
         them as it goes (Prepared.expected_samples), so a bar's total is known from its start."""
         return sum(p.expected_samples() for p in self.prepared)
 
-    def _building(self) -> bool:
+    def generations_left(self) -> int:
+        """Its samples not answered yet."""
+        return self.n_samples() - self.n.generated
+
+    def building(self) -> bool:
+        """Whether some of its samples are still being built (its total an estimate until then)."""
         return any(p.pending is not None for p in self.prepared)
 
-    def _judgements_ahead(self, endpoint: str) -> int:
+    def judgements_ahead(self, endpoint: str) -> int:
         """Judgements for the judge at `endpoint` this model will still queue: its replies still to come, each
         asking the judge as those so far did (an estimate that converges; 0 once every reply is in)."""
         n = self.n
-        left = max(0, self._n_samples() - n["gen"])
-        return round(left * n[f"judge:{endpoint}"] / n["gen"]) if n["gen"] else 0
+        left = max(0, self.generations_left())
+        return round(left * n.judgements[endpoint] / n.generated) if n.generated else 0
 
-    def _show(self, elapsed: float) -> None:
+    def show(self, elapsed: float) -> None:
+        """Its progress so far, as events (the ticker calls it a few times a second)."""
         n = self.n
-        self.events(PhaseProgress("generate", self.label, n["gen"], self._n_samples(), n["gen_errors"],
-                                  n["gen"] / elapsed if elapsed > 0 else None, estimated=self._building()))
+        self.events(PhaseProgress("generate", self.label, n.generated, self.n_samples(), n.gen_errors,
+                                  n.generated / elapsed if elapsed > 0 else None, estimated=self.building()))
         for p in self.prepared:
             tid = p.task.id
-            if p.not_run or not (n[f"done:{tid}"] or tid in self.built):
+            if p.not_run or not (n.done[tid] or tid in self.built):
                 continue
-            self.events(TaskProgress(self.label, tid, n[f"done:{tid}"], p.expected_samples(), n[f"errors:{tid}"],
-                                     n[f"judge_failed:{tid}"], tid in self.built and self.left[tid] == 0,
-                                     turns=n[f"turns:{tid}"] if self._talks(p.task) else None))
+            self.events(TaskProgress(self.label, tid, n.done[tid], p.expected_samples(), n.errors[tid],
+                                     n.judge_failed[tid], tid in self.built and self.left[tid] == 0,
+                                     turns=n.turns_of[tid] if self._talks(p.task) else None))
 
 
 class _Generating(_Collector):
@@ -435,10 +462,12 @@ class _Generating(_Collector):
         self.done: set[str] = set()  # call keys stored already, or answered during this run (cacheable)
         # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).
         # Not for replay files and baselines: the same request gets the same reply again.
-        self.reasks = {p.task.id: r for p in self.prepared if (r := p.task.reask(self.ctx)) is not None} \
+        self.reasks = {p.task.id: r for p in self.prepared
+                       if (r := p.task.method(self.ctx).reask(self.ctx)) is not None} \
             if gen_ep.model.cacheable else {}
 
-    def _width(self) -> int:
+    @property
+    def width(self) -> int:
         return max(1, self.gen_ep.width)
 
     def n_calls(self) -> int:
@@ -539,14 +568,14 @@ class _Rejudging(_Collector):
         nothing: frozenset[tuple[str, str]] = frozenset()
         for p in self.prepared:
             task_id = p.task.id
-            wanted = {(r.name, pool.ep.model.endpoint) for r in p.task.active_rubrics(self.ctx)
+            wanted = {(r.name, pool.ep.model.endpoint) for r in p.task.method(self.ctx).active_rubrics(self.ctx)
                       for pool in self.pools.get(r.role, ())}
 
             def settled(item_id: str, variant: str) -> bool:
                 key = (task_id, item_id, variant)
                 if key in linked and wanted <= judged.get(key, nothing):
-                    self.n["gen"] += 1
-                    self.n[f"done:{task_id}"] += 1
+                    self.n.generated += 1
+                    self.n.done[task_id] += 1
                     return True
                 return False
 

@@ -130,8 +130,8 @@ async def converse(c: Any, chain: Chain, request: Request, task: Task, sample: S
                        sample.variant, turn.label)
 
     def counted(turn: Turn, paid: bool) -> None:
-        c.n["turns"] += 1
-        c.n[f"turns:{sample.task}"] += 1
+        c.n.turns += 1
+        c.n.turns_of[sample.task] += 1
 
     if user is None:
         raise RuntimeError(f"{task.id}: a conversation needs the simulated person's endpoint")
@@ -209,7 +209,7 @@ def plan_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, 
     method = p.task.method(ctx)
     user_name, user_url, _ = user_model(spec)
     user_id = model_ref(user_name, user_url, store).endpoint if not getattr_answers(model_spec) else ""
-    llm = {r.name: r for r in p.task.active_rubrics(ctx) if r.role in judge_ids}
+    llm = {r.name: r for r in p.task.method(ctx).active_rubrics(ctx) if r.role in judge_ids}
 
     def add(role: str, calls: int, prompt: int, completion: int) -> None:
         by_role = row.by_role.setdefault(role, [0, 0, 0])
@@ -234,7 +234,7 @@ def plan_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, 
             reply = transcripts.dumps(transcripts.record(turns, "turns"))
         else:
             reply = stored.text or ""
-        for name, messages in p.task.judgements(sample, reply, ctx).items():
+        for name, messages in p.task.method(ctx).judgements(sample, reply, ctx).items():
             if name not in llm:
                 continue
             for label, _endpoint in judge_ids[llm[name].role]:

@@ -5,9 +5,14 @@ from __future__ import annotations
 import asyncio
 import collections
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .endpoint import Endpoint
+
+if TYPE_CHECKING:
+    from ..judges.rubric import Rubric
+    from ..tasks import Task
+    from ..types import Sample
 
 # Replies waiting for the judge, across all models. Queued, a judgement is only its sample (built once,
 # shared by the models, in memory until its task is scored anyway) and the reply's text: ~1.5 KB for a
@@ -19,13 +24,32 @@ BACKLOG = 32768
 
 @dataclass(frozen=True, slots=True)
 class Pending:
-    """One reply's judgements for one judge, not rendered yet (`_Collector.render` builds them when a worker
+    """One reply's judgements for one judge, not rendered yet (`Judged.render` builds them when a worker
     takes it). `skip`: rubrics this judge already made (re-scoring)."""
 
-    task: Any
-    sample: Any
+    task: Task
+    sample: Sample
     reply: str
     skip: frozenset[str] = frozenset()
+
+
+class JudgeJob(NamedTuple):
+    """One judgement, rendered: `Judged.judge(ep, *job)`'s arguments."""
+
+    sample: Sample
+    rubric: Rubric
+    messages: list[dict[str, str]]
+    exact: dict[str, Any] | None  # the judge's exact settings (the paper's protocol), or None
+
+
+class Judged(Protocol):
+    """What a judge pool needs of a tested model's phase 1 (collect.py's `_Collector`): the judgements of a
+    queued reply for the pool's judge, and one judgement made."""
+
+    def render(self, pool: JudgePool, pending: Pending) -> list[JudgeJob]: ...
+
+    async def judge(self, ep: Endpoint, sample: Sample, rubric: Rubric, messages: list[dict[str, str]],
+                    exact: dict[str, Any] | None) -> bool: ...
 
 
 class JudgePool:
@@ -42,24 +66,25 @@ class JudgePool:
         self.role, self.ep = role, ep
         self.label = f"judge {ep.model.spec}"
         # model -> its judgements waiting; dict order is the turn (a model served goes to the back)
-        self.waiting: dict[Any, collections.deque] = {}
-        self.idle: collections.deque[asyncio.Future] = collections.deque()  # workers with nothing to do
+        self.waiting: dict[Judged, collections.deque[Pending | JudgeJob]] = {}
+        # workers with nothing to do, each waiting for a model's judgement (None: the pool is closed)
+        self.idle: collections.deque[asyncio.Future[tuple[Judged, Pending | JudgeJob] | None]] = collections.deque()
         self.closed = False
         self.n_queued = self.n_done = self.n_errors = 0
         # at least 16 waves of the judge a model: with 2 a whole-benchmark run fell from 0.92 to 0.83 of ideal
         self.cap = max(16 * ep.width, backlog // max(1, models))
-        self.blocked: dict[Any, collections.deque[asyncio.Future]] = {}  # generations waiting for room
+        self.blocked: dict[Judged, collections.deque[asyncio.Future[None]]] = {}  # generations waiting for room
 
-    async def room(self, collector: Any) -> None:
+    async def room(self, collector: Judged) -> None:
         """Wait until `collector` has fewer than `cap` judgements waiting."""
         while len(self.waiting.get(collector, ())) >= self.cap:
             fut = asyncio.get_running_loop().create_future()
             self.blocked.setdefault(collector, collections.deque()).append(fut)
             await fut
 
-    def put(self, collector: Any, job: Any, *, first: bool = False) -> None:
-        """Queue a judgement of `collector` (a model's _Collector): a `Pending` reply, or a rendered job,
-        judge(ep, *job)'s arguments (`first`: ahead of the model's others, the rest of a reply taken)."""
+    def put(self, collector: Judged, job: Pending | JudgeJob, *, first: bool = False) -> None:
+        """Queue a judgement of `collector` (a model's phase 1): a `Pending` reply, or a rendered `JudgeJob`
+        (`first`: ahead of the model's others, the rest of a reply taken)."""
         self.n_queued += 1
         while self.idle:  # an idle worker means nothing waits: it takes this one at once
             fut = self.idle.popleft()
@@ -76,7 +101,7 @@ class JudgePool:
             if not fut.done():
                 fut.set_result(None)
 
-    async def _next(self) -> tuple[Any, Any] | None:
+    async def _next(self) -> tuple[Judged, Pending | JudgeJob] | None:
         if self.waiting:
             collector = next(iter(self.waiting))
             queue = self.waiting.pop(collector)
@@ -103,7 +128,7 @@ class JudgePool:
             # can leave memory (engine/prepare.py, Prepared.release).
             got = None
 
-    async def _take(self, collector: Any, job: Any) -> None:
+    async def _take(self, collector: Judged, job: Pending | JudgeJob) -> None:
         if isinstance(job, Pending):  # a reply: its judgements for this judge are rendered now
             jobs = collector.render(self, job)
             self.n_queued -= 1
@@ -116,76 +141,3 @@ class JudgePool:
         if not await collector.judge(self.ep, *job):
             self.n_errors += 1
         self.n_done += 1
-
-
-class GenerationShare:
-    """How many generation requests all models may have in flight together. Every model's replies and
-    every judgement share one event loop, and with many models at once (12 x 64 connections) the models'
-    replies came faster than the loop could take them: the judge, the busiest endpoint of a judged run,
-    sent its requests late, at 40-70 % of transport speed for the first third of a 12-model run at
-    --limit 300 (bench/README.md). A timer measures how late the loop runs. While it is late, a judge has
-    work waiting and a judge has clearly more waves of work left than any model (a judge, not a model,
-    is what the run waits for), the share shrinks (x0.7); otherwise it grows back by 1/16 of the models'
-    connections a tick. Generation takes what the judges leave of the loop, and a run whose busiest
-    endpoint is a model's is never held back."""
-
-    TICK = 0.02  # s between the timer's readings
-    LATE = 0.01  # s late that counts as the loop falling behind
-    FLOOR = 8  # requests in flight at the least, so that generation always goes on
-    # A judge counts as what the run waits for only with this many times a model's waves left: near a tie
-    # (one model at --limit 300: its 9,309 generations, the judge's 6,165) holding the model back cost
-    # 0.98 -> 0.95 of the window.
-    MARGIN = 2.0
-
-    def __init__(self, pools: list[JudgePool], collectors: list[Any]):
-        self.pools, self.collectors = pools, collectors
-        self.total = max(1, sum(c._width() for c in collectors))
-        self.cap = self.total
-        self.in_flight = 0
-        self.waiters: collections.deque[asyncio.Future] = collections.deque()
-        self.low = self.total  # the smallest share so far, for tests and the bench
-
-    async def acquire(self) -> bool:
-        """A place in the share; True when it had to wait for one."""
-        waited = False
-        while self.in_flight >= self.cap:
-            waited = True
-            fut = asyncio.get_running_loop().create_future()
-            self.waiters.append(fut)
-            await fut
-        self.in_flight += 1
-        return waited
-
-    def release(self) -> None:
-        self.in_flight -= 1
-        self._wake()
-
-    def _wake(self) -> None:
-        room = self.cap - self.in_flight
-        while room > 0 and self.waiters:
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                room -= 1
-
-    def _judge_bound(self) -> bool:
-        """Whether some judge has MARGIN times more waves of work left (its judgements waiting, in flight
-        and still to come, over its connections) than every model has of generation."""
-        judge = max(((p.n_queued - p.n_done + sum(c._judgements_ahead(p.ep.model.endpoint) for c in self.collectors))
-                     / max(1, p.ep.width) for p in self.pools), default=0.0)
-        return judge > self.MARGIN * max(((c._n_samples() - c.n["gen"]) / max(1, c._width()) for c in self.collectors),
-                                         default=0.0)
-
-    async def watch(self) -> None:
-        """Until cancelled: resize the share every TICK seconds."""
-        loop = asyncio.get_running_loop()
-        while True:
-            t = loop.time()
-            await asyncio.sleep(self.TICK)
-            late = loop.time() - t - self.TICK
-            if late > self.LATE and any(p.waiting for p in self.pools) and self._judge_bound():
-                self.cap = max(self.FLOOR, int(self.cap * 0.7))
-                self.low = min(self.low, self.cap)
-            elif self.cap < self.total:
-                self.cap = min(self.total, self.cap + max(1, self.total // 16))
-                self._wake()

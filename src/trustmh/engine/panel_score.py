@@ -111,7 +111,7 @@ class PanelTally:
         primary = task.primary_value
         judge_values = {}
         for j, (name, table) in enumerate(zip(self.judges, tables)):
-            value = task.aggregate(table, ctx).get(task.metric.name) if len(table) else None
+            value = task.method(ctx).aggregate(table, ctx).get(task.metric.name) if len(table) else None
             failed = collections.Counter(s[j].judge_failed for s in self.scores if s[j].judge_failed)
             judge_values[name] = JudgeValue(value=None if value is None or not math.isfinite(value) else float(value),
                                             n=count(table.col(primary)) if len(table) else 0,

@@ -106,7 +106,7 @@ def sampled(p: Prepared, ctx: RunContext, max_items: int = PLAN_ITEMS) -> tuple[
     samples = [s for s in p.samples] if first is not None else []
     try:
         for item in chosen[1:] if first is not None else chosen:
-            samples.extend(p.task.samples(item, ctx))
+            samples.extend(p.task.method(ctx).samples(item, ctx))
     except MethodError as e:
         return Prepared(p.task, not_run=str(e)), 1.0
     return Prepared(p.task, samples=samples, all_ids=p.all_ids), n / len(chosen) if chosen else 1.0
@@ -130,16 +130,17 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
             row.model_calls += 1
             row.model_tokens += _tokens(req.messages)
             row.model_completion += completion_tokens(req.params, typical.get(model_spec, DEFAULT_COMPLETION_TOKENS))
-    llm = {r.name: r for r in p.task.active_rubrics(ctx) if r.role in judge_ids}
+    method = p.task.method(ctx)
+    llm = {r.name: r for r in method.active_rubrics(ctx) if r.role in judge_ids}
     if not llm:
         return row
-    exact_params = {name: p.task.judge_params(r, ctx) for name, r in llm.items()}  # per rubric, not per sample
-    judge_specs = {"llm": spec.judge, "proxy": spec.options.get("proxy_judge")}
+    exact_params = {name: method.judge_params(r, ctx) for name, r in llm.items()}  # per rubric, not per sample
+    judge_specs = {"llm": spec.judge, "proxy": spec.proxy_judge}
     for sample, key in zip(p.samples, keys):
         reply = store.get_call(key) if key in stored else None
         # A reply not there yet stands in as a placeholder (tasks skip judging an empty reply), so the judge
         # estimate assumes every reply gets judged and leaves its text out of the prompt size.
-        judgements = p.task.judgements(sample, (reply.text or "") if reply else PLACEHOLDER, ctx)
+        judgements = method.judgements(sample, (reply.text or "") if reply else PLACEHOLDER, ctx)
         for name, messages in judgements.items():
             if name not in llm:
                 continue

@@ -49,7 +49,7 @@ class Prepared:
             self.pending = None
         else:
             try:
-                samples = self.task.samples(item, ctx)
+                samples = self.task.method(ctx).samples(item, ctx)
                 refused = own_system_message(self.task.id, samples, ctx)
                 if refused:
                     raise MethodError(refused)
@@ -106,7 +106,7 @@ def prepare(spec: RunSpec, ctx: RunContext, *, lazy: bool = False) -> tuple[list
             prepared.append(p)
             continue
         try:
-            items = task.load(data, ctx)
+            items = task.method(ctx).load(data, ctx)
         except MethodError as e:
             p.not_run = str(e)
             prepared.append(p)

@@ -175,8 +175,7 @@ def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
         line.completion_tokens += completion
 
     from ..tasks.crisis.conversation_common import chosen_user
-    judge_specs = {"llm": spec.judge, "proxy": spec.options.get("proxy_judge"),
-                   "user": chosen_user(spec.options, spec.judge)[0]}
+    judge_specs = {"llm": spec.judge, "proxy": spec.proxy_judge, "user": chosen_user(spec.options, spec.judge)[0]}
     for m in spec.models:
         add("model", m, 0, 0, 0)
     for r in rows:

@@ -16,7 +16,7 @@ JUDGE_PARAMS = {"temperature": 0.0, "max_tokens": 512}
 def generation_request(sample: Sample, spec: RunSpec, model: str = "") -> Request:
     """What `model` (its spec, e.g. "openai/Qwen3-8B") is sent for `sample`: the task's messages, after the
     run's --system-prompt when it has one (the deployed assistant's own, first, as a deployment sends it)."""
-    system = spec.options.get("system_prompt")
+    system = spec.system_prompt
     if sample.exact_params:  # the paper's settings, exactly as its code sends them
         params = dict(sample.params)
         if spec.max_tokens is not None:

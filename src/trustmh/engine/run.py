@@ -28,7 +28,7 @@ from .spec import PRESENTATION, Limits, RunSpec, data_source
 def context(spec: RunSpec) -> RunContext:
     from ..data.methods import methods_dir
     root = methods_dir(spec.data_dir, spec.methods_dir) if spec.protocol == "paper" else None
-    return RunContext(seed=spec.seed, protocol=spec.protocol, judge=spec.judge, options=spec.options,
+    return RunContext(seed=spec.seed, protocol=spec.protocol, judge=spec.judge, options=dict(spec.options),
                       methods_root=root, data_root=Path(spec.data_dir) if spec.data_dir else None)
 
 
@@ -61,7 +61,7 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
                 prepared, checksums = from_store
                 for p in prepared:  # a task whose scoring reads its own data files (a rubric) loads them still
                     if not p.not_run and getattr(p.task.method(ctx), "scores_with_its_data", False):
-                        p.task.load(data_source(spec), ctx)
+                        p.task.method(ctx).load(data_source(spec), ctx)
             else:
                 # A run builds most samples as phase 1 reaches them (and stores them beside it): the first
                 # requests wait only for the data to load.

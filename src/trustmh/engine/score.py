@@ -25,7 +25,7 @@ from ..models import ModelRef
 from ..scoring.pillars import judge_usable_rate, model_summary, task_meta, task_trust
 from ..scoring.results import MetricValue, ModelResults, RunResults, TaskResult
 from .store import Store
-from ..tasks import Method, RunContext, Task
+from ..tasks import Method, RunContext, Task, writes
 from ..tasks.paper_names import paper_block
 from ..types import Sample
 from ..scoring.agreement import ALPHA_MIN
@@ -57,7 +57,7 @@ class Scoring:
     stale: collections.Counter = field(default_factory=collections.Counter)  # (model, task) -> stale verdicts
 
 
-def _verdicts(sc: Scoring, task: Task, sample: Sample, reply: str, parts: dict[str, tuple],
+def _verdicts(sc: Scoring, method: Method, sample: Sample, reply: str, parts: dict[str, tuple],
               rubrics: tuple[Rubric, ...], versions_now: dict[str, str],
               judge_errors: collections.Counter, stale_key: tuple[str, str]) -> Verdicts | None:
     if not rubrics:
@@ -67,7 +67,7 @@ def _verdicts(sc: Scoring, task: Task, sample: Sample, reply: str, parts: dict[s
     for r in rubrics:
         if r.role == "llm" and "llm" not in sc.judges:
             if rules is None:
-                rules = task.rules_judge(sample, reply, sc.ctx)
+                rules = method.rules_judge(sample, reply, sc.ctx)
             out[r.name] = rules.get(r.name, Judged(reason="no rules verdict")) if isinstance(rules, Verdicts) else rules
             continue
         version, resp = parts.get(r.name, (None, None))
@@ -95,12 +95,13 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     A judge panel scores each sample once per judge first (a pass of its own: whether a value is a label
     the judges vote on or a score they average is known only from the whole task), then as one."""
     task, ctx = p.task, sc.ctx
+    method = task.method(ctx)
     sc.stale.pop((model.spec, task.id), None)  # counted anew: a task may be scored again
     base = dict(task=task.id, pillar=task.pillar, metric=task.metric.name,
                 higher_is_better=task.metric.higher_is_better, **task_meta(task, ctx))
     if p.not_run:
         return TaskResult(status="not run", reason=p.not_run, **base)
-    rubrics = task.active_rubrics(ctx)
+    rubrics = method.active_rubrics(ctx)
     versions_now = {r.name: r.version for r in rubrics}  # read once per task, not per sample
     linked = sc.store.linked(model.endpoint, task.id, [sc.judges[r] for r in {r.role for r in rubrics}
                                                        if r in sc.judges])
@@ -120,9 +121,9 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
             if panel:
                 judged, score = tally.panel_next()
             else:
-                judged = _verdicts(sc, task, s, resp.text or "", parts, rubrics, versions_now, tally.judge_errors,
+                judged = _verdicts(sc, method, s, resp.text or "", parts, rubrics, versions_now, tally.judge_errors,
                                    (model.spec, task.id))
-                score = task.score(s, resp.text or "", judged, ctx)
+                score = method.score(s, resp.text or "", judged, ctx)
             line = tally.add(s, model.spec, resp, asked, judged, score)
         out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
         yield
@@ -134,6 +135,7 @@ def _judge_each(sc: Scoring, p: Prepared, model: ModelRef, linked: dict, rubrics
     """A panel's first pass: every scored sample's verdicts and Score from each judge in turn, and each
     judge's own per-sample values table."""
     task, ctx = p.task, sc.ctx
+    method = task.method(ctx)
     llm = {r.name for r in rubrics if r.role == "llm"}
     own = [linked] + [sc.store.linked(model.endpoint, task.id, [endpoint]) for _, endpoint in sc.panel[1:]]
     for s in p.samples:
@@ -144,15 +146,15 @@ def _judge_each(sc: Scoring, p: Prepared, model: ModelRef, linked: dict, rubrics
         verdicts, scores = [], []
         for j, by_sample in enumerate(own):
             seen = parts if j == 0 else judge_parts(parts, by_sample.get((s.item.id, s.variant), {}), llm)
-            judged = _verdicts(sc, task, s, resp.text or "", seen, rubrics, versions_now, tally.judge_errors,
+            judged = _verdicts(sc, method, s, resp.text or "", seen, rubrics, versions_now, tally.judge_errors,
                                (model.spec, task.id))
-            score = task.score(s, resp.text or "", judged, ctx)
+            score = method.score(s, resp.text or "", judged, ctx)
             tally.judge_rows[j].add(score.values)
-            for k, v in task.labels(s, score, ctx).items():
+            for k, v in method.labels(s, score).items():
                 tally.judge_labels[j][k].append(v)
             verdicts.append(judged)
             scores.append(score)
-        tally.judge_clusters.append(task.cluster(s, ctx))
+        tally.judge_clusters.append(method.cluster(s))
         tally.panel.add(scores, verdicts)
         yield
     tally.panel.settle()
@@ -161,14 +163,16 @@ def _judge_each(sc: Scoring, p: Prepared, model: ModelRef, linked: dict, rubrics
 def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict) -> Generator[None, None, TaskResult]:
     """The task's aggregate, bootstrap and counts as its results.json entry."""
     task, ctx, primary = p.task, sc.ctx, p.task.primary_value
+    method = task.method(ctx)
     table = t.rows.table(t.clusters, dict(t.labels))
-    values = task.aggregate(table, ctx) if len(table) else {}
+    values = method.aggregate(table, ctx) if len(table) else {}
     # The bootstrap (1000 aggregations) in slices too, so that phase 1's loop never waits ~0.35 s for it.
     cis = yield from in_slices(lambda pause: bootstrap(
-        table, lambda t: pause() or task.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
-        n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or task.aggregate_many(t, r, ctx)))
+        table, lambda t: pause() or method.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
+        n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or method.aggregate_many(t, r, ctx)))
     value = _clean(values.get(task.metric.name))
-    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=task.metric_n(table, k, ctx)) for k, v in values.items()}
+    metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=method.metric_n(table, k))
+               for k, v in values.items()}
     paper = paper_block(task.paper_names, metrics) if ctx.protocol == "paper" and task.paper_protocol else {}
     n_primary = count(table.col(primary))
     reason = None
@@ -255,7 +259,7 @@ class Phase2:
         self.queue: collections.deque[tuple[str, str]] = collections.deque()
         self.current: tuple[tuple[str, str], Generator[None, None, TaskResult]] | None = None
         self.wake: asyncio.Event | None = None
-        # Replies whose task does part of its scoring ahead (Task.ahead), waiting for the background.
+        # Replies whose task does part of its scoring ahead (Method.ahead), waiting for the background.
         self.replies: collections.deque[tuple[str, Task, Sample, str]] = collections.deque()
         self._has_ahead: dict[str, bool] = {}
         self.n_scored = 0  # samples of the tasks scored so far, for the progress bar
@@ -271,7 +275,7 @@ class Phase2:
         if self._sc is None:
             self._sc = Scoring(self.spec, self.ctx, self.store, judge_ids(self.spec, self.ctx, self.store),
                                self.accept_stored, panel=panel_endpoints(self.spec, self.store),
-                               min_alpha=self.spec.options.get("min_judge_alpha", ALPHA_MIN))
+                               min_alpha=self.spec.min_judge_alpha)
         return self._sc
 
     def model(self, model_spec: str) -> ModelRef:
@@ -305,12 +309,11 @@ class Phase2:
                 self.wake.set()
 
     def replied(self, model_spec: str, task: Task, sample: Sample, reply: str) -> None:
-        """A reply has arrived: the part of its scoring its task can do ahead (`Task.ahead`) is done in the
+        """A reply has arrived: the part of its scoring its task can do ahead (`Method.ahead`) is done in the
         background while the judge works, so that the task's scoring after its last verdict is shorter."""
         has = self._has_ahead.get(task.id)
-        if has is None:  # written on the task itself (a one-protocol task) or on the run's method
-            has = self._has_ahead[task.id] = task.id in self.by_id and (
-                type(task).ahead is not Task.ahead or type(task.method(self.ctx)).ahead is not Method.ahead)
+        if has is None:
+            has = self._has_ahead[task.id] = task.id in self.by_id and writes(task.method(self.ctx), "ahead")
         if has and (model_spec, task.id) not in self.results:
             self.replies.append((model_spec, task, sample, reply))
             if self.wake is not None:
@@ -323,7 +326,7 @@ class Phase2:
             if (model_spec, task.id) in self.results:
                 continue
             try:
-                task.ahead(sample, reply, self.ctx)
+                task.method(self.ctx).ahead(sample, reply, self.ctx)
             except Exception:  # noqa: BLE001 - only a cache: score() does the work again, and raises there
                 pass
         return bool(self.replies)

@@ -9,29 +9,46 @@ import json
 import math
 import platform
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from ..errors import UserError
+from ..judges import PAPER_JUDGE, PAPER_PROXY
 from .prices import MAX_REPLY_TOKENS
 from ..models import redact_url
+from ..models.base import TRANSPORTS
+from ..scoring.agreement import ALPHA_MIN
 from ..tasks import DataSource
 
 SUITES = ("sample", "data")
 PROTOCOLS = ("paper", "trustmh")
 PRESENTATION = ("model_info",)  # options that only say how results are shown: never in the run's identity
+LANGS = ("en", "zh", "all")
+DEFAULT_LANG = {"paper": "all", "trustmh": "en"}  # reliability.emotion_recognition's items: as EmoBench runs, or en
+TRANSPORT = "http"
+# The typed fields a stored spec keeps under "options", in the order the command line has always set them;
+# each is stored only when it is not its default (`_default`), so that runs without it keep their run id.
+OPTIONS = ("panel_judges", "min_judge_alpha", "base_urls", "system_prompt", "model_info", "transport", "lang",
+           "perturbations", "proxy_judge", "proxy_judge_base_url", "user_model", "user_model_base_url", "turns",
+           "runs", "personas", "refusal_classifier")
 
 
 @dataclass
 class RunSpec:
-    """Everything that decides the results. Its hash names the run directory. Checked on creation, so a
-    bad spec from Python fails as the same one-line error the CLI gives."""
+    """Everything that decides the results. Its hash names the run directory. Checked and completed on
+    creation (the protocol, the judge, the proxy judge and lang a run leaves out are decided here, from the
+    other fields alone), so a bad spec from Python fails as the same one-line error the CLI gives, and
+    `RunSpec(...)` from Python asks for the run `trustmh run` would make with the same arguments. `resolve`
+    then checks the model specs and records the servers the environment names: the CLI and `trustmh.run`
+    both call it."""
 
     models: list[str]
-    judge: str = "rules"
+    judge: str | None = None  # None: the paper's judge under --protocol paper (models that are not all
+    # offline baselines), else rules
     tasks: str = "all"
     seed: int = 0
     limit: int | None = None
@@ -42,9 +59,29 @@ class RunSpec:
     temperature: float = 0.0
     max_tokens: int | None = None
     n_boot: int = 1000
-    options: dict[str, Any] = field(default_factory=dict)
     protocol: str | None = None  # "paper" or "trustmh"; None: paper on real data, trustmh on the sample suite
     methods_dir: str | None = None  # the authors' method files (default <data dir>/methods)
+    # --- what a stored spec keeps under "options" (OPTIONS) ---
+    panel_judges: list[dict[str, str | None]] = field(default_factory=list)  # a panel's other judges: {judge, base_url}
+    min_judge_alpha: float = ALPHA_MIN  # a panel agreeing less than this is marked
+    base_urls: dict[str, str] = field(default_factory=dict)  # a model's own server (--model spec@URL)
+    system_prompt: str | None = None  # the tested models' system prompt (--system-prompt)
+    model_info: dict[str, dict[str, str]] = field(default_factory=dict)  # label and group per model (--models FILE)
+    transport: str = TRANSPORT  # how openai/ models send requests
+    lang: str | None = None  # reliability.emotion_recognition's items; None: the protocol's (DEFAULT_LANG)
+    perturbations: str | None = None  # the robustness perturbations run (None: all)
+    proxy_judge: str | None = None  # privacy.leakage's third party under the paper's protocol; None: the run's
+    # judge, or the paper's proxy when the judge is the paper's by default; "rules": the run's judge
+    proxy_judge_base_url: str | None = None
+    # crisis.conversation: the simulated person (None: the run's LLM judge, else an offline scripted one),
+    # its server, messages per conversation, conversations per persona (None: VERA-MH's 30 and 5), and the
+    # personas (a TSV file or names; None: VERA-MH's)
+    user_model: str | None = None
+    user_model_base_url: str | None = None
+    turns: int | None = None
+    runs: int | None = None
+    personas: str | None = None
+    refusal_classifier: str | None = None  # hf/<path>[#refusal_label=...] deciding refusals
 
     def __post_init__(self) -> None:
         if self.protocol is None:
@@ -67,23 +104,82 @@ class RunSpec:
         if self.max_tokens is not None and not 1 <= self.max_tokens <= MAX_REPLY_TOKENS:
             raise UserError(f"--max-tokens must be 1 to {MAX_REPLY_TOKENS:,} (tokens of one reply)")
         check_temperature(self.temperature, self.models)
-        system = self.options.get("system_prompt")
-        if system is not None and not (isinstance(system, str) and system.strip()):
-            raise UserError("options.system_prompt must be a non-empty string (the tested models' system prompt)")
-        panel = self.options.get("panel_judges")  # a judge panel's other judges (engine/judges.py)
-        if panel is not None and not (isinstance(panel, list) and all(
+        self._decide_judges()
+        if self.lang is None:
+            self.lang = DEFAULT_LANG[self.protocol]
+        if self.lang not in LANGS:
+            raise UserError(f"--lang must be en, zh or all, not '{self.lang}'")
+        if self.transport not in TRANSPORTS:
+            raise UserError(f"--transport must be {', '.join(TRANSPORTS[:-1])} or {TRANSPORTS[-1]}, "
+                            f"not '{self.transport}'")
+        if isinstance(self.min_judge_alpha, bool) or not isinstance(self.min_judge_alpha, (int, float)) \
+                or not (math.isfinite(self.min_judge_alpha) and -1 <= self.min_judge_alpha <= 1):
+            raise UserError(f"--min-judge-alpha must be a number from -1 to 1, not {self.min_judge_alpha}")
+        if self.system_prompt is not None and not (isinstance(self.system_prompt, str) and self.system_prompt.strip()):
+            raise UserError("--system-prompt must be a non-empty text (the tested models' system prompt)")
+        if not (isinstance(self.panel_judges, list) and all(
                 isinstance(j, dict) and isinstance(j.get("judge"), str) and isinstance(j.get("base_url"), (str, type(None)))
-                for j in panel)):
-            raise UserError("options.panel_judges must be a list of {judge, base_url} entries")
+                for j in self.panel_judges)):
+            raise UserError("panel_judges must be a list of {judge, base_url} entries")
+        if self.perturbations is not None:
+            from ..tasks import RunContext
+            from ..tasks.robustness import selected_perturbations
+            selected_perturbations(RunContext(options={"perturbations": self.perturbations}))  # bad names fail here
+        if self.user_model_base_url and not self.user_model:
+            raise UserError("--user-model-base-url needs --user-model")
+        if self.turns is not None or self.runs is not None:
+            from ..tasks import RunContext
+            from ..tasks.crisis.conversation_common import conversation_options
+            conversation_options(RunContext(options={k: v for k, v in (("turns", self.turns), ("runs", self.runs))
+                                                     if v is not None}))  # out of range: one line here
+        if self.refusal_classifier:
+            from ..judges.hf_classifier import parse_spec
+            parse_spec(self.refusal_classifier)  # a malformed spec is a one-line error before anything runs
         for flag, url in (("--base-url", self.base_url), ("--judge-base-url", self.judge_base_url),
-                          *(("--base-url", u) for u in (self.options.get("base_urls") or {}).values()),
-                          *(("--judge-base-url", j.get("base_url")) for j in self.options.get("panel_judges") or ())):
+                          ("--proxy-judge-base-url", self.proxy_judge_base_url),
+                          ("--user-model-base-url", self.user_model_base_url),
+                          *(("--base-url", u) for u in self.base_urls.values()),
+                          *(("--judge-base-url", j.get("base_url")) for j in self.panel_judges)):
             check_url(flag, url)
+
+    def _decide_judges(self) -> None:
+        """The paper's protocol judges with the paper's judge unless told otherwise, and then reads
+        privacy.leakage through the paper's proxy; the offline default stays offline once data is present:
+        baselines are judged by the rules unless a judge is named (a paid judge for a baseline is never what
+        `trustmh run` alone should mean)."""
+        if self.judge is None:
+            paper_judge = self.protocol == "paper" and not self.offline_models
+            self.judge = PAPER_JUDGE if paper_judge else "rules"
+            if paper_judge and self.proxy_judge is None:
+                self.proxy_judge = PAPER_PROXY
+        if self.proxy_judge in ("", "rules"):  # the run's judge reads it: nothing to record
+            self.proxy_judge = None
+        if self.proxy_judge is None:
+            self.proxy_judge_base_url = None
+
+    @property
+    def offline_models(self) -> bool:
+        return all(m.startswith("baseline/") for m in self.models)
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The options as a stored spec holds them (read-only): each typed option that is not its default."""
+        return MappingProxyType({name: getattr(self, name) for name in OPTIONS if not self._default(name)})
+
+    def _default(self, name: str) -> bool:
+        value = getattr(self, name)
+        if name == "lang":
+            return value == DEFAULT_LANG[self.protocol]
+        if name == "min_judge_alpha":
+            return value == ALPHA_MIN
+        if name == "transport":
+            return value == TRANSPORT
+        return not value
 
     def model_base_url(self, model: str) -> str | None:
         """The server `model` is asked at: its own (`--model spec@URL`, or a --base-url paired with it), else
-        the run's. Kept in options, and only when given, so that runs without them keep their run id."""
-        return (self.options.get("base_urls") or {}).get(model) or self.base_url
+        the run's."""
+        return self.base_urls.get(model) or self.base_url
 
     @classmethod
     def from_json(cls, stored: dict[str, Any]) -> RunSpec:
@@ -91,25 +187,29 @@ class RunSpec:
         d = dict(stored)
         d["protocol"] = stored_protocol(d)
         d.pop(_LEGACY_FLAG, None)
-        return cls(**d)
+        options = d.pop("options", None) or {}
+        if not isinstance(options, dict) or set(options) - set(OPTIONS):
+            unknown = sorted(options) if isinstance(options, dict) else []
+            raise UserError(f"the stored spec's options hold what this trustmh does not know "
+                            f"({', '.join(map(str, unknown[:4])) or 'not a mapping'})")
+        return cls(**d, **options)
 
     def to_json(self) -> dict[str, Any]:
         """The spec as stored and published: base URLs lose any embedded credentials. It still carries the
-        old `upstream_compat` flag (true exactly under the paper's protocol), where it always stood: the
-        run id is a hash of this form, so runs keep their directories and results.json its spec block."""
-        d: dict[str, Any] = {}
-        for name, value in self.__dict__.items():
-            d[name] = value
-            if name == "max_tokens":
-                d[_LEGACY_FLAG] = self.protocol == "paper"
-        d["base_url"], d["judge_base_url"] = redact_url(self.base_url), redact_url(self.judge_base_url)
-        if self.options.get("base_urls"):
-            own = self.options["base_urls"]
-            d["options"] = dict(self.options, base_urls={m: redact_url(u) for m, u in own.items()})
-        if self.options.get("panel_judges"):  # a judge panel's other judges (engine/judges.py)
-            d["options"] = dict(d["options"], panel_judges=[dict(j, base_url=redact_url(j.get("base_url")))
-                                                            for j in self.options["panel_judges"]])
-        return d
+        old `upstream_compat` flag (true exactly under the paper's protocol), where it always stood, and the
+        options as one mapping: the run id is a hash of this form, so runs keep their directories and
+        results.json its spec block."""
+        options = dict(self.options)
+        if "base_urls" in options:
+            options["base_urls"] = {m: redact_url(u) for m, u in self.base_urls.items()}
+        if "panel_judges" in options:
+            options["panel_judges"] = [dict(j, base_url=redact_url(j.get("base_url"))) for j in self.panel_judges]
+        return {"models": self.models, "judge": self.judge, "tasks": self.tasks, "seed": self.seed,
+                "limit": self.limit, "suite": self.suite, "data_dir": self.data_dir,
+                "base_url": redact_url(self.base_url), "judge_base_url": redact_url(self.judge_base_url),
+                "temperature": self.temperature, "max_tokens": self.max_tokens,
+                _LEGACY_FLAG: self.protocol == "paper", "n_boot": self.n_boot, "options": options,
+                "protocol": self.protocol, "methods_dir": self.methods_dir}
 
     def run_id(self) -> str:
         d = self.to_json()
@@ -118,6 +218,53 @@ class RunSpec:
         blob = json.dumps(d, sort_keys=True).encode()
         slug = re.sub(r"[^A-Za-z0-9._-]+", "-", self.models[0].split("/", 1)[-1]).strip("-.")[:40] or "run"
         return f"{slug}-{hashlib.sha256(blob).hexdigest()[:10]}"
+
+
+MAX_JUDGES = 12  # a panel of judges, not a grid of models
+
+
+def check_judges(judges: list[tuple[str, str | None]]) -> None:
+    """A run's LLM judges, (spec, base URL) each, the first `RunSpec.judge`: one, or a panel of models."""
+    if not judges:
+        raise UserError("a run needs a judge (a model spec, or rules)")
+    if len(judges) > MAX_JUDGES:
+        raise UserError(f"{len(judges)} judges; a panel has at most {MAX_JUDGES}")
+    names = [j for j, _ in judges]
+    if len(judges) > 1 and "rules" in names:
+        raise UserError("--judge rules cannot be part of a panel: a panel's judges are models (name them all, "
+                        "or give --judge rules alone)")
+    dup = next((j for i, j in enumerate(names) if j in names[:i]), None)
+    if dup is not None:
+        raise UserError(f"--judge {dup} is given twice; a panel names each judge once")
+    for _, url in judges:
+        check_url("--judge-base-url", url)
+
+
+def resolve(spec: RunSpec) -> RunSpec:
+    """The run `spec` asks for, as `trustmh run` and `trustmh.run` both start it: every model and judge spec
+    checked (its provider known), and a server named only by the environment (OPENAI_BASE_URL,
+    ANTHROPIC_BASE_URL) recorded for the models, the judges, the proxy judge and the simulated person, so that results say where
+    replies came from and a later `score` in another environment finds the same stored calls. A stored
+    spec is never resolved again: `trustmh score` reads it as it was. Resolving twice changes nothing."""
+    from ..models import resolve_base_url, split_spec
+    for m in spec.models:
+        split_spec(m)
+    judges = []
+    for j, url in [(spec.judge, spec.judge_base_url), *((j["judge"], j.get("base_url")) for j in spec.panel_judges)]:
+        if j != "rules":
+            split_spec(j)
+        judges.append((j, None if j == "rules" else resolve_base_url(j, url)))
+    proxy_url = user_url = None
+    if spec.proxy_judge:
+        split_spec(spec.proxy_judge)
+        proxy_url = resolve_base_url(spec.proxy_judge, spec.proxy_judge_base_url)
+    if spec.user_model:
+        split_spec(spec.user_model)
+        user_url = resolve_base_url(spec.user_model, spec.user_model_base_url)
+    check_judges(judges)
+    return replace(spec, base_url=resolve_base_url(spec.models[0], spec.base_url), judge_base_url=judges[0][1],
+                   panel_judges=[{"judge": j, "base_url": u} for j, u in judges[1:]], proxy_judge_base_url=proxy_url,
+                   user_model_base_url=user_url)
 
 
 _LEGACY_FLAG = "upstream_compat"  # the protocol's old name, a flag: True meant the paper's

@@ -70,10 +70,11 @@ class Tally:
             if len(self.addressed) < MAX_LISTED:
                 self.addressed.append({"item_id": s.item.id, "variant": s.variant, "found": found})
         self.rows.add(score.values)
-        self.clusters.append(task.cluster(s, ctx))
+        method = task.method(ctx)
+        self.clusters.append(method.cluster(s))
         if s.choices is None and resp.text is not None:  # free text: a closed answer repeats by design
             self.replies[self.clusters[-1]][reply_digest(resp.text)] += 1
-        sample_labels = task.labels(s, score, ctx)
+        sample_labels = method.labels(s, score)
         for k, v in sample_labels.items():
             self.labels[k].append(v)
         for name, reason in score.unscored.items():
@@ -99,7 +100,7 @@ class Tally:
                     no_answer=score.no_answer, judge_failed=score.judge_failed,
                     # cluster and labels let `trustmh compare` rebuild the task's Table per item
                     cluster=self.clusters[-1], labels=sample_labels)
-        if asked and asked.startswith("asked "):  # the reply of a re-ask (Task.reask)
+        if asked and asked.startswith("asked "):  # the reply of a re-ask (Method.reask)
             line["asked"] = int(asked.removeprefix("asked "))
             self.reasked += 1
         if judged is not None and len(judged) > 1:

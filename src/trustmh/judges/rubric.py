@@ -1,7 +1,7 @@
 """The judge stage's vocabulary: what a task declares (a `Rubric`) and what scoring hands back to it
 (`Judged`, `Verdicts`).
 
-A task declares its rubrics; for each sample it renders the judgements it needs (`Task.judgements`),
+A task declares its rubrics; for each sample it renders the judgements it needs (`Method.judgements`),
 and the engine sends each one through the same endpoint, store, cache and resume as a generation. A
 sample may need several: the paper judges ESConv replies once per criterion. Scoring later reads the
 verdicts back from the store by rubric name, without rendering anything again."""

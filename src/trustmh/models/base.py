@@ -14,6 +14,7 @@ from ..types import Request, Response
 
 # Providers that never use a base URL: their spec alone is their endpoint.
 _LOCAL_PROVIDERS = ("hf", "replay", "baseline")
+TRANSPORTS = ("http", "aiohttp", "sdk")  # how openai/ models send requests (RunSpec.transport)
 
 
 def normalize_url(url: str) -> str:

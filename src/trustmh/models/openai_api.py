@@ -26,10 +26,9 @@ from typing import Any
 from ..types import ModelError, Request, Response
 from ._errors import body_code, body_message, from_status, page_message, redact, scrub, sdk_client_options, secrets_with
 from .base import env_value as _env_value
-from .base import Model
+from .base import TRANSPORTS, Model
 
 OFFICIAL = "https://api.openai.com/v1"
-TRANSPORTS = ("http", "aiohttp", "sdk")
 DEFAULT_CONNECTIONS = 256  # the runner's adaptive limiter bounds concurrency; this only caps the pool
 
 

@@ -319,12 +319,12 @@ def _is_module(name: str) -> bool:
 
 def task_meta(task: Task, ctx: RunContext) -> dict[str, Any]:
     """What results.json carries about a task so that it can be read without the task's code."""
-    m = task.metric
-    return {"title": task.title, "description": task.metric_description(ctx), "primary_value": task.primary_value,
+    m, method = task.metric, task.method(ctx)
+    return {"title": task.title, "description": method.metric_description(ctx), "primary_value": task.primary_value,
             "scoring_version": scoring_version(task),
             "trust_range": (m.lo, m.hi) if m.higher_is_better else (m.hi, m.lo),
             "judgements": {r.name: {"role": r.role, "version": r.version, "source": r.source}
-                           for r in task.active_rubrics(ctx)},
+                           for r in method.active_rubrics(ctx)},
             "protocol": task.protocol_used(ctx), "evidence": task.evidence,
             "credit_cap": task.credit_cap.to_json() if task.credit_cap is not None else None,
             "templates": [t.provenance() for t in task.method_templates] if task.protocol_used(ctx) == "paper" else []}

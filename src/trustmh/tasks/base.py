@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import inspect
 import itertools
 import json
 import re
@@ -145,20 +146,30 @@ def _fence_candidate(digest: str, n: int) -> str:
 
 class Method:
     """How one protocol runs a task: the items it reads, the requests it sends, the judgements it asks
-    for, how it scores a reply and the metrics it reports. A task declares one method per protocol
-    (`Task.methods`: trustmh's own, the paper's); the run picks one from its protocol, once, so nothing
-    inside a method asks which protocol is running. A method reads its task's declarations (id, metric,
-    files, label_set, ...) from `self.task`.
+    for, how it scores a reply and the metrics it reports. These hooks are the one surface the engine
+    calls (`task.method(ctx).<hook>`): a task declares one method per protocol (`Task.methods`: trustmh's
+    own, the paper's); the run picks one from its protocol, once, so nothing inside a method asks which
+    protocol is running. A method reads its task's declarations (id, metric, files, label_set, ...) from
+    `self.task`.
 
-    The defaults that build on other hooks (samples on prompt, judgements on judge_messages,
-    primary_metric on aggregate) call them through the task, so a one-protocol task may also write its
-    hooks on the Task itself (as plugins written before methods existed do)."""
+    A task without `methods` (a one-protocol task, such as a plugin) is run by this plain Method, and may
+    write any of the hooks (`HOOKS`) on the Task itself instead, with the same signature as here: the
+    plain Method answers each hook the task writes with the task's own, so the defaults below that build
+    on other hooks (samples on prompt, judgements on judge_messages) reach them too.
 
-    # Send `gen_params(ctx)` exactly as they are (the paper's settings): the engine adds nothing.
+    Metrics: write each metric once for the point value and the bootstrap, as `mean_metrics(table,
+    means, ctx)` of `MeanMetrics` (`Means` for column means; `LabelledMethod` gives it a `labelled.Tally`,
+    which adds confusion matrices). `aggregate` and `aggregate_many` are what the engine calls."""
+
+    # Send `params(ctx)` exactly as they are (the paper's settings): the engine adds nothing.
     exact_params: ClassVar[bool] = False
 
     def __init__(self, task: "Task"):
         self.task = task
+        if not task.methods:  # hooks written on the task itself answer for this plain Method
+            for name in HOOKS:
+                if callable(getattr(type(task), name, None)):
+                    setattr(self, name, getattr(task, name))
 
     # --- data -----------------------------------------------------------------------------------
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
@@ -171,13 +182,13 @@ class Method:
     def choices(self, item: Item) -> tuple[str, ...] | None:
         return None
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
-        """The generation settings each request is sent with."""
+    def params(self, ctx: RunContext) -> dict[str, Any]:
+        """The generation settings each request is sent with (by default the task's `gen_params`)."""
         return dict(self.task.gen_params)
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
-        return [Sample(self.task.id, item, self.task.prompt(item, ctx), choices=self.task.choices(item, ctx),
-                       params=self.gen_params(ctx), exact_params=self.exact_params)]
+        return [Sample(self.task.id, item, self.prompt(item, ctx), choices=self.choices(item),
+                       params=self.params(ctx), exact_params=self.exact_params)]
 
     def conversation(self, sample: Sample, ctx: RunContext) -> Chain | None:
         """A sample answered by a chain of dependent calls (crisis.conversation: a simulated person and the
@@ -209,10 +220,10 @@ class Method:
         is the one rubric a task declares, rendered by `judge_messages`; a task with several overrides it.
         A rubric whose questions depend on earlier answers (a question-flow rubric) maps to a `Chain` of
         judge turns instead; its result is the verdict."""
-        active = [r for r in self.task.active_rubrics(ctx) if r.role in ("llm", "proxy")]
+        active = [r for r in self.active_rubrics(ctx) if r.role in ("llm", "proxy")]
         if not active:
             return {}
-        msgs = self.task.judge_messages(sample, reply, ctx)
+        msgs = self.judge_messages(sample, reply, ctx)
         return {active[0].name: msgs} if msgs is not None else {}
 
     def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
@@ -250,13 +261,17 @@ class Method:
         return {}
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
+        """Every metric over the scored table: the engine's call for the point values (MeanMetrics writes it
+        from `mean_metrics`; written alone, the bootstrap runs it on each resampled table)."""
         raise NotImplementedError(f"{self.task.id}: no aggregate()")
 
+    # Exists for speed only: robustness computes the base task's primary metric for all 31 perturbation
+    # subsets inside every bootstrap resample, so a task whose aggregate() computes much more may override it.
     def primary_metric(self, table: Table, ctx: RunContext) -> float:
-        """The primary metric alone. Robustness tasks compute it for all 31 perturbation subsets inside every
-        bootstrap resample, so a task whose aggregate() computes much more can override this cheaply."""
-        return float(self.task.aggregate(table, ctx).get(self.task.metric.name, float("nan")))
+        """The primary metric alone."""
+        return float(self.aggregate(table, ctx).get(self.task.metric.name, float("nan")))
 
+    # The engine's batched call for the bootstrap; MeanMetrics writes it from the same body as aggregate().
     def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
         """Optional batched aggregate() for the bootstrap: every metric aggregate() reports, for all of
         `resamples` at once (one array per metric, NaN where a resample leaves it undefined), built from
@@ -265,10 +280,11 @@ class Method:
         every override against that per-resample path."""
         return None
 
+    # Exists for speed only, as primary_metric: robustness' subsets in a block of resamples.
     def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray | None:
-        """Optional batched primary_metric(): its value in each of `resamples` (robustness computes it for
-        every perturbation subset). By default taken from aggregate_many(); None when there is neither."""
-        many = self.task.aggregate_many(table, resamples, ctx)
+        """Optional batched primary_metric(): its value in each of `resamples`. By default taken from
+        aggregate_many(); None when there is neither."""
+        many = self.aggregate_many(table, resamples, ctx)
         return None if many is None else many.get(self.task.metric.name)
 
     def metric_n(self, table: Table, metric: str) -> int:
@@ -288,11 +304,32 @@ class Method:
         return self.task.metric.description
 
 
+# The hooks a Method answers for the engine; a task without `methods` may write any of them on itself.
+HOOKS = ("load", "prompt", "choices", "params", "samples", "reask", "perturb", "active_rubrics", "judgements",
+         "judge_messages", "judge_params", "rules_judge", "score", "ahead", "cluster", "labels", "aggregate",
+         "primary_metric", "aggregate_many", "primary_metric_many", "metric_n", "metric_description")
+
+
+def _takes(signature: inspect.Signature, n: int) -> bool:
+    """Whether a function of `signature` can be called with `n` positional arguments."""
+    params = list(signature.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return sum(p.default is p.empty for p in positional) <= n <= len(positional)
+
+
+def writes(method: Method, hook: str) -> bool:
+    """Whether `method` answers `hook` with code of its own (its class's, or its task's for the plain
+    Method) rather than Method's default."""
+    return getattr(getattr(method, hook), "__func__", None) is not getattr(Method, hook)
+
+
 class Task:
     """A task's declarations (id, data, metric, rubrics, the paper's method and evidence) and its methods,
-    one per protocol. Every hook the engine calls (load, samples, judgements, score, aggregate, ...) is
-    answered by the method the run's protocol picks (`method(ctx)`); a task with no `methods` is run by
-    the plain `Method`, which calls hooks written on the task itself."""
+    one per protocol. Every hook the engine calls (load, samples, judgements, score, aggregate, ...) is a
+    `Method`'s, asked of the method the run's protocol picks: `task.method(ctx).score(...)`. A task with no
+    `methods` is run by the plain `Method`, and may write the hooks on itself with Method's signatures."""
 
     id: ClassVar[str]
     pillar: ClassVar[str]
@@ -321,7 +358,7 @@ class Task:
     base_metric: ClassVar[str | None] = None
     # What the pillars credit this row against (CreditCap; None: its trust score as it is).
     credit_cap: ClassVar[CreditCap | None] = None
-    gen_params: ClassVar[dict[str, Any]] = {}
+    gen_params: ClassVar[dict[str, Any]] = {}  # the generation settings `Method.params` sends by default
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -331,6 +368,16 @@ class Task:
                 raise TypeError(f"{cls.__name__}.methods: give a 'trustmh' method and only the protocols "
                                 f"{', '.join(PROTOCOLS)} (not {', '.join(sorted(unknown)) or 'without trustmh'})")
             cls.paper_protocol = "paper" in cls.methods
+        written = [h for h in HOOKS if callable(getattr(cls, h, None))]
+        if cls.methods and written:  # one surface: with methods, a hook on the task would never be called
+            raise TypeError(f"{cls.__name__} declares methods and writes {', '.join(written)} on the task: write "
+                            f"them on its Method")
+        for hook in written:  # one signature per hook: Method's (a hook taking another fails here, not mid-run)
+            own, want = inspect.signature(getattr(cls, hook)), inspect.signature(getattr(Method, hook))
+            if not _takes(own, len(want.parameters)):
+                raise TypeError(f"{cls.__name__}.{hook}({', '.join(own.parameters)}): write it as {hook}("
+                                f"{', '.join(want.parameters)}), Method's signature (a hook written on a task takes "
+                                f"the same parameters)")
 
     def method(self, ctx: RunContext) -> Method:
         """The method that runs this task under `ctx.protocol`: chosen here, once per protocol, and only here."""
@@ -356,70 +403,6 @@ class Task:
     @property
     def uses_judge(self) -> bool:
         return bool(self.rubrics)
-
-    # --- the hooks the engine calls, each answered by the method of the run's protocol -------------
-    def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        return self.method(ctx).load(data, ctx)
-
-    def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
-        return self.method(ctx).prompt(item, ctx)
-
-    def choices(self, item: Item, ctx: RunContext) -> tuple[str, ...] | None:
-        return self.method(ctx).choices(item)
-
-    def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
-        return self.method(ctx).samples(item, ctx)
-
-    def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
-        return self.method(ctx).reask(ctx)
-
-    def perturb(self, item: Item, edit: "Callable[[str], str]", ctx: RunContext) -> Item:
-        return self.method(ctx).perturb(item, edit)
-
-    def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return self.method(ctx).active_rubrics(ctx)
-
-    def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
-        return self.method(ctx).judgements(sample, reply, ctx)
-
-    def judge_messages(self, sample: Sample, reply: str, ctx: RunContext) -> list[dict[str, str]] | None:
-        return self.method(ctx).judge_messages(sample, reply, ctx)
-
-    def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
-        return self.method(ctx).judge_params(rubric, ctx)
-
-    def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
-        return self.method(ctx).rules_judge(sample, reply, ctx)
-
-    def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
-        return self.method(ctx).score(sample, reply, judged, ctx)
-
-    def ahead(self, sample: Sample, reply: str, ctx: RunContext) -> None:
-        self.method(ctx).ahead(sample, reply, ctx)
-
-    def cluster(self, sample: Sample, ctx: RunContext) -> str:
-        return self.method(ctx).cluster(sample)
-
-    def labels(self, sample: Sample, score: Score, ctx: RunContext) -> dict[str, Any]:
-        return self.method(ctx).labels(sample, score)
-
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self.method(ctx).aggregate(table, ctx)
-
-    def primary_metric(self, table: Table, ctx: RunContext) -> float:
-        return self.method(ctx).primary_metric(table, ctx)
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray] | None:
-        return self.method(ctx).aggregate_many(table, resamples, ctx)
-
-    def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray | None:
-        return self.method(ctx).primary_metric_many(table, resamples, ctx)
-
-    def metric_n(self, table: Table, metric: str, ctx: RunContext) -> int:
-        return self.method(ctx).metric_n(table, metric)
-
-    def metric_description(self, ctx: RunContext) -> str:
-        return self.method(ctx).metric_description(ctx)
 
 
 # --- the model answers for its own output ----------------------------------------------------------
@@ -490,16 +473,20 @@ _GROUP_METRIC = re.compile(r"(?P<base>[^\[]+)\[(?P<key>[^=\]]+)=(?P<group>.*)\]"
 
 
 class MeanMetrics:
-    """For a task whose metrics are all column means (and group means): `mean_metrics(table, means, ctx)`
-    written once gives aggregate() over `Means(table)` (floats) and aggregate_many() over a block of
-    resamples (arrays), so the two can never disagree. List it before Task among the bases."""
+    """The recommended way to write a method's metrics: `mean_metrics(table, means, ctx)`, every metric once,
+    gives aggregate() over `view(table)` (floats) and aggregate_many() over a block of resamples (arrays),
+    so the two can never disagree. `view` is `Means` (column and group means); a method that needs more
+    than means sets a subclass of it (`labelled.Tally`: confusion matrices). List it before Method among
+    the bases."""
+
+    view: ClassVar[type[Means]] = Means
 
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self.mean_metrics(table, Means(table), ctx)
+        return self.mean_metrics(table, self.view(table), ctx)
 
     def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
         # A group a resample does not hold is NaN there, left out by aggregate(): the same intervals.
-        return self.mean_metrics(table, Means(table, resamples), ctx)
+        return self.mean_metrics(table, self.view(table, resamples), ctx)
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         raise NotImplementedError

@@ -14,7 +14,7 @@ import numpy as np
 from ..judges.parsing import extract_json_object, parse_int_scores
 from ..scoring.metrics import Means, Resamples, Table, confusion, confusion_many, f1_per_class
 from ..types import Sample, Score
-from .base import NO_ANSWER, Judged, Method, RunContext, judge_failure, judge_text, render_judge
+from .base import NO_ANSWER, Judged, MeanMetrics, Method, RunContext, judge_failure, judge_text, render_judge
 
 SUPPORT_CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
 _PER_CLASS = re.compile(r"(recall|support|precision|f1|confusion)\[(.+)\]")
@@ -131,10 +131,13 @@ def class_f1(gold: np.ndarray, pred: np.ndarray, labels: tuple[str, ...]) -> np.
     return class_f1_of(confusion(gold, pred, (*labels, NO_ANSWER)), len(labels))
 
 
-class LabelledMethod(Method):
+class LabelledMethod(MeanMetrics, Method):
     """A classification method: its task declares `label_set`; scored samples carry gold and predicted
     labels (empty when unscored; the prediction NO_ANSWER when the model gave no usable label, a miss for
-    the gold class), from which the confusion matrix, F1 scores and the bootstrap are computed."""
+    the gold class), from which the confusion matrix, F1 scores and the bootstrap are computed. Its
+    metrics are `mean_metrics` over a `Tally` (means and confusion matrices), as MeanMetrics runs it."""
+
+    view = Tally
 
     prediction: ClassVar[str] = "pred"  # the label column that the per-class metrics count
 
@@ -162,14 +165,7 @@ class LabelledMethod(Method):
     def primary_metric_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> np.ndarray:
         return labelled_macro_f1(table, self.task.label_set, Tally(table, resamples))
 
-    # aggregate() and aggregate_many() from one body, `metrics`, as MeanMetrics does for means.
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return self.metrics(table, Tally(table), ctx)
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        return self.metrics(table, Tally(table, resamples), ctx)
-
-    def metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
         """Every metric, once: floats over Tally(table), arrays over Tally(table, resamples)."""
         return labelled_metrics(table, self.task.label_set, tally)
 

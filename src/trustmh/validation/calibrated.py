@@ -95,11 +95,12 @@ def human_scores(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> dic
                     form = forms[p.task.id]
                     values, labels = collections.defaultdict(list), None
                     for rating in by_unit[unit["id"]]:
-                        score = p.task.score(s, rec.get("response") or "", form.verdicts(rating["answers"], _verdicts(rec)), ctx)
+                        verdicts = form.verdicts(rating["answers"], _verdicts(rec))
+                        score = p.task.method(ctx).score(s, rec.get("response") or "", verdicts, ctx)
                         for k, v in score.values.items():
                             values[k].append(v)
                         if labels is None:
-                            labels = p.task.labels(s, score, ctx)
+                            labels = p.task.method(ctx).labels(s, score)
                     out[key] = {"values": {k: float(np.mean(v)) for k, v in values.items()}, "labels": labels or {},
                                 "raters": len(by_unit[unit["id"]]), "pi": unit["pi"]}
         return out
@@ -122,14 +123,14 @@ def _block(est: Estimate, method: str, design: str) -> CalibratedValue:
 def _many(task, ctx):
     """The task's metrics on a block of resamples (its aggregate_many, else aggregate on each)."""
     def many(table: Table, res: Resamples) -> dict[str, np.ndarray]:
-        got = task.aggregate_many(table, res, ctx)
+        got = task.method(ctx).aggregate_many(table, res, ctx)
         if got is not None:
             return {k: np.asarray(v, dtype=float) for k, v in got.items()}
         out: dict[str, np.ndarray] = {}
         w = res.weights.astype(int)
         for b in range(len(w)):
             idx = np.repeat(np.arange(len(table)), w[b, res.inverse])
-            for k, v in task.aggregate(table.take(idx), ctx).items():
+            for k, v in task.method(ctx).aggregate(table.take(idx), ctx).items():
                 out.setdefault(k, np.full(len(w), math.nan))[b] = math.nan if v is None else v
         return out
     return many
@@ -207,7 +208,7 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
 def _is_mean(task, table: Table, ctx, metric: str, column: str) -> bool:
     """Whether the task's metric is the plain mean of the per-sample value on this table (a metric the form
     names as a mean but that the task averages per dialogue first, say, goes to the bootstrap instead)."""
-    got = task.aggregate(table, ctx).get(metric)
+    got = task.method(ctx).aggregate(table, ctx).get(metric)
     want = mean(table.col(column))
     return got is not None and math.isfinite(got) and math.isfinite(want) and abs(got - want) <= 1e-9 * max(1.0, abs(want))
 

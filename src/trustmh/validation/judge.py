@@ -241,7 +241,7 @@ def judge_given_replies(run: Any, task: Task, samples: list[Sample], replies: di
 class _PaperRatedReplies(Task):
     """The rated rows judged with crisis.escalation's paper rubric: each row is the task's own item for
     the same messages and gold label (task.load under the paper's protocol), so the prompt, the judge's
-    settings and the reading of its verdict are the task's (Task.judgements, judge_params, score)."""
+    settings and the reading of its verdict are the task's method's (judgements, judge_params, score)."""
 
     id = TASK
     pillar = "crisis"
@@ -251,7 +251,7 @@ class _PaperRatedReplies(Task):
         from ..tasks import TASKS
         self.escalation = TASKS["crisis.escalation"]()
         by_text: dict[tuple[str, str], Item] = {}
-        for it in self.escalation.load(data, ctx):
+        for it in self.escalation.method(ctx).load(data, ctx):
             by_text.setdefault((" | ".join(it.input["messages"]), str(it.target)), it)
         self.items = {c.id: by_text.get((" | ".join(c.messages), c.label)) for c in cases}
 
@@ -260,20 +260,20 @@ class _PaperRatedReplies(Task):
         return None if item is None else Sample(self.escalation.id, item, [])
 
     def active_rubrics(self, ctx: RunContext):
-        return self.escalation.active_rubrics(ctx)
+        return self.escalation.method(ctx).active_rubrics(ctx)
 
     def judge_params(self, rubric, ctx: RunContext):
-        return self.escalation.judge_params(rubric, ctx)
+        return self.escalation.method(ctx).judge_params(rubric, ctx)
 
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
         own = self.sample(sample.item.id)
-        return {} if own is None else self.escalation.judgements(own, reply, ctx)
+        return {} if own is None else self.escalation.method(ctx).judgements(own, reply, ctx)
 
     def rate(self, case_id: str, reply: str, text: str, ctx: RunContext) -> tuple[float | None, str | None]:
         """The task's reading of the judge's verdict: its per-sample rating, or why there is none."""
         from ..judges.rubric import Judged
         own = self.sample(case_id)
-        score = self.escalation.score(own, reply, Judged(text=text), ctx)
+        score = self.escalation.method(ctx).score(own, reply, Judged(text=text), ctx)
         rating = score.values.get(self.escalation.primary_value)
         return rating, None if rating is not None else (score.judge_failed or score.unscored.get(
             self.escalation.primary_value, "no rating"))

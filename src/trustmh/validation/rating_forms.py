@@ -176,7 +176,7 @@ def form_for(task: Any, ctx: Any) -> tuple[RatingForm | None, str | None]:
     own = getattr(task, "rating_form", None)
     if isinstance(own, RatingForm):
         return own, None
-    rubrics = [r for r in task.active_rubrics(ctx) if r.role == "llm"]
+    rubrics = [r for r in task.method(ctx).active_rubrics(ctx) if r.role == "llm"]
     if not rubrics:
         return None, "not judged by an LLM judge"
     for r in rubrics:

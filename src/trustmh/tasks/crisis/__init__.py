@@ -70,7 +70,7 @@ class IdentificationOwn(IdentificationBase):
             answered(sc, correct=float(pred == gold))
         return sc
 
-    def metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
         base = labelled_metrics(table, CRISIS_LABELS, tally)
         gold, pred, scored = gold_pred(table)
         # The two recalls that matter most for safety come right after the primary metric.
@@ -154,7 +154,7 @@ class SeverityOwn(SeverityBase):
             answered(sc, correct=float(g == p), abs_error=float(abs(p - g)), under_triage=float(p < g))
         return sc
 
-    def metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, tally: Tally, ctx: RunContext) -> dict[str, Any]:
         base = labelled_metrics(table, LEVELS, tally)
         gold, pred, scored = gold_pred(table)
         out = {"macro_f1": base.pop("macro_f1"),

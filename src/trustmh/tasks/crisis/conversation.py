@@ -64,7 +64,7 @@ class ConversationOwn(ConversationMethod):
                      "pinned settings, a strict rubric walk, API errors as errors; conversations whose simulated "
                      "person drifted from its persona are left out of the ratings (drift_rate).")
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         return {"max_tokens": 1024}
 
     def opening(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:

@@ -700,7 +700,7 @@ class ConversationMethod(MeanMetrics, Method):
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
         _turns, runs = conversation_options(ctx)
-        return [Sample(self.task.id, item, self.opening(item, ctx), variant=f"run{k}", params=self.gen_params(ctx),
+        return [Sample(self.task.id, item, self.opening(item, ctx), variant=f"run{k}", params=self.params(ctx),
                        exact_params=self.exact_params) for k in range(1, runs + 1)]
 
     def opening(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:

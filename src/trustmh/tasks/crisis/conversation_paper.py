@@ -87,7 +87,7 @@ class ConversationPaper(ConversationMethod):
                      "settings, its rubric-walk bugs, API errors as conversation text); its judge/score.py shares "
                      "beside (score_py_*).")
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         return {}
 
     def prepare(self, data: DataSource, ctx: RunContext) -> None:

@@ -177,6 +177,8 @@ class PaperMacroF1(LabelledMethod):
 
     exact_params = True
 
+    # Not mean_metrics: the paper's numbers need each resample's own class set, so they are one body over
+    # Resamples (aggregate_many), and the point values are that body over the whole table.
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         return point(self.aggregate_many(table, whole(table), ctx))
 
@@ -193,7 +195,7 @@ class IdentificationPaper(PaperMacroF1, IdentificationBase):
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         return load_paper_crisis_items(data)
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         return _predecessor_call(f"{PW_LMHC}/classification.py", "run_classification", ctx)[1]
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
@@ -270,7 +272,7 @@ class SeverityPaper(PaperMacroF1, SeverityBase):
                               target=paper_level(row["Label"]), meta={"n_posts": len(posts)}))
         return items
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         return _predecessor_call(f"{PW_SSRS}/classification.py", "run_classification", ctx)[1]
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
@@ -347,7 +349,7 @@ class EscalationPaper(EscalationBase):
         return [Item(it.id, {"messages": it.input["messages"]}, it.target, {"scale": scales.get(it.target)})
                 for it in load_paper_crisis_items(data) if it.meta["labelled"]]
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         return _predecessor_call(f"{PW_LMHC}/generation.py", "run_generation", ctx)[1]
 
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
@@ -388,6 +390,7 @@ class EscalationPaper(EscalationBase):
         else:
             sc.values["rating"] = sc.values["rating_or_1"] = float(rating)
 
+    # Not mean_metrics: one body over Resamples (paper_metrics.py), as PaperMacroF1's.
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         return point(escalation_metrics(table, whole(table)))
 

@@ -31,7 +31,7 @@ class ReasoningOwn(ReasoningMethod):
         return [{"role": "user", "content": render_judge("ethics_judge.j2", reply=reply, principles=PRINCIPLES,
                                                          **sample.item.input)}]
 
-    def choice(self, strict: str | None, upstream: str | None) -> str | None:
+    def pick_parse(self, strict: str | None, upstream: str | None) -> str | None:
         return strict
 
     def principle_scores(self, sc: Score, text: str) -> dict[str, float]:

@@ -131,7 +131,7 @@ class ReasoningMethod(MeanMetrics, Method):
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged:
         return Judged(reason="rating reasoning on the APA principles needs an LLM judge")
 
-    def choice(self, strict: str | None, upstream: str | None) -> str | None:
+    def pick_parse(self, strict: str | None, upstream: str | None) -> str | None:
         """The option this method reads from a reply, given trustmh's strict parse and the paper's."""
         raise NotImplementedError
 
@@ -143,7 +143,7 @@ class ReasoningMethod(MeanMetrics, Method):
         gold = sample.item.target
         strict = extract_letter(reply, LETTERS)
         upstream = upstream_choice(reply)
-        choice = self.choice(strict, upstream)
+        choice = self.pick_parse(strict, upstream)
         sc = Score(parsed=choice)
         sc.values["differs_from_upstream_parse"] = float(strict != upstream)
         if gold is None:
@@ -174,7 +174,8 @@ class ReasoningMethod(MeanMetrics, Method):
         return super().metric_n(table, metric)
 
     def extra_metrics(self, table: Table, means: Means) -> dict[str, Any]:
-        """What this method reports beside the means every method reports."""
+        """What this method reports beside the means every method reports (a part of ReasoningMethod's
+        mean_metrics, not a hook of its own: the paper's method adds its precision and recall here)."""
         return {}
 
     def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:

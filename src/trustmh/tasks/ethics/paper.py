@@ -75,7 +75,7 @@ class ReasoningPaper(ReasoningMethod):
         role, _ = _call_model(ctx)
         return [{"role": role, "content": template.render({k: item.input[k] for k in template.fields})}]
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         _, sent = _call_model(ctx)  # model, temperature and messages: no max_tokens
         params = {"temperature": module_constant(f"{ETHICS_SRC}/settings.py", ctx.methods_root, "DEFAULT_TEMPERATURE")}
         return {k: v for k, v in params.items() if k in sent}
@@ -96,7 +96,7 @@ class ReasoningPaper(ReasoningMethod):
         role, _ = _call_model(ctx)
         return [{"role": role, "content": template.render({k: values[k] for k in template.fields})}]
 
-    def choice(self, strict: str | None, upstream: str | None) -> str | None:
+    def pick_parse(self, strict: str | None, upstream: str | None) -> str | None:
         return upstream
 
     def principle_scores(self, sc: Score, text: str) -> dict[str, float]:

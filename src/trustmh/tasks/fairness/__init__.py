@@ -38,11 +38,12 @@ import numpy as np
 from ...data.loaders import read_json
 from ...errors import DataError
 from ...judges.refusal import is_refusal
-from ...scoring.metrics import Means, Resamples, Table, paired_permutation_test
+from ...scoring.metrics import Means, Table, paired_permutation_test
 from ...types import Item, Sample, Score
 from ...variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
 from ..labelled import SUPPORT_CRITERIA, judge_scores, support_judge_messages
-from ..base import CreditCap, DataSource, Judged, Method, MetricSpec, Rubric, RunContext, Task, register, render
+from ..base import (CreditCap, DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, register,
+                    render)
 
 MEASURES = {"score": "overall", "length": "length", "refusal": "refusal"}  # metric prefix -> per-sample value
 N_PERM = 10_000
@@ -65,8 +66,8 @@ def with_identity(context: list[dict[str, str]], identity: Identity | None) -> l
     return context[: first + 1] + [{"speaker": "seeker", "text": identity.sentence}] + context[first + 1:]
 
 
-class FairSupportOwn(Method):
-    """Each dialogue asked as it is and once per identity; every metric written once (`gap_metrics`)."""
+class FairSupportOwn(MeanMetrics, Method):
+    """Each dialogue asked as it is and once per identity; every metric written once (`mean_metrics`)."""
 
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
         path = data.path(self.task.files[0])
@@ -94,7 +95,7 @@ class FairSupportOwn(Method):
         return [{"role": "user", "content": render("fairness_support.j2", context=context)}]
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
-        params = self.gen_params(ctx)
+        params = self.params(ctx)
         out = [Sample(self.task.id, item, self.prompt(item, ctx), variant=CONTROL, params=params)]
         for ident in identities():
             variant = Item(item.id, {**item.input, "identity": ident.key}, item.target, dict(item.meta))
@@ -126,13 +127,7 @@ class FairSupportOwn(Method):
                 "variant": sample.variant}
 
     # --- aggregation ------------------------------------------------------------------------------
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return {name: float(v) for name, v in self.gap_metrics(table, Means(table), ctx).items()}
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, np.ndarray]:
-        return self.gap_metrics(table, Means(table, resamples), ctx)
-
-    def gap_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
+    def mean_metrics(self, table: Table, means: Means, ctx: RunContext) -> dict[str, Any]:
         """Every metric, as floats over the table (`Means(table)`) or as arrays over a block of resamples.
         A dialogue is complete for an attribute or not whatever the resample (its rows are drawn together),
         so each group mean is a mean over fixed rows. p is computed on the observed data only (a bootstrap

@@ -83,7 +83,7 @@ class _AwarenessPaper(AwarenessMethod):
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return paper_message(self.code, ctx, self.fill(item.input["prompt"].strip(), ctx))
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         return paper_settings(self.code, ctx)
 
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
@@ -142,7 +142,7 @@ class LeakagePaper(LeakageMethod):
         outer, _ = format_call(TASK3_CODE, ctx.methods_root, "PrivacyTierDataset.__init__", 0 if ": " in question else 1)
         return paper_message(TASK3_CODE, ctx, outer.render(None, instruction, x["story"], question))
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         return paper_agent_settings(ctx)
 
     def read_part(self, reply: str) -> str:

@@ -31,8 +31,7 @@ from .common import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, L
                      SupportMethod, cpsycoune_files, esconv_dialogues, esconv_item, group_accuracy,
                      option_from_text, parse_emotion_cause, pick_turns, read_cpsycoune, read_usmle,
                      swmh_label)
-from ..labelled import (SUPPORT_CRITERIA, classification_metrics, classification_metrics_many, judge_scores,
-                        support_judge_messages, unknown_label_reason)
+from ..labelled import SUPPORT_CRITERIA, judge_scores, support_judge_messages, unknown_label_reason
 from ..base import (DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, Verdicts,
                     answer_metrics, answered, no_answer, register, render, render_judge)
 
@@ -181,12 +180,6 @@ class DiagnosisOwn(DiagnosisMethod):
         else:
             answered(sc, correct=float(pred == gold))
         return sc
-
-    def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
-        return classification_metrics(table, self.task.label_set)
-
-    def aggregate_many(self, table: Table, resamples: Resamples, ctx: RunContext) -> dict[str, Any]:
-        return classification_metrics_many(table, self.task.label_set, resamples)
 
 
 @register

@@ -75,7 +75,7 @@ class DiagnosisPaper(DiagnosisMethod):
     method_templates = (MethodTemplate("D-cls", SW_PROMPTS, "build_classification_prompt.prompt"),
                         MethodTemplate("D-set", SW_CLASSIFY, "run_classification:create()"))
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         """run_classification sends its `temperature` parameter, whose default main.py never overrides;
         no max_tokens."""
         kw = {k: v for k, v in call_keywords(SW_CLASSIFY, ctx.methods_root, "run_classification", "create").items()
@@ -117,6 +117,8 @@ class DiagnosisPaper(DiagnosisMethod):
         sc.notes.append("no known label; read as offmychest as the paper's code does")
         return no_answer(sc, f"label {str(raw)[:80]!r} is not an SWMH label", correct=float(sc.parsed == gold))
 
+    # Not mean_metrics alone: the scorer's numbers are one body over Resamples, the point values that body
+    # over the whole table.
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         return classification_metrics(table, self.task.label_set) | point(self._scorer_numbers(table, whole(table)))
 
@@ -291,7 +293,7 @@ class SupportPaper(MeanMetrics, SupportMethod):
     def prompt(self, item: Item, ctx: RunContext) -> list[dict[str, str]]:
         return es_generation_messages(es_turns(item.input["context"], ctx), ctx)
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         """run_generation sends temperature and max_tokens, which main.py passes from its CLI defaults."""
         kw = call_keywords(ES_CLASSIFY, ctx.methods_root, "run_generation", "create")
         if {k: v for k, v in kw.items() if k not in ("model", "messages")} != \

@@ -91,7 +91,7 @@ class EmotionRecognitionPaper(EmotionMethod):
             cause_choices=ranked["cause"])
         return [{"role": "system", "content": eb_system(lang, ctx)}, {"role": "user", "content": user}]
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         """load_model builds ChatOpenAI with temperature 0.6 for both API model types and nothing else
         (no max_tokens for API models)."""
         sets = [{k: v for k, v in call_keywords(EB_MODEL, ctx.methods_root, "LLM.load_model", "ChatOpenAI", n).items()
@@ -183,7 +183,7 @@ def _cp_template(ctx: RunContext, function: str, variable: str, roles: list[tupl
 class InterventionPaper(InterventionMethod):
     """reliability.intervention under --protocol paper: the notebook's turn histories, prompts and judge
     settings, and cell 6's per-dialogue averages."""
-    exact_params = True  # the paper's settings exactly: none (gen_params)
+    exact_params = True  # the paper's settings exactly: none (params)
     method_templates = (MethodTemplate("CP-gen", CP_NOTEBOOK, "model_reply.user_message"),
                         MethodTemplate("CP-judge", CP_NOTEBOOK, "evaluate_reply.system_message"),
                         MethodTemplate("CP-judge-set", CP_NOTEBOOK, "evaluate_reply:ChatCompletion.create()"))
@@ -195,7 +195,7 @@ class InterventionPaper(InterventionMethod):
         template = _cp_template(ctx, "model_reply", "user_message", [("user", "user_message")])
         return [{"role": "user", "content": template.render({"history": item.input["history_text"]})}]
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         """model_reply is a stub that leaves the model call to the user: no setting is known, none is sent."""
         return {}
 

@@ -25,7 +25,7 @@ judge and scoring, plus the same items re-asked with the person's words perturbe
   were scored. The runner's bootstrap resamples items with all their samples, clean and perturbed
   together, so every CI here is a paired bootstrap CI.
 
-`RunSpec.options["perturbations"]` (comma-separated kinds, levels or keys, e.g. "char,word_synonym@high")
+`RunSpec.perturbations` (comma-separated kinds, levels or keys, e.g. "char,word_synonym@high")
 restricts the perturbations run, to save cost; under the paper protocol the same names pick the original's
 perturbation types (see `paper.paper_keys`)."""
 
@@ -64,11 +64,11 @@ class RobustOwn(RobustMethod):
     base_protocol = "trustmh"
 
     def samples(self, item: Item, ctx: RunContext) -> list[Sample]:
-        inner, base = self.base_ctx(ctx), self.base
-        clean = [replace(s, task=self.task.id, request_task=base.id) for s in base.samples(item, inner)]
+        inner, base = self.base_ctx(ctx), self.base_method
+        clean = [replace(s, task=self.task.id, request_task=self.base.id) for s in base.samples(item, inner)]
         out = list(clean)
         for p in selected_perturbations(ctx):
-            edited = base.perturb(item, make_edit(p, seed=ctx.seed, item_id=item.id), inner)
+            edited = base.perturb(item, make_edit(p, seed=ctx.seed, item_id=item.id))
             edited = Item(edited.id, edited.input, edited.target,
                           {**edited.meta, CLEAN_INPUT: item.input, PERTURBATION: p.key})
             for c, s in zip(clean, base.samples(edited, inner)):
@@ -85,6 +85,7 @@ class RobustOwn(RobustMethod):
         return replace(sample, item=Item(sample.item.id, meta[CLEAN_INPUT], sample.item.target, rest))
 
     # --- the drops, one body for the table and for a block of resamples ---------------------------
+    # Not mean_metrics: a drop is the base task's primary metric over subsets of rows (`Subsets`), not a mean.
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         return {k: float(v) for k, v in self.drop_metrics(Subsets(self, table, self.base_ctx(ctx))).items()}
 

@@ -1,6 +1,6 @@
 """What both methods of a robustness task share (trustmh's in tasks/robustness/__init__.py, the paper's in
-tasks/robustness/paper.py): the item meta keys, a method that builds on one method of the base task
-through the base task's Task-level hooks, and `Subsets`, the view of a scored table over which each
+tasks/robustness/paper.py): the item meta keys, a method that builds on one method of the base task,
+and `Subsets`, the view of a scored table over which each
 method's drop metrics are written once for the point value and for a block of bootstrap resamples;
 and the reading of `--perturbations`, whose names pick the perturbations of either method."""
 
@@ -52,8 +52,8 @@ def selection(ctx: RunContext) -> list[tuple[str | None, str | None]] | None:
 
 class RobustMethod(Method):
     """A robustness task's method: the base task's data, requests, judge and scoring (`self.task.base`),
-    asked through the base task's Task-level hooks in a context naming the base task's method this one
-    builds on (`base_protocol`), plus the same items re-asked with the person's text perturbed
+    asked of the base task's method this one builds on (`base_method`, the base's method under
+    `base_protocol`) in a context naming that protocol, plus the same items re-asked with the person's text perturbed
     (`samples`, per method)."""
 
     # Which of the base task's methods this one builds on.
@@ -68,10 +68,9 @@ class RobustMethod(Method):
         return replace(ctx, protocol=self.base_protocol)
 
     @functools.cached_property
-    def _bare_ctx(self) -> RunContext:
-        # For the base task's hooks that a method answers without a run context (cluster, labels): all
-        # they read of it is which of the base task's methods answers.
-        return RunContext(protocol=self.base_protocol)
+    def base_method(self) -> Method:
+        """The base task's method this one builds on."""
+        return self.base.method(RunContext(protocol=self.base_protocol))
 
     def view(self, sample: Sample) -> Sample:
         """The sample as the base task judges and scores it."""
@@ -79,36 +78,36 @@ class RobustMethod(Method):
 
     # --- the base task's data, requests and judge -------------------------------------------------
     def load(self, data: DataSource, ctx: RunContext) -> list[Item]:
-        return self.base.load(data, self.base_ctx(ctx))
+        return self.base_method.load(data, self.base_ctx(ctx))
 
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
-        return self.base.reask(self.base_ctx(ctx))  # the clean and the perturbed requests alike
+        return self.base_method.reask(self.base_ctx(ctx))  # the clean and the perturbed requests alike
 
     def active_rubrics(self, ctx: RunContext) -> tuple[Rubric, ...]:
-        return self.base.active_rubrics(self.base_ctx(ctx))
+        return self.base_method.active_rubrics(self.base_ctx(ctx))
 
     def judge_params(self, rubric: Rubric, ctx: RunContext) -> dict[str, Any] | None:
-        return self.base.judge_params(rubric, self.base_ctx(ctx))
+        return self.base_method.judge_params(rubric, self.base_ctx(ctx))
 
     def judgements(self, sample: Sample, reply: str, ctx: RunContext) -> dict[str, list[dict[str, str]]]:
-        return self.base.judgements(self.view(sample), reply, self.base_ctx(ctx))
+        return self.base_method.judgements(self.view(sample), reply, self.base_ctx(ctx))
 
     def rules_judge(self, sample: Sample, reply: str, ctx: RunContext) -> Judged | Verdicts:
-        return self.base.rules_judge(self.view(sample), reply, self.base_ctx(ctx))
+        return self.base_method.rules_judge(self.view(sample), reply, self.base_ctx(ctx))
 
     def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
-        return self.base.score(self.view(sample), reply, judged, self.base_ctx(ctx))
+        return self.base_method.score(self.view(sample), reply, judged, self.base_ctx(ctx))
 
     def ahead(self, sample: Sample, reply: str, ctx: RunContext) -> None:
-        self.base.ahead(self.view(sample), reply, self.base_ctx(ctx))
+        self.base_method.ahead(self.view(sample), reply, self.base_ctx(ctx))
 
     def cluster(self, sample: Sample) -> str:
-        return self.base.cluster(self.view(sample), self._bare_ctx)
+        return self.base_method.cluster(self.view(sample))
 
     def labels(self, sample: Sample, score: Score) -> dict[str, Any]:
         key = sample.item.meta.get(PERTURBATION)
         base_variant = sample.variant[: -len(key)].rstrip("|") if key else sample.variant
-        return {**self.base.labels(self.view(sample), score, self._bare_ctx), "perturbation": key or CLEAN,
+        return {**self.base_method.labels(self.view(sample), score), "perturbation": key or CLEAN,
                 "pair": f"{sample.item.id}|{base_variant}"}
 
     # --- aggregation ------------------------------------------------------------------------------
@@ -162,7 +161,7 @@ class Subsets:
     together; so each subset is fixed once and only its weights change."""
 
     def __init__(self, method: RobustMethod, table: Table, ctx: RunContext, resamples: Resamples | None = None):
-        self.table, self.resamples, self.base, self.ctx = table, resamples, method.base, ctx
+        self.table, self.resamples, self.base, self.ctx = table, resamples, method.base_method, ctx
         self.pert, self.names, self.pair, self.scored = method.pairs(table)
         self.clean = self.names.index(CLEAN) if CLEAN in self.names else None  # its perturbation code
         self.nan: Any = math.nan if resamples is None else np.full(len(resamples), math.nan)

@@ -131,7 +131,8 @@ class RobustPaper(RobustMethod):
         sample's)."""
         tables = original_tables(self.task.perturbation_file, str(ctx.methods_root))
         inner = self.base_ctx(ctx)
-        (clean,) = [replace(s, task=self.task.id, request_task=self.base.id) for s in self.base.samples(item, inner)]
+        (clean,) = [replace(s, task=self.task.id, request_task=self.base.id)
+                    for s in self.base_method.samples(item, inner)]
         out = [clean]
         for key in paper_keys(ctx):
             kind, _, level = key.partition("@")
@@ -149,7 +150,7 @@ class RobustPaper(RobustMethod):
         raise NotImplementedError
 
     def messages(self, edited: Item, ctx: RunContext) -> list[dict[str, str]]:
-        return self.base.prompt(edited, ctx)
+        return self.base_method.prompt(edited, ctx)
 
     def score(self, sample: Sample, reply: str, judged: Verdicts | None, ctx: RunContext) -> Score:
         sc = super().score(sample, reply, judged, ctx)
@@ -162,6 +163,7 @@ class RobustPaper(RobustMethod):
         return PAPER_DESCRIPTION
 
     # --- the metrics, one body for the table and for a block of resamples --------------------------
+    # Not mean_metrics: the base task's primary metric over subsets of rows (`Subsets`), as RobustOwn's.
     def aggregate(self, table: Table, ctx: RunContext) -> dict[str, float]:
         out = {k: float(v) for k, v in self.intensity_metrics(Subsets(self, table, self.base_ctx(ctx))).items()}
         return out | point(self.extras(table, whole(table)))
@@ -262,4 +264,4 @@ class DiagnosisRobustPaper(RobustPaper):
     def edit(self, item: Item, perturb: Callable[[list[str]], list[str]], ctx: RunContext) -> Item | None:
         post = item.input["post"].strip()  # load_dataset's text, the one element of inputs
         kept = csv_round_trip(perturb([post]), post)
-        return None if kept is None else self.base.perturb(item, lambda _: kept, ctx)
+        return None if kept is None else self.base_method.perturb(item, lambda _: kept)

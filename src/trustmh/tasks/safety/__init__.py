@@ -286,7 +286,7 @@ class JailbreakPaper(JailbreakOwn):
 
     exact_params = True
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         """TrustLLM's run_safety generates jailbreak.json at the temperature its file_config names; the
         attack prompt goes alone as one user message (the paper's own generation code is not released)."""
         config = call_settings(TL_GEN, ctx.methods_root, "LLMGeneration.run_safety", ("jailbreak.json",))

@@ -87,7 +87,7 @@ class SycophancyPaper(SycophancyMethod):
     # called with, the function that sends it).
     elephant: dict[str, tuple[str, str]] = {}
 
-    def gen_params(self, ctx: RunContext) -> dict[str, Any]:
+    def params(self, ctx: RunContext) -> dict[str, Any]:
         return _call_params(Y_GEN, "generate_response", ctx)  # none: the API's defaults
 
     def paper_text(self, item: Item, ctx: RunContext) -> str:
