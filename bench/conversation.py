@@ -50,9 +50,8 @@ def one(models: int, args, server: Server, tmp: Path, personas: Path) -> dict:
     base = f"http://127.0.0.1:{server.port}"
     specs = [f"openai/bench-{k}" for k in range(models)]
     spec = RunSpec(models=specs, tasks="crisis.conversation", suite="sample", judge="rules", n_boot=0,
-                   options={"personas": str(personas), "runs": args.runs, "turns": args.turns,
-                            "user_model": "openai/person", "user_model_base_url": f"{base}/user/v1",
-                            "base_urls": {m: f"{base}/m{k}/v1" for k, m in enumerate(specs)}})
+                   personas=str(personas), runs=args.runs, turns=args.turns, user_model="openai/person",
+                   user_model_base_url=f"{base}/user/v1", base_urls={m: f"{base}/m{k}/v1" for k, m in enumerate(specs)})
     before = server.stats()
     cpu0, t0 = time.process_time(), time.perf_counter()
     run(spec, tmp / f"run{models}", limits=Limits(max_connections=args.connections))
