@@ -196,9 +196,10 @@ def _pair_stats_many(joint: np.ndarray, v: np.ndarray) -> dict[str, np.ndarray]:
         da, db = ra - mid[:, None], rb - mid[:, None]
         cov = np.einsum("bcd,bc,bd->b", joint, da, db)
         rho = cov / np.sqrt((na * da ** 2).sum(axis=1) * (nb * db ** 2).sum(axis=1))
+        bias = (sa - sb) / n  # the mean of a - b (_bias), defined from one row; nan in a resample of none
     few = n < 2
     out = {"icc_c1": c1, "icc_a1": a1, "kappa_quadratic": np.where(chance > 0, kappa, np.nan), "spearman": rho,
-           "bias": (sa - sb) / n}  # the mean of a - b (_bias), defined from one row
+           "bias": bias}
     return {s: np.where((few & (s != "bias")) | ~np.isfinite(x), np.nan, x) for s, x in out.items()}
 
 
