@@ -65,11 +65,60 @@ def one(models: int, args, server: Server, tmp: Path, personas: Path) -> dict:
         after["last_answer"] - _first_after(after, before)
     turns = sum(calls.values())
     return {"models": models, "calls": calls, "turns": turns, "ideal": ideal, "window": window, "wall": wall,
+            "scheduled": scheduled(models, args, shared_first=True),
             "cpu_ms_per_turn": 1000 * cpu / max(1, turns)}
 
 
 def _first_after(after: dict, before: dict) -> float:
     return after["first_request"] if not before["requests"] else before["last_answer"]
+
+
+def scheduled(models: int, args, shared_first: bool) -> float:
+    """How long the same chains take when nothing but L costs time, served first come first served by
+    endpoints of C slots each (a discrete-event replay of the schedule, no HTTP, no CPU). The formula's
+    ideal leaves out that a chain fills and drains its endpoints: while every model answers the person's
+    first message the person's endpoint idles, and the last person's message still waits for the model's
+    reply. `shared_first`: the person's first message is one request for every model (trustmh's engine)."""
+    import heapq
+    from collections import deque
+    lat, cap = args.latency, args.connections
+    busy = {"user": 0, **{f"m{k}": 0 for k in range(models)}}
+    queues = {name: deque() for name in busy}
+    events: list[tuple[float, int, str, object]] = []  # (time, order, endpoint, what: a chain or a group)
+    order = 0
+    chains = [(f"m{k}", p) for p in range(args.personas * args.runs) for k in range(models)]
+    turn = {c: 0 for c in chains}
+    firsts = {p: [c for c in chains if c[1] == p] for p in range(args.personas * args.runs)}
+
+    def ask(name: str, what, now: float) -> None:
+        nonlocal order
+        if busy[name] < cap:
+            busy[name] += 1
+            order += 1
+            heapq.heappush(events, (now + lat, order, name, what))
+        else:
+            queues[name].append(what)
+
+    def after(c, now: float) -> None:
+        turn[c] += 1
+        if turn[c] < args.turns:
+            ask("user" if turn[c] % 2 == 0 else c[0], c, now)
+
+    for p, group in firsts.items():
+        if shared_first:
+            ask("user", ("first", p), 0.0)
+        else:
+            for c in group:
+                ask("user", c, 0.0)
+    now = 0.0
+    while events:
+        now, _, name, what = heapq.heappop(events)
+        busy[name] -= 1
+        if queues[name]:
+            ask(name, queues[name].popleft(), now)
+        for c in (firsts[what[1]] if isinstance(what, tuple) and what[0] == "first" else [what]):
+            after(c, now)
+    return now
 
 
 def bare(models: int, args, server: Server) -> dict:
@@ -101,11 +150,14 @@ def bare(models: int, args, server: Server) -> dict:
         for c in clients.values():
             await c.close()
         return wall, models * args.personas * args.runs * args.turns
+    cpu0 = time.process_time()
     wall, calls = asyncio.run(go())
+    cpu = time.process_time() - cpu0
     busiest = max(models * args.personas * args.runs * ((args.turns + 1) // 2), args.personas * args.runs * (args.turns // 2))
     ideal = max(busiest / (args.connections / args.latency), args.turns * args.latency)
     return {"models": models, "calls": {"(bare chains)": calls}, "turns": calls, "ideal": ideal, "window": wall,
-            "wall": wall, "cpu_ms_per_turn": float("nan")}
+            "scheduled": scheduled(models, args, shared_first=False),
+            "wall": wall, "cpu_ms_per_turn": 1000 * cpu / calls}
 
 
 def main() -> None:
@@ -129,11 +181,12 @@ def main() -> None:
             with Server(args.latency, reply="I hear you.", varied=True) as server:
                 rows.append(one(models, args, server, tmp, personas))
     print(f"{'models':>6} {'calls by endpoint':<44} {'ideal s':>8} {'window s':>9} {'ratio':>6} {'command s':>10} "
-          f"{'ratio':>6} {'CPU ms/turn':>11}")
+          f"{'ratio':>6} {'CPU ms/turn':>11} {'FCFS s':>7} {'window / FCFS':>13}")
     for r in rows:
         calls = ", ".join(f"{k or '/'}: {v}" for k, v in sorted(r["calls"].items()))
         print(f"{r['models']:>6} {calls:<44} {r['ideal']:>8.2f} {r['window']:>9.2f} {r['ideal'] / r['window']:>6.2f} "
-              f"{r['wall']:>10.2f} {r['ideal'] / r['wall']:>6.2f} {r['cpu_ms_per_turn']:>11.2f}")
+              f"{r['wall']:>10.2f} {r['ideal'] / r['wall']:>6.2f} {r['cpu_ms_per_turn']:>11.2f} {r['scheduled']:>7.2f} "
+              f"{r['scheduled'] / r['window']:>13.2f}")
     print(f"peak RSS {peak_rss_mb():.0f} MiB (self), children {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MiB")
 
 
