@@ -14,9 +14,10 @@ first message does not depend on the model: one request, asked once for all mode
 endpoint's in-flight sharing), which the call counts say. Printed: the server's window (first request to
 last reply) and the whole command against the ideal (target >= 0.9 of the window), the client's CPU per
 turn, and peak RSS; and the same chains as a schedule with no CPU, served first come first served (FCFS
-s), which shows how much of the gap to the formula no client could close. Beside each, the same chains sent by a bare loop over trustmh's HTTP client (no engine,
-no store, no first message shared): what the machine allows at its load at that moment, so the engine's
-own cost is the ratio of the two rows, whatever the load.""" 
+s), which shows how much of the gap to the formula no client could close. Beside each, the same chains
+sent by a bare loop over trustmh's HTTP client (no engine, no store, no first message shared): what the
+machine allows at its load at that moment, so the engine's own cost is the ratio of the two rows,
+whatever the load."""
 
 from __future__ import annotations
 
