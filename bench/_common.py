@@ -159,12 +159,13 @@ def collect_once(spec, limits, run_dir: Path, *, progress: bool = False) -> dict
     import time
 
     from trustmh import engine as runner
+    from trustmh.engine.prepare import Recorder
     from trustmh.engine.store import Store
     ctx = runner.context(spec)
-    prepared, _ = runner.prepare(spec, ctx)
+    prepared, checksums = runner.prepare(spec, ctx)
     store = Store(run_dir / "store.sqlite")
     try:
-        store.put_samples([s for p in prepared for s in p.samples])
+        Recorder(store, prepared, checksums, ctx).finish()  # every sample stored before the clock starts
         t0, c0 = time.perf_counter(), time.process_time()
         calls = asyncio.run(runner.collect(spec, ctx, prepared, store, limits))
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
