@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import math
 import shutil
@@ -37,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Server, collect_once, machine, synthetic_spec  # noqa: E402
 
 from trustmh import engine as runner  # noqa: E402
+# The module phase 1 builds its models in (its name is also the function `trustmh.engine.collect`).
+collect_mod = importlib.import_module("trustmh.engine.collect")
 from trustmh.models.base import Model  # noqa: E402
 from trustmh.types import Response  # noqa: E402
 
@@ -63,16 +66,16 @@ def pool_ideal(n: int, c: int, latency: float) -> float:
 def run_trustmh(n: int, c: int, latency: float, base_url: str | None, transport: str = "http") -> tuple[float, float]:
     """(achieved req/s, client CPU ms per request) for one collect of n samples."""
     tmp = Path(tempfile.mkdtemp(prefix="trustmh-bench-"))
-    original = runner.make_model
+    original = collect_mod.make_model
     if base_url is None:  # in-process model: swap the factory the runner uses
-        runner.make_model = lambda spec, **kw: SleepModel(spec, latency)
+        collect_mod.make_model = lambda spec, **kw: SleepModel(spec, latency)
     try:
         spec = synthetic_spec(n, base_url=base_url or "http://unused.invalid/v1")
         if transport != "http":
             spec.transport = transport
         r = collect_once(spec, runner.Limits(max_connections=c), tmp)
     finally:
-        runner.make_model = original
+        collect_mod.make_model = original
         shutil.rmtree(tmp, ignore_errors=True)
     if r["calls"] != 2 * n:
         raise SystemExit(f"expected {2 * n} calls, made {r['calls']}")
