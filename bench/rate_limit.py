@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Server, collect_once, machine, synthetic_spec  # noqa: E402
 
+from trustmh.engine import endpoint as endpoint_mod  # noqa: E402  (where Endpoint builds its limiter)
 from trustmh.engine import limiter as limiter_mod  # noqa: E402
 from trustmh import engine as runner  # noqa: E402
 
@@ -69,8 +70,8 @@ def one_run(row: str, samples: int, a, srv: Server) -> dict:
             def on_rate_limit(self, epoch, retry_after):  # a plain bounded pool: no cut, no shared pause
                 return None
 
-    original = runner.AdaptiveLimiter
-    runner.AdaptiveLimiter = Recorded
+    original = endpoint_mod.AdaptiveLimiter
+    endpoint_mod.AdaptiveLimiter = Recorded
     tmp = Path(tempfile.mkdtemp(prefix="trustmh-bench-"))
     s0 = srv.stats()
     poll = Poller(srv)
@@ -81,7 +82,7 @@ def one_run(row: str, samples: int, a, srv: Server) -> dict:
     finally:
         poll.stop.set()
         poll.thread.join()
-        runner.AdaptiveLimiter = original
+        endpoint_mod.AdaptiveLimiter = original
         shutil.rmtree(tmp, ignore_errors=True)
     s1 = srv.stats()
     return {"settled": poll.rate(0.3, 0.9), "limited": s1["rate_limited"] - s0["rate_limited"],
