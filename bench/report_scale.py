@@ -142,7 +142,7 @@ def measure_view(run: Path) -> dict[str, float]:
         with chromium_tab() as tab:
             page = tab.page
             t0 = time.perf_counter()
-            page.goto(f"http://127.0.0.1:{server.server_address[1]}/", timeout=300_000)
+            page.goto(server.url, timeout=300_000)  # the address with the session's token
             page.locator("body[data-ready='1']").wait_for(state="attached", timeout=300_000)
             first = time.perf_counter() - t0
             fcp = page.evaluate("(performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime")
