@@ -154,3 +154,21 @@ def test_distinct_per_resample_equals_the_union_by_hand(seed):
                          if texts[r] != "\0" for s in [texts[r].split(SEP) if texts[r] else []]
                          for i in range(max(len(s) - k + 1, 0))]
                 assert got[b] == (len(set(grams)) / len(grams) if grams else 0.0), (k, b)
+
+
+@pytest.mark.parametrize("texts", [["w1"], ["w1\1w2"], ["\0", "w1"], ["w1", "w2"], ["", "w1\1w2"]],
+                         ids=["one token", "two tokens", "unscored and one", "two rows of one", "empty and two"])
+def test_distinct_of_a_table_with_fewer_tokens_than_k(texts):
+    """A table whose replies hold fewer tokens in all than k has no k-gram: dist-k is the original's 0.0
+    (a one-word reply, "A", to the only item of --limit 1 crashed phase 2 with an IndexError)."""
+    from trustmh.tasks.esconv_reference import SEP, _distinct
+    texts = [t.replace("\1", SEP) for t in texts]
+    table = Table({}, np.array([str(i) for i in range(len(texts))], dtype=object),
+                  {"ref_tokens": np.array(texts, dtype=object)})
+    inverse, order, size, start = metrics._cluster_layout(table.clusters)
+    weights = np.ones((2, len(size)))
+    for k in (1, 2, 3):
+        grams = [tuple(s[i:i + k]) for t in texts if t != "\0" for s in [t.split(SEP) if t else []]
+                 for i in range(max(len(s) - k + 1, 0))]
+        want = len(set(grams)) / len(grams) if grams else 0.0
+        assert list(_distinct(table, Resamples(inverse, weights), k)) == [want, want], k

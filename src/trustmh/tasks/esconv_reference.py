@@ -223,7 +223,8 @@ def _gram_layout(table: Table, inverse: np.ndarray, k: int) -> tuple[np.ndarray,
     ok = np.arange(len(codes)) - first + k <= lengths[row]  # a k-gram starts here within its reply
     gram = codes
     for j in range(1, k):  # a (j+1)-gram's code from its j-gram's and the next token's, renumbered densely
-        nxt = np.append(codes[j:], np.zeros(j, dtype=np.int64))
+        nxt = np.zeros(len(codes), dtype=np.int64)  # the token j places on (0 past the end; masked by `ok`)
+        nxt[:max(len(codes) - j, 0)] = codes[j:]  # sliced, not appended: a table of fewer than k tokens
         gram = np.unique(gram * n_vocab + nxt, return_inverse=True)[1].ravel()
     gram = gram[ok]
     if not len(gram):
