@@ -72,6 +72,7 @@ def _tiny() -> dict[str, Dataset]:
     def entry(path, body):
         return DataFile(path, len(body), hashlib.sha256(body).hexdigest(), "http://127.0.0.1:9/x")
     return {"d": Dataset("d", "data", "MIT", "x/y@" + "0" * 40, files=(entry("d/a.txt", b"data\n"),)),
+            "e": Dataset("e", "beyond the paper", "MIT", "x/z@" + "0" * 40, files=(entry("e/b.txt", b"more\n"),)),
             "methods": Dataset("methods", "m", "MIT", "x/y@" + "0" * 40,
                                files=(entry("methods/o+r/m.py", b"PROMPT = 'x'\n"),))}
 
@@ -80,6 +81,10 @@ def _lay(root: Path, data_at: str | None, methods_at: str | None) -> None:
     if data_at is not None:
         (root / data_at / "d").mkdir(parents=True, exist_ok=True)
         (root / data_at / "d" / "a.txt").write_bytes(b"data\n")
+        # a dataset beyond the paper's: beside the paper's data, or in ../shared under data/external/
+        beyond = root / ("data/external" if data_at == "data/upstream" else data_at) / "e"
+        beyond.mkdir(parents=True, exist_ok=True)
+        (beyond / "b.txt").write_bytes(b"more\n")
     if methods_at is not None:
         (root / methods_at / "o+r").mkdir(parents=True, exist_ok=True)
         (root / methods_at / "o+r" / "m.py").write_bytes(b"PROMPT = 'x'\n")
@@ -100,6 +105,9 @@ def test_pull_from_takes_data_and_method_files_in_any_layout(tmp_path):
         assert statuses["methods/o+r/m.py"] == "present", name
         assert (dest / "methods/o+r/m.py").read_bytes() == b"PROMPT = 'x'\n", name
         assert statuses["d/a.txt"] == ("missing" if data_at is None else "present"), name
+        assert statuses["e/b.txt"] == ("missing" if data_at is None else "present"), name
+        if data_at is not None:
+            assert (dest / "e/b.txt").read_bytes() == b"more\n", name
     # a folder holding neither is one line, not an import of nothing
     (tmp_path / "empty").mkdir()
     import pytest

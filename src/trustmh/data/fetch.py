@@ -280,7 +280,8 @@ def _has_any(root: Path, paths: Iterable[str]) -> bool:
 def copy_roots(from_dir: Path, manifest: dict[str, Dataset] | None = None) -> tuple[Path | None, Path | None]:
     """Where a local copy keeps the data and the method files: (data root, methods root), None where it
     holds none. Three layouts are read: the data dir's own (data files at the top, method files under
-    `methods/`), a folder holding `data/upstream/` and `methods/` (as ../shared is), and a methods folder
+    `methods/`), a folder holding `data/upstream/` (and `data/external/`) and `methods/` (as ../shared
+    is), and a methods folder
     itself (`<owner>+<repo>/...`); the upstream folder also finds the `methods/` beside its `data/`."""
     datasets = (manifest or DATASETS).values()
     data_paths = [f.path for d in datasets for f in d.files if not f.path.startswith(_METHODS_PREFIX)]
@@ -299,7 +300,16 @@ def copy_path(roots: tuple[Path | None, Path | None], path: str) -> Path | None:
     data_root, methods_root = roots
     if path.startswith(_METHODS_PREFIX):
         return None if methods_root is None else methods_root / path[len(_METHODS_PREFIX):]
-    return None if data_root is None else data_root / path
+    if data_root is None:
+        return None
+    own = data_root / path
+    if not own.is_file() and data_root.name == "upstream" and data_root.parent.name == "data":
+        # ../shared's layout keeps the datasets beyond the paper's (VERA-MH's personas and rubric) beside
+        # the paper's, under data/external/
+        external = data_root.parent / "external" / path
+        if external.is_file():
+            return external
+    return own
 
 
 def pull(
