@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=1000)
     ap.add_argument("--boot", type=int, default=400)
     a = ap.parse_args()
+    if a.boot < 10:  # the estimator gives no interval from fewer defined replicates (calibration.py)
+        ap.error("--boot must be at least 10: fewer replicates give no interval to cover anything")
     print(f"R={a.reps} simulated runs per cell, {a.boot} bootstrap replicates, 95%, judge +0.5 sd, N = 2n; "
           f"Monte Carlo s.e. of a coverage {math.sqrt(0.95 * 0.05 / a.reps):.4f}")
     print("  n  rho  calibrated  judge-only  width/human-only  lambda  n_eff  n/(1-rho^2)")

@@ -156,7 +156,8 @@ def planned_calls(a, tasks: str, limit: int | None) -> tuple[int, int]:
                    data_dir=a.data_dir, protocol="paper", methods_dir=a.methods_dir, base_url="http://127.0.0.1:9/v1",
                    judge_base_url="http://127.0.0.1:9/judge/v1")
     prepared, _ = prepare(spec, context(spec))
-    rows = plan(spec, context(spec), prepared, Path(tempfile.mkdtemp(prefix="trustmh-plan-")) / "none")
+    with tempfile.TemporaryDirectory(prefix="trustmh-plan-") as nowhere:  # a run folder that never exists
+        rows = plan(spec, context(spec), prepared, Path(nowhere) / "none")
     return sum(r.model_calls for r in rows), sum(r.judge_calls for r in rows)
 
 
