@@ -32,6 +32,7 @@ def main() -> None:
     print(f"R={a.reps} simulated runs per cell, {a.boot} bootstrap replicates, 95%, judge +0.5 sd, N = 2n; "
           f"Monte Carlo s.e. of a coverage {math.sqrt(0.95 * 0.05 / a.reps):.4f}")
     print("  n  rho  calibrated  judge-only  width/human-only  lambda  n_eff  n/(1-rho^2)")
+    undefined = 0
     for n in (20, 50, 200):
         m = 3 * n
         rng = np.random.default_rng(100 + n)
@@ -42,6 +43,9 @@ def main() -> None:
             f = np.stack([rho * y + math.sqrt(1 - rho * rho) * e + 0.5 for rho in RHOS])
             for i, est in enumerate(calibrated_mean(f, np.broadcast_to(y, f.shape), rated, np.arange(m), seed=r,
                                                     n_boot=a.boot)):
+                if est.ci is None or est.human_only_ci is None:  # too few defined replicates: counted, not covered
+                    undefined += 1
+                    continue
                 hit[i] += est.ci[0] <= 0 <= est.ci[1]
                 width[i] += (est.ci[1] - est.ci[0]) / (est.human_only_ci[1] - est.human_only_ci[0])
                 lam[i] += est.lam
@@ -50,6 +54,8 @@ def main() -> None:
         for i, rho in enumerate(RHOS):
             print(f"{n:3d}  {rho:.1f}  {hit[i] / a.reps:10.3f}  {judge_hit[i] / a.reps:10.3f}  "
                   f"{width[i] / a.reps:16.3f}  {lam[i] / a.reps:6.2f}  {neff[i] / a.reps:5.1f}  {n / (1 - rho * rho):11.1f}")
+    if undefined:
+        print(f"{undefined} estimates had no interval (too few defined bootstrap replicates): counted as not covering")
 
 
 if __name__ == "__main__":
