@@ -74,7 +74,8 @@ def _tiny() -> dict[str, Dataset]:
     return {"d": Dataset("d", "data", "MIT", "x/y@" + "0" * 40, files=(entry("d/a.txt", b"data\n"),)),
             "e": Dataset("e", "beyond the paper", "MIT", "x/z@" + "0" * 40, files=(entry("e/b.txt", b"more\n"),)),
             "methods": Dataset("methods", "m", "MIT", "x/y@" + "0" * 40,
-                               files=(entry("methods/o+r/m.py", b"PROMPT = 'x'\n"),))}
+                               files=(entry("methods/o+r/m.py", b"PROMPT = 'x'\n"),
+                                      entry("methods/O+Vr/g/v.py", b"TEMPLATE = 'v'\n")))}
 
 
 def _lay(root: Path, data_at: str | None, methods_at: str | None) -> None:
@@ -88,6 +89,10 @@ def _lay(root: Path, data_at: str | None, methods_at: str | None) -> None:
     if methods_at is not None:
         (root / methods_at / "o+r").mkdir(parents=True, exist_ok=True)
         (root / methods_at / "o+r" / "m.py").write_bytes(b"PROMPT = 'x'\n")
+        # a method beyond the paper's (VERA-MH's code): in ../shared staged apart, data/external/<repo>/method/
+        beyond = root / "data/external/vr/method/g" if data_at == "data/upstream" else root / methods_at / "O+Vr/g"
+        beyond.mkdir(parents=True, exist_ok=True)
+        (beyond / "v.py").write_bytes(b"TEMPLATE = 'v'\n")
 
 
 def test_pull_from_takes_data_and_method_files_in_any_layout(tmp_path):
@@ -104,6 +109,8 @@ def test_pull_from_takes_data_and_method_files_in_any_layout(tmp_path):
         statuses = {s.path: s.state for s in pull(dest, from_dir=src / given, progress=False, manifest=_tiny())}
         assert statuses["methods/o+r/m.py"] == "present", name
         assert (dest / "methods/o+r/m.py").read_bytes() == b"PROMPT = 'x'\n", name
+        assert statuses["methods/O+Vr/g/v.py"] == "present", name
+        assert (dest / "methods/O+Vr/g/v.py").read_bytes() == b"TEMPLATE = 'v'\n", name
         assert statuses["d/a.txt"] == ("missing" if data_at is None else "present"), name
         assert statuses["e/b.txt"] == ("missing" if data_at is None else "present"), name
         if data_at is not None:

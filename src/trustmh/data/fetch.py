@@ -296,20 +296,38 @@ def copy_roots(from_dir: Path, manifest: dict[str, Dataset] | None = None) -> tu
 
 
 def copy_path(roots: tuple[Path | None, Path | None], path: str) -> Path | None:
-    """The file of a local copy that holds manifest `path` (None: the copy holds no such part)."""
+    """The file of a local copy that holds manifest `path` (None: the copy holds no such part). In
+    ../shared's layout what lies beyond the paper is staged apart, under data/external/: a dataset at
+    data/external/<path>, and its method code at data/external/<repo, lower-cased>/method/ (VERA-MH's)."""
     data_root, methods_root = roots
     if path.startswith(_METHODS_PREFIX):
-        return None if methods_root is None else methods_root / path[len(_METHODS_PREFIX):]
+        if methods_root is None:
+            return None
+        own = methods_root / path[len(_METHODS_PREFIX):]
+        owner_repo, _, rest = path[len(_METHODS_PREFIX):].partition("/")
+        apart = _external(roots)
+        if not own.is_file() and apart is not None and "+" in owner_repo and rest:
+            staged = apart / owner_repo.split("+", 1)[1].lower() / "method" / rest
+            if staged.is_file():
+                return staged
+        return own
     if data_root is None:
         return None
     own = data_root / path
-    if not own.is_file() and data_root.name == "upstream" and data_root.parent.name == "data":
-        # ../shared's layout keeps the datasets beyond the paper's (VERA-MH's personas and rubric) beside
-        # the paper's, under data/external/
-        external = data_root.parent / "external" / path
-        if external.is_file():
-            return external
+    apart = _external(roots)
+    if not own.is_file() and apart is not None and (apart / path).is_file():
+        return apart / path
     return own
+
+
+def _external(roots: tuple[Path | None, Path | None]) -> Path | None:
+    """../shared's data/external/ when the copy is laid out as ../shared is (data/upstream/, methods/)."""
+    data_root, methods_root = roots
+    for base in (data_root.parent if data_root is not None and data_root.name == "upstream" else None,
+                 methods_root.parent / "data" if methods_root is not None else None):
+        if base is not None and base.name == "data" and (base / "external").is_dir():
+            return base / "external"
+    return None
 
 
 def pull(
