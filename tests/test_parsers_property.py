@@ -24,6 +24,7 @@ from trustmh.judges import parsing
 from trustmh.models.replay import ReplayModel
 from trustmh.engine import data_source, RunSpec
 from conftest import METHODS
+from trustmh.tasks import TASKS as REGISTERED
 from trustmh.tasks import Judged, RunContext, Verdicts, resolve_tasks
 from trustmh.tasks.privacy.common import TIER1_PHRASES, TIER2_PHRASES, parse_psyleak
 from trustmh.types import Score
@@ -33,7 +34,7 @@ EXAMPLES = int(os.environ.get("TRUSTMH_HYPOTHESIS_EXAMPLES", "200"))
 # function_scoped_fixture: `figures` is meant to persist across a test's examples (it counts them).
 HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 FAST = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=HEALTH)
-TASKS = resolve_tasks("all")
+TASKS = [cls() for _, cls in sorted(REGISTERED.items())]  # every task, those run by name only too
 SAMPLE_ROOT = Path(data_source(RunSpec(models=["baseline/refuse"])).root)
 
 # Keys judges and models are asked for, so generated JSON often looks nearly right.

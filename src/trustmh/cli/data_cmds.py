@@ -29,7 +29,7 @@ def list_tasks(
     """List tasks: pillar, dataset, metric, direction and number of items."""
     _load_plugins(include)
     from ..engine import context, data_source
-    from ..tasks import resolve_tasks
+    from ..tasks import TASKS, resolve_tasks
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     if chosen == "sample" and suite == "auto":
@@ -53,11 +53,17 @@ def list_tasks(
         table.add_column("items" if len(shown) == 1 else f"items ({name})", justify="right")
     # Fresh task objects per protocol: a task may adapt itself to the protocol it loads under (the files
     # it reads), and one protocol's count must not change the other's.
-    counts = {name: {t.id: _count(t, source, ctx) for t in resolve_tasks("all")} for name, ctx in contexts.items()}
-    for task in resolve_tasks("all"):
+    resolve_tasks("all")  # loads the installed task plugins
+    every = [TASKS[k] for k in sorted(TASKS)]  # with the tasks run by name only
+    # Fresh task objects per protocol (above) and for the rows
+    counts = {name: {cls.id: _count(cls(), source, ctx) for cls in every} for name, ctx in contexts.items()}
+    for task in (cls() for cls in every):
         table.add_row(task.id, task.pillar, task.dataset, task.metric.name,
                       "higher" if task.metric.higher_is_better else "lower", *(counts[n][task.id] for n in shown))
     out.print(table)
+    named = [cls.id for cls in every if cls.by_name_only]
+    if named:
+        out.print(f"run only when named in --tasks (not part of 'all' or of its pillar): {', '.join(named)}")
 
 
 def _count(task, source, ctx) -> str | Text:

@@ -242,3 +242,5 @@ class CrisisConversation(Task):
     methods = {"trustmh": ConversationOwn, "paper": ConversationPaper}
     evidence = "A"  # VERA-MH's own code, read at run time
     method_templates = TEMPLATES
+    by_name_only = True  # --tasks crisis.conversation: 30-turn conversations judged turn by turn cost more
+    # than the paper's whole benchmark
