@@ -44,6 +44,14 @@ def pytest_configure(config):
         raise pytest.UsageError(f"CI: VERA-MH missing: {VERA} (../shared/data/external/vera-mh) not found")
     if IN_CI and not METHODS.is_dir():
         raise pytest.UsageError(f"CI: method files missing: {METHODS} (../shared/methods) not found")
+    # Some 320 tests launch `trustmh` in a subprocess, as a user does. An installed package has its
+    # bytecode compiled at install time; this source tree does not, and where PYTHONDONTWRITEBYTECODE is set
+    # (as on this project's machines) every launch compiled all of trustmh again: ~0.4 s of CPU each, half
+    # the suite's CPU. Compiled once here, by the controller only (xdist workers start after it), into the
+    # tree's ignored __pycache__/; Python checks each file's timestamp, so an edited file is compiled anew.
+    if not hasattr(config, "workerinput"):
+        import compileall
+        compileall.compile_dir(str(ROOT / "src" / "trustmh"), quiet=1, workers=1)
 
 
 METHODS_SKIP = f"method files not found at {METHODS} (../shared/methods; see README, Run the tests)"
