@@ -1,6 +1,6 @@
 """A request's store key and flight key hash the canonical JSON of what it asks. Stores, replay files and
-earlier runs hold these keys, so building them faster (the messages serialised once for both) must give
-the very same text json.dumps gives for the whole payload: checked here on awkward content."""
+earlier runs hold these keys, so however they are built they must stay the very text json.dumps gives for
+the whole payload (checked here on awkward content) and the keys an earlier version wrote."""
 
 import hashlib
 import json

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable, Generator
 
 
@@ -83,39 +82,22 @@ class Request:
     purpose: str = "generate"  # or "judge"
     choices: tuple[str, ...] | None = None
 
-    @cached_property
-    def _messages_json(self) -> str:
-        # Serialised once for both keys: a conversation's history grows each turn, and each of its requests
-        # is keyed twice (the store's key, the flight key), so this was a third of its client's JSON work.
-        return _canonical(self.messages)
-
     def cache_key(self, endpoint: str) -> str:
-        blob = _keyed_blob({"endpoint": endpoint, "params": self.params, "task": self.task,
-                            "item_id": self.item_id, "variant": self.variant, "purpose": self.purpose},
-                           self._messages_json)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return _key_of({"endpoint": endpoint, "messages": self.messages, "params": self.params, "task": self.task,
+                        "item_id": self.item_id, "variant": self.variant, "purpose": self.purpose})
 
     def body_key(self, endpoint: str) -> str:
         """The hash of what `endpoint` is sent (messages, params, choices) and why (purpose), without the
         sample it is for: two samples asking the same of a model whose reply depends on the body alone."""
-        blob = _keyed_blob({"endpoint": endpoint, "params": self.params, "choices": self.choices,
-                            "purpose": self.purpose}, self._messages_json)
-        return "body:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return "body:" + _key_of({"endpoint": endpoint, "messages": self.messages, "params": self.params,
+                                  "choices": self.choices, "purpose": self.purpose})
 
 
-# The keys hash the compact, key-sorted JSON of a payload; stores and replay files hold them, so the text
-# must stay byte for byte what json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-# gives (tests/test_request_keys.py holds it to that).
-_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
-
-
-def _keyed_blob(fields: dict[str, Any], messages_json: str) -> str:
-    """The canonical JSON of `fields` plus "messages", whose JSON is given already made: the keys sorting
-    before "messages" and those after it are serialised in one call each, the messages put between."""
-    before = _canonical({k: v for k, v in fields.items() if k < "messages"})
-    after = _canonical({k: v for k, v in fields.items() if k > "messages"})
-    return (f"{before[:-1]}{',' if len(before) > 2 else ''}\"messages\":{messages_json}"
-            f"{',' + after[1:] if len(after) > 2 else '}'}")
+def _key_of(payload: dict[str, Any]) -> str:
+    """The sha256 of the payload's compact, key-sorted JSON: stores and replay files hold these keys, so the
+    text must never change (tests/test_request_keys.py holds keys an earlier version wrote)."""
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 # Kinds of failure. Retryable ones are retried with back-off; the rest are final for this run and
