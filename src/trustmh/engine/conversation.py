@@ -43,7 +43,7 @@ def user_model(spec: RunSpec) -> tuple[str, str | None, str]:
     """The simulated person (tasks/crisis/conversation_common.chosen_user), with its base URL and how it
     was chosen, which the run reports."""
     name, why = chosen_user(spec.options, spec.judge)
-    url = spec.options.get("user_model_base_url") if spec.options.get("user_model") else \
+    url = spec.user_model_base_url if spec.user_model else \
         spec.judge_base_url if name == spec.judge else None
     return name, url, why
 
@@ -66,7 +66,7 @@ def user_endpoint(spec: RunSpec, ctx: RunContext, prepared: list, limits: Limits
     name, base_url, why = user_model(spec)
     events(Notice(f"crisis.conversation: the simulated person is {name} ({why})"))
     model = make_model(name, base_url=base_url, timeout=limits.timeout, seed=spec.seed, purpose="user",
-                       transport=spec.options.get("transport", "http"), max_connections=limits.max_connections)
+                       transport=spec.transport, max_connections=limits.max_connections)
     from . import identity
     identity.record(name, model, store)
     return Endpoint(model, store, limits, purpose="user", writer=writer)
@@ -96,7 +96,7 @@ async def run_chain(chain: Chain, endpoints: dict[str, Endpoint], request: Calla
 def _ident(chain: Chain, user_endpoint: str, spec: RunSpec) -> str:
     """What a conversation's stored result depends on beyond its sample's request: the chain's own settings,
     the simulated person's endpoint and the tested model's --system-prompt."""
-    return f"{chain.ident}\0{user_endpoint}\0{spec.options.get('system_prompt') or ''}"
+    return f"{chain.ident}\0{user_endpoint}\0{spec.system_prompt or ''}"
 
 
 def _key(request: Request, endpoint: str, ident: str) -> str:
@@ -116,7 +116,7 @@ async def converse(c: Any, chain: Chain, request: Request, task: Task, sample: S
     if stored is not None and stored.ok:
         return stored
 
-    system = c.spec.options.get("system_prompt")
+    system = c.spec.system_prompt
 
     def ask(turn: Turn) -> Request:
         if turn.role == "model":
