@@ -29,7 +29,8 @@ def list_tasks(
     """List tasks: pillar, dataset, metric, direction and number of items."""
     _load_plugins(include)
     from ..engine import context, data_source
-    from ..tasks import TASKS, resolve_tasks
+    from ..tasks import TASKS
+    from ..plugins import load_task_plugins
     ddir = _data_dir(data_dir)
     chosen = _choose_suite(suite, ddir)
     if chosen == "sample" and suite == "auto":
@@ -53,9 +54,8 @@ def list_tasks(
         table.add_column("items" if len(shown) == 1 else f"items ({name})", justify="right")
     # Fresh task objects per protocol: a task may adapt itself to the protocol it loads under (the files
     # it reads), and one protocol's count must not change the other's.
-    resolve_tasks("all")  # loads the installed task plugins
+    load_task_plugins()
     every = [TASKS[k] for k in sorted(TASKS)]  # with the tasks run by name only
-    # Fresh task objects per protocol (above) and for the rows
     counts = {name: {cls.id: _count(cls(), source, ctx) for cls in every} for name, ctx in contexts.items()}
     for task in (cls() for cls in every):
         table.add_row(task.id, task.pillar, task.dataset, task.metric.name,
