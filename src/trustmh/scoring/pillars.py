@@ -297,7 +297,7 @@ def _imports_within_tasks(module: str) -> tuple[str, ...]:
         return ()
     here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found = []
-    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+    for node in _statements(ast.parse(path.read_bytes(), str(path))):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -308,6 +308,17 @@ def _imports_within_tasks(module: str) -> tuple[str, ...]:
             continue
         found += [t for t in targets if t.startswith(_TASKS) and _is_module(t)]
     return tuple(dict.fromkeys(found))
+
+
+def _statements(node: ast.AST):
+    """Every statement under `node`, nested ones included (function and class bodies, branches, handlers).
+    An import is a statement, so this finds what `ast.walk` would while skipping the expressions, which
+    are most of a module's nodes: every run computes the versions of all its tasks on start."""
+    for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+        for child in getattr(node, field, ()):
+            if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                yield child
+                yield from _statements(child)
 
 
 def _is_module(name: str) -> bool:
