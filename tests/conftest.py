@@ -54,6 +54,22 @@ def pytest_configure(config):
         compileall.compile_dir(str(ROOT / "src" / "trustmh"), quiet=1, workers=1)
 
 
+class Lazy:
+    """A module imported when a test first uses it, not when its file is collected: every xdist worker
+    collects every file, and torch, transformers, the two SDKs and ray were ~5 s of each worker's start
+    for the few files that use them. A module that is not installed skips the test, as importorskip."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        # pytest's collection probes every name of a module for private markers (`_fixture_function_marker`,
+        # `__test__`): those are not the module's to answer; a version number is.
+        if attr.startswith("_") and attr != "__version__":
+            raise AttributeError(attr)
+        return getattr(pytest.importorskip(self._name), attr)
+
+
 METHODS_SKIP = f"method files not found at {METHODS} (../shared/methods; see README, Run the tests)"
 
 
@@ -198,23 +214,93 @@ def fake_llm():
 FRESH = ("TRUSTMH_METHODS_DIR",)  # what a fresh install's environment does not hold (conftest sets it above)
 
 
-def run_cli(*args, cwd=None, env=None, without=(), env_extra=None, extra_path=None, merged=False, timeout=300):
-    """`python -m trustmh.cli ARGS` (each str()-ed) in a subprocess: its environment is this process's (or
-    `env`) less the variables `without` plus `env_extra`, this tree's src (after `extra_path`, a plugin's
-    folder) first on PYTHONPATH; stderr joined to stdout when `merged`."""
-    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in without}
-    env.update(env_extra or {})
-    env["PYTHONPATH"] = os.pathsep.join([*([str(extra_path)] if extra_path else []), str(ROOT / "src"),
-                                         *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, cwd=cwd, env=env,
-                          timeout=timeout)
+# Variables read once, when a library is imported or trustmh's consoles are made: a command given other
+# values for them is run in a process of its own, where they are read anew.
+_READ_AT_IMPORT = ("COLUMNS", "HF_", "HUGGINGFACE", "TRANSFORMERS", "RAY_", "PYTHON")
+
+
+def run_cli(*args, cwd=None, env=None, without=(), env_extra=None, extra_path=None, merged=False, timeout=300,
+            process=False):
+    """`trustmh ARGS` (each str()-ed) as `python -m trustmh.cli ARGS` would run it, returning a
+    CompletedProcess: its environment is this process's (or `env`) less the variables `without` plus
+    `env_extra`; stderr joined to stdout when `merged`.
+
+    It runs in this process (`main()` with that environment, folder, argv and standard streams, restored
+    after), the same code path as the command without the ~0.7 s of start-up a subprocess costs, which
+    were half the suite's CPU. It runs in a subprocess, this tree's src (after `extra_path`) first on
+    PYTHONPATH, when the test asks for a process (`process=True`: what it checks is the process: exit
+    on a signal, a fresh interpreter's imports) or the command needs one: a plugin folder (`extra_path`)
+    or `--include` (its tasks would stay registered in this process), or a variable that is read at
+    import (`_READ_AT_IMPORT`)."""
+    base = os.environ if env is None else env
+    environment = {k: v for k, v in base.items() if k not in without}
+    environment.update(env_extra or {})
+    args = tuple(map(str, args))
+    changed = {k for k in environment.keys() ^ os.environ.keys()} | {
+        k for k in environment if k in os.environ and environment[k] != os.environ[k]}
+    if process or extra_path or "--include" in args or _read_at_import(changed, environment):
+        environment["PYTHONPATH"] = os.pathsep.join([
+            *([str(extra_path)] if extra_path else []), str(ROOT / "src"),
+            *([environment["PYTHONPATH"]] if environment.get("PYTHONPATH") else [])])
+        return subprocess.run([sys.executable, "-m", "trustmh.cli", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, cwd=cwd,
+                              env=environment, timeout=timeout)
+    return _run_in_this_process(args, environment, cwd, merged)
+
+
+def _read_at_import(changed: set[str], environment: dict[str, str]) -> bool:
+    from trustmh.cli._base import out
+    # COLUMNS only sizes the consoles, which this process made as wide as the value here would make them.
+    return any(k.startswith(_READ_AT_IMPORT) and not (k == "COLUMNS" and environment.get(k) == str(out.width))
+               for k in changed)
+
+
+def _run_in_this_process(args, environment, cwd, merged) -> subprocess.CompletedProcess:
+    import contextlib
+    import io
+    import traceback
+    from trustmh import cli as trustmh_cli
+    saved = dict(os.environ), os.getcwd(), sys.argv, sys.stdin
+    out = io.StringIO()
+    err = out if merged else io.StringIO()
+    os.environ.clear()
+    os.environ.update(environment)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        sys.argv, sys.stdin = ["trustmh", *args], io.StringIO()  # stdin as a subprocess's: nothing to read
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                trustmh_cli.main()
+                code = 0
+            except SystemExit as e:  # what the interpreter makes of it at exit
+                if isinstance(e.code, int) or e.code is None:
+                    code = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
+            except Exception:  # uncaught: a traceback on stderr and exit code 1, as a process would end
+                traceback.print_exc()
+                code = 1
+    finally:
+        environ, folder, sys.argv, sys.stdin = saved
+        os.environ.clear()
+        os.environ.update(environ)
+        os.chdir(folder)
+    return subprocess.CompletedProcess([sys.executable, "-m", "trustmh.cli", *args], code, out.getvalue(),
+                                       None if merged else err.getvalue())
 
 
 @pytest.fixture
 def cli():
-    """run_cli: the `trustmh` command in a subprocess."""
+    """run_cli: the `trustmh` command, in this process where it can be (see run_cli)."""
     return run_cli
+
+
+@pytest.fixture
+def cli_process():
+    """run_cli in a subprocess always: for tests of what a process does (signals, exit, a fresh import)."""
+    return functools.partial(run_cli, process=True)
 
 
 @pytest.fixture

@@ -2,7 +2,9 @@
 
 A page's shell blocks (```bash, or a fence with no language) are its commands. Each `trustmh ...` command runs
 in a sandbox of its own page (a folder; the page's files, such as `models.toml`, written from its blocks whose
-first line names them), against loopback endpoints only:
+first line names them), against loopback endpoints only (a `trustmh` command goes to the command's entry point
+with the command's own words, in this process as conftest.run_cli runs it; a server it starts and a script of
+the page's own run in processes of their own):
 
 * tested models and judges: one OpenAI- and Anthropic-compatible server (`FakeLLMServer`), named by
   OPENAI_BASE_URL and ANTHROPIC_BASE_URL with keys that are not keys; a URL in a command that points at a
@@ -33,7 +35,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from conftest import UPSTREAM, VERA, LoopbackHTTP, methods_with_vera
+from conftest import UPSTREAM, VERA, LoopbackHTTP, methods_with_vera, run_cli
 from trustmh.testing.fake_server import FakeLLMServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -167,17 +169,21 @@ class Sandbox:
     def run(self, command: str) -> subprocess.CompletedProcess:
         command, _, redirect = self.local(command).partition(" > ")
         argv = shlex.split(command)
-        if argv[0] == "python":  # a script the page shows
+        script = argv[0] == "python"  # a script the page shows
+        if script:
             argv = [sys.executable, *argv[1:]]
         else:
             argv = [sys.executable, "-m", "trustmh.cli", *argv[1:]]
-        env = dict(self.env, TRUSTMH_DATA_DIR=str(self.pulled if argv[3:4] == ["data"] else self.small),
-                   PYTHONPATH=str(ROOT / "src"))
+        env = dict(self.env, TRUSTMH_DATA_DIR=str(self.pulled if argv[3:4] == ["data"] else self.small))
         server = argv[3:4] == ["view"] or (argv[3:4] == ["annotate"] and "--export" not in argv)
         if server:  # a server: it must start and serve (annotate's page: rated by two stand-in clinicians)
             argv = [a if not re.fullmatch(r"\d{4,5}", a) else "0" for a in argv]  # any free port
-            return _view(argv, self.cwd, env, rate=argv[3] == "annotate")
-        proc = subprocess.run(argv, cwd=self.cwd, env=env, capture_output=True, text=True, timeout=600)
+            return _view(argv, self.cwd, dict(env, PYTHONPATH=str(ROOT / "src")), rate=argv[3] == "annotate")
+        if script:  # the page's own script: a program of its own
+            proc = subprocess.run(argv, cwd=self.cwd, env=dict(env, PYTHONPATH=str(ROOT / "src")),
+                                  capture_output=True, text=True, timeout=600)
+        else:  # the command's own words, to trustmh's entry point (conftest.run_cli: in this process)
+            proc = run_cli(*argv[3:], cwd=self.cwd, env=env, timeout=600)
         if redirect:
             (self.cwd / redirect.strip()).write_text(proc.stdout, encoding="utf-8")
         return proc
