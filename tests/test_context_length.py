@@ -15,7 +15,6 @@ from aiohttp import web
 
 from conftest import run_quiet, run_spec
 from trustmh.models._errors import is_context_length
-from trustmh.models.anthropic_api import AnthropicModel
 from trustmh.models.openai_api import OpenAIModel
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 from trustmh.types import ModelError, Request
@@ -49,6 +48,7 @@ class RefusingServer(FakeLLMServer):
 def error_of(srv, provider="openai", transport="http"):
     async def go():
         if provider == "anthropic":
+            from trustmh.models.anthropic_api import AnthropicModel  # its SDK: not on every worker's start
             model = AnthropicModel("anthropic/fake", "fake", api_key="test", base_url=srv.base_url, timeout=10)
         else:
             model = OpenAIModel("openai/fake", "fake", api_key="test", base_url=srv.openai_base_url, timeout=10,

@@ -12,11 +12,12 @@ import time
 import urllib.error
 import urllib.request
 
-import anthropic
-import openai
 import pytest
 
+from conftest import Lazy
 from trustmh.testing.fake_server import FakeLLMServer, Fault, fault_schedule, request_key
+
+anthropic, openai = Lazy("anthropic"), Lazy("openai")
 
 MSGS = [{"role": "user", "content": "how are you feeling today"}]
 

@@ -5,13 +5,11 @@ import json
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-tokenizers = pytest.importorskip("tokenizers")
+from conftest import Lazy, run_quiet, run_spec
+from trustmh.types import Request
+from trustmh.errors import UserError
 
-from conftest import run_quiet, run_spec  # noqa: E402
-from trustmh.types import Request  # noqa: E402
-from trustmh.errors import UserError  # noqa: E402
+torch, transformers, tokenizers = Lazy("torch"), Lazy("transformers"), Lazy("tokenizers")
 
 WORDS = ["[PAD]", "[UNK]", "<s>", "</s>", "<|user|>", "<|assistant|>", "<|system|>"] + [
     w for w in "answer one two three four yes no I feel sad today help please rate the reply from to".split()]

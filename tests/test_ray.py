@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-ray = pytest.importorskip("ray")
+from conftest import Lazy, run_quiet, run_spec
+from trustmh.testing.fake_server import FakeLLMServer
 
-from conftest import run_quiet, run_spec  # noqa: E402
-from trustmh.testing.fake_server import FakeLLMServer  # noqa: E402
+ray = Lazy("ray")
 
 MODELS = ["openai/model-a", "openai/model-b"]
 # a pillar with an LLM judge, and a robustness task whose clean samples are its base task's requests
