@@ -157,13 +157,13 @@ def test_score_rejudges_without_calling_the_model(cli, upstream, tmp_path):
     assert t["n"] == 5 and t["n_errors"] == 0 and t["metrics"]["sc5"]["value"] == 1.0
 
 
-def test_second_concurrent_run_is_refused(cli, tmp_path):
+def test_second_concurrent_run_is_refused(cli_process, tmp_path):
     import fcntl
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     with (run_dir / "run.lock").open("a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert_user_error(cli("run", "--suite", "sample", "--out", run_dir, cwd=tmp_path), "another trustmh process")
+        assert_user_error(cli_process("run", "--suite", "sample", "--out", run_dir, cwd=tmp_path), "another trustmh process")
 
 
 def test_torn_results_and_samples_pair_is_detected(cli, tmp_path):
