@@ -52,6 +52,32 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):
         import compileall
         compileall.compile_dir(str(ROOT / "src" / "trustmh"), quiet=1, workers=1)
+    # xdist hands whole files to workers (--dist loadfile), by default the files with most tests first; a
+    # long file of few tests then starts last and the run ends waiting on it alone (the kill campaign, one
+    # test of ~30 s, did). Handed out in collection order instead, which pytest_collection_modifyitems makes
+    # longest first.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+# The files that take longest, longest first: seconds of a 3-worker run on 2 cores (2026-12-03), 5 s and
+# more. Sleeping files (faults, ray, the installs) start early too, so that others' work fills their waits.
+# Every other file follows in collection order; a name no longer here is ignored (test_ci_guards checks).
+SLOW_FILES = (
+    "test_faults.py", "test_plugins.py", "test_conversation_engine.py", "test_parsers_property.py",
+    "test_kills.py", "test_install.py", "test_ray.py", "test_openai_transport.py", "test_docs_commands.py",
+    "test_docs_commands_more.py", "test_bootstrap.py", "test_viewer_browser.py", "test_rank_table_browser.py",
+    "test_hf.py", "test_agreement.py", "test_report_browser.py", "test_no_broken_model_on_top.py",
+    "test_ci_guards.py", "test_paper_rank_table.py", "test_run_guards.py", "test_refusal.py", "test_swmh_pull.py",
+    "test_calibration.py", "test_fake_server.py", "test_limiter.py", "test_labels_and_compare.py",
+    "test_secrets.py", "test_group_counts.py", "test_mentalalign.py", "test_data_pull.py", "test_spend_cap.py",
+    "test_run_spec.py", "test_validate_judge.py", "test_ci_gate_doc.py", "test_robustness_paper.py",
+    "test_conversation_report.py", "test_cli.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests stay in order
 
 
 class Lazy:

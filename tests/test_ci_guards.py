@@ -60,3 +60,17 @@ def test_ci_with_data_runs_and_derandomises(tmp_path):
     proc = run_copy(tmp_path, "true", "settings.default.derandomize is True and settings.default.database is None")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed" in proc.stdout
+
+
+def test_the_files_handed_out_first_are_the_suites_and_go_first_whole():
+    from types import SimpleNamespace
+
+    from conftest import SLOW_FILES, pytest_collection_modifyitems
+    here = Path(__file__).parent
+    assert [n for n in SLOW_FILES if not (here / n).is_file()] == [], "a renamed or removed file: update SLOW_FILES"
+    assert len(set(SLOW_FILES)) == len(SLOW_FILES)
+    names = ["test_a.py", "test_a.py", SLOW_FILES[1], "test_b.py", SLOW_FILES[0], SLOW_FILES[1]]
+    items = [SimpleNamespace(path=here / n, i=i) for i, n in enumerate(names)]
+    pytest_collection_modifyitems(None, items)
+    assert [(it.path.name, it.i) for it in items] == [(SLOW_FILES[0], 4), (SLOW_FILES[1], 2), (SLOW_FILES[1], 5),
+                                                     ("test_a.py", 0), ("test_a.py", 1), ("test_b.py", 3)]
