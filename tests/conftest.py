@@ -281,6 +281,15 @@ def _read_at_import(changed: set[str], environment: dict[str, str]) -> bool:
                for k in changed)
 
 
+def _set_environ(wanted: dict[str, str]) -> None:
+    # Key by key, so that a variable both have is never missing, even for a moment (a thread may read it).
+    for k in [k for k in os.environ if k not in wanted]:
+        del os.environ[k]
+    for k, v in wanted.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
+
+
 def _run_in_this_process(args, environment, cwd, merged) -> subprocess.CompletedProcess:
     import contextlib
     import io
@@ -289,8 +298,7 @@ def _run_in_this_process(args, environment, cwd, merged) -> subprocess.Completed
     saved = dict(os.environ), os.getcwd(), sys.argv, sys.stdin
     out = io.StringIO()
     err = out if merged else io.StringIO()
-    os.environ.clear()
-    os.environ.update(environment)
+    _set_environ(environment)
     try:
         if cwd is not None:
             os.chdir(cwd)
@@ -310,8 +318,7 @@ def _run_in_this_process(args, environment, cwd, merged) -> subprocess.Completed
                 code = 1
     finally:
         environ, folder, sys.argv, sys.stdin = saved
-        os.environ.clear()
-        os.environ.update(environ)
+        _set_environ(environ)
         os.chdir(folder)
     return subprocess.CompletedProcess([sys.executable, "-m", "trustmh.cli", *args], code, out.getvalue(),
                                        None if merged else err.getvalue())

@@ -98,3 +98,12 @@ def test_data_pull_quiet(cli_here, upstream, tmp_path, capsys):
     code, out, err = cli_here("data", "pull", "confaide", "--from", upstream, "--data-dir", tmp_path / "d", "-q")
     assert code == 0 and out == "" and err == ""
     assert any((tmp_path / "d").rglob("tier_1.txt"))
+
+
+def test_a_quiet_command_leaves_no_quiet_console_behind(cli_here, two_runs):
+    # The Python API and further commands in the same process print again, whether it ended well or not.
+    from trustmh.cli import _base
+    for args, want in ((("compare", two_runs / "a", two_runs / "b", "--bootstrap", "100", "-q"), 0),
+                       (("run", "--limit", "0", "-q"), 2)):
+        code, _, _ = cli_here(*args)
+        assert code == want and not _base.out.quiet and not _base.note.quiet, args

@@ -10,7 +10,7 @@ import sqlite3
 import sys
 
 from ..errors import UserError
-from ._base import PAPER_JUDGE, app, data_app, err, loading, out
+from ._base import PAPER_JUDGE, app, data_app, err, loading, out, set_quiet
 
 with loading():
     # Importing the command modules registers their commands on `app`.
@@ -41,4 +41,6 @@ def main() -> None:
         err.print(f"error: {what}{where}; nothing stored was damaged, rerun when this is fixed", style="red",
                   markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
+    finally:
+        set_quiet(False)  # a --quiet command leaves no quiet console behind in this process
 

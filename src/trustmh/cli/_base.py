@@ -60,8 +60,8 @@ QUIET_HELP = ("Print nothing but errors and warnings: no progress bars, notes or
 
 
 def set_quiet(quiet: bool) -> None:
-    """--quiet: `out` and `note` print nothing; `err` still does. Reset by every command (the root callback),
-    so a quiet command leaves no quiet console behind in the same process."""
+    """--quiet: `out` and `note` print nothing; `err` still does. Reset when every command starts (the root
+    callback) and ends (`main`), so a quiet command leaves no quiet console behind in the same process."""
     out.quiet = note.quiet = quiet
 _INCLUDE_HELP = ("A Python file (or importable module name) defining tasks (@register) or model providers "
                  "(@register_model) to load first; repeatable. Installed plugins (entry points trustmh.tasks, "
