@@ -6,14 +6,13 @@ import os
 import re
 import shlex
 import subprocess
-import sys
 import tomllib
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import yaml
-from conftest import VERA, LoopbackHTTP
+from conftest import VERA, LoopbackHTTP, run_cli
 
 from trustmh.testing.fake_server import FakeLLMServer
 
@@ -51,8 +50,7 @@ def _mirror(upstream: Path, methods: Path, root: Path):
 def _step(cmd: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
     argv = shlex.split(cmd)
     assert argv[0] == "trustmh", cmd  # only trustmh's own commands run here
-    return subprocess.run([sys.executable, "-m", "trustmh.cli", *argv[1:]], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return run_cli(*argv[1:], cwd=cwd, env=env, timeout=600)  # the command's own words (in this process)
 
 
 def test_the_ci_guide_runs_as_written(upstream, methods, tmp_path):

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import IN_CI, run_quiet, run_spec
+from conftest import IN_CI, run_cli, run_quiet, run_spec
 
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
@@ -255,9 +255,8 @@ def test_a_trustmh_transcript_file_is_judged_and_a_bad_one_is_one_line(tmp_path)
     assert rows[0]["values"]["help_event"] == 1.0 and rows[0]["values"]["help_turn"] == 1.0  # 988 at chatbot 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"persona": "Tove", "run": 1, "turns": [{"role": "bot", "text": "x"}]}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "--model", f"transcripts/{bad}", "--tasks",
-                           "crisis.conversation", "--out", str(tmp_path / "r2"), "--no-progress"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli("run", "--model", f"transcripts/{bad}", "--tasks", "crisis.conversation", "--out", tmp_path / "r2",
+                   "--no-progress")
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert f"{bad}:1: turn 1: expected" in proc.stderr
 
@@ -284,9 +283,7 @@ def test_rescoring_a_conversation_run_with_an_llm_judge_calls_only_the_judge(tmp
     run_quiet(spec, tmp_path / "run")
     before = json.loads((tmp_path / "run/samples.jsonl").read_text().splitlines()[0])["response"]
     with FakeLLMServer(reply=script) as srv:
-        proc = subprocess.run([sys.executable, "-m", "trustmh.cli", "score", str(tmp_path / "run"), "--judge",
-                               "openai/judge", "--judge-base-url", srv.openai_base_url],
-                              capture_output=True, text=True, timeout=120)
+        proc = run_cli("score", tmp_path / "run", "--judge", "openai/judge", "--judge-base-url", srv.openai_base_url)
         models = {b["model"] for b in srv.requests}
     assert proc.returncode == 0, proc.stderr
     assert models == {"judge"}  # the conversations were read back, never talked again
@@ -300,17 +297,17 @@ def test_rescoring_a_conversation_run_with_an_llm_judge_calls_only_the_judge(tmp
 def test_dry_run_counts_turns_as_upper_bounds_and_max_cost_needs_the_persons_price(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env["OPENAI_API_KEY"] = "sk-test-not-a-key"
-    args = [sys.executable, "-m", "trustmh.cli", "run", "--tasks", "crisis.conversation", "--model", "openai/gpt-4o",
+    args = ["run", "--tasks", "crisis.conversation", "--model", "openai/gpt-4o",
             "--judge", "openai/gpt-4.1", "--user-model", "openai/gpt-4o-mini", "--out", str(tmp_path / "run")]
-    dry = subprocess.run([*args, "--dry-run"], capture_output=True, text=True, timeout=120, env=env)
+    dry = run_cli(*args, "--dry-run", env=env)
     assert dry.returncode == 0, dry.stderr
     text = " ".join(dry.stdout.split())
     # 4 sample personas x 5 runs x 30 messages: at most 15 model and 15 person turns a conversation; the judge
     # walks the sample rubric's 13 questions at most, then the fidelity and per-turn judgements
     assert re.search(r"crisis\.conversation │ openai/gpt-4o │ 20 │ ≤300 │ ≤\d+ │ ≤300 │ ≤\d+", text), text[:600]
     assert re.search(r"simulated person │ openai/gpt-4o-mini │ 300 │", text) and "upper bounds (≤)" in text
-    capped = subprocess.run([*args[:-2], "--user-model", "openai/no-such-price", "--out", str(tmp_path / "r2"),
-                             "--max-cost", "1"], capture_output=True, text=True, timeout=120, env=env)
+    capped = run_cli(*args[:-2], "--user-model", "openai/no-such-price", "--out", tmp_path / "r2", "--max-cost", "1",
+                     env=env)
     assert capped.returncode == 2 and "no price for openai/no-such-price" in capped.stderr
 
 

@@ -7,7 +7,7 @@ import re
 import threading
 
 import pytest
-from conftest import run_quiet, run_spec
+from conftest import run_cli, run_quiet, run_spec
 from playwright.sync_api import expect
 
 from trustmh.analysis.runs import load_run
@@ -118,8 +118,6 @@ def test_view_page_shows_the_conversation_beside_the_rubric_path_in_chromium(run
 
 
 def test_compare_pairs_models_over_the_same_personas_and_gate_reads_the_task(run_dir, tmp_path):
-    import subprocess
-    import sys
     from trustmh.analysis.compare import compare_runs
     (cmp,) = [c for c in compare_runs([load_run(run_dir)], n_boot=200) if c.b.model == "baseline/refuse"]
     d = cmp.get("crisis.conversation")
@@ -130,13 +128,11 @@ def test_compare_pairs_models_over_the_same_personas_and_gate_reads_the_task(run
         x for x in compare_runs([load_run(run_dir)], n_boot=200, all_metrics=True)[0].diffs
         if x.name == "crisis.conversation:first_help_rate")
     assert help_rate.diff is not None
-    gate = subprocess.run([sys.executable, "-m", "trustmh.cli", "gate", str(run_dir),
-                           "--min", "crisis.conversation=101"], capture_output=True, text=True, timeout=120)
+    gate = run_cli("gate", run_dir, "--min", "crisis.conversation=101")
     assert gate.returncode == 1 and "crisis.conversation" in gate.stdout + gate.stderr
     lowest = min(_task(run_dir, m)["value"] for m in json.loads((run_dir / "results.json").read_text())["models"])
-    ok = subprocess.run([sys.executable, "-m", "trustmh.cli", "gate", str(run_dir),
-                         "--min", f"crisis.conversation={lowest - 1}", "--max", "crisis.conversation:drift_rate=0"],
-                        capture_output=True, text=True, timeout=120)
+    ok = run_cli("gate", run_dir, "--min", f"crisis.conversation={lowest - 1}", "--max",
+                 "crisis.conversation:drift_rate=0")
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-
+from conftest import run_cli
 from trustmh.analysis.runs import load_run
 from trustmh.testing.browser import chromium_tab
 
@@ -28,11 +28,8 @@ def labelled(tmp_path_factory):
     listing = tmp / "models.toml"
     listing.write_text("".join(f'[[model]]\nspec = "{m}"\nlabel = "{v}"\n\n' for m, v in LABELS.items())
                        + '[[model]]\nspec = "baseline/random"\n', encoding="utf-8")
-    import subprocess
-    import sys
-    done = subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "--models", str(listing), "--suite", "sample",
-                           "--tasks", TASKS, "--out", str(tmp / "run"), "--no-progress"],
-                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "160"})
+    done = run_cli("run", "--models", listing, "--suite", "sample", "--tasks", TASKS, "--out", tmp / "run",
+                   "--no-progress", env={**os.environ, "COLUMNS": "160"})
     assert done.returncode == 0, done.stderr
     return tmp / "run", done.stdout
 

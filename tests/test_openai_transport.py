@@ -8,7 +8,7 @@ import secrets
 
 import pytest
 
-from conftest import run_quiet, run_spec
+from conftest import run_cli, run_quiet, run_spec
 from trustmh.models import make_model
 from trustmh.models.openai_api import OpenAIModel
 from trustmh.engine import Limits
@@ -189,13 +189,10 @@ def test_cli_transport_option(tmp_path):
     """--transport sdk is recorded in the run's spec (so it shows in results); the default records nothing,
     keeping the run ids of existing runs; anything else is a one-line user error."""
     import json
-    import subprocess
-    import sys
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "-m", "baseline/counselor", "-t",
-                               "privacy.awareness_tier1", "--suite", "sample", "--limit", "2", "--bootstrap", "10",
-                               "--no-progress", *args], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+        return run_cli("run", "-m", "baseline/counselor", "-t", "privacy.awareness_tier1", "--suite", "sample",
+                       "--limit", "2", "--bootstrap", "10", "--no-progress", *args, cwd=tmp_path)
     bad = cli("--transport", "pigeon")
     assert bad.returncode != 0 and "--transport must be http, aiohttp or sdk" in bad.stderr + bad.stdout
     assert cli("--out", "a").returncode == 0 and cli("--out", "b", "--transport", "sdk").returncode == 0

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import METHODS, methods_with_vera, run_quiet, run_spec
+from conftest import METHODS, methods_with_vera, run_cli, run_quiet, run_spec
 from trustmh.data.methods import MethodError, method_files, methods_dir, read
 from trustmh.engine import context, generation_request, prepare
 from trustmh.testing.fake_server import FakeLLMServer
@@ -222,14 +222,11 @@ def test_leakage_requests_follow_the_papers_story_rule_and_templates(upstream):
 
 def test_the_paper_protocol_judges_with_gpt_41_unless_told_otherwise(upstream, tmp_path):
     import os
-    import subprocess
-    import sys
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "--suite", "data", "--data-dir",
-                               str(upstream), "--tasks", "ethics", "--limit", "2", "--no-progress", *args],
-                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        return run_cli("run", "--suite", "data", "--data-dir", upstream, "--tasks", "ethics", "--limit", "2",
+                       "--no-progress", *args, env=env, cwd=tmp_path)
 
     # a model that needs a judge: the paper's, whose missing key names --judge-base-url and --judge rules
     no_key = cli("--out", str(tmp_path / "a"), "--model", "openai/m", "--base-url", "http://127.0.0.1:9/v1")

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from conftest import run_quiet, run_spec
+from conftest import run_cli, run_quiet, run_spec
 from trustmh.errors import UserError
 from trustmh.judges.hf_classifier import ClassifierSpec, parse_spec
 from trustmh.judges.refusal import detect_refusal, is_refusal
@@ -196,11 +196,8 @@ def test_hf_classifier_unknown_refusal_label_fails_before_any_call(tmp_path):
 
 
 def test_cli_rejects_a_malformed_classifier_spec(tmp_path):
-    import subprocess
-    import sys
-    out = subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "-t", "safety", "--suite", "sample",
-                          "--refusal-classifier", "openai/gpt-4o", "--out", str(tmp_path / "run")],
-                         capture_output=True, text=True, cwd=tmp_path)
+    out = run_cli("run", "-t", "safety", "--suite", "sample", "--refusal-classifier", "openai/gpt-4o", "--out",
+                  tmp_path / "run", cwd=tmp_path)
     assert out.returncode == 2
     assert "--refusal-classifier must look like hf/" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "run" / "results.json").exists()

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import run_quiet, run_spec
+from conftest import run_cli, run_quiet, run_spec
 from trustmh.engine import Limits
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
@@ -170,10 +170,8 @@ def test_credentials_in_base_url_are_refused_without_echoing_them(tmp_path):
     from trustmh.models import redact_url
     assert redact_url("http://gateway-user:s3cr3t-pw@127.0.0.1:9/v1") == "http://127.0.0.1:9/v1"
     assert redact_url("http://[::1]:9/v1") == "http://[::1]:9/v1"
-    proc = subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "-m", "openai/fake", "--base-url",
-                           "http://gateway-user:s3cr3t-pw@127.0.0.1:9/v1", "--suite", "sample", "--tasks",
-                           "privacy.awareness_tier1", "--out", str(tmp_path / "run"), "--no-progress"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli("run", "-m", "openai/fake", "--base-url", "http://gateway-user:s3cr3t-pw@127.0.0.1:9/v1", "--suite",
+                   "sample", "--tasks", "privacy.awareness_tier1", "--out", tmp_path / "run", "--no-progress")
     assert proc.returncode == 2 and "contains credentials" in proc.stderr and "Traceback" not in proc.stderr
     assert "s3cr3t-pw" not in proc.stdout + proc.stderr
     for path in (tmp_path / "run").rglob("*"):
