@@ -417,13 +417,17 @@ def test_a_hub_that_does_not_answer_fails_within_seconds(tmp_path, capsys, monke
 
 @pytest.mark.parametrize("presses", [1, 2])
 def test_ctrl_c_stops_at_the_current_step_exits_130_and_the_run_resumes(tiny_model, tmp_path, capsys, monkeypatch,
-                                                                        presses):
+                                                                        presses, request):
     import asyncio
     import os
     import signal
     import threading
     import time
     from trustmh.models import hf
+    # Ctrl-C as a terminal delivers it: a suite started in the background (`cmd &` in a script) inherits SIGINT
+    # ignored, which Python keeps, and the presses below would then be lost.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     steps = []
     built = hf.HFModel.__init__
 
