@@ -253,24 +253,29 @@ def run_cli(*args, cwd=None, env=None, without=(), env_extra=None, extra_path=No
 
     It runs in this process (`main()` with that environment, folder, argv and standard streams, restored
     after), the same code path as the command without the ~0.7 s of start-up a subprocess costs, which
-    were half the suite's CPU. It runs in a subprocess, this tree's src (after `extra_path`) first on
-    PYTHONPATH, when the test asks for a process (`process=True`: what it checks is the process: exit
-    on a signal, a fresh interpreter's imports) or the command needs one: a plugin folder (`extra_path`)
-    or `--include` (its tasks would stay registered in this process), or a variable that is read at
-    import (`_READ_AT_IMPORT`)."""
+    were half the suite's CPU. It runs in a process of its own when the test asks for one (`process=True`:
+    what it checks is another process) or the command needs one: a plugin folder (`extra_path`) or
+    `--include` (its tasks would stay registered in this process). That process is forked from a server
+    that imported trustmh once (tests/forking.py), unless the environment changes a variable read at
+    import (`_READ_AT_IMPORT`): then it is a fresh interpreter, this tree's src (after `extra_path`) first
+    on PYTHONPATH."""
     base = os.environ if env is None else env
     environment = {k: v for k, v in base.items() if k not in without}
     environment.update(env_extra or {})
     args = tuple(map(str, args))
     changed = {k for k in environment.keys() ^ os.environ.keys()} | {
         k for k in environment if k in os.environ and environment[k] != os.environ[k]}
-    if process or extra_path or "--include" in args or _read_at_import(changed, environment):
+    if _read_at_import(changed, environment):
         environment["PYTHONPATH"] = os.pathsep.join([
             *([str(extra_path)] if extra_path else []), str(ROOT / "src"),
             *([environment["PYTHONPATH"]] if environment.get("PYTHONPATH") else [])])
         return subprocess.run([sys.executable, "-m", "trustmh.cli", *args], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True, cwd=cwd,
                               env=environment, timeout=timeout)
+    if process or extra_path or "--include" in args:
+        import forking
+        return forking.run(["-m", "trustmh.cli", *args], env=environment, cwd=cwd, path_first=extra_path,
+                           merged=merged, timeout=timeout)
     return _run_in_this_process(args, environment, cwd, merged)
 
 
@@ -332,7 +337,7 @@ def cli():
 
 @pytest.fixture
 def cli_process():
-    """run_cli in a subprocess always: for tests of what a process does (signals, exit, a fresh import)."""
+    """run_cli in a process of its own always: for tests of what another process does (a lock it meets)."""
     return functools.partial(run_cli, process=True)
 
 

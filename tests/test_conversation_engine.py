@@ -16,13 +16,13 @@ import random
 import re
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+
+import forking
 from conftest import IN_CI, run_cli, run_quiet, run_spec
 
 from trustmh.testing.fake_server import Fault, FakeLLMServer
@@ -77,10 +77,10 @@ def _args(url: str, out: Path) -> list[str]:
             "--out", str(out), "--no-progress", "--bootstrap", "50", "--max-retries", "0"]
 
 
-def _cli(args, **kw):
+def _cli(args) -> forking.Forked:
+    """`trustmh ARGS` in a process of its own (forked: tests/forking.py), to be killed."""
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY",)}
-    return subprocess.Popen([sys.executable, "-m", "trustmh.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, **kw)
+    return forking.Forked(["-m", "trustmh.cli", *args], env=env)
 
 
 def _stored(out: Path) -> int:
@@ -106,7 +106,7 @@ def test_kills_mid_conversation_resume_to_the_same_result_and_pay_no_turn_twice(
     with FakeLLMServer(reply=script, faults=gate) as srv:
         url = srv.openai_base_url
         ref = _cli(_args(url, tmp_path / "ref"))
-        assert ref.wait(timeout=120) == 0, ref.stderr.read()
+        assert ref.wait(timeout=120) == 0, ref.output()[1]
         clean = _end_state(tmp_path / "ref")
         total = srv.n_completed
         assert len(clean) == 2 * RUNS and all(len(t) == TURNS for t, _, _ in clean.values())
@@ -125,13 +125,13 @@ def test_kills_mid_conversation_resume_to_the_same_result_and_pay_no_turn_twice(
             deadline = time.monotonic() + 60
             while not (gate.held and _stored(out) >= k) and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.02)
-            assert proc.poll() is None, f"the run ended before its kill at {k}: {proc.stderr.read()}"
+            assert proc.poll() is None, f"the run ended before its kill at {k}: {proc.output()[1]}"
             assert _stored(out) == k  # every reply the server sent is committed; the next is held
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
             gate.budget = None
             again = _cli(_args(url, out))
-            assert again.wait(timeout=120) == 0, again.stderr.read()
+            assert again.wait(timeout=120) == 0, again.output()[1]
             assert srv.duplicate_paid_calls() == 0, f"kill at reply {k}: a turn was paid twice"
             assert srv.n_completed == total, (k, srv.n_completed, total)  # each turn paid exactly once in all
             assert _end_state(out) == clean, f"kill at reply {k}: not the uninterrupted run's result"
@@ -141,7 +141,7 @@ def test_a_kill_at_a_random_moment_loses_at_most_what_was_in_flight(tmp_path):
     with FakeLLMServer(reply=script, latency_s=0.01) as srv:
         url = srv.openai_base_url
         ref = _cli(_args(url, tmp_path / "ref"))
-        assert ref.wait(timeout=120) == 0, ref.stderr.read()
+        assert ref.wait(timeout=120) == 0, ref.output()[1]
         clean, total = _end_state(tmp_path / "ref"), srv.n_completed
         srv.reset_counters()
         proc = _cli(_args(url, tmp_path / "run"))
@@ -151,7 +151,7 @@ def test_a_kill_at_a_random_moment_loses_at_most_what_was_in_flight(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         again = _cli(_args(url, tmp_path / "run"))
-        assert again.wait(timeout=120) == 0, again.stderr.read()
+        assert again.wait(timeout=120) == 0, again.output()[1]
         assert srv.duplicate_paid_calls() <= 2 * 2 + 2  # in flight at the kill: 2 connections per endpoint
         assert _end_state(tmp_path / "run") == clean
 

@@ -27,9 +27,10 @@ and their budgets are capped (`spare`) so that judging is still left for the jud
 order: each stored judgement needs its stored ethics reply, so the judgements made are at most half the
 replies the server sent.
 
-Runtime is dominated by the process launches (about 1.5 s of imports each) that real kill -9 points
-need (~27 for the whole campaign, ~45-70 s on 2 cores; ~11 for the default 5 points); the run itself is
-small (360 samples + 300 judge calls, 10 ms latency)."""
+Each launch (~27 for the whole campaign, ~11 for the default 5 points) is a process of its own forked from
+a server that imported trustmh once (tests/forking.py), so that real kill -9 points do not each pay a
+fresh interpreter's ~0.7 s of imports; the run itself is small (360 samples + 300 judge calls, 10 ms
+latency)."""
 
 import collections
 import json
@@ -37,12 +38,11 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+import forking
 from conftest import IN_CI, make_synthetic_data, synthetic_reply
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
@@ -198,8 +198,7 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
     # The uninterrupted reference, on a server of its own.
     with FakeLLMServer(reply=synthetic_reply, latency_s=0.01) as ref_srv:
         ref_dir = tmp_path / "ref" / "run"
-        ref = subprocess.run([sys.executable, "-m", "trustmh.cli", *cli_args(ref_srv.openai_base_url, ref_dir)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+        ref = forking.run(["-m", "trustmh.cli", *cli_args(ref_srv.openai_base_url, ref_dir)], timeout=120)
         assert ref.returncode == 0, ref.stderr
         assert ref_srv.n_completed == N_CALLS and ref_srv.duplicate_paid_calls() == 0
     reference = normalised_outputs(tmp_path / "ref" / "run")
@@ -210,7 +209,7 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
     refused: list[str] = []  # the other commands that were refused while a run held the directory
     base: dict = {}  # the server's and the store's counts when the current run started
     with FakeLLMServer(reply=synthetic_reply, faults=gate, latency_s=0.01) as srv:
-        cmd = [sys.executable, "-m", "trustmh.cli", *cli_args(srv.openai_base_url, run_dir)]
+        cmd = ["-m", "trustmh.cli", *cli_args(srv.openai_base_url, run_dir)]  # python's arguments
 
         def kill_run(kind: str, arm, trigger, cmd=cmd, env=None) -> dict:
             """Start the command, wait for `trigger`, kill -9, and account for what was paid and stored."""
@@ -218,7 +217,7 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             base.update(completed=completed0, stored=stored0)
             had_outputs = (run_dir / "results.json").exists()
             arm()
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+            proc = forking.Forked(cmd, env=env)
             try:
                 trigger(proc)
                 alive = proc.poll() is None
@@ -228,8 +227,7 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             finally:
                 if proc.poll() is None:
                     proc.kill()
-            stderr = proc.stderr.read().decode()
-            proc.stderr.close()
+            _, stderr = proc.output()
             assert proc.returncode == -signal.SIGKILL, (kind, proc.returncode, stderr)
             assert alive or kind in SELF_KILLED, f"{kind}: the run ended before the kill"
             time.sleep(0.1)  # let the server notice the dead connections
@@ -297,9 +295,9 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
                 all_held("held generation")
                 # meanwhile a second `trustmh run` (or `score`) on the directory must refuse
                 for other_kind in (REFUSALS[second] if second < len(REFUSALS) else ()):
-                    other_cmd = cmd if other_kind == "run" else [*cmd[:3], "score", str(run_dir), "--no-progress"]
+                    other_cmd = cmd if other_kind == "run" else [*cmd[:2], "score", str(run_dir), "--no-progress"]
                     before = store_files()
-                    other = subprocess.run(other_cmd, capture_output=True, text=True, timeout=60)
+                    other = forking.run(other_cmd, timeout=60)
                     assert other.returncode == 2 and "another trustmh process is using" in other.stderr, other.stderr
                     assert "Traceback" not in other.stderr and store_files() == before
                     refused.append(other_kind)
@@ -320,12 +318,12 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
         assert remaining() > 0  # the judge kills really left judging to do
 
         # The same command now finishes the collection and writes the outputs.
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        done = forking.run(cmd, timeout=120)
         assert done.returncode == 0, done.stderr
         assert remaining() == 0
 
         # 4. seeded moments while scoring: after the N-th sample row of samples.jsonl's parts
-        wrapper = [sys.executable, "-c", SELF_KILL, *cmd[3:]]
+        wrapper = ["-c", SELF_KILL, *cmd[2:]]
         for _ in range(POINTS["scoring"]):
             env = dict(os.environ, TRUSTMH_TEST_SELF_KILL=f"row:{rng.randint(1, N_TIER1 + N_ETHICS)}")
             kill_run("scoring", lambda: gate.set(None), lambda p: p.wait(timeout=60), cmd=wrapper, env=env)
@@ -340,7 +338,7 @@ def test_kill9_at_20_points_then_resume(tmp_path, figures):
             assert list(run_dir.glob(where[:-len("tmp")] + "*.tmp")), (where, sorted(os.listdir(run_dir)))
 
         # And the same command, once more, completes.
-        final = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        final = forking.run(cmd, timeout=120)
         assert final.returncode == 0, final.stderr
         duplicates = srv.duplicate_paid_calls()
 

@@ -4,13 +4,12 @@ import asyncio
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
+import forking
 from conftest import run_cli, run_quiet, run_spec
 from trustmh.engine import Limits
 from trustmh.testing.fake_server import Fault, FakeLLMServer
@@ -129,10 +128,10 @@ def test_kill_mid_run_then_resume_pays_each_call_once(upstream, tmp_path):
         return Fault("stall", stall_s=60) if hold["on"] and n >= 30 else None
 
     with FakeLLMServer(reply=rating_reply, faults=faults, latency_s=0.01) as srv:
-        cmd = [sys.executable, "-m", "trustmh.cli", "run", "-m", "openai/fake", "--base-url", srv.openai_base_url,
+        cmd = ["-m", "trustmh.cli", "run", "-m", "openai/fake", "--base-url", srv.openai_base_url,
                "--tasks", "privacy.awareness_tier2a", "--suite", "data", "--data-dir", str(upstream),
                "--out", str(tmp_path / "run"), "--max-connections", "4", "--no-progress"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = forking.Forked(cmd)  # a process of its own, forked (tests/forking.py), to be killed
         deadline = time.monotonic() + 60
         while srv.n_requests < 34 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -144,7 +143,7 @@ def test_kill_mid_run_then_resume_pays_each_call_once(upstream, tmp_path):
         assert db.execute("SELECT count(*) FROM calls WHERE ok = 1").fetchone()[0] == 30
         db.close()
         hold["on"] = False
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        done = forking.run(cmd, timeout=120)
         assert done.returncode == 0, done.stderr
         assert srv.n_completed == 98
         assert srv.duplicate_paid_calls() == 0
