@@ -524,8 +524,9 @@ def resolve_tasks(selection: str | None) -> list[Task]:
     but those run by name only, which `all,crisis.conversation` adds). Installed task plugins (entry
     points) are loaded first, so they are part of 'all' and of their pillars."""
     load_task_plugins()
+    everyday = [k for k in sorted(TASKS) if not TASKS[k].by_name_only]  # what 'all' and the pillars hold
     if not selection or selection.strip() == "all":
-        return [TASKS[k]() for k in sorted(TASKS) if not TASKS[k].by_name_only]
+        return [TASKS[k]() for k in everyday]
     chosen: list[str] = []
     for raw in selection.split(","):
         name = raw.strip()
@@ -534,9 +535,9 @@ def resolve_tasks(selection: str | None) -> list[Task]:
         if name in TASKS:
             matches = [name]
         elif name == "all":
-            matches = [k for k in sorted(TASKS) if not TASKS[k].by_name_only]
+            matches = everyday
         else:
-            matches = [k for k in sorted(TASKS) if k.split(".")[0] == name and not TASKS[k].by_name_only]
+            matches = [k for k in everyday if k.split(".")[0] == name]
         if not matches:
             options = list(TASKS) + sorted({k.split(".")[0] for k in TASKS})
             close = difflib.get_close_matches(name, options, n=3, cutoff=0.5)
