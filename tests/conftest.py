@@ -44,11 +44,12 @@ def pytest_configure(config):
         raise pytest.UsageError(f"CI: VERA-MH missing: {VERA} (../shared/data/external/vera-mh) not found")
     if IN_CI and not METHODS.is_dir():
         raise pytest.UsageError(f"CI: method files missing: {METHODS} (../shared/methods) not found")
-    # Some 320 tests launch `trustmh` in a subprocess, as a user does. An installed package has its
-    # bytecode compiled at install time; this source tree does not, and where PYTHONDONTWRITEBYTECODE is set
-    # (as on this project's machines) every launch compiled all of trustmh again: ~0.4 s of CPU each, half
-    # the suite's CPU. Compiled once here, by the controller only (xdist workers start after it), into the
-    # tree's ignored __pycache__/; Python checks each file's timestamp, so an edited file is compiled anew.
+    # Some tests start a fresh interpreter that imports trustmh (each worker's fork server, the servers the
+    # docs pages start, `python -m trustmh`, scripts). An installed package has its bytecode compiled at
+    # install time; this source tree does not, and where PYTHONDONTWRITEBYTECODE is set (as on this
+    # project's machines) each of them compiled all of trustmh again: ~0.4 s of CPU each. Compiled once
+    # here, by the controller only (xdist workers start after it), into the tree's ignored __pycache__/;
+    # Python checks each file's timestamp, so an edited file is compiled anew.
     if not hasattr(config, "workerinput"):
         import compileall
         compileall.compile_dir(str(ROOT / "src" / "trustmh"), quiet=1, workers=1)
@@ -263,8 +264,7 @@ def run_cli(*args, cwd=None, env=None, without=(), env_extra=None, extra_path=No
     environment = {k: v for k, v in base.items() if k not in without}
     environment.update(env_extra or {})
     args = tuple(map(str, args))
-    changed = {k for k in environment.keys() ^ os.environ.keys()} | {
-        k for k in environment if k in os.environ and environment[k] != os.environ[k]}
+    changed = {k for k in environment.keys() | os.environ.keys() if environment.get(k) != os.environ.get(k)}
     if _read_at_import(changed, environment):
         environment["PYTHONPATH"] = os.pathsep.join([
             *([str(extra_path)] if extra_path else []), str(ROOT / "src"),
@@ -299,7 +299,6 @@ def _run_in_this_process(args, environment, cwd, merged) -> subprocess.Completed
     import contextlib
     import io
     import traceback
-    from trustmh import cli as trustmh_cli
     saved = dict(os.environ), os.getcwd(), sys.argv, sys.stdin
     out = io.StringIO()
     err = out if merged else io.StringIO()
@@ -307,17 +306,10 @@ def _run_in_this_process(args, environment, cwd, merged) -> subprocess.Completed
     try:
         if cwd is not None:
             os.chdir(cwd)
-        sys.argv, sys.stdin = ["trustmh", *args], io.StringIO()  # stdin as a subprocess's: nothing to read
+        sys.stdin = io.StringIO()  # as a subprocess's: nothing to read
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                trustmh_cli.main()
-                code = 0
-            except SystemExit as e:  # what the interpreter makes of it at exit
-                if isinstance(e.code, int) or e.code is None:
-                    code = e.code or 0
-                else:
-                    print(e.code, file=sys.stderr)
-                    code = 1
+                code = _exit_code_of_main(args)
             except Exception:  # uncaught: a traceback on stderr and exit code 1, as a process would end
                 traceback.print_exc()
                 code = 1
@@ -347,18 +339,27 @@ def fresh_cli():
     return functools.partial(run_cli, without=FRESH)
 
 
-def run_here(capsys, *args) -> tuple[int, str, str]:
-    """`trustmh ARGS` in this process: (exit code, stdout, stderr)."""
+def _exit_code_of_main(args) -> int:
+    """`trustmh ARGS` through `main()` in this process, with the exit code the interpreter would give its
+    SystemExit (a message is printed to stderr and exits 1); any other exception goes to the caller."""
     from trustmh import cli as trustmh_cli
     old = sys.argv
     sys.argv = ["trustmh", *map(str, args)]
     try:
         trustmh_cli.main()
-        code = 0
+        return 0
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, int) or e.code is None:
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
     finally:
         sys.argv = old
+
+
+def run_here(capsys, *args) -> tuple[int, str, str]:
+    """`trustmh ARGS` in this process, a crash raised in the test: (exit code, stdout, stderr)."""
+    code = _exit_code_of_main(args)
     cap = capsys.readouterr()
     return code, cap.out, cap.err
 

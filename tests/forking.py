@@ -46,18 +46,18 @@ def _child(argv: list[str], environ: dict[str, str], cwd: str | None, path_first
         os.chdir(cwd)
     if path_first:
         sys.path.insert(0, path_first)
-    if argv[0] == "-c":
-        sys.argv = ["-c", *argv[2:]]
-        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
-    else:
-        assert argv[:2] == ["-m", "trustmh.cli"], argv
-        from trustmh import cli
-        sys.argv = ["trustmh", *argv[2:]]
-        try:
+    try:
+        if argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+        else:
+            assert argv[:2] == ["-m", "trustmh.cli"], argv
+            from trustmh import cli
+            sys.argv = ["trustmh", *argv[2:]]
             cli.main()
-        except Exception:  # a traceback and exit code 1, as the interpreter ends a process
-            traceback.print_exc()
-            sys.exit(1)
+    except Exception:  # a traceback and exit code 1, as the interpreter ends a process
+        traceback.print_exc()
+        sys.exit(1)
 
 
 class Forked:
