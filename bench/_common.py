@@ -160,7 +160,7 @@ def collect_once(spec, limits, run_dir: Path, *, progress: bool = False) -> dict
 
     from trustmh import engine as runner
     from trustmh.engine.prepare import Recorder
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     ctx = runner.context(spec)
     prepared, checksums = runner.prepare(spec, ctx)
     store = Store(run_dir / "store.sqlite")

@@ -151,7 +151,7 @@ def planned_calls(a, tasks: str, limit: int | None) -> tuple[int, int]:
     """(model calls, judge calls) one model's run would make, from the engine's dry-run plan."""
     sys.path.insert(0, str(SRC))
     from trustmh.engine import RunSpec, context, prepare
-    from trustmh.engine.plan import plan
+    from trustmh.engine._plan import plan
     spec = RunSpec(models=["openai/m0"], judge="openai/j", tasks=tasks, limit=limit, suite="data",
                    data_dir=a.data_dir, protocol="paper", methods_dir=a.methods_dir, base_url="http://127.0.0.1:9/v1",
                    judge_base_url="http://127.0.0.1:9/judge/v1")

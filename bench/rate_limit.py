@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Server, collect_once, machine, synthetic_spec  # noqa: E402
 
-from trustmh.engine import endpoint as endpoint_mod  # noqa: E402  (where Endpoint builds its limiter)
-from trustmh.engine import limiter as limiter_mod  # noqa: E402
+from trustmh.engine import _endpoint as endpoint_mod  # noqa: E402  (where Endpoint builds its limiter)
+from trustmh.engine import _limiter as limiter_mod  # noqa: E402
 from trustmh import engine as runner  # noqa: E402
 
 

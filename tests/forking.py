@@ -20,7 +20,7 @@ import sys
 import tempfile
 import traceback
 
-PRELOAD = ["trustmh.cli", "trustmh.engine.rundir", "trustmh.engine.score", "forking"]
+PRELOAD = ["trustmh.cli", "trustmh.files", "trustmh.engine.score", "forking"]
 _context = None
 
 

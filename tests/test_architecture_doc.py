@@ -80,3 +80,49 @@ def test_the_task_shown_is_the_registered_one_and_its_methods_answer_the_engine(
     assert type(task.method(tasks_pkg.RunContext(protocol="trustmh"))) is ReasoningOwn
     assert type(task.method(tasks_pkg.RunContext(protocol="paper"))) is ReasoningPaper
     assert task.paper_protocol
+
+
+# --- issue 43: the tree the first screen shows is the engine's --------------------------------------------
+
+ENGINE = Path(__file__).resolve().parents[1] / "src" / "trustmh" / "engine"
+STAGES = ["spec", "prepare", "collect", "judge", "score", "run"]
+
+
+def engine_modules() -> list[str]:
+    """Every module of the engine package, by its path under engine/ ('spec', 'judge/_pool', ...)."""
+    return sorted(str(p.relative_to(ENGINE).with_suffix("")).removesuffix("/__init__")
+                  for p in ENGINE.rglob("*.py") if p.name != "__init__.py" or p.parent != ENGINE)
+
+
+def test_the_engines_public_modules_are_its_stages():
+    """engine/ reads as its pipeline: the only public modules are the stages, in the order the package
+    docstring gives; everything else is private machinery behind engine/__init__."""
+    import trustmh.engine as engine
+    public = [m for m in engine_modules() if not any(part.startswith("_") for part in m.split("/"))]
+    assert sorted(public) == sorted(STAGES), public
+    order = [engine.__doc__.index(f"\n    {s} ") for s in STAGES]
+    assert order == sorted(order), "the docstring lists the stages out of order"
+    assert {m.split("/")[0].lstrip("_") for m in engine_modules()} >= {"store", "endpoint", "limiter", "budget"}
+
+
+def test_the_architecture_tree_names_every_engine_module():
+    text = DOC.read_text(encoding="utf-8")
+    tree = text[text.index("## The tree"):text.index("## A task and its paper method")]
+    for module in engine_modules():
+        name = module.split("/")[-1]
+        shown = f"{name}/" if (ENGINE / module).is_dir() else f"{name}.py"
+        assert shown in tree, f"docs/architecture.md's tree does not show engine/{module}"
+    for gone in ("rundir.py", "judge_pool.py", "panel_score.py", "judges.py "):
+        assert f"engine/{gone}" not in text, gone
+
+
+def test_lower_layers_never_import_the_engine():
+    """data/, models/ and scoring/ sit below the engine: none of their modules imports it (they write
+    through trustmh.files, a leaf)."""
+    from test_import_cycles import SRC, import_graph
+    graph = import_graph(SRC, "trustmh")
+    low = ("trustmh.data", "trustmh.models", "trustmh.scoring", "trustmh.files")
+    found = [f"{m} -> {t} ({w})" for m, edges in graph.items() if m.startswith(low)
+             for t, w in edges.items() if t.startswith("trustmh.engine")]
+    assert not found, found
+    assert not [t for t in graph["trustmh.files"] if t.startswith("trustmh.") and t != "trustmh.errors"]

@@ -10,7 +10,7 @@ import pytest
 
 from test_cli import assert_user_error
 from trustmh.errors import UserError
-from trustmh.engine.prices import DEFAULT_COMPLETION_TOKENS, load_prices
+from trustmh.engine._prices import DEFAULT_COMPLETION_TOKENS, load_prices
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.testing.wire import prompt_words
 
@@ -28,7 +28,7 @@ PRICE = {"fake": (1000, 2000), "judge": (500, 100)}
 
 def test_the_shipped_table_is_sourced_and_prices_specs_snapshots_and_local_models():
     import tomllib
-    from trustmh.engine.prices import SHIPPED
+    from trustmh.engine._prices import SHIPPED
     table = load_prices()
     # every shipped price names the provider page it was checked on and the date it was read, or says it was not
     for name, entry in tomllib.loads(SHIPPED.read_text()).get("models", {}).items():
@@ -226,8 +226,8 @@ def test_the_budget_waits_for_calls_in_flight_and_never_reserves_past_the_cap():
     does not fit beside those in flight waits for them, and the stop comes only when one cannot fit with
     none in flight, after every call sent has settled."""
     import asyncio
-    from trustmh.engine.budget import PROMPT_OVERHEAD_MESSAGE, PROMPT_OVERHEAD_REQUEST, Budget, BudgetStop
-    from trustmh.engine.prices import Price, PriceTable
+    from trustmh.engine._budget import PROMPT_OVERHEAD_MESSAGE, PROMPT_OVERHEAD_REQUEST, Budget, BudgetStop
+    from trustmh.engine._prices import Price, PriceTable
     from trustmh.types import Request, Response
 
     table = PriceTable({"openai/m": Price(1e6, 0.0, "test")})  # $1 a prompt token: cost = tokens
@@ -263,7 +263,7 @@ def test_the_budget_waits_for_calls_in_flight_and_never_reserves_past_the_cap():
 def test_prices_and_token_counts_outside_sane_bounds_are_refused_with_one_line(cli, tmp_path):
     """L5 (issue 38): a price of 1e308 was accepted (a dry run of inf USD) and --max-tokens 10^20 planned
     5 x 10^20 completion tokens; a usage of 2^63-1 is priced at its reservation (tests/test_spend_cap.py)."""
-    from trustmh.engine.prices import MAX_PRICE_PER_MTOK, MAX_REPLY_TOKENS
+    from trustmh.engine._prices import MAX_PRICE_PER_MTOK, MAX_REPLY_TOKENS
     f = tmp_path / "p.toml"
     for value in ("1e308", "inf", "10001", "1e5"):
         f.write_text(f'[models."x/y"]\ninput_per_mtok = 1\noutput_per_mtok = {value}\n')

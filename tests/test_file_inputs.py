@@ -16,7 +16,7 @@ from trustmh.errors import UserError
 
 
 def _prices(path):
-    from trustmh.engine.prices import load_prices
+    from trustmh.engine._prices import load_prices
     return load_prices(path)
 
 

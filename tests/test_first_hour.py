@@ -83,7 +83,7 @@ def test_dry_run_plans_a_large_task_from_a_spread_of_items_and_says_each_reason_
     from conftest import make_synthetic_data, run_spec
 
     from trustmh.engine import context, prepare
-    from trustmh.engine.plan import PLAN_ITEMS, plan
+    from trustmh.engine._plan import PLAN_ITEMS, plan
     from trustmh.tasks.privacy import AwarenessTier1
     data = make_synthetic_data(tmp_path / "data", n_tier1=250, n_ethics=3)
     spec = run_spec(models=["baseline/refuse"], tasks="privacy.awareness_tier1", suite="data", data_dir=str(data))
@@ -166,7 +166,7 @@ def test_progress_totals_are_known_from_the_start_and_add_up_over_models(tmp_pat
         for tid, t in mr.tasks.items():
             assert (final[tid].done, final[tid].total, final[tid].errors) == (t.n_samples, t.n_samples, t.n_errors)
     assert results.models[f"replay/{rep}"].tasks["ethics.reasoning"].n_errors == 3
-    # one judge bar per judge, shared by the models as its endpoint is (engine/judge_pool.py): the models'
+    # one judge bar per judge, shared by the models as its endpoint is (engine/judge/_pool.py): the models'
     # counts add up in it instead of one model's replacing another's, and its total never falls under done
     judge = [e for e in events if isinstance(e, PhaseProgress) and e.phase == "judge"]
     judge_labels = {e.label for e in judge}

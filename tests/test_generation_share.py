@@ -8,7 +8,7 @@ import collections
 from types import SimpleNamespace
 
 from test_limiter import run_virtual
-from trustmh.engine.generation_share import GenerationShare
+from trustmh.engine._generation_share import GenerationShare
 
 
 def pool(waiting: int, left: int, width: int = 64):
@@ -81,14 +81,14 @@ def test_a_request_held_in_the_share_is_not_paid_again_when_an_identical_one_was
     same requests are paid as with no share at all."""
     from conftest import run_quiet, run_spec
     from trustmh.engine import Limits
-    from trustmh.engine import generation_share
+    from trustmh.engine import _generation_share as generation_share
     from trustmh.testing.fake_server import FakeLLMServer
 
     def spec(srv):
         return run_spec(models=["openai/m"], judge="openai/judge", base_url=srv.openai_base_url,
                         judge_base_url=srv.openai_base_url, tasks="reliability.support,robustness.support",
                         suite="sample")
-    from trustmh.engine.endpoint import Endpoint
+    from trustmh.engine._endpoint import Endpoint
     # Requests of one body in flight together are sent once (tests/test_single_flight.py), which pays less
     # the more of them overlap: here each sample's own request is compared, so only its store key joins.
     monkeypatch.setattr(Endpoint, "flight_key", lambda self, request, key: key)
@@ -121,8 +121,8 @@ def test_a_model_s_phase_one_offers_what_the_share_and_the_judge_pools_read():
     import inspect
 
     from trustmh.engine.collect import _Generating, _Rejudging
-    from trustmh.engine.generation_share import Generation
-    from trustmh.engine.judge_pool import Judged
+    from trustmh.engine._generation_share import Generation
+    from trustmh.engine.judge._pool import Judged
     for protocol in (Generation, Judged):
         members = [n for n in vars(protocol) if not n.startswith("_")]
         assert members

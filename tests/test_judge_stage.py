@@ -222,7 +222,7 @@ def test_classifier_verdicts_are_stored_and_not_rerun_on_rescore(upstream, tmp_p
         _, res, calls = run_quiet(spec, tmp_path / "run")
     # Eight replies alike: those classified at the same moment are one call (single flight), each stored.
     assert 1 <= calls["judge"] <= 8
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     store = Store(tmp_path / "run" / "store.sqlite")
     stored = store.db.execute("SELECT count(*) FROM calls WHERE endpoint LIKE 'classifier/%' AND ok = 1").fetchone()[0]
     store.close()

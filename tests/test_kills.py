@@ -146,7 +146,7 @@ def normalised_outputs(run_dir: Path) -> tuple[dict, list]:
 SELF_KILL = r"""
 import contextlib, os, signal, sys
 from pathlib import Path
-import trustmh.engine.rundir as rundir
+import trustmh.files as rundir
 import trustmh.engine.score as runner
 where = os.environ["TRUSTMH_TEST_SELF_KILL"]
 if where.startswith("row:"):  # die right after the N-th scored sample row is written

@@ -5,7 +5,7 @@ import selectors
 
 import pytest
 
-from trustmh.engine.limiter import AdaptiveLimiter
+from trustmh.engine._limiter import AdaptiveLimiter
 
 
 def run(coro):
@@ -59,7 +59,7 @@ async def endpoint_calls(url: str, tmp_path, n: int):
     """n distinct requests at once through the runner's real Endpoint (32 connections) to `url`."""
     from trustmh.models import make_model
     from trustmh.engine import Endpoint, Limits
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     from trustmh.types import Request
 
     model = make_model("openai/fake", base_url=url)

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_quiet
 from trustmh.engine import Limits
-from trustmh.engine.judge_pool import JudgePool
+from trustmh.engine.judge._pool import JudgePool
 from trustmh.scoring.metrics import mean
 from trustmh.tasks import TASKS, Judged, MetricSpec, Rubric, Task, register
 from trustmh.testing.fake_server import FakeLLMServer
@@ -231,7 +231,7 @@ def test_a_model_waits_for_room_in_the_judge_queue():
 def test_a_queued_reply_is_rendered_only_when_the_judge_takes_it():
     """Judgements wait as replies (`Pending`), not prompts: a reply's judge prompts are built by the worker
     that takes it, its other rubrics go next, and one that needs no judgement is never sent."""
-    from trustmh.engine.judge_pool import Pending
+    from trustmh.engine.judge._pool import Pending
     log = []
 
     class Owner:

@@ -255,7 +255,7 @@ def test_lenient_framing_is_a_normal_reply(transport, fault):
 def test_values_sqlite_cannot_hold_become_a_clean_response(transport, tmp_path):
     """A lone \\ud800 escape in the text, token counts that are an object or >= 2^63, an object as
     finish_reason: one such reply crashed the run's commit. Now it is a reply with those fields cleaned."""
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     with FakeLLMServer(reply=lambda body: "I hear you.", faults=always(Fault("bad_types"))) as srv:
         r = call(srv, transport)
     assert (r.text, r.finish_reason, r.prompt_tokens, r.completion_tokens) == ("I hear you. \ufffd", None, None, None)

@@ -12,8 +12,8 @@ import pytest
 
 from conftest import run_spec
 from trustmh.engine import Limits, load_spec, run
-from trustmh.engine.judges import set_judges
-from trustmh.engine.rundir import copy_run
+from trustmh.engine.judge._roles import set_judges
+from trustmh.files import copy_run
 from trustmh.testing.fake_server import FakeLLMServer
 from test_panel import verdict  # the three judges' known verdicts, shared with the panel-of-runs tests
 
@@ -215,9 +215,9 @@ def test_report_shows_the_panel_and_marks_low_agreement(panel_run):
 
 def test_dry_run_counts_every_judge_of_the_panel(tmp_path):
     from trustmh.engine import context
-    from trustmh.engine.plan import plan
+    from trustmh.engine._plan import plan
     from trustmh.engine.prepare import prepare
-    from trustmh.engine.prices import load_prices, plan_costs
+    from trustmh.engine._prices import load_prices, plan_costs
     spec = run_spec(models=["baseline/counselor"], tasks="crisis.escalation", suite="sample")
     set_judges(spec, [("openai/j1", "http://127.0.0.1:9/v1")])
     ctx = context(spec)

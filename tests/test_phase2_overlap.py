@@ -37,7 +37,7 @@ def test_tasks_are_scored_while_others_collect_with_the_results_of_scoring_at_th
     # all, in the order an eager prepare builds them, and that is what the re-score read.
     from trustmh.engine import context, prepare
     from trustmh.engine.prepare import prepare_from_store
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     store = Store(run_dir / "store.sqlite")
     stored = prepare_from_store(spec, store)
     eager, _ = prepare(spec, context(spec))
@@ -53,7 +53,7 @@ def test_samples_are_recorded_beside_phase_1_and_never_used_half_written(tmp_pat
 
     from trustmh.engine import context, prepare
     from trustmh.engine.prepare import Recorder, prepare_from_store
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     spec = run_spec(models=["baseline/counselor"], tasks="privacy,ethics", suite="sample")
     prepared, checksums = prepare(spec, context(spec))
     n = sum(len(p.samples) for p in prepared)

@@ -382,7 +382,7 @@ def test_a_plugin_model_is_keyed_by_the_server_it_is_asked_at():
 def _run_with_origins(tmp_path, origins: dict) -> Path:
     """A real run of a built-in task whose store then records `origins`, as a crafted run folder would."""
     from conftest import run_quiet, run_spec
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     run = tmp_path / "received"
     run_quiet(run_spec(models=["baseline/counselor"], suite="sample", tasks="ethics", n_boot=0), run)
     store = Store(run / "store.sqlite")

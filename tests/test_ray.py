@@ -72,7 +72,7 @@ def test_ray_run_equals_local_run_and_pays_each_call_once(local_ray, tmp_path):
 
 
 def test_merging_a_shard_again_adds_no_row_and_keeps_successes(tmp_path):
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     from trustmh.types import Response
     store = Store(tmp_path / "s.sqlite")
     store.put_call("k1", "ep", "model", ("t", "1", ""), Response("ok"))

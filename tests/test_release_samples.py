@@ -12,7 +12,7 @@ from conftest import run_quiet, run_spec
 from trustmh.engine import Limits, context, prepare
 from trustmh.engine.prepare import Prepared, Recorder, StoredSamples
 from trustmh.engine.score import Phase2
-from trustmh.engine.store import Store
+from trustmh.engine._store import Store
 from trustmh.tasks import TASKS, register
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.types import Item

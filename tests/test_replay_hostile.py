@@ -67,7 +67,7 @@ def test_a_run_meeting_unstorable_replies_loses_none(tmp_path):
     """Every third reply carries a lone surrogate, a 2^63 token count and an object as finish_reason: one
     such reply used to crash the group commit and lose its neighbours; now every reply is stored."""
     from trustmh.engine import Limits
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     from trustmh.testing.fake_server import Fault, FakeLLMServer
     faults = lambda n, body: Fault("bad_types") if n % 3 == 0 else None  # noqa: E731
     from conftest import make_synthetic_data, synthetic_reply

@@ -73,7 +73,7 @@ class SupportFakes:
 
 
 def test_support_drops_clean_run_paid_once_and_reused(upstream, tmp_path, monkeypatch):
-    from trustmh.engine.endpoint import Endpoint
+    from trustmh.engine._endpoint import Endpoint
     # Each sample's own request is counted here: two identical ones in flight together are otherwise sent
     # once (tests/test_single_flight.py), as many times as they happen to overlap.
     monkeypatch.setattr(Endpoint, "flight_key", lambda self, request, key: key)

@@ -296,7 +296,7 @@ def test_diagnosis_sends_the_first_piece_and_scores_each_intensity(tmp_path):
 
 
 def test_the_originals_single_stage_types_are_selectable(tmp_path, monkeypatch):
-    from trustmh.engine.endpoint import Endpoint
+    from trustmh.engine._endpoint import Endpoint
     # Each sample's own request is counted here (an untouched post asks what the clean one asks): two
     # identical ones in flight together are otherwise sent once (tests/test_single_flight.py).
     monkeypatch.setattr(Endpoint, "flight_key", lambda self, request, key: key)

@@ -282,7 +282,7 @@ def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, 
     before = (out / "results.json").read_text()
 
     import contextlib
-    from trustmh.engine import rundir
+    from trustmh import files as rundir
     real = rundir._replacing  # the one writer every output goes through
 
     class Full:
@@ -309,7 +309,7 @@ def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, 
 def test_store_write_refused_is_one_line(tmp_path, monkeypatch, capsys):
     """A read-only run directory (as a non-root user sees it) makes SQLite refuse the write."""
     import sqlite3
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
 
     def refuse(self, *a, **kw):
         raise sqlite3.OperationalError("attempt to write a readonly database")

@@ -95,7 +95,7 @@ def test_run_dir_and_store_are_owner_only(tmp_path):
     run_quiet(run_spec(models=[f"replay/{rep}"], tasks="privacy.awareness_tier1", suite="sample"), created)
     assert stat.S_IMODE(created.stat().st_mode) == 0o700
     assert stat.S_IMODE((out / "store.sqlite").stat().st_mode) == 0o600
-    from trustmh.engine.store import Store
+    from trustmh.engine._store import Store
     store = Store(out / "store.sqlite")  # the WAL files exist only while a connection is open
     try:
         store.set_meta("probe", 1)

@@ -11,8 +11,8 @@ import json
 import threading
 
 from trustmh.engine import Limits
-from trustmh.engine.endpoint import Endpoint
-from trustmh.engine.store import Store
+from trustmh.engine._endpoint import Endpoint
+from trustmh.engine._store import Store
 from trustmh.models import make_model
 from trustmh.testing.fake_server import FakeLLMServer, Fault
 from trustmh.types import Request

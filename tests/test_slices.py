@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from trustmh.engine.slices import advance, beside, in_slices
+from trustmh.engine._slices import advance, beside, in_slices
 
 
 def _drive(gen):

@@ -81,9 +81,9 @@ def _spend(usage: str, stalls: int, words: int, max_tokens: int | None, cap: flo
     """n requests at once through a real Endpoint with a Budget of `cap`; returns (budget, model, stopped,
     the largest spent + reserved seen at any moment)."""
     from trustmh.engine import Endpoint, Limits
-    from trustmh.engine.budget import Budget, BudgetStop
-    from trustmh.engine.prices import Price, PriceTable
-    from trustmh.engine.store import Store
+    from trustmh.engine._budget import Budget, BudgetStop
+    from trustmh.engine._prices import Price, PriceTable
+    from trustmh.engine._store import Store
     from trustmh.types import Request
 
     class Watched(Budget):  # what is spent and reserved, at every change
@@ -181,7 +181,7 @@ def test_the_first_call_without_max_tokens_goes_alone_and_teaches_the_bound(tmp_
     alone; its reply (2,000 words, far above the floor) is priced at its reservation, what it reported
     beyond is shown, and the calls after it reserve twice the longest reply seen: its reported tokens or
     its characters / 4, whichever is more (9,999 characters: 2,499)."""
-    from trustmh.engine.budget import COMPLETION_FLOOR
+    from trustmh.engine._budget import COMPLETION_FLOOR
     budget, model, stopped, _ = _spend("honest", 0, 2000, None, 12.0, tmp_path)
     assert budget.priced_by["reservation: usage above its bound"] == 1
     assert budget.beyond == pytest.approx((2000 - COMPLETION_FLOOR) * PER_TOKEN)

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from trustmh.errors import UserError
-from trustmh.engine.store import Store
+from trustmh.engine._store import Store
 from trustmh.types import ModelError, Response
 
 

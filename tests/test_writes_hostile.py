@@ -1,4 +1,4 @@
-"""Issue 24: every file trustmh writes goes through one writer (engine/rundir.py): an exclusively created
+"""Issue 24: every file trustmh writes goes through one writer (files.py): an exclusively created
 random temporary name in the target's folder, never following a link or opening a FIFO, renamed over a
 target that is absent or a regular file. `report -o` / `compare --html` never name a run's own files.
 Each test here failed on the code before the change (a user's file overwritten through a planted link, a
@@ -101,7 +101,7 @@ def test_a_link_or_fifo_as_a_run_s_own_file_is_refused_not_followed(run_dir, tmp
 
 
 def test_a_planted_write_probe_link_is_not_followed(tmp_path):
-    from trustmh.engine.rundir import open_run_dir
+    from trustmh.files import open_run_dir
     out = tmp_path / "out"
     out.mkdir()
     (out / "run.lock").write_text("")  # a run folder
@@ -113,7 +113,7 @@ def test_a_planted_write_probe_link_is_not_followed(tmp_path):
 
 
 def test_a_failed_write_leaves_no_temp_and_the_old_file(tmp_path):
-    from trustmh.engine.rundir import atomic_open
+    from trustmh.files import atomic_open
     target = tmp_path / "report.html"
     target.write_text("old")
     with pytest.raises(RuntimeError):

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .engine import Notice, RunSpec, ignore
-from .engine import run as engine_run
+from .engine import Notice, RunSpec, ignore, run as engine_run
 from .engine.spec import resolve
 
 

@@ -59,7 +59,7 @@ def add_judge(run_dir: Path, judge: str, out: Path, *, judge_base_url: str | Non
               events=None) -> Path:
     """A copy of the run at `out` judged by `judge` (what `trustmh score RUN --judge J --out OUT` does)."""
     from ..engine import load_spec, run
-    from ..engine.rundir import copy_run
+    from ..files import copy_run
     spec = load_spec(run_dir)
     spec.judge, spec.judge_base_url = judge, judge_base_url
     copy = copy_run(run_dir, out)

@@ -31,7 +31,7 @@ def annotate_cmd(
     """Rate a seeded sample of the runs' judged replies in a browser, blind to the model and the judge's verdict:
     a local server on 127.0.0.1 that keeps the draw and every rating in RUN/annotation.json (rerun to resume;
     several raters may take part). The ratings then calibrate the judged values (`trustmh score RUN`)."""
-    from ..engine.rundir import run_lock
+    from ..files import run_lock
     from ..validation import annotate
     _load_plugins(include)
     if design is not None and design not in ("uniform", "stratified"):

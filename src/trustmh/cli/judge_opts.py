@@ -1,5 +1,5 @@
 """The judge options `run` and `score` share: --judge (repeatable: a judge panel), --judge-base-url and
---min-judge-alpha (engine/judges.py holds what a panel is); and how a spec list pairs with its base URLs,
+--min-judge-alpha (engine/judge/_roles.py holds what a panel is); and how a spec list pairs with its base URLs,
 for --model and --judge alike."""
 
 from __future__ import annotations
@@ -69,5 +69,5 @@ def set_min_alpha(spec, value: float | None) -> None:
 
 def called_judges(spec) -> list[str]:
     """Every judge a run may call (the panel's, the proxy), for --max-cost's price check."""
-    from ..engine.judges import llm_judges
+    from ..engine.judge import llm_judges
     return [*(j for j, _ in llm_judges(spec)), spec.proxy_judge or ""]

@@ -22,7 +22,7 @@ def panel_cmd(
     """A judge panel: per judged task each judge's value, the panel's (mean of scores, strict majority of
     labels; ties and too few usable verdicts are judge failures) and Krippendorff's alpha of the judges."""
     from rich.table import Table as RichTable
-    from ..engine.rundir import atomic_write
+    from ..files import atomic_write
     from ..analysis.panel import ALPHA_THRESHOLD, panel, to_json
     skipped: list[str] = []
     tasks = panel(runs, seed=seed, n_boot=n_boot, skipped=skipped)

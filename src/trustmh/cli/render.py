@@ -277,8 +277,7 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
     """Per task, the calls `run` would make (stored ones left out) and their estimated size, then one line
     per model and each reason a task cannot run, once; then per model and judge their estimated cost
     (`prices`: a prices.PriceTable)."""
-    from ..engine import context, prepare
-    from ..engine.plan import CHARS_PER_TOKEN, PLAN_ITEMS, plan
+    from ..engine import context, prepare, CHARS_PER_TOKEN, PLAN_ITEMS, plan
     ctx = context(spec)
     prepared, _ = prepare(spec, ctx, lazy=True)  # the plan builds what it needs (plan.sampled)
     rows = plan(spec, ctx, prepared, run_dir)
@@ -341,7 +340,7 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
 
 def _cost_table(rows, spec, prices=None) -> None:
     """The plan's estimated cost per tested model and judge, and the total, from the price table."""
-    from ..engine.prices import DEFAULT_COMPLETION_TOKENS, load_prices, plan_costs, total_cost
+    from ..engine import DEFAULT_COMPLETION_TOKENS, load_prices, plan_costs, total_cost
     table_of = prices or load_prices()
     lines = plan_costs(rows, spec, table_of)
     table = RichTable(title="ESTIMATED cost (list prices, token estimates; not a bill)", title_justify="left")

@@ -49,7 +49,7 @@ def report_cmd(
     """Write one self-contained HTML report: leaderboard, ranks, radar, per-task detail, samples, run spec."""
     set_quiet(quiet)
     from ..analysis.runs import load_run
-    from ..engine.rundir import check_output_target
+    from ..files import check_output_target
     from ..report import write_report
     _load_plugins(include)
     if fmt not in ("html", "csv", "markdown", "latex"):
@@ -174,7 +174,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    from ..engine.rundir import atomic_write
+    from ..files import atomic_write
     atomic_write(output, text)
     note.print(f"ranks: {output}", markup=False, highlight=False)
 
@@ -211,7 +211,7 @@ def compare_cmd(
         raise UserError("--bootstrap must be at least 100")
     loaded = [load_run(r) for r in runs]
     if html:
-        from ..engine.rundir import check_output_target
+        from ..files import check_output_target
         check_output_target(html, [r.dir for r in loaded], "--html")  # refused before any work is done
     _check_ties(ties)
     if ranks:

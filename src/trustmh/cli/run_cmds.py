@@ -158,7 +158,7 @@ def run_cmd(
     if not judge and spec.protocol == "paper" and spec.judge == "rules":
         note.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
                    f"judge)", style="yellow", markup=False, highlight=False)
-    from ..engine.prices import load_prices
+    from ..engine import load_prices
     table = load_prices(prices) if prices is not None or max_cost is not None or dry_run else None
     if dry_run:
         _dry_run(spec, Path(out_dir) if out_dir else runs_dir / spec.run_id(), table)
@@ -166,8 +166,7 @@ def run_cmd(
     limits = _limits(max_connections, timeout, max_retries, batch_size)
     if max_cost is not None:
         limits.budget = _budget(spec, max_cost, table, executor)
-    from ..engine.budget import BudgetStop
-    from ..engine.plan import stop_message
+    from ..engine import BudgetStop, stop_message
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
@@ -289,16 +288,15 @@ def _methods_exit(results) -> None:
 
 
 def _budget(spec, max_cost: float, table, executor: str, called: list[str] | None = None):
-    """--max-cost: a spend cap every endpoint checks before it sends a call (engine/budget.py); `called`:
+    """--max-cost: a spend cap every endpoint checks before it sends a call (engine/_budget.py); `called`:
     the specs that will be called (default: the models and the judges)."""
     import math
-    from ..engine.budget import Budget
-    from ..engine.prices import check_priced
+    from ..engine import Budget, check_priced
     if not (math.isfinite(max_cost) and max_cost > 0):
         raise UserError(f"--max-cost must be a positive number of USD, not {max_cost}")
     if executor != "local":
         raise UserError("--max-cost works with the local executor only (Ray workers spend out of its sight)")
-    from ..engine.conversation import called_users
+    from ..engine import called_users
     specs = called if called is not None else [*spec.models, *called_judges(spec), *called_users(spec)]
     check_priced(specs, table)
     unchecked = [s for s in dict.fromkeys(specs) if s and s != "rules" and table.price(s).unverified]
@@ -310,7 +308,7 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
 
 
 def _spent(budget) -> None:
-    """Under --max-cost, what the finished run spent and by which rules (engine/budget.py)."""
+    """Under --max-cost, what the finished run spent and by which rules (engine/_budget.py)."""
     if budget is not None:
         note.print(f"--max-cost: {budget.account()}", markup=False, highlight=False, soft_wrap=True)
 
@@ -410,20 +408,19 @@ def score_cmd(
     from ..engine import load_spec, run
     spec = load_spec(run_dir)
     if judge:
-        from ..engine.judges import set_judges
+        from ..engine.judge import set_judges
         set_judges(spec, judge_list(judge, judge_base_url or []))
     set_min_alpha(spec, min_judge_alpha)
     limits = _limits(max_connections, timeout, max_retries)
     if max_cost is not None:  # only the judges are called here: only they need a price
-        from ..engine.prices import load_prices
+        from ..engine import load_prices
         limits.budget = _budget(spec, max_cost, load_prices(prices), "local", called_judges(spec))
     if out_dir is not None:  # checked before anything is copied
         if not out_dir.strip():
             raise UserError("--out is empty; give a directory")
-        from ..engine.rundir import copy_run
+        from ..files import copy_run
         run_dir = copy_run(run_dir, Path(out_dir))  # from here on the copy is re-scored
-    from ..engine.budget import BudgetStop
-    from ..engine.plan import stop_message
+    from ..engine import BudgetStop, stop_message
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             _, results, _ = run(spec, run_dir, limits=limits, generate=False,
@@ -441,7 +438,7 @@ def score_cmd(
 def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
     """With human ratings of the run (`trustmh annotate`), its judged values' calibrated blocks, written into
     results.json under the run's lock."""
-    from ..engine.rundir import run_lock
+    from ..files import run_lock
     from ..validation.calibrated import with_ratings
     if ratings is None and not (Path(run_dir) / "annotation.json").exists():
         return results

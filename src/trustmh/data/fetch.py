@@ -1,7 +1,7 @@
 """`trustmh data pull` and `trustmh data check`: get the upstream files into the data dir and verify them.
 
 A file only ever appears under its final name after its size and sha256 matched the manifest: it is
-written through trustmh's one writer (engine/rundir.py: a temp file of its own beside it, renamed into place,
+written through trustmh's one writer (files.py: a temp file of its own beside it, renamed into place,
 atomic on one filesystem; a link or FIFO at either name is never followed).
 
 No source is trusted with the disk: a download, a `--from` file or a zip member stops at the size the
@@ -253,7 +253,7 @@ class _Rejected(Exception):
 def _install(dest: Path, f: DataFile, chunks: Iterable[bytes]) -> FileStatus:
     """Write `chunks` through trustmh's one writer (a temp file of its own beside `dest`, never a link or a
     FIFO there); it replaces `dest` only if size and sha256 match."""
-    from ..engine.rundir import atomic_open  # at call time: the engine package imports this module
+    from ..files import atomic_open  # at call time: the engine package imports this module
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_open(dest, binary=True) as out:

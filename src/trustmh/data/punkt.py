@@ -122,7 +122,7 @@ def read_copy(source: Path) -> dict[str, bytes]:
 
 def install(files: dict[str, bytes], data_dir: Path) -> Path:
     """Write the model's files into the data dir through the one writer; returns their folder."""
-    from ..engine.rundir import atomic_write  # at call time: the engine package imports the data package
+    from ..files import atomic_write  # at call time: the engine package imports the data package
     folder = data_dir / INSTALLED
     folder.mkdir(parents=True, exist_ok=True)
     for name in FILES:

@@ -71,7 +71,7 @@ def _validated(split: str, src: Path) -> int:
 def _install_all(staged: dict[str, Path], folder: Path) -> None:
     """Every split or none: each is copied to its own temporary file first (the writer), and only when all
     are written are they renamed into place, one after the other."""
-    from ..engine.rundir import atomic_open
+    from ..files import atomic_open
     folder.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         for split, src in sorted(staged.items()):

@@ -16,19 +16,19 @@ import functools
 from typing import Any, Awaitable, Callable, Iterator, Sequence
 
 from ..models import make_model
-from .store import Store
+from ._store import Store
 from ..tasks import TASKS, RunContext, Task
 from ..types import Chain, Request, Response, Sample
-from . import conversation
-from .endpoint import CallWriter, Endpoint
-from .generation_share import GenerationShare
-from .judge_pool import JudgeJob, JudgePool, Pending
-from .judges import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
-from . import identity
-from .identity import model_ref
-from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
+from . import _conversation as conversation
+from ._endpoint import CallWriter, Endpoint
+from ._generation_share import GenerationShare
+from .judge import JudgeJob, JudgePool, Pending
+from .judge import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
+from . import _identity as identity
+from ._identity import model_ref
+from ._events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
 from .prepare import Prepared, samples_except
-from .requests import generation_request, judge_request
+from ._requests import generation_request, judge_request
 from .spec import Limits, RunSpec
 
 
@@ -457,7 +457,7 @@ class _Generating(_Collector):
     def __init__(self, *args, gen_ep: Endpoint, user_ep: Endpoint | None = None, **kw):
         super().__init__(*args, **kw)
         self.gen_ep = gen_ep
-        self.user_ep = user_ep  # the simulated person of a conversation task (engine/conversation.py)
+        self.user_ep = user_ep  # the simulated person of a conversation task (engine/_conversation.py)
         self.share: GenerationShare | None = None  # set by _run_together: every model's requests in flight
         self.done: set[str] = set()  # call keys stored already, or answered during this run (cacheable)
         # Tasks whose paper protocol asks the model again while a reply does not parse: (attempts, parses).

@@ -10,11 +10,11 @@ from typing import Callable, Iterator
 from ..data.loaders import file_sha256
 from ..data.methods import MethodError
 from ..errors import UserError
-from .requests import own_system_message
-from .store import Store, sample_row
+from ._requests import own_system_message
+from ._store import Store, sample_row
 from ..tasks import RunContext, Task, resolve_tasks
 from ..types import Item, Sample
-from .slices import beside
+from ._slices import beside
 from .spec import RunSpec, data_source
 
 

@@ -13,14 +13,14 @@ from typing import Callable, Sequence
 
 from ..errors import UserError
 from ..scoring.results import RunResults
-from .store import Store
+from ._store import Store
 from ..tasks import TASKS, RunContext
-from . import identity
+from . import _identity as identity
 from .collect import collect
-from .endpoint import AuthFailure, EndpointDown
-from .events import EventSink, Notice, RunTotals, ignore
+from ._endpoint import AuthFailure, EndpointDown
+from ._events import EventSink, Notice, RunTotals, ignore
 from .prepare import Recorder, prepare, prepare_from_store
-from .rundir import open_run_dir, run_lock, sweep_temps
+from ..files import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, task_origins
 from .spec import PRESENTATION, Limits, RunSpec, data_source
 

@@ -24,20 +24,19 @@ from ..scoring.metrics import bootstrap, count, derived_seed
 from ..models import ModelRef
 from ..scoring.pillars import judge_usable_rate, model_summary, task_meta, task_trust
 from ..scoring.results import MetricValue, ModelResults, RunResults, TaskResult
-from .store import Store
+from ._store import Store
 from ..tasks import Method, RunContext, Task, writes
 from ..tasks.paper_names import paper_block
 from ..types import Sample
 from ..scoring.agreement import ALPHA_MIN
-from .judges import judge_ids, panel_endpoints
-from .panel_score import judge_parts
-from .tally import Tally
-from .identity import model_ref, recorded
-from .events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
+from .judge import judge_ids, panel_endpoints, judge_parts
+from ._tally import Tally
+from ._identity import model_ref, recorded
+from ._events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, ignore
 from .prepare import Prepared
-from .requests import param_notes
-from .rundir import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_write
-from .slices import advance, beside, in_slices
+from ._requests import param_notes
+from ..files import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_write
+from ._slices import advance, beside, in_slices
 from .spec import RunSpec, data_source, versions
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"

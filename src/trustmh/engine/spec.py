@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from ..errors import UserError
 from ..judges import PAPER_JUDGE, PAPER_PROXY
-from .prices import MAX_REPLY_TOKENS
+from ._prices import MAX_REPLY_TOKENS
 from ..models import redact_url
 from ..models.base import TRANSPORTS
 from ..scoring.agreement import ALPHA_MIN

@@ -91,7 +91,7 @@ def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_i
     from .. import engine
     from ..plugins import load
     load(includes)
-    from ..engine.store import Store
+    from ..engine import Store
     from ..tasks import resolve_tasks
     from ..types import Sample
 

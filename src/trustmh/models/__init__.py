@@ -10,8 +10,7 @@ import urllib.parse
 from typing import Callable
 
 from ..errors import UserError
-from ..plugins import MODEL_GROUP, entry_points
-from ..plugins import _load as load_entry_point
+from ..plugins import MODEL_GROUP, entry_points, _load as load_entry_point
 from ..redaction import env_secrets, redact_url
 from . import hf_files
 from .base import Model, endpoint_id, env_value as _env_value, normalize_url

@@ -69,7 +69,7 @@ class Model:
 
     base_url: str | None = None  # where it is asked; make_model sets it
     # The max_tokens the backend sends when a request names none (None: it sends none, and the server's own
-    # limit applies): --max-cost reserves a reply's worst case by it (engine/budget.py).
+    # limit applies): --max-cost reserves a reply's worst case by it (engine/_budget.py).
     default_max_tokens: ClassVar[int | None] = None
 
     def __init__(self, spec: str):

@@ -149,7 +149,7 @@ def _load_cache(path: Path) -> dict:
 
 
 def _save_cache(path: Path, cache: dict) -> None:
-    from ..engine.rundir import atomic_write  # at call time: the engine package imports the models
+    from ..files import atomic_write  # at call time: the engine package imports the models
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # whole file or nothing, through the one writer: parallel runs (Ray workers) never see half of one

@@ -25,8 +25,7 @@ from typing import Any
 
 from ..types import ModelError, Request, Response
 from ._errors import body_code, body_message, from_status, page_message, redact, scrub, sdk_client_options, secrets_with
-from .base import env_value as _env_value
-from .base import TRANSPORTS, Model
+from .base import env_value as _env_value, TRANSPORTS, Model
 
 OFFICIAL = "https://api.openai.com/v1"
 DEFAULT_CONNECTIONS = 256  # the runner's adaptive limiter bounds concurrency; this only caps the pool

@@ -35,7 +35,7 @@ def _pyplot():
 
 def write_figures(table: RankTable, board: Board, labels: list[str], pillars: list[str], out_dir: Path) -> list[Path]:
     """Both figures, each as .svg and .png, into `out_dir` (made if absent); the paths written."""
-    from ..engine.rundir import atomic_write
+    from ..files import atomic_write
     out_dir = Path(out_dir)
     if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
         raise UserError(f"--figures {out_dir}: not a folder (a link or a file); give a folder to write into")

@@ -196,7 +196,7 @@ def write_report(runs: list[Run | Path | str], out: Path | str, **kw: Any) -> Pa
     good one)."""
     loaded = [r if isinstance(r, Run) else load_run(r) for r in runs]
     out = Path(out)
-    from ..engine.rundir import atomic_open
+    from ..files import atomic_open
     with atomic_open(out, binary=True) as fh:
         _write(loaded, fh, **kw)
     return out

@@ -1,4 +1,4 @@
-"""The report's judge panel section (a run judged by several --judge, engine/panel_score.py): per model and
+"""The report's judge panel section (a run judged by several --judge, engine/judge/_panel.py): per model and
 judged task the panel's value, each judge's own value and Krippendorff's alpha per value with its
 interval and level, a value whose judges agree below the run's threshold marked."""
 

@@ -88,7 +88,7 @@ def error_body(provider: str, status: int, message: str) -> dict:
 
 
 # What the server reports as usage, from the words it received and sent: honestly, or as a broken or
-# dishonest server does (the spend cap, engine/budget.py, is tested against each).
+# dishonest server does (the spend cap, engine/_budget.py, is tested against each).
 USAGE_MODES = ("honest", "zero", "missing", "inflated", "max", "negative", "text")
 
 

@@ -105,7 +105,7 @@ class Annotation:
                 "ratings": self.ratings}
 
     def save(self) -> None:
-        from ..engine.rundir import atomic_write
+        from ..files import atomic_write
         atomic_write(self.path, json.dumps(self.to_json(), indent=1, ensure_ascii=False))
 
     def rated_by(self, rater: str) -> set[str]:
@@ -383,7 +383,7 @@ def export_rows(runs: list[Run], anns: list[Annotation]) -> list[dict[str, Any]]
 
 def export(runs: list[Run], anns: list[Annotation], path: Path) -> int:
     """Write the ratings to `path` (.csv, or .jsonl/.json for JSON Lines) through the one writer."""
-    from ..engine.rundir import atomic_write, check_output_target
+    from ..files import atomic_write, check_output_target
     path = check_output_target(Path(path), [r.dir for r in runs], what="--export")
     rows = export_rows(runs, anns)
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):

@@ -62,7 +62,7 @@ def human_scores(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> dic
     (the first rater's), from the task's own scoring of the human's answers."""
     from ..engine.run import context, load_spec
     from ..engine.prepare import prepare, prepare_from_store, samples_except
-    from ..engine.store import Store
+    from ..engine import Store
     by_unit: dict[str, list[dict]] = collections.defaultdict(list)
     for r in sorted(ann.ratings, key=lambda r: r["rater"]):
         by_unit[r["unit"]].append(r)
@@ -217,7 +217,7 @@ def with_ratings(run_dir: Path, results: RunResults, ratings: Path | None = None
     """`results` (just written to RUN/results.json) with the calibrated blocks added and written again through
     the one writer, when the run has ratings (RUN/annotation.json, or the annotation file `ratings`)."""
     from ..analysis.runs import Run
-    from ..engine.rundir import atomic_write
+    from ..files import atomic_write
     ann = read_annotation_file(ratings) if ratings is not None else read_annotation(run_dir)
     if ann is None:
         return results

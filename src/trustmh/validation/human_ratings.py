@@ -295,10 +295,10 @@ def validate_ratings(spec: RatingsSpec, out: Path | None = None, *, runs_root: P
     """Judge every item of the rated set, compare with the humans, write results.json, agreement.json,
     samples.jsonl and report.html."""
     from ..engine import AuthFailure, EndpointDown, Limits, RunSpec, ignore
-    from ..engine.rundir import atomic_open, atomic_write, open_run_dir, run_lock
+    from ..files import atomic_open, atomic_write, open_run_dir, run_lock
     from ..engine.spec import versions
     from ..report.judge_check import judge_check_html
-    from ..engine.store import Store
+    from ..engine import Store
     from .judge import GIVEN, judge_given_replies
     limits, events = limits or Limits(), events or ignore
     if spec.judge == "rules":

@@ -228,8 +228,7 @@ def judge_given_replies(run: Any, task: Task, samples: list[Sample], replies: di
     """Each sample's verdict under `rubric`, judged by `run.judge` through the engine's phase 1 with the
     given replies standing in for a tested model (`replies`: item id -> reply); read back through its links.
     None where no verdict was stored. Also used by `human_ratings` for any human-rated set."""
-    from ..engine import Prepared, collect, context
-    from ..engine.identity import model_ref
+    from ..engine import Prepared, collect, context, model_ref
     prepared = [Prepared(task, samples=samples, all_ids={s.item.id for s in samples})]
     asyncio.run(collect(run, context(run), prepared, store, limits, events=events,
                         models={GIVEN: _GivenReplies(replies)}))
@@ -332,10 +331,10 @@ def validate_judge(spec: ValidateSpec, out: Path | None = None, *, runs_root: Pa
                    limits=None, events=None) -> tuple[Path, RunResults]:
     """Judge every H1/H2 row, compare with the humans, write results.json and samples.jsonl."""
     from ..engine import AuthFailure, EndpointDown, Limits, RunSpec, data_source, ignore
-    from ..engine.rundir import atomic_open, atomic_write, open_run_dir, run_lock
+    from ..files import atomic_open, atomic_write, open_run_dir, run_lock
     from ..engine.spec import versions
     from ..report.judge_check import judge_check_html
-    from ..engine.store import Store
+    from ..engine import Store
     limits, events = limits or Limits(), events or ignore
     data = data_source(RunSpec(models=["baseline/refuse"], suite=spec.suite, data_dir=spec.data_dir))
     cases, excluded, protocol, n_rows = load_cases(data)

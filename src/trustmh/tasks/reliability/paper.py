@@ -21,8 +21,7 @@ from ...scoring.metrics import (Means, Resamples, Table, confusion_many, count, 
                                 whole)
 from ...types import Item, Sample, Score
 from ...data.punkt import find as find_punkt
-from ..esconv_reference import reference_metrics, tokenizer_used
-from ..esconv_reference import sample_values as reference_sample_values
+from ..esconv_reference import reference_metrics, tokenizer_used, sample_values as reference_sample_values
 from ..esconv_reference import values_ahead as reference_values_ahead
 from ..paper_rules import criterion_stats, paper_classification
 from .common import NO_RULES, DiagnosisMethod, SupportMethod, esconv_dialogues, esconv_item, over

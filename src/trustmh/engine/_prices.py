@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from ..errors import UserError
 
 SHIPPED = Path(__file__).with_name("prices.toml")
-CHARS_PER_TOKEN = 4  # the same rule as the dry run's prompt estimate (engine/plan.py)
+CHARS_PER_TOKEN = 4  # the same rule as the dry run's prompt estimate (engine/_plan.py)
 DEFAULT_COMPLETION_TOKENS = 300  # a reply's length where the request sets no max_tokens: a paragraph or two
 # Sane bounds, refused beyond with one line: the dearest list price is a few hundred USD per million tokens,
 # and no model writes a million tokens in one reply (a larger --max-tokens or price is a typo or a bomb:
@@ -162,7 +162,7 @@ _ROLE_NAMES = {"llm": "judge", "proxy": "proxy judge", "user": "simulated person
 
 
 def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
-    """Per tested model and per judge, the calls of a dry run's plan (engine/plan.py's rows, stored calls
+    """Per tested model and per judge, the calls of a dry run's plan (engine/_plan.py's rows, stored calls
     already left out) priced by `table`."""
     lines: dict[tuple[str, str], CostLine] = {}
 
@@ -181,7 +181,7 @@ def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
     for r in rows:
         add("model", r.model, r.model_calls, r.model_tokens, r.model_completion)
         for role, (calls, prompt, completion) in r.by_role.items():
-            role, _, judge = role.partition("|")  # "llm|<spec>": one judge of a panel (engine/plan.py)
+            role, _, judge = role.partition("|")  # "llm|<spec>": one judge of a panel (engine/_plan.py)
             add(_ROLE_NAMES.get(role, role), judge or judge_specs.get(role) or role, calls, prompt, completion)
     return list(lines.values())
 

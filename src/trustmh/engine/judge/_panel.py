@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from ..scoring.agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, unanimous, value_kinds
-from ..judges.rubric import Judged, Verdicts
-from ..scoring.metrics import count, derived_seed
-from ..scoring.results import JudgeAgreement, JudgeValue, PanelResult
-from ..tasks import RunContext, Task
-from ..types import Score
+from ...scoring.agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, unanimous, value_kinds
+from ...judges.rubric import Judged, Verdicts
+from ...scoring.metrics import count, derived_seed
+from ...scoring.results import JudgeAgreement, JudgeValue, PanelResult
+from ...tasks import RunContext, Task
+from ...types import Score
 
 PANEL = "judge panel"
 

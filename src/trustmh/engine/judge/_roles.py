@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..tasks import RunContext
-from .identity import model_ref
+from ...tasks import RunContext
+from .._identity import model_ref
 
 if TYPE_CHECKING:
-    from .store import Store
-    from .endpoint import Endpoint
-    from .spec import RunSpec
+    from .._store import Store
+    from .._endpoint import Endpoint
+    from ..spec import RunSpec
 
 
 
@@ -32,7 +32,7 @@ def llm_judges(spec: RunSpec) -> list[tuple[str, str | None]]:
 def set_judges(spec: RunSpec, judges: list[tuple[str, str | None]]) -> None:
     """Make `judges` the run's LLM judges (one, or a panel): the first is spec.judge, the others
     spec.panel_judges (empty for a single judge, and then left out of the stored spec)."""
-    from .spec import check_judges
+    from ..spec import check_judges
     check_judges(judges)
     (spec.judge, spec.judge_base_url), rest = judges[0], judges[1:]
     spec.panel_judges = [{"judge": j, "base_url": u} for j, u in rest]
@@ -56,7 +56,7 @@ def judge_ids(spec: RunSpec, ctx: RunContext, store: Store | None = None) -> dic
         out["proxy"] = model_ref(spec.proxy_judge, spec.proxy_judge_base_url, store).endpoint
     classifier = ctx.options.get("refusal_classifier")
     if classifier:
-        from ..judges.hf_classifier import parse_spec
+        from ...judges.hf_classifier import parse_spec
         out["classifier"] = f"classifier/hf/{parse_spec(classifier).model}"
     return out
 

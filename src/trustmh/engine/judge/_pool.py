@@ -7,12 +7,12 @@ import collections
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from .endpoint import Endpoint
+from .._endpoint import Endpoint
 
 if TYPE_CHECKING:
-    from ..judges.rubric import Rubric
-    from ..tasks import Task
-    from ..types import Sample
+    from ...judges.rubric import Rubric
+    from ...tasks import Task
+    from ...types import Sample
 
 # Replies waiting for the judge, across all models. Queued, a judgement is only its sample (built once,
 # shared by the models, in memory until its task is scored anyway) and the reply's text: ~1.5 KB for a

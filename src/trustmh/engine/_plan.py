@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.methods import MethodError
-from .budget import Budget
-from .prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
-from .store import Store
+from ._budget import Budget
+from ._prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
+from ._store import Store
 from ..tasks import RunContext
-from . import conversation
+from . import _conversation as conversation
 from .collect import judge_ids as role_endpoints
-from .endpoint import answered_by_body, flight_key
-from .judges import panel_endpoints
-from .identity import model_ref
+from ._endpoint import answered_by_body, flight_key
+from .judge import panel_endpoints
+from ._identity import model_ref
 from .prepare import Prepared
-from .requests import generation_request, judge_request
+from ._requests import generation_request, judge_request
 from .spec import RunSpec
 
 CHARS_PER_TOKEN = 4
@@ -168,7 +168,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
 def stop_message(budget: Budget, spec, run_dir) -> str:
     """What was spent, by which rule, and what remains, once a run stopped at its cap: the rest is the dry
     run's plan of the calls not stored yet, replies with no max_tokens at the mean length seen so far."""
-    from .prices import plan_costs, total_cost
+    from ._prices import plan_costs, total_cost
     from .prepare import prepare
     from .run import context  # run's own closure never imports plan: no cycle
     ctx = context(spec)

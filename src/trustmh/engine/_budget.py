@@ -32,7 +32,7 @@ import asyncio
 import collections
 from dataclasses import dataclass, field
 
-from .prices import CHARS_PER_TOKEN, Price, PriceTable
+from ._prices import CHARS_PER_TOKEN, Price, PriceTable
 from ..types import Request, Response
 
 COMPLETION_FLOOR = 1024  # tokens reserved for a reply whose request sets no max_tokens, before any is seen

@@ -16,7 +16,7 @@ from ..judges.rubric import Verdicts
 from ..scoring.metrics import Table
 from ..tasks import RunContext, Task
 from ..types import Sample, Score
-from .panel_score import PanelTally, merged_verdicts, panel_score
+from .judge import PanelTally, merged_verdicts, panel_score
 
 
 class Tally:

@@ -8,11 +8,11 @@ import asyncio
 import dataclasses
 import random
 
-from .budget import Hold
-from .limiter import AdaptiveLimiter
+from ._budget import Hold
+from ._limiter import AdaptiveLimiter
 from ..models import Model
 from ..redaction import redact_url, scrub
-from .store import Store
+from ._store import Store
 from ..types import ModelError, Request, Response
 from .spec import Limits
 
@@ -196,7 +196,7 @@ class Endpoint:
         waiting to retry must not hold one, or after a 429 the retries alone would keep the pressure on.
         Under --max-cost the attempt has reserved its worst case (`hold`) and settles once over: a reply at
         its usage, a failure after sending (a timeout, a dropped connection) at its reservation, since the
-        server may have worked on it and billed it (engine/budget.py)."""
+        server may have worked on it and billed it (engine/_budget.py)."""
         limiter, budget = self.limiter, self.limits.budget
         resp = kind = None
         sent = False

@@ -25,9 +25,9 @@ from ..models import make_model
 from ..tasks import RunContext, Task, resolve_tasks
 from ..tasks.crisis.conversation_common import chosen_user
 from ..types import Chain, Request, Response, Sample, Turn
-from .endpoint import CallWriter, Endpoint
-from .events import EventSink, Notice, ignore
-from .requests import generation_request, judge_request
+from ._endpoint import CallWriter, Endpoint
+from ._events import EventSink, Notice, ignore
+from ._requests import generation_request, judge_request
 from .spec import Limits, RunSpec
 
 AT_ONCE = 512  # conversations in flight per tested model (each has one call in flight at a time)
@@ -67,7 +67,7 @@ def user_endpoint(spec: RunSpec, ctx: RunContext, prepared: list, limits: Limits
     events(Notice(f"crisis.conversation: the simulated person is {name} ({why})"))
     model = make_model(name, base_url=base_url, timeout=limits.timeout, seed=spec.seed, purpose="user",
                        transport=spec.transport, max_connections=limits.max_connections)
-    from . import identity
+    from . import _identity as identity
     identity.record(name, model, store)
     return Endpoint(model, store, limits, purpose="user", writer=writer)
 
@@ -203,8 +203,8 @@ def plan_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, 
     (`Chain.bound`: it may stop early), and its judgements the most questions a walk can ask, sized for the
     longest transcript; a stored conversation counts only the judgements not stored. The row is an upper
     bound, which the dry run marks."""
-    from .identity import model_ref
-    from .prices import completion_tokens
+    from ._identity import model_ref
+    from ._prices import completion_tokens
     from ..data import transcripts
     method = p.task.method(ctx)
     user_name, user_url, _ = user_model(spec)

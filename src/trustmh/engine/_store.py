@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS links (
     PRIMARY KEY (model, task, item_id, variant, rubric, judge));
 """
 # `bodies` maps what an endpoint was sent (Request.body_key, for a request whose reply depends on its body
-# alone: engine/endpoint.py `flight_key`) to the call that answered it first, so an identical body asked
+# alone: engine/_endpoint.py `flight_key`) to the call that answered it first, so an identical body asked
 # later, by another sample or another run over this store, takes that reply instead of paying again.
 # A link says which call answers which part of a sample: its generation (rubric '' and judge ''), or one of
 # its judgements (rubric name, judge endpoint, and the rubric's version when it was judged). Scoring reads

@@ -7,7 +7,7 @@ under the recorded fingerprint, so re-scoring does not need the model's folder a
 from __future__ import annotations
 
 from ..models import ModelRef
-from .store import Store
+from ._store import Store
 
 META = "model_identity:"
 

@@ -1,4 +1,7 @@
-"""The run directory: one process at a time (a lock), files replaced atomically, the stored spec."""
+"""The one writer, and the run directory: files replaced atomically (never through a link, never over what
+trustmh did not create), one process at a time per run folder (a lock), what an output path may be, a run
+copied for re-scoring. A leaf module: data/, models/, report/ and the engine all write through it, and it
+imports nothing of theirs."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import stat
 import time
 from pathlib import Path
 
-from ..errors import UserError
+from .errors import UserError
 
 
 def _open_lock(path: Path):

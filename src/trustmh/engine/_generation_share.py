@@ -6,7 +6,7 @@ import asyncio
 import collections
 from typing import Protocol, Sequence
 
-from .judge_pool import JudgePool
+from .judge import JudgePool
 
 
 class Generation(Protocol):

@@ -1,0 +1,12 @@
+"""The judge stage: the run's judges by role (an LLM judge or a panel, the paper's proxy, the refusal
+classifier, the rules), each judge endpoint's pool of workers taking the models' judgements in turn, and a
+panel's verdicts combined into one score. What a judgement is (a rubric, its parsers) is trustmh.judges'."""
+
+from __future__ import annotations
+
+from ._roles import Judges, judge_ids, llm_judges, panel_endpoints, set_judges
+from ._pool import JudgeJob, JudgePool, Pending
+from ._panel import PanelTally, judge_parts, merged_verdicts, panel_score
+
+__all__ = ["Judges", "judge_ids", "llm_judges", "panel_endpoints", "set_judges", "JudgeJob", "JudgePool", "Pending",
+           "PanelTally", "judge_parts", "merged_verdicts", "panel_score"]
