@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from trustmh.scoring import pillars
-from trustmh.scoring.pillars import scoring_files, scoring_version
+from trustmh.tasks import versions as walker
+from trustmh.tasks.versions import scoring_files, scoring_version
 from trustmh.tasks import TASKS, Method
 from trustmh.tasks.crisis.paper_metrics import identification_metrics
 from trustmh.tasks.ethics.common import ReasoningMethod
@@ -23,11 +23,11 @@ def versions() -> dict[str, str]:
 
 def edit(monkeypatch, path: Path, old: str, new: str) -> None:
     """Make the hash read `path` with `old` replaced by `new` (once; `old` must be there)."""
-    real = pillars.source_bytes
+    real = walker.source_bytes
     text = path.read_text(encoding="utf-8")
     assert text.count(old) >= 1, f"{old!r} not in {path}"
     edited = text.replace(old, new, 1).encode()
-    monkeypatch.setattr(pillars, "source_bytes", lambda p: edited if Path(p) == path else real(p))
+    monkeypatch.setattr(walker, "source_bytes", lambda p: edited if Path(p) == path else real(p))
 
 
 def changed(before: dict[str, str], after: dict[str, str]) -> set[str]:

@@ -106,7 +106,8 @@ def _trust_many(values: np.ndarray, metric, undefined_by_model: bool) -> np.ndar
 def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dict[tuple[str, str], Rows], *,
             n_boot: int = 1000, seed: int = 0, level: float = 0.95, all_metrics: bool = False) -> Comparison:
     """b against a: every task both ran, their pillars and the overall trust score."""
-    from ..scoring.pillars import scoring_version, undefined_by_model
+    from ..scoring.pillars import undefined_by_model
+    from ..tasks.versions import scoring_version
     from ..plugins import load_task_plugins
     from ..tasks import TASKS
     load_task_plugins()  # a task from an installed plugin is compared like a built-in one
