@@ -201,3 +201,15 @@ def test_loading_turns_the_collector_back_on_and_freezes_only_after_new_imports(
         assert not gc.isenabled()  # a collector that was off stays off
     finally:
         gc.enable()
+
+
+def test_main_called_again_in_one_process_leaves_one_exit_handler(tmp_path):
+    """main() registers its exit-time gc.freeze once a process: called again in the same process (the
+    tests' in-process runs, a program embedding trustmh) it must not pile up one handler a call."""
+    import atexit
+    from conftest import run_cli
+    run_cli("list", cwd=tmp_path)
+    after_one = atexit._ncallbacks()
+    for _ in range(3):
+        assert run_cli("list", cwd=tmp_path).returncode == 0
+    assert atexit._ncallbacks() == after_one

@@ -19,12 +19,19 @@ with loading():
 
 __all__ = ["PAPER_JUDGE", "app", "data_app", "err", "main", "out", "_summary"]
 
+_freeze_registered = False
+
 
 def main() -> None:
     # The interpreter's exit collects garbage among everything still alive (a whole benchmark's samples,
     # caches and modules), several full passes; frozen first, the process ends without them (~0.2 s of a
     # small job's exit). Nothing is lost: every output is written and closed before the command returns.
-    atexit.register(gc.freeze)
+    # Registered once a process: main() called again in one process (the tests, an embedding program)
+    # would pile up one handler a call (and atexit.unregister does not find a builtin such as gc.freeze).
+    global _freeze_registered
+    if not _freeze_registered:
+        atexit.register(gc.freeze)
+        _freeze_registered = True
     try:
         # standalone mode: typer handles usage errors (exit 2) and --help itself. The name is fixed so that
         # `python -m trustmh` prints the same usage lines as the `trustmh` script.

@@ -4,6 +4,7 @@ a directory holds this spec (`run`, `check_same_spec`, `load_spec`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import threading
@@ -42,69 +43,96 @@ def run(spec: RunSpec, out: Path | None = None, *, runs_root: Path = Path("runs"
     refused otherwise: its results would be overwritten by a different run). `idle` are calls made once
     each while phase 1 waits for its first replies (the CLI compiles the report's template then); one
     that fails is left to fail again where its work is needed."""
-    limits = limits or Limits()
-    idle_threads: list[threading.Thread] = []
-    ctx = context(spec)
-    t0 = time.perf_counter()
-    run_dir = open_run_dir(out or runs_root / spec.run_id())
+    limits, ctx, t0 = limits or Limits(), context(spec), time.perf_counter()
+    with run_directory(out or runs_root / spec.run_id(), spec, generate=generate, force=force) as (run_dir, store):
+        prepared, checksums, recorder = prepare_stage(spec, ctx, store, generate=generate,
+                                                      lazy=generate and executor is None)
+        # phase 2 (judge verdicts read, scores, samples.jsonl, results.json) takes each task as phase 1 ends it
+        phase2 = Phase2(run_dir, spec, ctx, prepared, store, accept_stored=accept_stored, events=events)
+        calls = collect_stage(spec, ctx, prepared, store, limits, executor=executor, generate=generate, force=force,
+                              recorder=recorder, phase2=phase2, idle=idle, events=events)
+        t1 = time.perf_counter()
+        results = phase2.finish(checksums)
+        prompt_tokens, completion_tokens = store.totals()
+    _say_stale(results, events)
+    t2 = time.perf_counter()
+    events(RunTotals(dict(calls), prompt_tokens, completion_tokens, t2 - t0, t2 - t1))
+    return run_dir, results, calls
+
+
+@contextlib.contextmanager
+def run_directory(path: Path, spec: RunSpec, *, generate: bool, force: bool):
+    """The run folder, locked for this process, what a killed run left half-written swept away, and its
+    store open and checked (a damaged store is refused, with how to recover); a run that generates records
+    its spec there, after checking the folder holds no other run's."""
+    run_dir = open_run_dir(path)
     with run_lock(run_dir):
-        sweep_temps(run_dir)  # what a run killed mid-write left behind
+        sweep_temps(run_dir)
         store = Store(run_dir / "store.sqlite")
         try:
-            store.check_integrity()  # a damaged store is refused, with how to recover
+            store.check_integrity()
             if generate:
                 check_same_spec(run_dir, store.get_meta("spec"), spec, force)
                 store.set_meta("spec", spec.to_json())
-            from_store = None if generate else prepare_from_store(spec, store)
-            recorder = None
-            if from_store is not None:
-                prepared, checksums = from_store
-                for p in prepared:  # a task whose scoring reads its own data files (a rubric) loads them still
-                    if not p.not_run and getattr(p.task.method(ctx), "scores_with_its_data", False):
-                        p.task.method(ctx).load(data_source(spec), ctx)
-            else:
-                # A run builds most samples as phase 1 reaches them (and stores them beside it): the first
-                # requests wait only for the data to load.
-                prepared, checksums = prepare(spec, ctx, lazy=generate and executor is None)
-                recorder = Recorder(store, prepared, checksums, ctx)
-                if generate:
-                    store.set_meta("task_origins", task_origins(prepared))  # what `score` imports again
-            # A run scores each task as soon as its replies and verdicts are stored, while others collect.
-            phase2 = Phase2(run_dir, spec, ctx, prepared, store, accept_stored=accept_stored, events=events)
-            try:
-                if executor is not None and generate:
-                    if recorder is not None:
-                        recorder.finish()
-                    for m in spec.models:  # the workers load the models; their files are identified here
-                        identity.record(m, None, store, force=force)
-                    calls = executor(spec, ctx, prepared, store, limits, events=events)
-                else:
-                    beside = ([recorder.background] if recorder is not None else []) + \
-                        ([phase2.background] if generate else []) + \
-                        ([functools.partial(_while_waiting, idle, idle_threads)] if idle else [])
-                    calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate, force=force,
-                                                events=events, ready=phase2.ready if generate else None,
-                                                beside=beside, replied=phase2.replied if generate else None))
-            except (AuthFailure, EndpointDown) as e:
-                raise UserError(str(e)) from None
-            if recorder is not None:
-                recorder.finish()
-            for thread in idle_threads:  # done long before, but what it made is about to be used
-                thread.join()
-            t1 = time.perf_counter()
-            results = phase2.finish(checksums)
-            prompt_tokens, completion_tokens = store.totals()
+            yield run_dir, store
         finally:
             store.close()
+
+
+def prepare_stage(spec: RunSpec, ctx: RunContext, store: Store, *, generate: bool, lazy: bool):
+    """The run's samples: read back from the store when re-scoring, else built from the data (`lazy`: most
+    as phase 1 reaches them, recorded beside it by the returned Recorder, so that the first requests wait
+    only for the data to load). Returns (prepared, data checksums, recorder or None)."""
+    from_store = None if generate else prepare_from_store(spec, store)
+    if from_store is not None:
+        prepared, checksums = from_store
+        for p in prepared:  # a task whose scoring reads its own data files (a rubric) loads them still
+            if not p.not_run and getattr(p.task.method(ctx), "scores_with_its_data", False):
+                p.task.method(ctx).load(data_source(spec), ctx)
+        return prepared, checksums, None
+    prepared, checksums = prepare(spec, ctx, lazy=lazy)
+    if generate:
+        store.set_meta("task_origins", task_origins(prepared))  # what `score` imports again
+    return prepared, checksums, Recorder(store, prepared, checksums, ctx)
+
+
+def collect_stage(spec: RunSpec, ctx: RunContext, prepared, store: Store, limits: Limits, *, executor, generate: bool,
+                  force: bool, recorder, phase2: Phase2, idle: Sequence[Callable[[], object]],
+                  events: EventSink) -> dict[str, int]:
+    """Phase 1: every model's replies and the judges' verdicts into the store, here (the recorder and phase
+    2 working beside it in slices) or on an executor (the samples recorded first, the models' files
+    identified here, as the workers load them). Returns the calls made, by model and judge."""
+    idle_threads: list[threading.Thread] = []
+    try:
+        if executor is not None and generate:
+            if recorder is not None:
+                recorder.finish()
+            for m in spec.models:
+                identity.record(m, None, store, force=force)
+            calls = executor(spec, ctx, prepared, store, limits, events=events)
+        else:
+            beside = ([recorder.background] if recorder is not None else []) + \
+                ([phase2.background] if generate else []) + \
+                ([functools.partial(_while_waiting, idle, idle_threads)] if idle else [])
+            calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate, force=force,
+                                        events=events, ready=phase2.ready if generate else None, beside=beside,
+                                        replied=phase2.replied if generate else None))
+    except (AuthFailure, EndpointDown) as e:
+        raise UserError(str(e)) from None
+    if recorder is not None:
+        recorder.finish()
+    for thread in idle_threads:  # done long before, but what it made is about to be used
+        thread.join()
+    return calls
+
+
+def _say_stale(results: RunResults, events: EventSink) -> None:
     for m in results.models.values():
         stale = sum(t.n_stale_judgements for t in m.tasks.values())
         if stale:
             events(Notice(f"{stale} stored judgements of {m.model} were made with another rubric and were not "
                           f"used: rerun to refresh them, or score with --accept-stored"))
-            break
-    t2 = time.perf_counter()
-    events(RunTotals(dict(calls), prompt_tokens, completion_tokens, t2 - t0, t2 - t1))
-    return run_dir, results, calls
+            return
 
 
 async def _while_waiting(calls: Sequence[Callable[[], object]], threads: list[threading.Thread]) -> None:
