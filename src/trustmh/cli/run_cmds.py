@@ -306,7 +306,11 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
         note.print(f"note: --max-cost counts {', '.join(unchecked)} at an unverified shipped price (not checked "
                   f"against the provider's pricing page); give your own with --prices FILE.toml",
                   markup=False, highlight=False, soft_wrap=True)
-    return Budget(max_cost, table)
+    budget = Budget(max_cost, table)
+    loose = budget.best_effort(specs)
+    if loose:  # said before anything is sent: the cap cannot bound these calls
+        note.print(f"note: {loose}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+    return budget
 
 
 def _spent(budget) -> None:
