@@ -79,6 +79,24 @@ def test_a_user_table_replaces_entries_and_bad_tables_are_one_line_errors(cli, t
     assert_user_error(proc, "--prices file not found")
 
 
+def test_a_models_maximum_output_is_read_kept_through_a_price_override_and_checked(tmp_path):
+    """max_output_tokens (issue 47): shipped for the listed models, kept when a --prices entry changes only
+    the price (it is the model's, not a price), replaced when the entry gives its own, refused when absurd."""
+    shipped = load_prices()
+    assert shipped.price("openai/gpt-4").max_output == 8192 and shipped.price("openai/gpt-4.1-2025-04-14").max_output == 32768
+    user = tmp_path / "p.toml"
+    user.write_text('[models."openai/gpt-4"]\ninput_per_mtok = 1\noutput_per_mtok = 2\n'
+                    '[models."openai/gpt-4o"]\ninput_per_mtok = 1\noutput_per_mtok = 2\nmax_output_tokens = 99\n'
+                    '[models."openai/mine"]\ninput_per_mtok = 1\noutput_per_mtok = 2\n')
+    table = load_prices(user)
+    assert (table.price("openai/gpt-4").output_per_mtok, table.price("openai/gpt-4").max_output) == (2.0, 8192)
+    assert table.price("openai/gpt-4o").max_output == 99 and table.price("openai/mine").max_output is None
+    for bad in ("0", "1.5", "true", '"8192"', "2000000"):
+        user.write_text(f'[models."openai/x"]\ninput_per_mtok = 1\noutput_per_mtok = 2\nmax_output_tokens = {bad}\n')
+        with pytest.raises(UserError, match="max_output_tokens: must be a whole number of tokens"):
+            load_prices(user)
+
+
 def test_the_dry_run_names_each_shipped_price_source_and_marks_the_unverified(cli, tmp_path):
     proc = cli("run", "--model", "openai/gpt-4o", "--judge", "anthropic/claude-sonnet-4", "--suite", "sample",
                "--tasks", "ethics", "--limit", "2", "--dry-run", cwd=tmp_path)

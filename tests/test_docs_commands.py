@@ -45,9 +45,9 @@ SHELL = ("", "bash", "sh", "shell", "console")
 
 # Commands that are not trustmh's, and what runs them (or why nothing here can).
 OTHER = {
-    'pip install "trustmh @ git+$TRUSTMH_GIT@v0.1.0"': "tests/test_install.py",
-    "git clone --branch v0.1.0 \"$TRUSTMH_GIT\" trustmh-src && pip install build && python -m build --wheel "
-    "trustmh-src && pip install trustmh-src/dist/trustmh-0.1.0-py3-none-any.whl": "tests/test_install.py",
+    'pip install "git+$TRUSTMH_GIT@$TRUSTMH_REV"': "tests/test_install.py",
+    'git clone "$TRUSTMH_GIT" trustmh-src && git -C trustmh-src checkout -q "$TRUSTMH_REV" && pip wheel --no-deps '
+    "--wheel-dir dist ./trustmh-src && pip install dist/trustmh-*.whl": "tests/test_install.py",
     "pip install -e .": "the suite runs in this install (.ci/run: pip install -e)",
     'pip install -q -c constraints.txt -e ".[dev]" && python -m pytest -q -n 3 --dist loadfile':
         ".ci/run runs it: this suite",

@@ -2,6 +2,7 @@
 from the rule PAPER_PROTOCOL.md documents, and reach an OpenAI-compatible server exactly so."""
 
 import hashlib
+import json
 import shutil
 
 import pytest
@@ -235,7 +236,6 @@ def test_the_paper_protocol_judges_with_gpt_41_unless_told_otherwise(upstream, t
     # the offline default (a baseline) stays offline with data present: the rules judge, no proxy
     offline = cli("--out", str(tmp_path / "b"))
     assert offline.returncode == 0, offline.stderr
-    import json
     res = json.loads((tmp_path / "b" / "results.json").read_text())
     assert res["spec"]["judge"] == "rules" and res["spec"]["protocol"] == "paper"
 
@@ -275,15 +275,35 @@ def test_leakage_proxy_is_asked_through_the_proxy_judge(upstream, tmp_path):
     t = res.models["openai/x"].tasks["privacy.leakage"]
     assert t.judgements["judge"]["role"] == "proxy"
     assert t.metrics["free_response_leak_rate_proxy"].value == pytest.approx(2 / 4)
+    # results.json says who played each role, beside the paper's model
+    assert {r: (c.model, c.paper_model, c.is_paper) for r, c in res.roles.items()} == {
+        "judge": ("openai/j", "openai/gpt-4.1", False), "proxy_judge": ("openai/proxy", "openai/gpt-4", False)}
+    written = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert written["roles"]["proxy_judge"] == {"model": "openai/proxy", "paper_model": "openai/gpt-4", "is_paper": False}
 
 
-def test_cli_defaults_the_proxy_to_the_papers_model_only_with_the_papers_judge(cli, upstream, tmp_path):
+def test_each_judging_role_keeps_the_papers_model_unless_its_own_flag_names_another(cli, upstream, tmp_path):
+    """Under --protocol paper, --judge alone keeps the paper's gpt-4 proxy for privacy.leakage (the dry run
+    names it and prices it), --proxy-judge changes it, and --judge rules keeps the run offline; each role
+    says whether its model is the paper's."""
     common = ("run", "-m", "openai/x", "--base-url", "http://127.0.0.1:9/v1", "--data-dir", upstream,
               "--tasks", "privacy.leakage", "--limit", "4", "--dry-run", "--no-progress")
     env = {"OPENAI_API_KEY": "sk-test"}
-    for extra, want in (((), "openai/gpt-4"), (("--judge", "openai/j"), None),
-                        (("--proxy-judge", "openai/p"), "openai/p")):
-        out = tmp_path / f"run{len(extra)}{want}"
-        proc = cli(*common, *extra, "--out", out, cwd=tmp_path, env_extra=env)
+    cases = [((), "judge openai/gpt-4.1 (the paper's); proxy judge openai/gpt-4 (the paper's)", "openai/gpt-4"),
+             (("--judge", "openai/gpt-4.1"), "proxy judge openai/gpt-4 (the paper's)", "openai/gpt-4"),
+             (("--judge", "openai/j"), "judge openai/j (the paper's is openai/gpt-4.1); proxy judge openai/gpt-4 "
+                                       "(the paper's)", "openai/gpt-4"),
+             (("--judge", "openai/j", "--proxy-judge", "openai/p"),
+              "proxy judge openai/p (the paper's is openai/gpt-4)", "openai/p"),
+             (("--judge", "rules"), "proxy judge rules: no judge calls (the paper's is openai/gpt-4)", None)]
+    for i, (extra, says, priced) in enumerate(cases):
+        proc = cli(*common, *extra, "--out", tmp_path / f"run{i}", cwd=tmp_path, env_extra=env)
         assert proc.returncode == 0, proc.stderr
-        assert (f"proxy judge {want}" in proc.stdout) if want else "proxy judge" not in proc.stdout
+        assert says in " ".join(proc.stdout.split()), (extra, proc.stdout)
+        rows = [[c.strip() for c in ln.split("│")] for ln in proc.stdout.splitlines() if "│ proxy judge" in ln]
+        if priced is None:
+            assert rows == []
+        else:  # the cost table's proxy row: its model, its calls (4 items: one question each) and a price
+            (row,) = rows
+            assert row[2] == priced and int(row[3]) == 1, row
+            assert float(row[-2]) > 0 if priced == "openai/gpt-4" else row[-2] == "?", row  # openai/p: no price

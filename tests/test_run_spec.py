@@ -85,6 +85,39 @@ def test_the_defaults_a_spec_leaves_out_are_the_command_line_s():
     assert RunSpec(models=["openai/x"]).judge == "rules" and RunSpec(models=["openai/x"]).lang == "en"
 
 
+def test_naming_the_judge_keeps_the_papers_proxy_and_runs_without_leakage_keep_their_ids():
+    """Issue 47: under --protocol paper, --judge alone no longer drops the paper's proxy where privacy.leakage
+    runs; a run without privacy.leakage keeps the id the old code gave it (computed by it), and a run stored
+    by the old code (a named judge, no proxy: the judge read it) keeps its meaning and its id when read back."""
+    named = dict(models=["openai/m"], judge="openai/gpt-4.1", suite="data", data_dir=D)
+    for tasks in ("all", "privacy", "ethics,privacy.leakage"):
+        assert RunSpec(**named, tasks=tasks).proxy_judge == PAPER_PROXY
+    assert RunSpec(**named, tasks="privacy.leakage", proxy_judge="openai/p").proxy_judge == "openai/p"
+    assert RunSpec(**named, tasks="privacy.leakage", proxy_judge="rules").proxy_judge is None  # the judge reads it
+    assert RunSpec(**dict(named, judge="rules"), tasks="privacy.leakage").proxy_judge is None  # offline stays so
+    assert RunSpec(**named, tasks="privacy.leakage", protocol="trustmh").proxy_judge is None  # no proxy there
+    assert RunSpec(**named, tasks="ethics").run_id() == "m-315e6b0ff9"
+    assert RunSpec(**named, tasks="crisis.conversation").run_id() == "m-fd653fc8fe"
+    old = {"models": ["openai/m"], "judge": "openai/gpt-4.1", "tasks": "all", "seed": 0, "limit": None,
+           "suite": "data", "data_dir": D, "base_url": None, "judge_base_url": None, "temperature": 0.0,
+           "max_tokens": None, "upstream_compat": True, "n_boot": 1000, "options": {}, "protocol": "paper",
+           "methods_dir": None}
+    again = RunSpec.from_json(old)
+    assert again.proxy_judge is None and again.run_id() == "m-ef0e1f5ed4" and again.to_json() == old
+    assert RunSpec(**named).run_id() != "m-ef0e1f5ed4"  # the same arguments today: the paper's proxy, a new run
+
+
+def test_roles_say_who_played_each_judging_role_and_whether_it_is_the_papers():
+    named = RunSpec(models=["openai/m"], judge="openai/j", suite="data", data_dir=D)
+    assert named.roles() == {
+        "judge": {"model": "openai/j", "paper_model": PAPER_JUDGE, "is_paper": False},
+        "proxy_judge": {"model": PAPER_PROXY, "paper_model": PAPER_PROXY, "is_paper": True}}
+    judge_reads = RunSpec(models=["openai/m"], suite="data", data_dir=D, proxy_judge="rules")
+    assert judge_reads.roles()["judge"]["is_paper"] and judge_reads.roles()["proxy_judge"] == {
+        "model": PAPER_JUDGE, "paper_model": PAPER_PROXY, "is_paper": False}
+    assert list(RunSpec(models=["openai/m"]).roles()) == ["judge"]  # the sample suite: trustmh's protocol
+
+
 def test_options_are_read_only_and_hold_only_what_is_not_a_default():
     spec = RunSpec(models=["openai/a"], transport="http", lang="en", min_judge_alpha=0.667)
     assert dict(spec.options) == {}

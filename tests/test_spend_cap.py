@@ -17,8 +17,12 @@ import collections
 import itertools
 import json
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from test_cli import assert_user_error
 from test_limiter import run_virtual
@@ -41,11 +45,13 @@ class WireModel(Model):
     attempt that reached the server cost by the words it received and sent (the honest count), whether or
     not its reply came back."""
 
-    def __init__(self, usage: str, stalls: int, words: int, *, stall_kind: str = "timeout", timeout: float = 5.0):
+    def __init__(self, usage: str, stalls: int, words: int, *, stall_kind: str = "timeout", timeout: float = 5.0,
+                 lengths: list[int] | None = None):
         from trustmh.models import make_model
         super().__init__("openai/fake")
         self.client = make_model("openai/fake", base_url="http://127.0.0.1:9", timeout=timeout)  # never connects
         self.usage, self.stalls, self.words, self.stall_kind, self.timeout = usage, stalls, words, stall_kind, timeout
+        self.lengths = lengths  # the n-th attempt's reply, in words (else `words` each)
         self.attempts: collections.Counter = collections.Counter()
         self.bill = 0.0
         self.n = 0
@@ -59,8 +65,9 @@ class WireModel(Model):
         self.attempts[key] += 1
         self.n += 1
         self.blind += not self.replied
-        text = " ".join(["word"] * self.words)
-        self.bill += (prompt_words(body) + self.words) * PER_TOKEN  # the server works on every attempt
+        words = self.lengths[(self.n - 1) % len(self.lengths)] if self.lengths else self.words
+        text = " ".join(["word"] * words)
+        self.bill += (prompt_words(body) + words) * PER_TOKEN  # the server works on every attempt
         if self.attempts[key] <= self.stalls:
             if self.stall_kind == "timeout":
                 await asyncio.sleep(self.timeout)
@@ -77,7 +84,7 @@ class WireModel(Model):
 
 
 def _spend(usage: str, stalls: int, words: int, max_tokens: int | None, cap: float, tmp_path, *,
-           stall_kind: str = "timeout", n: int = 30):
+           stall_kind: str = "timeout", n: int = 30, max_output: int | None = None, lengths: list[int] | None = None):
     """n requests at once through a real Endpoint with a Budget of `cap`; returns (budget, model, stopped,
     the largest spent + reserved seen at any moment)."""
     from trustmh.engine import Endpoint, Limits
@@ -101,8 +108,9 @@ def _spend(usage: str, stalls: int, words: int, max_tokens: int | None, cap: flo
             super().settle(*a, **kw)
             self._watch()
 
-    budget = Watched(cap, PriceTable({"openai/fake": Price(1000, 1000, "test")}))
-    model = WireModel(usage, stalls, words, stall_kind=stall_kind)
+    Watched.peak = 0.0
+    budget = Watched(cap, PriceTable({"openai/fake": Price(1000, 1000, "test", max_output)}))
+    model = WireModel(usage, stalls, words, stall_kind=stall_kind, lengths=lengths)
     store = Store(tmp_path / f"{usage}-{stalls}-{words}-{max_tokens}-{stall_kind}.sqlite")
     # stop_after=0: dropped connections before the first reply would otherwise stop the endpoint (EndpointDown)
     limits = Limits(max_connections=8, max_retries=3, backoff_base=0.1, backoff_max=1.0, stop_after=0)
@@ -190,6 +198,25 @@ def test_the_first_call_without_max_tokens_goes_alone_and_teaches_the_bound(tmp_
     assert stopped and model.bill <= 12.0 + (2000 - COMPLETION_FLOOR) * PER_TOKEN
 
 
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), max_output=st.integers(1, 6000), usage=st.sampled_from(USAGE_MODES),
+       cap=st.floats(0.05, 30.0), stalls=st.integers(0, 2))
+def test_no_call_passes_the_cap_when_the_models_maximum_output_is_known(data, max_output, usage, cap, stalls):
+    """Issue 47, M2: with no max_tokens sent, one reply longer than anything seen passed the cap ($10.04
+    against $5). With the model's maximum output known (`max_output_tokens`), every call reserves it: over
+    replies of any length a server can send (0 to that maximum; no reply of the model is longer), whatever
+    usage it reports and however it stalls, the real bill by the server's honest counts never passes the
+    cap, and nothing is left beyond it."""
+    lengths = data.draw(st.lists(st.integers(0, max_output), min_size=1, max_size=20), label="reply words")
+    with tempfile.TemporaryDirectory() as tmp:
+        budget, model, stopped, peak = _spend(usage, stalls, 0, None, cap, Path(tmp), n=len(lengths),
+                                              max_output=max_output, lengths=lengths)
+    assert model.bill <= cap + 1e-9, (model.bill, cap)
+    assert budget.spent <= cap + 1e-9 and peak <= cap + 1e-9 and budget.beyond == 0
+    assert model.bill <= budget.spent + 1e-9  # and every attempt's cost is within what was counted
+    assert not budget.probing and budget.best_effort(["openai/fake"]) is None
+
+
 # --- the defects, through the CLI against the loopback server -----------------------------------------
 
 def _bill(bodies, words: int) -> float:
@@ -217,14 +244,40 @@ def test_h1_long_replies_without_max_tokens_stay_within_the_cap(cli, tmp_path, u
     assert all("max_tokens" not in b for b in bodies)
     assert_user_error(proc, "--max-cost 20.00 USD", "rerun the same command")
     text = " ".join(proc.stderr.split())
-    spent = _said(text)
-    assert spent <= 20.0
+    # openai/fake has no known maximum output: the run said before it started that the cap is best-effort
+    assert text.index("--max-cost is best-effort for openai/fake") < text.index("stopped at --max-cost")
     bill = _bill(bodies, words)
-    # Only the first call (alone, reserved at the floor) can cost more than its reservation; the message
-    # says what it reported beyond.
+    # Only the first call (alone, reserved at the floor) can cost more than its reservation; the spend line
+    # leads with what the servers reported (issue 47: it showed the count alone), never less than the bill.
     assert bill <= 20.0 + words * PER_TOKEN, (bill, len(bodies))
-    assert "above its bound" in text and "reported beyond" in text
+    assert _said(text) >= bill - 1e-4 and re.search(r"counted against the cap", text), text
+    assert "above its bound" in text and "reported past their reservation" in text, text
     assert re.search(r"completion: max_tokens, else .*1024", text), text
+
+
+def test_m2_with_the_maximum_output_known_no_reply_passes_the_cap(cli, tmp_path, upstream, methods):
+    """Issue 47, M2, as found: under the paper's protocol (no max_tokens) one reply longer than any seen
+    before passed the cap (the first call reserved 1,024 tokens and its 8,000-word reply cost ~$8.4 against
+    $5 here). With max_output_tokens in the price entry each call reserves the model's longest possible
+    reply ($8.20 + its prompt): none fits in $5, so none is sent, and the message says why; with $20, two
+    are, and the bill stays within the cap. No best-effort note: the cap holds."""
+    prices = tmp_path / "p.toml"
+    prices.write_text(PRICES + "max_output_tokens = 8200\n")
+    words = 8000
+    for cap, sent in (("5", 0), ("20", 2)):
+        with FakeLLMServer(reply=lambda body: "word " * words, latency_s=0.05) as srv:
+            proc = cli("run", "--model", "openai/fake", "--base-url", srv.openai_base_url, "--protocol", "paper",
+                       "--judge", "rules", "--tasks", "ethics.reasoning", "--data-dir", upstream, "--limit", "40",
+                       "--max-cost", cap, "--prices", prices, "--out", tmp_path / f"run{cap}", "--no-progress",
+                       cwd=tmp_path, env_extra=ENV)
+            bodies = srv.requests
+        assert all("max_tokens" not in b for b in bodies) and len(bodies) == sent, len(bodies)
+        assert_user_error(proc, f"--max-cost {cap}.00 USD", "rerun the same command")
+        text = " ".join(proc.stderr.split())
+        assert "best-effort" not in text and "past their reservation" not in text
+        assert _bill(bodies, words) <= float(cap) and _said(text) <= float(cap), (_bill(bodies, words), text)
+        worst = float(re.search(r"could cost up to \$([0-9.]+)", text).group(1))
+        assert 8.2 < worst < 12  # 8,200 completion tokens and the prompt's bytes, at $1,000 per million
 
 
 def test_h1_usage_above_max_tokens_is_priced_at_the_reservation(cli, tmp_path):

@@ -322,9 +322,7 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
             not_run[r.note].append(r.task)
     for note, tasks in not_run.items():
         out.print(f"  {', '.join(tasks)}: {note}", style="yellow", markup=False, highlight=False, soft_wrap=True)
-    judge = "rules judge: no judge calls" if spec.judge == "rules" else f"judge {spec.judge}"
-    if spec.proxy_judge:
-        judge += f", proxy judge {spec.proxy_judge}"
+    judge = "; ".join(_role_text(role, r) for role, r in spec.roles().items())
     out.print(f"prompt tokens are an estimate (characters / {CHARS_PER_TOKEN}); for replies not stored yet, "
               f"judge calls assume every reply is judged and judge prompts leave out the reply's text (an upper "
               f"bound: a judgement whose body another sample's already asks is sent once, and replies that repeat "
@@ -336,6 +334,13 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
     if bounded:
         out.print(f"{', '.join(bounded)}: counted at the most turns and rubric questions they can take, so their "
                   f"calls, tokens and cost are upper bounds (≤)", markup=False, highlight=False, soft_wrap=True)
+
+
+def _role_text(role: str, cast: dict) -> str:
+    """'proxy judge openai/gpt-4 (the paper's)', or the paper's model beside one that is not it."""
+    calls = ": no judge calls" if cast["model"] == "rules" else ""
+    whose = "the paper's" if cast["is_paper"] else f"the paper's is {cast['paper_model']}"
+    return f"{role.replace('_', ' ')} {cast['model']}{calls} ({whose})"
 
 
 def _cost_table(rows, spec, prices=None) -> None:

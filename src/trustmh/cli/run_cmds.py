@@ -60,8 +60,8 @@ def run_cmd(
     min_judge_alpha: Optional[float] = typer.Option(None, "--min-judge-alpha", help=MIN_ALPHA_HELP),
     proxy_judge: Optional[str] = typer.Option(
         None, help=f"The model that reads privacy.leakage replies as a third party under --protocol paper (the "
-                   f"paper's proxy). Default: {PAPER_PROXY}, as the paper, when the judge is the paper's default; "
-                   f"otherwise the run's judge."),
+                   f"paper's proxy). Default: {PAPER_PROXY}, as the paper, whatever --judge names (an LLM judge; "
+                   f"with --judge rules the rules read it); 'rules': the run's judge reads it."),
     proxy_judge_base_url: Optional[str] = typer.Option(None, help="Base URL for --proxy-judge."),
     max_connections: int = typer.Option(32, help="Concurrent requests per endpoint."),
     timeout: float = typer.Option(120.0, help="Per-request timeout in seconds."),
@@ -304,7 +304,11 @@ def _budget(spec, max_cost: float, table, executor: str, called: list[str] | Non
         note.print(f"note: --max-cost counts {', '.join(unchecked)} at an unverified shipped price (not checked "
                   f"against the provider's pricing page); give your own with --prices FILE.toml",
                   markup=False, highlight=False, soft_wrap=True)
-    return Budget(max_cost, table)
+    budget = Budget(max_cost, table)
+    loose = budget.best_effort(specs)
+    if loose:  # said before anything is sent: the cap cannot bound these calls
+        note.print(f"note: {loose}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+    return budget
 
 
 def _spent(budget) -> None:

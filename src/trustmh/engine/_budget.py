@@ -1,14 +1,18 @@
 """`trustmh run --max-cost USD`: the spend cap, checked before every attempt is sent.
 
 The guarantee: by trustmh's own accounting, what one invocation spends never passes the cap, whatever a
-server reports as usage and however it stalls. It rests on four rules.
+server reports as usage and however it stalls; and no call can make the real bill pass it where each
+call's reply has a known bound. It rests on four rules.
 
 * **Each attempt reserves its worst case** before it leaves: prompt tokens at most the request's UTF-8
   bytes, plus PROMPT_OVERHEAD_* for the chat template (a token is at least a byte of text); completion
   tokens at most the max_tokens the request sends (the backend's own default where it sends one when the
-  request has none: Anthropic's 1,024), and where none is sent at all, as under the paper's protocol, twice
-  the longest reply this endpoint has returned, never below COMPLETION_FLOOR. The first such call of an
-  endpoint goes alone, so the bound is learned from a reply before a wave of calls leaves on a guess.
+  request has none: Anthropic's 1,024), and where none is sent at all, as under the paper's protocol, the
+  model's maximum output (`max_output_tokens` in the price table: no reply can be longer). Only for a
+  model whose maximum is not known is the bound a guess, and the cap best-effort (`best_effort`, said
+  before the run starts): twice the longest reply this endpoint has returned, never below
+  COMPLETION_FLOOR; the first such call of an endpoint goes alone, so the guess is learned from a reply
+  before a wave of calls leaves on it.
 * **The calls in flight fit together**: an attempt waits while spent + reserved + its reservation would
   pass the cap; one that does not fit with nothing in flight stops the run (BudgetStop, once the calls
   in flight are stored).
@@ -18,10 +22,11 @@ server reports as usage and however it stalls. It rests on four rules.
   cost nothing. Retries reserve and count each attempt.
 * **Usage is believed only within its bound**: a reply reporting no usage, zero tokens, or more tokens
   than its reservation is priced at its reservation, and counted by that rule (`priced_by`), so each
-  call costs at most what it reserved. A reply with no max_tokens that honestly ran past its learned
-  bound is priced the same way; what its server reported beyond is kept apart (`beyond`) and shown: it is
-  the only way the real bill can pass what is counted, and the probe keeps it to one reply an endpoint
-  unless a later reply is more than twice as long as any before it.
+  call costs at most what it reserved. A reply with no max_tokens that honestly ran past a learned
+  (guessed) bound is priced the same way; what its server reported beyond is kept apart (`beyond`) and
+  shown first in the spend line, as what the servers reported: it is the only way the real bill can pass
+  what is counted, and the probe keeps it to one reply an endpoint unless a later reply is more than twice
+  as long as any before it.
 
 Stored calls are never sent, so they cost nothing: the cap bounds what one invocation spends, and
 running the same command again continues where the last one stopped."""
@@ -112,11 +117,25 @@ class Budget:
         return max(COMPLETION_FLOOR, 2 * self.longest.get(spec, 0))
 
     def _hold(self, spec: str, price: Price, request: Request, default_max: int | None) -> Hold:
-        sent = sent_max_tokens(request, default_max)
-        completion = sent if sent is not None else self.completion_bound(spec)
+        bound = sent_max_tokens(request, default_max) or price.max_output  # what no reply can pass
+        completion = bound if bound is not None else self.completion_bound(spec)
         prompt = prompt_bound(request)
-        return Hold(spec, prompt, completion, price.cost(prompt, completion), sent is not None,
-                    sent is None and spec not in self.longest)
+        return Hold(spec, prompt, completion, price.cost(prompt, completion), bound is not None,
+                    bound is None and spec not in self.longest)
+
+    def best_effort(self, specs: list[str]) -> str | None:
+        """Before the run: the endpoints whose calls without max_tokens the cap cannot bound (a price but no
+        known maximum output), and by how much one such call can pass it, in one sentence; None: none."""
+        loose = [(s, p) for s in dict.fromkeys(specs) if s and s != "rules"
+                 and (p := self.table.price(s)) is not None and not p.free and p.max_output is None]
+        if not loose:
+            return None
+        per = "; ".join(f"{s}: ${p.cost(0, 1000):.4f} per 1,000 reply tokens past it" for s, p in loose)
+        return (f"--max-cost is best-effort for {', '.join(s for s, _ in loose)}: no maximum output is known for "
+                f"{'it' if len(loose) == 1 else 'them'}, so a call that sends no max_tokens reserves twice the "
+                f"longest reply seen (at least {COMPLETION_FLOOR:,} tokens, the first call alone), and one reply "
+                f"longer than that passes the cap by what its tokens beyond cost ({per}); the spend line shows "
+                f"it. Give max_output_tokens in a --prices entry to make the cap hold")
 
     async def reserve(self, spec: str, request: Request, default_max_tokens: int | None = None) -> Hold | None:
         """Reserve one attempt's worst case (None for a free endpoint). When it does not fit beside the
@@ -206,13 +225,16 @@ class Budget:
     def account(self) -> str:
         """What was spent and by which rules, in one sentence."""
         rules = ", ".join(f"{n} at {rule}" for rule, n in self.priced_by.most_common())
-        text = (f"spent ~${self.spent:.4f} on {self.calls} calls in this run ({rules or 'none sent'}; stored calls "
-                f"cost nothing). Each call is counted at the usage its server reported, up to its reservation "
-                f"(prompt: its UTF-8 bytes + {PROMPT_OVERHEAD_MESSAGE} a message + {PROMPT_OVERHEAD_REQUEST}; "
-                f"completion: max_tokens, else twice the longest reply seen, at least {COMPLETION_FLOOR} tokens); "
-                f"usage missing, zero or above that, and any attempt that may have been billed without a reply, "
-                f"at its reservation")
-        if self.beyond > 0:
-            text += (f". Replies without max_tokens longer than their reservation reported beyond it "
-                     f"~${self.beyond:.4f} more, not counted: the bill may be that much higher")
-        return text
+        counted = f"{self.calls} calls in this run ({rules or 'none sent'}; stored calls cost nothing)"
+        if self.beyond > 0:  # the real spend first: the cap did not hold it (best_effort)
+            head = (f"spent ~${self.spent + self.beyond:.4f} as the servers reported: ~${self.spent:.4f} counted "
+                    f"against the cap on {counted}, and ~${self.beyond:.4f} more that replies without max_tokens "
+                    f"reported past their reservation (a model with no known maximum output: the cap is "
+                    f"best-effort there)")
+        else:
+            head = f"spent ~${self.spent:.4f} on {counted}"
+        return (f"{head}. Each call is counted at the usage its server reported, up to its reservation (prompt: "
+                f"its UTF-8 bytes + {PROMPT_OVERHEAD_MESSAGE} a message + {PROMPT_OVERHEAD_REQUEST}; completion: "
+                f"max_tokens, else the model's maximum output, else twice the longest reply seen, at least "
+                f"{COMPLETION_FLOOR} tokens); usage missing, zero or above that, and any attempt that may have "
+                f"been billed without a reply, at its reservation")

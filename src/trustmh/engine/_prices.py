@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -32,7 +32,7 @@ MAX_FILE_BYTES = 1_000_000
 _SNAPSHOT = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8})$")  # a dated snapshot of a listed model
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 UNVERIFIED = "unverified"  # a shipped price not checked against the provider's own pricing page
-_KEYS = {"input_per_mtok", "output_per_mtok", "source", "read"}
+_KEYS = {"input_per_mtok", "output_per_mtok", "source", "read", "max_output_tokens"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class Price:
     # where the price came from: "<the provider's page> (read <date>)" or "unverified" for a shipped entry,
     # the user's file (with the source it gives), or "local"
     source: str
+    # the most completion tokens one reply of this model can have (the provider's documented maximum
+    # output): what --max-cost reserves for a call that sends no max_tokens; None: not known
+    max_output: int | None = None
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
@@ -116,15 +119,28 @@ def _entries(doc: dict[str, Any], path: Path, shipped: bool) -> dict[str, Price]
         else:
             label = str(path) + (f": {source}" if source else "") + (f" (read {read})" if read else "")
         out[name] = Price(_number(entry["input_per_mtok"], f"{where}.input_per_mtok"),
-                          _number(entry["output_per_mtok"], f"{where}.output_per_mtok"), label)
+                          _number(entry["output_per_mtok"], f"{where}.output_per_mtok"), label,
+                          _max_output(entry.get("max_output_tokens"), f"{where}.max_output_tokens"))
     return out
+
+
+def _max_output(v: Any, where: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_REPLY_TOKENS:
+        raise UserError(f"{where}: must be a whole number of tokens from 1 to {MAX_REPLY_TOKENS:,} (the most one "
+                        f"reply of the model can have), not {v!r}"[:300])
+    return v
 
 
 def load_prices(user_file: Path | None = None) -> PriceTable:
     """The shipped table, with `user_file`'s entries replacing those of the same name."""
     table = PriceTable(_entries(_read(SHIPPED, shipped=True), SHIPPED, shipped=True), [str(SHIPPED)])
     if user_file is not None:
-        table.prices.update(_entries(_read(user_file, shipped=False), user_file, shipped=False))
+        for name, price in _entries(_read(user_file, shipped=False), user_file, shipped=False).items():
+            known = table.prices.get(name)  # a model's maximum output is not a price: an override keeps it
+            keep = price.max_output is None and known is not None
+            table.prices[name] = replace(price, max_output=known.max_output) if keep else price
         table.files.append(str(user_file))
     return table
 

@@ -410,7 +410,7 @@ class Phase2:
             spec=published, data={"kind": data.kind, "root": str(data.root), "sha256": checksums},
             versions=versions(spec), bootstrap={"n_boot": spec.n_boot, "level": 0.95, "seed": spec.seed,
                                             "method": "percentile, resampling items (scenarios for leakage)"},
-            models=models, notes=notes, banner=SAMPLE_BANNER if on_sample_data(data.kind, self.prepared) else None)
+            models=models, notes=notes, roles=spec.roles(), banner=SAMPLE_BANNER if on_sample_data(data.kind, self.prepared) else None)
 
 
 def _run(steps: Generator[None, None, TaskResult]) -> TaskResult:

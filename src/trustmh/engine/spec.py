@@ -23,6 +23,7 @@ from ..models import redact_url
 from ..models.base import TRANSPORTS
 from ..scoring.agreement import ALPHA_MIN
 from ..tasks import DataSource
+from ..tasks.base import selects
 
 SUITES = ("sample", "data")
 PROTOCOLS = ("paper", "trustmh")
@@ -30,6 +31,9 @@ PRESENTATION = ("model_info",)  # options that only say how results are shown: n
 LANGS = ("en", "zh", "all")
 DEFAULT_LANG = {"paper": "all", "trustmh": "en"}  # reliability.emotion_recognition's items: as EmoBench runs, or en
 TRANSPORT = "http"
+# --proxy-judge's value for "the run's judge reads privacy.leakage's question"; a decided spec holds it as None,
+# and a spec rebuilt from a decided one (stored, resolved) passes it back so that the default is not re-applied
+JUDGE_READS = "rules"
 # The typed fields a stored spec keeps under "options", in the order the command line has always set them;
 # each is stored only when it is not its default (`_default`), so that runs without it keep their run id.
 OPTIONS = ("panel_judges", "min_judge_alpha", "base_urls", "system_prompt", "model_info", "transport", "lang",
@@ -143,19 +147,34 @@ class RunSpec:
             check_url(flag, url)
 
     def _decide_judges(self) -> None:
-        """The paper's protocol judges with the paper's judge unless told otherwise, and then reads
-        privacy.leakage through the paper's proxy; the offline default stays offline once data is present:
-        baselines are judged by the rules unless a judge is named (a paid judge for a baseline is never what
-        `trustmh run` alone should mean)."""
-        if self.judge is None:
-            paper_judge = self.protocol == "paper" and not self.offline_models
-            self.judge = PAPER_JUDGE if paper_judge else "rules"
-            if paper_judge and self.proxy_judge is None:
-                self.proxy_judge = PAPER_PROXY
-        if self.proxy_judge in ("", "rules"):  # the run's judge reads it: nothing to record
+        """Under the paper's protocol each judging role keeps the paper's model unless its own flag names
+        another: the judge (`--judge`) and privacy.leakage's third party, the proxy (`--proxy-judge`), so that
+        naming only the judge never drops the paper's proxy. The proxy is recorded whenever the judge is the
+        paper's default (as runs always have: their ids stay), and for a named LLM judge where
+        privacy.leakage runs (a run without it keeps its id). `--judge rules` judges offline, the proxy's
+        question too (a paid proxy is never what an offline judge should bring), and so does the offline
+        default once data is present: baselines are judged by the rules unless a judge is named."""
+        paper = self.protocol == "paper"
+        named = self.judge is not None
+        if not named:
+            self.judge = PAPER_JUDGE if paper and not self.offline_models else "rules"
+        if (self.proxy_judge is None and paper and self.judge != "rules"
+                and (not named or selects(self.tasks, "privacy.leakage"))):
+            self.proxy_judge = PAPER_PROXY
+        if self.proxy_judge in ("", JUDGE_READS):  # the run's judge reads it: nothing to record
             self.proxy_judge = None
         if self.proxy_judge is None:
             self.proxy_judge_base_url = None
+
+    def roles(self) -> dict[str, dict[str, Any]]:
+        """Which model plays each judging role, the paper's model for it, and whether they are the same (the
+        dry run prints it, results.json keeps it as `roles`). The proxy is a role only under the paper's
+        protocol; where none is recorded the run's judge plays it."""
+        cast = {"judge": (self.judge, PAPER_JUDGE)}
+        if self.protocol == "paper":
+            cast["proxy_judge"] = (self.proxy_judge or self.judge, PAPER_PROXY)
+        return {role: {"model": model, "paper_model": paper, "is_paper": model == paper}
+                for role, (model, paper) in cast.items()}
 
     @property
     def offline_models(self) -> bool:
@@ -192,7 +211,9 @@ class RunSpec:
             unknown = sorted(options) if isinstance(options, dict) else []
             raise UserError(f"the stored spec's options hold what this trustmh does not know "
                             f"({', '.join(map(str, unknown[:4])) or 'not a mapping'})")
-        return cls(**d, **options)
+        # Decided when it was stored: no proxy there means the run's judge read privacy.leakage's question,
+        # whatever today's default would add.
+        return cls(**d, **{"proxy_judge": JUDGE_READS, **options})
 
     def to_json(self) -> dict[str, Any]:
         """The spec as stored and published: base URLs lose any embedded credentials. It still carries the
@@ -264,7 +285,7 @@ def resolve(spec: RunSpec) -> RunSpec:
     check_judges(judges)
     return replace(spec, base_url=resolve_base_url(spec.models[0], spec.base_url), judge_base_url=judges[0][1],
                    panel_judges=[{"judge": j, "base_url": u} for j, u in judges[1:]], proxy_judge_base_url=proxy_url,
-                   user_model_base_url=user_url)
+                   user_model_base_url=user_url, proxy_judge=spec.proxy_judge or JUDGE_READS)  # decided: kept
 
 
 _LEGACY_FLAG = "upstream_compat"  # the protocol's old name, a flag: True meant the paper's

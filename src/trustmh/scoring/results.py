@@ -216,6 +216,13 @@ class ModelResults(_Strict):
                                                                 "template and library versions (hf/ models)")
 
 
+class RoleCast(_Strict):
+    """Who played one judging role of a run, beside the paper's model for it."""
+    model: str = Field(description="the model spec that played it ('rules': trustmh's offline rules)")
+    paper_model: str = Field(description="the paper's model for this role")
+    is_paper: bool = Field(description="model is the paper's")
+
+
 class RunResults(_Strict):
     schema_version: int = 1
     run_id: str
@@ -231,6 +238,9 @@ class RunResults(_Strict):
                                              "settings a provider did not accept")
     calibration: dict[str, Any] | None = Field(None, description="the human ratings the calibrated values rest on: "
                                                                  "file, design, items drawn and rated, raters")
+    roles: dict[str, RoleCast] = Field({}, description="judge (and proxy_judge, privacy.leakage's third party, under the "
+                                                       "paper's protocol): the model that played it and whether it "
+                                                       "is the paper's")
     banner: str | None = Field(None, description="shown above these results wherever they are shown; set on runs "
                                                  "of the built-in sample suite, whose numbers are not a benchmark")
 

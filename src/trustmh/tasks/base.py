@@ -519,6 +519,15 @@ def register(cls: type[Task]) -> type[Task]:
 PILLARS = ("reliability", "crisis", "safety", "fairness", "privacy", "robustness", "sycophancy", "ethics")
 
 
+def selects(selection: str | None, task_id: str) -> bool:
+    """Whether a --tasks selection holds `task_id`, read from the names alone as resolve_tasks reads them
+    (nothing is loaded or built): the task's own name, its pillar's, or 'all' (or nothing) for a task that
+    is not run by name only."""
+    names = {n.strip() for n in (selection or "all").split(",")} - {""}
+    everyday = not getattr(TASKS.get(task_id), "by_name_only", False)
+    return task_id in names or (everyday and bool({"all", task_id.split(".")[0]} & names or not names))
+
+
 def resolve_tasks(selection: str | None) -> list[Task]:
     """Task instances for a comma-separated list of task ids and/or pillar names ('all' or None: every task
     but those run by name only, which `all,crisis.conversation` adds). Installed task plugins (entry
