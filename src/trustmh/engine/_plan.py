@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.methods import MethodError
+from ..judges.roles import JUDGE_ROLES, judges_of
 from ._budget import Budget
 from ._prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
 from ._store import Store
 from ..tasks import RunContext
 from . import _conversation as conversation
-from .collect import judge_ids as role_endpoints
 from ._endpoint import answered_by_body, flight_key
-from .judge import panel_endpoints
+from .judge import judge_ids as role_endpoints, panel_endpoints
 from ._identity import model_ref
 from .prepare import Prepared
 from ._requests import generation_request, judge_request
@@ -64,7 +64,7 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
     db = run_dir / "store.sqlite"
     store = Store(db) if db.is_file() else None  # an absent run directory is not created by a dry run
     # The LLM judges by rubric role (the classifier's calls are local and free: not counted).
-    judge_ids = {role: [(role, jid)] for role, jid in role_endpoints(spec, ctx, store).items() if role != "classifier"}
+    judge_ids = {role: [(role, jid)] for role, jid in role_endpoints(spec, ctx, store).items() if JUDGE_ROLES[role].paid}
     panel = panel_endpoints(spec, store)
     if panel:  # a judge panel: each judge's calls apart, by_role key "llm|<judge spec>" (prices.plan_costs)
         judge_ids["llm"] = [(f"llm|{j}", jid) for j, jid in panel]
@@ -135,7 +135,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
     if not llm:
         return row
     exact_params = {name: method.judge_params(r, ctx) for name, r in llm.items()}  # per rubric, not per sample
-    judge_specs = {"llm": spec.judge, "proxy": spec.proxy_judge}
+    judge_specs = {role: judges_of(role, spec, ctx.options)[0][0] for role in judge_ids}
     for sample, key in zip(p.samples, keys):
         reply = store.get_call(key) if key in stored else None
         # A reply not there yet stands in as a placeholder (tasks skip judging an empty reply), so the judge

@@ -174,7 +174,6 @@ class CostLine:
         return None if self.price is None else self.price.cost(self.prompt_tokens, self.completion_tokens)
 
 
-_ROLE_NAMES = {"llm": "judge", "proxy": "proxy judge", "user": "simulated person"}
 
 
 def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
@@ -190,15 +189,18 @@ def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
         line.prompt_tokens += prompt
         line.completion_tokens += completion
 
+    from ..judges.roles import JUDGE_ROLES, judges_of
     from ..tasks.crisis.conversation_common import chosen_user
-    judge_specs = {"llm": spec.judge, "proxy": spec.proxy_judge, "user": chosen_user(spec.options, spec.judge)[0]}
+    names = {name: role.label for name, role in JUDGE_ROLES.items()} | {"user": "simulated person"}
+    judge_specs = {name: (judges_of(name, spec) or [(None, None)])[0][0] for name in JUDGE_ROLES}
+    judge_specs["user"] = chosen_user(spec.options, spec.judge)[0]
     for m in spec.models:
         add("model", m, 0, 0, 0)
     for r in rows:
         add("model", r.model, r.model_calls, r.model_tokens, r.model_completion)
         for role, (calls, prompt, completion) in r.by_role.items():
             role, _, judge = role.partition("|")  # "llm|<spec>": one judge of a panel (engine/_plan.py)
-            add(_ROLE_NAMES.get(role, role), judge or judge_specs.get(role) or role, calls, prompt, completion)
+            add(names.get(role, role), judge or judge_specs.get(role) or role, calls, prompt, completion)
     return list(lines.values())
 
 

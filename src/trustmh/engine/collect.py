@@ -23,7 +23,7 @@ from . import _conversation as conversation
 from ._endpoint import CallWriter, Endpoint
 from ._generation_share import GenerationShare
 from .judge import JudgeJob, JudgePool, Pending
-from .judge import Judges, judge_ids, llm_judges  # noqa: F401 - judge_ids: read by plan and score from here
+from .judge import Judges, identified_judges, judge_backends
 from . import _identity as identity
 from ._identity import model_ref
 from ._events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
@@ -37,22 +37,8 @@ def _needed_roles(prepared: list[Prepared], ctx: RunContext) -> set[str]:
 
 
 def _judge_models(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], limits: Limits) -> dict[str, list[Any]]:
-    """The judge backends by role: "llm" one per judge of the panel (one for a single judge)."""
-    roles = _needed_roles(prepared, ctx)
-    models: dict[str, list[Any]] = {}
-    transport = spec.transport
-    if "llm" in roles:
-        models["llm"] = [make_model(j, base_url=url, timeout=limits.timeout, seed=spec.seed, purpose="judge",
-                                    transport=transport, max_connections=limits.max_connections)
-                         for j, url in llm_judges(spec)]
-    if "proxy" in roles and spec.proxy_judge:
-        models["proxy"] = [make_model(spec.proxy_judge, base_url=spec.proxy_judge_base_url,
-                                      timeout=limits.timeout, seed=spec.seed, purpose="proxy", transport=transport,
-                                      max_connections=limits.max_connections)]
-    if "classifier" in roles and ctx.options.get("refusal_classifier"):
-        from ..judges.hf_classifier import ClassifierModel, parse_spec
-        models["classifier"] = [ClassifierModel(parse_spec(ctx.options["refusal_classifier"]))]
-    return {role: ms for role, ms in models.items() if ms}
+    """The judge backends by role, for the roles the run's rubrics name ("llm": one per judge of the panel)."""
+    return judge_backends(spec, ctx, _needed_roles(prepared, ctx), limits, make_model)
 
 
 def judged_first(prepared: list[Prepared], ctx: RunContext, roles: Any) -> list[Prepared]:
@@ -79,10 +65,8 @@ async def collect(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], stor
     slices between its I/O, and cancelled when it ends. Returns the calls made per model spec (and
     "judge")."""
     judge_models = _judge_models(spec, ctx, prepared, limits)
-    for (judge, _url), jm in zip(llm_judges(spec), judge_models.get("llm", ())):
+    for judge, jm in identified_judges(spec, ctx, judge_models):
         identity.record(judge, jm, store, force=force)
-    for jm in judge_models.get("proxy", ()):
-        identity.record(spec.proxy_judge, jm, store, force=force)
     if not generate and not judge_models:
         return {m: 0 for m in spec.models}  # re-scoring offline: nothing to fetch, phase 2 reads the store
     ids = {p.task.id: p.all_ids for p in prepared if not p.not_run}

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..data.methods import method_files
+from .roles import JUDGE_ROLES
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "tasks" / "templates"
-ROLES = ("llm", "classifier", "proxy")
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,10 @@ class Rubric:
 
     `templates` are the files the judge prompt is rendered from (under tasks/templates): their content
     is the rubric's version, so a stored verdict made with an older text is recognised as such. `role`
-    says who answers: "llm" is the run's `--judge` (the rules judge stands in offline), "classifier" the
-    run's `--refusal-classifier`, a local model answering with a label, and "proxy" the run's
-    `--proxy-judge`, the other model a paper's method names for one judgement (PsyLeak's proxy)."""
+    says who answers, a registered judge role (judges/roles.py): "llm" is the run's `--judge` (the rules
+    judge stands in offline), "classifier" the run's `--refusal-classifier`, a local model answering with a
+    label, and "proxy" the run's `--proxy-judge`, the other model a paper's method names for one judgement
+    (PsyLeak's proxy)."""
 
     name: str = "judge"
     templates: tuple[str, ...] = ()
@@ -41,8 +42,9 @@ class Rubric:
     parses: Callable[[str], bool] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"rubric {self.name}: role must be one of {ROLES}, not {self.role!r}")
+        if self.role not in JUDGE_ROLES:
+            raise ValueError(f"rubric {self.name}: role must be a registered judge role ({', '.join(JUDGE_ROLES)}), "
+                             f"not {self.role!r}")
         if not self.name or self.name.startswith(":"):
             raise ValueError("a rubric needs a name")
         if self.attempts < 1 or (self.attempts > 1 and self.parses is None):

@@ -23,6 +23,7 @@ import numpy as np
 from ..data.methods import method_files
 from ..errors import UserError
 from ..judges.rubric import Judged, Rubric, Verdicts
+from ..judges.roles import JUDGE_ROLES
 from ..scoring.metrics import Means, Resamples, Table, count, group_mask
 from ..plugins import load_task_plugins
 from ..types import Chain, Item, Sample, Score
@@ -220,7 +221,7 @@ class Method:
         is the one rubric a task declares, rendered by `judge_messages`; a task with several overrides it.
         A rubric whose questions depend on earlier answers (a question-flow rubric) maps to a `Chain` of
         judge turns instead; its result is the verdict."""
-        active = [r for r in self.active_rubrics(ctx) if r.role in ("llm", "proxy")]
+        active = [r for r in self.active_rubrics(ctx) if JUDGE_ROLES[r.role].messages]
         if not active:
             return {}
         msgs = self.judge_messages(sample, reply, ctx)

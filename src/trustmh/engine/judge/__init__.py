@@ -4,9 +4,9 @@ panel's verdicts combined into one score. What a judgement is (a rubric, its par
 
 from __future__ import annotations
 
-from ._roles import Judges, judge_ids, llm_judges, panel_endpoints, set_judges
+from ._roles import Judges, identified_judges, judge_backends, judge_ids, llm_judges, panel_endpoints, set_judges
 from ._pool import JudgeJob, JudgePool, Pending
 from ._panel import PanelTally, judge_parts, merged_verdicts, panel_score
 
-__all__ = ["Judges", "judge_ids", "llm_judges", "panel_endpoints", "set_judges", "JudgeJob", "JudgePool", "Pending",
+__all__ = ["Judges", "judge_backends", "identified_judges", "judge_ids", "llm_judges", "panel_endpoints", "set_judges", "JudgeJob", "JudgePool", "Pending",
            "PanelTally", "judge_parts", "merged_verdicts", "panel_score"]

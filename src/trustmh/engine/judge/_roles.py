@@ -1,4 +1,5 @@
-"""The run's judges: who answers each rubric role, and the LLM judge as a panel of several.
+"""The run's judges: who answers each rubric role (the roles are judges/roles.py's registry), and the LLM
+judge as a panel of several.
 
 A run has one LLM judge (`spec.judge`, `spec.judge_base_url`) or a panel: the same first judge and the
 others in `spec.panel_judges` (a list of {"judge", "base_url"}), stored only when there are some, so
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...judges.roles import JUDGE_ROLES, LLM
 from ...tasks import RunContext
 from .._identity import model_ref
 
@@ -23,10 +25,7 @@ if TYPE_CHECKING:
 
 def llm_judges(spec: RunSpec) -> list[tuple[str, str | None]]:
     """(judge spec, base URL) of every LLM judge of the run, the first one `spec.judge`; [] with `rules`."""
-    if spec.judge == "rules":
-        return []
-    return [(spec.judge, spec.judge_base_url),
-            *((j["judge"], j.get("base_url")) for j in spec.panel_judges)]
+    return LLM.judges(spec, spec.options)
 
 
 def set_judges(spec: RunSpec, judges: list[tuple[str, str | None]]) -> None:
@@ -47,18 +46,37 @@ def panel_endpoints(spec: RunSpec, store: Store | None = None) -> list[tuple[str
 
 
 def judge_ids(spec: RunSpec, ctx: RunContext, store: Store | None = None) -> dict[str, str]:
-    """Endpoint id per judge role, without building any client (what scoring reads links by). For a panel,
-    role "llm" is its first judge; `panel_endpoints` names them all."""
+    """Endpoint id per judge role the run has, without building any client (what scoring reads links by).
+    A role with several judges (a panel of "llm") is named by its first; `panel_endpoints` names them all."""
     out = {}
-    if spec.judge != "rules":
-        out["llm"] = model_ref(spec.judge, spec.judge_base_url, store).endpoint
-    if spec.proxy_judge:
-        out["proxy"] = model_ref(spec.proxy_judge, spec.proxy_judge_base_url, store).endpoint
-    classifier = ctx.options.get("refusal_classifier")
-    if classifier:
-        from ...judges.hf_classifier import parse_spec
-        out["classifier"] = f"classifier/hf/{parse_spec(classifier).model}"
+    for name, role in JUDGE_ROLES.items():
+        judges = role.judges(spec, ctx.options)
+        if judges:
+            model, url = judges[0]
+            out[name] = role.endpoint(model) if role.endpoint else model_ref(model, url, store).endpoint
     return out
+
+
+def judge_backends(spec: RunSpec, ctx: RunContext, roles: set[str], limits, make_model) -> dict[str, list]:
+    """The backend of each judge of each role in `roles` that the run has (one per judge of a panel):
+    built by the role (a local classifier) or by `make_model` like a tested model."""
+    out = {}
+    for name in roles:
+        role = JUDGE_ROLES.get(name)
+        judges = role.judges(spec, ctx.options) if role is not None else []
+        if judges:
+            out[name] = [role.backend(model) if role.backend else
+                         make_model(model, base_url=url, timeout=limits.timeout, seed=spec.seed, purpose=role.purpose,
+                                    transport=spec.transport, max_connections=limits.max_connections)
+                         for model, url in judges]
+    return out
+
+
+def identified_judges(spec: RunSpec, ctx: RunContext, backends: dict[str, list]) -> list[tuple[str, object]]:
+    """(model spec, backend) of every judge whose files identify it (an API or hf/ model: the engine records
+    an hf/ judge's fingerprint as it does a tested model's); a role's own backend is not one."""
+    return [(model, backend) for name, bs in backends.items() if not JUDGE_ROLES[name].backend
+            for (model, _url), backend in zip(JUDGE_ROLES[name].judges(spec, ctx.options), bs)]
 
 
 @dataclass
