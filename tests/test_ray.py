@@ -181,3 +181,60 @@ def test_an_unreachable_ray_address_fails_at_one_bounded_connect_before_ray_is_a
     # one connect per address, each bounded, none for the malformed one; Ray itself never asked
     assert [where for where, _ in connects] == [("127.0.0.1", port)] * 2 and inits == []
     assert all(timeout is not None and 0 < timeout <= 3.0 for _, timeout in connects)
+
+
+def with_item_id(sample, item_id):
+    import dataclasses
+    return dataclasses.replace(sample, item=dataclasses.replace(sample.item, id=item_id))
+
+
+def _twins(spec, task="ethics.reasoning"):
+    """The prepared samples of `task` with one item's sample repeated under another item id: two items
+    whose generations send one body (a data set that repeats an item's text)."""
+    from trustmh.engine import prepare
+    from trustmh.tasks import RunContext
+    prepared, _ = prepare(spec, RunContext(seed=spec.seed, judge=spec.judge, options=spec.options))
+    p = next(p for p in prepared if p.task.id == task)
+    first = p.samples[0]
+    twin = with_item_id(first, first.item.id + "-again")
+    p.samples.append(twin)
+    p.all_ids = set(p.all_ids) | {twin.item.id}
+    return prepared, p, first, twin
+
+
+def test_items_that_send_one_body_run_in_one_shard():
+    """A remote model's reply depends on the body alone, so a local run sends a repeated body once; shards
+    run apart, so the items that send it must share a shard or it is paid once per shard."""
+    from trustmh.executors.ray_executor import plan
+    spec = run_spec(models=MODELS, tasks="ethics.reasoning", limit=4)
+    prepared, p, first, twin = _twins(spec)
+    shards = plan(spec, prepared, 1, cpus=2)
+    holding = [{d["item"]["id"] for d in sh.samples.get(p.task.id, ())} for sh in shards if sh.model == MODELS[0]]
+    assert [ids for ids in holding if first.item.id in ids] == [{first.item.id, twin.item.id}]
+    assert sum(len(ids) for ids in holding) == len(p.samples)  # every sample once, the rest one item a shard
+    assert len(holding) == len(p.samples) - 1
+
+
+def test_a_shard_returns_the_bodies_it_answered_and_the_run_store_keeps_them(tmp_path):
+    """run_shard (as a Ray worker runs it, here in this process) returns the bodies its calls answered;
+    merge_shard keeps them in the run store, and a later shard seeded with them pays nothing for a body
+    the run has answered, on another item."""
+    from trustmh.engine import Limits, Store
+    from trustmh.executors.ray_executor import merge_shard, run_shard
+    with FakeLLMServer(reply=reply) as srv:
+        spec = run_spec(models=MODELS[:1], base_url=srv.openai_base_url, tasks="ethics.reasoning", limit=2)
+        prepared, p, first, twin = _twins(spec)
+        ids = {p.task.id: sorted(p.all_ids)}
+        limits = dict(Limits().__dict__)
+        result = run_shard(spec.to_json(), MODELS[0], {p.task.id: [first.to_json(), twin.to_json()]}, ids, [], limits)
+        assert srv.n_completed == 1 and result[3]  # one body, one call, and its body row returned
+        store = Store(tmp_path / "run.sqlite")
+        merge_shard(store, result)
+        merge_shard(store, result)  # a shard Ray runs again adds nothing
+        assert store.body_rows() == result[3]
+        third = with_item_id(first, first.item.id + "-third")
+        seed = store.call_rows()
+        again = run_shard(spec.to_json(), MODELS[0], {p.task.id: [third.to_json()]}, ids | {p.task.id: ids[p.task.id] +
+                          [third.item.id]}, seed, limits, (), store.body_rows(r[0] for r in seed))
+        assert srv.n_completed == 1 and again[2].get(MODELS[0], 0) == 0  # answered by the stored body
+        store.close()

@@ -259,6 +259,20 @@ class Store:
                                     [task, *chunk]).fetchall()
         return rows
 
+    def body_rows(self, keys: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        """(body key, store key) of the replies a body alone answers; with `keys`, those answered by them."""
+        rows = self.db.execute("SELECT body, key FROM bodies").fetchall()
+        if keys is None:
+            return rows
+        wanted = set(keys)
+        return [r for r in rows if r[1] in wanted]
+
+    def merge_bodies(self, rows: list[tuple[str, str]]) -> None:
+        """Another store's `bodies` rows (a Ray shard's), after its calls: the first answer of a body stays."""
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(_INSERT_BODY, rows)
+
     def merge_calls(self, rows: list[tuple]) -> None:
         """Add rows taken from another store. Idempotent: merging the same rows again changes nothing,
         and a successful reply is never replaced (only a failed one, by a newer attempt)."""

@@ -3,14 +3,16 @@
 A shard is one model and a range of items of one family: a task's samples and those of the robustness
 task built on it (its clean samples are the very same requests, and its perturbed replies are judged in
 the base item's context, so an identical reply asks the judge an identical body) for consecutive items.
-Keeping a family together means a request, or a body, two tasks share is paid once, as in a local run.
-Each shard:
+Keeping a family together means a request, or a body, two tasks share is paid once, as in a local run;
+so are families whose generations send one body (items that repeat another's text): they are one unit,
+as a local run sends that body once. Each shard:
 
   * gets its samples (serialised; the nodes need no data directory) and the run store's rows for its
-    items, so nothing already stored is paid for again;
+    items, with the bodies those answered, so nothing already stored is paid for again;
   * runs `engine.collect` (the same code as a local run: bounded, retried, cached) against a store of
     its own in a temporary directory;
-  * returns the rows it wrote, which the driver merges into the run store as each shard finishes.
+  * returns the rows it wrote and the bodies they answered, which the driver merges into the run store
+    as each shard finishes (`merge_shard`).
 
 The merge is idempotent (rows are keyed by the hash of endpoint and request, and a stored success is
 never replaced), so a shard that Ray runs again after a node failure adds no duplicate rows, and a
@@ -56,12 +58,8 @@ class Shard:
 
 
 def plan(spec, prepared, units_per_shard: int | None, cpus: int) -> list[Shard]:
-    """Shards for every model: families of samples that share requests, cut into item ranges."""
-    units: dict[tuple[str, str], list[tuple[str, Any]]] = collections.defaultdict(list)
-    for p in prepared:
-        family = _family(p.task)
-        for s in p.samples:
-            units[(family, s.item.id)].append((p.task.id, s))
+    """Shards for every model: families of samples that share requests or bodies, cut into item ranges."""
+    units = _units(spec, prepared)
     keys = list(units)
     size = units_per_shard or max(10, math.ceil(len(keys) / max(1, 4 * cpus)))
     shards = []
@@ -77,6 +75,40 @@ def plan(spec, prepared, units_per_shard: int | None, cpus: int) -> list[Shard]:
     return shards
 
 
+def _units(spec, prepared) -> dict[tuple[str, str], list[tuple[str, Any]]]:
+    """(task id, sample) lists that must run in one shard, keyed by their first family item: a family's
+    samples (see `_family`), joined with every other family whose generation sends one of its bodies (an
+    item repeating another's text): a local run sends such a body once, and so must the shards."""
+    from ..engine import generation_request
+    parent: dict[tuple[str, str], tuple[str, str]] = {}  # union-find over units; a root is its set's first
+
+    def root(u: tuple[str, str]) -> tuple[str, str]:
+        while parent[u] != u:
+            parent[u] = parent[parent[u]]
+            u = parent[u]
+        return u
+
+    order: dict[tuple[str, str], int] = {}
+    first_of_body: dict[str, tuple[str, str]] = {}
+    members: list[tuple[tuple[str, str], str, Any]] = []
+    for p in prepared:
+        family = _family(p.task)
+        for s in p.samples:
+            unit = (family, s.item.id)
+            parent.setdefault(unit, unit)
+            order.setdefault(unit, len(order))
+            a, b = root(unit), root(first_of_body.setdefault(generation_request(s, spec).body_key(""), unit))
+            if a != b:
+                parent[max(a, b, key=order.__getitem__)] = min(a, b, key=order.__getitem__)
+            members.append((unit, p.task.id, s))
+    units: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+    for unit in order:  # in the order units first appear: shards keep run order
+        units.setdefault(root(unit), [])
+    for unit, task_id, s in members:
+        units[root(unit)].append((task_id, s))
+    return {k: v for k, v in units.items() if v}
+
+
 def _family(task) -> str:
     """The task whose items a task's samples are variants of: a robustness task's base task (its clean
     samples are the base task's requests, and its perturbed replies are judged with the base's context, so
@@ -85,9 +117,12 @@ def _family(task) -> str:
 
 
 def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_ids: dict[str, list[str]],
-              seed_rows: list[tuple], limits_json: dict, includes: list[str] = ()) -> tuple[list[tuple], dict[str, int]]:
-    """On a Ray worker: collect one shard into a store of its own; return the rows it wrote. `includes`: the
-    --include files of the run, whose tasks and providers the worker's own process must import too."""
+              seed_rows: list[tuple], limits_json: dict, includes: list[str] = (),
+              seed_bodies: list[tuple[str, str]] = ()) -> tuple[list[tuple], list[tuple], dict[str, int], list[tuple]]:
+    """On a Ray worker: collect one shard into a store of its own; return the rows it wrote (calls, links,
+    calls made, and the bodies its calls answered). `includes`: the --include files of the run, whose tasks
+    and providers the worker's own process must import too; `seed_bodies`: the bodies the seed rows
+    answered, so that a body the run store has answered is not paid again here."""
     from .. import engine
     from ..plugins import load
     load(includes)
@@ -105,16 +140,29 @@ def run_shard(spec_json: dict, model: str, samples: dict[str, list[dict]], all_i
         store = Store(Path(tmp) / "shard.sqlite")
         try:
             store.merge_calls(seed_rows)
+            store.merge_bodies(list(seed_bodies))
             started = time.time()
             calls = asyncio.run(engine.collect(spec, ctx, prepared, store, engine.Limits(**limits_json)))
             # The shard's store is its own: every link in it is this shard's.
             links = store.db.execute(f"SELECT {LINKS} FROM links").fetchall()
-            return [r for r in store.call_rows() if r[15] >= started], links, calls
+            rows = [r for r in store.call_rows() if r[15] >= started]
+            return rows, links, calls, store.body_rows(r[0] for r in rows)
         finally:
             store.close()
 
 
 LINKS = "model, task, item_id, variant, rubric, judge, key, version"
+
+
+def merge_shard(store, result) -> dict[str, int]:
+    """A finished shard's calls, links and answered bodies into the run store (idempotent: a shard Ray runs
+    again adds nothing); returns the calls it made. The bodies go in after the calls they point at, so a
+    later shard or run asking one of them takes its reply instead of paying."""
+    rows, links, calls, bodies = result
+    store.merge_calls(rows)
+    store.put_links(links)
+    store.merge_bodies(bodies)
+    return calls
 
 
 def check_address(address: str | None, timeout: float = 3.0) -> None:
@@ -172,12 +220,13 @@ class RayExecutor:
             refs = {}
             for shard in shards:
                 seed = [r for req_task, ids in shard.items.items() for r in store.call_rows(req_task, ids)]
+                seed_bodies = store.body_rows(r[0] for r in seed)
                 options = {"num_cpus": 1, "max_retries": 3}
                 if shard.model.startswith("hf/") and gpus:
                     options["num_gpus"] = 1
                 ref = task.options(**options).remote(spec_json, shipped[shard.model], shard.samples,
                                                      {t: all_ids[t] for t in shard.samples if t in all_ids},
-                                                     seed, limits_json, included())
+                                                     seed, limits_json, included(), seed_bodies)
                 refs[ref] = shard
             calls: collections.Counter = collections.Counter()
             label, total, done_n = f"ray: {len(shards)} shards", sum(s.n for s in shards), 0
@@ -186,14 +235,13 @@ class RayExecutor:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 try:
-                    rows, links, shard_calls = ray.get(done[0])
+                    result = ray.get(done[0])
                 except ray.exceptions.RayTaskError as e:
                     cause = getattr(e, "cause", None)
                     if isinstance(cause, (UserError, engine.AuthFailure, engine.EndpointDown)):
                         raise cause from None
                     raise
-                store.merge_calls(rows)  # as each shard ends: a driver that dies keeps the finished ones
-                store.put_links(links)
+                shard_calls = merge_shard(store, result)  # a driver that dies keeps the finished shards
                 model = refs[done[0]].model
                 calls.update({model if k == shipped[model] else k: v for k, v in shard_calls.items()})
                 done_n += refs[done[0]].n
