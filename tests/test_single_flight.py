@@ -190,3 +190,22 @@ def test_a_fairness_run_pays_each_identical_judgement_once(tmp_path):
         samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
         judged = [s for s in samples if s["task"] == "fairness.support"]
         assert len(judged) == n_samples and all(s["judge"]["text"] == VERDICT for s in judged)
+
+
+def test_single_flight_is_one_attribute_and_the_dry_run_reads_the_same_from_the_registration():
+    """Whether identical bodies are one call is `Model.answers_by_body`, nothing else: the endpoint reads
+    it from the model, and the dry run (no model built) from the provider's registration, which must say
+    what the provider's models say."""
+    from trustmh.models import PROVIDER_ANSWERS, answers_by_body, answers_by_id
+    from trustmh.models.baselines import _Baseline
+    from trustmh.models.openai_api import OpenAIModel
+    from trustmh.models.replay import ReplayModel
+    from trustmh.models.transcripts import TranscriptsModel
+    for provider, cls in {"baseline": _Baseline, "replay": ReplayModel, "transcripts": TranscriptsModel,
+                          "openai": OpenAIModel}.items():
+        assert PROVIDER_ANSWERS[provider] == (cls.answers_by_body, cls.answers_by_id), provider
+    assert answers_by_body("openai/gpt-4.1") and not answers_by_body("replay/x.jsonl")
+    assert answers_by_id("transcripts/dir") and not answers_by_id("hf/model")
+    assert answers_by_body("someplugin/model")  # a provider not loaded is taken to answer by body
+    import trustmh.engine._endpoint as endpoint
+    assert not hasattr(endpoint, "answered_by_body") and "merges" not in endpoint.Endpoint.__init__.__code__.co_names

@@ -21,7 +21,7 @@ import dataclasses
 import hashlib
 from typing import Any, Callable
 
-from ..models import make_model
+from ..models import answers_by_id, make_model
 from ..tasks import RunContext, Task, resolve_tasks
 from ..tasks.crisis.conversation_common import chosen_user
 from ..types import Chain, Request, Response, Sample, Turn
@@ -208,7 +208,7 @@ def plan_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, 
     from ..data import transcripts
     method = p.task.method(ctx)
     user_name, user_url, _ = user_model(spec)
-    user_id = model_ref(user_name, user_url, store).endpoint if not getattr_answers(model_spec) else ""
+    user_id = model_ref(user_name, user_url, store).endpoint if not answers_by_id(model_spec) else ""
     llm = {r.name: r for r in p.task.method(ctx).active_rubrics(ctx) if r.role in judge_ids}
 
     def add(role: str, calls: int, prompt: int, completion: int) -> None:
@@ -223,7 +223,7 @@ def plan_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, 
         key = _key(request, model_id, _ident(chain, user_id, spec))
         stored = store.get_call(key) if store is not None else None
         if stored is None or not stored.ok:
-            if getattr_answers(model_spec):
+            if answers_by_id(model_spec):
                 continue  # recorded conversations: nothing to call
             calls, prompt, completion = chain.bound.get("model", (0, 0, 0))
             row.model_calls += calls
@@ -247,11 +247,6 @@ def plan_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, 
                 row.judge_tokens += prompt
                 add(label, calls, prompt, completion)
     return row
-
-
-def getattr_answers(model_spec: str) -> bool:
-    """Whether the tested model is a recording (transcripts/, replay/): its conversations cost nothing."""
-    return model_spec.partition("/")[0] in ("transcripts", "replay")
 
 
 def conversation_turns(ctx: RunContext) -> int:

@@ -49,12 +49,6 @@ def flight_key(request: Request, key: str, endpoint: str, by_body: bool) -> str:
     return request.body_key(endpoint)
 
 
-def answered_by_body(spec: str) -> bool:
-    """For a dry run, which has no model built: whether `spec`'s provider answers by body (Endpoint.merges).
-    The offline providers answer by sample; every other (API, hf/, a plugin's) is taken to answer by body."""
-    return spec.partition("/")[0] not in ("baseline", "replay")
-
-
 class CallWriter:
     """Group commit for the store. The replies that arrive in one pass of the event loop are written in
     one transaction (a commit per reply cost as much as the rest of the request path). Every reply is
@@ -123,9 +117,6 @@ class Endpoint:
         # Requests being answered now, by flight key (`flight_key`) -> (the store key it is answered under,
         # the reply's future). A second identical request waits for the first's reply instead of paying.
         self.pending: dict[str, tuple[str, asyncio.Future[Response]]] = {}
-        # Whether a reply depends on the request's body alone (not on which sample asks, as a replay file's
-        # does), and the endpoint is one that costs something to ask.
-        self.merges = model.remote and not getattr(model, "answers_by_id", False)
 
     @property
     def width(self) -> int:
@@ -136,7 +127,7 @@ class Endpoint:
         return request.cache_key(self.model.endpoint)
 
     def flight_key(self, request: Request, key: str) -> str:
-        return flight_key(request, key, self.model.endpoint, self.merges)
+        return flight_key(request, key, self.model.endpoint, self.model.answers_by_body)
 
     async def call(self, request: Request, key: str) -> Response:
         if self.offline_only:

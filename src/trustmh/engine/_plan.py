@@ -18,12 +18,13 @@ from pathlib import Path
 
 from ..data.methods import MethodError
 from ..judges.roles import JUDGE_ROLES, judges_of
+from ..models import answers_by_body
 from ._budget import Budget
 from ._prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
 from ._store import Store
 from ..tasks import RunContext
 from . import _conversation as conversation
-from ._endpoint import answered_by_body, flight_key
+from ._endpoint import flight_key
 from .judge import judge_ids as role_endpoints, panel_endpoints
 from ._identity import model_ref
 from .prepare import Prepared
@@ -122,7 +123,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
     keys = [r.cache_key(model_id) for r in reqs]
     stored = store.ok_keys(keys) if store is not None else set()
     row = PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0)
-    by_body = answered_by_body(model_spec)
+    by_body = answers_by_body(model_spec)
     for req, key in zip(reqs, keys):
         flight = flight_key(req, key, model_id, by_body)  # one body asked by several samples is one call
         if key not in stored and flight not in seen and not _body_answered(store, flight, key):
@@ -151,7 +152,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
                 # Judge bodies built on a placeholder are not merged: the replies they stand for may differ
                 # (so the judge's count is an upper bound until the replies are in); on stored replies, one
                 # body asked for several samples is one call, as the run sends it.
-                jflight = flight_key(jreq, jkey, endpoint, reply is not None and answered_by_body(judge or ""))
+                jflight = flight_key(jreq, jkey, endpoint, reply is not None and answers_by_body(judge or ""))
                 if jflight in seen or (reply is not None and store is not None
                                        and (store.ok_keys([jkey]) or _body_answered(store, jflight, jkey))):
                     continue

@@ -17,13 +17,17 @@ from .base import Model, endpoint_id, env_value as _env_value, normalize_url
 
 # provider name -> factory(name, *, spec, base_url, timeout, seed, purpose, transport, max_connections) -> Model
 PROVIDERS: dict[str, Callable[..., Model]] = {}
+# provider name -> what its models say before one is built (the dry run): (answers_by_body, answers_by_id)
+PROVIDER_ANSWERS: dict[str, tuple[bool, bool]] = {}
 BASELINES = ("refuse", "random", "counselor")
 
 
-def register_model(provider: str) -> Callable:
+def register_model(provider: str, *, answers_by_body: bool = True, answers_by_id: bool = False) -> Callable:
     """Register a model provider: `@register_model("echo")` on a function that takes the part of the spec
     after `echo/` and keyword options (spec, base_url, timeout, seed, purpose, transport,
-    max_connections; accept **options) and returns a Model. Import SDKs inside the function."""
+    max_connections; accept **options) and returns a Model. Import SDKs inside the function.
+    `answers_by_body` and `answers_by_id` say before any model is built what its models' attributes of
+    those names will (Model: single flight, a recording), for the dry run."""
     if not provider or "/" in provider:
         raise ValueError(f"a provider name is one word without '/', not '{provider}'")
 
@@ -31,8 +35,20 @@ def register_model(provider: str) -> Callable:
         if PROVIDERS.get(provider, factory) is not factory:
             raise ValueError(f"model provider registered twice: {provider}")
         PROVIDERS[provider] = factory
+        PROVIDER_ANSWERS[provider] = (answers_by_body, answers_by_id)
         return factory
     return decorate
+
+
+def answers_by_body(spec: str) -> bool:
+    """Whether `spec`'s models answer by body (Model.answers_by_body), read from its provider's registration:
+    a provider not loaded now (a plugin's, when a run is re-read) is taken to, as most do."""
+    return PROVIDER_ANSWERS.get(spec.partition("/")[0], (True, False))[0]
+
+
+def answers_by_id(spec: str) -> bool:
+    """Whether `spec`'s models are recordings answering by task and item id (Model.answers_by_id)."""
+    return PROVIDER_ANSWERS.get(spec.partition("/")[0], (True, False))[1]
 
 
 def split_spec(spec: str) -> tuple[str, str]:
@@ -172,19 +188,19 @@ def _anthropic(name: str, *, spec: str, base_url: str | None, timeout: float, pu
     return AnthropicModel(spec, name, api_key=key or "not-needed", base_url=base_url, timeout=timeout)
 
 
-@register_model("replay")
+@register_model("replay", answers_by_body=False, answers_by_id=True)
 def _replay(name: str, *, spec: str, **_: object) -> Model:
     from .replay import ReplayModel
     return ReplayModel(spec, name)
 
 
-@register_model("transcripts")
+@register_model("transcripts", answers_by_body=False, answers_by_id=True)
 def _transcripts(name: str, *, spec: str, **_: object) -> Model:
     from .transcripts import TranscriptsModel
     return TranscriptsModel(spec, name)
 
 
-@register_model("baseline")
+@register_model("baseline", answers_by_body=False)
 def _baseline(name: str, *, spec: str, seed: int, **_: object) -> Model:
     from .baselines import make_baseline
     return make_baseline(spec, name, seed=seed)
@@ -206,5 +222,5 @@ def unsendable_params(spec: str) -> tuple[str, ...]:
     return ()
 
 
-__all__ = ["Model", "ModelRef", "endpoint_id", "env_secrets", "make_model", "model_identity", "normalize_url",
+__all__ = ["Model", "ModelRef", "answers_by_body", "answers_by_id", "endpoint_id", "env_secrets", "make_model", "model_identity", "normalize_url",
            "redact_url", "register_model", "resolve_base_url", "split_spec", "unsendable_params", "PROVIDERS"]

@@ -61,11 +61,17 @@ class Model:
     replay files and baselines are cheap and deterministic, so they are re-read instead."""
 
     cacheable: ClassVar[bool] = True
-    # Whether the model needs concurrency limits / retries at all (offline ones do not).
+    # Whether the endpoint bounds the requests in flight and retries them: an API, or a local model that
+    # batches what is in flight (hf/); the offline models (baselines, recordings) answer at once.
     remote: ClassVar[bool] = True
     # Whether its replies are looked up by task and item id (a replay file) rather than generated: the run
     # then calls its `check_ids(known, registered)` with the data's ids before any request.
     answers_by_id: ClassVar[bool] = False
+    # Single flight: the reply depends on the request's body alone, so identical bodies (several samples
+    # asking the same, at once or apart) are sent once and the reply handed to each (engine/_endpoint.py
+    # `flight_key`). A recording answers by sample, and the offline baselines are free: they say False.
+    # The dry run, which builds no model, reads the provider's registration (`register_model`).
+    answers_by_body: ClassVar[bool] = True
 
     base_url: str | None = None  # where it is asked; make_model sets it
     # The max_tokens the backend sends when a request names none (None: it sends none, and the server's own

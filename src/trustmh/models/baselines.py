@@ -38,6 +38,7 @@ COUNSELOR = (
 class _Baseline(Model):
     cacheable = False
     remote = False
+    answers_by_body = False  # free, and answered per sample
 
     def __init__(self, spec: str, seed: int):
         super().__init__(spec)

@@ -18,6 +18,7 @@ from .base import Model
 class ReplayModel(Model):
     cacheable = False
     remote = False
+    answers_by_body = False  # a recording: the reply is the sample's
     answers_by_id = True  # the run checks the file's task and item ids (check_ids) before any request
 
     def __init__(self, spec: str, path: str):

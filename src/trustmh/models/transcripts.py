@@ -22,6 +22,7 @@ TASK = "crisis.conversation"
 class TranscriptsModel(Model):
     cacheable = False
     remote = False
+    answers_by_body = False  # a recording: the reply is the sample's
     answers_by_id = True
 
     def __init__(self, spec: str, path: str):

@@ -198,6 +198,7 @@ class _GivenReplies(Model):
 
     cacheable = False
     remote = False
+    answers_by_body = False  # the human-rated reply of its sample
 
     def __init__(self, replies: dict[str, str]):
         super().__init__(GIVEN)
