@@ -139,9 +139,13 @@ def test_score_adds_the_calibrated_value_the_estimator_gives(rated_run):
     y = np.array([rated_value(n) for n in ns])
     mask = np.isin(ns, sorted(rated))
     clusters = np.array([f"i{n:03d}"[:3] for n in ns], dtype=object)
+    # each rater's values: the interval resamples the two raters with the items (a two-way bootstrap)
+    per_rater = np.array([[human_warmth(n) if m else np.nan,
+                           max(0, human_warmth(n) - 1) if m and n % 4 == 0 else np.nan] for n, m in zip(ns, mask)])
     want = calibrated_mean(f, y, mask, clusters, seed=derived_seed(0, f"calibrated|openai/m|{TASK_ID}|warmth"),
-                           n_boot=res["bootstrap"]["n_boot"], min_rated=MIN_RATED)
+                           n_boot=res["bootstrap"]["n_boot"], min_rated=MIN_RATED, per_rater=per_rater)
     assert cal["value"] == pytest.approx(want.value, abs=1e-12) and cal["ci"] == pytest.approx(list(want.ci), abs=1e-12)
+    assert cal["n_raters"] == 2 and "two-way bootstrap" in cal["interval"]
     assert cal["lam"] == pytest.approx(want.lam) and cal["effective_n"] == pytest.approx(want.effective_n)
     assert cal["n_human"] == 40 and cal["n_judge_only"] == N - 40 and cal["method"] == "PPI++ (mean)"
     assert cal["design"] == "uniform draw, seed 3"

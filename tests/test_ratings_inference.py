@@ -95,3 +95,97 @@ def test_many_raters_batched_equals_per_resample_and_cost_is_linear():
     small, big = cpu(20), cpu(80)
     # 4x the raters: linear is about 4x, quadratic (every pair) 16x; allow a loaded machine its noise
     assert big / small < 8, (small, big)
+
+
+# --- calibrated values: no variance, strata, raters ------------------------------------------------------
+
+from trustmh.validation.calibration import POST_STRATIFIED, calibrated_mean, exact_upper  # noqa: E402
+
+
+def test_thirty_rated_zeros_get_the_exact_bound_not_zero_width():
+    from scipy.stats import binomtest
+    rng = np.random.default_rng(1)
+    m, n = 90, 30
+    f = (rng.random(m) < 0.2).astype(float)  # the judge calls some replies harmful
+    y = np.zeros(m)  # the clinicians: none of the 30 they rated
+    rated = np.arange(m) < n
+    est = calibrated_mean(f, y, rated, np.arange(m), seed=0, n_boot=300)
+    hi = binomtest(0, 30).proportion_ci(confidence_level=0.95, method="exact").high
+    assert est.value == 0.0 and est.ci == pytest.approx((0.0, hi), abs=1e-12)
+    assert round(hi, 3) == 0.116 and exact_upper(30) == pytest.approx(hi, abs=1e-12)
+    assert est.human_only_ci == est.ci and "Clopper-Pearson" in est.interval
+    # a 0-5 value all at its top: the same bound, scaled to the range
+    five = calibrated_mean(rng.integers(0, 6, m).astype(float), np.full(m, 5.0), rated, np.arange(m), seed=0,
+                           n_boot=300, bounds=(0.0, 5.0))
+    assert five.value == 5.0 and five.ci == pytest.approx((5.0 - 5.0 * hi, 5.0))
+    # all at 3 of 0-5: nothing bounds the mean there; no interval, and the reason
+    mid = calibrated_mean(rng.integers(0, 6, m).astype(float), np.full(m, 3.0), rated, np.arange(m), seed=0,
+                          n_boot=300, bounds=(0.0, 5.0))
+    assert mid.value == 3.0 and mid.ci is None and "no interval" in mid.interval
+
+
+def _stratified(rng, m=600):
+    verdict = (rng.random(m) < 0.15).astype(float)  # the judge's verdict: the strata
+    y = np.where(verdict == 1, rng.random(m) < 0.7, rng.random(m) < 0.1).astype(float)
+    rated = np.zeros(m, bool)
+    harmful, other = np.flatnonzero(verdict == 1), np.flatnonzero(verdict == 0)
+    rated[rng.choice(harmful, 20, replace=False)] = True
+    rated[rng.choice(other, 30, replace=False)] = True
+    weights = np.where(verdict == 1, len(harmful) / 20, len(other) / 30)
+    return verdict, y, rated, weights
+
+
+def test_stratified_ppi_is_the_post_stratified_mean_without_lambda():
+    verdict, y, rated, weights = _stratified(np.random.default_rng(4))
+    by_hand = sum((verdict == v).mean() * y[rated & (verdict == v)].mean() for v in (0.0, 1.0))
+    ppi = calibrated_mean(verdict, y, rated, np.arange(len(y)), weights=weights, seed=0, n_boot=200)
+    post = calibrated_mean(verdict, y, rated, np.arange(len(y)), weights=weights, seed=0, n_boot=200,
+                           strata=verdict.astype(str))
+    assert ppi.value == pytest.approx(by_hand, abs=1e-12)  # PPI's correction is identically 0 here
+    assert post.value == pytest.approx(by_hand, abs=1e-12)
+    assert post.method == POST_STRATIFIED and post.lam is None and post.effective_n is None
+    assert "within the 2 strata" in post.interval and post.ci[0] < by_hand < post.ci[1]
+
+
+def test_within_strata_bootstrap_covers():
+    rng = np.random.default_rng(5)
+    reps, hit = 150, 0
+    truth = None
+    for r in range(reps):
+        verdict, y, rated, weights = _stratified(rng)
+        if truth is None:
+            truth = 0.15 * 0.7 + 0.85 * 0.1
+        est = calibrated_mean(verdict, y, rated, np.arange(len(y)), weights=weights, seed=r, n_boot=200,
+                              strata=verdict.astype(str))
+        # the finite population's own mean is what the design estimates
+        hit += est.ci[0] <= y.mean() <= est.ci[1]
+    assert hit / reps >= 0.9, hit / reps
+
+
+def test_two_raters_are_resampled_with_the_items():
+    rng = np.random.default_rng(6)
+    m, n = 300, 60
+    truth = rng.integers(0, 6, m).astype(float)
+    f = np.clip(truth + rng.integers(-1, 2, m), 0, 5)
+    rated = np.arange(m) < n
+    same = np.column_stack([truth, truth])
+    one = calibrated_mean(f, truth, rated, np.arange(m), seed=2, n_boot=400)
+    agree = calibrated_mean(f, truth, rated, np.arange(m), seed=2, n_boot=400, per_rater=same)
+    # raters who agree: resampling them changes nothing, draw for draw
+    assert agree.ci == pytest.approx(one.ci, abs=1e-12) and agree.n_raters == 2
+    # a strict and a lenient rater (two points apart): the interval carries their disagreement
+    apart = np.column_stack([np.clip(truth - 1, 0, 5), np.clip(truth + 1, 0, 5)])
+    y = apart.mean(axis=1)
+    items_only = calibrated_mean(f, y, rated, np.arange(m), seed=2, n_boot=400)
+    crossed = calibrated_mean(f, y, rated, np.arange(m), seed=2, n_boot=400, per_rater=apart)
+    assert crossed.value == pytest.approx(items_only.value)
+    width = lambda e: e.ci[1] - e.ci[0]  # noqa: E731
+    assert width(crossed) > 1.5 * width(items_only) and "two-way" in crossed.interval
+
+
+def test_labels_are_the_raters_majority_not_the_first_rater():
+    from trustmh.validation.calibrated import majority
+    assert majority(["harmful", "safe", "safe"], "u1") == "safe"  # 'harmful' sorts first
+    assert majority([1, 0, 0], "u1") == 0
+    ties = {majority(["a", "b"], f"u{k}") for k in range(40)}
+    assert ties == {"a", "b"}  # a tie is not always the first label

@@ -58,8 +58,9 @@ def _frame_check(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> str
 
 
 def human_scores(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> dict[tuple, dict[str, Any]]:
-    """(model, task, item_id, variant) -> the human's per-sample values (averaged over raters) and labels
-    (the first rater's), from the task's own scoring of the human's answers."""
+    """(model, task, item_id, variant) -> the human's per-sample values (averaged over raters; each rater's
+    kept for the two-way bootstrap) and labels (the raters' majority, `majority`), from the task's own
+    scoring of the human's answers."""
     from ..engine.run import context, load_spec
     from ..engine.prepare import prepare, prepare_from_store, samples_except
     from ..engine.store import Store
@@ -93,19 +94,30 @@ def human_scores(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> dic
                     if rec is None or unit is None:
                         continue
                     form = forms[p.task.id]
-                    values, labels = collections.defaultdict(list), None
+                    values, labels, by_rater = collections.defaultdict(list), collections.defaultdict(list), {}
                     for rating in by_unit[unit["id"]]:
                         verdicts = form.verdicts(rating["answers"], _verdicts(rec))
                         score = p.task.method(ctx).score(s, rec.get("response") or "", verdicts, ctx)
                         for k, v in score.values.items():
                             values[k].append(v)
-                        if labels is None:
-                            labels = p.task.method(ctx).labels(s, score)
-                    out[key] = {"values": {k: float(np.mean(v)) for k, v in values.items()}, "labels": labels or {},
-                                "raters": len(by_unit[unit["id"]]), "pi": unit["pi"]}
+                        by_rater[rating["rater"]] = dict(score.values)
+                        for k, v in (p.task.method(ctx).labels(s, score) or {}).items():
+                            labels[k].append(v)
+                    out[key] = {"values": {k: float(np.mean(v)) for k, v in values.items()},
+                                "labels": {k: majority(v, unit["id"]) for k, v in labels.items()},
+                                "by_rater": by_rater, "raters": len(by_unit[unit["id"]]), "pi": unit["pi"]}
         return out
     finally:
         store.close()
+
+
+def majority(labels: list[Any], unit: str) -> Any:
+    """The label most raters gave an item; a tie goes to one of the tied labels picked by a hash of the item's
+    opaque id: the label of a rater chosen at random, never the one whose id sorts first."""
+    counts = collections.Counter(labels)
+    best = max(counts.values())
+    tied = sorted((v for v, c in counts.items() if c == best), key=repr)
+    return tied[int(hashlib.sha256(unit.encode()).hexdigest()[:8], 16) % len(tied)]
 
 
 def _block(est: Estimate, method: str, design: str) -> CalibratedValue:
@@ -116,8 +128,9 @@ def _block(est: Estimate, method: str, design: str) -> CalibratedValue:
         return c if c is not None and all(math.isfinite(x) for x in c) else None
     return CalibratedValue(value=num(est.value), ci=ci(est.ci), n_human=est.n_human, n_judge_only=est.n_unrated,
                            lam=num(est.lam), effective_n=num(est.effective_n), human_only=num(est.human_only),
-                           human_only_ci=ci(est.human_only_ci), method=method, design=design,
-                           reason=est.reason if est.value is None else None)
+                           human_only_ci=ci(est.human_only_ci), method=est.method or method, design=design,
+                           reason=est.reason if est.value is None else None, interval=est.interval,
+                           n_raters=est.n_raters)
 
 
 def _many(task, ctx):
@@ -168,6 +181,10 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
                 for c, v in h["labels"].items():
                     if c in human.labels:
                         human.labels[c][i] = v
+            raters_here = sorted({r for i in np.flatnonzero(rated) for r in humans[(model, task_id, *keys[i])]["by_rater"]})
+            # the judge's verdict on each row: the strata of a stratified draw within this model's task
+            strata = (np.array([f"{v:g}" for v in judge.col(tr.primary_value)], dtype=object)
+                      if design_kind == "stratified" else None)
             equal = not rated.any() or bool(np.allclose(pis[rated], pis[rated][0]))
             design = f"{design_kind} draw, seed {ann.design['seed']}" + (
                 "" if equal else "; rated items weighted 1/pi (unequal inclusion probabilities)")
@@ -180,9 +197,13 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
                 elif column is not None and _is_mean(task, judge, ctx, metric, column):
                     f, y = judge.col(column), human.col(column)
                     ok = ~np.isnan(f) & (~rated | ~np.isnan(y))
+                    per_rater = np.array([[humans[(model, task_id, *k)]["by_rater"].get(r, {}).get(column, math.nan)
+                                           if is_rated else math.nan for r in raters_here]
+                                          for k, is_rated in zip(keys, rated)]).reshape(len(keys), len(raters_here))
                     est = calibrated_mean(f[ok], y[ok], rated[ok], judge.clusters[ok], weights=1 / pis[ok],
                                           seed=derived_seed(seed, f"{label}|{metric}"), n_boot=n_boot,
-                                          min_rated=min_rated)
+                                          min_rated=min_rated, strata=None if strata is None else strata[ok],
+                                          per_rater=per_rater[ok], bounds=form.bounds(column))
                     method = MEAN
                 elif not equal and rated.any():
                     est, method = Estimate(None, None, int(rated.sum()), int((~rated).sum()), reason=(

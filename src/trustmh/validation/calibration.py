@@ -60,6 +60,9 @@ class Estimate:
     human_only: float | None = None  # the rated items' own mean (lambda = 0)
     human_only_ci: tuple[float, float] | None = None
     reason: str | None = None
+    method: str | None = None  # set where it is not the caller's estimator (a post-stratified mean)
+    interval: str | None = None  # how the interval was made, where it is not the cluster bootstrap's percentiles
+    n_raters: int | None = None  # raters resampled with the items (a two-way bootstrap), where more than one
 
     @property
     def ok(self) -> bool:
@@ -80,6 +83,30 @@ def degenerate(n: int, n_unrated: int, judge: np.ndarray, min_rated: int = 2) ->
     if judge.size == 0 or np.all(judge == judge[0]):
         return "the judge gives every item the same value: it carries nothing to calibrate with"
     return None
+
+
+def exact_upper(n: int, level: float = LEVEL) -> float:
+    """Clopper-Pearson's upper limit for 0 successes in n: 1 - (alpha/2)^(1/n) (0.116 for n = 30 at 95%)."""
+    return 1.0 - ((1 - level) / 2) ** (1.0 / n)
+
+
+def no_variance_interval(value: float, n: int, bounds: tuple[float, float] | None,
+                         level: float = LEVEL) -> tuple[tuple[float, float] | None, str]:
+    """The interval of a mean whose n (independent) rated values are all `value` (INFERENCE.md section 7):
+    a bootstrap or a sample variance says [value, value], which no sample of n supports. At a bound of the
+    value's range, the exact one: for values in [lo, hi] all at lo, P(all n at lo) <= (1 - (mean - lo) /
+    (hi - lo))^n, so the mean is under lo + (hi - lo) * exact_upper(n) at the level asked (Clopper-Pearson's
+    limit for 0 of n, exact for 0/1 values). Inside the range no sample of constant values bounds the mean:
+    no interval, and the reason."""
+    if bounds is not None and n >= 1 and bounds[1] > bounds[0]:
+        lo, hi = bounds
+        reach = (hi - lo) * exact_upper(n, level)
+        if value == lo:
+            return (lo, lo + reach), f"Clopper-Pearson exact bound: all {n} rated values are {value:g}"
+        if value == hi:
+            return (hi - reach, hi), f"Clopper-Pearson exact bound: all {n} rated values are {value:g}"
+    return None, (f"no interval: all {n} rated values are {value:g}, inside the scale, and a sample that does not "
+                  "vary bounds nothing there; rate more items")
 
 
 def _z(level: float) -> float:
@@ -217,33 +244,156 @@ def _interval(draws: np.ndarray, level: float, n_boot: int, center: float,
     return center - factor * (center - lo), center + factor * (hi - center)
 
 
+def _rater_draws(rng: np.random.Generator, m: int, per_rater: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """m replicates of the rated rows' human values with the raters resampled (the crossed rater effect of a
+    two-way bootstrap, INFERENCE.md section 8): raters drawn with replacement, each row's value the mean of
+    its drawn raters' values (m x rows). A row none of whose raters was drawn keeps its value over all of
+    them (`fallback`): with every rater rating every item, as `trustmh annotate` asks, that never happens."""
+    r = per_rater.shape[1]
+    picks = np.zeros((m, r))
+    np.add.at(picks, (np.repeat(np.arange(m), r), rng.integers(0, r, m * r)), 1.0)
+    present = ~np.isnan(per_rater)
+    num = picks @ np.where(present, per_rater, 0.0).T
+    den = picks @ present.T.astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, fallback[None, :])
+
+
+def _constant_within(values: np.ndarray, strata: np.ndarray) -> bool:
+    """Whether `values` is one value within each stratum (the judge's, under a draw stratified by it)."""
+    for h in np.unique(strata):
+        v = values[strata == h]
+        if v.size and not np.all(v == v[0]):
+            return False
+    return True
+
+
+def post_stratified(y: np.ndarray, rated: np.ndarray, clusters: np.ndarray, strata: np.ndarray, *, seed: int,
+                    n_boot: int, level: float = LEVEL, per_rater: np.ndarray | None = None,
+                    bounds: tuple[float, float] | None = None) -> Estimate:
+    """The mean under a draw stratified by the judge's verdict: sum_h (M_h / M) * mean of the rated rows of
+    stratum h. Within a stratum the judge's value is one value, so PPI's correction mean_all(f) -
+    mean_rated_w(f) is identically 0 and the weighted PPI estimate is this mean (INFERENCE.md section 8):
+    there is no lambda and no effective n to report. The interval resamples the rated clusters within each
+    stratum (n_h of them, as the design drew them), each stratum's deviation rescaled by sqrt(n_h / (n_h -
+    1)) (Rao & Wu 1988) and the whole by Student's t on (rated clusters - strata) degrees of freedom; with
+    several raters the raters are resampled too. A stratum with no rated row has no mean: no value."""
+    m, n_all = len(y), int(rated.sum())
+    labels, inv = np.unique(strata.astype(str), return_inverse=True)
+    share = np.bincount(inv, minlength=len(labels)) / m
+    missing = [labels[h] for h in range(len(labels)) if not rated[inv == h].any()]
+    if missing:
+        return refused(f"{len(missing)} stratum{'s' if len(missing) != 1 else ''} of the draw "
+                       "ha{} no rated item: the post-stratified mean needs one in each".format(
+                           "ve" if len(missing) != 1 else "s"), n_all, m - n_all)
+    rows = np.flatnonzero(rated)
+    yr, hr = y[rows], inv[rows]
+    units = cluster_layout(np.array([f"{h}\x1f{c}" for h, c in zip(hr, np.asarray(clusters, dtype=object)[rows])],
+                                    dtype=object))[0]
+    k = int(units.max()) + 1
+    unit_stratum = np.zeros(k, int)
+    unit_stratum[units] = hr
+
+    value = float(sum(share[h] * yr[hr == h].mean() for h in range(len(labels))))
+    rng, rng_r = np.random.default_rng(seed), np.random.default_rng([seed, 2])
+    draws = []
+    for done in range(0, n_boot, 200):
+        b = min(200, n_boot - done)
+        w = np.zeros((b, k))
+        for h in range(len(labels)):
+            pool = np.flatnonzero(unit_stratum == h)
+            picks = pool[rng.integers(0, len(pool), (b, len(pool)))]
+            np.add.at(w, (np.repeat(np.arange(b), len(pool)), picks.ravel()), 1.0)
+        yv = _rater_draws(rng_r, b, per_rater[rows], yr) if per_rater is not None else np.broadcast_to(yr, (b, len(yr)))
+        row_w = w[:, units]
+        # Rao-Wu rescaling, stratum by stratum: the plain within-stratum bootstrap's variance is (n_h - 1) / n_h
+        # of the unbiased one
+        scaled = np.full(b, value)
+        for h in range(len(labels)):
+            n_h = int((unit_stratum == h).sum())
+            sel = hr == h
+            mean_h = (row_w[:, sel] * yv[:, sel]).sum(axis=1) / row_w[:, sel].sum(axis=1)
+            scaled += share[h] * (mean_h - float(yr[sel].mean())) * (math.sqrt(n_h / (n_h - 1)) if n_h > 1 else 1.0)
+        draws.append(scaled)
+    d = np.concatenate(draws)
+    df = k - len(labels)
+    from scipy.stats import t
+    widen = float(t.ppf(0.5 + level / 2, df) / _z(level)) if df >= 1 else math.inf
+    est = Estimate(value, _interval(d, level, n_boot, value, widen) if math.isfinite(widen) else None, n_all, m - n_all,
+                   human_only=value, method=POST_STRATIFIED,
+                   interval=f"bootstrap within the {len(labels)} strata" + (
+                       f", raters resampled too ({per_rater.shape[1]} raters)" if per_rater is not None else ""),
+                   n_raters=None if per_rater is None else per_rater.shape[1])
+    est.human_only_ci = est.ci
+    if np.all(yr == yr[0]):
+        est.ci, est.interval = no_variance_interval(float(yr[0]), k, bounds, level)
+        est.human_only_ci = est.ci
+    return est
+
+
+POST_STRATIFIED = "post-stratified mean (stratified draw: the judge's value is constant within each stratum)"
+
+
 def calibrated_mean(f: Any, y: Any, rated: Any, clusters: Any, *, weights: Any = None, seed: int = 0,
                     n_boot: int = 1000, level: float = LEVEL, lam: float | None = None,
-                    min_rated: int = 2) -> Any:
+                    min_rated: int = 2, strata: Any = None, per_rater: Any = None,
+                    bounds: tuple[float, float] | None = None) -> Any:
     """PPI++ for the mean of a value over a run's M items, with the run's cluster bootstrap.
 
-    f: the judge's value of every item; y: the human's (read where `rated`); clusters: the resampling unit
-    of each item; weights: 1/pi of each rated item under a stratified draw (None: uniform). lam None:
-    power-tuned, in the estimate and again in every replicate. f and y of shape (S, M) are S values of the
-    same items (a task's criteria), calibrated on the same replicates: a list of S estimates."""
+    f: the judge's value of every item; y: the human's (read where `rated`; the mean over raters); clusters:
+    the resampling unit of each item; weights: 1/pi of each rated item under a stratified draw (None:
+    uniform). lam None: power-tuned, in the estimate and again in every replicate. f and y of shape (S, M)
+    are S values of the same items (a task's criteria), calibrated on the same replicates: a list of S
+    estimates.
+
+    strata: each item's stratum under a draw stratified by the judge's verdict; a series whose judge value is
+    constant within every stratum is the post-stratified mean (`post_stratified`). per_rater: each item's
+    value from each rater (M x R, or S x M x R; NaN where a rater did not rate it): with two or more raters
+    they are resampled with the items (a two-way bootstrap). bounds: the value's range; rated values that
+    do not vary get the exact interval of `no_variance_interval`, never the bootstrap's zero width."""
     f, y = np.asarray(f, dtype=float), np.asarray(y, dtype=float)
     single = f.ndim == 1
     f, y = np.atleast_2d(f), np.atleast_2d(y)
     rated = np.asarray(rated, dtype=bool)
+    if per_rater is not None:
+        per_rater = np.asarray(per_rater, dtype=float)
+        per_rater = per_rater[None] if per_rater.ndim == 2 else per_rater
+        if per_rater.shape[-1] < 2:
+            per_rater = None
     n, big_n = int(rated.sum()), int((~rated).sum())
     whys = [degenerate(n, big_n, fs, min_rated) for fs in f]
     out: list[Estimate | None] = [refused(w, n, big_n) if w else None for w in whys]
     if all(whys):
         return out[0] if single else out
+    if bounds is None and np.isin(f[~np.isnan(f)], (0.0, 1.0)).all() and np.isin(y[:, rated], (0.0, 1.0)).all():
+        bounds = (0.0, 1.0)  # 0/1 values: a proportion
+    if strata is not None:
+        strata = np.asarray(strata, dtype=object)
+        for i in range(len(f)):
+            if out[i] is None and _constant_within(f[i], strata):
+                out[i] = post_stratified(y[i], rated, np.asarray(clusters, dtype=object), strata,
+                                         seed=seed, n_boot=n_boot, level=level, bounds=bounds,
+                                         per_rater=None if per_rater is None else per_rater[i])
+        if all(e is not None for e in out):
+            return out[0] if single else out
     layout = Layout.of(rated, np.asarray(clusters, dtype=object), weights)
     parts = _mean_parts(layout, y, f)  # (M, S, 9)
     series, q = parts.shape[1], parts.shape[2]
     flat = parts.reshape(len(rated), series * q)
     per_cluster = np.stack([np.bincount(layout.inverse, weights=p, minlength=layout.n_clusters) for p in flat.T], axis=1)
     theta, lam_hat, human = _mean_from_sums(parts.sum(axis=0), lam)
+    rows = np.flatnonzero(rated)
+    rng_r = np.random.default_rng([seed, 2])
     draws, human_draws = [], []
     for block in layout.blocks(seed, n_boot):
-        t, _, h = _mean_from_sums((block @ per_cluster).reshape(len(block), series, q), lam)
+        sums = (block @ per_cluster).reshape(len(block), series, q)
+        if per_rater is not None:  # the human terms w*Y and w*Y*f again, from the raters drawn in each replicate
+            mult = block[:, layout.inverse[rows]] * layout.weights[rows]
+            for i in range(series):
+                yv = _rater_draws(rng_r, len(block), per_rater[i][rows], y[i][rows])
+                sums[:, i, 4] = (mult * yv).sum(axis=1)
+                sums[:, i, 6] = (mult * yv * f[i][rows]).sum(axis=1)
+        t, _, h = _mean_from_sums(sums, lam)
         draws.append(t)
         human_draws.append(h)
     d, h = np.concatenate(draws), np.concatenate(human_draws)
@@ -251,10 +401,20 @@ def calibrated_mean(f: Any, y: Any, rated: Any, clusters: Any, *, weights: Any =
     for i in range(series):
         if out[i] is None:
             var_d, var_h = np.nanvar(d[:, i]), np.nanvar(h[:, i])
-            out[i] = Estimate(float(theta[i]), _interval(d[:, i], level, n_boot, float(theta[i]), widen), n, big_n,
-                              float(lam_hat[i]), effective_n=float(n * var_h / var_d) if var_d > 0 else None,
-                              human_only=float(human[i]),
-                              human_only_ci=_interval(h[:, i], level, n_boot, float(human[i]), widen))
+            est = Estimate(float(theta[i]), _interval(d[:, i], level, n_boot, float(theta[i]), widen), n, big_n,
+                           float(lam_hat[i]), effective_n=float(n * var_h / var_d) if var_d > 0 else None,
+                           human_only=float(human[i]),
+                           human_only_ci=_interval(h[:, i], level, n_boot, float(human[i]), widen))
+            if per_rater is not None:
+                est.n_raters = per_rater.shape[-1]
+                est.interval = (f"two-way bootstrap: rated clusters and the {est.n_raters} raters resampled, "
+                                "lambda tuned again in each replicate")
+            yr = y[i][rows]
+            if lam_hat[i] == 0 and yr.size and np.all(yr == yr[0]):
+                # lambda 0: the estimate is the human values' own mean, and they do not vary
+                est.ci, est.interval = no_variance_interval(float(yr[0]), len(layout.with_rated), bounds, level)
+                est.human_only_ci, est.effective_n = est.ci, None
+            out[i] = est
     return out[0] if single else out
 
 

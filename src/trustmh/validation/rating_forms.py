@@ -49,6 +49,15 @@ class RatingForm:
                 "criteria": [{"name": c.name, "question": c.question, "choices": [list(x) for x in c.choices]}
                              for c in self.criteria]}
 
+    def bounds(self, column: str | None) -> tuple[float, float] | None:
+        """The range of a per-sample value that is one of the form's criteria (None: another value; a 0/1
+        value is then read as a proportion by the calibration)."""
+        for c in self.criteria:
+            if c.name == column:
+                values = [v for v, _ in c.choices]
+                return float(min(values)), float(max(values))
+        return None
+
     def check(self, answers: Any) -> str | None:
         """Why `answers` is not a complete rating on this form (None: it is)."""
         if not isinstance(answers, dict):
