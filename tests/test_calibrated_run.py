@@ -214,12 +214,38 @@ def test_invalid_draws_and_too_few_ratings_give_reasons(rated_run, tmp_path):
     moved.design["strata"]["all"]["size"] += 1  # drawn from another set of judged samples than the run's
     got = calibrate(run, moved, seed=0, n_boot=100).models["openai/m"].tasks[TASK_ID].calibrated
     assert got.value is None and "draw again" in got.reason
-    unequal = annotate.read_annotation(run_dir)
-    for u in unequal.units[:20]:
+    forged = annotate.read_annotation(run_dir)
+    for u in forged.units[:20]:  # probabilities that are not the draw's: those items' ratings are left out
         u["pi"] = 0.5
-    out = calibrate(run, unequal, seed=0, n_boot=100).models["openai/m"].tasks[TASK_ID]
-    assert out.calibrated.value is not None and "weighted 1/pi" in out.calibrated.design
-    assert out.metrics["warmth_x_r"].calibrated.value is None and "unequal" in out.metrics["warmth_x_r"].calibrated.reason
+    out = calibrate(run, forged, seed=0, n_boot=100)
+    assert out.calibration["ratings_left_out"] == {"the item's inclusion probability is not the one its draw gives":
+                                                   sum(r["unit"] in {u["id"] for u in forged.units[:20]}
+                                                       for r in forged.ratings)}
+    # a draw stratified by the judge's verdict: unequal probabilities, weighted back; the primary value is the
+    # post-stratified mean (the judge's value is constant within each stratum), a non-mean gets no value
+    copy = tmp_path / "strat"
+    shutil.copytree(run_dir, copy)
+    (copy / "annotation.json").unlink()
+    strat_run = load_run(copy)
+    strat = annotate.open_annotation(strat_run, 44, "stratified", 3)  # 4 or 5 of each of the 10 strata of 30
+    for u in strat.units:
+        strat.rate(u["id"], "dr-a", {"warmth": human_warmth(int(u["item_id"][1:]), u["model"].split("/")[1])})
+    res = calibrate(strat_run, strat, seed=0, n_boot=100)
+    unequal = 0
+    for model in ("openai/m", "openai/w"):
+        out = res.models[model].tasks[TASK_ID]
+        pis = {u["pi"] for u in strat.units if u["model"] == model}
+        unequal += len(pis) > 1
+        assert out.calibrated.value is not None and ("weighted 1/pi" in out.calibrated.design) == (len(pis) > 1)
+        assert out.calibrated.method.startswith("post-stratified mean") and out.calibrated.lam is None
+        assert out.calibrated.effective_n is None
+        # the clinicians give one value to every reply the judge gave one value (on m): no stratum varies, and
+        # the interval is the strata's exact bounds, never [2, 2]
+        assert out.calibrated.ci[0] < out.calibrated.value < out.calibrated.ci[1]
+        if len(pis) > 1:
+            r = out.metrics["warmth_x_r"].calibrated
+            assert r.value is None and "unequal" in r.reason
+    assert unequal and "Clopper-Pearson" in res.models["openai/m"].tasks[TASK_ID].calibrated.interval
     # ratings given from elsewhere: a copy of the annotation file
     shutil.copy(run_dir / "annotation.json", tmp_path / "ratings.json")
     again = with_ratings(run_dir, run.results, tmp_path / "ratings.json")

@@ -118,10 +118,13 @@ def test_thirty_rated_zeros_get_the_exact_bound_not_zero_width():
     five = calibrated_mean(rng.integers(0, 6, m).astype(float), np.full(m, 5.0), rated, np.arange(m), seed=0,
                            n_boot=300, bounds=(0.0, 5.0))
     assert five.value == 5.0 and five.ci == pytest.approx((5.0 - 5.0 * hi, 5.0))
-    # all at 3 of 0-5: nothing bounds the mean there; no interval, and the reason
+    # all at 3 of 0-5: P(X != 3) <= the same bound, so the mean is within 3 -+ 3 or 2 times it
     mid = calibrated_mean(rng.integers(0, 6, m).astype(float), np.full(m, 3.0), rated, np.arange(m), seed=0,
                           n_boot=300, bounds=(0.0, 5.0))
-    assert mid.value == 3.0 and mid.ci is None and "no interval" in mid.interval
+    assert mid.value == 3.0 and mid.ci == pytest.approx((3.0 - 3.0 * hi, 3.0 + 2.0 * hi))
+    # without the value's range nothing bounds it: no interval, and the reason
+    unknown = calibrated_mean(rng.normal(size=m), np.full(m, 3.0), rated, np.arange(m), seed=0, n_boot=300)
+    assert unknown.value == 3.0 and unknown.ci is None and "no interval" in unknown.interval
 
 
 def _stratified(rng, m=600):

@@ -450,9 +450,12 @@ def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
     blocks = [mv.calibrated for mr in results.models.values() for tr in mr.tasks.values()
               for mv in tr.metrics.values() if mv.calibrated is not None]
     cal = results.calibration or {}
+    left = cal.get("ratings_left_out") or {}
+    why = (f"; {sum(left.values())} of {sum(left.values()) + cal.get('n_ratings', 0)} ratings left out ("
+           + ", ".join(f"{k}: {v}" for k, v in left.items()) + ")") if left else ""
     out.print(f"calibrated: {sum(b.value is not None for b in blocks)} of {len(blocks)} judged values anchored to "
-              f"{cal.get('n_rated', 0)} rated items ({', '.join(cal.get('raters') or []) or 'no rater yet'}); the "
-              f"others say why not (results.json, report: Anchored to clinicians)", markup=False, highlight=False)
+              f"{cal.get('n_rated', 0)} rated items ({', '.join(cal.get('raters') or []) or 'no rater yet'}){why}; "
+              f"the others say why not (results.json, report: Anchored to clinicians)", markup=False, highlight=False)
     return results
 
 

@@ -17,11 +17,11 @@ a write also needs the page's own Origin. `export` writes the ratings in `valida
 
 from __future__ import annotations
 
-import csv
+import collections
 import datetime as dt
 import hashlib
-import io
 import json
+import math
 import re
 import threading
 from dataclasses import dataclass, field
@@ -116,6 +116,51 @@ class Annotation:
         self.ratings = [r for r in self.ratings if not (r["unit"] == unit and r["rater"] == rater)]
         self.ratings.append({"unit": unit, "rater": rater, "answers": answers,
                              "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+
+
+def design_pi(ann: Annotation, unit: dict[str, Any]) -> float | None:
+    """A drawn unit's inclusion probability as the draw's own record gives it: the share of the frame's items
+    drawn (uniform), or of its stratum's replies (stratified). None when the record cannot say."""
+    d = ann.design
+    if d["kind"] == "uniform":
+        items = {(u["task"], u["item_id"], u["variant"]) for u in ann.units}
+        total = d.get("n_items")
+        return len(items) / total if isinstance(total, int) and total >= len(items) else None
+    h = (d.get("strata") or {}).get(unit.get("stratum"))
+    if not isinstance(h, dict) or not isinstance(h.get("size"), int) or not isinstance(h.get("drawn"), int) \
+            or not 0 < h["drawn"] <= h["size"]:
+        return None
+    return h["drawn"] / h["size"]
+
+
+def checked_ratings(ann: Annotation, forms: dict[str, RatingForm]) -> tuple[list[dict[str, Any]], collections.Counter]:
+    """The ratings of annotation.json that are ratings on their item's form, each (item, rater) once, and the
+    rest counted by reason: answers that are not the form's (a string "5", a fraction, NaN, off the scale,
+    missing or unknown criteria), a second rating of an item by the same rater (the later one is kept, as
+    the page keeps it), an item whose inclusion probability is not the one its draw gives (a weight that is
+    not the design's would move the estimate: 1e-300 moved a mean from 2.90 to 4.0), an item of a task
+    without a form."""
+    units = {u["id"]: u for u in ann.units}
+    left: collections.Counter = collections.Counter()
+    latest: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in ann.ratings:
+        key = (r["unit"], r["rater"])
+        if key in latest:
+            left["a second rating of the same item by the same rater (the later one kept)"] += 1
+        latest[key] = r
+    kept = []
+    for r in latest.values():
+        u = units[r["unit"]]
+        form = forms.get(u["task"])
+        want = design_pi(ann, u)
+        why = ("the item's task has no rating form in this run" if form is None else form.problem(r["answers"]))
+        if why is None and (want is None or not math.isclose(u["pi"], want, rel_tol=1e-9)):
+            why = "the item's inclusion probability is not the one its draw gives"
+        if why:
+            left[why] += 1
+        else:
+            kept.append(r)
+    return kept, left
 
 
 def read_annotation(run_dir: Path) -> Annotation | None:
@@ -367,8 +412,9 @@ def export_rows(runs: list[Run], anns: list[Annotation]) -> list[dict[str, Any]]
     drawn unit's opaque id, the context its messages as `role: text` lines."""
     shown = shown_units(runs, anns)
     rows = []
-    for ann in anns:
-        for r in sorted(ann.ratings, key=lambda r: (r["unit"], r["rater"])):
+    for run, ann in zip(runs, anns):
+        usable, _ = checked_ratings(ann, judged_tasks(run)[0])
+        for r in sorted(usable, key=lambda r: (r["unit"], r["rater"])):
             s = shown.get(r["unit"])
             if s is None:
                 continue
@@ -382,18 +428,18 @@ def export_rows(runs: list[Run], anns: list[Annotation]) -> list[dict[str, Any]]
 
 
 def export(runs: list[Run], anns: list[Annotation], path: Path) -> int:
-    """Write the ratings to `path` (.csv, or .jsonl/.json for JSON Lines) through the one writer."""
+    """Write the ratings to `path` (.csv, or .jsonl/.json for JSON Lines) through the one writer. CSV goes
+    through the escaping layer (`escaping.csv_text`): a reply that starts with `=HYPERLINK(` or holds
+    control characters is a text cell a spreadsheet shows, never a formula it runs; the JSON Lines export
+    keeps every text exactly."""
     from ..engine.rundir import atomic_write, check_output_target
+    from ..escaping import csv_text
     path = check_output_target(Path(path), [r.dir for r in runs], what="--export")
     rows = export_rows(runs, anns)
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     else:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(EXPORT_FIELDS), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-        text = buf.getvalue()
+        text = csv_text(list(EXPORT_FIELDS), rows)
     atomic_write(path, text)
     return len(rows)
 

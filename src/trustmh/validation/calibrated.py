@@ -25,7 +25,8 @@ from ..errors import UserError
 from ..judges.rubric import Judged, Verdicts
 from ..scoring.metrics import Resamples, Table, derived_seed, mean
 from ..scoring.results import CalibratedValue, RunResults
-from .annotate import Annotation, frame_of, judged_tasks, read_annotation, read_annotation_file
+from .annotate import (Annotation, checked_ratings, frame_of, judged_tasks, read_annotation,
+                       read_annotation_file)
 from .calibration import MIN_RATED, Estimate, calibrated_mean, frame_items, ppboot, stratum_of
 from .rating_forms import RatingForm
 
@@ -65,7 +66,7 @@ def human_scores(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> dic
     from ..engine.prepare import prepare, prepare_from_store, samples_except
     from ..engine.store import Store
     by_unit: dict[str, list[dict]] = collections.defaultdict(list)
-    for r in sorted(ann.ratings, key=lambda r: r["rater"]):
+    for r in sorted(checked_ratings(ann, forms)[0], key=lambda r: r["rater"]):
         by_unit[r["unit"]].append(r)
     wanted = {(u["model"], u["task"], u["item_id"], u["variant"]): u for u in ann.units if u["id"] in by_unit}
     if not wanted:
@@ -160,7 +161,8 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
     invalid = _frame_check(run, ann, forms)
     humans = human_scores(run, ann, forms) if invalid is None else {}
     rows = read_rows(run, set(results.models))
-    raters = sorted({r["rater"] for r in ann.ratings})
+    usable, left_out = checked_ratings(ann, forms)
+    raters = sorted({r["rater"] for r in usable})
     for model, mr in results.models.items():
         for task_id, tr in mr.tasks.items():
             form = forms.get(task_id)
@@ -221,7 +223,8 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
                     tr.calibrated = block
     results.calibration = {"file": str(ann.path), "sha256": hashlib.sha256(ann.path.read_bytes()).hexdigest(),
                            "design": {k: ann.design[k] for k in ("kind", "seed", "n", "n_frame") if k in ann.design},
-                           "n_rated": len({r["unit"] for r in ann.ratings}), "n_ratings": len(ann.ratings),
+                           "n_rated": len({r["unit"] for r in usable}), "n_ratings": len(usable),
+                           "ratings_left_out": dict(sorted(left_out.items())),
                            "raters": raters, "min_rated": min_rated, "invalid": invalid}
     return results
 

@@ -93,20 +93,17 @@ def exact_upper(n: int, level: float = LEVEL) -> float:
 def no_variance_interval(value: float, n: int, bounds: tuple[float, float] | None,
                          level: float = LEVEL) -> tuple[tuple[float, float] | None, str]:
     """The interval of a mean whose n (independent) rated values are all `value` (INFERENCE.md section 7):
-    a bootstrap or a sample variance says [value, value], which no sample of n supports. At a bound of the
-    value's range, the exact one: for values in [lo, hi] all at lo, P(all n at lo) <= (1 - (mean - lo) /
-    (hi - lo))^n, so the mean is under lo + (hi - lo) * exact_upper(n) at the level asked (Clopper-Pearson's
-    limit for 0 of n, exact for 0/1 values). Inside the range no sample of constant values bounds the mean:
-    no interval, and the reason."""
-    if bounds is not None and n >= 1 and bounds[1] > bounds[0]:
-        lo, hi = bounds
-        reach = (hi - lo) * exact_upper(n, level)
-        if value == lo:
-            return (lo, lo + reach), f"Clopper-Pearson exact bound: all {n} rated values are {value:g}"
-        if value == hi:
-            return (hi - reach, hi), f"Clopper-Pearson exact bound: all {n} rated values are {value:g}"
-    return None, (f"no interval: all {n} rated values are {value:g}, inside the scale, and a sample that does not "
-                  "vary bounds nothing there; rate more items")
+    a bootstrap or a sample variance says [value, value], which no sample of n supports. For values in
+    [lo, hi], all n equal to c happens with probability P(X = c)^n, so Clopper-Pearson's limit for n of n
+    gives P(X != c) <= u = 1 - (alpha/2)^(1/n) and the mean lies in [c - (c - lo) u, c + (hi - c) u]: at a
+    bound of the range, Clopper-Pearson's own interval for 0 of n (0.116 for 30 zeros of a 0/1 value); for
+    0/1 values exact. Without the value's range nothing bounds the mean: no interval, and the reason."""
+    if bounds is None or n < 1 or not bounds[1] > bounds[0] or not bounds[0] <= value <= bounds[1]:
+        return None, (f"no interval: all {n} rated values are {value:g} and the value's range is unknown, so a sample "
+                      "that does not vary bounds nothing; rate more items")
+    u = exact_upper(n, level)
+    return ((value - (value - bounds[0]) * u, value + (bounds[1] - value) * u),
+            f"Clopper-Pearson exact bound: all {n} rated values are {value:g}")
 
 
 def _z(level: float) -> float:
@@ -324,10 +321,23 @@ def post_stratified(y: np.ndarray, rated: np.ndarray, clusters: np.ndarray, stra
                    interval=f"bootstrap within the {len(labels)} strata" + (
                        f", raters resampled too ({per_rater.shape[1]} raters)" if per_rater is not None else ""),
                    n_raters=None if per_rater is None else per_rater.shape[1])
+    # a stratum whose rated values do not vary adds nothing to the bootstrap's spread: its own exact bound
+    # (no_variance_interval, Bonferroni over such strata) widens the interval by its share instead
+    flat = [h for h in range(len(labels)) if np.all(yr[hr == h] == yr[hr == h][0])]
+    if flat and est.ci is not None:
+        lo, hi = est.ci
+        for h in flat:
+            c = float(yr[hr == h][0])
+            got, why = no_variance_interval(c, int((unit_stratum == h).sum()), bounds, 1 - (1 - level) / len(flat))
+            if got is None:
+                est.ci, est.interval = None, why
+                break
+            lo, hi = lo - share[h] * (c - got[0]), hi + share[h] * (got[1] - c)
+        else:
+            est.ci = (lo, hi)
+            est.interval += (f"; {len(flat)} stratum's" if len(flat) == 1 else f"; {len(flat)} strata's") + (
+                " rated values do not vary: widened by their Clopper-Pearson exact bounds")
     est.human_only_ci = est.ci
-    if np.all(yr == yr[0]):
-        est.ci, est.interval = no_variance_interval(float(yr[0]), k, bounds, level)
-        est.human_only_ci = est.ci
     return est
 
 

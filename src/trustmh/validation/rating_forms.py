@@ -15,6 +15,7 @@ A plugin task gets a form by declaring `rating_form = RatingForm(...)` on the ta
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -56,6 +57,25 @@ class RatingForm:
             if c.name == column:
                 values = [v for v, _ in c.choices]
                 return float(min(values)), float(max(values))
+        return None
+
+    def problem(self, answers: Any) -> str | None:
+        """Why `answers` read from a file is not a rating on this form, as a reason to count (None: it is one):
+        a rating is a whole number the criterion offers, never a string, a fraction, NaN or off the scale."""
+        if not isinstance(answers, dict):
+            return "answers are not an object"
+        if set(answers) - {c.name for c in self.criteria}:
+            return "answers name a criterion the form does not have"
+        for c in self.criteria:
+            v = answers.get(c.name)
+            if v is None:
+                return "answers lack a criterion of the form"
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return "a rating is not a number"
+            if isinstance(v, float) and not (math.isfinite(v) and v == int(v)):
+                return "a rating is not a whole number"
+            if not c.allows(int(v)):
+                return "a rating is off the form's scale"
         return None
 
     def check(self, answers: Any) -> str | None:
