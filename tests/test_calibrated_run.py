@@ -196,7 +196,7 @@ def test_report_gate_and_rank_table_show_the_same_numbers(rated_run, tmp_path):
     plain = runner.invoke(app, ["gate", str(run_dir), "--min", f"{TASK_ID}={between}"])
     calibrated = runner.invoke(app, ["gate", str(run_dir), "--min", f"{TASK_ID}={between}", "--calibrated"])
     assert "openai/m" not in plain.output, plain.output
-    assert calibrated.exit_code == 1 and f"openai/m: {TASK_ID} = {cal['value']:.4g} <" in calibrated.output
+    assert calibrated.exit_code == 1 and f"openai/m: {TASK_ID} (calibrated) = {cal['value']:.4g} <" in calibrated.output
     table = runner.invoke(app, ["report", str(run_dir), "--format", "csv", "--calibrated"])
     assert table.exit_code == 0, table.output
 

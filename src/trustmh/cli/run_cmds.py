@@ -396,8 +396,10 @@ def score_cmd(
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
     ratings: Optional[Path] = typer.Option(None, "--ratings", help="Human ratings of the run to calibrate its judged "
                                                                    "values with: an annotation.json of `trustmh "
-                                                                   "annotate` (default: RUN_DIR/annotation.json "
-                                                                   "when there is one)."),
+                                                                   "annotate`, or its --export (.csv, .jsonl: the "
+                                                                   "draw is read from RUN_DIR/annotation.json) "
+                                                                   "(default: RUN_DIR/annotation.json when there "
+                                                                   "is one)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called. With human ratings of

@@ -99,6 +99,7 @@ class Annotation:
     units: list[dict[str, Any]]
     ratings: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    left_out: collections.Counter = field(default_factory=collections.Counter)  # lines of an export not read
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": KIND, "version": 1, "run_id": self.run_id, "design": self.design, "units": self.units,
@@ -122,11 +123,14 @@ def design_pi(ann: Annotation, unit: dict[str, Any]) -> float | None:
     """A drawn unit's inclusion probability as the draw's own record gives it: the share of the frame's items
     drawn (uniform), or of its stratum's replies (stratified). None when the record cannot say."""
     d = ann.design
-    if d["kind"] == "uniform":
+    if d["kind"] == "uniform" and isinstance(d.get("tasks"), dict):  # drawn task by task (plan_tasks)
+        h = d["tasks"].get(unit.get("task"))
+    elif d["kind"] == "uniform":  # a draw over every task's items at once (annotation files before issue 47)
         items = {(u["task"], u["item_id"], u["variant"]) for u in ann.units}
         total = d.get("n_items")
         return len(items) / total if isinstance(total, int) and total >= len(items) else None
-    h = (d.get("strata") or {}).get(unit.get("stratum"))
+    else:
+        h = (d.get("strata") or {}).get(unit.get("stratum"))
     if not isinstance(h, dict) or not isinstance(h.get("size"), int) or not isinstance(h.get("drawn"), int) \
             or not 0 < h["drawn"] <= h["size"]:
         return None
@@ -141,7 +145,7 @@ def checked_ratings(ann: Annotation, forms: dict[str, RatingForm]) -> tuple[list
     not the design's would move the estimate: 1e-300 moved a mean from 2.90 to 4.0), an item of a task
     without a form."""
     units = {u["id"]: u for u in ann.units}
-    left: collections.Counter = collections.Counter()
+    left: collections.Counter = collections.Counter(ann.left_out)
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for r in ann.ratings:
         key = (r["unit"], r["rater"])
@@ -187,6 +191,46 @@ def read_annotation_file(path: Path) -> Annotation:
     if problem:
         raise UserError(f"{path}: {problem}")
     return Annotation(path, data["run_id"], data["design"], data["units"], data["ratings"])
+
+
+EXPORT_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+
+
+def read_ratings(path: Path, run_dir: Path) -> Annotation:
+    """`trustmh score --ratings FILE`: an annotation file, or `annotate --export`'s CSV or JSON Lines read back
+    onto the run's own draw (RUN/annotation.json holds the draw; the export, one line per criterion of a
+    rating, holds the ratings). A line that is not a rating of a drawn item is counted with its reason."""
+    path = Path(path)
+    if path.suffix.lower() not in EXPORT_SUFFIXES:
+        return read_annotation_file(path)
+    from .human_ratings import _records
+    base = read_annotation(run_dir)
+    if base is None:
+        raise UserError(f"--ratings {path}: an export holds the ratings, not the draw they rate; {run_dir} has no "
+                        f"{ANNOTATION} (give the annotation file itself, or the run the export came from)")
+    records, kind = _records(path)
+    units = {u["id"] for u in base.units}
+    answers: dict[tuple[str, str], dict[str, Any]] = {}
+    left: collections.Counter = collections.Counter()
+    for _no, rec in records:
+        if not isinstance(rec, dict) or rec.get("item") not in units:
+            left["a line's item is not an item of this run's draw"] += 1
+            continue
+        rater, criterion, rating = rec.get("rater"), rec.get("criterion"), rec.get("rating")
+        if not isinstance(rater, str) or not RATER.match(rater) or not isinstance(criterion, str):
+            left["a line's rater or criterion is missing or malformed"] += 1
+            continue
+        if kind == "csv" and isinstance(rating, str):  # CSV cells are text: "4" is the number 4, "4.5" a fraction
+            text = rating.strip()
+            rating = int(text) if re.fullmatch(r"-?\d{1,6}", text) else (
+                float(text) if re.fullmatch(r"-?\d{1,6}\.\d{1,6}", text) else rating)
+        got = answers.setdefault((rec["item"], rater), {})
+        if criterion in got:
+            left["a second rating of the same item, criterion and rater"] += 1
+            continue
+        got[criterion] = rating
+    ratings = [{"unit": u, "rater": r, "answers": a} for (u, r), a in answers.items()]
+    return Annotation(path, base.run_id, base.design, base.units, ratings, left_out=left)
 
 
 def _shape(data: Any) -> str | None:
@@ -246,13 +290,41 @@ def open_annotation(run: Run, n: int | None, design: str | None, seed: int | Non
     counts: dict[str, int] = {}
     for d in drawn:
         counts[d.stratum] = counts.get(d.stratum, 0) + 1
+    task_items: dict[str, set] = {}
+    for row in frame:
+        task_items.setdefault(row.task, set()).add((row.item_id, row.variant))
+    task_drawn: dict[str, set] = {}
+    for d in drawn:
+        task_drawn.setdefault(d.row.task, set()).add((d.row.item_id, d.row.variant))
     spec = {"kind": design, "seed": seed, "n": n, "n_frame": len(frame), "n_items": frame_items(frame),
             "strata": {h: {"size": sizes[h], "drawn": counts.get(h, 0)} for h in sorted(sizes)},
+            **({"tasks": {t: {"size": len(v), "drawn": len(task_drawn.get(t, ()))} for t, v in sorted(task_items.items())}}
+               if design == "uniform" else {}),
             "samples_sha256": run.results.outputs.get("samples_sha256"),
             "not_rated": without}
     ann = Annotation(run.dir / ANNOTATION, run.id, spec, units)
     ann.save()
     return ann
+
+
+def plan_notes(ann: Annotation) -> list[tuple[str, str]]:
+    """(task, why) for each (model's) task of the draw that cannot reach a calibrated value as drawn, said when
+    the draw is made and on the rating page: fewer than MIN_RATED items drawn of a model's task, or every item
+    of it drawn (then the value is the raters' own, with nothing left for the judge to add)."""
+    from .calibration import MIN_RATED
+    per: dict[tuple[str, str], int] = {}
+    for u in ann.units:
+        per[(u["model"], u["task"])] = per.get((u["model"], u["task"]), 0) + 1
+    sizes = {t: v.get("size") for t, v in (ann.design.get("tasks") or {}).items() if isinstance(v, dict)}
+    out: dict[str, str] = {}
+    for (model, task), k in sorted(per.items()):
+        if k < MIN_RATED:
+            out.setdefault(task, f"{k} item{'s' if k != 1 else ''} drawn, fewer than the {MIN_RATED} a calibrated value "
+                                 f"needs: draw again with a larger --n")
+        elif sizes.get(task) == k:
+            out.setdefault(task, f"all {k} items drawn: the value will be the raters' own, not calibrated (nothing is "
+                                 "left for the judge to add)")
+    return sorted(out.items())
 
 
 # --- what the page is given ---------------------------------------------------------------------------
@@ -329,6 +401,8 @@ class _Handler(LocalHandler):
             if not RATER.match(rater):
                 return self._refuse(400, "rater: a short id (letters, digits, . _ @ -)")
             return self._json(self._next(rater, args.get("skip", "")))
+        if url.path == "/api/plan":
+            return self._json({"sets": self._sets()})
         return self._refuse(404, "no such page")
 
     do_HEAD = do_GET
@@ -360,9 +434,34 @@ class _Handler(LocalHandler):
             ann.save()
         return self._json({"ok": True, **self._progress(rater)})
 
-    def _progress(self, rater: str) -> dict[str, int]:
+    def _progress(self, rater: str) -> dict[str, Any]:
         done = sum(len(a.rated_by(rater) & set(self.shown)) for a in self.anns)
-        return {"done": done, "total": len(self.shown)}
+        return {"done": done, "total": len(self.shown), "sets": self._sets()}
+
+    def _sets(self) -> list[dict[str, Any]]:
+        """Progress toward a calibrated value, one set of items per task (named by its form, never its id):
+        items rated by anyone, for the model with the fewest, against MIN_RATED; and the draw's note where the
+        set cannot reach one (`plan_notes`)."""
+        from .calibration import MIN_RATED
+        tasks = sorted({u["task"] for a in self.anns for u in a.units if u["id"] in self.shown})
+        notes = {t: why for a in self.anns for t, why in plan_notes(a)}
+        out = []
+        for k, task in enumerate(tasks, 1):
+            drawn: dict[str, int] = {}
+            rated: dict[str, int] = {}
+            title = ""
+            for a in self.anns:
+                done = {r["unit"] for r in a.ratings}
+                for u in a.units:
+                    if u["task"] == task and u["id"] in self.shown:
+                        key = f"{a.run_id}\x1f{u['model']}"
+                        drawn[key] = drawn.get(key, 0) + 1
+                        rated[key] = rated.get(key, 0) + (u["id"] in done)
+                        title = self.shown[u["id"]].form.title
+            least = min(drawn, key=lambda m: (rated[m], m))
+            out.append({"label": f"Set {k}: {title}", "rated": rated[least], "drawn": drawn[least],
+                        "needed": MIN_RATED, "note": notes.get(task)})
+        return out
 
     def _next(self, rater: str, skip: str) -> dict[str, Any]:
         done = set().union(*(a.rated_by(rater) for a in self.anns))

@@ -25,8 +25,7 @@ from ..errors import UserError
 from ..judges.rubric import Judged, Verdicts
 from ..scoring.metrics import Resamples, Table, derived_seed, mean
 from ..scoring.results import CalibratedValue, RunResults
-from .annotate import (Annotation, checked_ratings, frame_of, judged_tasks, read_annotation,
-                       read_annotation_file)
+from .annotate import Annotation, checked_ratings, frame_of, judged_tasks, read_annotation, read_ratings
 from .calibration import MIN_RATED, Estimate, calibrated_mean, frame_items, ppboot, stratum_of
 from .rating_forms import RatingForm
 
@@ -242,7 +241,7 @@ def with_ratings(run_dir: Path, results: RunResults, ratings: Path | None = None
     the one writer, when the run has ratings (RUN/annotation.json, or the annotation file `ratings`)."""
     from ..analysis.runs import Run
     from ..engine.rundir import atomic_write
-    ann = read_annotation_file(ratings) if ratings is not None else read_annotation(run_dir)
+    ann = read_ratings(ratings, Path(run_dir)) if ratings is not None else read_annotation(run_dir)
     if ann is None:
         return results
     spec = results.spec
@@ -250,6 +249,17 @@ def with_ratings(run_dir: Path, results: RunResults, ratings: Path | None = None
                            n_boot=int(results.bootstrap.get("n_boot", 1000)))
     atomic_write(Path(run_dir) / "results.json", calibrated.model_dump_json(indent=2))
     return calibrated
+
+
+def calibrated_notes(results: RunResults, label: str) -> list[str]:
+    """What a calibrated view of the rank table says under it: that its judged values are calibrated, and, for
+    each judged value without one, why (the cell itself shows no value)."""
+    out = []
+    for model, mr in results.models.items():
+        for task_id, tr in sorted(mr.tasks.items()):
+            if tr.calibrated is not None and tr.calibrated.value is None:
+                out.append(f"{label or model}, {task_id}: no calibrated value ({tr.calibrated.reason})")
+    return out
 
 
 def calibrated_view(results: RunResults) -> RunResults:
@@ -279,6 +289,7 @@ def calibrated_view(results: RunResults) -> RunResults:
         summary = model_summary(model, mr.tasks, seed=int(results.spec.get("seed", 0) or 0))
         summary.identity = mr.identity
         view.models[model] = summary
+    view.calibration = {**view.calibration, "view": "calibrated"}  # what the gate's lines and the rank table say
     view.notes = [*view.notes, "calibrated values (--calibrated): judged values anchored to human ratings (PPI++); "
                                "trust, pillar and overall scores computed from them"]
     return view
@@ -294,7 +305,7 @@ def _humans_of(run: Run) -> tuple[Annotation | None, dict, dict[str, RatingForm]
     path = Path(str(cal.get("file") or run.dir / "annotation.json"))
     key = (str(run.dir.resolve()), str(path))
     if key not in _HUMANS:
-        ann = read_annotation_file(path) if path.is_file() else None
+        ann = read_ratings(path, run.dir) if path.is_file() else None
         _HUMANS[key] = (ann, human_scores(run, ann, forms) if ann is not None and _frame_check(run, ann, forms) is None
                         else {})
     ann, humans = _HUMANS[key]

@@ -535,13 +535,13 @@ def frame_items(frame: list[FrameRow]) -> int:
 MIN_PER_STRATUM = 5
 
 
-def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
-    """n items over strata of the given sizes: at least MIN_PER_STRATUM from each (all of a smaller one:
-    the few replies a judge called harmful are rated, not left to chance), the rest in proportion to the
-    strata's sizes (largest remainders), so that the weights 1/pi stay close to one another. Unequal
-    allocations make a few heavily weighted ratings decide the estimate and its interval skewed."""
+def allocate(sizes: dict[str, int], n: int, floor: int = MIN_PER_STRATUM) -> dict[str, int]:
+    """n items over strata of the given sizes: at least `floor` from each (all of a smaller one: the few
+    replies a judge called harmful are rated, not left to chance), the rest in proportion to the strata's
+    sizes (largest remainders), so that the weights 1/pi stay close to one another. Unequal allocations
+    make a few heavily weighted ratings decide the estimate and its interval skewed."""
     n = min(n, sum(sizes.values()))
-    floor_ = min(MIN_PER_STRATUM, n // max(len(sizes), 1))
+    floor_ = min(floor, n // max(len(sizes), 1))
     out = {h: min(floor_, m) for h, m in sizes.items()}
     left = n - sum(out.values())
     room = {h: sizes[h] - out[h] for h in sizes}
@@ -559,10 +559,21 @@ def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
     return out
 
 
+def plan_tasks(sizes: dict[str, int], n: int, minimum: int = MIN_RATED) -> dict[str, int]:
+    """How many of each task's items a uniform draw of n takes: a calibrated value needs `minimum` rated items
+    of a model's task and at least one the judge alone rated, so each task first gets up to `minimum` (all
+    but one of its items), then the rest goes in proportion to the tasks' sizes (`allocate`). With n under
+    `minimum` per task the floor is what n allows, and the draw says which tasks fall short
+    (`annotate.plan_notes`)."""
+    room = {t: k - 1 if k > minimum else k for t, k in sizes.items()}
+    return allocate(room, n, floor=minimum)
+
+
 def draw(frame: list[FrameRow], n: int, design: str, seed: int) -> list[Drawn]:
-    """A seeded draw without replacement. Uniform: n items (a task's item and variant) out of the frame's K,
-    every model's reply to each drawn item with it, so each reply has probability n / K and two models are
-    rated on the same items (what a paired difference needs). Stratified by model, task and the judge's
+    """A seeded draw without replacement. Uniform: n items (a task's item and variant) over the tasks as
+    `plan_tasks` sets (each task's n_t uniformly out of its K_t items), every model's reply to each drawn item
+    with it, so each reply of a task has probability n_t / K_t and two models are rated on the same items
+    (what a paired difference needs). Stratified by model, task and the judge's
     verdict: n replies over the strata (`allocate`), stratum h giving n_h of its M_h, pi = n_h / M_h. The
     probabilities depend on the design and the judge's verdicts only, never on a human rating, which is
     what makes the weighted estimate unbiased."""
@@ -571,10 +582,16 @@ def draw(frame: list[FrameRow], n: int, design: str, seed: int) -> list[Drawn]:
     rows = sorted(frame, key=lambda r: (r.task, r.item_id, r.variant, r.model))
     rng = np.random.default_rng([seed, 3])
     if design == "uniform":
-        items = sorted({(r.task, r.item_id, r.variant) for r in rows})
-        k = min(n, len(items))
-        chosen = {items[i] for i in rng.choice(len(items), size=k, replace=False).tolist()}
-        return [Drawn(r, "all", k / len(items)) for r in rows if (r.task, r.item_id, r.variant) in chosen]
+        by_task: dict[str, list[tuple[str, str, str]]] = {}
+        for key in sorted({(r.task, r.item_id, r.variant) for r in rows}):
+            by_task.setdefault(key[0], []).append(key)
+        counts = plan_tasks({t: len(v) for t, v in by_task.items()}, n)
+        chosen: dict[tuple[str, str, str], float] = {}
+        for t in sorted(by_task):
+            items, k = by_task[t], counts[t]
+            for i in rng.choice(len(items), size=k, replace=False).tolist():
+                chosen[items[i]] = k / len(items)
+        return [Drawn(r, "all", chosen[key]) for r in rows if (key := (r.task, r.item_id, r.variant)) in chosen]
     strata: dict[str, list[FrameRow]] = {}
     for row in rows:
         strata.setdefault(stratum_of(row, design), []).append(row)
