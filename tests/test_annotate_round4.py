@@ -136,3 +136,57 @@ def test_nan_rating_is_left_out(rated, tmp_path):
     _, res = score(run_dir)
     assert res["calibration"]["ratings_left_out"] == {"a rating is not a whole number": 1}
     assert res["calibration"]["n_ratings"] == 3
+
+
+# --- the form is the judge's rubric; the conversation is the person's (issue 47 item 5) ----------------
+
+def test_the_form_carries_the_judges_anchors_read_from_its_template():
+    from trustmh.tasks.base import template_source
+    from trustmh.validation.rating_forms import form_for
+    from trustmh.tasks import TASKS
+    from trustmh.engine import context
+    from conftest import run_spec
+    ctx = context(run_spec(models=["baseline/refuse"], tasks="reliability.support", suite="sample"))
+    form, why = form_for(TASKS["reliability.support"](), ctx)
+    source = " ".join(template_source("reliability_support_judge.j2").split())
+    assert why is None and [c.name for c in form.criteria] == list(CRITERIA)
+    for c in form.criteria:
+        anchored = {v: text for v, text in c.choices if text}
+        assert sorted(anchored) == [0, 3, 5], c.name  # the rubric anchors 0, 3 and 5; 1, 2 and 4 lie between
+        for v, text in anchored.items():
+            assert f"{v} = {text}" in source, (c.name, v)  # the template's own words
+        assert c.question.split(": ", 1)[1] in source
+    # reliability.intervention anchors every value of each of its scales
+    form, _ = form_for(TASKS["reliability.intervention"](), ctx)
+    assert all(all(text for _, text in c.choices) for c in form.criteria)
+
+
+def test_the_page_shows_the_conversation_as_written_and_the_anchors(chromium, rated, tmp_path):
+    import threading
+    from playwright.sync_api import expect
+    from trustmh.testing.browser import chromium_tab
+    run_dir = copy_of(rated, tmp_path)
+    run = load_run(run_dir)
+    ann = annotate.read_annotation(run_dir)
+    shown = annotate.shown_units([run], [ann])
+    for s in shown.values():
+        assert s.context and all(c["who"] in ("Seeker", "Supporter") for c in s.context), s.context
+        assert not any("You are the supporter" in c["text"] for c in s.context)
+    server = annotate.make_server([run], [ann], 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with chromium_tab(chromium) as tab:
+            page = tab.page
+            page.goto(annotate.url(server))
+            page.fill("#a-rater", "dr-new")
+            page.click("#a-begin")
+            page.wait_for_selector("#a-item:not([hidden])")
+            context = page.inner_text("#a-context")
+            assert "You are the supporter" not in context and "Seeker" in context
+            assert "Write the supporter's next message" not in context
+            expect(page.locator("#a-form")).to_contain_text("0 = hard to follow")
+            expect(page.locator("#a-form")).to_contain_text("5 = tailored to this seeker")
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -66,7 +66,9 @@
         input.type = "radio"; input.name = "c-" + c.name; input.value = String(ch[0]);
         input.setAttribute("data-criterion", c.name);
         lab.appendChild(input);
-        lab.appendChild(document.createTextNode(" " + ch[0] + (ch[1] ? " (" + ch[1] + ")" : "")));
+        // the judge's anchor for this value, in the rubric's own words ("0 = hard to follow: ..."), or a short label
+        if (ch[1] && ch[1].length > 24) lab.className = "anchored";
+        lab.appendChild(document.createTextNode(" " + ch[0] + (ch[1] ? (ch[1].length > 24 ? " = " + ch[1] : " (" + ch[1] + ")") : "")));
         fs.appendChild(lab);
       });
       form.appendChild(fs);

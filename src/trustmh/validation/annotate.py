@@ -329,12 +329,49 @@ def plan_notes(ann: Annotation) -> list[tuple[str, str]]:
 
 # --- what the page is given ---------------------------------------------------------------------------
 
-_ROLE = {"system": "Instructions given to the reply's author", "user": "Message", "assistant": "An earlier reply"}
+_ROLE = {"user": "Message", "assistant": "An earlier reply"}
+_EXPORT_ROLE = {v: k for k, v in _ROLE.items()}
 
 
 def _text(v: Any) -> str:
     s = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
     return s if len(s) <= MAX_TEXT else s[:MAX_TEXT] + f"… [{len(s) - MAX_TEXT} more characters]"
+
+
+def as_written(messages: list[Any]) -> list[dict[str, str]]:
+    """The conversation a reply answers, as the people in it wrote it: the model's instructions (a system
+    message, the prompt's own preamble such as "You are the supporter in a text chat...") are left out, and a
+    message that holds a transcript ("Seeker: ...", "Supporter: ...", one turn a line, as the dialogue tasks
+    write it) becomes its turns, each under its speaker, without the closing cue ("Supporter:") that asks for
+    the reply. Any other message is shown whole."""
+    from .human_ratings import _HELPER, _SEEKER, _TURN
+    speakers = _SEEKER | _HELPER
+
+    def speaker(line: str) -> re.Match | None:
+        m = _TURN.match(line)
+        return m if m and m.group(1).strip().lower() in speakers else None
+    out: list[dict[str, str]] = []
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") == "system":
+            continue
+        text = _text(m.get("content", ""))
+        if m.get("role") == "assistant":
+            out.append({"who": _ROLE["assistant"], "text": text})
+            continue
+        lines = text.splitlines()
+        first = next((i for i, line in enumerate(lines) if speaker(line)), None)
+        if first is None:
+            out.append({"who": _ROLE["user"], "text": text})
+            continue
+        turns: list[dict[str, str]] = []
+        for line in lines[first:]:
+            got = speaker(line)
+            if got:
+                turns.append({"who": got.group(1).strip(), "text": got.group(2).strip()})
+            else:
+                turns[-1]["text"] = (turns[-1]["text"] + "\n" + line).strip()
+        out += [t for t in turns if t["text"]]
+    return out
 
 
 @dataclass
@@ -358,9 +395,7 @@ def shown_units(runs: list[Run], anns: list[Annotation]) -> dict[str, Shown]:
             u = by_key.get(key)  # type: ignore[arg-type]
             if u is None or u["task"] not in forms:
                 continue
-            messages = rec.get("messages") if isinstance(rec.get("messages"), list) else []
-            context = [{"who": _ROLE.get(str(m.get("role")), "Message"), "text": _text(m.get("content", ""))}
-                       for m in messages if isinstance(m, dict)]
+            context = as_written(rec.get("messages") if isinstance(rec.get("messages"), list) else [])
             out[u["id"]] = Shown(u["id"], forms[u["task"]], context, _text(rec.get("response") or ""))
     return out
 
@@ -517,8 +552,8 @@ def export_rows(runs: list[Run], anns: list[Annotation]) -> list[dict[str, Any]]
             s = shown.get(r["unit"])
             if s is None:
                 continue
-            context = "\n".join(f"{'user' if c['who'] == 'Message' else 'assistant' if c['who'] == 'An earlier reply' else 'system'}: "
-                                f"{c['text']}" for c in s.context)
+            # each turn under its speaker, as validate-judge's context reads it ("Seeker: ...", "user: ...")
+            context = "\n".join(f"{_EXPORT_ROLE.get(c['who'], c['who'])}: {c['text']}" for c in s.context)
             for c in s.form.criteria:
                 if c.name in r["answers"]:
                     rows.append({"item": s.unit, "context": context, "reply": s.reply, "criterion": c.name,
