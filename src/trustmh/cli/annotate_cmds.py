@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _load_plugins, app, out
+from ._base import _INCLUDE_HELP, _load_plugins, app, err, out
 
 
 @app.command("annotate")
@@ -47,7 +47,7 @@ def annotate_cmd(
         anns = [annotate.open_annotation(r, n, design, seed) for r in loaded]
         for r, a in zip(loaded, anns):  # said before anyone rates: what this draw cannot calibrate
             for task, why in annotate.plan_notes(a):
-                out.print(f"note: {task} of {r.dir.name} will not reach a calibrated value: {why}", markup=False,
+                err.print(f"note: {task} of {r.dir.name} will not reach a calibrated value: {why}", markup=False,
                           highlight=False)
         if export is not None:
             k = annotate.export(loaded, anns, export)
