@@ -192,3 +192,20 @@ def test_labels_are_the_raters_majority_not_the_first_rater():
     assert majority([1, 0, 0], "u1") == 0
     ties = {majority(["a", "b"], f"u{k}") for k in range(40)}
     assert ties == {"a", "b"}  # a tie is not always the first label
+
+
+def test_draws_give_each_models_task_what_a_calibrated_value_needs():
+    from collections import Counter
+    from trustmh.validation.calibration import MIN_RATED, FrameRow, draw
+    sizes = {"big": 60, "mid": 30, "small": 15, "tiny": 8}
+    frame = [FrameRow(m, t, str(i), "", str(i % 3 == 0)) for m in ("a", "b") for t, k in sizes.items()
+             for i in range(k)]
+    for design in ("uniform", "stratified"):
+        got = Counter((d.row.model, d.row.task) for d in draw(frame, 40 if design == "uniform" else 80, design, 0))
+        for (m, t), k in got.items():
+            # all but one item where a task has more than the minimum; a smaller task entirely (and said so)
+            assert k >= MIN_RATED if sizes[t] > MIN_RATED else k == sizes[t], (design, m, t, k)
+    # the draw's probabilities are what it did: n_t / K_t within each task (uniform)
+    for d in draw(frame, 40, "uniform", 0):
+        k = sum(1 for e in draw(frame, 40, "uniform", 0) if e.row.task == d.row.task and e.row.model == d.row.model)
+        assert d.pi == pytest.approx(k / sizes[d.row.task])

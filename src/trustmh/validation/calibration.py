@@ -574,7 +574,8 @@ def draw(frame: list[FrameRow], n: int, design: str, seed: int) -> list[Drawn]:
     `plan_tasks` sets (each task's n_t uniformly out of its K_t items), every model's reply to each drawn item
     with it, so each reply of a task has probability n_t / K_t and two models are rated on the same items
     (what a paired difference needs). Stratified by model, task and the judge's
-    verdict: n replies over the strata (`allocate`), stratum h giving n_h of its M_h, pi = n_h / M_h. The
+    verdict: n replies over each model's tasks as `plan_tasks` sets, then over the task's verdicts (`allocate`),
+    stratum h giving n_h of its M_h, pi = n_h / M_h. The
     probabilities depend on the design and the judge's verdicts only, never on a human rating, which is
     what makes the weighted estimate unbiased."""
     if design not in DESIGNS:
@@ -595,7 +596,13 @@ def draw(frame: list[FrameRow], n: int, design: str, seed: int) -> list[Drawn]:
     strata: dict[str, list[FrameRow]] = {}
     for row in rows:
         strata.setdefault(stratum_of(row, design), []).append(row)
-    counts = allocate({h: len(rs) for h, rs in strata.items()}, n)
+    # first each model's task (at least what a calibrated value needs, as a uniform draw plans its tasks), then
+    # its verdicts (at least MIN_PER_STRATUM each, the rest in proportion)
+    groups: dict[tuple[str, str], dict[str, int]] = {}
+    for h, rs in strata.items():
+        groups.setdefault((rs[0].model, rs[0].task), {})[h] = len(rs)
+    per_group = plan_tasks({f"{m}\x1f{t}": sum(g.values()) for (m, t), g in groups.items()}, n)
+    counts = {h: k for (m, t), g in groups.items() for h, k in allocate(g, per_group[f"{m}\x1f{t}"]).items()}
     out = []
     for h in sorted(strata):
         rs, k = strata[h], counts[h]
