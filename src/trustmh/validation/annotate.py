@@ -341,9 +341,10 @@ def _text(v: Any) -> str:
 def as_written(messages: list[Any]) -> list[dict[str, str]]:
     """The conversation a reply answers, as the people in it wrote it: the model's instructions (a system
     message, the prompt's own preamble such as "You are the supporter in a text chat...") are left out, and a
-    message that holds a transcript ("Seeker: ...", "Supporter: ...", one turn a line, as the dialogue tasks
-    write it) becomes its turns, each under its speaker, without the closing cue ("Supporter:") that asks for
-    the reply. Any other message is shown whole."""
+    prompt that asks for the next turn of a transcript ("Seeker: ...", "Supporter: ...", one turn a line, ending
+    in the cue "Supporter:", as the dialogue tasks write it) becomes its turns, each under its speaker, without
+    the cue. Any other message is shown whole: a person's own text that happens to quote "User: ..." keeps
+    every word."""
     from .human_ratings import _HELPER, _SEEKER, _TURN
     speakers = _SEEKER | _HELPER
 
@@ -360,7 +361,9 @@ def as_written(messages: list[Any]) -> list[dict[str, str]]:
             continue
         lines = text.splitlines()
         first = next((i for i, line in enumerate(lines) if speaker(line)), None)
-        if first is None:
+        last = next((line for line in reversed(lines) if line.strip()), "")
+        cue = speaker(last)
+        if first is None or cue is None or cue.group(2).strip():  # not a "write the next turn" prompt: as it is
             out.append({"who": _ROLE["user"], "text": text})
             continue
         turns: list[dict[str, str]] = []

@@ -280,9 +280,9 @@ def post_stratified(y: np.ndarray, rated: np.ndarray, clusters: np.ndarray, stra
     share = np.bincount(inv, minlength=len(labels)) / m
     missing = [labels[h] for h in range(len(labels)) if not rated[inv == h].any()]
     if missing:
-        return refused(f"{len(missing)} stratum{'s' if len(missing) != 1 else ''} of the draw "
-                       "ha{} no rated item: the post-stratified mean needs one in each".format(
-                           "ve" if len(missing) != 1 else "s"), n_all, m - n_all)
+        return refused(f"{len(missing)} {'strata' if len(missing) != 1 else 'stratum'} of the draw "
+                       f"{'have' if len(missing) != 1 else 'has'} no rated item: the post-stratified mean needs one "
+                       "in each", n_all, m - n_all)
     rows = np.flatnonzero(rated)
     yr, hr = y[rows], inv[rows]
     units = cluster_layout(np.array([f"{h}\x1f{c}" for h, c in zip(hr, np.asarray(clusters, dtype=object)[rows])],
