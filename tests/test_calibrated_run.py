@@ -174,6 +174,7 @@ def test_compare_gives_the_paired_calibrated_difference(rated_run):
     both = np.array([rated_value(n, "w") - rated_value(n, "m") for n in rated])
     assert cal.n_human == 40 and cal.human_only == pytest.approx(both.mean(), abs=1e-12)
     assert cal.value is not None and cal.ci[0] > 0  # the clinicians find it warmer, and so does the estimate
+    assert cal.n_raters == 2  # each rater's own difference: the raters resampled with the items
     truth = np.mean([rated_value(n, "w") - rated_value(n, "m") for n in range(N)])
     assert cal.ci[0] <= truth <= cal.ci[1]
     assert f"calibrated b - a {cal.value:.3f}" in d.note

@@ -347,7 +347,12 @@ def paired_calibrated(a, b, task_id: str, keys: list[tuple[str, str]], table_a: 
     d = np.array([yb[i]["values"].get(column, math.nan) - ya[i]["values"].get(column, math.nan) if r else math.nan
                   for i, r in enumerate(rated)])
     g = fb - fa
+    # each rater's own difference where they rated both replies: the raters are resampled with the items
+    raters = sorted({r for x in ya + yb if x is not None for r in x["by_rater"]})
+    per_rater = np.array([[(yb[i]["by_rater"].get(r, {}).get(column, math.nan)
+                            - ya[i]["by_rater"].get(r, {}).get(column, math.nan)) if is_rated else math.nan
+                           for r in raters] for i, is_rated in enumerate(rated)]).reshape(len(rated), len(raters))
     ok = ~np.isnan(g) & (~rated | ~np.isnan(d))
     est = calibrated_mean(g[ok], d[ok], rated[ok], table_a.clusters[ok], seed=derived_seed(seed, f"calibrated-diff|{task_id}"),
-                          n_boot=n_boot, min_rated=min_rated)
+                          n_boot=n_boot, min_rated=min_rated, per_rater=per_rater[ok])
     return _block(est, MEAN, "uniform draw: the items rated for both models")
