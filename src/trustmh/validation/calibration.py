@@ -321,6 +321,8 @@ def post_stratified(y: np.ndarray, rated: np.ndarray, clusters: np.ndarray, stra
                    interval=f"bootstrap within the {len(labels)} strata" + (
                        f", raters resampled too ({per_rater.shape[1]} raters)" if per_rater is not None else ""),
                    n_raters=None if per_rater is None else per_rater.shape[1])
+    if not math.isfinite(widen):
+        est.interval = "no interval: one rated cluster in each stratum leaves nothing to resample; rate more items"
     # a stratum whose rated values do not vary adds nothing to the bootstrap's spread: its own exact bound
     # (no_variance_interval, Bonferroni over such strata) widens the interval by its share instead
     flat = [h for h in range(len(labels)) if np.all(yr[hr == h] == yr[hr == h][0])]
