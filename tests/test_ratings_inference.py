@@ -209,3 +209,25 @@ def test_draws_give_each_models_task_what_a_calibrated_value_needs():
     for d in draw(frame, 40, "uniform", 0):
         k = sum(1 for e in draw(frame, 40, "uniform", 0) if e.row.task == d.row.task and e.row.model == d.row.model)
         assert d.pi == pytest.approx(k / sizes[d.row.task])
+
+
+def test_raters_resampled_cover_where_items_alone_do_not():
+    """Five raters drawn from a population of raters, each with a lasting bias (sd 0.3) and noise, rate the same
+    60 of 300 items; the value is the items' true mean (the rater population's bias averages 0). The
+    interval over items alone takes the five raters as the only raters there are and under-covers; the two-way
+    bootstrap covers."""
+    rng = np.random.default_rng(0)
+    reps, m, n, raters = 200, 300, 60, 5
+    two_way = items_only = 0
+    for rep in range(reps):
+        truth = rng.normal(0, 1, m)
+        f = truth + rng.normal(0, 0.7, m) + 0.5  # a judge half a point high
+        per = truth[:, None] + rng.normal(0, 0.3, raters)[None, :] + rng.normal(0, 0.5, (m, raters))
+        rated = np.arange(m) < n
+        per[~rated] = np.nan
+        y = np.where(rated, np.nanmean(np.where(rated[:, None], per, 0.0), axis=1), 0.0)
+        a = calibrated_mean(f, y, rated, np.arange(m), seed=rep, n_boot=300)
+        b = calibrated_mean(f, y, rated, np.arange(m), seed=rep, n_boot=300, per_rater=per)
+        items_only += a.ci[0] <= truth.mean() <= a.ci[1]
+        two_way += b.ci[0] <= truth.mean() <= b.ci[1]
+    assert two_way / reps >= 0.9 and items_only / reps <= 0.87, (two_way / reps, items_only / reps)
