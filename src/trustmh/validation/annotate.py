@@ -7,8 +7,10 @@ with it. The draw and every rating live in the run folder, in annotation.json, w
 one writer (`engine.rundir.atomic_write`) after each rating, never in the store: rating resumes where it
 stopped, by any number of raters, each known by the id they type in.
 
-Blinding: the page is given the context, the reply and the form (the judge's rubric in plain words), and
-an opaque number per item; never the model, the task id, the run, the item id or the judge's verdict.
+Blinding: the page is given the context (as the person wrote it, `as_written`), the reply and the form (the
+judge's rubric with its template's anchors), an opaque number per item, and each set of items' progress
+toward a calibrated value (a set named by its form, `plan_notes` saying which cannot reach one); never the
+model, the task id, the run, the item id or the judge's verdict.
 Each rater sees the items in an order of their own, shuffled from the draw's seed and the rater's id.
 
 The server is `trustmh view`'s (report/local_server.py: 127.0.0.1 only, Host checked). Everything it

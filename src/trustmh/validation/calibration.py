@@ -29,6 +29,12 @@ So the run's estimator is written here over the run's own cluster bootstrap (`me
   (M items, N of them unrated): for a uniform draw exactly the PPI++ estimate above.
 * lam is estimated again inside each replicate, so its own noise is in the interval.
 
+Three designs the interval must follow (INFERENCE.md sections 7 and 8): rated values that do not vary get an
+exact bound (`no_variance_interval`), never the bootstrap's zero width; a draw stratified by the judge's
+verdict, whose PPI correction is then identically 0, is the post-stratified mean (`post_stratified`: no
+lambda, a bootstrap within strata); several raters are resampled with the items (`_rater_draws`, a two-way
+bootstrap), so the interval holds their disagreement.
+
 Degenerate inputs give a reason and no number: fewer rated items than asked for, a judge that gives
 every item the same value (nothing to calibrate with), every item rated (nothing for the judge to add),
 unknown inclusion probabilities, weights with a metric that is not a mean."""
