@@ -134,7 +134,7 @@ def test_each_task_drawn_reaches_a_calibrated_value_or_is_named_at_the_start(fou
     assert all(per_task[t] >= MIN_RATED for t in ("plan.big", "plan.mid", "plan.small")), per_task
     assert sum(per_task.values()) == min(n, sum(SIZES.values()))
     # the tiny task (8 items) cannot reach one: said when the draw is made
-    assert "note: plan.tiny of run will not reach a calibrated value: 8 items drawn" in got.output
+    assert "note: plan.tiny of run will not reach a calibrated value: the task has 8 items" in got.output
     assert dict(annotate.plan_notes(ann)).keys() == {"plan.tiny"}
     rate_all(run_dir)
     scored = CliRunner().invoke(app, ["score", str(run_dir), "--no-progress"])
@@ -185,7 +185,7 @@ def test_the_page_shows_progress_per_set_and_what_will_not_reach_a_value(chromiu
             page.goto(annotate.url(server))
             plan = page.locator("#a-plan")
             # before anyone starts: four sets, the short one named with its reason; no task id on the page
-            expect(plan).to_contain_text("Will not reach a calibrated value: 8 items drawn")
+            expect(plan).to_contain_text("Will not reach a calibrated value: the task has 8 items")
             assert plan.locator("li").count() == 4 and "plan." not in page.content()
             assert plan.locator("li", has_text="0 of 10 items rated").count() == 4
             page.fill("#a-rater", "dr-a")
@@ -197,3 +197,12 @@ def test_the_page_shows_progress_per_set_and_what_will_not_reach_a_value(chromiu
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_n_too_small_for_every_task_is_said_with_what_to_do(four_tasks, tmp_path):
+    run_dir = fresh(four_tasks, tmp_path)
+    ann = annotate.open_annotation(load_run(run_dir), 20, "uniform", 0)
+    notes = dict(annotate.plan_notes(ann))
+    assert notes["plan.tiny"].startswith("the task has 8 items")
+    for t in ("plan.big", "plan.mid", "plan.small"):
+        assert notes[t] == "5 items drawn, fewer than the 10 a calibrated value needs: draw again with a larger --n"

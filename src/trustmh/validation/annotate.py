@@ -311,21 +311,34 @@ def open_annotation(run: Run, n: int | None, design: str | None, seed: int | Non
 
 def plan_notes(ann: Annotation) -> list[tuple[str, str]]:
     """(task, why) for each (model's) task of the draw that cannot reach a calibrated value as drawn, said when
-    the draw is made and on the rating page: fewer than MIN_RATED items drawn of a model's task, or every item
-    of it drawn (then the value is the raters' own, with nothing left for the judge to add)."""
+    the draw is made and on the rating page: fewer than MIN_RATED items drawn of a model's task (a task too
+    small for any draw, or an --n too small for every task), or every item of it drawn (then the value is the
+    raters' own, with nothing left for the judge to add)."""
     from .calibration import MIN_RATED
     per: dict[tuple[str, str], int] = {}
     for u in ann.units:
         per[(u["model"], u["task"])] = per.get((u["model"], u["task"]), 0) + 1
-    sizes = {t: v.get("size") for t, v in (ann.design.get("tasks") or {}).items() if isinstance(v, dict)}
+    tasks = {t: v.get("size") for t, v in (ann.design.get("tasks") or {}).items() if isinstance(v, dict)}
+    strata = {h: v.get("size") for h, v in (ann.design.get("strata") or {}).items() if isinstance(v, dict)}
+
+    def size(model: str, task: str) -> int | None:  # the model's replies to the task the draw was made from
+        if task in tasks:
+            return tasks[task]
+        got = [k for h, k in strata.items() if h.startswith(f"{model}\x1f{task}\x1f") and isinstance(k, int)]
+        return sum(got) if got else None
     out: dict[str, str] = {}
     for (model, task), k in sorted(per.items()):
-        if k < MIN_RATED:
-            out.setdefault(task, f"{k} item{'s' if k != 1 else ''} drawn, fewer than the {MIN_RATED} a calibrated value "
-                                 f"needs: draw again with a larger --n")
-        elif sizes.get(task) == k:
-            out.setdefault(task, f"all {k} items drawn: the value will be the raters' own, not calibrated (nothing is "
-                                 "left for the judge to add)")
+        total = size(model, task)
+        if total is not None and total <= MIN_RATED:
+            out.setdefault(task, f"the task has {total} item{'s' if total != 1 else ''}: a calibrated value needs "
+                                 f"{MIN_RATED} rated and one more the judge alone rates, so its value will be the "
+                                 "raters' own at best")
+        elif k < MIN_RATED:
+            out.setdefault(task, f"{k} item{'s' if k != 1 else ''} drawn, fewer than the {MIN_RATED} a calibrated "
+                                 "value needs: draw again with a larger --n")
+        elif total == k:
+            out.setdefault(task, f"all {k} items drawn: the value will be the raters' own, not calibrated (nothing "
+                                 "is left for the judge to add)")
     return sorted(out.items())
 
 
