@@ -258,7 +258,7 @@ def calibrated_notes(results: RunResults, label: str) -> list[str]:
     for model, mr in results.models.items():
         for task_id, tr in sorted(mr.tasks.items()):
             if tr.calibrated is not None and tr.calibrated.value is None:
-                out.append(f"{label or model}, {task_id}: no calibrated value ({tr.calibrated.reason})")
+                out.append(f"no calibrated value for {label or model}, {task_id}: {tr.calibrated.reason}")
     return out
 
 
