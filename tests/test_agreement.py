@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 
-from trustmh.scoring.agreement import (BELOW, INCONCLUSIVE, MARGIN, NO_CEILING, WITHIN, criterion_agreement, icc,
+from trustmh.scoring.agreement import (BELOW, MARGIN, NO_CEILING, WITHIN, criterion_agreement, icc,
                                        icc_bootstrap, judge_and_ceiling, pair_stats)
 from trustmh.scoring.metrics import Table
 
@@ -136,7 +136,7 @@ def test_verdicts_within_below_inconclusive_and_no_ceiling():
         assert good.cis[f"diff.{s}"][0] >= -MARGIN and good.cis[f"diff.{s}"][1] >= 0
     few = {i: human[i] for i in list(human)[:8]}  # the same judge on 8 items: too wide an interval to say
     small = criterion_agreement("empathy", few, like_a_human, SCALE, seed=0, n_boot=300)
-    assert set(small.verdicts.values()) == {INCONCLUSIVE}
+    assert all(v.startswith("inconclusive") and "rests on 8 items" in v for v in small.verdicts.values())
     assert all(small.cis[f"diff.{s}"][0] < -MARGIN <= 0 <= small.cis[f"diff.{s}"][1] for s in small.verdicts)
     one_rater = {i: {"A": v["A"]} for i, v in human.items()}
     alone = criterion_agreement("empathy", one_rater, like_a_human, SCALE, seed=0, n_boot=100)
@@ -144,7 +144,7 @@ def test_verdicts_within_below_inconclusive_and_no_ceiling():
     # a judge failure leaves the item out of the judge's comparison only
     partial = dict(list(like_a_human.items())[:100])
     part = criterion_agreement("empathy", human, partial, SCALE, seed=0, n_boot=0)
-    assert part.n_items == 100 and set(part.verdicts.values()) == {INCONCLUSIVE}  # no interval, no verdict
+    assert part.n_items == 100 and all(v.startswith("inconclusive") for v in part.verdicts.values())  # no interval
     assert part.values["ceiling.icc_a1"] == pytest.approx(good.values["ceiling.icc_a1"])
 
 

@@ -156,7 +156,9 @@ def test_blind_rating_resumes_exports_and_checks_the_judge(chromium, judged_run,
         assert post(server, body, token=token, host="evil.example")[0] == 403
         assert post(server, dict(body, answers={"fluency": 9}), token=token)[0] == 400
         assert [r["rater"] for r in json.loads((run_dir / "annotation.json").read_text())["ratings"]] == ["dr-a"] * 4
-        assert post(server, body, token=token) == (200, {"ok": True, "done": 1, "total": 4})
+        status, got = post(server, body, token=token)
+        assert status == 200 and {k: got[k] for k in ("ok", "done", "total")} == {"ok": True, "done": 1, "total": 4}
+        assert [(s["rated"], s["drawn"], s["needed"]) for s in got["sets"]] == [(4, 4, 10)]  # progress per set
     # the four ratings of dr-a were saved as they were given (the fifth, dr-b's, is the accepted write)
     saved = annotate.read_annotation(run_dir)
     assert sorted(r["rater"] for r in saved.ratings) == ["dr-a"] * 4 + ["dr-b"]

@@ -139,9 +139,13 @@ def test_score_adds_the_calibrated_value_the_estimator_gives(rated_run):
     y = np.array([rated_value(n) for n in ns])
     mask = np.isin(ns, sorted(rated))
     clusters = np.array([f"i{n:03d}"[:3] for n in ns], dtype=object)
+    # each rater's values: the interval resamples the two raters with the items (a two-way bootstrap)
+    per_rater = np.array([[human_warmth(n) if m else np.nan,
+                           max(0, human_warmth(n) - 1) if m and n % 4 == 0 else np.nan] for n, m in zip(ns, mask)])
     want = calibrated_mean(f, y, mask, clusters, seed=derived_seed(0, f"calibrated|openai/m|{TASK_ID}|warmth"),
-                           n_boot=res["bootstrap"]["n_boot"], min_rated=MIN_RATED)
+                           n_boot=res["bootstrap"]["n_boot"], min_rated=MIN_RATED, per_rater=per_rater)
     assert cal["value"] == pytest.approx(want.value, abs=1e-12) and cal["ci"] == pytest.approx(list(want.ci), abs=1e-12)
+    assert cal["n_raters"] == 2 and "two-way bootstrap" in cal["interval"]
     assert cal["lam"] == pytest.approx(want.lam) and cal["effective_n"] == pytest.approx(want.effective_n)
     assert cal["n_human"] == 40 and cal["n_judge_only"] == N - 40 and cal["method"] == "PPI++ (mean)"
     assert cal["design"] == "uniform draw, seed 3"
@@ -170,6 +174,7 @@ def test_compare_gives_the_paired_calibrated_difference(rated_run):
     both = np.array([rated_value(n, "w") - rated_value(n, "m") for n in rated])
     assert cal.n_human == 40 and cal.human_only == pytest.approx(both.mean(), abs=1e-12)
     assert cal.value is not None and cal.ci[0] > 0  # the clinicians find it warmer, and so does the estimate
+    assert cal.n_raters == 2  # each rater's own difference: the raters resampled with the items
     truth = np.mean([rated_value(n, "w") - rated_value(n, "m") for n in range(N)])
     assert cal.ci[0] <= truth <= cal.ci[1]
     assert f"calibrated b - a {cal.value:.3f}" in d.note
@@ -192,7 +197,7 @@ def test_report_gate_and_rank_table_show_the_same_numbers(rated_run, tmp_path):
     plain = runner.invoke(app, ["gate", str(run_dir), "--min", f"{TASK_ID}={between}"])
     calibrated = runner.invoke(app, ["gate", str(run_dir), "--min", f"{TASK_ID}={between}", "--calibrated"])
     assert "openai/m" not in plain.output, plain.output
-    assert calibrated.exit_code == 1 and f"openai/m: {TASK_ID} = {cal['value']:.4g} <" in calibrated.output
+    assert calibrated.exit_code == 1 and f"openai/m: {TASK_ID} (calibrated) = {cal['value']:.4g} <" in calibrated.output
     table = runner.invoke(app, ["report", str(run_dir), "--format", "csv", "--calibrated"])
     assert table.exit_code == 0, table.output
 
@@ -210,12 +215,38 @@ def test_invalid_draws_and_too_few_ratings_give_reasons(rated_run, tmp_path):
     moved.design["strata"]["all"]["size"] += 1  # drawn from another set of judged samples than the run's
     got = calibrate(run, moved, seed=0, n_boot=100).models["openai/m"].tasks[TASK_ID].calibrated
     assert got.value is None and "draw again" in got.reason
-    unequal = annotate.read_annotation(run_dir)
-    for u in unequal.units[:20]:
+    forged = annotate.read_annotation(run_dir)
+    for u in forged.units[:20]:  # probabilities that are not the draw's: those items' ratings are left out
         u["pi"] = 0.5
-    out = calibrate(run, unequal, seed=0, n_boot=100).models["openai/m"].tasks[TASK_ID]
-    assert out.calibrated.value is not None and "weighted 1/pi" in out.calibrated.design
-    assert out.metrics["warmth_x_r"].calibrated.value is None and "unequal" in out.metrics["warmth_x_r"].calibrated.reason
+    out = calibrate(run, forged, seed=0, n_boot=100)
+    assert out.calibration["ratings_left_out"] == {"the item's inclusion probability is not the one its draw gives":
+                                                   sum(r["unit"] in {u["id"] for u in forged.units[:20]}
+                                                       for r in forged.ratings)}
+    # a draw stratified by the judge's verdict: unequal probabilities, weighted back; the primary value is the
+    # post-stratified mean (the judge's value is constant within each stratum), a non-mean gets no value
+    copy = tmp_path / "strat"
+    shutil.copytree(run_dir, copy)
+    (copy / "annotation.json").unlink()
+    strat_run = load_run(copy)
+    strat = annotate.open_annotation(strat_run, 44, "stratified", 3)  # 4 or 5 of each of the 10 strata of 30
+    for u in strat.units:
+        strat.rate(u["id"], "dr-a", {"warmth": human_warmth(int(u["item_id"][1:]), u["model"].split("/")[1])})
+    res = calibrate(strat_run, strat, seed=0, n_boot=100)
+    unequal = 0
+    for model in ("openai/m", "openai/w"):
+        out = res.models[model].tasks[TASK_ID]
+        pis = {u["pi"] for u in strat.units if u["model"] == model}
+        unequal += len(pis) > 1
+        assert out.calibrated.value is not None and ("weighted 1/pi" in out.calibrated.design) == (len(pis) > 1)
+        assert out.calibrated.method.startswith("post-stratified mean") and out.calibrated.lam is None
+        assert out.calibrated.effective_n is None
+        # the clinicians give one value to every reply the judge gave one value (on m): no stratum varies, and
+        # the interval is the strata's exact bounds, never [2, 2]
+        assert out.calibrated.ci[0] < out.calibrated.value < out.calibrated.ci[1]
+        if len(pis) > 1:
+            r = out.metrics["warmth_x_r"].calibrated
+            assert r.value is None and "unequal" in r.reason
+    assert unequal and "Clopper-Pearson" in res.models["openai/m"].tasks[TASK_ID].calibrated.interval
     # ratings given from elsewhere: a copy of the annotation file
     shutil.copy(run_dir / "annotation.json", tmp_path / "ratings.json")
     again = with_ratings(run_dir, run.results, tmp_path / "ratings.json")

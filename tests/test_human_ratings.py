@@ -89,10 +89,12 @@ def test_hand_made_set_gives_hand_computed_agreement(tmp_path):
         "rating is not a whole number 0-5": 1, "a second rating of the same item, criterion and rater": 1,
         "criterion 'warmth' is not rated by the rubric": 1,
         "item's context, reply or reference differs from its first line": 1, "rating is not a number": 1}
+    # 5 items rated by both raters: the ceiling cannot carry a verdict (it gave "within" before issue 44),
+    # and the verdict says what is missing
     verdicts = {c["criterion"]: c["statistics"]["icc_a1"]["verdict"] for c in agreement["criteria"]}
-    assert verdicts == {"empathy": WITHIN, "helpfulness": WITHIN}
+    assert all(v != WITHIN and v.startswith("inconclusive") and "rests on 5 items" in v for v in verdicts.values())
     html = (run_dir / "report.html").read_text()
-    assert "Checking the judge" in html and "within the human ceiling" in html
+    assert "Checking the judge" in html and "rests on 5 items" in html and WITHIN not in html
 
 
 def test_jsonl_gives_the_same_numbers_and_cli_prints_the_verdicts(tmp_path):
@@ -105,7 +107,7 @@ def test_jsonl_gives_the_same_numbers_and_cli_prints_the_verdicts(tmp_path):
                                           "openai/judge", "--judge-base-url", srv.openai_base_url, "--out",
                                           str(tmp_path / "b"), "--bootstrap", "50", "--no-progress"])
     assert result.exit_code == 0, result.output
-    assert "ICC(A,1)" in result.output and "within the human ceiling" in result.output
+    assert "ICC(A,1)" in result.output and "inconclusive" in result.output
     from_jsonl = json.loads((tmp_path / "b/results.json").read_text())
     for c in ("empathy", "helpfulness"):
         got = from_jsonl["models"]["openai/judge"]["tasks"][f"validate_judge.{c}"]["metrics"]

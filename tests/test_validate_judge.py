@@ -187,7 +187,9 @@ def test_sample_suite_ceiling_icc_by_hand_and_verdict(tmp_path):
     assert crit["criterion"] == "appropriateness" and crit["raters"] == ["H1", "H2"]
     from trustmh.scoring.agreement import WITHIN, verdict
     for s, v in crit["statistics"].items():  # the heuristic is far under H1 vs H2: never "within"
-        assert v["diff"] < -0.4 and v["verdict"] == verdict(v["judge"], v["ceiling"], v["diff_ci"]) != WITHIN, s
+        assert v["diff"] < -0.4 and v["verdict"] == verdict(v["judge"], v["ceiling"], v["diff_ci"], n_shared=7,
+                                                            ceiling_ci=v["ceiling_ci"]) != WITHIN, s
+        assert "rests on 7 items" in v["verdict"], s  # 7 rows: too few for the ceiling to carry a verdict
     assert "Checking the judge" in (run_dir / "report.html").read_text()
 
 

@@ -247,22 +247,35 @@ KINDS = (THRESHOLD, UNCREDITED_KIND, COVERAGE, JUDGE_USABLE, PARTIAL, ADDRESSED,
 def check_thresholds(run: Run, thresholds: list[Threshold]) -> list[Check]:
     """One check per model and threshold: every model of the run is checked."""
     validate(thresholds, run)
+    calibrated = (run.results.calibration or {}).get("view") == "calibrated"  # gate --calibrated
     checks = []
     for model, mr in _named(run):
         for th in thresholds:
             value, why = _value(mr, th.name)
+            shown = th.name + (_calibrated_label(mr, th.name) if calibrated else "")
             failure = None
             if value is None:
-                failure = f"{th.name} {why}; needs {th.describe()}"
+                failure = f"{shown} {why}; needs {th.describe()}"
             elif (th.bound == "min" and value < th.value) or (th.bound == "max" and value > th.value):
                 sign = "<" if th.bound == "min" else ">"
-                failure = f"{th.name} = {value:.4g} {sign} {th.describe()}"
+                failure = f"{shown} = {value:.4g} {sign} {th.describe()}"
             checks.append(Check(model, th.name, THRESHOLD, failure,
-                                f"{th.name} = {value:.4g}, {th.describe()}" if failure is None else ""))
+                                f"{shown} = {value:.4g}, {th.describe()}" if failure is None else ""))
             credit = _credit_check(model, mr, th.name) if failure is None else None
             if credit is not None:  # a value that holds must also count: a check of its own beside it
                 checks.append(credit)
     return checks
+
+
+def _calibrated_label(mr, name: str) -> str:
+    """What a checked name's value is under `gate --calibrated`: a judged value anchored to human ratings, a
+    score computed from such values, or (no mark) a value no judge made."""
+    if name == "overall" or name.startswith("pillar:"):
+        return " (from calibrated values)"
+    task, _, metric = name.partition(":")
+    tr = mr.tasks.get(task)
+    block = None if tr is None else (tr.calibrated if not metric else getattr(tr.metrics.get(metric), "calibrated", None))
+    return " (calibrated)" if block is not None else ""
 
 
 def _named(run: Run):

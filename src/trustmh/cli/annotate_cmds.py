@@ -9,16 +9,18 @@ from typing import Optional
 import typer
 
 from ..errors import UserError
-from ._base import _INCLUDE_HELP, _load_plugins, app, out
+from ._base import _INCLUDE_HELP, _load_plugins, app, err, out
 
 
 @app.command("annotate")
 def annotate_cmd(
     runs: list[Path] = typer.Argument(..., help="Run directories whose judged replies are rated."),
     n: Optional[int] = typer.Option(None, "--n", help="Items to draw per run (default: 100, or all when fewer); "
-                                                    "a uniform draw rates each drawn item's reply from every model "
-                                                    "of the run, a stratified one draws N replies; only for a new "
-                                                    "draw."),
+                                                    "a uniform draw gives each task at least the 10 rated items a "
+                                                    "calibrated value needs where N allows (the rest in proportion "
+                                                    "to the tasks' sizes) and rates each drawn item's reply from "
+                                                    "every model of the run; a stratified one draws N replies; "
+                                                    "only for a new draw."),
     design: Optional[str] = typer.Option(None, "--design", help="uniform (default: every judged sample equally "
                                                                 "likely) or stratified (by model, task and the "
                                                                 "judge's verdict, probabilities recorded)."),
@@ -43,6 +45,10 @@ def annotate_cmd(
         for r in loaded:
             stack.enter_context(run_lock(r.dir, "annotate.lock", busy=f"another `trustmh annotate` is serving {r.dir}"))
         anns = [annotate.open_annotation(r, n, design, seed) for r in loaded]
+        for r, a in zip(loaded, anns):  # said before anyone rates: what this draw cannot calibrate
+            for task, why in annotate.plan_notes(a):
+                err.print(f"note: {task} of {r.dir.name} will not reach a calibrated value: {why}", markup=False,
+                          highlight=False)
         if export is not None:
             k = annotate.export(loaded, anns, export)
             out.print(f"export: {k} ratings to {export}", markup=False, highlight=False)

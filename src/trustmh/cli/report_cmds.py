@@ -70,7 +70,7 @@ def report_cmd(
     if fmt != "html":
         if calibrated:
             loaded = _calibrated_runs(loaded)
-        _emit(_rank_text(loaded, fmt, groups, ties=ties), output)
+        _emit(_rank_text(loaded, fmt, groups, ties=ties, calibrated=calibrated), output)
         _skip_notes(loaded)
         return
     if calibrated:
@@ -156,10 +156,17 @@ def _rank_table(loaded, groups: dict[str, str], ties: str | None = None, n_boot:
     return ents, board, rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties), pillars
 
 
-def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = None) -> str:
-    """The paper's rank table (subtask rows x models) as CSV, Markdown or LaTeX."""
+def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = None, calibrated: bool = False) -> str:
+    """The paper's rank table (subtask rows x models) as CSV, Markdown or LaTeX. Calibrated (--calibrated): the
+    rules under it say so, and give the reason for every judged value without a calibrated one."""
     from ..report.ranks import rank_csv, rank_latex, rank_markdown
+    from ..validation.calibrated import calibrated_notes
     table = _rank_table(loaded, groups, ties)[2]
+    if calibrated and fmt != "csv":  # under the table; the reasons hold run text: escaped for the format
+        from ..escaping import markdown_cell
+        notes = ["judged values are calibrated: anchored to clinicians' ratings (PPI++, trustmh annotate); trust, "
+                 "pillar and overall scores computed from them", *(n for r in loaded for n in calibrated_notes(r.results, ""))]
+        table.rules = [*table.rules, *(markdown_cell(n) if fmt == "markdown" else n for n in notes)]  # LaTeX: tex()
     return {"csv": rank_csv, "markdown": rank_markdown, "latex": rank_latex}[fmt](table)
 
 

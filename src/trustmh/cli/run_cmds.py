@@ -398,8 +398,10 @@ def score_cmd(
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help=_MAX_COST_HELP),
     ratings: Optional[Path] = typer.Option(None, "--ratings", help="Human ratings of the run to calibrate its judged "
                                                                    "values with: an annotation.json of `trustmh "
-                                                                   "annotate` (default: RUN_DIR/annotation.json "
-                                                                   "when there is one)."),
+                                                                   "annotate`, or its --export (.csv, .jsonl: the "
+                                                                   "draw is read from RUN_DIR/annotation.json) "
+                                                                   "(default: RUN_DIR/annotation.json when there "
+                                                                   "is one)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help=QUIET_HELP),
 ) -> None:
     """Re-judge and re-score a run's saved responses; the tested model is never called. With human ratings of
@@ -451,9 +453,12 @@ def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
     blocks = [mv.calibrated for mr in results.models.values() for tr in mr.tasks.values()
               for mv in tr.metrics.values() if mv.calibrated is not None]
     cal = results.calibration or {}
+    left = cal.get("ratings_left_out") or {}
+    why = (f"; {sum(left.values())} of {sum(left.values()) + cal.get('n_ratings', 0)} ratings left out ("
+           + ", ".join(f"{k}: {v}" for k, v in left.items()) + ")") if left else ""
     out.print(f"calibrated: {sum(b.value is not None for b in blocks)} of {len(blocks)} judged values anchored to "
-              f"{cal.get('n_rated', 0)} rated items ({', '.join(cal.get('raters') or []) or 'no rater yet'}); the "
-              f"others say why not (results.json, report: Anchored to clinicians)", markup=False, highlight=False)
+              f"{cal.get('n_rated', 0)} rated items ({', '.join(cal.get('raters') or []) or 'no rater yet'}){why}; "
+              f"the others say why not (results.json, report: Anchored to clinicians)", markup=False, highlight=False)
     return results
 
 

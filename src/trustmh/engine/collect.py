@@ -22,8 +22,7 @@ from ..types import Chain, Request, Response, Sample
 from . import _conversation as conversation
 from ._endpoint import CallWriter, Endpoint
 from ._generation_share import GenerationShare
-from .judge import JudgeJob, JudgePool, Pending
-from .judge import Judges, identified_judges, judge_backends
+from .judge import JudgeJob, JudgePool, Pending, Judges, identified_judges, judge_backends
 from . import _identity as identity
 from ._identity import model_ref
 from ._events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore

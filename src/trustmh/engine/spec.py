@@ -343,7 +343,7 @@ class Limits:
     batch_size: int | None = None  # hf/ models: requests per generate() call (None: adapted to throughput)
     # Stop an endpoint after this many connection failures or 404s in a row (0: never); see Endpoint.
     stop_after: int = 5
-    budget: Any = None  # --max-cost: an engine.budget.Budget every endpoint reserves each call's cost from
+    budget: Any = None  # --max-cost: an engine._budget.Budget every endpoint reserves each call's cost from
 
 
 def describe_limit(limit: int, samples: int, several: dict[str, tuple[int, int]] | None = None) -> str:

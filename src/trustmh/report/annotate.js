@@ -24,7 +24,26 @@
     return complete ? out : null;
   }
 
+  // Progress toward a calibrated value, set by set (a set is one task's items, named by its form): how many
+  // items are rated against the number a calibrated value needs, and the draw's warning where it cannot reach one.
+  function plan(sets) {
+    var box = $("a-plan"); box.textContent = "";
+    if (!sets || !sets.length) return;
+    box.appendChild(el("h3", null, "Toward a calibrated value"));
+    var list = el("ul");
+    sets.forEach(function (s) {
+      var li = el("li", s.note ? "warn" : null,
+                  s.label + ": " + s.rated + " of " + s.needed + " items rated" +
+                  (s.rated >= s.needed ? " (enough for a calibrated value)" : "") + " · " + s.drawn + " drawn");
+      li.setAttribute("data-set", s.label);
+      if (s.note) li.appendChild(el("div", "note", "Will not reach a calibrated value: " + s.note));
+      list.appendChild(li);
+    });
+    box.appendChild(list);
+  }
+
   function show(data) {
+    plan(data.sets);
     current = data.unit;
     $("a-start").hidden = true;
     if (!current) { $("a-item").hidden = true; $("a-done").hidden = false; status(""); return; }
@@ -47,7 +66,9 @@
         input.type = "radio"; input.name = "c-" + c.name; input.value = String(ch[0]);
         input.setAttribute("data-criterion", c.name);
         lab.appendChild(input);
-        lab.appendChild(document.createTextNode(" " + ch[0] + (ch[1] ? " (" + ch[1] + ")" : "")));
+        // the judge's anchor for this value, in the rubric's own words ("0 = hard to follow: ..."), or a short label
+        if (ch[1] && ch[1].length > 24) lab.className = "anchored";
+        lab.appendChild(document.createTextNode(" " + ch[0] + (ch[1] ? (ch[1].length > 24 ? " = " + ch[1] : " (" + ch[1] + ")") : "")));
         fs.appendChild(lab);
       });
       form.appendChild(fs);
@@ -79,4 +100,6 @@
     next();
   });
   try { $("a-rater").value = localStorage.getItem("trustmh-rater") || ""; } catch (e) {}
+  call("GET", "/api/plan").then(function (j) { plan(j.sets); })
+    .catch(function (e) { status("Could not load the plan: " + e.message); });
 })();

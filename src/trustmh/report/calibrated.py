@@ -18,18 +18,20 @@ sample of the same items (prediction-powered inference, PPI++): it estimates the
 these items, stays unbiased however biased the judge is, and its interval includes the judge's error. It does
 not make the judge better, and it speaks for these items only. &lambda; is how much the judge is trusted (0: the
 clinicians' ratings alone, 1: the judge fully corrected by them); <i>effective n</i> is how many clinician ratings
-alone would give as narrow an interval.</p>
+alone would give as narrow an interval. Under a draw stratified by the judge's verdict the value is the
+post-stratified mean of the clinicians' ratings (no &lambda;, no effective n); rated values that do not vary get
+an exact bound, never a zero-width interval; several raters are resampled with the items.</p>
 {% for r in rows %}{% if loop.first %}<div class="scroll"><table class="calibrated">
 <tr><th>model</th><th>task</th><th>metric</th><th>judge-only</th><th>calibrated</th><th>rated / judge-only items</th>
 <th>&lambda;</th><th>effective n</th><th>reading</th></tr>{% endif %}
 <tr><td>{{ r.model }}</td><td><code>{{ r.task }}</code></td><td>{{ r.metric }}</td>
 <td>{{ cell(r.judge, r.judge_ci) }}</td>
-<td>{% if r.cal.value is not none %}<b>{{ cell(r.cal.value, r.cal.ci) }}</b>{% else %}<span class="warn">no value: {{ r.cal.reason }}</span>{% endif %}</td>
+<td>{% if r.cal.value is not none %}<b>{{ cell(r.cal.value, r.cal.ci) }}</b>{% if r.cal.interval %}<div class="note">{{ r.cal.interval }}</div>{% endif %}{% else %}<span class="warn">no value: {{ r.cal.reason }}</span>{% endif %}</td>
 <td>{{ r.cal.n_human }} / {{ r.cal.n_judge_only }}</td><td>{{ num(r.cal.lam, 2) }}</td><td>{{ num(r.cal.effective_n, 0) }}</td>
 <td class="note">{{ r.reading }}</td></tr>
 {% if loop.last %}</table></div>{% endif %}{% endfor %}
 {% for c in about %}<p class="note">Ratings: {{ c.n_rated }} items rated by {{ c.raters|join(", ") }} ({{ c.design.kind }} draw of
-{{ c.design.n }} from {{ c.design.n_frame }} judged samples, seed {{ c.design.seed }}){% if c.invalid %}; <span class="warn">{{ c.invalid }}</span>{% endif %}.</p>{% endfor %}
+{{ c.design.n }} from {{ c.design.n_frame }} judged samples, seed {{ c.design.seed }}){% if c.invalid %}; <span class="warn">{{ c.invalid }}</span>{% endif %}{% if c.get("ratings_left_out") %}; <span class="warn">ratings left out: {% for why, k in c.ratings_left_out.items() %}{{ why }} ({{ k }}){% if not loop.last %}, {% endif %}{% endfor %}</span>{% endif %}.</p>{% endfor %}
 </section>
 """
 

@@ -15,6 +15,16 @@ items drawn for both), from which the verdict is read: "below the human ceiling"
 of the difference is under 0, "within the human ceiling" when its lower end is no lower than -MARGIN
 (0.1), "inconclusive" otherwise (an interval too wide to say: more items are needed).
 
+A verdict also needs a ceiling that can carry one (INFERENCE.md section 8): at least MIN_CEILING_ITEMS
+items rated by two humans (Koo & Li 2016 ask 30 for a reliability study), a ceiling interval that is not
+degenerate (a zero-width bootstrap interval from a handful of items says nothing), and humans who agree
+beyond chance across that interval (a ceiling at or under 0 is nothing to reach). Otherwise the verdict is
+"inconclusive" and says what is missing.
+
+With many raters, each rater is compared with at most 2 * PARTNERS others (a balanced design over a
+seeded order of the raters, `rater_pairs`), so the cost grows linearly with raters, not with their pairs;
+with up to 2 * PARTNERS + 1 raters every pair is used, and the ceiling is the all-pairs one.
+
 Everything here is numpy on arrays; no file, judge or run is touched. tests/test_agreement.py checks it
 against hand computation, Shrout & Fleiss's published example, scipy and scikit-learn."""
 
@@ -40,6 +50,12 @@ WITHIN, BELOW, INCONCLUSIVE, NO_CEILING, UNDEFINED = (
     "within the human ceiling", "below the human ceiling",
     f"inconclusive (judge - ceiling may be 0 or below -{MARGIN}: more items needed)",
     "no human ceiling (fewer than two raters on shared items)", "undefined")
+# Two raters who rated the same items but whose ratings (nearly) never vary there: the statistic itself is
+# undefined, which is not the same as having one rater (issue 47).
+NO_CEILING_NO_VARIANCE = ("no human ceiling: the humans' ratings on the items two of them rated barely vary, so "
+                          "their agreement is undefined")
+MIN_CEILING_ITEMS = 30
+PARTNERS = 5  # each rater's pairs: with offsets 1..PARTNERS in a seeded order, 2 * PARTNERS partners
 # Sets on which agreement means nothing: a reason in place of every number and verdict.
 MIN_ITEMS = 3
 TOO_FEW_ITEMS = f"no verdict: fewer than {MIN_ITEMS} items rated by the humans (agreement needs more)"
@@ -97,16 +113,30 @@ def judge_and_ceiling(table: Table, raters: list[str], scale: tuple[int, ...]) -
     judge = table.col("judge")
     cols = {r: table.col(f"rater:{r}") for r in raters}
     vs_judge = [pair_stats(judge, cols[r], scale) for r in raters]
-    pairs = {(r, o): pair_stats(cols[r], cols[o], scale) for i, r in enumerate(raters) for o in raters[i + 1:]}
+    pairs = {(a, b): pair_stats(cols[a], cols[b], scale) for a, b in rater_pairs(raters)}
     out: dict[str, float] = {"judge.bias": _mean_defined([_bias(judge, cols[r]) for r in raters])}
     for s in STATS:
         out[f"judge.{s}"] = _mean_defined([p[s] for p in vs_judge])
-        # each rater's leave-one-out value: its mean agreement with every other rater
-        loo = [_mean_defined([pairs.get((r, o), pairs.get((o, r), {})).get(s, math.nan)
-                              for o in raters if o != r]) for r in raters]
+        # each rater's leave-one-out value: its mean agreement with the other raters it is paired with
+        loo = [_mean_defined([p[s] for (a, b), p in pairs.items() if r in (a, b)]) for r in raters]
         out[f"ceiling.{s}"] = _mean_defined(loo)
         out[f"diff.{s}"] = out[f"judge.{s}"] - out[f"ceiling.{s}"]
     return out
+
+
+def rater_pairs(raters: list[str]) -> list[tuple[str, str]]:
+    """The rater pairs the ceiling is computed from: every pair up to 2 * PARTNERS + 1 raters; beyond that a
+    balanced design, each rater paired with the raters 1..PARTNERS places after it (cyclically) in an order
+    shuffled from the raters' names, so every rater has 2 * PARTNERS partners and the pairs (and the cost)
+    grow linearly with raters. Each rater's mean over its partners estimates its mean over all others
+    without bias: the order does not depend on any rating."""
+    import hashlib
+    n = len(raters)
+    if n <= 2 * PARTNERS + 1:
+        return [(a, b) for i, a in enumerate(raters) for b in raters[i + 1:]]
+    seed = int(hashlib.sha256("\x1f".join(sorted(raters)).encode()).hexdigest()[:12], 16)
+    order = [raters[i] for i in np.random.default_rng(seed).permutation(n)]
+    return [(order[i], order[(i + d) % n]) for i in range(n) for d in range(1, PARTNERS + 1)]
 
 
 def judge_and_ceiling_many(table: Table, resamples: Resamples, raters: list[str],
@@ -137,20 +167,24 @@ def judge_and_ceiling_many(table: Table, resamples: Resamples, raters: list[str]
         return _pair_stats_many(_joint_counts(codes[a], codes[b], weights, len(values)), values)
 
     vs_judge = [pair("judge", r) for r in raters]
-    n = len(raters)
-    pairs = {s: np.full((n, n, len(weights)), np.nan) for s in STATS}
-    for i in range(n):
-        for j in range(i + 1, n):
-            got = pair(raters[i], raters[j])
-            for s in STATS:
-                pairs[s][i, j] = pairs[s][j, i] = got[s]
+    index = {r: i for i, r in enumerate(raters)}
+    # each rater's sum and count of defined pair values (raters x resamples): memory and time linear in raters
+    sums = {s: np.zeros((len(raters), len(weights))) for s in STATS}
+    counts = {s: np.zeros((len(raters), len(weights))) for s in STATS}
+    for a, b in rater_pairs(raters):
+        got = pair(a, b)
+        for s in STATS:
+            ok = ~np.isnan(got[s])
+            for r in (a, b):
+                sums[s][index[r]] += np.where(ok, got[s], 0.0)
+                counts[s][index[r]] += ok
     out: dict[str, np.ndarray] = {}
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a mean of no defined value is NaN, as _mean_defined's
         out["judge.bias"] = np.nanmean(np.stack([p["bias"] for p in vs_judge]), axis=0)
         for s in STATS:
             out[f"judge.{s}"] = np.nanmean(np.stack([p[s] for p in vs_judge]), axis=0)
-            out[f"ceiling.{s}"] = np.nanmean(np.nanmean(pairs[s], axis=1), axis=0)
+            out[f"ceiling.{s}"] = np.nanmean(np.where(counts[s] > 0, sums[s] / counts[s], np.nan), axis=0)
             out[f"diff.{s}"] = out[f"judge.{s}"] - out[f"ceiling.{s}"]
     return out
 
@@ -215,13 +249,34 @@ class CriterionAgreement:
     verdicts: dict[str, str] = field(default_factory=dict)  # stat -> WITHIN / BELOW / NO_CEILING / UNDEFINED
 
 
-def verdict(value: float, ceiling: float, diff_ci: tuple[float, float] | None) -> str:
+def ceiling_missing(n_shared: int, ceiling_ci: tuple[float, float] | None) -> str | None:
+    """What the human ceiling lacks to carry a verdict (None: nothing): enough items rated by two humans, an
+    interval that is not degenerate, and agreement beyond chance across that interval."""
+    if n_shared < MIN_CEILING_ITEMS:
+        return (f"inconclusive: the human ceiling rests on {n_shared} item{'s' if n_shared != 1 else ''} rated by "
+                f"two raters; rate at least {MIN_CEILING_ITEMS} items by two or more raters")
+    if ceiling_ci is None or not ceiling_ci[1] > ceiling_ci[0]:
+        return ("inconclusive: the human ceiling has no interval of any width (its resamples do not vary); "
+                "rate more items, with raters who use more of the scale")
+    if ceiling_ci[0] <= 0:
+        return (f"inconclusive: the human ceiling's interval [{ceiling_ci[0]:.2f}, {ceiling_ci[1]:.2f}] reaches 0: "
+                "the raters may agree no better than chance, so there is nothing to reach; rate more items "
+                "or clarify the rubric with the raters")
+    return None
+
+
+def verdict(value: float, ceiling: float, diff_ci: tuple[float, float] | None, *,
+            ceiling_ci: tuple[float, float] | None = None, n_shared: int | None = None) -> str:
     """BELOW when the whole interval of judge - ceiling is under 0; WITHIN when its lower end is at least
-    -MARGIN (at worst a little below people, at 95%); INCONCLUSIVE otherwise, and without an interval."""
+    -MARGIN (at worst a little below people, at 95%); INCONCLUSIVE otherwise, and without an interval.
+    Given the ceiling's interval and the items two humans rated (`n_shared`), a ceiling that cannot carry
+    a verdict gives "inconclusive" with what is missing (`ceiling_missing`)."""
     if math.isnan(ceiling):
         return NO_CEILING
     if math.isnan(value):
         return UNDEFINED
+    if n_shared is not None and (missing := ceiling_missing(n_shared, ceiling_ci)):
+        return missing
     if diff_ci is None:
         return INCONCLUSIVE
     if diff_ci[1] < 0:
@@ -250,7 +305,11 @@ def criterion_agreement(criterion: str, human: dict[str, dict[str, float]], judg
     cis = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale),
                     seed=derived_seed(seed, f"agreement|{criterion}"), n_boot=n_boot,
                     aggregate_many=lambda t, resamples: judge_and_ceiling_many(t, resamples, raters, scale))
-    verdicts = {s: verdict(values[f"judge.{s}"], values[f"ceiling.{s}"], cis.get(f"diff.{s}")) for s in STATS}
+    n_shared = sum(1 for i in items if len(human[i]) >= 2)
+    verdicts = {s: verdict(values[f"judge.{s}"], values[f"ceiling.{s}"], cis.get(f"diff.{s}"),
+                           ceiling_ci=cis.get(f"ceiling.{s}"), n_shared=n_shared) for s in STATS}
+    if n_shared and len(raters) >= 2:  # two raters on shared items: an undefined ceiling is their ratings' doing
+        verdicts = {s: NO_CEILING_NO_VARIANCE if v == NO_CEILING else v for s, v in verdicts.items()}
     return CriterionAgreement(criterion, n_judged, raters, values, cis, verdicts)
 
 

@@ -17,6 +17,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
 
+def _without_none(keys: tuple[str, ...]):
+    """A serializer that leaves out the named fields while they are None, so that a results.json without
+    them is exactly what it was before they existed."""
+    def serialize(self, handler):
+        out = handler(self)
+        if isinstance(out, dict):
+            for k in keys:
+                if out.get(k) is None:
+                    out.pop(k, None)
+        return out
+    return model_serializer(mode="wrap")(serialize)
+
+
 class CalibratedValue(_Strict):
     """A judged value anchored to human ratings (PPI++; `trustmh annotate`, then `trustmh score`)."""
 
@@ -30,22 +43,16 @@ class CalibratedValue(_Strict):
                                                         "(about n / (1 - rho^2) for judge-human correlation rho)")
     human_only: float | None = Field(None, description="the rated items' own value (lambda = 0)")
     human_only_ci: tuple[float, float] | None = None
-    method: str = Field("", description="'PPI++ (mean)' or 'prediction-powered bootstrap'")
+    method: str = Field("", description="'PPI++ (mean)', 'prediction-powered bootstrap', or the post-stratified "
+                                          "mean of a draw stratified by the judge's verdict (no lambda)")
     design: str = Field("", description="how the rated items were drawn (uniform, stratified) and their weights")
     reason: str | None = Field(None, description="why there is no calibrated value")
+    interval: str | None = Field(None, description="how the interval was made where it is not the cluster "
+                                                   "bootstrap's percentiles: an exact bound (rated values that do "
+                                                   "not vary), a bootstrap within strata, or over items and raters")
+    n_raters: Count | None = Field(None, description="raters resampled with the items (two or more)")
 
-
-def _without_none(keys: tuple[str, ...]):
-    """A serializer that leaves out the named fields while they are None, so that a results.json without
-    them is exactly what it was before they existed."""
-    def serialize(self, handler):
-        out = handler(self)
-        if isinstance(out, dict):
-            for k in keys:
-                if out.get(k) is None:
-                    out.pop(k, None)
-        return out
-    return model_serializer(mode="wrap")(serialize)
+    _serialize = _without_none(("interval", "n_raters"))
 
 
 class MetricValue(_Strict):

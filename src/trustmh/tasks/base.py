@@ -115,6 +115,15 @@ def _templates() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
+def template_source(template: str | Path) -> str:
+    """A prompt or rubric template's own text, unrendered (a name under tasks/templates, or an absolute path):
+    what the rating form reads the judge's rubric from, so the form never restates it."""
+    if Path(template).is_absolute():
+        return Path(template).read_text(encoding="utf-8")
+    env = _templates()
+    return env.loader.get_source(env, str(template))[0]
+
+
 def render(template: str | Path, **values: Any) -> str:
     """Render a prompt or rubric template (plain text, not HTML): a name under tasks/templates, or the
     absolute path of a task's own file (a task from outside trustmh; `Rubric` accepts such paths too)."""

@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..judges.rubric import Judged, Verdicts
 from ..scoring.metrics import Resamples, Table, derived_seed, mean
 from ..scoring.results import CalibratedValue, RunResults
-from .annotate import Annotation, frame_of, judged_tasks, read_annotation, read_annotation_file
+from .annotate import Annotation, checked_ratings, frame_of, judged_tasks, read_annotation, read_ratings
 from .calibration import MIN_RATED, Estimate, calibrated_mean, frame_items, ppboot, stratum_of
 from .rating_forms import RatingForm
 
@@ -58,13 +58,14 @@ def _frame_check(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> str
 
 
 def human_scores(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> dict[tuple, dict[str, Any]]:
-    """(model, task, item_id, variant) -> the human's per-sample values (averaged over raters) and labels
-    (the first rater's), from the task's own scoring of the human's answers."""
+    """(model, task, item_id, variant) -> the human's per-sample values (averaged over raters; each rater's
+    kept for the two-way bootstrap) and labels (the raters' majority, `majority`), from the task's own
+    scoring of the human's answers."""
     from ..engine.run import context, load_spec
     from ..engine.prepare import prepare, prepare_from_store, samples_except
     from ..engine import Store
     by_unit: dict[str, list[dict]] = collections.defaultdict(list)
-    for r in sorted(ann.ratings, key=lambda r: r["rater"]):
+    for r in sorted(checked_ratings(ann, forms)[0], key=lambda r: r["rater"]):
         by_unit[r["unit"]].append(r)
     wanted = {(u["model"], u["task"], u["item_id"], u["variant"]): u for u in ann.units if u["id"] in by_unit}
     if not wanted:
@@ -93,19 +94,30 @@ def human_scores(run: Run, ann: Annotation, forms: dict[str, RatingForm]) -> dic
                     if rec is None or unit is None:
                         continue
                     form = forms[p.task.id]
-                    values, labels = collections.defaultdict(list), None
+                    values, labels, by_rater = collections.defaultdict(list), collections.defaultdict(list), {}
                     for rating in by_unit[unit["id"]]:
                         verdicts = form.verdicts(rating["answers"], _verdicts(rec))
                         score = p.task.method(ctx).score(s, rec.get("response") or "", verdicts, ctx)
                         for k, v in score.values.items():
                             values[k].append(v)
-                        if labels is None:
-                            labels = p.task.method(ctx).labels(s, score)
-                    out[key] = {"values": {k: float(np.mean(v)) for k, v in values.items()}, "labels": labels or {},
-                                "raters": len(by_unit[unit["id"]]), "pi": unit["pi"]}
+                        by_rater[rating["rater"]] = dict(score.values)
+                        for k, v in (p.task.method(ctx).labels(s, score) or {}).items():
+                            labels[k].append(v)
+                    out[key] = {"values": {k: float(np.mean(v)) for k, v in values.items()},
+                                "labels": {k: majority(v, unit["id"]) for k, v in labels.items()},
+                                "by_rater": by_rater, "raters": len(by_unit[unit["id"]]), "pi": unit["pi"]}
         return out
     finally:
         store.close()
+
+
+def majority(labels: list[Any], unit: str) -> Any:
+    """The label most raters gave an item; a tie goes to one of the tied labels picked by a hash of the item's
+    opaque id: the label of a rater chosen at random, never the one whose id sorts first."""
+    counts = collections.Counter(labels)
+    best = max(counts.values())
+    tied = sorted((v for v, c in counts.items() if c == best), key=repr)
+    return tied[int(hashlib.sha256(unit.encode()).hexdigest()[:8], 16) % len(tied)]
 
 
 def _block(est: Estimate, method: str, design: str) -> CalibratedValue:
@@ -116,8 +128,9 @@ def _block(est: Estimate, method: str, design: str) -> CalibratedValue:
         return c if c is not None and all(math.isfinite(x) for x in c) else None
     return CalibratedValue(value=num(est.value), ci=ci(est.ci), n_human=est.n_human, n_judge_only=est.n_unrated,
                            lam=num(est.lam), effective_n=num(est.effective_n), human_only=num(est.human_only),
-                           human_only_ci=ci(est.human_only_ci), method=method, design=design,
-                           reason=est.reason if est.value is None else None)
+                           human_only_ci=ci(est.human_only_ci), method=est.method or method, design=design,
+                           reason=est.reason if est.value is None else None, interval=est.interval,
+                           n_raters=est.n_raters)
 
 
 def _many(task, ctx):
@@ -147,7 +160,8 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
     invalid = _frame_check(run, ann, forms)
     humans = human_scores(run, ann, forms) if invalid is None else {}
     rows = read_rows(run, set(results.models))
-    raters = sorted({r["rater"] for r in ann.ratings})
+    usable, left_out = checked_ratings(ann, forms)
+    raters = sorted({r["rater"] for r in usable})
     for model, mr in results.models.items():
         for task_id, tr in mr.tasks.items():
             form = forms.get(task_id)
@@ -168,6 +182,10 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
                 for c, v in h["labels"].items():
                     if c in human.labels:
                         human.labels[c][i] = v
+            raters_here = sorted({r for i in np.flatnonzero(rated) for r in humans[(model, task_id, *keys[i])]["by_rater"]})
+            # the judge's verdict on each row: the strata of a stratified draw within this model's task
+            strata = (np.array([f"{v:g}" for v in judge.col(tr.primary_value)], dtype=object)
+                      if design_kind == "stratified" else None)
             equal = not rated.any() or bool(np.allclose(pis[rated], pis[rated][0]))
             design = f"{design_kind} draw, seed {ann.design['seed']}" + (
                 "" if equal else "; rated items weighted 1/pi (unequal inclusion probabilities)")
@@ -180,9 +198,13 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
                 elif column is not None and _is_mean(task, judge, ctx, metric, column):
                     f, y = judge.col(column), human.col(column)
                     ok = ~np.isnan(f) & (~rated | ~np.isnan(y))
+                    per_rater = np.array([[humans[(model, task_id, *k)]["by_rater"].get(r, {}).get(column, math.nan)
+                                           if is_rated else math.nan for r in raters_here]
+                                          for k, is_rated in zip(keys, rated)]).reshape(len(keys), len(raters_here))
                     est = calibrated_mean(f[ok], y[ok], rated[ok], judge.clusters[ok], weights=1 / pis[ok],
                                           seed=derived_seed(seed, f"{label}|{metric}"), n_boot=n_boot,
-                                          min_rated=min_rated)
+                                          min_rated=min_rated, strata=None if strata is None else strata[ok],
+                                          per_rater=per_rater[ok], bounds=form.bounds(column))
                     method = MEAN
                 elif not equal and rated.any():
                     est, method = Estimate(None, None, int(rated.sum()), int((~rated).sum()), reason=(
@@ -200,7 +222,8 @@ def calibrate(run: Run, ann: Annotation, *, seed: int, n_boot: int, min_rated: i
                     tr.calibrated = block
     results.calibration = {"file": str(ann.path), "sha256": hashlib.sha256(ann.path.read_bytes()).hexdigest(),
                            "design": {k: ann.design[k] for k in ("kind", "seed", "n", "n_frame") if k in ann.design},
-                           "n_rated": len({r["unit"] for r in ann.ratings}), "n_ratings": len(ann.ratings),
+                           "n_rated": len({r["unit"] for r in usable}), "n_ratings": len(usable),
+                           "ratings_left_out": dict(sorted(left_out.items())),
                            "raters": raters, "min_rated": min_rated, "invalid": invalid}
     return results
 
@@ -218,7 +241,7 @@ def with_ratings(run_dir: Path, results: RunResults, ratings: Path | None = None
     the one writer, when the run has ratings (RUN/annotation.json, or the annotation file `ratings`)."""
     from ..analysis.runs import Run
     from ..files import atomic_write
-    ann = read_annotation_file(ratings) if ratings is not None else read_annotation(run_dir)
+    ann = read_ratings(ratings, Path(run_dir)) if ratings is not None else read_annotation(run_dir)
     if ann is None:
         return results
     spec = results.spec
@@ -226,6 +249,17 @@ def with_ratings(run_dir: Path, results: RunResults, ratings: Path | None = None
                            n_boot=int(results.bootstrap.get("n_boot", 1000)))
     atomic_write(Path(run_dir) / "results.json", calibrated.model_dump_json(indent=2))
     return calibrated
+
+
+def calibrated_notes(results: RunResults, label: str) -> list[str]:
+    """What a calibrated view of the rank table says under it: that its judged values are calibrated, and, for
+    each judged value without one, why (the cell itself shows no value)."""
+    out = []
+    for model, mr in results.models.items():
+        for task_id, tr in sorted(mr.tasks.items()):
+            if tr.calibrated is not None and tr.calibrated.value is None:
+                out.append(f"no calibrated value for {label or model}, {task_id}: {tr.calibrated.reason}")
+    return out
 
 
 def calibrated_view(results: RunResults) -> RunResults:
@@ -255,6 +289,7 @@ def calibrated_view(results: RunResults) -> RunResults:
         summary = model_summary(model, mr.tasks, seed=int(results.spec.get("seed", 0) or 0))
         summary.identity = mr.identity
         view.models[model] = summary
+    view.calibration = {**view.calibration, "view": "calibrated"}  # what the gate's lines and the rank table say
     view.notes = [*view.notes, "calibrated values (--calibrated): judged values anchored to human ratings (PPI++); "
                                "trust, pillar and overall scores computed from them"]
     return view
@@ -270,7 +305,7 @@ def _humans_of(run: Run) -> tuple[Annotation | None, dict, dict[str, RatingForm]
     path = Path(str(cal.get("file") or run.dir / "annotation.json"))
     key = (str(run.dir.resolve()), str(path))
     if key not in _HUMANS:
-        ann = read_annotation_file(path) if path.is_file() else None
+        ann = read_ratings(path, run.dir) if path.is_file() else None
         _HUMANS[key] = (ann, human_scores(run, ann, forms) if ann is not None and _frame_check(run, ann, forms) is None
                         else {})
     ann, humans = _HUMANS[key]
@@ -312,7 +347,12 @@ def paired_calibrated(a, b, task_id: str, keys: list[tuple[str, str]], table_a: 
     d = np.array([yb[i]["values"].get(column, math.nan) - ya[i]["values"].get(column, math.nan) if r else math.nan
                   for i, r in enumerate(rated)])
     g = fb - fa
+    # each rater's own difference where they rated both replies: the raters are resampled with the items
+    raters = sorted({r for x in ya + yb if x is not None for r in x["by_rater"]})
+    per_rater = np.array([[(yb[i]["by_rater"].get(r, {}).get(column, math.nan)
+                            - ya[i]["by_rater"].get(r, {}).get(column, math.nan)) if is_rated else math.nan
+                           for r in raters] for i, is_rated in enumerate(rated)]).reshape(len(rated), len(raters))
     ok = ~np.isnan(g) & (~rated | ~np.isnan(d))
     est = calibrated_mean(g[ok], d[ok], rated[ok], table_a.clusters[ok], seed=derived_seed(seed, f"calibrated-diff|{task_id}"),
-                          n_boot=n_boot, min_rated=min_rated)
+                          n_boot=n_boot, min_rated=min_rated, per_rater=per_rater[ok])
     return _block(est, MEAN, "uniform draw: the items rated for both models")

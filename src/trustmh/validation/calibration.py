@@ -29,6 +29,12 @@ So the run's estimator is written here over the run's own cluster bootstrap (`me
   (M items, N of them unrated): for a uniform draw exactly the PPI++ estimate above.
 * lam is estimated again inside each replicate, so its own noise is in the interval.
 
+Three designs the interval must follow (INFERENCE.md sections 7 and 8): rated values that do not vary get an
+exact bound (`no_variance_interval`), never the bootstrap's zero width; a draw stratified by the judge's
+verdict, whose PPI correction is then identically 0, is the post-stratified mean (`post_stratified`: no
+lambda, a bootstrap within strata); several raters are resampled with the items (`_rater_draws`, a two-way
+bootstrap), so the interval holds their disagreement.
+
 Degenerate inputs give a reason and no number: fewer rated items than asked for, a judge that gives
 every item the same value (nothing to calibrate with), every item rated (nothing for the judge to add),
 unknown inclusion probabilities, weights with a metric that is not a mean."""
@@ -60,6 +66,9 @@ class Estimate:
     human_only: float | None = None  # the rated items' own mean (lambda = 0)
     human_only_ci: tuple[float, float] | None = None
     reason: str | None = None
+    method: str | None = None  # set where it is not the caller's estimator (a post-stratified mean)
+    interval: str | None = None  # how the interval was made, where it is not the cluster bootstrap's percentiles
+    n_raters: int | None = None  # raters resampled with the items (a two-way bootstrap), where more than one
 
     @property
     def ok(self) -> bool:
@@ -80,6 +89,27 @@ def degenerate(n: int, n_unrated: int, judge: np.ndarray, min_rated: int = 2) ->
     if judge.size == 0 or np.all(judge == judge[0]):
         return "the judge gives every item the same value: it carries nothing to calibrate with"
     return None
+
+
+def exact_upper(n: int, level: float = LEVEL) -> float:
+    """Clopper-Pearson's upper limit for 0 successes in n: 1 - (alpha/2)^(1/n) (0.116 for n = 30 at 95%)."""
+    return 1.0 - ((1 - level) / 2) ** (1.0 / n)
+
+
+def no_variance_interval(value: float, n: int, bounds: tuple[float, float] | None,
+                         level: float = LEVEL) -> tuple[tuple[float, float] | None, str]:
+    """The interval of a mean whose n (independent) rated values are all `value` (INFERENCE.md section 7):
+    a bootstrap or a sample variance says [value, value], which no sample of n supports. For values in
+    [lo, hi], all n equal to c happens with probability P(X = c)^n, so Clopper-Pearson's limit for n of n
+    gives P(X != c) <= u = 1 - (alpha/2)^(1/n) and the mean lies in [c - (c - lo) u, c + (hi - c) u]: at a
+    bound of the range, Clopper-Pearson's own interval for 0 of n (0.116 for 30 zeros of a 0/1 value); for
+    0/1 values exact. Without the value's range nothing bounds the mean: no interval, and the reason."""
+    if bounds is None or n < 1 or not bounds[1] > bounds[0] or not bounds[0] <= value <= bounds[1]:
+        return None, (f"no interval: all {n} rated values are {value:g} and the value's range is unknown, so a sample "
+                      "that does not vary bounds nothing; rate more items")
+    u = exact_upper(n, level)
+    return ((value - (value - bounds[0]) * u, value + (bounds[1] - value) * u),
+            f"Clopper-Pearson exact bound: all {n} rated values are {value:g}")
 
 
 def _z(level: float) -> float:
@@ -217,33 +247,171 @@ def _interval(draws: np.ndarray, level: float, n_boot: int, center: float,
     return center - factor * (center - lo), center + factor * (hi - center)
 
 
+def _rater_draws(rng: np.random.Generator, m: int, per_rater: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """m replicates of the rated rows' human values with the raters resampled (the crossed rater effect of a
+    two-way bootstrap, INFERENCE.md section 8): raters drawn with replacement, each row's value the mean of
+    its drawn raters' values (m x rows). A row none of whose raters was drawn keeps its value over all of
+    them (`fallback`): with every rater rating every item, as `trustmh annotate` asks, that never happens."""
+    r = per_rater.shape[1]
+    picks = np.zeros((m, r))
+    np.add.at(picks, (np.repeat(np.arange(m), r), rng.integers(0, r, m * r)), 1.0)
+    present = ~np.isnan(per_rater)
+    num = picks @ np.where(present, per_rater, 0.0).T
+    den = picks @ present.T.astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, fallback[None, :])
+
+
+def _constant_within(values: np.ndarray, strata: np.ndarray) -> bool:
+    """Whether `values` is one value within each stratum (the judge's, under a draw stratified by it)."""
+    for h in np.unique(strata):
+        v = values[strata == h]
+        if v.size and not np.all(v == v[0]):
+            return False
+    return True
+
+
+def post_stratified(y: np.ndarray, rated: np.ndarray, clusters: np.ndarray, strata: np.ndarray, *, seed: int,
+                    n_boot: int, level: float = LEVEL, per_rater: np.ndarray | None = None,
+                    bounds: tuple[float, float] | None = None) -> Estimate:
+    """The mean under a draw stratified by the judge's verdict: sum_h (M_h / M) * mean of the rated rows of
+    stratum h. Within a stratum the judge's value is one value, so PPI's correction mean_all(f) -
+    mean_rated_w(f) is identically 0 and the weighted PPI estimate is this mean (INFERENCE.md section 8):
+    there is no lambda and no effective n to report. The interval resamples the rated clusters within each
+    stratum (n_h of them, as the design drew them), each stratum's deviation rescaled by sqrt(n_h / (n_h -
+    1)) (Rao & Wu 1988) and the whole by Student's t on (rated clusters - strata) degrees of freedom; with
+    several raters the raters are resampled too. A stratum with no rated row has no mean: no value."""
+    m, n_all = len(y), int(rated.sum())
+    labels, inv = np.unique(strata.astype(str), return_inverse=True)
+    share = np.bincount(inv, minlength=len(labels)) / m
+    missing = [labels[h] for h in range(len(labels)) if not rated[inv == h].any()]
+    if missing:
+        return refused(f"{len(missing)} {'strata' if len(missing) != 1 else 'stratum'} of the draw "
+                       f"{'have' if len(missing) != 1 else 'has'} no rated item: the post-stratified mean needs one "
+                       "in each", n_all, m - n_all)
+    rows = np.flatnonzero(rated)
+    yr, hr = y[rows], inv[rows]
+    units = cluster_layout(np.array([f"{h}\x1f{c}" for h, c in zip(hr, np.asarray(clusters, dtype=object)[rows])],
+                                    dtype=object))[0]
+    k = int(units.max()) + 1
+    unit_stratum = np.zeros(k, int)
+    unit_stratum[units] = hr
+
+    value = float(sum(share[h] * yr[hr == h].mean() for h in range(len(labels))))
+    rng, rng_r = np.random.default_rng(seed), np.random.default_rng([seed, 2])
+    draws = []
+    for done in range(0, n_boot, 200):
+        b = min(200, n_boot - done)
+        w = np.zeros((b, k))
+        for h in range(len(labels)):
+            pool = np.flatnonzero(unit_stratum == h)
+            picks = pool[rng.integers(0, len(pool), (b, len(pool)))]
+            np.add.at(w, (np.repeat(np.arange(b), len(pool)), picks.ravel()), 1.0)
+        yv = _rater_draws(rng_r, b, per_rater[rows], yr) if per_rater is not None else np.broadcast_to(yr, (b, len(yr)))
+        row_w = w[:, units]
+        # Rao-Wu rescaling, stratum by stratum: the plain within-stratum bootstrap's variance is (n_h - 1) / n_h
+        # of the unbiased one
+        scaled = np.full(b, value)
+        for h in range(len(labels)):
+            n_h = int((unit_stratum == h).sum())
+            sel = hr == h
+            mean_h = (row_w[:, sel] * yv[:, sel]).sum(axis=1) / row_w[:, sel].sum(axis=1)
+            scaled += share[h] * (mean_h - float(yr[sel].mean())) * (math.sqrt(n_h / (n_h - 1)) if n_h > 1 else 1.0)
+        draws.append(scaled)
+    d = np.concatenate(draws)
+    df = k - len(labels)
+    from scipy.stats import t
+    widen = float(t.ppf(0.5 + level / 2, df) / _z(level)) if df >= 1 else math.inf
+    est = Estimate(value, _interval(d, level, n_boot, value, widen) if math.isfinite(widen) else None, n_all, m - n_all,
+                   human_only=value, method=POST_STRATIFIED,
+                   interval=f"bootstrap within the {len(labels)} strata" + (
+                       f", raters resampled too ({per_rater.shape[1]} raters)" if per_rater is not None else ""),
+                   n_raters=None if per_rater is None else per_rater.shape[1])
+    if not math.isfinite(widen):
+        est.interval = "no interval: one rated cluster in each stratum leaves nothing to resample; rate more items"
+    # a stratum whose rated values do not vary adds nothing to the bootstrap's spread: its own exact bound
+    # (no_variance_interval, Bonferroni over such strata) widens the interval by its share instead
+    flat = [h for h in range(len(labels)) if np.all(yr[hr == h] == yr[hr == h][0])]
+    if flat and est.ci is not None:
+        lo, hi = est.ci
+        for h in flat:
+            c = float(yr[hr == h][0])
+            got, why = no_variance_interval(c, int((unit_stratum == h).sum()), bounds, 1 - (1 - level) / len(flat))
+            if got is None:
+                est.ci, est.interval = None, why
+                break
+            lo, hi = lo - share[h] * (c - got[0]), hi + share[h] * (got[1] - c)
+        else:
+            est.ci = (lo, hi)
+            est.interval += (f"; {len(flat)} stratum's" if len(flat) == 1 else f"; {len(flat)} strata's") + (
+                " rated values do not vary: widened by their Clopper-Pearson exact bounds")
+    est.human_only_ci = est.ci
+    return est
+
+
+POST_STRATIFIED = "post-stratified mean (stratified draw: the judge's value is constant within each stratum)"
+
+
 def calibrated_mean(f: Any, y: Any, rated: Any, clusters: Any, *, weights: Any = None, seed: int = 0,
                     n_boot: int = 1000, level: float = LEVEL, lam: float | None = None,
-                    min_rated: int = 2) -> Any:
+                    min_rated: int = 2, strata: Any = None, per_rater: Any = None,
+                    bounds: tuple[float, float] | None = None) -> Any:
     """PPI++ for the mean of a value over a run's M items, with the run's cluster bootstrap.
 
-    f: the judge's value of every item; y: the human's (read where `rated`); clusters: the resampling unit
-    of each item; weights: 1/pi of each rated item under a stratified draw (None: uniform). lam None:
-    power-tuned, in the estimate and again in every replicate. f and y of shape (S, M) are S values of the
-    same items (a task's criteria), calibrated on the same replicates: a list of S estimates."""
+    f: the judge's value of every item; y: the human's (read where `rated`; the mean over raters); clusters:
+    the resampling unit of each item; weights: 1/pi of each rated item under a stratified draw (None:
+    uniform). lam None: power-tuned, in the estimate and again in every replicate. f and y of shape (S, M)
+    are S values of the same items (a task's criteria), calibrated on the same replicates: a list of S
+    estimates.
+
+    strata: each item's stratum under a draw stratified by the judge's verdict; a series whose judge value is
+    constant within every stratum is the post-stratified mean (`post_stratified`). per_rater: each item's
+    value from each rater (M x R, or S x M x R; NaN where a rater did not rate it): with two or more raters
+    they are resampled with the items (a two-way bootstrap). bounds: the value's range; rated values that
+    do not vary get the exact interval of `no_variance_interval`, never the bootstrap's zero width."""
     f, y = np.asarray(f, dtype=float), np.asarray(y, dtype=float)
     single = f.ndim == 1
     f, y = np.atleast_2d(f), np.atleast_2d(y)
     rated = np.asarray(rated, dtype=bool)
+    if per_rater is not None:
+        per_rater = np.asarray(per_rater, dtype=float)
+        per_rater = per_rater[None] if per_rater.ndim == 2 else per_rater
+        if per_rater.shape[-1] < 2:
+            per_rater = None
     n, big_n = int(rated.sum()), int((~rated).sum())
     whys = [degenerate(n, big_n, fs, min_rated) for fs in f]
     out: list[Estimate | None] = [refused(w, n, big_n) if w else None for w in whys]
     if all(whys):
         return out[0] if single else out
+    if bounds is None and np.isin(f[~np.isnan(f)], (0.0, 1.0)).all() and np.isin(y[:, rated], (0.0, 1.0)).all():
+        bounds = (0.0, 1.0)  # 0/1 values: a proportion
+    if strata is not None:
+        strata = np.asarray(strata, dtype=object)
+        for i in range(len(f)):
+            if out[i] is None and _constant_within(f[i], strata):
+                out[i] = post_stratified(y[i], rated, np.asarray(clusters, dtype=object), strata,
+                                         seed=seed, n_boot=n_boot, level=level, bounds=bounds,
+                                         per_rater=None if per_rater is None else per_rater[i])
+        if all(e is not None for e in out):
+            return out[0] if single else out
     layout = Layout.of(rated, np.asarray(clusters, dtype=object), weights)
     parts = _mean_parts(layout, y, f)  # (M, S, 9)
     series, q = parts.shape[1], parts.shape[2]
     flat = parts.reshape(len(rated), series * q)
     per_cluster = np.stack([np.bincount(layout.inverse, weights=p, minlength=layout.n_clusters) for p in flat.T], axis=1)
     theta, lam_hat, human = _mean_from_sums(parts.sum(axis=0), lam)
+    rows = np.flatnonzero(rated)
+    rng_r = np.random.default_rng([seed, 2])
     draws, human_draws = [], []
     for block in layout.blocks(seed, n_boot):
-        t, _, h = _mean_from_sums((block @ per_cluster).reshape(len(block), series, q), lam)
+        sums = (block @ per_cluster).reshape(len(block), series, q)
+        if per_rater is not None:  # the human terms w*Y and w*Y*f again, from the raters drawn in each replicate
+            mult = block[:, layout.inverse[rows]] * layout.weights[rows]
+            for i in range(series):
+                yv = _rater_draws(rng_r, len(block), per_rater[i][rows], y[i][rows])
+                sums[:, i, 4] = (mult * yv).sum(axis=1)
+                sums[:, i, 6] = (mult * yv * f[i][rows]).sum(axis=1)
+        t, _, h = _mean_from_sums(sums, lam)
         draws.append(t)
         human_draws.append(h)
     d, h = np.concatenate(draws), np.concatenate(human_draws)
@@ -251,10 +419,20 @@ def calibrated_mean(f: Any, y: Any, rated: Any, clusters: Any, *, weights: Any =
     for i in range(series):
         if out[i] is None:
             var_d, var_h = np.nanvar(d[:, i]), np.nanvar(h[:, i])
-            out[i] = Estimate(float(theta[i]), _interval(d[:, i], level, n_boot, float(theta[i]), widen), n, big_n,
-                              float(lam_hat[i]), effective_n=float(n * var_h / var_d) if var_d > 0 else None,
-                              human_only=float(human[i]),
-                              human_only_ci=_interval(h[:, i], level, n_boot, float(human[i]), widen))
+            est = Estimate(float(theta[i]), _interval(d[:, i], level, n_boot, float(theta[i]), widen), n, big_n,
+                           float(lam_hat[i]), effective_n=float(n * var_h / var_d) if var_d > 0 else None,
+                           human_only=float(human[i]),
+                           human_only_ci=_interval(h[:, i], level, n_boot, float(human[i]), widen))
+            if per_rater is not None:
+                est.n_raters = per_rater.shape[-1]
+                est.interval = (f"two-way bootstrap: rated clusters and the {est.n_raters} raters resampled, "
+                                "lambda tuned again in each replicate")
+            yr = y[i][rows]
+            if lam_hat[i] == 0 and yr.size and np.all(yr == yr[0]):
+                # lambda 0: the estimate is the human values' own mean, and they do not vary
+                est.ci, est.interval = no_variance_interval(float(yr[0]), len(layout.with_rated), bounds, level)
+                est.human_only_ci, est.effective_n = est.ci, None
+            out[i] = est
     return out[0] if single else out
 
 
@@ -365,13 +543,13 @@ def frame_items(frame: list[FrameRow]) -> int:
 MIN_PER_STRATUM = 5
 
 
-def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
-    """n items over strata of the given sizes: at least MIN_PER_STRATUM from each (all of a smaller one:
-    the few replies a judge called harmful are rated, not left to chance), the rest in proportion to the
-    strata's sizes (largest remainders), so that the weights 1/pi stay close to one another. Unequal
-    allocations make a few heavily weighted ratings decide the estimate and its interval skewed."""
+def allocate(sizes: dict[str, int], n: int, floor: int = MIN_PER_STRATUM) -> dict[str, int]:
+    """n items over strata of the given sizes: at least `floor` from each (all of a smaller one: the few
+    replies a judge called harmful are rated, not left to chance), the rest in proportion to the strata's
+    sizes (largest remainders), so that the weights 1/pi stay close to one another. Unequal allocations
+    make a few heavily weighted ratings decide the estimate and its interval skewed."""
     n = min(n, sum(sizes.values()))
-    floor_ = min(MIN_PER_STRATUM, n // max(len(sizes), 1))
+    floor_ = min(floor, n // max(len(sizes), 1))
     out = {h: min(floor_, m) for h, m in sizes.items()}
     left = n - sum(out.values())
     room = {h: sizes[h] - out[h] for h in sizes}
@@ -389,11 +567,23 @@ def allocate(sizes: dict[str, int], n: int) -> dict[str, int]:
     return out
 
 
+def plan_tasks(sizes: dict[str, int], n: int, minimum: int = MIN_RATED) -> dict[str, int]:
+    """How many of each task's items a uniform draw of n takes: a calibrated value needs `minimum` rated items
+    of a model's task and at least one the judge alone rated, so each task first gets up to `minimum` (all
+    but one of its items), then the rest goes in proportion to the tasks' sizes (`allocate`). With n under
+    `minimum` per task the floor is what n allows, and the draw says which tasks fall short
+    (`annotate.plan_notes`)."""
+    room = {t: k - 1 if k > minimum else k for t, k in sizes.items()}
+    return allocate(room, n, floor=minimum)
+
+
 def draw(frame: list[FrameRow], n: int, design: str, seed: int) -> list[Drawn]:
-    """A seeded draw without replacement. Uniform: n items (a task's item and variant) out of the frame's K,
-    every model's reply to each drawn item with it, so each reply has probability n / K and two models are
-    rated on the same items (what a paired difference needs). Stratified by model, task and the judge's
-    verdict: n replies over the strata (`allocate`), stratum h giving n_h of its M_h, pi = n_h / M_h. The
+    """A seeded draw without replacement. Uniform: n items (a task's item and variant) over the tasks as
+    `plan_tasks` sets (each task's n_t uniformly out of its K_t items), every model's reply to each drawn item
+    with it, so each reply of a task has probability n_t / K_t and two models are rated on the same items
+    (what a paired difference needs). Stratified by model, task and the judge's
+    verdict: n replies over each model's tasks as `plan_tasks` sets, then over the task's verdicts (`allocate`),
+    stratum h giving n_h of its M_h, pi = n_h / M_h. The
     probabilities depend on the design and the judge's verdicts only, never on a human rating, which is
     what makes the weighted estimate unbiased."""
     if design not in DESIGNS:
@@ -401,14 +591,26 @@ def draw(frame: list[FrameRow], n: int, design: str, seed: int) -> list[Drawn]:
     rows = sorted(frame, key=lambda r: (r.task, r.item_id, r.variant, r.model))
     rng = np.random.default_rng([seed, 3])
     if design == "uniform":
-        items = sorted({(r.task, r.item_id, r.variant) for r in rows})
-        k = min(n, len(items))
-        chosen = {items[i] for i in rng.choice(len(items), size=k, replace=False).tolist()}
-        return [Drawn(r, "all", k / len(items)) for r in rows if (r.task, r.item_id, r.variant) in chosen]
+        by_task: dict[str, list[tuple[str, str, str]]] = {}
+        for key in sorted({(r.task, r.item_id, r.variant) for r in rows}):
+            by_task.setdefault(key[0], []).append(key)
+        counts = plan_tasks({t: len(v) for t, v in by_task.items()}, n)
+        chosen: dict[tuple[str, str, str], float] = {}
+        for t in sorted(by_task):
+            items, k = by_task[t], counts[t]
+            for i in rng.choice(len(items), size=k, replace=False).tolist():
+                chosen[items[i]] = k / len(items)
+        return [Drawn(r, "all", chosen[key]) for r in rows if (key := (r.task, r.item_id, r.variant)) in chosen]
     strata: dict[str, list[FrameRow]] = {}
     for row in rows:
         strata.setdefault(stratum_of(row, design), []).append(row)
-    counts = allocate({h: len(rs) for h, rs in strata.items()}, n)
+    # first each model's task (at least what a calibrated value needs, as a uniform draw plans its tasks), then
+    # its verdicts (at least MIN_PER_STRATUM each, the rest in proportion)
+    groups: dict[tuple[str, str], dict[str, int]] = {}
+    for h, rs in strata.items():
+        groups.setdefault((rs[0].model, rs[0].task), {})[h] = len(rs)
+    per_group = plan_tasks({f"{m}\x1f{t}": sum(g.values()) for (m, t), g in groups.items()}, n)
+    counts = {h: k for (m, t), g in groups.items() for h, k in allocate(g, per_group[f"{m}\x1f{t}"]).items()}
     out = []
     for h in sorted(strata):
         rs, k = strata[h], counts[h]

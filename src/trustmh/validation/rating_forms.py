@@ -14,7 +14,11 @@ A plugin task gets a form by declaring `rating_form = RatingForm(...)` on the ta
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -48,6 +52,34 @@ class RatingForm:
         return {"title": self.title, "context_label": self.context_label,
                 "criteria": [{"name": c.name, "question": c.question, "choices": [list(x) for x in c.choices]}
                              for c in self.criteria]}
+
+    def bounds(self, column: str | None) -> tuple[float, float] | None:
+        """The range of a per-sample value that is one of the form's criteria (None: another value; a 0/1
+        value is then read as a proportion by the calibration)."""
+        for c in self.criteria:
+            if c.name == column:
+                values = [v for v, _ in c.choices]
+                return float(min(values)), float(max(values))
+        return None
+
+    def problem(self, answers: Any) -> str | None:
+        """Why `answers` read from a file is not a rating on this form, as a reason to count (None: it is one):
+        a rating is a whole number the criterion offers, never a string, a fraction, NaN or off the scale."""
+        if not isinstance(answers, dict):
+            return "answers are not an object"
+        if set(answers) - {c.name for c in self.criteria}:
+            return "answers name a criterion the form does not have"
+        for c in self.criteria:
+            v = answers.get(c.name)
+            if v is None:
+                return "answers lack a criterion of the form"
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return "a rating is not a number"
+            if isinstance(v, float) and not (math.isfinite(v) and v == int(v)):
+                return "a rating is not a whole number"
+            if not c.allows(int(v)):
+                return "a rating is off the form's scale"
+        return None
 
     def check(self, answers: Any) -> str | None:
         """Why `answers` is not a complete rating on this form (None: it is)."""
@@ -171,6 +203,54 @@ def _paper_forms() -> dict[str, dict[str, RatingForm]]:
             ES_SETTINGS: {"reliability.support": per_criterion}}
 
 
+_CRITERION_LINE = re.compile(r"^(?P<name>[a-z_]+)(?: \(\d+-\d+\))?: (?P<question>\S.*)$")
+_ANCHOR_LINE = re.compile(r"^ {2,}(?P<value>\d+) = (?P<text>\S.*)$")
+
+
+@functools.lru_cache(maxsize=None)
+def rubric_anchors(template: str) -> dict[str, tuple[str, dict[int, str]]]:
+    """A judge rubric's criteria as its template states them: criterion -> (the question, value -> what that
+    value looks like). The template lists each criterion as `name: question` or `name (lo-hi): question`
+    (the question may run on over unindented lines), then its anchors as indented `N = text` lines (an anchor
+    may run on over lines indented deeper). Criteria without anchors are left out."""
+    from ..tasks.base import template_source
+    found: dict[str, tuple[list[str], dict[int, list[str]]]] = {}
+    name, anchor = None, None
+    for line in template_source(template).splitlines():
+        head, step = _CRITERION_LINE.match(line), _ANCHOR_LINE.match(line)
+        if head:
+            name, anchor = head.group("name"), None
+            found[name] = ([head.group("question").strip()], {})
+        elif name is not None and step:
+            anchor = int(step.group("value"))
+            found[name][1][anchor] = [step.group("text").strip()]
+        elif name is not None and anchor is not None and line.startswith(" " * 5) and line.strip():
+            found[name][1][anchor].append(line.strip())  # an anchor's text running on
+        elif name is not None and anchor is None and not found[name][1] and line.strip() and not line.startswith(" "):
+            found[name][0].append(line.strip())  # the question running on
+        elif not line.strip() or not line.startswith(" "):
+            name, anchor = None, None  # a blank or unindented line ends the criterion
+        else:
+            anchor = None  # an indented note under the anchors ("  Warmth is not professionalism: ...")
+    return {c: (" ".join(q), {v: " ".join(t) for v, t in a.items()}) for c, (q, a) in found.items() if a}
+
+
+def with_rubric(form: RatingForm, template: str) -> RatingForm:
+    """The form with the judge's rubric as its template states it: each criterion the template anchors gets
+    the template's question and, on each value it anchors (0, 3 and 5 of a 0-5 scale, say), its words; the
+    values between anchors are bare numbers, as the judge is told to place them."""
+    anchors = rubric_anchors(template)
+    criteria = []
+    for c in form.criteria:
+        got = anchors.get(c.name)
+        if got is None or not set(got[1]) <= {v for v, _ in c.choices}:
+            criteria.append(c)
+            continue
+        question, by_value = got
+        criteria.append(Criterion(c.name, f"{c.name}: {question}", tuple((v, by_value.get(v, "")) for v, _ in c.choices)))
+    return dataclasses.replace(form, criteria=tuple(criteria))
+
+
 def form_for(task: Any, ctx: Any) -> tuple[RatingForm | None, str | None]:
     """The task's rating form under the run's protocol, or why it has none."""
     own = getattr(task, "rating_form", None)
@@ -184,7 +264,7 @@ def form_for(task: Any, ctx: Any) -> tuple[RatingForm | None, str | None]:
             name = str(r.templates[0]).rsplit("/", 1)[-1]
             form = _BY_TEMPLATE.get(name, {}).get(task.id)
             if form is not None and form.rubric == r.name:
-                return form, None
+                return with_rubric(form, str(r.templates[0])), None
     paper = _paper_forms()
     for r in rubrics:
         form = paper.get(r.method or "", {}).get(task.id)
