@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from trustmh.scoring.metrics import Table, bootstrap
-from trustmh.validation.calibration import (FrameRow, calibrated_mean, draw, power_lambda, ppboot,
-                                            ppi_mean, small_sample_factor)
+from trustmh.validation.calibration import calibrated_mean, power_lambda, ppboot, ppi_mean, small_sample_factor
+from trustmh.validation.design import FrameRow, draw
 
 LEVEL = 0.95
 RHOS = (0.0, 0.3, 0.6, 0.9)

@@ -196,7 +196,8 @@ def test_labels_are_the_raters_majority_not_the_first_rater():
 
 def test_draws_give_each_models_task_what_a_calibrated_value_needs():
     from collections import Counter
-    from trustmh.validation.calibration import MIN_RATED, FrameRow, draw
+    from trustmh.validation.calibration import MIN_RATED
+    from trustmh.validation.design import FrameRow, draw
     sizes = {"big": 60, "mid": 30, "small": 15, "tiny": 8}
     frame = [FrameRow(m, t, str(i), "", str(i % 3 == 0)) for m in ("a", "b") for t, k in sizes.items()
              for i in range(k)]

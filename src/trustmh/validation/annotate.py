@@ -1,7 +1,7 @@
 """`trustmh annotate RUN...`: clinicians rate a sample of a run's judged replies in a local page, blind.
 
 The run's judged samples (every scored sample of a task whose judge has a rating form,
-`validation.rating_forms`) are the frame; a seeded draw (`calibration.draw`: uniform, or stratified by
+`validation.rating_forms`) are the frame; a seeded draw (`design.draw`: uniform, or stratified by
 model, task and the judge's verdict) picks the items, and each item's inclusion probability is recorded
 with it. The draw and every rating live in the run folder, in annotation.json, written whole through the
 one writer (`files.atomic_write`) after each rating, never in the store: rating resumes where it
@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 from ..analysis.runs import Run, load_run, run_context
 from ..errors import UserError
 from ..report.local_server import LocalHandler, bind
-from .calibration import DESIGNS, FrameRow, draw, frame_items
+from .design import DESIGNS, FrameRow, draw, frame_items
 from .rating_forms import RatingForm, form_for
 
 ANNOTATION = "annotation.json"
@@ -283,7 +283,7 @@ def open_annotation(run: Run, n: int | None, design: str | None, seed: int | Non
         raise UserError("--n: draw at least 2 items")
     drawn = draw(frame, n, design, seed)
     sizes: dict[str, int] = {}
-    from .calibration import stratum_of
+    from .design import stratum_of
     for row in frame:
         h = stratum_of(row, design)
         sizes[h] = sizes.get(h, 0) + 1

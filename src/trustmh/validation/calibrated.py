@@ -26,7 +26,8 @@ from ..judges.rubric import Judged, Verdicts
 from ..scoring.metrics import Resamples, Table, derived_seed, mean
 from ..scoring.results import CalibratedValue, RunResults
 from .annotate import Annotation, checked_ratings, frame_of, judged_tasks, read_annotation, read_ratings
-from .calibration import MIN_RATED, Estimate, calibrated_mean, frame_items, ppboot, stratum_of
+from .calibration import MIN_RATED, Estimate, calibrated_mean, ppboot
+from .design import frame_items, stratum_of
 from .rating_forms import RatingForm
 
 MEAN, PPBOOT = "PPI++ (mean)", "prediction-powered bootstrap"
