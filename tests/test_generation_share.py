@@ -134,3 +134,31 @@ def test_a_model_s_phase_one_offers_what_the_share_and_the_judge_pools_read():
                     assert list(inspect.signature(got).parameters) == list(inspect.signature(want).parameters)
                 else:
                     assert isinstance(got, property), (cls.__name__, name)
+
+
+def test_a_waiter_let_go_then_cancelled_hands_its_room_on():
+    """The share and the limiter park callers in one WaitQueue: a caller let go and cancelled before it
+    ran gives its turn to the next (the share's own queue lost that room until another release)."""
+    from trustmh.engine._waiting import WaitQueue
+
+    async def main():
+        share = GenerationShare([], [])
+        share.total = share.cap = 1
+        await share.acquire()  # the one place is taken
+        first = asyncio.ensure_future(share.acquire())
+        second = asyncio.ensure_future(share.acquire())
+        await asyncio.sleep(0)
+        assert len(share.waiters) == 2
+        share.release()  # lets `first` go ...
+        first.cancel()  # ... which is cancelled before it runs
+        await asyncio.sleep(0)
+        await asyncio.wait_for(second, 1)  # the room went on to `second`
+        assert share.in_flight == 1 and first.cancelled()
+        queue = WaitQueue()
+        parked = asyncio.ensure_future(queue.wait(on_lost=lambda: None))
+        await asyncio.sleep(0)
+        parked.cancel()  # cancelled while parked: it leaves the queue
+        await asyncio.sleep(0)
+        assert len(queue) == 0 and not queue.let_go()
+
+    asyncio.run(main())

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import collections
 from typing import Protocol, Sequence
 
+from ._waiting import WaitQueue
 from .judge import JudgePool
 
 
@@ -47,7 +47,7 @@ class GenerationShare:
         self.total = max(1, sum(m.width for m in models))
         self.cap = self.total
         self.in_flight = 0
-        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self.waiters = WaitQueue()
         self.low = self.total  # the smallest share so far, for tests and the bench
 
     async def acquire(self) -> bool:
@@ -55,9 +55,7 @@ class GenerationShare:
         waited = False
         while self.in_flight >= self.cap:
             waited = True
-            fut = asyncio.get_running_loop().create_future()
-            self.waiters.append(fut)
-            await fut
+            await self.waiters.wait(on_lost=self._wake)  # let go, then cancelled: the room goes to the next
         self.in_flight += 1
         return waited
 
@@ -67,11 +65,8 @@ class GenerationShare:
 
     def _wake(self) -> None:
         room = self.cap - self.in_flight
-        while room > 0 and self.waiters:
-            fut = self.waiters.popleft()
-            if not fut.done():
-                fut.set_result(None)
-                room -= 1
+        while room > 0 and self.waiters.let_go():
+            room -= 1
 
     def _judge_bound(self) -> bool:
         """Whether some judge has MARGIN times more waves of work left (its judgements waiting, in flight

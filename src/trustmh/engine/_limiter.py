@@ -31,9 +31,9 @@ cost on that path is one test and one counter increment per success and one test
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import math
+
+from ._waiting import WaitQueue
 
 # The learned rate is taken this much under the measured one: a start rate exactly at a token bucket's
 # refill rate leaves it empty, and then any jitter in our timers or the network means a 429.
@@ -89,8 +89,8 @@ class AdaptiveLimiter:
         self.epoch = 0
         self.paused_until = 0.0  # no request starts before this (Retry-After, and the pace)
         self.n_cuts = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        self._retries: collections.deque[asyncio.Future[None]] = collections.deque()  # served first
+        self._waiters = WaitQueue()
+        self._retries = WaitQueue()  # served first
         self._timer: asyncio.TimerHandle | None = None
         # Pacing (off when `pacing` is False, e.g. to measure what it brings).
         self.pacing = pacing
@@ -122,19 +122,10 @@ class AdaptiveLimiter:
             if self.base_rate is not None:
                 self._pace(now)
             return
-        fut = loop.create_future()
         queue = self._retries if retry else self._waiters
-        queue.append(fut)
-        self._wake(loop)  # a pause may already be over: make sure a timer or a release will admit us
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release()  # admitted, then cancelled before using the slot: hand it on
-            else:
-                with contextlib.suppress(ValueError):
-                    queue.remove(fut)
-            raise
+        # A pause may already be over: once parked, make sure a timer or a release will admit us. Admitted,
+        # then cancelled before using the slot: the slot is handed on (release).
+        await queue.wait(on_lost=self.release, parked=lambda: self._wake(loop))
 
     def release(self) -> None:
         self.in_flight -= 1
@@ -143,13 +134,13 @@ class AdaptiveLimiter:
     def _wake(self, loop: asyncio.AbstractEventLoop) -> None:
         """Admit waiters in order while there is room; if paused, come back when the pause ends."""
         now = loop.time()
+        def admit() -> None:
+            self.in_flight += 1
+            if self.base_rate is not None:
+                self._pace(now)
+
         while (self._retries or self._waiters) and self._can_admit(now):
-            fut = (self._retries or self._waiters).popleft()
-            if not fut.done():
-                self.in_flight += 1
-                if self.base_rate is not None:
-                    self._pace(now)
-                fut.set_result(None)
+            (self._retries if self._retries else self._waiters).let_go(admit)
         if (self._retries or self._waiters) and now < self.paused_until and self._timer is None:
             self._timer = loop.call_at(self.paused_until, self._on_timer, loop)
 
