@@ -10,6 +10,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ._base import err, note, out, styled
+from ..scoring.metrics import interval_note, too_few_clusters
 
 
 class _ProgressView:
@@ -132,7 +133,7 @@ def _pillar_summary(mr, name: str) -> None:
 def _value_cells(t, base_sep: str = " ") -> tuple:
     from ..scoring.pillars import judge_mark
     val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
-    ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+    ci = (interval_note(t.ci, t.n_clusters) or "-") if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
     parts: list = [val]
     if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
         bad = bool(judge_mark(t))
@@ -143,6 +144,13 @@ def _value_cells(t, base_sep: str = " ") -> tuple:
     if t.base_metric:  # a relative measure: its base task's own value beside it
         parts.append(f"{base_sep}(base {'-' if t.base_value is None else f'{t.base_value:.3f}'})")
     return styled(*parts), ci
+
+
+def _g(t) -> str:
+    """G, the clusters the task's interval rests on (red below the minimum for an interval)."""
+    if t.n_clusters is None:
+        return "-"
+    return _red(t.n_clusters) if too_few_clusters(t.n_clusters) else str(t.n_clusters)
 
 
 def _red(n: int) -> str:
@@ -158,15 +166,15 @@ def _task_tables(mr, name: str) -> list[RichTable]:
     ok = [t for t in mr.tasks.values() if t.status == "ok"]
     if out.width >= 120:
         table = RichTable(title=name, title_justify="left", box=box.HEAVY_HEAD)
-        for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
+        for col in ("task", "metric", "value", "95% CI", "n", "G", "no answer", "unscored", "judge failed", "errors",
                     "trust"):
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
                              no_wrap=col in ("task", "value", "95% CI", "trust"))
         for t in mr.tasks.values():
             if t.status != "ok":
-                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "")
+                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "", "")
                 continue
-            table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), str(t.n_no_answer),
+            table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), _g(t), str(t.n_no_answer),
                           str(t.n_unscored), _red(t.n_judge_failed), _red(t.n_errors), trust(t))
         return [table]
     values = RichTable(title=f"{name}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
@@ -181,10 +189,10 @@ def _task_tables(mr, name: str) -> list[RichTable]:
         values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val, ci, trust(t))
     counts = RichTable(title=f"{name}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
                        pad_edge=False, padding=(0, 1, 0, 0))
-    for col in ("task", "n", "no\nanswer", "unscored", "judge\nfailed", "errors"):
+    for col in ("task", "n", "G", "no\nanswer", "unscored", "judge\nfailed", "errors"):
         counts.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
     for t in ok:
-        counts.add_row(t.task, str(t.n), str(t.n_no_answer), str(t.n_unscored), _red(t.n_judge_failed),
+        counts.add_row(t.task, str(t.n), _g(t), str(t.n_no_answer), str(t.n_unscored), _red(t.n_judge_failed),
                        _red(t.n_errors))
     return [values, counts]
 
