@@ -211,3 +211,45 @@ def test_gate_margin_decides_a_known_regression(tmp_path, cli_here):
     assert code == 2 and "did you mean ethics.reasoning" in err
     code, _, err = cli_here(*args, "--margin", "overall=-1")
     assert code == 2 and "at least 0" in err
+
+
+def test_two_seeds_of_one_stochastic_model_pass_the_gate(tmp_path):
+    """The done-when of issue 44 in small: five seeds of baseline/random on the real data's offline tasks
+    (--limit 20), every one of the 10 pairs through the gate's own baseline check (Holm, default margins):
+    at least 9 pass. bench/gate_false_alarm.py measures the rate over hundreds of pairs. robustness.crisis is
+    left out here: on 20 items a random model's clean macro-F1 can be 0, its relative drop then undefined,
+    and a value lost against the baseline fails the gate by its own rule (not by noise)."""
+    from conftest import UPSTREAM
+    import importlib.util
+    from pathlib import Path
+    from trustmh.analysis.gate import check_baseline
+    where = Path(__file__).resolve().parents[1] / "bench" / "gate_false_alarm.py"
+    spec = importlib.util.spec_from_file_location("gate_false_alarm", where)
+    gate_false_alarm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gate_false_alarm)
+    if not UPSTREAM.is_dir():
+        pytest.skip("upstream data not found")
+    tasks = gate_false_alarm.OFFLINE.replace(",robustness.crisis", "")
+    runs = [load_run(d) for d in gate_false_alarm.run_seeds(UPSTREAM, 5, 20, tmp_path, tasks)]
+    passed = 0
+    for i in range(5):
+        for j in range(i + 1, 5):
+            checks, _, about = check_baseline(runs[j], runs[i], n_boot=300, seed=i * 5 + j)
+            assert len(checks) > 20 and "Holm" in about
+            passed += all(c.passed for c in checks)
+    assert passed >= 9, passed
+
+
+def test_the_dry_run_states_clusters_and_the_detectable_difference(cli_here, tmp_path):
+    from trustmh.engine.plan import PlanRow
+    row = PlanRow("t", "m", samples=200, model_calls=0, model_tokens=0, judge_calls=0, judge_tokens=0, clusters=50)
+    lo, hi = row.detectable()
+    # 2.8 standard errors of a paired difference of two uncorrelated shares at p = 0.5: sqrt(2 * 0.25 / units)
+    assert lo == pytest.approx(2.8016 * math.sqrt(0.5 / 200), rel=1e-3)
+    assert hi == pytest.approx(2.8016 * math.sqrt(0.5 / 50), rel=1e-3)
+    code, out, _ = cli_here("run", "-m", "baseline/random", "--suite", "sample", "--judge", "rules", "--dry-run",
+                            "--out", tmp_path / "dr")
+    assert code == 0, out
+    assert "detectable" in out and "p = 0.5" in out and "Miller 2024" in " ".join(out.split())
+    jailbreak = next(line for line in out.splitlines() if "safety.jailbreak" in line)
+    assert "1 (too few)" in jailbreak

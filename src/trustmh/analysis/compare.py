@@ -7,8 +7,11 @@ resamples at once, as the bootstrap does; `aggregate` per resample for a task wi
 difference of any metric a task reports (a mean, a Pearson r, a macro-F1) gets a bootstrap interval and
 a p-value without metric-specific code, both read from the same draws: the interval is the percentile
 interval, the p-value the two-sided share of draws on the far side of 0, so the interval excludes 0
-exactly when p < 1 - level. Tasks this version of trustmh does not know are compared on their reported
-values only, without a test."""
+exactly when p < 1 - level. The verdict reads the p-value adjusted over every difference of one call
+(`adjust_family`, Holm by default). A difference on fewer than MIN_CLUSTERS shared clusters gets no interval,
+test or verdict, and one on fewer than FEW_CLUSTERS has its draws widened by the t-correction
+(scoring/metrics.py). Tasks this version of trustmh does not know are compared on their reported values
+only, without a test."""
 
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..scoring.metrics import (Resamples, Table, block_weights, cluster_factor, cluster_layout, derived_seed, n_clusters,
-                               per_resample, pick_blocks, too_few_clusters, widen, z_quantile)
+                               per_resample, pick_blocks, power_multiplier, too_few_clusters, widen)
 from .runs import Entry, Rows, Run, entries, read_rows, run_context
 
 
@@ -82,7 +85,6 @@ class Comparison:
 
 
 MIN_DRAWS = 10  # fewer defined draws than this: no interval and no test
-POWER = 0.8  # the power at which `Diff.detectable` is stated (Miller 2024, "Adding Error Bars to Evals", s. 5)
 
 
 def detectable(draws: np.ndarray, level: float) -> float | None:
@@ -92,7 +94,7 @@ def detectable(draws: np.ndarray, level: float) -> float | None:
     d = _defined(draws)
     if d.size < MIN_DRAWS:
         return None
-    return float((z_quantile(0.5 + level / 2) + z_quantile(POWER)) * d.std(ddof=1))
+    return float(power_multiplier(level) * d.std(ddof=1))
 
 
 def _defined(draws: np.ndarray) -> np.ndarray:

@@ -461,7 +461,6 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
     by more than its margin (`DEFAULT_MARGINS`, `margins`) with confidence: the p-value of "no worse than the
     margin", adjusted by `correction` over every such test of this gate call, below alpha. A failure too for
     every task the baseline ran that this run did not. `about` says, in words, which correction and margins ran."""
-    from .multiplicity import DESCRIBE, adjust
     margins = dict(margins or {})
     validate_names([n for n in margins if n not in ("task", "pillar")], run)
     for name in margins:
@@ -473,7 +472,7 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
     skipped = [note for r in (run, baseline) if (note := r.skip_note())]
     if skipped:  # a verdict on part of the samples is no verdict: fail closed
         raise UserError(f"{'; '.join(skipped)}; the gate does not compare runs it cannot read whole")
-    checks, warnings, tested = [], [], []
+    checks, warnings, compared = [], [], []
     for e in new:
         ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)
         if ref is None:
@@ -487,11 +486,24 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
         checks += _lost_values(e.label, ref.result, e.result)
         c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
         warnings += [f"{e.label}: {w}" for w in c.warnings]
+        compared.append((e.label, c))
+    more, untested, about = regression_checks(compared, alpha=alpha, correction=correction, margins=margins)
+    return checks + more, warnings + untested, about
+
+
+def regression_checks(compared: list[tuple[str, Any]], *, alpha: float = 0.05, correction: str = "holm",
+                      margins: dict[str, float] | None = None) -> tuple[list[Check], list[str], str]:
+    """(checks, warnings, about) from (model label, compare.Comparison) pairs: every task, pillar and overall
+    difference tested for a regression beyond its margin, the p-values of all of them adjusted together."""
+    from .multiplicity import DESCRIBE, adjust
+    margins = margins or {}
+    checks, warnings, tested = [], [], []
+    for label, c in compared:
         for d in c.diffs:
             if d.kind == "metric" or d.diff is None:
                 continue
             margin = margin_of(d, margins)
-            tested.append(Tested(e.label, d, margin, regression_p(d, margin)))
+            tested.append(Tested(label, d, margin, regression_p(d, margin)))
     family = [t for t in tested if t.p is not None]
     for t, p_adj in zip(family, adjust([t.p for t in family], correction)):
         checks.append(_baseline_check(t, float(p_adj), alpha, correction, len(family)))

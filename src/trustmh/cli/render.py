@@ -303,12 +303,13 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
     table = RichTable(title=f"dry run: calls a run into {run_dir} would make (nothing was called)",
                       title_justify="left")
     for col in ("task", "model" if len(models) == 1 else "models", "samples", "model calls", "~prompt tokens",
-                "judge calls", "~judge tokens"):
+                "judge calls", "~judge tokens", "G", "detectable"):
         table.add_column(col, justify="left" if col in ("task", "model", "models") else "right", no_wrap=col == "task")
     who = models[0] if len(models) == 1 else f"{len(models)} models"
     for task in dict.fromkeys(r.task for r in ran):  # one row per task, every model's calls added up
-        table.add_row(task, who, *cells([r for r in ran if r.task == task]))
-    table.add_row("total", "", *cells(ran), style="bold")
+        mine = [r for r in ran if r.task == task]
+        table.add_row(task, who, *cells(mine), *_power_cells(mine[0]))  # G and power: one model's samples
+    table.add_row("total", "", *cells(ran), "", "", style="bold")
     out.print(table)
     if spec.limit is not None and ran:  # what --limit N takes, in items and in samples
         from ..engine.spec import describe_limit
@@ -340,11 +341,28 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
               f"make fewer); "
               f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
               markup=False, highlight=False)
+    out.print("G: the clusters each model's values will be resampled by (under 5: no interval, no test). detectable: "
+              "the smallest difference between two models a paired test at alpha 0.05 detects with 80% power (2.8 "
+              "standard errors of the paired difference; Miller 2024, arXiv 2411.00640), assuming a 0-1 share at "
+              "p = 0.5 and uncorrelated models: from the samples as independent units to the clusters as the units "
+              "(a task whose samples within a cluster agree reaches only the second); raise --limit to lower it",
+              markup=False, highlight=False, soft_wrap=True)
     _cost_table(rows, spec, prices)
     bounded = sorted({r.task for r in ran if r.upper_bound})
     if bounded:
         out.print(f"{', '.join(bounded)}: counted at the most turns and rubric questions they can take, so their "
                   f"calls, tokens and cost are upper bounds (≤)", markup=False, highlight=False, soft_wrap=True)
+
+
+def _power_cells(row) -> tuple[str, str]:
+    """A dry-run row's G and detectable difference (PlanRow.detectable), '~' when scaled from a sample."""
+    d = row.detectable()
+    approx = "~" if row.estimated else ""
+    if d is None:
+        return "", ""
+    g = f"{approx}{row.clusters}" + (" (too few)" if too_few_clusters(row.clusters) else "")
+    shown = f"{d[0]:.2f}" if abs(d[0] - d[1]) < 0.005 else f"{d[0]:.2f}–{d[1]:.2f}"
+    return g, f"{approx}{shown}"
 
 
 def _cost_table(rows, spec, prices=None) -> None:

@@ -273,6 +273,15 @@ def z_quantile(q: float) -> float:
     return NormalDist().inv_cdf(q)
 
 
+POWER = 0.8  # the power at which a detectable difference is stated (Miller 2024, "Adding Error Bars to Evals", s. 5)
+
+
+def power_multiplier(level: float = 0.95) -> float:
+    """z_{1-alpha/2} + z_{POWER}: the smallest difference a two-sided test at alpha = 1 - level detects with 80 %
+    power is this many standard errors of the paired difference (2.80 at alpha 0.05)."""
+    return z_quantile(0.5 + level / 2) + z_quantile(POWER)
+
+
 def small_sample_factor(n_clusters: int, level: float) -> float:
     """How much a percentile interval is widened around the estimate when few clusters are drawn:
     (t_{k-1} / z) * sqrt(k / (k - 1)) for k clusters. The bootstrap's spread of a mean over k clusters
