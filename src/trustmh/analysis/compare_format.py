@@ -78,7 +78,7 @@ def to_markdown(comparisons: list[Comparison], alpha: float = 0.05) -> str:
         lines += [f"### {markdown_cell(title(c))}", ""]
         lines += [f"> warning: {markdown_cell(w)}" for w in c.warnings]
         a, b = (markdown_cell(x.label) for x in (c.a, c.b))
-        lines += [f"| name | a: {a} | b: {b} | b − a | {1 - alpha:.0%} CI | p | p ({c.correction}) | q (BH) | n | G "
+        lines += [f"| name | a: {a} | b: {b} | b − a | {1 - alpha:.0%} CI | p (raw) | p ({c.correction}) | q (BH) | n | G "
                   f"| verdict |",
                   "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
         for d in c.diffs:
@@ -95,7 +95,7 @@ def rich_tables(comparisons: list[Comparison], alpha: float = 0.05):
     for c in comparisons:
         t = RichTable(title=f"{title(c)} (paired bootstrap over shared items)",
                       caption=correction_line(comparisons, alpha))
-        for col in ("name", f"a\n{c.a.label}", f"b\n{c.b.label}", "b − a", f"{1 - alpha:.0%} CI", "p",
+        for col in ("name", f"a\n{c.a.label}", f"b\n{c.b.label}", "b − a", f"{1 - alpha:.0%} CI", "p\nraw",
                     f"p\n{c.correction}", "q\nBH", "n", "G", "verdict"):
             t.add_column(col, justify="left" if col in ("name", "verdict") else "right")
         for d in c.diffs:

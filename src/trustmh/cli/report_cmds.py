@@ -187,8 +187,9 @@ def compare_cmd(
     all_metrics: bool = typer.Option(False, help="Compare every sub-metric too, not only primary metrics."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
-    alpha: float = typer.Option(0.05, help="Significance level for the verdict column; the interval shown is the "
-                                           "(1 - alpha) interval of the same draws, so it excludes 0 exactly when "
+    alpha: float = typer.Option(0.05, help="Significance level for the verdict column, which reads the adjusted "
+                                           "p-value (--correction); the interval shown is the unadjusted (1 - alpha) "
+                                           "interval of the same draws, so it excludes 0 exactly when the raw "
                                            "p < alpha."),
     correction: str = typer.Option("holm", "--correction", help="How the verdict column's p-values are adjusted "
                                                                 "for the many differences of one call: holm "
