@@ -253,3 +253,44 @@ def test_the_dry_run_states_clusters_and_the_detectable_difference(cli_here, tmp
     assert "detectable" in out and "p = 0.5" in out and "Miller 2024" in " ".join(out.split())
     jailbreak = next(line for line in out.splitlines() if "safety.jailbreak" in line)
     assert "1 (too few)" in jailbreak
+
+
+def test_compare_applies_the_cluster_rule_by_g(random_pair, monkeypatch):
+    """The sample suite's tasks rest on 1 to 10 clusters: under 5 no interval, p or verdict; from 5 the paired
+    interval is the plain one widened around the difference by small_sample_factor(G) (the percentile of
+    draws spread around a point is the spread percentile), and its p-value never smaller."""
+    runs = [load_run(p) for p in random_pair]
+    [c] = compare_runs(runs, n_boot=300)
+    monkeypatch.setattr(metrics, "FEW_CLUSTERS", 0)  # no widening: the plain percentile interval
+    [plain] = compare_runs(runs, n_boot=300)
+    seen = set()
+    for d in c.diffs:
+        if d.kind != "task" or d.diff is None:
+            continue
+        g, p = d.n_clusters, plain.get(d.name)
+        seen.add(g)
+        if g < 5:
+            assert d.ci is None and d.p is None and d.verdict(0.05) == "" and f"too few clusters: {g}" in d.note
+            continue
+        f = small_sample_factor(g, 0.95)
+        assert d.ci == pytest.approx((d.diff - f * (d.diff - p.ci[0]), d.diff + f * (p.ci[1] - d.diff)), abs=1e-9)
+        assert d.p >= p.p
+    assert {1, 3, 4, 5} <= seen, seen
+
+
+def test_compare_at_thirty_clusters_is_not_widened(tmp_path, monkeypatch):
+    from conftest import UPSTREAM
+    if not UPSTREAM.is_dir():
+        pytest.skip("upstream data not found")
+    runs = []
+    for seed in (1, 2):
+        spec = run_spec(models=["baseline/random"], tasks="ethics.reasoning", suite="data", data_dir=str(UPSTREAM),
+                        limit=30, seed=seed)
+        run_quiet(spec, tmp_path / f"s{seed}")
+        runs.append(load_run(tmp_path / f"s{seed}"))
+    d = compare_runs(runs, n_boot=300)[0].get("ethics.reasoning")
+    assert d.n_clusters == 30 and d.ci is not None
+    monkeypatch.setattr(metrics, "FEW_CLUSTERS", 31)  # one more cluster needed: now it is widened
+    wide = compare_runs(runs, n_boot=300)[0].get("ethics.reasoning")
+    f = small_sample_factor(30, 0.95)
+    assert f > 1 and wide.ci == pytest.approx((d.diff - f * (d.diff - d.ci[0]), d.diff + f * (d.ci[1] - d.diff)))
