@@ -211,6 +211,8 @@ def test_gate_margin_decides_a_known_regression(tmp_path, cli_here):
     assert code == 2 and "did you mean ethics.reasoning" in err
     code, _, err = cli_here(*args, "--margin", "overall=-1")
     assert code == 2 and "at least 0" in err
+    code, _, err = cli_here("gate", bad, "--min", "ethics.reasoning=0", "--margin", "overall=1")
+    assert code == 2 and "go with --baseline" in err
 
 
 def test_two_seeds_of_one_stochastic_model_pass_the_gate(tmp_path):

@@ -335,11 +335,11 @@ def gate_cmd(
         raise UserError("--max-judge-addressed must not be negative")
     if not thresholds and base_path is None and max_judge_addressed is None:
         raise UserError("nothing to check: give --min/--max thresholds, --config, --baseline or --max-judge-addressed")
+    if base_path is None and (margin or correction is not None):
+        raise UserError("--margin and --correction go with --baseline (they decide its comparisons)")
     correction = next(v for v in (correction, cfg.correction, "holm") if v is not None)
     _check_correction(correction)
     margins = {**(cfg.margins or {}), **dict(parse_margin(m) for m in margin)}
-    if base_path is None and margins:
-        raise UserError("--margin goes with --baseline (a margin of a comparison with the baseline run)")
     if base_path is not None:
         check_bootstrap(n_boot)
     run = load_run(run_dir)
