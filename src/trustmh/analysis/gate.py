@@ -495,7 +495,7 @@ def regression_checks(compared: list[tuple[str, Any]], *, alpha: float = 0.05, c
                       margins: dict[str, float] | None = None) -> tuple[list[Check], list[str], str]:
     """(checks, warnings, about) from (model label, compare.Comparison) pairs: every task, pillar and overall
     difference tested for a regression beyond its margin, the p-values of all of them adjusted together."""
-    from .multiplicity import DESCRIBE, adjust
+    from .multiplicity import adjust
     margins = margins or {}
     checks, warnings, tested = [], [], []
     for label, c in compared:
@@ -513,16 +513,20 @@ def regression_checks(compared: list[tuple[str, Any]], *, alpha: float = 0.05, c
             warnings.append(f"{t.model}: {t.diff.name} not tested against the baseline ({why})")
             checks.append(Check(t.model, t.diff.name, BASELINE, None,
                                 f"{t.diff.name} against the baseline: {t.diff.diff:+.4g}, not tested ({why})"))
-    shown = ", ".join(f"{k} {v:g}" for k, v in margins.items() if k not in DEFAULT_MARGINS)
-    about = (f"baseline: a value fails when worse than the baseline's by more than its margin at p < {alpha:g}, "
-             + (f"p adjusted over {len(family)} comparisons by {DESCRIBE[correction]}" if correction != "none" else
-                f"p unadjusted over {len(family)} comparisons (--correction none: the chance of a false alarm grows "
-                f"with their number)")
-             + f"; margins: a task "
-             f"{margins.get('task', DEFAULT_MARGINS['task']):g} of "
-             f"its metric's range, a pillar {margins.get('pillar', DEFAULT_MARGINS['pillar']):g} and overall "
-             f"{margins.get('overall', DEFAULT_MARGINS['overall']):g} trust points{f'; {shown}' if shown else ''}")
-    return checks, warnings, about
+    return checks, warnings, _about(alpha, correction, len(family), margins)
+
+
+def _about(alpha: float, correction: str, m: int, margins: dict[str, float]) -> str:
+    """In words, which correction and margins a baseline comparison ran: every gate format says it."""
+    from .multiplicity import DESCRIBE
+    adjusted = (f"p adjusted over {m} comparisons by {DESCRIBE[correction]}" if correction != "none" else
+                f"p unadjusted over {m} comparisons (--correction none: the chance of a false alarm grows with "
+                f"their number)")
+    kind = {k: margins.get(k, v) for k, v in DEFAULT_MARGINS.items()}
+    named = "".join(f"; {k} {v:g}" for k, v in margins.items() if k not in DEFAULT_MARGINS)
+    return (f"baseline: a value fails when worse than the baseline's by more than its margin at p < {alpha:g}, "
+            f"{adjusted}; margins: a task {kind['task']:g} of its metric's range, a pillar {kind['pillar']:g} and "
+            f"overall {kind['overall']:g} trust points{named}")
 
 
 def margin_of(d, margins: dict[str, float]) -> float:
