@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from ..errors import UserError
-from ..scoring.metrics import (Resamples, Table, block_weights, cluster_factor, cluster_layout, derived_seed, n_clusters,
-                               per_resample, pick_blocks, power_multiplier, too_few_clusters, widen)
+from ..scoring.metrics import (Resamples, Table, block_weights, cluster_factor, cluster_layout, derived_seed,
+                               n_clusters, per_resample, pick_blocks, power_multiplier, too_few_clusters, widen)
 from .runs import Entry, Rows, Run, entries, read_rows, run_context
 
 

@@ -78,8 +78,8 @@ def to_markdown(comparisons: list[Comparison], alpha: float = 0.05) -> str:
         lines += [f"### {markdown_cell(title(c))}", ""]
         lines += [f"> warning: {markdown_cell(w)}" for w in c.warnings]
         a, b = (markdown_cell(x.label) for x in (c.a, c.b))
-        lines += [f"| name | a: {a} | b: {b} | b − a | {1 - alpha:.0%} CI | p (raw) | p ({c.correction}) | q (BH) | n | G "
-                  f"| verdict |",
+        lines += [f"| name | a: {a} | b: {b} | b − a | {1 - alpha:.0%} CI | p (raw) | p ({c.correction}) | q (BH) "
+                  f"| n | G | verdict |",
                   "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|"]
         for d in c.diffs:
             ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
