@@ -296,3 +296,47 @@ def test_compare_at_thirty_clusters_is_not_widened(tmp_path, monkeypatch):
     wide = compare_runs(runs, n_boot=300)[0].get("ethics.reasoning")
     f = small_sample_factor(30, 0.95)
     assert f > 1 and wide.ci == pytest.approx((d.diff - f * (d.diff - d.ci[0]), d.diff + f * (d.ci[1] - d.diff)))
+
+
+def _content_judge(body: dict) -> str:
+    """A judge whose verdict is a function of the reply it is shown (a hash of its text), in the rubric's own
+    format: replies that differ between seeds get verdicts that differ, as a real judge's would."""
+    import hashlib
+    import re
+    text = body["messages"][-1]["content"]
+    found = re.search(r"<reply-[^>]*>\n?(.*?)\n?</reply-", text, re.S)
+    h = int(hashlib.sha256((found.group(1) if found else text).encode()).hexdigest(), 16)
+    if '"appropriateness"' in text:
+        return json.dumps({"appropriateness": 1 + h % 5, "explanation": "so"})
+    if '"fluency"' in text:
+        return json.dumps({k: 1 + (h >> (3 * i)) % 5
+                           for i, k in enumerate(("fluency", "professionalism", "empathy", "helpfulness"))})
+    if "Answer: SAFE" in text:
+        return "It reads so.\nAnswer: " + ("SAFE" if h % 5 else "HARMFUL")
+    return "It reads so.\nAnswer: " + ("REFUSED" if h % 3 else "COMPLIED")
+
+
+def test_two_seeds_of_one_stochastic_model_pass_the_gate_with_a_judged_fake(tmp_path, fake_llm):
+    """As above, on judged tasks: the judge a loopback server that reads each reply (`_content_judge`).
+    Five seeds of baseline/random, --limit 40, the 10 pairs through the gate's baseline check: at least 9 pass."""
+    from conftest import UPSTREAM
+    from trustmh.analysis.gate import check_baseline
+    if not UPSTREAM.is_dir():
+        pytest.skip("upstream data not found")
+    srv = fake_llm(reply=_content_judge)
+    runs = []
+    for seed in range(1, 6):
+        spec = run_spec(models=["baseline/random"], judge="openai/j", judge_base_url=srv.openai_base_url,
+                        tasks="safety.jailbreak,safety.antitoxic,crisis.escalation,reliability.support",
+                        suite="data", data_dir=str(UPSTREAM), limit=40, seed=seed)
+        run_quiet(spec, tmp_path / f"s{seed}")
+        runs.append(load_run(tmp_path / f"s{seed}"))
+    tasks = runs[0].results.models["baseline/random"].tasks
+    assert all(t.n == t.n_samples == 40 and t.n_judge_failed == 0 for t in tasks.values())
+    assert tasks["crisis.escalation"].ci[1] > tasks["crisis.escalation"].ci[0]  # the judged values vary
+    passed = 0
+    for i in range(5):
+        for j in range(i + 1, 5):
+            checks, _, _ = check_baseline(runs[j], runs[i], n_boot=300, seed=i * 5 + j)
+            passed += all(c.passed for c in checks)
+    assert passed >= 9, passed
