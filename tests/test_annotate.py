@@ -181,7 +181,7 @@ def test_blind_rating_resumes_exports_and_checks_the_judge(chromium, judged_run,
         bias_a = sum(checking_judge(k)[c] - human(k)[c] for k in ks) / 4
         bias_b = checking_judge(k_b)[c] - human(0)[c]
         assert m["judge.bias"].value == pytest.approx((bias_a + bias_b) / 2, abs=1e-12), c
-        assert m["judge.bias"].ci is not None
+        assert m["judge.bias"].ci is None  # 4 rated items: too few clusters for an interval (issue 44)
         # Spearman of the judge against dr-a by hand (dr-b's single item gives none): ranks of 4 values
         x, y = [checking_judge(k)[c] for k in ks], [human(k)[c] for k in ks]
         assert m["judge.spearman"].value == pytest.approx(_spearman(x, y), abs=1e-12), c

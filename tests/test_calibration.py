@@ -75,7 +75,9 @@ def test_lambda_zero_is_the_human_only_interval_exactly():
     widen = small_sample_factor(k, LEVEL)
     mean = y[rated].mean()
     assert est.lam == 0.0 and est.value == pytest.approx(mean, abs=1e-15)
-    assert est.ci == pytest.approx((mean - widen * (mean - ci[0]), mean + widen * (ci[1] - mean)), abs=1e-12)
+    # metrics.bootstrap widens an interval on fewer than 30 clusters by the same factor (issue 44), around the
+    # same estimate: the intervals are one
+    assert k < 30 and widen > 1 and est.ci == pytest.approx(ci, abs=1e-12)
     assert est.ci == pytest.approx(est.human_only_ci, abs=1e-12)
     # closed form: the classical interval mean +- z s / sqrt(n)
     closed = ppi_mean(y[rated], f[rated], f[~rated], lam=0.0)

@@ -123,7 +123,8 @@ def test_compare_pairs_models_over_the_same_personas_and_gate_reads_the_task(run
     d = cmp.get("crisis.conversation")
     a, b = _task(run_dir, "baseline/counselor")["value"], _task(run_dir, "baseline/refuse")["value"]
     assert d is not None and d.n_shared == 8 and d.diff == pytest.approx(b - a)
-    assert d.ci is not None and d.ci[0] <= d.diff <= d.ci[1]
+    # 4 personas are 4 clusters: under the 5 an interval needs, no interval and no test (issue 44), and it says so
+    assert d.n_clusters == 4 and d.ci is None and d.p is None and "too few clusters: 4" in d.note
     help_rate = cmp.get("crisis.conversation:first_help_rate") or next(
         x for x in compare_runs([load_run(run_dir)], n_boot=200, all_metrics=True)[0].diffs
         if x.name == "crisis.conversation:first_help_rate")

@@ -7,8 +7,11 @@ resamples at once, as the bootstrap does; `aggregate` per resample for a task wi
 difference of any metric a task reports (a mean, a Pearson r, a macro-F1) gets a bootstrap interval and
 a p-value without metric-specific code, both read from the same draws: the interval is the percentile
 interval, the p-value the two-sided share of draws on the far side of 0, so the interval excludes 0
-exactly when p < 1 - level. Tasks this version of trustmh does not know are compared on their reported
-values only, without a test."""
+exactly when p < 1 - level. The verdict reads the p-value adjusted over every difference of one call
+(`adjust_family`, Holm by default). A difference on fewer than MIN_CLUSTERS shared clusters gets no interval,
+test or verdict, and one on fewer than FEW_CLUSTERS has its draws widened by the t-correction
+(scoring/metrics.py). Tasks this version of trustmh does not know are compared on their reported values
+only, without a test."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from ..errors import UserError
-from ..scoring.metrics import Resamples, Table, block_weights, cluster_layout, derived_seed, per_resample, pick_blocks
+from ..scoring.metrics import (Resamples, Table, block_weights, cluster_factor, cluster_layout, derived_seed,
+                               n_clusters, per_resample, pick_blocks, power_multiplier, too_few_clusters, widen)
 from .runs import Entry, Rows, Run, entries, read_rows, run_context
 
 
@@ -40,17 +44,31 @@ class Diff:
     note: str = ""
     n_tasks: int = 0  # pillar and overall: the shared tasks the difference rests on
     calibrated: Any = None  # b - a anchored to human ratings (validation/calibrated.py), when the runs have them
+    n_clusters: int | None = None  # G: shared clusters resampled (pillar and overall: summed over their tasks)
+    p_adj: float | None = None  # p adjusted over the comparisons of one call (`adjust_family`); None: not adjusted
+    q: float | None = None  # Benjamini-Hochberg q-value over the same family
+    detectable: float | None = None  # smallest |b - a| detectable at 80 % power: (z_{1-alpha/2} + z_0.8) SE
+    draws: np.ndarray | None = field(default=None, repr=False, compare=False)  # bootstrap draws of b - a
 
     def significant(self, alpha: float) -> bool:
-        return self.p is not None and self.p < alpha and bool(self.diff)
+        p = self.p_adj if self.p_adj is not None else self.p
+        return p is not None and p < alpha and bool(self.diff)
 
     def verdict(self, alpha: float) -> str:
-        """'better' / 'worse' for b against a, 'n.s.' when not significant, '' when untested."""
+        """'better' / 'worse' for b against a, 'n.s.' when not significant (by the adjusted p when the family was
+        adjusted), '' when untested."""
         if self.p is None or self.diff is None:
             return ""
         if not self.significant(alpha):
             return "n.s."
         return "better" if (self.diff > 0) == self.higher_is_better else "worse"
+
+    def reading(self, alpha: float) -> str:
+        """The verdict as every view prints it: a non-significant one says what the run could have seen."""
+        v = self.verdict(alpha)
+        if v == "n.s." and self.detectable is not None:
+            return f"n.s.: no difference larger than {self.detectable:.3g} (80% power)"
+        return v
 
 
 @dataclass
@@ -59,12 +77,24 @@ class Comparison:
     b: Entry
     diffs: list[Diff]
     warnings: list[str] = field(default_factory=list)
+    correction: str = "none"  # how p_adj was adjusted (multiplicity.py), over `family` tested differences
+    family: int = 0
 
     def get(self, name: str) -> Diff | None:
         return next((d for d in self.diffs if d.name == name), None)
 
 
 MIN_DRAWS = 10  # fewer defined draws than this: no interval and no test
+
+
+def detectable(draws: np.ndarray, level: float) -> float | None:
+    """The smallest difference the comparison detects with 80 % power at two-sided alpha = 1 - level:
+    (z_{1-alpha/2} + z_{0.8}) times the paired difference's standard error, read from its bootstrap draws
+    (2.80 SE at alpha 0.05)."""
+    d = _defined(draws)
+    if d.size < MIN_DRAWS:
+        return None
+    return float(power_multiplier(level) * d.std(ddof=1))
 
 
 def _defined(draws: np.ndarray) -> np.ndarray:
@@ -156,9 +186,24 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
         point_a, point_b = method.aggregate(tab_a, ctx), method.aggregate(tab_b, ctx)
         pa_primary, pb_primary = _clean(point_a.get(metric.name)), _clean(point_b.get(metric.name))
         zero = (undefined_by_model(task, tab_a, pa_primary), undefined_by_model(task, tab_b, pb_primary))
+        g = n_clusters(tab_a.clusters)
+        # Under MIN_CLUSTERS the task's own row gets no interval, test or verdict; its draws (widened where 2 to 4
+        # clusters allow) still carry its part of its pillar's and the overall difference, which says so.
         draws = paired_draws(task, ctx, tab_a, tab_b, names, n_boot, seed, task_id,
-                             zero=(zero[0] is not None, zero[1] is not None),
-                             keep=[own_cap] if own_cap else ())
+                             zero=(zero[0] is not None, zero[1] is not None), keep=[own_cap] if own_cap else ())
+        factor = cluster_factor(g, level) if g > 1 else 1.0
+        ts = [_trust_many(np.array([v if v is not None else math.nan]), metric, z is not None)[0]
+              for v, z in ((pa_primary, zero[0]), (pb_primary, zero[1]))]
+        if factor != 1.0:  # few clusters: every draw spread around its estimate (metrics.widen)
+            for name in names:
+                pa, pb = _clean(point_a.get(name)), _clean(point_b.get(name))
+                if pa is not None and pb is not None:
+                    draws[name] = widen(draws[name], pb - pa, factor)
+            for side, t, point in (("a", ts[0], point_a), ("b", ts[1], point_b)):
+                draws[f"{side}:__trust__"] = widen(draws[f"{side}:__trust__"], float(t), factor)
+                if own_cap and _clean(point.get(own_cap)) is not None:
+                    draws[f"{side}:{own_cap}"] = widen(draws[f"{side}:{own_cap}"], float(point[own_cap]), factor)
+            draws["__trust__"] = draws["b:__trust__"] - draws["a:__trust__"]
         for name in names:
             pa, pb = _clean(point_a.get(name)), _clean(point_b.get(name))
             if name == metric.name:
@@ -167,18 +212,17 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
                 ma, mb = ta.metrics[name], tb.metrics[name]
                 d = Diff("metric", f"{task_id}:{name}", ma.value, mb.value, None, n_shared=len(keys),
                          higher_is_better=ta.higher_is_better)
+            d.n_clusters = g
             if pa is None or pb is None:
                 d.note = "undefined on the shared items"
                 if name == metric.name and any(zero):
                     d.note += "; " + "; ".join(f"{side}: {why} (trust 0)" for side, why in zip("ab", zero) if why)
             else:
                 d.diff = pb - pa
-                d.ci, d.p = _interval(draws[name], level), _p_value(draws[name])
+                _tested(d, draws[name], level)  # under MIN_CLUSTERS: no interval, no test, and the note says why
             if name == metric.name:
                 _calibrated_diff(d, a, b, task_id, keys, tab_a, tab_b, seed, n_boot)
             diffs.append(d)
-        ts = [_trust_many(np.array([v if v is not None else math.nan]), metric, z is not None)[0]
-              for v, z in ((pa_primary, zero[0]), (pb_primary, zero[1]))]
         if not np.isnan(ts).any():
             caps = [None, None]
             if own_cap:  # the cap's value on the shared items and in each draw, on each side
@@ -186,13 +230,25 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
                         for side, point in (("a", point_a), ("b", point_b))]
             sides[task_id] = Sides(cap, (ta.same_reply_share, tb.same_reply_share),
                                    [(float(t), draws[f"{side}:__trust__"]) for t, side in zip(ts, "ab")], caps)
-            shared_n[task_id] = len(keys)
+            shared_n[task_id] = (len(keys), g)
     trust_point, trust_draws, notes = _credited_differences(sides)
     for d in diffs:
         if d.kind == "task" and d.name in notes:
             d.note = "; ".join(x for x in (d.note, notes[d.name]) if x)
     diffs += _pillar_diffs(ra, rb, trust_point, trust_draws, {t: shared_n[t] for t in trust_point}, level)
     return Comparison(a, b, diffs, warnings)
+
+
+def adjust_family(comparisons: list[Comparison], correction: str = "holm") -> None:
+    """Adjust the p-values of every tested difference of these comparisons as one family (one `compare` call):
+    `p_adj` by `correction` (the verdict's), `q` by Benjamini-Hochberg. Untested differences stay None."""
+    from .multiplicity import adjust
+    tested = [d for c in comparisons for d in c.diffs if d.p is not None and d.diff is not None]
+    raw = [d.p for d in tested]
+    for d, p_adj, q in zip(tested, adjust(raw, correction), adjust(raw, "bh")):
+        d.p_adj, d.q = float(p_adj), float(q)
+    for c in comparisons:
+        c.correction, c.family = correction, len(tested)
 
 
 @dataclass
@@ -321,20 +377,41 @@ def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Dif
             d.note = "no task of this pillar could be tested"
         else:
             d.diff = point_p[pillar]
-            d.ci, d.p = _interval(draws_p[pillar], level), _p_value(draws_p[pillar])
-            d.n_shared, d.n_tasks = sum(shared_n[t] for t in tested), len(tested)
-            d.note = _shared_note(tested, members, pa.partial, pb.partial)
+            d.n_shared, d.n_tasks = sum(shared_n[t][0] for t in tested), len(tested)
+            d.n_clusters = sum(shared_n[t][1] for t in tested)
+            _tested(d, draws_p[pillar], level)
+            d.note = "; ".join(x for x in (d.note, _shared_note(tested, members, pa.partial, pb.partial),
+                                           _few_note(tested, shared_n)) if x)
         out.append(d)
     d = Diff("overall", "overall", ra.trust_score, rb.trust_score, None)
     if point_all is not None:
         d.diff = point_all
-        d.ci, d.p = _interval(draws_all, level), _p_value(draws_all)
-        d.n_shared = sum(x.n_shared for x in out if x.p is not None)
-        d.n_tasks = len(trust_point)
         every = sorted({t for x in (ra, rb) for p in x.pillars.values() if p.pillar in PAPER_PILLARS for t in p.tasks})
-        d.note = _shared_note(sorted(t for t in trust_point if t in every), every, ra.partial, rb.partial)
+        counted = sorted(t for t in trust_point if t in every)
+        d.n_shared = sum(x.n_shared for x in out if x.n_tasks)
+        d.n_clusters = sum(shared_n[t][1] for t in counted)
+        d.n_tasks = len(trust_point)
+        _tested(d, draws_all, level)
+        d.note = "; ".join(x for x in (d.note, _shared_note(counted, every, ra.partial, rb.partial),
+                                       _few_note(counted, shared_n)) if x)
     out.append(d)
     return out
+
+
+def _tested(d: Diff, draws: np.ndarray, level: float) -> None:
+    """A difference's interval, p-value and detectable difference, all from the same draws; none of them on
+    fewer than MIN_CLUSTERS clusters (`d.n_clusters`), which the note says."""
+    if d.n_clusters is not None and (few := too_few_clusters(d.n_clusters)):
+        d.note = "; ".join(x for x in (d.note, f"{few} (no interval, no test)") if x)
+        return
+    d.draws = draws
+    d.ci, d.p, d.detectable = _interval(draws, level), _p_value(draws), detectable(draws, level)
+
+
+def _few_note(tasks: list[str], shared_n: dict[str, tuple[int, int]]) -> str:
+    """A composite's tasks on fewer than MIN_CLUSTERS clusters: their spread in its interval is understated."""
+    few = [f"{t} (G={shared_n[t][1]})" for t in tasks if too_few_clusters(shared_n[t][1])]
+    return f"rests in part on tasks with too few clusters, whose spread it understates: {', '.join(few)}" if few else ""
 
 
 def _shared_note(tested: list[str], members: list[str], partial_a: bool, partial_b: bool) -> str:
@@ -348,9 +425,10 @@ def _shared_note(tested: list[str], members: list[str], partial_a: bool, partial
 
 
 def compare_runs(runs: list[Run], *, n_boot: int = 1000, seed: int = 0, all_metrics: bool = False,
-                 level: float = 0.95, progress: Callable[[int, int, str], None] | None = None) -> list[Comparison]:
-    """Every model against the first one listed (the reference). `progress(done, total, label)` is called
-    after each comparison."""
+                 level: float = 0.95, progress: Callable[[int, int, str], None] | None = None,
+                 correction: str = "holm") -> list[Comparison]:
+    """Every model against the first one listed (the reference), the p-values of all of them adjusted as one
+    family (`adjust_family`). `progress(done, total, label)` is called after each comparison."""
     ents = entries(runs)
     if len(ents) < 2:
         raise UserError("compare needs at least two models (in one run or across runs)")
@@ -368,5 +446,6 @@ def compare_runs(runs: list[Run], *, n_boot: int = 1000, seed: int = 0, all_metr
                            all_metrics=all_metrics))
         if progress is not None:
             progress(i, len(ents) - 1, e.label)
+    adjust_family(out, correction)
     return out
 

@@ -15,6 +15,9 @@ import difflib
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from .compare import compare
 from ..errors import UserError
@@ -45,6 +48,33 @@ def parse_threshold(text: str, bound: str) -> Threshold:
     return Threshold(name, bound, value)
 
 
+# Non-inferiority (INFERENCE.md section 1): against a baseline the gate fails a value only when it is worse by more
+# than a margin, with confidence. The default margin per kind of value: a task's primary metric 2 % of its range
+# (lo..hi of its trust mapping: 2 trust points on the task's own 0-100 scale, e.g. 0.02 of a share, 0.08 on a
+# 1-5 scale), a pillar 2 trust points, the overall score 1 (an average of pillars moves less by noise).
+# `--margin NAME=δ` sets one name's (in its own units), `--margin task=0.05` the share for every task,
+# `--margin pillar=1` every pillar's; 0 everywhere is a plain test for any regression.
+DEFAULT_MARGINS = {"task": 0.02, "pillar": 2.0, "overall": 1.0}
+
+
+def parse_margin(text: str) -> tuple[str, float]:
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise UserError(f"--margin expects NAME=δ (e.g. overall=1 or task=0.02), not '{text}'")
+    return name, _margin_value(raw, f"--margin {name}")
+
+
+def _margin_value(raw, where: str) -> float:
+    try:
+        value = float(raw) if not isinstance(raw, bool) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise UserError(f"{where}: the margin must be a number of at least 0, not {raw!r}")
+    return value
+
+
 @dataclass
 class GateConfig:
     thresholds: list[Threshold]
@@ -52,17 +82,22 @@ class GateConfig:
     alpha: float | None = None
     max_unscored: float | None = None
     allow_partial: bool | None = None
+    correction: str | None = None
+    margins: dict[str, float] | None = None
 
 
 def load_config(path: Path) -> GateConfig:
     """A TOML file:  [min] "crisis.identification" = 0.6  /  [max] "safety.over_refusal" = 0.1  /
-    optional top-level baseline = "runs/main", alpha = 0.05, max_unscored = 0.2 and allow_partial = true."""
+    [margin] overall = 1  /  optional top-level baseline = "runs/main", alpha = 0.05, correction = "holm",
+    max_unscored = 0.2 and allow_partial = true."""
     from ..data.loaders import read_user_toml
+    from .multiplicity import CORRECTIONS
     data = read_user_toml(path, "gate config", CONFIG_MAX_BYTES)  # the one reader of user files
-    unknown = set(data) - {"min", "max", "baseline", "alpha", "max_unscored", "allow_partial"}
+    unknown = set(data) - {"min", "max", "margin", "baseline", "alpha", "correction", "max_unscored",
+                           "allow_partial"}
     if unknown:
-        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], baseline, "
-                        f"alpha, max_unscored, allow_partial")
+        raise UserError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; expected [min], [max], [margin], "
+                        f"baseline, alpha, correction, max_unscored, allow_partial")
     out = GateConfig([])
     for bound in ("min", "max"):
         table = data.get(bound, {})
@@ -81,6 +116,14 @@ def load_config(path: Path) -> GateConfig:
             else data["baseline"]
     if "alpha" in data:
         out.alpha = _alpha(data["alpha"], str(path))
+    if "correction" in data:
+        if data["correction"] not in CORRECTIONS:
+            raise UserError(f"{path}: correction must be one of {', '.join(CORRECTIONS)}")
+        out.correction = data["correction"]
+    if "margin" in data:
+        if not isinstance(data["margin"], dict):
+            raise UserError(f"{path}: [margin] must be a table of \"name\" = number")
+        out.margins = {name: _margin_value(v, f"{path}: [margin] {name}") for name, v in _flatten(data["margin"])}
     if "max_unscored" in data:
         value = data["max_unscored"]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
@@ -161,12 +204,15 @@ def _known_names(run: Run) -> dict[str, list[str]]:
 
 def validate(thresholds: list[Threshold], run: Run) -> None:
     """Unknown names are a usage error (exit 2) with the closest known names, before anything is judged."""
+    validate_names([th.name for th in thresholds], run)
+
+
+def validate_names(names: list[str], run: Run) -> None:
     from ..tasks import PILLARS
     known = _known_names(run)
     pillars = set(PILLARS) | {p for mr in run.results.models.values() for p in mr.pillars}
     every = sorted(known) + [f"pillar:{p}" for p in sorted(pillars)] + ["overall"]
-    for th in thresholds:
-        name = th.name
+    for name in names:
         if name == "overall" or name in known:
             continue
         if name.startswith("pillar:"):
@@ -410,17 +456,36 @@ def check_judge_addressed(run: Run, max_addressed: int) -> list[Check]:
     return checks
 
 
-def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int = 1000,
-                   seed: int = 0) -> tuple[list[Check], list[str]]:
-    """(checks, warnings). A check of every task's primary metric, pillar and overall trust score against
-    the baseline's model of the same name (or its only model, when both runs have one), failed by a
-    significant regression, and a failure for every task the baseline ran that this run did not."""
+@dataclass
+class Tested:
+    """One difference the gate tests against the baseline: its model, its Diff and its margin."""
+
+    model: str
+    diff: Any  # compare.Diff
+    margin: float
+    p: float | None  # two-sided-style p of "worse by no more than the margin" (`regression_p`)
+
+
+def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int = 1000, seed: int = 0,
+                   correction: str = "holm", margins: dict[str, float] | None = None
+                   ) -> tuple[list[Check], list[str], str]:
+    """(checks, warnings, about). A check of every task's primary metric, pillar and overall trust score against
+    the baseline's model of the same name (or its only model, when both runs have one), failed when it is worse
+    by more than its margin (`DEFAULT_MARGINS`, `margins`) with confidence: the p-value of "no worse than the
+    margin", adjusted by `correction` over every such test of this gate call, below alpha. A failure too for
+    every task the baseline ran that this run did not. `about` says, in words, which correction and margins ran."""
+    margins = dict(margins or {})
+    validate_names([n for n in margins if n not in ("task", "pillar")], run)
+    for name in margins:
+        if ":" in name and not name.startswith("pillar:"):
+            raise UserError(f"--margin {name}: the gate compares each task's primary metric, pillars and overall "
+                            f"against the baseline; give the task id ({name.partition(':')[0]})")
     new, old = entries([run]), {e.model: e for e in entries([baseline])}
     rows_new, rows_old = read_rows(run), read_rows(baseline)
     skipped = [note for r in (run, baseline) if (note := r.skip_note())]
     if skipped:  # a verdict on part of the samples is no verdict: fail closed
         raise UserError(f"{'; '.join(skipped)}; the gate does not compare runs it cannot read whole")
-    checks, warnings = [], []
+    checks, warnings, compared = [], [], []
     for e in new:
         ref = old.get(e.model) or (next(iter(old.values())) if len(old) == 1 and len(new) == 1 else None)
         if ref is None:
@@ -434,18 +499,87 @@ def check_baseline(run: Run, baseline: Run, *, alpha: float = 0.05, n_boot: int 
         checks += _lost_values(e.label, ref.result, e.result)
         c = compare(ref, e, rows_old, rows_new, n_boot=n_boot, seed=seed, level=1 - alpha)
         warnings += [f"{e.label}: {w}" for w in c.warnings]
+        compared.append((e.label, c))
+    more, untested, about = regression_checks(compared, alpha=alpha, correction=correction, margins=margins)
+    return checks + more, warnings + untested, about
+
+
+def regression_checks(compared: list[tuple[str, Any]], *, alpha: float = 0.05, correction: str = "holm",
+                      margins: dict[str, float] | None = None) -> tuple[list[Check], list[str], str]:
+    """(checks, warnings, about) from (model label, compare.Comparison) pairs: every task, pillar and overall
+    difference tested for a regression beyond its margin, the p-values of all of them adjusted together."""
+    from .multiplicity import adjust
+    margins = margins or {}
+    checks, warnings, tested = [], [], []
+    for label, c in compared:
         for d in c.diffs:
             if d.kind == "metric" or d.diff is None:
                 continue
-            ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
-            failure = None
-            if d.verdict(alpha) == "worse":
-                failure = (f"{d.name} regressed against the baseline: {d.diff:+.4g} ({1 - alpha:.0%} CI {ci}, "
-                           f"p={d.p:.3g}{' (no draw on the other side of 0)' if d.p == 0 else ''}, "
-                           f"{d.n_shared} shared samples)")
-            checks.append(Check(e.label, d.name, BASELINE, failure,
-                                f"{d.name} against the baseline: {d.diff:+.4g} ({1 - alpha:.0%} CI {ci})"))
-    return checks, warnings
+            margin = margin_of(d, margins)
+            tested.append(Tested(label, d, margin, regression_p(d, margin)))
+    family = [t for t in tested if t.p is not None]
+    for t, p_adj in zip(family, adjust([t.p for t in family], correction)):
+        checks.append(_baseline_check(t, float(p_adj), alpha, correction, len(family)))
+    for t in tested:
+        if t.p is None:
+            why = t.diff.note or "no bootstrap draws"
+            warnings.append(f"{t.model}: {t.diff.name} not tested against the baseline ({why})")
+            checks.append(Check(t.model, t.diff.name, BASELINE, None,
+                                f"{t.diff.name} against the baseline: {t.diff.diff:+.4g}, not tested ({why})"))
+    return checks, warnings, _about(alpha, correction, len(family), margins)
+
+
+def _about(alpha: float, correction: str, m: int, margins: dict[str, float]) -> str:
+    """In words, which correction and margins a baseline comparison ran: every gate format says it."""
+    from .multiplicity import DESCRIBE
+    adjusted = (f"p adjusted over {m} comparisons by {DESCRIBE[correction]}" if correction != "none" else
+                f"p unadjusted over {m} comparisons (--correction none: the chance of a false alarm grows with "
+                f"their number)")
+    kind = {k: margins.get(k, v) for k, v in DEFAULT_MARGINS.items()}
+    named = "".join(f"; {k} {v:g}" for k, v in margins.items() if k not in DEFAULT_MARGINS)
+    return (f"baseline: a value fails when worse than the baseline's by more than its margin at p < {alpha:g}, "
+            f"{adjusted}; margins: a task {kind['task']:g} of its metric's range, a pillar {kind['pillar']:g} and "
+            f"overall {kind['overall']:g} trust points{named}")
+
+
+def margin_of(d, margins: dict[str, float]) -> float:
+    """A difference's non-inferiority margin, in its own units: its name's, else its kind's default."""
+    if d.name in margins:
+        return margins[d.name]
+    if d.kind == "task":
+        from ..tasks import TASKS
+        task = TASKS.get(d.name)
+        share = margins.get("task", DEFAULT_MARGINS["task"])
+        return share * (task.metric.hi - task.metric.lo) if task is not None else 0.0
+    return margins.get(d.kind, DEFAULT_MARGINS[d.kind])
+
+
+def regression_p(d, margin: float) -> float | None:
+    """p-value of "b is no worse than a by more than `margin`" from the comparison's bootstrap draws: twice the
+    share of draws at or above -margin once oriented so that higher is better (capped at 1), so that it is
+    below alpha exactly when the (1 - alpha) interval's better end lies below -margin; with margin 0 it is
+    compare's two-sided p of a regression. None when the difference was not tested."""
+    from .compare import MIN_DRAWS
+    if d.draws is None or d.p is None:
+        return None
+    draws = d.draws[~np.isnan(d.draws)]
+    if draws.size < MIN_DRAWS:
+        return None
+    oriented = draws if d.higher_is_better else -draws
+    return min(1.0, 2 * int((oriented >= -margin).sum()) / draws.size)
+
+
+def _baseline_check(t: Tested, p_adj: float, alpha: float, correction: str, m: int) -> Check:
+    d = t.diff
+    ci = f"[{d.ci[0]:+.4g}, {d.ci[1]:+.4g}]" if d.ci else "-"
+    tests = (f"p={t.p:.3g}{' (no draw within the margin)' if t.p == 0 else ''}, {correction}-adjusted "
+             f"p={p_adj:.3g} over {m} comparisons")
+    g = f", G={d.n_clusters}" if d.n_clusters is not None else ""
+    what = f"{d.diff:+.4g} ({1 - alpha:.0%} CI {ci}, margin {t.margin:.4g}, {tests}, {d.n_shared} shared samples{g})"
+    if p_adj < alpha:
+        return Check(t.model, d.name, BASELINE, f"{d.name} regressed against the baseline by more than its margin: "
+                                                f"{what}")
+    return Check(t.model, d.name, BASELINE, None, f"{d.name} against the baseline: {what}")
 
 
 def _lost_values(model: str, old, new) -> list[Check]:

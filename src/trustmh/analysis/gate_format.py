@@ -15,25 +15,29 @@ from .gate import Check, summary
 FORMATS = ("text", "json", "junit", "github")
 
 
-def to_text(checks: list[Check], models: int, clean: Callable[[str], str] = str) -> str:
+# `about`: which correction and margins a --baseline comparison ran (gate.check_baseline), said in every format.
+
+def to_text(checks: list[Check], models: int, clean: Callable[[str], str] = str, about: str = "") -> str:
     lines = [f"FAIL {clean(c.line())}" for c in checks if not c.passed]
+    lines += [clean(about)] if about else []
     return "\n".join([*lines, clean(summary(checks)) + f" on {models} model(s)"]) + "\n"
 
 
-def to_json(checks: list[Check], models: int, warnings: list[str] = ()) -> str:
+def to_json(checks: list[Check], models: int, warnings: list[str] = (), about: str = "") -> str:
     failed = [c for c in checks if not c.passed]
     return json.dumps({
-        "passed": not failed, "summary": summary(checks) + f" on {models} model(s)",
+        "passed": not failed, "summary": summary(checks) + f" on {models} model(s)", "baseline": about or None,
         "n_checks": len(checks), "n_failed": len(failed), "warnings": list(warnings),
         "checks": [{"model": c.model, "name": c.name, "kind": c.kind, "passed": c.passed,
                     "message": c.failure if c.failure is not None else c.detail} for c in checks],
     }, indent=2) + "\n"
 
 
-def to_junit(checks: list[Check], clean: Callable[[str], str] = str) -> str:
+def to_junit(checks: list[Check], clean: Callable[[str], str] = str, about: str = "") -> str:
     """One <testsuite> per model, one <testcase> per check (classname: the kind of check, name: what was
-    checked); a failed check holds a <failure> whose message is the text output's FAIL line. `clean` keeps
-    characters XML 1.0 cannot hold (most control characters) out of the document."""
+    checked); a failed check holds a <failure> whose message is the text output's FAIL line. `about` is each
+    suite's property "baseline". `clean` keeps characters XML 1.0 cannot hold (most control characters) out of
+    the document."""
     root = ET.Element("testsuites", name="trustmh gate", tests=str(len(checks)),
                       failures=str(sum(not c.passed for c in checks)))
     suites: dict[str, ET.Element] = {}
@@ -41,6 +45,8 @@ def to_junit(checks: list[Check], clean: Callable[[str], str] = str) -> str:
         suite = suites.get(c.model)
         if suite is None:
             suite = suites[c.model] = ET.SubElement(root, "testsuite", name=clean(c.model), tests="0", failures="0")
+            if about:
+                ET.SubElement(ET.SubElement(suite, "properties"), "property", name="baseline", value=clean(about))
         suite.set("tests", str(int(suite.get("tests")) + 1))
         case = ET.SubElement(suite, "testcase", classname=clean(c.kind), name=clean(c.name))
         if c.passed:
@@ -63,12 +69,14 @@ def _property(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def to_github(checks: list[Check], models: int, warnings: list[str] = (), clean: Callable[[str], str] = str) -> str:
+def to_github(checks: list[Check], models: int, warnings: list[str] = (), clean: Callable[[str], str] = str,
+              about: str = "") -> str:
     """GitHub Actions annotations: `::error` per failed check (titled with its kind and model), `::warning`
     per warning, then the summary line as plain text. A line of a model's name cannot start a command of its
     own: its line breaks are escaped."""
     lines = [f"::error title={_property(clean(f'trustmh gate: {c.kind} ({c.model})'))}::{_data(clean(c.line()))}"
              for c in checks if not c.passed]
     lines += [f"::warning title=trustmh gate::{_data(clean(w))}" for w in warnings]
+    lines += [f"::notice title=trustmh gate::{_data(clean(about))}"] if about else []
     lines.append(re.sub(r"^::", ": :", clean(summary(checks) + f" on {models} model(s)")))
     return "\n".join(lines) + "\n"

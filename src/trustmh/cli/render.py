@@ -10,6 +10,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ._base import err, note, out, styled
+from ..scoring.metrics import interval_note, too_few_clusters
 
 
 class _ProgressView:
@@ -132,7 +133,7 @@ def _pillar_summary(mr, name: str) -> None:
 def _value_cells(t, base_sep: str = " ") -> tuple:
     from ..scoring.pillars import judge_mark
     val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
-    ci = "-" if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+    ci = (interval_note(t.ci, t.n_clusters) or "-") if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
     parts: list = [val]
     if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
         bad = bool(judge_mark(t))
@@ -143,6 +144,13 @@ def _value_cells(t, base_sep: str = " ") -> tuple:
     if t.base_metric:  # a relative measure: its base task's own value beside it
         parts.append(f"{base_sep}(base {'-' if t.base_value is None else f'{t.base_value:.3f}'})")
     return styled(*parts), ci
+
+
+def _g(t) -> str:
+    """G, the clusters the task's interval rests on (red below the minimum for an interval)."""
+    if t.n_clusters is None:
+        return "-"
+    return _red(t.n_clusters) if too_few_clusters(t.n_clusters) else str(t.n_clusters)
 
 
 def _red(n: int) -> str:
@@ -158,15 +166,15 @@ def _task_tables(mr, name: str) -> list[RichTable]:
     ok = [t for t in mr.tasks.values() if t.status == "ok"]
     if out.width >= 120:
         table = RichTable(title=name, title_justify="left", box=box.HEAVY_HEAD)
-        for col in ("task", "metric", "value", "95% CI", "n", "no answer", "unscored", "judge failed", "errors",
+        for col in ("task", "metric", "value", "95% CI", "n", "G", "no answer", "unscored", "judge failed", "errors",
                     "trust"):
             table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
                              no_wrap=col in ("task", "value", "95% CI", "trust"))
         for t in mr.tasks.values():
             if t.status != "ok":
-                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "")
+                table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "", "")
                 continue
-            table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), str(t.n_no_answer),
+            table.add_row(t.task, f"{t.metric} {arrow(t)}", *_value_cells(t), str(t.n), _g(t), str(t.n_no_answer),
                           str(t.n_unscored), _red(t.n_judge_failed), _red(t.n_errors), trust(t))
         return [table]
     values = RichTable(title=f"{name}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
@@ -181,10 +189,10 @@ def _task_tables(mr, name: str) -> list[RichTable]:
         values.add_row(f"{t.task}\n  {t.metric} {arrow(t)}", val, ci, trust(t))
     counts = RichTable(title=f"{name}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
                        pad_edge=False, padding=(0, 1, 0, 0))
-    for col in ("task", "n", "no\nanswer", "unscored", "judge\nfailed", "errors"):
+    for col in ("task", "n", "G", "no\nanswer", "unscored", "judge\nfailed", "errors"):
         counts.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
     for t in ok:
-        counts.add_row(t.task, str(t.n), str(t.n_no_answer), str(t.n_unscored), _red(t.n_judge_failed),
+        counts.add_row(t.task, str(t.n), _g(t), str(t.n_no_answer), str(t.n_unscored), _red(t.n_judge_failed),
                        _red(t.n_errors))
     return [values, counts]
 
@@ -294,12 +302,13 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
     table = RichTable(title=f"dry run: calls a run into {run_dir} would make (nothing was called)",
                       title_justify="left")
     for col in ("task", "model" if len(models) == 1 else "models", "samples", "model calls", "~prompt tokens",
-                "judge calls", "~judge tokens"):
+                "judge calls", "~judge tokens", "G", "detectable"):
         table.add_column(col, justify="left" if col in ("task", "model", "models") else "right", no_wrap=col == "task")
     who = models[0] if len(models) == 1 else f"{len(models)} models"
     for task in dict.fromkeys(r.task for r in ran):  # one row per task, every model's calls added up
-        table.add_row(task, who, *cells([r for r in ran if r.task == task]))
-    table.add_row("total", "", *cells(ran), style="bold")
+        mine = [r for r in ran if r.task == task]
+        table.add_row(task, who, *cells(mine), *_power_cells(mine[0]))  # G and power: one model's samples
+    table.add_row("total", "", *cells(ran), "", "", style="bold")
     out.print(table)
     if spec.limit is not None and ran:  # what --limit N takes, in items and in samples
         from ..engine.spec import describe_limit
@@ -329,6 +338,12 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
               f"make fewer); "
               f"~ marks counts scaled up from {PLAN_ITEMS} items spread over a larger task; {judge}",
               markup=False, highlight=False)
+    out.print("G: the clusters each model's values will be resampled by (under 5: no interval, no test). detectable: "
+              "the smallest difference between two models a paired test at alpha 0.05 detects with 80% power (2.8 "
+              "standard errors of the paired difference; Miller 2024, arXiv 2411.00640), assuming a 0-1 share at "
+              "p = 0.5 and uncorrelated models: from the samples as independent units to the clusters as the units "
+              "(a task whose samples within a cluster agree reaches only the second); raise --limit to lower it",
+              markup=False, highlight=False, soft_wrap=True)
     _cost_table(rows, spec, prices)
     bounded = sorted({r.task for r in ran if r.upper_bound})
     if bounded:
@@ -341,6 +356,17 @@ def _role_text(role: str, cast: dict) -> str:
     calls = ": no judge calls" if cast["model"] == "rules" else ""
     whose = "the paper's" if cast["is_paper"] else f"the paper's is {cast['paper_model']}"
     return f"{role.replace('_', ' ')} {cast['model']}{calls} ({whose})"
+
+
+def _power_cells(row) -> tuple[str, str]:
+    """A dry-run row's G and detectable difference (PlanRow.detectable), '~' when scaled from a sample."""
+    d = row.detectable()
+    approx = "~" if row.estimated else ""
+    if d is None:
+        return "", ""
+    g = f"{approx}{row.clusters}" + (" (too few)" if too_few_clusters(row.clusters) else "")
+    shown = f"{d[0]:.2f}" if abs(d[0] - d[1]) < 0.005 else f"{d[0]:.2f}–{d[1]:.2f}"
+    return g, f"{approx}{shown}"
 
 
 def _cost_table(rows, spec, prices=None) -> None:

@@ -194,9 +194,15 @@ def compare_cmd(
     all_metrics: bool = typer.Option(False, help="Compare every sub-metric too, not only primary metrics."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
-    alpha: float = typer.Option(0.05, help="Significance level for the verdict column; the interval shown is the "
-                                           "(1 - alpha) interval of the same draws, so it excludes 0 exactly when "
+    alpha: float = typer.Option(0.05, help="Significance level for the verdict column, which reads the adjusted "
+                                           "p-value (--correction); the interval shown is the unadjusted (1 - alpha) "
+                                           "interval of the same draws, so it excludes 0 exactly when the raw "
                                            "p < alpha."),
+    correction: str = typer.Option("holm", "--correction", help="How the verdict column's p-values are adjusted "
+                                                                "for the many differences of one call: holm "
+                                                                "(family-wise error, the default), bonferroni or "
+                                                                "none. Raw p and Benjamini-Hochberg q are shown "
+                                                                "beside it."),
     ranks: bool = typer.Option(False, "--ranks", help="Print the paper's rank table (subtask rows x models) "
                                                       "instead of the differences (--format csv or markdown)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
@@ -216,6 +222,7 @@ def compare_cmd(
         raise UserError("--alpha must be between 0 and 1")
     if n_boot < 100:
         raise UserError("--bootstrap must be at least 100")
+    _check_correction(correction)
     loaded = [load_run(r) for r in runs]
     if html:
         from ..files import check_output_target
@@ -227,7 +234,7 @@ def compare_cmd(
         return
     comparisons = _with_progress(lambda progress: compare_runs(loaded, n_boot=n_boot, seed=seed,
                                                               all_metrics=all_metrics, level=1 - alpha,
-                                                              progress=progress))
+                                                              progress=progress, correction=correction))
     if fmt == "table":
         for c, table in rich_tables(comparisons, alpha):
             for w in c.warnings:
@@ -241,6 +248,12 @@ def compare_cmd(
         from ..report import write_report
         write_report(loaded, html, comparisons=comparisons, groups=_groups(group), ties=ties)
         note.print(f"report: {html}", markup=False, highlight=False)
+
+
+def _check_correction(correction: str) -> None:
+    from ..analysis.multiplicity import CORRECTIONS
+    if correction not in CORRECTIONS:
+        raise UserError(f"--correction must be {', '.join(CORRECTIONS[:-1])} or {CORRECTIONS[-1]}, not '{correction}'")
 
 
 def _with_progress(work):
@@ -265,8 +278,21 @@ def gate_cmd(
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="TOML file with [min] and [max] tables "
                                                                         "(and optional baseline, alpha, max_unscored, "
                                                                         "allow_partial)."),
-    baseline: Optional[Path] = typer.Option(None, help="Also fail on any significant regression against this run."),
-    alpha: Optional[float] = typer.Option(None, help="Significance level for --baseline (default 0.05)."),
+    baseline: Optional[Path] = typer.Option(None, help="Also fail on a regression against this run: a value worse by "
+                                                        "more than its margin (--margin) with confidence, the "
+                                                        "p-values of all comparisons adjusted together "
+                                                        "(--correction)."),
+    alpha: Optional[float] = typer.Option(None, help="Family-wise significance level for --baseline (default 0.05)."),
+    correction: Optional[str] = typer.Option(None, "--correction", help="How --baseline's p-values are adjusted for "
+                                                                      "its many comparisons: holm (the default: "
+                                                                      "family-wise error at most alpha under any "
+                                                                      "dependence), bonferroni or none."),
+    margin: list[str] = typer.Option([], "--margin", help="NAME=δ: the non-inferiority margin of a --baseline "
+                                                          "comparison, in the name's own units (a task's metric, "
+                                                          "trust points for pillar:<name> and overall); task=δ sets "
+                                                          "every task's as a share of its metric's range (default "
+                                                          "0.02), pillar=δ every pillar's (default 2), overall "
+                                                          "default 1. Repeatable; 0 tests for any regression."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples for --baseline."),
     seed: int = typer.Option(0, help="Seed of the paired bootstrap."),
     max_unscored: Optional[float] = typer.Option(
@@ -296,7 +322,8 @@ def gate_cmd(
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..analysis.runs import load_run
     from ..analysis.gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
-                                 check_judge_addressed, check_thresholds, load_config, parse_threshold)
+                                 check_judge_addressed, check_thresholds, load_config, parse_margin,
+                                 parse_threshold)
     from ..analysis.gate_format import FORMATS, to_github, to_json, to_junit, to_text
     if fmt not in FORMATS:
         raise UserError(f"--format must be {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, not '{fmt}'")
@@ -315,6 +342,11 @@ def gate_cmd(
         raise UserError("--max-judge-addressed must not be negative")
     if not thresholds and base_path is None and max_judge_addressed is None:
         raise UserError("nothing to check: give --min/--max thresholds, --config, --baseline or --max-judge-addressed")
+    if base_path is None and (margin or correction is not None):
+        raise UserError("--margin and --correction go with --baseline (they decide its comparisons)")
+    correction = next(v for v in (correction, cfg.correction, "holm") if v is not None)
+    _check_correction(correction)
+    margins = {**(cfg.margins or {}), **dict(parse_margin(m) for m in margin)}
     if base_path is not None:
         check_bootstrap(n_boot)
     run = load_run(run_dir)
@@ -327,10 +359,12 @@ def gate_cmd(
     if max_judge_addressed is not None:
         checks += check_judge_addressed(run, max_judge_addressed)
     warnings: list[str] = []
+    about = ""
     if base_path is not None:
         base_run = load_run(base_path)
         check_input(base_run)
-        more, warnings = check_baseline(run, base_run, alpha=level, n_boot=n_boot, seed=seed)
+        more, warnings, about = check_baseline(run, base_run, alpha=level, n_boot=n_boot, seed=seed,
+                                               correction=correction, margins=margins)
         checks += more
         if fmt not in ("json", "github"):  # those carry the warnings in the document itself
             for w in warnings:
@@ -338,9 +372,10 @@ def gate_cmd(
     if not checks:  # a gate that checked nothing has not passed
         raise UserError("nothing was checked (no threshold applies to this run's models)")
     models = len(run.results.models)
-    text = {"text": lambda: to_text(checks, models, printable), "json": lambda: to_json(checks, models, warnings),
-            "junit": lambda: to_junit(checks, printable),
-            "github": lambda: to_github(checks, models, warnings, printable)}[fmt]()
+    text = {"text": lambda: to_text(checks, models, printable, about),
+            "json": lambda: to_json(checks, models, warnings, about),
+            "junit": lambda: to_junit(checks, printable, about),
+            "github": lambda: to_github(checks, models, warnings, printable, about)}[fmt]()
     sys.stdout.write(text)
     sys.stdout.flush()
     if any(not c.passed for c in checks):

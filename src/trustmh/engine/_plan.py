@@ -52,6 +52,19 @@ class PlanRow:
     model_completion: int = 0
     by_role: dict[str, list[int]] = field(default_factory=dict)
     upper_bound: bool = False  # counts are the most the task can make (a conversation may stop early)
+    clusters: int = 0  # G: the units the bootstrap will resample (items, intents, dialogues, personas)
+
+    def detectable(self, level: float = 0.95) -> tuple[float, float] | None:
+        """The smallest difference between two models on these samples that a paired test detects with 80 %
+        power (Miller 2024, s. 5: 2.8 SE of the paired difference), for a 0-1 share at p = 0.5 with the two
+        models' outcomes uncorrelated (the variance of a paired difference is then 2 x 0.25 per unit): from
+        the samples as independent units, and from the clusters as the units (samples within a cluster
+        alike, the conservative end). None without a sample."""
+        from ..scoring.metrics import power_multiplier
+        if not self.samples or not self.clusters:
+            return None
+        k = power_multiplier(level)
+        return k * (0.5 / self.samples) ** 0.5, k * (0.5 / self.clusters) ** 0.5
 
 
 def _tokens(messages: list[dict[str, str]]) -> int:
@@ -80,9 +93,10 @@ def plan(spec: RunSpec, ctx: RunContext, prepared: list[Prepared], run_dir: Path
                     rows.append(PlanRow(p.task.id, model_spec, 0, 0, 0, 0, 0, f"not run: {p.not_run}"))
                     continue
                 row = _task_row(spec, ctx, p, model_spec, model_id, judge_ids, store, seen, typical or {})
+                row.clusters = len({p.task.method(ctx).cluster(s) for s in p.samples})
                 if scale != 1.0:
                     for name in ("samples", "model_calls", "model_tokens", "judge_calls", "judge_tokens",
-                                 "model_completion"):
+                                 "model_completion", "clusters"):
                         setattr(row, name, round(getattr(row, name) * scale))
                     row.by_role = {role: [round(x * scale) for x in v] for role, v in row.by_role.items()}
                     row.estimated = True

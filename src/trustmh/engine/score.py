@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Generator
 
 from ..judges.rubric import Judged, Rubric, Verdicts
-from ..scoring.metrics import bootstrap, count, derived_seed
+from ..scoring.metrics import bootstrap, count, derived_seed, n_clusters
 from ..models import ModelRef
 from ..scoring.pillars import judge_usable_rate, model_summary, task_meta, task_trust
 from ..scoring.results import MetricValue, ModelResults, RunResults, TaskResult
@@ -168,7 +168,7 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
     # The bootstrap (1000 aggregations) in slices too, so that phase 1's loop never waits ~0.35 s for it.
     cis = yield from in_slices(lambda pause: bootstrap(
         table, lambda t: pause() or method.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
-        n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or method.aggregate_many(t, r, ctx)))
+        n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or method.aggregate_many(t, r, ctx), point=values))
     value = _clean(values.get(task.metric.name))
     metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=method.metric_n(table, k))
                for k, v in values.items()}
@@ -192,7 +192,7 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
     return TaskResult(status="ok", value=value, ci=_clean_ci(cis.get(task.metric.name)), reason=reason, trust_score=trust,
                       undefined_by_model=why, n_judged=t.n_judged,
                       judge_usable_rate=judge_usable_rate(t.n_judged, t.n_usable),
-                      n=n_primary, n_samples=len(p.samples),
+                      n=n_primary, n_clusters=n_clusters(table.clusters), n_samples=len(p.samples),
                       n_unscored=sum(t.unscored_primary.values()), unscored_reasons=dict(t.unscored_primary),
                       unscored_by_value={k: dict(v) for k, v in t.unscored_by_value.items()},
                       n_errors=sum(t.errors.values()), error_kinds=dict(t.errors),

@@ -156,9 +156,12 @@ def _env() -> jinja2.Environment:
     # only if the file changes), which `prepare` compiles while a run still waits on its endpoints.
     # finalize: every text the template renders is made printable before it is HTML-escaped (escaping.py);
     # Markup (the page's own CSS, script, SVG and JSON blocks) is the page's and passes as it is.
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), undefined=jinja2.StrictUndefined,
-                              autoescape=True, trim_blocks=True, lstrip_blocks=True,
-                              finalize=lambda v: printable(v) if type(v) is str else v)
+    from ..scoring.metrics import interval_note
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), undefined=jinja2.StrictUndefined,
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True,
+                             finalize=lambda v: printable(v) if type(v) is str else v)
+    env.globals["interval_note"] = interval_note  # "too few clusters: G" where an interval would be
+    return env
 
 
 def prepare() -> None:

@@ -243,17 +243,85 @@ def per_resample(aggregate: Aggregate, table: Table, picks, order, size, start) 
     return out
 
 
+# --- how many clusters an interval rests on (INFERENCE.md section 2) --------------------------------
+# A cluster bootstrap sees at most G distinct clusters: with G = 1 every resample is the table itself (a
+# zero-width interval, p < 0.001 for any difference), and with few clusters a percentile interval under-covers
+# (10 personas: 89 % at a nominal 95 %). Cameron, Gelbach & Miller (2008), "Bootstrap-based improvements for
+# inference with clustered errors".
+MIN_CLUSTERS = 5  # fewer: no interval, no test, no verdict
+FEW_CLUSTERS = 30  # fewer: the interval is widened by `small_sample_factor`
+
+
+def n_clusters(clusters: np.ndarray) -> int:
+    """G: the distinct clusters a table's rows fall in."""
+    return len(cluster_layout(np.asarray(clusters, dtype=object))[2]) if len(clusters) else 0
+
+
+def too_few_clusters(g: int) -> str | None:
+    """Why an interval or test on G clusters is not given ("too few clusters: 1"), or None when it is."""
+    return f"too few clusters: {g}" if g < MIN_CLUSTERS else None
+
+
+def interval_note(ci: Any, g: int | None) -> str | None:
+    """What a view shows where an interval would be, when it is missing for too few clusters; else None."""
+    return too_few_clusters(g) if ci is None and g is not None else None
+
+
+def z_quantile(q: float) -> float:
+    """The standard normal's q-quantile (the standard library's: scipy.stats takes seconds to import)."""
+    from statistics import NormalDist
+    return NormalDist().inv_cdf(q)
+
+
+POWER = 0.8  # the power at which a detectable difference is stated (Miller 2024, "Adding Error Bars to Evals", s. 5)
+
+
+def power_multiplier(level: float = 0.95) -> float:
+    """z_{1-alpha/2} + z_{POWER}: the smallest difference a two-sided test at alpha = 1 - level detects with 80 %
+    power is this many standard errors of the paired difference (2.80 at alpha 0.05)."""
+    return z_quantile(0.5 + level / 2) + z_quantile(POWER)
+
+
+def small_sample_factor(n_clusters: int, level: float) -> float:
+    """How much a percentile interval is widened around the estimate when few clusters are drawn:
+    (t_{k-1} / z) * sqrt(k / (k - 1)) for k clusters. The bootstrap's spread of a mean over k clusters
+    is sqrt((k - 1) / k) of its standard error, and a normal quantile where Student's t belongs under-covers
+    at small k: at 20 rated items a 95% percentile interval covered 92.5% in 3,000 simulated runs (Monte
+    Carlo error 0.5 points), the widened one 94.6%. It tends to 1 as k grows (1.03 at 100, 1.006 at 500)."""
+    if n_clusters < 2:
+        return math.inf
+    from scipy.special import stdtrit  # Student's t quantile, without importing scipy.stats
+    q = 0.5 + level / 2
+    return float(stdtrit(n_clusters - 1, q) / z_quantile(q) * math.sqrt(n_clusters / (n_clusters - 1)))
+
+
+def cluster_factor(g: int, level: float) -> float:
+    """The widening an interval on G clusters gets: `small_sample_factor` below FEW_CLUSTERS, else 1."""
+    return small_sample_factor(g, level) if g < FEW_CLUSTERS else 1.0
+
+
+def widen(draws: np.ndarray, center: float, factor: float) -> np.ndarray:
+    """Bootstrap draws spread `factor` times as far from `center` (the estimate): their percentile interval is
+    the widened one, and a p-value read from them agrees with it."""
+    return draws if factor == 1.0 else center + factor * (np.asarray(draws, dtype=float) - center)
+
+
 def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000, level: float = 0.95,
-              aggregate_many: AggregateMany | None = None) -> dict[str, tuple[float, float]]:
+              aggregate_many: AggregateMany | None = None,
+              point: dict[str, float] | None = None) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap intervals for every metric `aggregate` returns, resampling clusters.
 
     `aggregate_many(table, resamples)`, when given and not None for this table, returns those same
     metrics for a whole block of resamples at once (an array per metric, NaN where undefined, a metric
-    missing where a resample would not report it); otherwise `aggregate` runs on each resampled table."""
+    missing where a resample would not report it); otherwise `aggregate` runs on each resampled table.
+    With G < MIN_CLUSTERS clusters there is no interval ({}); with G < FEW_CLUSTERS each interval is widened
+    around the point value (`point`, else `aggregate(table)`) by `small_sample_factor`."""
     if len(table) == 0 or n_boot <= 0:
         return {}
     inverse, order, size, start = cluster_layout(table.clusters)
     k = len(size)
+    if too_few_clusters(k):
+        return {}
     draws: dict[str, list[np.ndarray]] = {}
     for picks in pick_blocks(k, np.random.default_rng(seed), n_boot):
         many = None
@@ -264,13 +332,22 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
         for name, values in many.items():
             draws.setdefault(name, []).append(np.asarray(values, dtype=float))
     alpha = (1 - level) / 2
+    factor = cluster_factor(k, level)
+    if factor != 1.0 and point is None:
+        point = aggregate(table)
     out = {}
     for name, parts in draws.items():
         arr = np.concatenate(parts)
         arr = arr[~np.isnan(arr)]
         if arr.size < max(10, n_boot // 10):  # too few defined resamples to say anything
             continue
-        out[name] = (float(np.quantile(arr, alpha)), float(np.quantile(arr, 1 - alpha)))
+        lo, hi = float(np.quantile(arr, alpha)), float(np.quantile(arr, 1 - alpha))
+        if factor != 1.0:
+            center = point.get(name)
+            if center is None or not math.isfinite(center):
+                continue  # no estimate to widen around: no interval
+            lo, hi = center - factor * (center - lo), center + factor * (hi - center)
+        out[name] = (lo, hi)
     return out
 
 

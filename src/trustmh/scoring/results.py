@@ -120,6 +120,10 @@ class TaskResult(_Strict):
     trust_score: float | None = Field(None, description="0-100, higher is more trustworthy")
     n: Count = Field(0, description="samples scored on the primary metric (the model's non-answers included: "
                                   "they count against it)")
+    n_clusters: Count | None = Field(None, description="G: the clusters (items, attack intents, personas, "
+                                                       "dialogues) the bootstrap resamples; below 5 no interval "
+                                                       "(ci null: too few clusters), below 30 the interval is "
+                                                       "widened by the t-correction (docs/scoring.md)")
     n_samples: Count = 0
     n_unscored: Count = Field(0, description="replies left out of the primary metric (judge failures, unusable "
                                            "items); n_samples - n - n_errors")
