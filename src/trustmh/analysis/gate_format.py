@@ -12,7 +12,6 @@ from typing import Callable
 
 from .gate import Check, summary
 
-FORMATS = ("text", "json", "junit", "github")
 
 
 # `about`: which correction and margins a --baseline comparison ran (gate.check_baseline), said in every format.

@@ -11,6 +11,7 @@ import typer
 
 from ..errors import UserError
 from ._base import QUIET_HELP, _INCLUDE_HELP, _load_plugins, app, err, note, out, printable, set_quiet
+from .formats import COMPARE, GATE, RANKS, REPORT
 
 
 _TIES_HELP = ("The rank table's tie rule: paper (a tie broken by the row's declared secondary value, marked †; "
@@ -34,8 +35,8 @@ def report_cmd(
     page_size: int = typer.Option(50, help="Samples per page in the drill-down (0: all on one page)."),
     paired: bool = typer.Option(True, help="Mark ties in the leaderboard with a paired bootstrap when two models "
                                            "share a run (otherwise by overlapping 95% intervals)."),
-    fmt: str = typer.Option("html", "--format", "-f", help="html (the report), or the paper's rank table alone as "
-                                                           "csv, markdown or latex (to --output, else to stdout)."),
+    fmt: str = REPORT.option("html: the report; csv, markdown or latex: the paper's rank table alone (to --output, "
+                             "else to stdout)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     ties: Optional[str] = typer.Option(None, "--ties", help=_TIES_HELP),
     figures: Optional[Path] = typer.Option(None, "--figures", help="Write the rank heat map and the pillar radar "
@@ -52,8 +53,7 @@ def report_cmd(
     from ..files import check_output_target
     from ..report import write_report
     _load_plugins(include)
-    if fmt not in ("html", "csv", "markdown", "latex"):
-        raise UserError(f"--format must be html, csv, markdown or latex, not '{fmt}'")
+    REPORT.check(fmt)
     if samples_per_task < 1 or max_samples < 1:
         raise UserError("--samples-per-task and --max-samples must be at least 1")
     if not 0 < sample_mb < 1e6:
@@ -159,7 +159,6 @@ def _rank_table(loaded, groups: dict[str, str], ties: str | None = None, n_boot:
 def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = None, calibrated: bool = False) -> str:
     """The paper's rank table (subtask rows x models) as CSV, Markdown or LaTeX. Calibrated (--calibrated): the
     rules under it say so, and give the reason for every judged value without a calibrated one."""
-    from ..report.ranks import rank_csv, rank_latex, rank_markdown
     from ..validation.calibrated import calibrated_notes
     table = _rank_table(loaded, groups, ties)[2]
     if calibrated and fmt != "csv":  # under the table; the reasons hold run text: escaped for the format
@@ -167,7 +166,7 @@ def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = N
         notes = ["judged values are calibrated: anchored to clinicians' ratings (PPI++, trustmh annotate); trust, "
                  "pillar and overall scores computed from them", *(n for r in loaded for n in calibrated_notes(r.results, ""))]
         table.rules = [*table.rules, *(markdown_cell(n) if fmt == "markdown" else n for n in notes)]  # LaTeX: tex()
-    return {"csv": rank_csv, "markdown": rank_markdown, "latex": rank_latex}[fmt](table)
+    return RANKS.writer(fmt)(table)
 
 
 def _skip_notes(loaded) -> None:
@@ -189,7 +188,8 @@ def _emit(text: str, output: Optional[Path]) -> None:
 @app.command("compare")
 def compare_cmd(
     runs: list[Path] = typer.Argument(..., help="Runs; every model is compared with the first model of the first run."),
-    fmt: str = typer.Option("table", "--format", "-f", help="table, json, markdown or csv."),
+    fmt: Optional[str] = COMPARE.option("The differences as a terminal table or a document; with --ranks, the rank "
+                                        "table as csv, markdown (its default) or latex.", default=None),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the HTML report of these runs with the comparison."),
     all_metrics: bool = typer.Option(False, help="Compare every sub-metric too, not only primary metrics."),
     n_boot: int = typer.Option(1000, "--bootstrap", help="Paired bootstrap resamples."),
@@ -204,7 +204,8 @@ def compare_cmd(
                                                                 "none. Raw p and Benjamini-Hochberg q are shown "
                                                                 "beside it."),
     ranks: bool = typer.Option(False, "--ranks", help="Print the paper's rank table (subtask rows x models) "
-                                                      "instead of the differences (--format csv or markdown)."),
+                                                      "instead of the differences (--format csv, markdown or "
+                                                      "latex)."),
     group: list[str] = typer.Option([], "--group", help=_GROUP_HELP),
     ties: Optional[str] = typer.Option(None, "--ties", help=_TIES_HELP + " With --ranks."),
     include: list[Path] = typer.Option([], "--include", help=_INCLUDE_HELP),
@@ -215,9 +216,11 @@ def compare_cmd(
     _load_plugins(include)
     from ..analysis.compare import compare_runs
     from ..analysis.runs import load_run
-    from ..analysis.compare_format import rich_tables, to_csv, to_json, to_markdown
-    if fmt not in ("table", "json", "markdown", "csv"):
-        raise UserError(f"--format must be table, json, markdown or csv, not '{fmt}'")
+    from ..analysis.compare_format import rich_tables
+    if ranks:
+        fmt = RANKS.check(fmt or RANKS.default, "--ranks --format")
+    else:
+        fmt = COMPARE.check(fmt or COMPARE.default)
     if not 0 < alpha < 1:
         raise UserError("--alpha must be between 0 and 1")
     if n_boot < 100:
@@ -229,7 +232,7 @@ def compare_cmd(
         check_output_target(html, [r.dir for r in loaded], "--html")  # refused before any work is done
     _check_ties(ties)
     if ranks:
-        _emit(_rank_text(loaded, "csv" if fmt == "csv" else "markdown", _groups(group), ties=ties), None)
+        _emit(_rank_text(loaded, fmt, _groups(group), ties=ties), None)
         _skip_notes(loaded)
         return
     comparisons = _with_progress(lambda progress: compare_runs(loaded, n_boot=n_boot, seed=seed,
@@ -241,7 +244,7 @@ def compare_cmd(
                 err.print(f"warning: {w}", markup=False, highlight=False)
             out.print(table)
     else:
-        text = printable({"json": to_json, "markdown": to_markdown, "csv": to_csv}[fmt](comparisons, alpha))
+        text = printable(COMPARE.writer(fmt)(comparisons, alpha))
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     _skip_notes(loaded)
     if html:
@@ -314,19 +317,16 @@ def gate_cmd(
                                                                "(trustmh annotate, then score) instead of the judge's "
                                                                "own; a judged value without one fails with the reason. "
                                                                "--baseline's paired test stays on the judged values."),
-    fmt: str = typer.Option("text", "--format", help="text (a FAIL line per failed check, then a summary line), "
-                                                     "json (every check, passed or failed), junit (JUnit XML: a "
-                                                     "test case per check) or github (GitHub Actions error "
-                                                     "annotations). The exit code is the same in every format."),
+    fmt: str = GATE.option("text: a FAIL line per failed check, then a summary line; json: every check, passed or "
+                           "failed; junit: JUnit XML, a test case per check; github: GitHub Actions error "
+                           "annotations. The exit code is the same in every format."),
 ) -> None:
     """Exit 0 when every threshold holds, 1 with one line per failure otherwise (2: bad names or input)."""
     from ..analysis.runs import load_run
     from ..analysis.gate import (GateConfig, check_baseline, check_bootstrap, check_coverage, check_input,
                                  check_judge_addressed, check_thresholds, load_config, parse_margin,
                                  parse_threshold)
-    from ..analysis.gate_format import FORMATS, to_github, to_json, to_junit, to_text
-    if fmt not in FORMATS:
-        raise UserError(f"--format must be {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, not '{fmt}'")
+    GATE.check(fmt)
     cfg = load_config(config) if config else GateConfig([])
     # The command line wins over the file, the file over the defaults.
     max_unscored = next(v for v in (max_unscored, cfg.max_unscored, 0.05) if v is not None)
@@ -372,10 +372,11 @@ def gate_cmd(
     if not checks:  # a gate that checked nothing has not passed
         raise UserError("nothing was checked (no threshold applies to this run's models)")
     models = len(run.results.models)
-    text = {"text": lambda: to_text(checks, models, printable, about),
-            "json": lambda: to_json(checks, models, warnings, about),
-            "junit": lambda: to_junit(checks, printable, about),
-            "github": lambda: to_github(checks, models, warnings, printable, about)}[fmt]()
+    write = GATE.writer(fmt)  # each format's writer takes what it shows
+    text = {"text": lambda: write(checks, models, printable, about),
+            "json": lambda: write(checks, models, warnings, about),
+            "junit": lambda: write(checks, printable, about),
+            "github": lambda: write(checks, models, warnings, printable, about)}[fmt]()
     sys.stdout.write(text)
     sys.stdout.flush()
     if any(not c.passed for c in checks):
