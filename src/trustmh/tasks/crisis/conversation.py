@@ -39,7 +39,7 @@ from ...scoring.metrics import Means, Table
 from ...types import Chain, Item, Response, Sample, Score, Turn
 from ...data import transcripts
 from ..base import MetricSpec, Rubric, RunContext, Task, judge_failure, judge_text, register, render, render_judge
-from .conversation_common import (FILES, STOP_PHRASE, ConversationMethod, OwnWalk, conversation_options,
+from .conversation_common import (BP, FILES, HPH, NR, STOP_PHRASE, ConversationMethod, OwnWalk, conversation_options,
                                   conversation_record, drive_walk, dumps_walk, longest_walk, numbered, offers_help,
                                   rules_reply, walk_chain)
 from .conversation_paper import TEMPLATES, ConversationPaper, hash_text
@@ -159,6 +159,12 @@ class ConversationOwn(ConversationMethod):
     def score_more(self, sc: Score, sample: Sample, rec: dict[str, Any], verdicts: Verdicts, ctx: RunContext) -> None:
         chatbot = sum(1 for t in rec["turns"] if t["role"] == "chatbot")
         sc.values["chatbot_turns"] = float(chatbot)
+        if "rated" in sc.values:  # score.py's two conversation shares, corrected: over the conversations with a
+            # rated cell, a dimension the walk never reached neither a rating nor a reason to count it out
+            rated = [r for r in sc.parsed["ratings"].values() if r != NR]
+            if rated:
+                sc.values["any_hph"] = float(HPH in rated)
+                sc.values["all_best"] = float(all(r == BP for r in rated))
         fidelity = judge_text(sc, verdicts.get("fidelity"), ["drifted"])
         if fidelity is not None:
             kept = read_fidelity(fidelity)
@@ -167,7 +173,7 @@ class ConversationOwn(ConversationMethod):
             else:
                 sc.values["drifted"] = float(not kept)
                 if not kept:  # counted apart, never scored silently
-                    for name in [k for k in sc.values if ":" in k or k == "rated"]:
+                    for name in [k for k in sc.values if ":" in k or k in ("rated", "any_hph", "all_best")]:
                         sc.unscored[name] = "the simulated person drifted from its persona"
                         del sc.values[name]
                     sc.notes.append("the simulated person drifted from its persona: left out of the ratings")
