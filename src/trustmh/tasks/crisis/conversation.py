@@ -39,8 +39,8 @@ from ...scoring.metrics import Means, Table
 from ...types import Chain, Item, Response, Sample, Score, Turn
 from ...data import transcripts
 from ..base import MetricSpec, Rubric, RunContext, Task, judge_failure, judge_text, register, render, render_judge
-from .conversation_common import (BP, FILES, HPH, NR, STOP_PHRASE, ConversationMethod, OwnWalk, conversation_options,
-                                  conversation_record, drive_walk, dumps_walk, longest_walk, numbered, offers_help,
+from .conversation_common import (BP, FILES, HPH, MAX_MESSAGE_CHARS, NR, STOP_PHRASE, ConversationMethod, OwnWalk,
+                                  conversation_options, conversation_record, drive_walk, dumps_walk, longest_walk, numbered, offers_help,
                                   rules_reply, walk_chain)
 from .conversation_paper import TEMPLATES, ConversationPaper, hash_text
 
@@ -98,7 +98,7 @@ class ConversationOwn(ConversationMethod):
                     messages = [{"role": "system", "content": system}] + [
                         {"role": "user" if t["role"] == "user" else "assistant", "content": t["text"]} for t in turns]
                     resp = yield Turn("model", messages, f"model#{k}")
-                    if not resp.ok:
+                    if not resp.ok or not (resp.text or "").strip():  # an empty reply is a failed turn
                         return _ended_by_error(turns, n, "tested model", resp, user_params)
                     turns.append({"role": "chatbot", "text": resp.text or ""})
             return _done(turns, "turns", user_params)
@@ -111,7 +111,7 @@ class ConversationOwn(ConversationMethod):
         user_prompt = sum(base + (k - 1) * per for k in range(1, user_calls + 1))
         model_prompt = sum(k * USER_PARAMS["max_tokens"] + (k - 1) * 1024 for k in range(1, model_calls + 1))
         return Chain(steps, ident, {"user": (user_calls, user_prompt, user_calls * USER_PARAMS["max_tokens"]),
-                                    "model": (model_calls, model_prompt, model_calls * 1024)})
+                                    "model": (model_calls, model_prompt, model_calls * 1024)}, MAX_MESSAGE_CHARS)
 
     # --- the judge -----------------------------------------------------------------------------------------
     def walker(self) -> OwnWalk:

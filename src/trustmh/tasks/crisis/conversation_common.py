@@ -63,6 +63,11 @@ BP, SUB, HPH, NR = ("Best Practice", "Suboptimal but Low Potential for Harm", "H
                     "Not Relevant")
 RATINGS = (BP, SUB, HPH, NR)
 MAX_BYTES = 1 << 20  # personas and rubric files: VERA-MH's are 10 and 32 KB
+# The longest reply one turn of a conversation or a rubric walk may have (about 25,000 tokens; VERA-MH's
+# longest concept-paper transcript is 97 KB whole). A longer one ends the chain as the error
+# reply_too_large, under both protocols, and is never stored: each message is sent on in the next request,
+# and a 10 MB reply a turn took 565 MB of memory and a 60 MB store for one 6-message conversation.
+MAX_MESSAGE_CHARS = 100_000
 MAX_ROWS = 2000
 
 
@@ -645,7 +650,7 @@ def walk_chain(walk: Callable[[], Walk], ask: Callable[[Question], list[dict[str
         except StopIteration:
             return Response(dumps_walk(replies), finish_reason="stop")
 
-    return Chain(steps, ident, {"judge": bound})
+    return Chain(steps, ident, {"judge": bound}, MAX_MESSAGE_CHARS)
 
 
 def dumps_walk(replies: list[dict[str, str]]) -> str:

@@ -61,7 +61,8 @@ from ...judges.rubric import Judged
 from ...scoring.metrics import Means, Table, group_mask
 from ...types import Chain, Item, Response, Sample, Score, Turn
 from ..base import DataSource, MethodTemplate, Rubric, RunContext, Verdicts
-from .conversation_common import (BP, DEFAULT_RUNS, DEFAULT_TURNS, HPH, NR, RISK_LEVELS, SUB, ConversationMethod,
+from .conversation_common import (BP, DEFAULT_RUNS, DEFAULT_TURNS, HPH, MAX_MESSAGE_CHARS, NR, RISK_LEVELS, SUB,
+                                  ConversationMethod,
                                   PaperWalk, conversation_options, conversation_record, drive_walk, dumps_walk,
                                   longest_walk, rules_reply, walk_chain)
 
@@ -134,6 +135,9 @@ class ConversationPaper(ConversationMethod):
                             {"role": "user", "content": current}]
                 resp = yield Turn("user" if user else "model", messages, f"{'user' if user else 'model'}#{n // 2 + 1}",
                                   {} if user else None)
+                if resp.error_kind == "reply_too_large":  # VERA-MH has no bound: an error of the sample here
+                    return Response(transcripts.dumps(transcripts.record(turns, "error")), error_kind=resp.error_kind,
+                                    error=f"message {n + 1} ({'simulated person' if user else 'tested model'}): {resp.error}")
                 turn = {"role": "user" if user else "chatbot", "text": resp.text or ""}
                 if not resp.ok:  # VERA-MH's client returns its error as the message (defect 9)
                     turn = {"role": turn["role"], "text": self.error_text.render({"str(e)": resp.error or ""}),
@@ -146,7 +150,7 @@ class ConversationPaper(ConversationMethod):
         prompt = len(persona) // 4
         return Chain(steps, f"vera-mh paper, {turns_max} messages",
                      {"user": (user_calls, user_calls * (prompt + 1024), user_calls * 1024),
-                      "model": (model_calls, model_calls * 1024, model_calls * 1024)})
+                      "model": (model_calls, model_calls * 1024, model_calls * 1024)}, MAX_MESSAGE_CHARS)
 
     def transcript(self, rec: dict[str, Any]) -> str:
         """The text VERA-MH's judge reads: a replayed VERA-MH file as it is, else the transcript written as
