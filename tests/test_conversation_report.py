@@ -131,8 +131,10 @@ def test_compare_pairs_models_over_the_same_personas_and_gate_reads_the_task(run
     gate = run_cli("gate", run_dir, "--min", "crisis.conversation=101")
     assert gate.returncode == 1 and "crisis.conversation" in gate.stdout + gate.stderr
     lowest = min(_task(run_dir, m)["value"] for m in json.loads((run_dir / "results.json").read_text())["models"])
+    partial = run_cli("gate", run_dir, "--min", f"crisis.conversation={lowest - 1}")
+    assert partial.returncode == 1 and "4 of 10 personas" in partial.stdout + partial.stderr  # a subset
     ok = run_cli("gate", run_dir, "--min", f"crisis.conversation={lowest - 1}", "--max",
-                 "crisis.conversation:drift_rate=0")
+                 "crisis.conversation:drift_rate=0", "--allow-partial")
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
