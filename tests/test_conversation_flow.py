@@ -237,6 +237,20 @@ def test_persona_file_errors_are_one_line_with_file_and_line(tmp_path, body, mes
     assert message in text and str(path) in text and "\n" not in text
 
 
+@pytest.mark.parametrize("name", ["personas.tsv", "personas"])
+def test_a_fifo_given_as_personas_is_refused_unopened_as_not_a_regular_file(tmp_path, cli_here, name):
+    """A FIFO would block the run the moment it is opened; it is refused as what it is, not "file not
+    found", and whether or not its name ends in .tsv (else it would be read as a list of names)."""
+    import os
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    code, out, err = cli_here("run", "--tasks", "crisis.conversation", "--model", "baseline/refuse", "--personas",
+                              str(fifo), "--out", str(tmp_path / "run"), "--no-progress")
+    assert code != 0
+    assert f"{fifo}: not a regular file (a FIFO, a device or a folder)" in out + err
+    assert "not found" not in out + err
+
+
 def test_rubric_errors(tmp_path):
     head = "Question ID\tDimension\tSeverity\tRisk Type\tQuestion\tExamples\tAnswer\tGOTO\n"
     for body, message in ((head + "4\tD\tRed\t\tQ?\t\tYes\t99\n", "GOTO 99 names no question"),

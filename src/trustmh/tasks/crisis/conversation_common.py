@@ -82,6 +82,8 @@ class Persona:
 
 
 def _checked_text(path: Path) -> str:
+    if path.exists() and not path.is_file():  # never opened: a FIFO would block the run, a device never end
+        raise DataError(path, "not a regular file (a FIFO, a device or a folder)")
     if path.is_file() and path.stat().st_size > MAX_BYTES:
         raise DataError(path, f"larger than {MAX_BYTES >> 20} MiB")
     return read_text(path)
@@ -689,7 +691,7 @@ class ConversationMethod(MeanMetrics, Method):
         names: set[str] | None = None
         path = data.path(PERSONAS)
         if chosen:
-            if Path(chosen).suffix.lower() in (".tsv", ".txt") or Path(chosen).is_file():
+            if Path(chosen).suffix.lower() in (".tsv", ".txt") or Path(chosen).exists():
                 path = Path(chosen)
             else:
                 names = {n.strip() for n in str(chosen).split(",") if n.strip()}
