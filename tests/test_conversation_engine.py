@@ -330,7 +330,10 @@ def test_a_drifted_person_is_counted_apart_and_left_out_of_the_ratings(tmp_path)
     rows = {(r["item_id"], r["variant"]): r for r in map(json.loads, (tmp_path / "run/samples.jsonl").read_text().splitlines())}
     drifted = rows[("Idris", "run2")]
     assert drifted["values"]["drifted"] == 1.0 and "rated" not in drifted["values"]
-    assert not any(k.startswith(("bp:", "hph:", "sub:")) for k in drifted["values"])
+    # one exclusion rule for every metric (the help rates too), and the primary value with the drifted beside
+    m = t["metrics"]
+    assert m["ever_helped"]["n"] == m["first_help_rate"]["n"] == m["conversations_with_hph"]["n"] == 3
+    assert m["vera_score_with_drifted"]["n"] == 4 and m["vera_score"]["n"] == 3
 
 
 _RSS_CHILD = """

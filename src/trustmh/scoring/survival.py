@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -52,6 +53,21 @@ def kaplan_meier(times: list[float] | np.ndarray, events: list[float] | np.ndarr
         out_s.append(s)
     return Curve(tuple(out_t), tuple(out_s), int(len(t)), int(e.sum()),
                  tuple(sorted(int(x) for x in t[e == 0] if math.isfinite(x))))
+
+
+def survival_at(total: Callable[[np.ndarray], Any], times: np.ndarray, events: np.ndarray, rows: np.ndarray,
+                t: float) -> Any:
+    """S(t), the same product-limit estimate over the `rows` (a mask), with every count taken by `total`,
+    which sums an indicator over the rows: plainly for the point estimate, or per bootstrap resample
+    (`Means.total`, persona-clustered draws), which gives S(t) of every resample at once. An event time at
+    which a resample has no conversation at risk has no factor there."""
+    s = np.ones_like(np.asarray(total(rows), dtype=float))  # a float, or one per resample
+    hit = rows & (events == 1)
+    for tj in sorted(set(times[hit & (times <= t)].tolist())):
+        d = np.asarray(total(hit & (times == tj)), dtype=float)
+        n = np.asarray(total(rows & (times >= tj)), dtype=float)
+        s = s * np.where(n > 0, 1.0 - d / np.where(n > 0, n, 1.0), 1.0)
+    return float(s) if np.ndim(s) == 0 else s
 
 
 def turn_curves(rows: list[dict[str, float]], event: str) -> Curve:
