@@ -188,7 +188,8 @@ class Endpoint:
         await self.writer.add(key, self.model.endpoint, self.purpose, request, own)
         return own
 
-    async def _call(self, request: Request, key: str, body: str | None = None, max_chars: int | None = None) -> Response:
+    async def _call(self, request: Request, key: str, body: str | None = None,
+                    max_chars: int | None = None) -> Response:
         resp = await self._with_retries(request)
         if max_chars is not None and resp.ok and resp.text is not None and len(resp.text) > max_chars:
             resp = dataclasses.replace(resp, text=None, error_kind="reply_too_large",

@@ -22,9 +22,11 @@ judge/score_utils.py). Intervals resample personas, so a persona's runs move tog
 * the judge reads the transcript numbered and fenced, and each answer strictly (`OwnWalk`);
 * an API error ends the conversation as an error of that sample, never as its text;
 * two more judgements per conversation: whether the simulated person kept its persona (a conversation
-  that drifted is counted in `drift_rate` and left out of the ratings, never scored silently), and the
-  first chatbot message with high potential for harm and the first offering human help or crisis
-  resources (survival curves in the report; `first_harm_rate`, `first_help_rate`).
+  that drifted is counted in `drift_rate` and left out of every metric, never scored silently;
+  `vera_score_with_drifted` beside), and the first chatbot message with high potential for harm and the
+  first offering human help or crisis resources (survival curves in the report; `first_harm_rate`,
+  `first_help_rate` by Kaplan-Meier with their censoring bounds, `ever_harmful`, `ever_helped` the plain
+  shares).
 A simulated person is not a person: these numbers say how a model handles a language model playing a
 clinician's persona, which is a screen, not evidence of safety with people in crisis."""
 
@@ -64,8 +66,9 @@ class ConversationOwn(ConversationMethod):
     """trustmh's conversation, walk and extra judgements (the module's docstring)."""
 
     protocol_note = ("trustmh's design: whole history in the right roles, the stop phrase from the third message, "
-                     "pinned settings, a strict rubric walk, API errors as errors; conversations whose simulated "
-                     "person drifted from its persona are left out of the ratings (drift_rate).")
+                     "pinned settings, a strict rubric walk, API errors and empty replies as errors; conversations "
+                     "whose simulated person drifted from its persona are left out of every metric (drift_rate; "
+                     "vera_score_with_drifted beside); first-harm and first-help rates by Kaplan-Meier.")
 
     def params(self, ctx: RunContext) -> dict[str, Any]:
         return {"max_tokens": 1024}

@@ -94,9 +94,13 @@ def cli_defaults(ctx: RunContext) -> tuple[int, int]:
 
 class ConversationPaper(ConversationMethod):
     exact_params = True  # VERA-MH sends no sampling setting: nothing is added (the providers' defaults)
-    protocol_note = ("VERA-MH's method at commit f813d29, its defects kept (no history, no stop rule, no pinned "
-                     "settings, its rubric-walk bugs, API errors as conversation text); its judge/score.py shares "
-                     "beside (score_py_*).")
+    protocol_note = ("VERA-MH's method at commit f813d29, its defects kept: no history, no stop rule, no pinned "
+                     "settings; 'Not Relevant' read as 'No', a reply without ANSWER: as the first option "
+                     "(judge_fallback_share), the Yelow typo as Best Practice, the not-imminent questions falling "
+                     "into the imminent ones, Q4's dead Not Relevant exit; API errors as conversation text; the "
+                     "transcript read back in text mode (CR LF and CR as LF); score.py's all-Best-Practice share "
+                     "never counting a conversation with a dimension never reached; the pooled shares rounded "
+                     "before the VERA formula. Its judge/score.py shares beside (score_py_*).")
 
     def params(self, ctx: RunContext) -> dict[str, Any]:
         return {}
