@@ -213,6 +213,10 @@ def test_paper_protocol_is_vera_mh_request_by_request_rating_by_rating_number_by
     assert Counter(w for w, _, _ in theirs) == Counter(w for w, _, _ in mine)
     assert mine == theirs
     assert any("\r" in m for _, _, m in theirs)  # the person and the chatbot are sent the CRs as they are
+    sent_on = [m for w, _, m in theirs if w in ("person", "bot")]
+    used = {line for line in PERSON_LINES + BOT_LINES if line in sent_on}
+    # sent on, and judged: an empty reply, CR LF with an emoji between leading and trailing newlines, lone CRs
+    assert {"", PERSON_LINES[0], PERSON_LINES[1], BOT_LINES[3], PERSON_LINES[4]} <= used
     assert not any("\r" in s for w, s, _ in theirs if w == "judge")  # the judge never sees one
 
     # Every conversation's ratings.
