@@ -57,6 +57,7 @@ def test_two_personas_say_subset_everywhere_give_no_interval_and_fail_the_gate(t
     terminal, report = _views(done, out)
     assert f"crisis.conversation rests on: {why}" in terminal
     assert f"rests on: {why}" in report
+    assert f"every item, but crisis.conversation: {why}" in report  # the header's subset line too
     gate = run_cli("gate", out, "--min", "crisis.conversation=0")
     assert gate.returncode == 1
     assert f"crisis.conversation rests on {why}" in gate.stdout + gate.stderr
