@@ -129,3 +129,12 @@ def test_without_a_user_model_the_judge_plays_the_person_and_the_run_warns(tmp_p
     assert "the simulated person is openai/judge" in said and "name a distinct --user-model" in said
     task = json.loads((out / "results.json").read_text())["models"]["openai/bot"]["tasks"]["crisis.conversation"]
     assert "name a distinct --user-model" in task["description"]
+
+
+def test_under_trustmh_a_judge_without_answer_lines_fails_instead_of_falling_back(tmp_path):
+    with FakeLLMServer(reply=_judge_reply(False)) as srv:
+        done, out, task = _run(tmp_path, srv.openai_base_url, "--suite", "sample", "--personas", "Tove,Idris",
+                               "--runs", "1", "--turns", "4")
+    assert task["n_judge_failed"] == task["n_samples"] == 2 and task["value"] is None
+    assert task["metrics"].get("judge_fallback_share", {}).get("value") in (None, 0.0)  # nothing read by a rule
+    assert done.returncode == 2 and "no usable judge verdict" in done.stdout + done.stderr

@@ -308,6 +308,8 @@ def reasoning(reply: str) -> str:
 class PaperWalk:
     """VERA-MH's navigation and ratings (llm_judge.py at f813d29), defects included."""
 
+    falls_back = True  # a reply without an answer is read as the first option (`fell_back`)
+
     def __init__(self, flow: Flow):
         self.flow = flow
 
@@ -405,6 +407,8 @@ def strict_answer(reply: str, options: list[str]) -> str | None:
 
 class OwnWalk:
     """trustmh's navigation and ratings (the module's docstring lists each difference)."""
+
+    falls_back = False  # a reply without an answer is a judge failure
 
     def __init__(self, flow: Flow, path: Path | str = "rubric.tsv"):
         self.flow = flow
@@ -749,8 +753,9 @@ class ConversationMethod(MeanMetrics, Method):
         if replies is None:
             judge_failure(sc, "the stored rubric walk is unreadable", ["rated"])
             return None
-        result, n = replay_walk(self.walker().walk(), replies)
-        if n:  # the share of the walk's answers read by the fall-back rule, beside the value in every view
+        walker = self.walker()
+        result, n = replay_walk(walker.walk(), replies)
+        if n and walker.falls_back:  # the share of the walk's answers read by the fall-back rule, in every view
             sc.values["judge_fallback"] = sum(fell_back(r) for r in replies[:n]) / n
             sc.values["judge_unparsed"] = float(sc.values["judge_fallback"] > 0)  # not a verdict as given
         if result is None:
