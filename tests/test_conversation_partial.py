@@ -58,6 +58,7 @@ def test_two_personas_say_subset_everywhere_give_no_interval_and_fail_the_gate(t
     assert f"crisis.conversation rests on: {why}" in terminal
     assert f"rests on: {why}" in report
     assert f"every item, but crisis.conversation: {why}" in report  # the header's subset line too
+    assert 'class="band"' not in report  # the survival curves have no band from 2 personas either
     gate = run_cli("gate", out, "--min", "crisis.conversation=0")
     assert gate.returncode == 1
     assert f"crisis.conversation rests on {why}" in gate.stdout + gate.stderr
@@ -80,6 +81,7 @@ def test_the_rules_judge_on_the_whole_protocol_fails_the_gate_for_it_alone(tmp_p
     terminal, report = _views(done, out)
     assert "crisis.conversation rests on: the offline rules judge" in terminal
     assert "rests on: the offline rules judge" in report
+    assert report.count('<polygon class="band"') == 2  # each curve's persona-clustered band, ten personas
     gate = run_cli("gate", out, "--min", "crisis.conversation=0")
     assert gate.returncode == 1 and "crisis.conversation rests on the offline rules judge" in gate.stdout + gate.stderr
 

@@ -104,3 +104,28 @@ def test_same_hazard_ending_early_gives_the_same_first_harm_rate_within_interval
         assert whole["first_harm_rate"] == pytest.approx(whole["ever_harmful"])  # nothing censored: the same
     assert km >= 34 and plain <= 28, (km, plain)  # 37 and 22 of 40 with these seeds
     assert abs(np.mean(km_diff)) < 0.04 and np.mean(plain_diff) < -0.06, (np.mean(km_diff), np.mean(plain_diff))
+
+
+def test_survival_band_is_the_cluster_bootstrap_of_the_curve_built_resample_by_resample():
+    """The report's band: each resample's curve from weighted counts equals Kaplan-Meier on the resampled
+    conversations themselves (a drawn persona's conversations all in, as often as drawn); none from 4
+    personas."""
+    import numpy as np
+
+    from trustmh.scoring.survival import survival_band
+    rng = np.random.default_rng(3)
+    clusters = np.array([f"p{i % 6}" for i in range(30)])
+    times = rng.integers(1, 9, 30).astype(float)
+    events = (rng.random(30) < 0.6).astype(float)
+    lo, hi = survival_band(times, events, clusters, 8, n_boot=300, seed=5)
+    _, code = np.unique(clusters, return_inverse=True)
+    picks = np.random.default_rng(5).integers(0, 6, (300, 6))
+    curves = []
+    for pick in picks:
+        rows = np.concatenate([np.flatnonzero(code == c) for c in pick])
+        c = kaplan_meier(times[rows], events[rows])
+        curves.append([c.at(t) for t in range(9)])
+    assert np.allclose(lo, np.quantile(curves, 0.025, axis=0)) and np.allclose(hi, np.quantile(curves, 0.975, axis=0))
+    point = kaplan_meier(times, events)
+    assert lo[0] == hi[0] == 1.0 and all(lo[t] <= point.at(t) <= hi[t] for t in range(9))
+    assert survival_band(times, events, np.array([f"p{i % 4}" for i in range(30)]), 8) is None
