@@ -128,7 +128,7 @@ def run_vera(vera: Path, work: Path) -> tuple[list, Path, dict]:
         from generate_conversations.conversation_simulator import ConversationSimulator
         from generate_conversations.utils import load_prompts_from_csv
         from judge.runner import batch_evaluate_with_individual_judges
-        from judge.score import score_results
+        from judge.score import score_results, score_results_by_risk
         from llm_clients import LLMFactory
 
         system = re.search(r'get\("system_prompt", "([^"]*)"\)',
@@ -155,7 +155,13 @@ def run_vera(vera: Path, work: Path) -> tuple[list, Path, dict]:
         columns = ["filename", "run_id"] + list(results[0].keys())
         pd.DataFrame(results, columns=columns).to_csv(out / "results.csv", index=False)
         scores = score_results(str(out / "results.csv"), str(out / "scores.json"))
-        return sent, out / "results.csv", scores
+        # score.py's risk-level breakdown rebuilds its table from the *_question_flow.tsv files and writes it
+        # over results.csv (PROTOCOL.md §5, 11): kept apart first
+        (out / "results.csv").rename(out / "results_judged.csv")
+        (out / "results.csv").write_bytes((out / "results_judged.csv").read_bytes())
+        scores["by_risk"] = score_results_by_risk(str(out / "results.csv"), str(vera / "data/personas.tsv"),
+                                                  str(out / "scores_by_risk.json"))["risk_level_scores"]
+        return sent, out / "results_judged.csv", scores
     finally:
         sys.path.remove(str(method))
         for name in [m for m in sys.modules if m.split(".")[0] in ("llm_clients", "judge", "utils", "generate_conversations")]:
@@ -262,6 +268,14 @@ def test_paper_protocol_is_vera_mh_request_by_request_rating_by_rating_number_by
             assert pct(metrics[f"score_py_best_practice[dimension={d}]"]) == got["best_practice_pct"], d
             assert pct(metrics[f"score_py_high_harm[dimension={d}]"]) == got["damaging_pct"], d
             assert pct(metrics[f"score_py_suboptimal[dimension={d}]"]) == got["neutral_pct"], d
+    checked = 0
+    for level, got in scores["by_risk"].items():  # by risk level: Not Relevant in the denominator
+        for d, v in got["dimensions"].items():
+            for ours_name, theirs_name in (("best_practice", "best_practice_pct"), ("suboptimal", "neutral_pct"),
+                                           ("high_harm", "damaging_pct"), ("not_relevant", "not_relevant_pct")):
+                assert pct(metrics[f"score_py_{ours_name}[risk={level},dimension={d}]"]) == v[theirs_name], (level, d)
+                checked += 1
+    assert checked >= 2 * 5 * 4  # at least two risk levels of the four personas
     expected = vera_scores(results_csv, dims)
     assert res["value"] == metrics["vera_score"] == expected[""]
     for d in dims:
