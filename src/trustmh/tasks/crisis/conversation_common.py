@@ -808,7 +808,8 @@ class ConversationMethod(MeanMetrics, Method):
                     continue
                 mask = group_mask(risk, level) & scored
                 self.shares(out, f"[risk={level}]", *(means.of(cells[n], mask) for n in ("bp", "sub", "hph", "rated")))
-            if not keep.all():  # the primary value without the exclusion as well (INFERENCE.md §5)
+            if "drifted" in table.columns:  # the primary value without the exclusion too (INFERENCE.md §5); on
+                # the column, not on whether a row drifted, so that every resample reports it alike
                 every = {}
                 self.shares(every, "", *(means.of(cells[n], scored | ~keep) for n in ("bp", "sub", "hph", "rated")))
                 out["vera_score_with_drifted"] = every["vera_score"]
