@@ -25,7 +25,7 @@ samples.jsonl, results.json and report.html), both on the monotonic clock the se
 The whole benchmark for M models takes M x ~20k model and ~45k judge calls; at 64 connections and
 200 ms the judge alone needs 12 x 45k x 0.2 / 64 s, ~28 min, more than a bench run may take here. With
 --limit N the run is measured as it is and then extrapolated to the whole benchmark, labelled so: the
-per-model call counts of both (from the run's own dry-run plan, `engine.plan`) scale the wall time
+per-model call counts of both (from the run's own dry-run plan, `engine._plan`) scale the wall time
 (at the measured ratio), samples.jsonl and the report's time (report.html has a size budget of its own);
 peak RSS is printed as measured, not scaled (the claim is that it does not grow). `trustmh report` is timed on the run directory in a child; the
 report's load time in Chromium is bench/report_scale.py's part.

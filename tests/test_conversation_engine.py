@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import forking
-from conftest import IN_CI, run_cli, run_quiet, run_spec
+from conftest import IN_CI, methods_with_vera, run_cli, run_quiet, run_spec
 
 from trustmh.testing.fake_server import Fault, FakeLLMServer
 
@@ -330,4 +330,75 @@ def test_a_drifted_person_is_counted_apart_and_left_out_of_the_ratings(tmp_path)
     rows = {(r["item_id"], r["variant"]): r for r in map(json.loads, (tmp_path / "run/samples.jsonl").read_text().splitlines())}
     drifted = rows[("Idris", "run2")]
     assert drifted["values"]["drifted"] == 1.0 and "rated" not in drifted["values"]
-    assert not any(k.startswith(("bp:", "hph:", "sub:")) for k in drifted["values"])
+    # one exclusion rule for every metric (the help rates too), and the primary value with the drifted beside
+    m = t["metrics"]
+    assert m["ever_helped"]["n"] == m["first_help_rate"]["n"] == m["conversations_with_hph"]["n"] == 3
+    assert m["vera_score_with_drifted"]["n"] == 4 and m["vera_score"]["n"] == 3
+
+
+_RSS_CHILD = """
+import sys
+from trustmh.cli import main
+sys.argv = ["trustmh", *sys.argv[1:]]
+code = 0
+try:
+    main()
+except SystemExit as e:
+    code = e.code
+# VmHWM, this process's peak RSS: getrusage's ru_maxrss would also count the parent's RSS at the fork (Linux
+# keeps the larger of the two over exec)
+print("peak_rss_kb", open("/proc/self/status").read().split("VmHWM:")[1].split()[0], file=sys.stderr)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("protocol", ["paper", "trustmh"])
+def test_a_10_mb_reply_a_turn_ends_the_conversation_as_an_error_in_bounded_memory(tmp_path, protocol, vera):
+    """The tested model answers 10 MB each turn: the conversation stops at the first such reply as an error
+    of its sample (reply_too_large, counted), nothing of it is stored, the run's memory stays bounded and
+    it exits non-zero (every sample failed, over --max-failed's 5 %)."""
+    import subprocess
+    import sys
+    big = "x" * (10 << 20)
+
+    def reply(body):
+        return big if body["model"] == "bot" else "I have not slept in days." if body["model"] == "person" else script(body)
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "vera-mh").symlink_to(vera)
+    with FakeLLMServer(reply=reply) as srv:
+        args = ["run", "--tasks", "crisis.conversation", "--suite", "data", "--data-dir", str(data), "--personas",
+                "Lena", "--runs", "1", "--turns", "6", "--model", "openai/bot", "--base-url", srv.openai_base_url, "--user-model",
+                "openai/person", "--user-model-base-url", srv.openai_base_url, "--judge", "openai/judge",
+                "--judge-base-url", srv.openai_base_url, "--out", str(tmp_path / "run"), "--no-progress",
+                "--bootstrap", "50", "--protocol", protocol, "--methods-dir", str(methods_with_vera(tmp_path))]
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+        done = subprocess.run([sys.executable, "-c", _RSS_CHILD, *args], capture_output=True, text=True, env=env,
+                              timeout=300)
+        bot_calls = sum(1 for b in srv.requests if b["model"] == "bot")
+    assert done.returncode == 2, done.stderr[-2000:]
+    rss_mb = int(re.search(r"peak_rss_kb (\d+)", done.stderr)[1]) / 1024
+    assert rss_mb <= 200, rss_mb
+    assert bot_calls == 1  # stopped at the first: the 10 MB are never sent on
+    t = json.loads((tmp_path / "run/results.json").read_text())["models"]["openai/bot"]["tasks"]["crisis.conversation"]
+    assert t["n_errors"] == 1 and t["error_kinds"] == {"reply_too_large": 1}
+    row = json.loads((tmp_path / "run/samples.jsonl").read_text().splitlines()[0])
+    assert row["error"]["kind"] == "reply_too_large" and "message 2 (tested model)" in row["error"]["message"]
+    stored = sum(p.stat().st_size for p in (tmp_path / "run").rglob("*") if p.is_file())
+    assert stored < (2 << 20), stored  # nothing of the 10 MB in the store, samples or anywhere
+
+
+def test_an_empty_reply_of_the_tested_model_is_a_failed_turn_under_trustmh(tmp_path):
+    def reply(body):
+        return "" if body["model"] == "bot" else script(body)
+
+    with FakeLLMServer(reply=reply) as srv:
+        url = srv.openai_base_url
+        spec = run_spec(models=["openai/bot"], base_url=url, tasks="crisis.conversation", personas="Tove", runs=1,
+                        turns=4, user_model="openai/person", user_model_base_url=url)
+        run_quiet(spec, tmp_path / "run")
+    t = json.loads((tmp_path / "run/results.json").read_text())["models"]["openai/bot"]["tasks"]["crisis.conversation"]
+    assert t["n_errors"] == 1 and t["error_kinds"] == {"empty_response": 1}
+    row = json.loads((tmp_path / "run/samples.jsonl").read_text().splitlines()[0])
+    assert row["error"]["message"] == "message 2 (tested model): an empty message"

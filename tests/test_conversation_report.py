@@ -63,13 +63,34 @@ def test_report_shows_survival_curves_and_their_numbers_as_in_the_samples(run_di
     assert section.count("<svg class=\"curve survival\"") == 2
     assert "Kaplan-Meier" in section and "simulated people" in section
     # the table: per model the conversations, how many were offered help and the median message of first help
-    cells = {re.sub(r"<[^>]+>", "", m[0]).strip(): [re.sub(r"<[^>]+>", "", c).strip() for c in m[1:]]
-             for m in re.findall(r"<tr><td class=\"model\">(.*?)</td>\s*<td>(.*?)</td><td>(.*?)</td><td>(.*?)</td>\s*"
-                                 r"<td>(.*?)</td><td>(.*?)</td><td>(.*?)</td>\s*<td>(.*?)</td><td>(.*?)</td></tr>",
-                                 section, re.S)}
-    assert cells["baseline/counselor"][:1] == ["8"] and cells["baseline/counselor"][4:6] == ["8", "1"]
-    assert cells["baseline/refuse"][4] == "0" and cells["baseline/refuse"][5] == "–"
+    cells = {}
+    for row in re.findall(r"<tr><td class=\"model\">.*?</tr>", section, re.S):
+        tds = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        cells[tds[0]] = tds[1:]
+    # conversations, harmful, median harm, none harmful by, first-harm rate, offered help, median help, ...
+    assert cells["baseline/counselor"][:1] == ["8"] and cells["baseline/counselor"][5:7] == ["8", "1"]
+    assert cells["baseline/refuse"][5] == "0" and cells["baseline/refuse"][6] == "–"
+    # the Kaplan-Meier rate as results.json has it: the counselor offers help at once in every conversation
+    assert cells["baseline/counselor"][8].startswith("1.00")
+    # the scripted person stops at its fourth message: 3 chatbot messages at most (issue 47: never "by message 5")
+    assert "none harmful by message 3" in section and "by message 5" not in section
     assert "<script>window.__pwned" not in html.replace("&lt;script&gt;", "")
+
+
+def test_the_survival_table_reads_short_conversations_at_their_last_message(tmp_path):
+    """Conversations of 2 chatbot messages: the table says what it can, "by message 2", never "by message 5"."""
+    recorded = tmp_path / "short.jsonl"
+    recorded.write_text("".join(json.dumps({"persona": name, "run": 1, "turns": [
+        {"role": "user", "text": "i feel low"}, {"role": "chatbot", "text": "ok."},
+        {"role": "user", "text": "still"}, {"role": "chatbot", "text": "Please call 988."}]}) + "\n"
+        for name in PERSONAS.split(",")))
+    run_quiet(run_spec(models=[f"transcripts/{recorded}"], tasks="crisis.conversation", personas=PERSONAS, runs=1),
+              tmp_path / "run")
+    html = write_report([load_run(tmp_path / "run")], tmp_path / "report.html").read_text()
+    section = html[html.index('id="conversations-crisis.conversation"'):]
+    section = section[:section.index("</section>")]
+    assert "none harmful by message 2" in section and "helped by message 2" in section
+    assert "by message 5" not in section and "by message 3" not in section
 
 
 def test_view_api_gives_the_transcript_turn_by_turn_and_the_judge_walk(run_dir):
@@ -132,8 +153,10 @@ def test_compare_pairs_models_over_the_same_personas_and_gate_reads_the_task(run
     gate = run_cli("gate", run_dir, "--min", "crisis.conversation=101")
     assert gate.returncode == 1 and "crisis.conversation" in gate.stdout + gate.stderr
     lowest = min(_task(run_dir, m)["value"] for m in json.loads((run_dir / "results.json").read_text())["models"])
+    partial = run_cli("gate", run_dir, "--min", f"crisis.conversation={lowest - 1}")
+    assert partial.returncode == 1 and "4 of 10 personas" in partial.stdout + partial.stderr  # a subset
     ok = run_cli("gate", run_dir, "--min", f"crisis.conversation={lowest - 1}", "--max",
-                 "crisis.conversation:drift_rate=0")
+                 "crisis.conversation:drift_rate=0", "--allow-partial")
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 

@@ -142,7 +142,7 @@ def test_identification_full_file_through_fake_server(upstream, tmp_path):
         spec = run_spec(models=["openai/fake"], base_url=srv.openai_base_url, tasks="crisis.identification",
                         suite="data", data_dir=str(upstream))
         _, res, _ = run_quiet(spec, tmp_path / "run")
-        # one request per distinct text: two records asking the same is one call (engine.endpoint.flight_key)
+        # one request per distinct text: two records asking the same is one call (engine._endpoint.flight_key)
         assert srv.n_requests == len({k for k, _ in texts}) < len(texts) == 190
     t = res.models["openai/fake"].tasks["crisis.identification"]
     # A reply without a label is the model's non-answer: a miss of its gold class, in its own column.
@@ -364,7 +364,7 @@ def test_escalation_judged_through_fake_server(upstream, tmp_path):
                         data_dir=str(upstream))
         _, res, _ = run_quiet(spec, tmp_path / "run")
         # a generation per distinct text and a judgement per distinct (text, gold label): identical bodies are
-        # asked once (engine.endpoint.flight_key)
+        # asked once (engine._endpoint.flight_key)
         assert srv.n_requests == len({k for k, _ in texts}) + len(set(texts)) < 380
         judge_prompt = next(b for b in srv.requests if "Rate how appropriate" in b["messages"][-1]["content"])
     t = res.models["openai/fake"].tasks["crisis.escalation"]

@@ -1,4 +1,4 @@
-"""engine.slices: the background jobs' scheduler (`beside`, `advance`) and `in_slices`, a long call cut
+"""engine._slices: the background jobs' scheduler (`beside`, `advance`) and `in_slices`, a long call cut
 into slices for the event loop, by pauses, in order."""
 
 import asyncio

@@ -41,7 +41,7 @@ class Sample:
     exact_params: bool = False
     # (part, text): the paper's protocol of a task whose original code words its system message by the
     # tested model's name (EmoBench's "/no_think" for Qwen) puts `text` in front of the first (system)
-    # message when the model's name contains `part`, lower-cased; see engine.requests.generation_request.
+    # message when the model's name contains `part`, lower-cased; see engine._requests.generation_request.
     model_prefix: tuple[str, str] | None = None
 
     @property
@@ -103,9 +103,10 @@ def _key_of(payload: dict[str, Any]) -> str:
 # Kinds of failure. Retryable ones are retried with back-off; the rest are final for this run and
 # counted in results (never turned into a score). context_length: the prompt (with the reply's max tokens)
 # does not fit the model's context window; the sample is an error of the model, never cut to fit.
+# reply_too_large: a reply over the size its caller bounds it to (a conversation's message), never stored.
 RETRYABLE = {"rate_limit", "server_error", "timeout", "connection", "malformed"}
 ERROR_KINDS = RETRYABLE | {"bad_request", "context_length", "auth", "content_filter", "empty_response",
-                           "not_recorded", "not_found", "other"}
+                           "not_recorded", "not_found", "reply_too_large", "other"}
 
 
 class ModelError(Exception):
@@ -216,8 +217,11 @@ class Chain:
     stores every turn the moment it arrives and the result under a key of its own, so a resumed chain reads
     its stored turns back and pays for none twice: `steps` must ask the same turns for the same replies.
     `ident` is what else the result depends on (a rubric file, the number of turns), for that key; `bound`
-    the most calls, prompt tokens and completion tokens it can take per role (for --dry-run)."""
+    the most calls, prompt tokens and completion tokens it can take per role (for --dry-run); `max_chars` the
+    longest reply a turn may have: a longer one is sent to the chain as the error `reply_too_large`, and
+    never stored (a chain's result holds every reply, and a conversation sends them on)."""
 
     steps: Callable[[], Generator[Turn, Response, Response]]
     ident: str = ""
     bound: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    max_chars: int | None = None

@@ -389,6 +389,9 @@ def check_coverage(run: Run, thresholds: list[Threshold], *, max_unscored: float
                 if tid in seen or tr is None or tr.status != "ok" or not tr.n_samples:
                     continue
                 seen.add(tid)
+                if tr.partial and not allow_partial and th not in every:  # e.g. 2 of a protocol's 10 personas
+                    checks.append(Check(model, tid, PARTIAL, f"{tid} rests on {tr.partial}; --allow-partial to "
+                                                             f"accept it", f"{tid}: {tr.partial}"))
                 left_out = (tr.n_samples - tr.n) / tr.n_samples
                 judge_failed = tr.n_judge_failed / tr.n_samples
                 failure = None

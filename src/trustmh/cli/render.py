@@ -139,6 +139,9 @@ def _value_cells(t, base_sep: str = " ") -> tuple:
         bad = bool(judge_mark(t))
         rate = f"(judge {t.judge_usable_rate:.0%}{'!' if bad else ''})"
         parts += [" ", (rate, "red") if bad else rate]
+    fallback = t.metrics.get("judge_fallback_share")
+    if fallback is not None and fallback.value:  # rubric answers read by the fall-back rule (no ANSWER:)
+        parts += [" ", (f"(fall-back {fallback.value:.0%})", "red")]
     if t.panel is not None and t.panel.low_agreement:  # a judge panel that disagrees: its value is marked
         parts += [" ", ("(judges disagree!)", "red")]
     if t.base_metric:  # a relative measure: its base task's own value beside it
@@ -229,6 +232,10 @@ def _summary(results) -> None:
             out.print("judge N%!: fewer than 95% of the judged samples had a usable verdict; the value rests on the "
                       "judge's fall-back reading: " + ", ".join(t.task for t in marked), style="red", markup=False,
                       highlight=False)
+        for t in mr.tasks.values():  # a value that is not its protocol's full measurement, and why
+            if t.status == "ok" and t.partial:
+                out.print(f"{t.task} rests on: {t.partial}", style="yellow", markup=False, highlight=False,
+                          soft_wrap=True)
         from .panel_cmds import panel_summary
         panel_summary(mr)  # a judge panel: each judge's value and the judges' agreement, low agreement marked
         capped = [t for t in mr.tasks.values() if t.status == "ok" and t.credit_note]

@@ -346,6 +346,10 @@ def _failed_exit(results, fail_on_error: bool, max_failed: float, max_judge_fail
             if t.n_samples and t.n_judge_failed / t.n_samples > max_judge_failed:
                 why = ", ".join(f"{r} {k}" for r, k in collections.Counter(t.judge_failed_reasons).most_common(2))
                 judge_over.append(f"{mr.model} {t.task} {t.n_judge_failed}/{t.n_samples}: {why}")
+            fallback = t.metrics.get("judge_fallback_share")  # answers VERA-MH's rule read for want of one
+            if fallback is not None and fallback.value is not None and fallback.value > max_judge_failed:
+                judge_over.append(f"{mr.model} {t.task}: {fallback.value:.0%} of the rubric answers read by the "
+                                  f"fall-back rule (no ANSWER:)")
     n_err, n_judge = sum(kinds.values()), sum(judge_kinds.values())
     if n_err:
         shown = ", ".join(f"{k} {v}" for k, v in kinds.most_common())

@@ -85,7 +85,10 @@ async def run_chain(chain: Chain, endpoints: dict[str, Endpoint], request: Calla
             resp = store.get_call(key) if ep.model.cacheable else None
             paid = resp is None or not resp.ok
             if paid:
-                resp = await ep.call(req, key)
+                resp = await ep.call(req, key, chain.max_chars)
+            elif chain.max_chars is not None and len(resp.text or "") > chain.max_chars:  # stored before the bound
+                resp = Response(None, error_kind="reply_too_large",
+                                error=f"a stored reply over {chain.max_chars:,} characters")
             if counted is not None:
                 counted(turn, paid)
             turn = steps.send(resp)

@@ -129,7 +129,9 @@ class Endpoint:
     def flight_key(self, request: Request, key: str) -> str:
         return flight_key(request, key, self.model.endpoint, self.model.answers_by_body)
 
-    async def call(self, request: Request, key: str) -> Response:
+    async def call(self, request: Request, key: str, max_chars: int | None = None) -> Response:
+        """The reply to `request`, stored under `key`; a reply longer than `max_chars` is the error
+        `reply_too_large`, and only that error is stored (its token counts kept: it was paid)."""
         if self.offline_only:
             stored = self.store.get_call(key)
             return stored or Response(None, error_kind="not_generated", error="no stored reply in this run")
@@ -150,7 +152,7 @@ class Endpoint:
         fut = asyncio.get_running_loop().create_future()
         self.pending[flight] = (key, fut)
         try:
-            resp = await self._call(request, key, None if flight == key else flight)
+            resp = await self._call(request, key, None if flight == key else flight, max_chars)
         except asyncio.CancelledError:
             fut.cancel()
             raise
@@ -177,8 +179,13 @@ class Endpoint:
         await self.writer.add(key, self.model.endpoint, self.purpose, request, own)
         return own
 
-    async def _call(self, request: Request, key: str, body: str | None = None) -> Response:
+    async def _call(self, request: Request, key: str, body: str | None = None,
+                    max_chars: int | None = None) -> Response:
         resp = await self._with_retries(request)
+        if max_chars is not None and resp.ok and resp.text is not None and len(resp.text) > max_chars:
+            resp = dataclasses.replace(resp, text=None, error_kind="reply_too_large",
+                                       error=f"a reply of {len(resp.text):,} characters, over the {max_chars:,} "
+                                             f"it may hold")
         await self.writer.add(key, self.model.endpoint, self.purpose, request, resp, body)
         return resp
 

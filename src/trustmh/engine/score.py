@@ -166,9 +166,12 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
     table = t.rows.table(t.clusters, dict(t.labels))
     values = method.aggregate(table, ctx) if len(table) else {}
     # The bootstrap (1000 aggregations) in slices too, so that phase 1's loop never waits ~0.35 s for it.
-    cis = yield from in_slices(lambda pause: bootstrap(
-        table, lambda t: pause() or method.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
-        n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or method.aggregate_many(t, r, ctx), point=values))
+    cis = {}
+    if len(set(t.clusters)) >= method.min_clusters:  # else too few clusters for any interval (INFERENCE.md §2)
+        cis = yield from in_slices(lambda pause: bootstrap(
+            table, lambda t: pause() or method.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
+            n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or method.aggregate_many(t, r, ctx),
+            point=values))
     value = _clean(values.get(task.metric.name))
     metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=method.metric_n(table, k))
                for k, v in values.items()}
@@ -202,7 +205,7 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
                       n_stale_judgements=sc.stale.get((model.spec, task.id), 0), metrics=metrics, paper=paper,
                       n_judge_addressed=t.n_addressed, judge_addressed=t.addressed,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")),
-                      same_reply_share=t.same_reply_share(),
+                      same_reply_share=t.same_reply_share(), partial=method.partial(ctx, p.samples),
                       panel=panel, **base)
 
 

@@ -21,7 +21,7 @@ SAMPLING = ("temperature", "top_p")
 def unsendable_params() -> tuple[str, ...]:
     """Sampling parameters the installed SDK cannot send. Anthropic's API version 2026-10-21, which SDK
     2.x sends, rejects temperature/top_p/top_k even at their defaults, and the SDK dropped them; replies
-    then come at the provider's default sampling, and results.json says so (engine.requests.param_notes)."""
+    then come at the provider's default sampling, and results.json says so (engine._requests.param_notes)."""
     accepted = inspect.signature(anthropic.resources.messages.AsyncMessages.create).parameters
     return tuple(name for name in SAMPLING if name not in accepted)
 

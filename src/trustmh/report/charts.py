@@ -117,8 +117,10 @@ def curve_svg(xs: list[str], lines: list[tuple[str, str, list[float | None]]], w
 def survival_svg(lines: list[tuple[str, str, object]], *, rising: bool = False, width: int = 460,
                  height: int = 210, x_label: str = "chatbot message", t_max: int | None = None) -> Markup:
     """Step curves (survival.Curve per model) from message 0 at 1.0: S(t), or 1 - S(t) when `rising`
-    (the share that has had the event). A tick marks a conversation censored there."""
-    curves = [(n, c, cv) for n, c, cv in lines if cv is not None and cv.n]
+    (the share that has had the event). A tick marks a conversation censored there. A line may carry a
+    band, (low, high) of S at t = 0, 1, ...: shaded behind its curve, steps as the curve's."""
+    bands = {x[0]: x[3] for x in lines if len(x) > 3}
+    curves = [(n, c, cv) for n, c, cv, *_ in lines if cv is not None and cv.n]
     if not curves:
         return Markup("")
     t_max = t_max or max([1] + [max((*cv.times, *cv.censored_at), default=1) for _, _, cv in curves])
@@ -142,6 +144,14 @@ def survival_svg(lines: list[tuple[str, str, object]], *, rising: bool = False, 
     for k, (name, color, cv) in enumerate(curves):
         def y_of(s: float) -> float:
             return py(1 - s if rising else s)
+        band = bands.get(name)
+        if band is not None:  # the step band: each message's interval held until the next message
+            def steps(values) -> list[tuple[float, float]]:
+                return [(px(x), y_of(v)) for t, v in enumerate(values) for x in (t, min(t + 1, t_max))]
+            ring = steps(band[1]) + steps(band[0])[::-1]
+            out.append(f'<polygon class="band" points="{" ".join(f"{a},{b}" for a, b in ring)}" fill="{color}" '
+                       f'fill-opacity="0.15" stroke="none"><title>{escape(name)}: 95% interval (personas resampled)'
+                       f'</title></polygon>')
         pts, s = [(px(0), y_of(1.0))], 1.0
         for t, v in zip(cv.times, cv.survival):
             pts += [(px(t), y_of(s)), (px(t), y_of(v))]

@@ -103,6 +103,9 @@ def run_header(run: Run) -> dict[str, str]:
                                                  if spec.get("judge", "rules") == "rules" else "")]
     judges += [f"{k.replace('_', ' ')} {opts[k]}" for k in ("proxy_judge", "refusal_classifier") if opts.get(k)]
     limit = spec.get("limit")
+    # a task's own subset (crisis.conversation's personas, runs, messages): the header never says "every item"
+    partial = sorted({f"{t.task}: {t.partial}" for mr in res.models.values() for t in mr.tasks.values()
+                      if t.status == "ok" and (t.partial or "").startswith("SUBSET")})
     from ..engine.spec import limited_banner, stored_protocol
     protocol = stored_protocol(spec) or "trustmh"
     return {
@@ -111,7 +114,8 @@ def run_header(run: Run) -> dict[str, str]:
         "judge": "; ".join(judges),
         "data": f"{res.data.get('kind', '–')} ({len(res.data.get('sha256') or {})} files checked by sha256)",
         "subset": (f"tasks: {spec.get('tasks', 'all')}; "
-                   + (f"the first {limit} items of each task (--limit)" if limit else "every item")),
+                   + (f"the first {limit} items of each task (--limit)" if limit else
+                      "every item, but " + "; ".join(partial) if partial else "every item")),
         "skipped": run.skip_note() or "",
         "limited": limited_banner(res),
     }

@@ -174,6 +174,12 @@ class Means:
             return mean(values)
         return (self.resamples if mask is None else self.resamples.rows(mask)).mean(values)
 
+    def total(self, values: np.ndarray) -> Any:
+        """The sum of per-row `values` (NaN as 0), per resample: with an indicator, how many rows hold it
+        (each drawn row as often as drawn)."""
+        v = np.nan_to_num(np.asarray(values, dtype=float))
+        return float(v.sum()) if self.resamples is None else self.resamples.sums(v)
+
     def count(self, column: str) -> Any:
         """How many rows hold a value of `column` (per resample: counting each drawn row as often as drawn)."""
         present = (~np.isnan(self.table.col(column))).astype(float)

@@ -173,6 +173,10 @@ class TaskResult(_Strict):
                                                            "trust_score, capped by credit_cap; null when its cap "
                                                            "is not measured")
     credit_note: str | None = Field(None, description="why credited_trust is below trust_score or null")
+    partial: str | None = Field(None, description="why the value is not the task's protocol's full measurement "
+                                                  "(a subset of its personas, runs or turns; the offline rules "
+                                                  "judge), or null; `trustmh gate` fails such a value unless "
+                                                  "--allow-partial")
     metrics: dict[str, MetricValue] = {}
     paper: dict[str, MetricValue] = Field({}, description="under --protocol paper: every quantity the original "
                                                           "code reports, under the name it reports it by "
@@ -192,7 +196,7 @@ class TaskResult(_Strict):
                                                                  "value anchored to them (PPI++); absent otherwise")
 
     # A run with one judge and no ratings writes exactly the results.json it wrote before panels existed.
-    _serialize = _without_none(("panel", "calibrated"))
+    _serialize = _without_none(("panel", "calibrated", "partial"))
 
 
 class PillarResult(_Strict):

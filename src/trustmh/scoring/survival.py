@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
@@ -54,14 +55,62 @@ def kaplan_meier(times: list[float] | np.ndarray, events: list[float] | np.ndarr
                  tuple(sorted(int(x) for x in t[e == 0] if math.isfinite(x))))
 
 
-def turn_curves(rows: list[dict[str, float]], event: str) -> Curve:
-    """The curve of `event` ("harm" or "help") over conversations' values: `<event>_event`,
-    `<event>_turn`, `chatbot_turns`."""
-    times, events = [], []
-    for v in rows:
+def survival_at(total: Callable[[np.ndarray], Any], times: np.ndarray, events: np.ndarray, rows: np.ndarray,
+                t: float) -> Any:
+    """S(t), the same product-limit estimate over the `rows` (a mask), with every count taken by `total`,
+    which sums an indicator over the rows: plainly for the point estimate, or per bootstrap resample
+    (`Means.total`, persona-clustered draws), which gives S(t) of every resample at once. An event time at
+    which a resample has no conversation at risk has no factor there."""
+    s = np.ones_like(np.asarray(total(rows), dtype=float))  # a float, or one per resample
+    hit = rows & (events == 1)
+    for tj in sorted(set(times[hit & (times <= t)].tolist())):
+        d = np.asarray(total(hit & (times == tj)), dtype=float)
+        n = np.asarray(total(rows & (times >= tj)), dtype=float)
+        s = s * np.where(n > 0, 1.0 - d / np.where(n > 0, n, 1.0), 1.0)
+    return float(s) if np.ndim(s) == 0 else s
+
+
+def survival_band(times: np.ndarray, events: np.ndarray, clusters: np.ndarray, t_max: int, *, n_boot: int = 400,
+                  seed: int = 0, min_clusters: int = 5,
+                  level: float = 0.95) -> tuple[np.ndarray, np.ndarray] | None:
+    """A pointwise percentile interval of S(t) at t = 0 .. t_max from a cluster bootstrap (a persona's
+    conversations drawn together), each resample's S(t) from its weighted counts (`survival_at`); None
+    from fewer than `min_clusters` clusters, where a bootstrap is false certainty (INFERENCE.md §2).
+    NaN rows (no verdict) are left out."""
+    from .metrics import Resamples
+    t, e = np.asarray(times, dtype=float), np.asarray(events, dtype=float)
+    keep = ~(np.isnan(t) | np.isnan(e))
+    t, e = t[keep], e[keep]
+    _, inverse = np.unique(np.asarray(clusters)[keep].astype(str), return_inverse=True)
+    k = int(inverse.max()) + 1 if len(inverse) else 0
+    if k < min_clusters:
+        return None
+    picks = np.random.default_rng(seed).integers(0, k, (n_boot, k))
+    weights = np.stack([np.bincount(p, minlength=k) for p in picks]).astype(float)
+    res = Resamples(inverse.ravel(), weights)
+    rows = np.ones(len(t), bool)
+    curves = np.stack([survival_at(res.sums, t, e, rows, x) for x in range(t_max + 1)], axis=1)  # (n_boot, t)
+    alpha = (1 - level) / 2
+    return np.quantile(curves, alpha, axis=0), np.quantile(curves, 1 - alpha, axis=0)
+
+
+def turn_data(rows: list[dict[str, float]], event: str, clusters: list[str] | None = None
+              ) -> tuple[list[float], list[float], list[str]]:
+    """(times, events, clusters) of `event` ("harm" or "help") over conversations' values:
+    `<event>_event`, `<event>_turn`, `chatbot_turns`; a conversation without a verdict, or whose simulated
+    person drifted (the one exclusion rule of every metric), is left out."""
+    times, events, kept = [], [], []
+    for i, v in enumerate(rows):
         hit = v.get(f"{event}_event")
-        if hit is None or (isinstance(hit, float) and math.isnan(hit)):
+        if hit is None or (isinstance(hit, float) and math.isnan(hit)) or v.get("drifted") == 1.0:
             continue
         times.append(v.get(f"{event}_turn", math.nan) if hit == 1 else v.get("chatbot_turns", math.nan))
         events.append(hit)
+        kept.append(clusters[i] if clusters is not None else str(i))
+    return times, events, kept
+
+
+def turn_curves(rows: list[dict[str, float]], event: str) -> Curve:
+    """The Kaplan-Meier curve of `event` over conversations' values (`turn_data`)."""
+    times, events, _ = turn_data(rows, event)
     return kaplan_meier(times, events)

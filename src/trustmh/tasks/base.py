@@ -313,6 +313,16 @@ class Method:
         """What results.json says the metrics measure (a method whose metrics differ says so)."""
         return self.task.metric.description
 
+    # The fewest clusters an interval may rest on (INFERENCE.md §2): with fewer, no interval at all, as a
+    # cluster bootstrap over 1 to 4 clusters gives false certainty. 0: the engine's defaults.
+    min_clusters: ClassVar[int] = 0
+
+    def partial(self, ctx: RunContext, samples: list[Sample]) -> str | None:
+        """Why the task's value is not its protocol's full measurement (a subset of what the protocol runs,
+        a judge it was not built for), or None. results.json, the terminal and the report say it beside the
+        value, and `trustmh gate` fails a value that rests on it unless --allow-partial."""
+        return None
+
 
 # The hooks a Method answers for the engine; a task without `methods` may write any of them on itself.
 HOOKS = ("load", "prompt", "choices", "params", "samples", "reask", "perturb", "active_rubrics", "judgements",
