@@ -126,3 +126,16 @@ def test_lower_layers_never_import_the_engine():
              for t, w in edges.items() if t.startswith("trustmh.engine")]
     assert not found, found
     assert not [t for t in graph["trustmh.files"] if t.startswith("trustmh.") and t != "trustmh.errors"]
+
+
+def test_no_engine_module_imports_a_pillar():
+    """The engine runs any task through its methods and declarations: no engine module imports a pillar's
+    package (a conversation's person, its turns, a task's option checks are asked of the task)."""
+    from test_import_cycles import SRC, import_graph
+    graph = import_graph(SRC, "trustmh")
+    pillars = {f"trustmh.tasks.{p.name}" for p in (SRC / "trustmh" / "tasks").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert {"trustmh.tasks.crisis", "trustmh.tasks.robustness"} <= pillars
+    found = [f"{m} -> {t} ({w})" for m, edges in graph.items() if m.startswith("trustmh.engine")
+             for t, w in edges.items() if any(t == p or t.startswith(p + ".") for p in pillars)]
+    assert not found, found

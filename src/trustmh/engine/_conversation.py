@@ -19,16 +19,34 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ..models import answers_by_id, make_model
-from ..tasks import RunContext, Task, resolve_tasks
-from ..tasks.crisis.conversation_common import chosen_user
+from ..tasks import Method, RunContext, Task, resolve_tasks
 from ..types import Chain, Request, Response, Sample, Turn
 from ._endpoint import CallWriter, Endpoint
 from ._events import EventSink, Notice, ignore
 from ._requests import generation_request, judge_request
+from ._store import Store
 from .spec import Limits, RunSpec
+
+
+class TurnCounts(Protocol):
+    turns: int
+    turns_of: Any  # task id -> turns taken
+
+
+class Chains(Protocol):
+    """What a model's phase 1 (collect.py's _Generating) lends the conversations and rubric walks it runs:
+    its run, store and group-commit writer, its endpoint id and endpoints, and its turn counts."""
+
+    spec: RunSpec
+    store: Store
+    writer: CallWriter
+    model_id: str
+    gen_ep: Endpoint
+    user_ep: Endpoint | None
+    n: TurnCounts
 
 AT_ONCE = 512  # conversations in flight per tested model (each has one call in flight at a time)
 
@@ -39,10 +57,11 @@ def talks(task: Task, ctx: RunContext) -> bool:
     return type(task.method(ctx)).conversation is not Method.conversation
 
 
-def user_model(spec: RunSpec) -> tuple[str, str | None, str]:
-    """The simulated person (tasks/crisis/conversation_common.chosen_user), with its base URL and how it
-    was chosen, which the run reports."""
-    name, why = chosen_user(spec.options, spec.judge)
+def user_model(spec: RunSpec, method: Method) -> tuple[str, str | None, str]:
+    """The simulated person of a conversing task's `method` (Method.simulated_person), with its base URL and
+    how it was chosen, which the run reports."""
+    ctx = RunContext(seed=spec.seed, protocol=spec.protocol, judge=spec.judge, options=spec.options)
+    name, why = method.simulated_person(ctx)
     url = spec.user_model_base_url if spec.user_model else \
         spec.judge_base_url if name == spec.judge else None
     return name, url, why
@@ -55,16 +74,17 @@ def called_users(spec: RunSpec) -> list[str]:
         tasks = resolve_tasks(spec.tasks)
     except Exception:  # noqa: BLE001 - a bad selection is reported by the run itself
         return []
-    return [user_model(spec)[0]] if any(talks(t, ctx) for t in tasks) else []
+    return list(dict.fromkeys(user_model(spec, t.method(ctx))[0] for t in tasks if talks(t, ctx)))
 
 
 def user_endpoint(spec: RunSpec, ctx: RunContext, prepared: list, limits: Limits, store: Any,
                   writer: CallWriter, events: EventSink = ignore) -> Endpoint | None:
     """The simulated person's endpoint when a task of the run converses (None otherwise)."""
-    if not any(not p.not_run and talks(p.task, ctx) for p in prepared):
+    talking = [p.task for p in prepared if not p.not_run and talks(p.task, ctx)]
+    if not talking:
         return None
-    name, base_url, why = user_model(spec)
-    events(Notice(f"crisis.conversation: the simulated person is {name} ({why})"))
+    name, base_url, why = user_model(spec, talking[0].method(ctx))
+    events(Notice(f"{talking[0].id}: the simulated person is {name} ({why})"))
     model = make_model(name, base_url=base_url, timeout=limits.timeout, seed=spec.seed, purpose="user",
                        transport=spec.transport, max_connections=limits.max_connections)
     from . import _identity as identity
@@ -106,14 +126,19 @@ def _key(request: Request, endpoint: str, ident: str) -> str:
     return hashlib.sha256(f"{request.cache_key(endpoint)}\0{ident}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
-async def converse(c: Any, chain: Chain, request: Request, task: Task, sample: Sample) -> Response:
+def chain_key(request: Request, endpoint: str, chain: Chain, user_endpoint: str, spec: RunSpec) -> str:
+    """The store key a conversation's whole result is kept under (converse writes it, the dry run looks it up)."""
+    return _key(request, endpoint, _ident(chain, user_endpoint, spec))
+
+
+async def converse(c: Chains, chain: Chain, request: Request, task: Task, sample: Sample) -> Response:
     """A conversation sample's reply: stored, or talked out turn by turn. A model that answers by id (a
     replay or transcripts file) gives the whole recorded conversation at once."""
     gen = c.gen_ep
     if getattr(gen.model, "answers_by_id", False):
         return await gen.call(request, gen.key(request))
     user = c.user_ep
-    key = _key(request, gen.model.endpoint, _ident(chain, user.model.endpoint if user else "", c.spec))
+    key = chain_key(request, gen.model.endpoint, chain, user.model.endpoint if user else "", c.spec)
     c.writer.link([(c.model_id, sample.task, sample.item.id, sample.variant, "", "", key, "")])
     stored = c.store.get_call(key) if gen.model.cacheable else None
     if stored is not None and stored.ok:
@@ -143,7 +168,7 @@ async def converse(c: Any, chain: Chain, request: Request, task: Task, sample: S
     return resp
 
 
-async def judge_chain(c: Any, ep: Endpoint, sample: Sample, rubric: Any, chain: Chain,
+async def judge_chain(c: Chains, ep: Endpoint, sample: Sample, rubric: Any, chain: Chain,
                       exact: dict[str, Any] | None) -> Response:
     """A rubric walk's verdict for one judge: stored, or asked question by question."""
     head = judge_request(sample, [{"role": "user", "content": chain.ident}], c.spec, rubric.name, exact)
@@ -199,59 +224,3 @@ class Spawner:
             await asyncio.gather(*list(self.running), return_exceptions=True)
         if self.error is not None:
             raise self.error
-
-def plan_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, model_id: str,
-             judge_ids: dict[str, list[tuple[str, str]]], store: Any) -> Any:
-    """--dry-run for a conversation task: each conversation not stored counts the most turns it can take
-    (`Chain.bound`: it may stop early), and its judgements the most questions a walk can ask, sized for the
-    longest transcript; a stored conversation counts only the judgements not stored. The row is an upper
-    bound, which the dry run marks."""
-    from ._identity import model_ref
-    from ._prices import completion_tokens
-    from ..data import transcripts
-    method = p.task.method(ctx)
-    user_name, user_url, _ = user_model(spec)
-    user_id = model_ref(user_name, user_url, store).endpoint if not answers_by_id(model_spec) else ""
-    llm = {r.name: r for r in p.task.method(ctx).active_rubrics(ctx) if r.role in judge_ids}
-
-    def add(role: str, calls: int, prompt: int, completion: int) -> None:
-        by_role = row.by_role.setdefault(role, [0, 0, 0])
-        by_role[0] += calls
-        by_role[1] += prompt
-        by_role[2] += completion
-
-    for sample in p.samples:
-        chain = method.conversation(sample, ctx)
-        request = generation_request(sample, spec, model_spec)
-        key = _key(request, model_id, _ident(chain, user_id, spec))
-        stored = store.get_call(key) if store is not None else None
-        if stored is None or not stored.ok:
-            if answers_by_id(model_spec):
-                continue  # recorded conversations: nothing to call
-            calls, prompt, completion = chain.bound.get("model", (0, 0, 0))
-            row.model_calls += calls
-            row.model_tokens += prompt
-            row.model_completion += completion
-            add("user", *chain.bound.get("user", (0, 0, 0)))
-            turns = [{"role": ("user", "chatbot")[i % 2], "text": "x" * 4 * 1024} for i in range(conversation_turns(ctx))]
-            reply = transcripts.dumps(transcripts.record(turns, "turns"))
-        else:
-            reply = stored.text or ""
-        for name, messages in p.task.method(ctx).judgements(sample, reply, ctx).items():
-            if name not in llm:
-                continue
-            for label, _endpoint in judge_ids[llm[name].role]:
-                if isinstance(messages, Chain):
-                    calls, prompt, completion = messages.bound.get("judge", (0, 0, 0))
-                else:
-                    calls, prompt, completion = 1, sum(len(m["content"]) for m in messages) // 4, \
-                        completion_tokens(judge_request(sample, messages, spec, name).params)
-                row.judge_calls += calls
-                row.judge_tokens += prompt
-                add(label, calls, prompt, completion)
-    return row
-
-
-def conversation_turns(ctx: RunContext) -> int:
-    from ..tasks.crisis.conversation_common import conversation_options
-    return conversation_options(ctx)[0]

@@ -14,15 +14,17 @@ share (robustness and its base task) is still counted once."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 from pathlib import Path
 
 from ..data.methods import MethodError
 from ..judges.roles import JUDGE_ROLES, judges_of
-from ..models import answers_by_body
+from ..models import answers_by_body, answers_by_id
 from ._budget import Budget
-from ._prices import DEFAULT_COMPLETION_TOKENS, completion_tokens
+from ._prices import CHARS_PER_TOKEN, DEFAULT_COMPLETION_TOKENS, completion_tokens
 from ._store import Store
 from ..tasks import RunContext
+from ..types import Chain
 from . import _conversation as conversation
 from ._endpoint import flight_key
 from .judge import judge_ids as role_endpoints, panel_endpoints
@@ -31,7 +33,6 @@ from .prepare import Prepared
 from ._requests import generation_request, judge_request
 from .spec import RunSpec
 
-CHARS_PER_TOKEN = 4
 PLACEHOLDER = "(reply)"
 PLAN_ITEMS = 100
 
@@ -131,7 +132,7 @@ def _task_row(spec: RunSpec, ctx: RunContext, p: Prepared, model_spec: str, mode
               judge_ids: dict[str, list[tuple[str, str]]], store: Store | None, seen: set[str],
               typical: dict[str, int]) -> PlanRow:
     if conversation.talks(p.task, ctx):
-        return conversation.plan_row(PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0, upper_bound=True),
+        return conversation_row(PlanRow(p.task.id, model_spec, len(p.samples), 0, 0, 0, 0, upper_bound=True),
                                      spec, ctx, p, model_spec, model_id, judge_ids, store)
     reqs = [generation_request(s, spec, model_spec) for s in p.samples]
     keys = [r.cache_key(model_id) for r in reqs]
@@ -204,3 +205,54 @@ def stop_message(budget: Budget, spec, run_dir) -> str:
 def _body_answered(store: Store | None, flight: str, key: str) -> bool:
     """Whether a request's body (`flight`, when it is not the request's own key) was answered already."""
     return flight != key and store is not None and store.answer_for_body(flight) is not None
+
+
+def conversation_row(row: Any, spec: RunSpec, ctx: RunContext, p: Any, model_spec: str, model_id: str,
+                     judge_ids: dict[str, list[tuple[str, str]]], store: Any) -> Any:
+    """The dry run's row of a conversation task: each conversation not stored counts the most turns it can take
+    (`Chain.bound`: it may stop early), and its judgements the most questions a walk can ask, sized for the
+    longest transcript; a stored conversation counts only the judgements not stored. The row is an upper
+    bound, which the dry run marks."""
+    from ..data import transcripts
+    method = p.task.method(ctx)
+    user_name, user_url, _ = conversation.user_model(spec, method)
+    user_id = model_ref(user_name, user_url, store).endpoint if not answers_by_id(model_spec) else ""
+    llm = {r.name: r for r in p.task.method(ctx).active_rubrics(ctx) if r.role in judge_ids}
+
+    def add(role: str, calls: int, prompt: int, completion: int) -> None:
+        by_role = row.by_role.setdefault(role, [0, 0, 0])
+        by_role[0] += calls
+        by_role[1] += prompt
+        by_role[2] += completion
+
+    for sample in p.samples:
+        chain = method.conversation(sample, ctx)
+        request = generation_request(sample, spec, model_spec)
+        key = conversation.chain_key(request, model_id, chain, user_id, spec)
+        stored = store.get_call(key) if store is not None else None
+        if stored is None or not stored.ok:
+            if answers_by_id(model_spec):
+                continue  # recorded conversations: nothing to call
+            calls, prompt, completion = chain.bound.get("model", (0, 0, 0))
+            row.model_calls += calls
+            row.model_tokens += prompt
+            row.model_completion += completion
+            add(f"user|{user_name}", *chain.bound.get("user", (0, 0, 0)))
+            turns = [{"role": ("user", "chatbot")[i % 2], "text": "x" * CHARS_PER_TOKEN * 1024}
+                     for i in range(method.conversation_turns(ctx))]
+            reply = transcripts.dumps(transcripts.record(turns, "turns"))
+        else:
+            reply = stored.text or ""
+        for name, messages in p.task.method(ctx).judgements(sample, reply, ctx).items():
+            if name not in llm:
+                continue
+            for label, _endpoint in judge_ids[llm[name].role]:
+                if isinstance(messages, Chain):
+                    calls, prompt, completion = messages.bound.get("judge", (0, 0, 0))
+                else:
+                    calls, prompt, completion = 1, _tokens(messages), \
+                        completion_tokens(judge_request(sample, messages, spec, name).params)
+                row.judge_calls += calls
+                row.judge_tokens += prompt
+                add(label, calls, prompt, completion)
+    return row

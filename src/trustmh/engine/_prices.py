@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from ..errors import UserError
 
 SHIPPED = Path(__file__).with_name("prices.toml")
-CHARS_PER_TOKEN = 4  # the same rule as the dry run's prompt estimate (engine/_plan.py)
+CHARS_PER_TOKEN = 4  # how prompt tokens are estimated before a call (the dry run, --max-cost)
 DEFAULT_COMPLETION_TOKENS = 300  # a reply's length where the request sets no max_tokens: a paragraph or two
 # Sane bounds, refused beyond with one line: the dearest list price is a few hundred USD per million tokens,
 # and no model writes a million tokens in one reply (a larger --max-tokens or price is a typo or a bomb:
@@ -190,16 +190,15 @@ def plan_costs(rows: list[Any], spec: Any, table: PriceTable) -> list[CostLine]:
         line.completion_tokens += completion
 
     from ..judges.roles import JUDGE_ROLES, judges_of
-    from ..tasks.crisis.conversation_common import chosen_user
     names = {name: role.label for name, role in JUDGE_ROLES.items()} | {"user": "simulated person"}
     judge_specs = {name: (judges_of(name, spec) or [(None, None)])[0][0] for name in JUDGE_ROLES}
-    judge_specs["user"] = chosen_user(spec.options, spec.judge)[0]
     for m in spec.models:
         add("model", m, 0, 0, 0)
     for r in rows:
         add("model", r.model, r.model_calls, r.model_tokens, r.model_completion)
         for role, (calls, prompt, completion) in r.by_role.items():
-            role, _, judge = role.partition("|")  # "llm|<spec>": one judge of a panel (engine/_plan.py)
+            # "llm|<spec>": one judge of a panel (engine/_plan.py); "user|<spec>": a conversation's person
+            role, _, judge = role.partition("|")
             add(names.get(role, role), judge or judge_specs.get(role) or role, calls, prompt, completion)
     return list(lines.values())
 

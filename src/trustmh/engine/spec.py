@@ -125,17 +125,15 @@ class RunSpec:
                 isinstance(j, dict) and isinstance(j.get("judge"), str) and isinstance(j.get("base_url"), (str, type(None)))
                 for j in self.panel_judges)):
             raise UserError("panel_judges must be a list of {judge, base_url} entries")
-        if self.perturbations is not None:
-            from ..tasks import RunContext
-            from ..tasks.robustness import selected_perturbations
-            selected_perturbations(RunContext(options={"perturbations": self.perturbations}))  # bad names fail here
         if self.user_model_base_url and not self.user_model:
             raise UserError("--user-model-base-url needs --user-model")
-        if self.turns is not None or self.runs is not None:
-            from ..tasks import RunContext
-            from ..tasks.crisis.conversation_common import conversation_options
-            conversation_options(RunContext(options={k: v for k, v in (("turns", self.turns), ("runs", self.runs))
-                                                     if v is not None}))  # out of range: one line here
+        from ..tasks import TASKS  # each task refuses the options it reads and cannot take, in one line, here
+        given = {"perturbations": self.perturbations, "turns": self.turns, "runs": self.runs}
+        checked = set()
+        for cls in TASKS.values():
+            if cls.check_options.__func__ not in checked:  # the robustness tasks share one check
+                checked.add(cls.check_options.__func__)
+                cls.check_options(given)
         if self.refusal_classifier:
             from ..judges.hf_classifier import parse_spec
             parse_spec(self.refusal_classifier)  # a malformed spec is a one-line error before anything runs

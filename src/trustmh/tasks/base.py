@@ -206,6 +206,16 @@ class Method:
         chain's result is the sample's reply. None, the default: the sample is one request."""
         return None
 
+    def simulated_person(self, ctx: RunContext) -> tuple[str, str]:
+        """For a method whose samples are conversations: the model spec that plays the person, and why it
+        was chosen (the run reports both); the engine builds its endpoint."""
+        raise NotImplementedError(f"{type(self).__name__} holds no conversations")
+
+    def conversation_turns(self, ctx: RunContext) -> int:
+        """For a method whose samples are conversations: the most messages one holds (the dry run sizes
+        the judge's prompts by it)."""
+        raise NotImplementedError(f"{type(self).__name__} holds no conversations")
+
     def reask(self, ctx: RunContext) -> tuple[int, Callable[[str], bool]] | None:
         """(attempts, parses) where the paper's code asks the tested model again while its reply does not
         parse (privacy tiers 1 and 2; ESConv support while it is empty): at most `attempts` calls per sample, each stored; the reply scored is
@@ -402,6 +412,12 @@ class Task:
                 raise TypeError(f"{cls.__name__}.{hook}({', '.join(own.parameters)}): write it as {hook}("
                                 f"{', '.join(want.parameters)}), Method's signature (a hook written on a task takes "
                                 f"the same parameters)")
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Refuse, with one line, a run option this task reads and cannot take (--perturbations names no
+        perturbation, --turns out of range): called when a run is specified, before anything runs, for
+        every registered task, so the engine never needs to know which task reads which option."""
 
     def method(self, ctx: RunContext) -> Method:
         """The method that runs this task under `ctx.protocol`: chosen here, once per protocol, and only here."""

@@ -271,3 +271,9 @@ class CrisisConversation(Task):
     method_templates = TEMPLATES
     by_name_only = True  # --tasks crisis.conversation: 30-turn conversations judged turn by turn cost more
     # than the paper's whole benchmark
+
+    @classmethod
+    def check_options(cls, options) -> None:
+        given = {k: options[k] for k in ("turns", "runs") if options.get(k) is not None}
+        if given:
+            conversation_options(RunContext(options=given))  # out of range: one line, before anything runs

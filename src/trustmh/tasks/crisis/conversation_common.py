@@ -689,6 +689,12 @@ class ConversationMethod(MeanMetrics, Method):
 
     # The rubric is read from the data at run time: re-scoring from the store loads the data still.
     scores_with_its_data = True
+
+    def simulated_person(self, ctx: RunContext) -> tuple[str, str]:
+        return chosen_user(ctx.options, ctx.judge)
+
+    def conversation_turns(self, ctx: RunContext) -> int:
+        return conversation_options(ctx)[0]
     min_clusters = MIN_PERSONAS  # intervals resample personas: none from fewer than five
 
     def __init__(self, task):

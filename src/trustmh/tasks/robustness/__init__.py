@@ -149,6 +149,11 @@ class _Robustness(Task):
     # The authors' perturbation.py the paper method reads its tables from (a task with a paper method).
     perturbation_file: ClassVar[str | None] = None
 
+    @classmethod
+    def check_options(cls, options) -> None:
+        if options.get("perturbations") is not None:  # a name that is no perturbation: one line, now
+            selected_perturbations(RunContext(options={"perturbations": options["perturbations"]}))
+
     @functools.cached_property
     def base(self) -> Task:
         if self.base_id not in TASKS:
