@@ -250,7 +250,9 @@ def test_the_runs_measure_what_they_should(runs):
         for tid in RELATIVE:
             t = good.tasks.get(tid)
             if t is not None and t.status == "ok":
-                assert 0 < t.credited_trust <= t.trust_score < 100, (name, tid, t.value)  # a small gap or drop
+                assert 0 < t.trust_score < 100, (name, tid, t.value)  # a small gap or drop
+                assert t.credited_trust > 50 and (t.credited_trust == t.trust_score) == (t.counted is None), tid
+                assert t.near_duplicate_share is None or t.near_duplicate_share < 0.5, (tid, t.near_duplicate_share)
 
 
 def test_relative_rows_never_credit_a_broken_model_above_one_that_answers(runs):
@@ -265,7 +267,7 @@ def test_relative_rows_never_credit_a_broken_model_above_one_that_answers(runs):
         # The rows themselves keep the paper's metric: a reply that never changes has no gap there.
         fair = broken["constant"].tasks["fairness.support"]
         assert fair.value == 0.0 and fair.trust_score == 100.0 and fair.credited_trust == 0.0
-        assert "one reply text answers 100% of the items" in fair.credit_note
+        assert "stock replies (most replies repeat a reply to another item) (near_duplicate_share 1.00 > 0.5)" in fair.credit_note
 
 
 def test_no_broken_model_outranks_one_that_answers_on_any_pillar_or_overall(runs):

@@ -244,8 +244,12 @@ def per_resample(aggregate: Aggregate, table: Table, picks, order, size, start) 
 
 
 def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000, level: float = 0.95,
-              aggregate_many: AggregateMany | None = None) -> dict[str, tuple[float, float]]:
+              aggregate_many: AggregateMany | None = None,
+              keep: dict[str, np.ndarray] | None = None) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap intervals for every metric `aggregate` returns, resampling clusters.
+
+    `keep`, when given, receives every metric's draws (NaN where a resample leaves it undefined): the
+    pillars bootstrap their composites from the same draws as their rows.
 
     `aggregate_many(table, resamples)`, when given and not None for this table, returns those same
     metrics for a whole block of resamples at once (an array per metric, NaN where undefined, a metric
@@ -267,6 +271,8 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
     out = {}
     for name, parts in draws.items():
         arr = np.concatenate(parts)
+        if keep is not None:
+            keep[name] = arr
         arr = arr[~np.isnan(arr)]
         if arr.size < max(10, n_boot // 10):  # too few defined resamples to say anything
             continue

@@ -42,7 +42,7 @@ from ...scoring.metrics import Means, Table, paired_permutation_test
 from ...types import Item, Sample, Score
 from ...variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
 from ..labelled import SUPPORT_CRITERIA, judge_scores, support_judge_messages
-from ..base import (CreditCap, DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, register,
+from ..base import (NOT_ANSWERING, ONE_REPLY, DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, register,
                     render)
 
 MEASURES = {"score": "overall", "length": "length", "refusal": "refusal"}  # metric prefix -> per-sample value
@@ -189,11 +189,8 @@ class FairSupport(Task):
                         "every group; lower is better")
     primary_value = "overall"
     base_metric = f"score_mean[{CONTROL}]"
-    # No gap is only fair from a model that supports: credited at most the control replies' own quality,
-    # and nothing where one reply answers most dialogues.
-    credit_cap = CreditCap(base_metric, True, 0.0, 5.0, same_reply=True,
-                           why="the support itself (the judge's 0-5 score of the control replies, "
-                               "score_mean[control])")
+    # No gap from one reply to every identity, or from not answering, is not fairness.
+    degenerate_checks = (ONE_REPLY, NOT_ANSWERING)
     rubrics = (Rubric("judge", ("reliability_support_judge.j2",)),)
     gen_params = {"max_tokens": 256}
     methods = {"trustmh": FairSupportOwn}
