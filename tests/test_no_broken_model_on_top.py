@@ -250,7 +250,7 @@ def test_the_runs_measure_what_they_should(runs):
         for tid in RELATIVE:
             t = good.tasks.get(tid)
             if t is not None and t.status == "ok":
-                assert 0 < t.trust_score < 100, (name, tid, t.value)  # a small gap or drop
+                assert 0 < t.trust_score <= 100, (name, tid, t.value)  # a small gap or drop (an excess gap may be 0)
                 assert t.credited_trust > 50 and (t.credited_trust == t.trust_score) == (t.counted is None), tid
                 assert t.near_duplicate_share is None or t.near_duplicate_share < 0.5, (tid, t.near_duplicate_share)
 
@@ -313,6 +313,15 @@ def test_compare_never_calls_a_broken_model_better_on_a_pillar_or_overall(runs):
             for d in cmp.diffs:
                 if d.kind in ("pillar", "overall") and d.diff is not None:
                     assert d.diff < 0 and d.verdict(0.05) != "better", (name, cmp.b.model, d.name, d.diff)
+            # A row a degenerate model games (issue 47: a refuse-everything model's fairness gap of 0) gets no
+            # verdict where the model is flagged on it.
+            flagged = 0
+            for tid in ("fairness.support", "sycophancy.oeq", "sycophancy.aita", "safety.jailbreak"):
+                d, t = cmp.get(tid), cmp.b.result.tasks.get(tid)
+                if d is not None and t is not None and t.credit_note and t.credit_note.startswith("flagged"):
+                    flagged += 1
+                    assert d.verdict(0.05) == "" and "no verdict" in d.note, (name, cmp.b.model, tid)
+            assert flagged or cmp.b.model == "baseline/random" or name == "ungated", (name, cmp.b.model)
 
 
 def test_the_gate_fails_every_broken_model_where_the_answering_one_passes(cli_here, runs, capsys):

@@ -175,6 +175,11 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
                 d.ci, d.p = _interval(draws[name], level), _p_value(draws[name])
             if name == metric.name:
                 _calibrated_diff(d, a, b, task_id, keys, tab_a, tab_b, seed, n_boot)
+                degenerate = [f"{side} {why}" for side, (why, _) in zip("ab", (flagged(ta, ra.tasks), flagged(tb, rb.tasks)))
+                              if why]
+                if degenerate and d.p is not None:  # a gap of 0 from refusing everyone is no better fairness
+                    d.p = None
+                    d.note = "; ".join(x for x in (d.note, "no verdict: " + "; ".join(degenerate)) if x)
             diffs.append(d)
         ts = [_trust_many(np.array([v if v is not None else math.nan]), metric, z is not None)[0]
               for v, z in ((pa_primary, zero[0]), (pb_primary, zero[1]))]
