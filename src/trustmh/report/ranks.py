@@ -75,6 +75,9 @@ SHARED_RULE = "equal values share the best rank and the next rank skips (1, 2, 2
 APART_RULE = ("a value is ranked only among models measured on the same tasks; a model measured on other tasks "
               "than most is marked *")
 TIES = ("paper", "shared")
+UNDEFINED = "undefined"  # what a cell whose value is null shows, in every format, instead of a rank
+BRACKETS = ("In brackets: the value the row is ranked on (its own units for a row ranked on its quantity under "
+            "the paper's protocol, else the 0–100 trust score, trustmh's mapping of the task's metric)")
 
 
 @dataclass
@@ -89,6 +92,7 @@ class RankRow:
     evidence: str = ""  # its evidence level (PAPER_PROTOCOL.md), where the row is the paper's
     values: list[float | None] = field(default_factory=list)  # the quantity per entry, in its own units
     higher_is_better: bool = True  # of the quantity
+    on_values: bool = False  # ranked on `values` (the bracket shows them), else on the trust score
 
     @property
     def beyond(self) -> bool:
@@ -153,7 +157,8 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
                 rows.append(_ranked(own, members, [present.get(t) for t in members], ents, None, on_values=True))
         for tid in (t for t in beyond if present[t].pillar == pillar):
             tasks = [e.result.tasks.get(tid) for e in ents]
-            cells = [Cell(getattr(t, "trust_score", None), None, coverage=(tid,)) for t in tasks]
+            cells = [Cell(None, None, coverage=(tid,), undefined=why) if (why := _why_undefined([t], "")) else
+                     Cell(getattr(t, "trust_score", None), None, coverage=(tid,)) for t in tasks]
             r = RankRow(pillar, tid, cells, "beyond", ranked_on=present[tid].metric,
                         values=[getattr(t, "value", None) for t in tasks])
             rows.append(_ranked(r, (tid,), [present[tid]], ents, None))
@@ -165,8 +170,12 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
     columns = [i for g in names for i in board.order if groups.get(ents[i].label, "") == g] if names \
         else list(board.order)
     spans = [(g or "other", sum(groups.get(ents[i].label, "") == g for i in columns)) for g in names]
-    return RankTable(rows, columns, spans, [e.label for e in ents], ties, protocol, _rules(ties, protocol, used),
-                     [e.model for e in ents])
+    rules = _rules(ties, protocol, used)
+    undefined = [f"{r.row}, {ents[i].label}: {c.undefined}" for r in rows for i, c in enumerate(r.cells) if c.undefined]
+    if undefined:
+        rules.append(f"{UNDEFINED}: the row's value is null, so it has no rank (a null is not the worst value; the "
+                     f"pillars count a value the model made undefined as trust 0) - " + "; ".join(undefined))
+    return RankTable(rows, columns, spans, [e.label for e in ents], ties, protocol, rules, [e.model for e in ents])
 
 
 def _paper_row(ents: list[Entry], pillar: str, row: str, members, quantity: str, higher: bool) -> RankRow:
@@ -180,14 +189,18 @@ def _paper_row(ents: list[Entry], pillar: str, row: str, members, quantity: str,
             v = m.value if m is not None else None
             rng = t.trust_range if t is not None else None
             score = None if v is None or rng is None else trust_score(v, min(rng), max(rng), higher)
-            cells.append(Cell(score, None, coverage=tuple(members) if score is not None else ()))
+            cells.append(Cell(score, None, coverage=tuple(members) if score is not None else (),
+                              undefined=_why_undefined([t], quantity) if t is not None and t.status == "ok"
+                              and v is None else ""))
             values.append(v)
             continue
         pr = e.result.pillars.get(pillar)
         got = (pr.rows.get(row) or {}) if pr else {}
         measured = got.get("measured", ())
-        cells.append(Cell(got.get("trust_score"), None, coverage=tuple(measured)))
         vals = [e.result.tasks[t].value for t in measured]
+        undefined = _why_undefined([e.result.tasks[t] for t in measured], "")
+        cells.append(Cell(None if undefined else got.get("trust_score"), None, coverage=tuple(measured),
+                          undefined=undefined))
         values.append(sum(vals) / len(vals) if vals and None not in vals else None)
     metric = next((t.metric for e in ents for t in [e.result.tasks.get(members[0])] if t is not None), "")
     on = quantity or (f"mean {metric} of {len(members)} tasks" if len(members) > 1 else metric)
@@ -197,11 +210,25 @@ def _paper_row(ents: list[Entry], pillar: str, row: str, members, quantity: str,
     return r
 
 
+def _why_undefined(tasks, quantity: str) -> str:
+    """Why a row's value is null for a model that ran its tasks ('' when it is not): the model's own doing
+    (trust 0 in the pillars, but no rank here: an undefined number is not the worst number) or another."""
+    for t in tasks:
+        if t is None or t.status != "ok":
+            continue
+        if quantity:
+            return f"{t.task} {quantity} is undefined" + (f" ({t.undefined_by_model})" if t.undefined_by_model else "")
+        if t.value is None:
+            return f"{t.task} {t.metric} is undefined: " + (t.undefined_by_model or t.reason or "no value")
+    return ""
+
+
 def _ranked(r: RankRow, members, results, ents: list[Entry], secondary: tuple[str, bool] | None,
             on_values: bool = False) -> RankRow:
     """Rank a row's cells (on its trust scores, or `on_values`: on the quantity itself, so that values
     beyond the trust mapping's range, such as a negative Pearson r, keep their order; a value the model made
     undefined, trust 0, is the worst), break its ties by `secondary`, or say why it has no value."""
+    r.on_values = on_values
     if any(c.score is not None for c in r.cells):
         keys = None
         if on_values:
@@ -292,20 +319,40 @@ def rank_grid(table: RankTable) -> list[tuple[RankRow, list[dict[str, Any]]]]:
                          "group": group_of.get(i, ""),
                          "trust_score": c.score, "rank": c.rank, "ranked_apart": c.apart, "tie_broken": c.broken,
                          "row_kind": r.kind, "ranked_on": r.ranked_on,
-                         "value": r.values[i] if r.values else None, "evidence": r.evidence})
+                         "value": r.values[i] if r.values else None, "evidence": r.evidence,
+                         "bracket": _bracket(r, c, i), "undefined": c.undefined})
         out.append((r, recs))
     return out
 
 
-def rank_text(rec: dict[str, Any]) -> str:
-    """A cell's rank as every format shows it: '3', '3*' (ranked apart), '3†' (a tie broken), '' (no value)."""
-    if rec["rank"] is None:
+def _bracket(r: RankRow, c: Cell, i: int) -> str:
+    """The number in a cell's brackets: the value the row is ranked on (its own units for a row ranked on
+    its quantity, the trust score otherwise); '' for a cell with no rank."""
+    if c.rank is None:
         return ""
+    if r.on_values and r.values and r.values[i] is not None:
+        return f"{r.values[i]:.3f}"
+    return "" if c.score is None else f"{c.score:.1f}"
+
+
+def rank_text(rec: dict[str, Any]) -> str:
+    """A cell's rank as every format shows it: '3', '3*' (ranked apart), '3†' (a tie broken), 'undefined'
+    (the value is null), '' (no value)."""
+    if rec["rank"] is None:
+        return UNDEFINED if rec.get("undefined") else ""
     return f"{rec['rank']}{'*' if rec['ranked_apart'] else ''}{'†' if rec['tie_broken'] else ''}"
 
 
 def score_text(rec: dict[str, Any]) -> str:
-    return "" if rec["trust_score"] is None else f"{rec['trust_score']:.1f}"
+    """What a ranked cell's brackets hold: the value its row is ranked on."""
+    return rec["bracket"]
+
+
+def cell_text(rec: dict[str, Any], dash: str = "–") -> str:
+    """A cell as the markdown and LaTeX tables write it: 'rank (value)', 'undefined', or `dash` (no value)."""
+    if rec["rank"] is None:
+        return rank_text(rec) or dash
+    return f"{rank_text(rec)} ({score_text(rec)})"
 
 
 def row_text(r: RankRow) -> str:
@@ -313,7 +360,7 @@ def row_text(r: RankRow) -> str:
 
 
 CSV_COLUMNS = ["pillar", "row", "model", "spec", "group", "trust_score", "rank", "ranked_apart", "tie_broken",
-               "row_kind", "ranked_on", "value", "evidence"]
+               "row_kind", "ranked_on", "value", "evidence", "bracket", "undefined"]
 
 
 def rank_csv(table: RankTable) -> str:
@@ -332,10 +379,10 @@ def rank_markdown(table: RankTable) -> str:
         lines.append("")
     lines += ["| pillar | subtask | " + " | ".join(labels) + " |", "|---|---|" + "---:|" * len(labels)]
     for r, recs in rank_grid(table):
-        cells = ["–" if rec["rank"] is None else f"{rank_text(rec)} ({score_text(rec)})" for rec in recs]
+        cells = [cell_text(rec) for rec in recs]
         lines.append(f"| {r.pillar if r.span else ''} | {row_text(r)} | " + " | ".join(cells) + " |")
     lines += [""] + [f"- {rule}." for rule in table.rules]
-    lines += ["- In brackets: the row's value as a 0–100 trust score (trustmh's mapping of each task's metric)."]
+    lines += [f"- {BRACKETS}."]
     return "\n".join(lines) + "\n"
 
 
@@ -382,13 +429,12 @@ def rank_latex(table: RankTable) -> str:
         if r.span and k:
             lines.append(r"\midrule")
         pillar = tex(PILLAR_NAMES.get(r.pillar, r.pillar)) if r.span else ""  # on its first row
-        cells = [r"\textendash{}" if rec["rank"] is None else f"{tex(rank_text(rec))} ({score_text(rec)})"
-                 for rec in recs]
+        cells = [tex(cell_text(rec)) for rec in recs]
         lines.append(f"{pillar} & {tex(row_text(r))} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}" + ("}" if turned else ""), r"\par\smallskip",
               r"\parbox{\linewidth}{\footnotesize " + " ".join(tex(rule[0].upper() + rule[1:]) + "." for rule in
                                                                table.rules)
-              + r" In brackets: the row's value as a 0\textendash{}100 trust score.}",
+              + " " + tex(BRACKETS) + ".}",
               r"\caption{TrustMH-Bench ranks per subtask (rank 1 = best).}", r"\label{tab:trustmh-ranks}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"

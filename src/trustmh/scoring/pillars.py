@@ -124,6 +124,8 @@ def flagged(t: TaskResult, tasks: Mapping[str, TaskResult]) -> tuple[str | None,
     another task of the same run) against its threshold. A statistic this row does not have (closed
     questions have no free-text replies to compare) is not a flag; another task's that is not in the run
     leaves the row uncounted, as the check cannot be made."""
+    if t.trust_score is None:  # nothing to count
+        return None, None
     for check in t.degenerate_checks:
         holder = tasks.get(check["task"]) if check.get("task") else t
         name = check["statistic"]
