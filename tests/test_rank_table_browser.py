@@ -124,13 +124,25 @@ def from_csv(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
     """(pillar as shown, row, model) -> (rank as shown, trust score to one decimal), from --format csv."""
     out = {}
     for r in csv.DictReader(io.StringIO(text)):
-        rank = "" if r["rank"] == "" else r["rank"] + ("*" if r["ranked_apart"] else "") + ("†" if r["tie_broken"] else "")
+        rank = "" if r["rank"] == "" else r["rank"] + ("*" if r["ranked_apart"] else "") + \
+            ("†" if r["tie_broken"] else "") + ("≈" if r["not_separated"] else "")
         if r["undefined"]:
             assert rank == "" and r["bracket"] == "", r
             rank = "undefined"
         score = r["bracket"].removeprefix("'")  # the CSV's guard against a cell read as a formula ("-0.068")
-        out[(PILLAR_NAMES.get(r["pillar"], r["pillar"]), r["row"], r["model"])] = (rank, score)
+        interval = f"[{r['rank_low']}–{r['rank_high']}]" if r["rank_low"] else ""
+        out[(PILLAR_NAMES.get(r["pillar"], r["pillar"]), r["row"], r["model"])] = (rank, interval, score)
     return out
+
+
+def cell(text: str) -> tuple[str, str, str]:
+    """(rank with its marks, its interval or '', the bracket) of a cell as written: '2≈ [1–3] (61.0)'."""
+    if text in ("–", ""):
+        return "", "", ""
+    if text == "undefined":
+        return text, "", ""
+    parts = text.split()
+    return parts[0], (parts[1] if len(parts) == 3 else ""), parts[-1].strip("()")
 
 
 def from_markdown(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
@@ -145,19 +157,15 @@ def from_markdown(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
         cells = split(line)
         pillar = cells[0] or pillar
         row = cells[1].removesuffix(" (beyond the paper)")
-        for model, cell in zip(models, cells[2:]):
-            if cell in ("–", "undefined"):
-                out[(PILLAR_NAMES.get(pillar, pillar), row, model)] = ("" if cell == "–" else cell, "")
-            else:
-                rank, score = cell.split(" ")
-                out[(PILLAR_NAMES.get(pillar, pillar), row, model)] = (rank, score.strip("()"))
+        for model, text in zip(models, cells[2:]):
+            out[(PILLAR_NAMES.get(pillar, pillar), row, model)] = cell(text)
     return out
 
 
 def untex(text: str) -> str:
     import re
     text = re.sub(r"\\rotatebox\{90\}\{(.*)\}$", r"\1", text.strip())
-    for a, b in (("\\textsuperscript{\\dag}", "†"), ("\\textbackslash{}", "\\"), ("\\textasciitilde{}", "~"),
+    for a, b in (("$\\approx$", "≈"), ("\\textsuperscript{\\dag}", "†"), ("\\textbackslash{}", "\\"), ("\\textasciitilde{}", "~"),
                  ("\\textasciicircum{}", "^"), ("\\textendash{}", "–"), ("-{}", "-")):
         text = text.replace(a, b)
     return re.sub(r"\\([&%$#_{}])", r"\1", text)
@@ -174,9 +182,8 @@ def from_latex(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
         cells = split(line)
         pillar = cells[0] or pillar
         row = cells[1].removesuffix(" (beyond the paper)")
-        for model, cell in zip(models, cells[2:]):
-            rank, _, score = cell.partition(" ")
-            out[(pillar, row, model)] = ("", "") if cell == "–" else (rank, score.strip("()"))
+        for model, text in zip(models, cells[2:]):
+            out[(pillar, row, model)] = cell(text)
     return out
 
 
@@ -226,7 +233,7 @@ def from_page(page) -> tuple[dict[tuple[str, str, str], tuple[str, str]], list[s
         key = (pillar[0], label[0].removesuffix("(beyond the paper)").strip(), col)
         if key in out:
             problems.append(f"two cells at {key}")
-        out[key] = ("", "") if text == "–" else ("undefined", "") if text == "undefined" else tuple(text.split())
+        out[key] = cell(text)
     return out, problems
 
 
@@ -275,16 +282,21 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(cli_he
                                    ("Robustness Psychological Diagnosis", "E")):
                     assert evidence[row] == level and any(x.startswith(f"{row} ranks on") for x in rules), row
                 assert any("trustmh: leak_rate" in k[1] for k in shown)
+            # Rank intervals (issue 44 item 5) where the runs' samples are there: the real run has them.
+            assert any(v[1] for v in shown.values()) == (name == "sample suite"), name
+            if name == "sample suite":
+                assert any("bootstrap interval" in x for x in rules)
             if "a null value" in name:  # issue 47: no rank for a null, the reason said; the bracket is ranked on
                 assert shown[("Crisis Identification and Escalation", "Severity Identification", "openai/m0")] == \
-                    ("undefined", "")
+                    ("undefined", "", "")
                 assert sum(v[0] == "undefined" for v in shown.values()) == 1
                 assert any("constant answers" in x and "Severity Identification, openai/m0" in x for x in rules)
                 title = tab.page.locator("table.paper-ranks td.rank-cell[title*='constant answers']").count()
                 assert title == 1
                 awareness = shown[("Privacy", "Privacy Awareness", "openai/m1")]
-                assert awareness[1] == ("-0.068" if "paper" in name else "6.5"), awareness
-                ranked = sorted(int(shown[("Privacy", "Privacy Awareness", f"openai/m{k}")][0]) for k in range(3))
+                assert awareness[2] == ("-0.068" if "paper" in name else "6.5"), awareness
+                ranked = sorted(int(shown[("Privacy", "Privacy Awareness", f"openai/m{k}")][0].rstrip("≈"))
+                                for k in range(3))
                 assert ranked == [1, 2, 3]
         assert tab.errors == []
 

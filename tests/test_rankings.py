@@ -268,8 +268,8 @@ def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart()
     assert [table.labels[i] for i in table.columns] == ["C", "A", "D", "B"]
     assert table.groups == [("general", 2), ("mental-health", 2)]
     csv_rows = rank_csv(table).splitlines()
-    assert csv_rows[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence,bracket,undefined"
-    assert "reliability,Knowledge,C,C,general,80.0,1,,,paper,m,0.8,E,80.0," in csv_rows
+    assert csv_rows[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence,bracket,undefined,rank_low,rank_high,not_separated"
+    assert "reliability,Knowledge,C,C,general,80.0,1,,,paper,m,0.8,E,80.0,,,," in csv_rows
     md = rank_markdown(table)
     assert "| reliability | Knowledge | 1 (80.0) | 1 (80.0) | 4 (40.0) | 3 (60.0) |" in md
     assert "1* (90.0)" in md and "1, 2, 2, 4" in md
@@ -289,7 +289,7 @@ def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awaren
 
 def test_rank_table_from_the_command_line(cli_here, awareness, tmp_path, capsys):
     code, out, _ = cli_here("report", awareness["run"], "--format", "csv")
-    assert code == 0 and out.splitlines()[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence,bracket,undefined"
+    assert code == 0 and out.splitlines()[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence,bracket,undefined,rank_low,rank_high,not_separated"
     rows = list(csv.DictReader(io.StringIO(out)))
     # The constant and refusing models leave the tiers' Pearson r undefined (issue 47): no rank, the reason.
     assert {(r["model"], r["rank"]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], ""),
