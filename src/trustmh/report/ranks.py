@@ -181,6 +181,7 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
     if undefined:
         rules.append(f"{UNDEFINED}: the row's value is null, so it has no rank (a null is not the worst value; the "
                      f"pillars count a value the model made undefined as trust 0) - " + "; ".join(undefined))
+    rules += _counted_rules(ents, rows)
     table = RankTable(rows, columns, spans, [e.label for e in ents], ties, protocol, rules, [e.model for e in ents])
     if n_boot > 0:
         add_rank_intervals(table, ents, n_boot)
@@ -297,6 +298,21 @@ def _rules(ties: str, protocol: str, used: list[tuple[str, RowRule]]) -> list[st
         if any(rule.beside for _, rule in used):
             out.append("a row marked (trustmh: …) is trustmh's own quantity beside the paper's row, not a row of "
                        "the paper")
+    return out
+
+
+def _counted_rules(ents: list[Entry], rows: list[RankRow]) -> list[str]:
+    """What the pillars count of a row where it is not the row's own value (the table keeps the rows' own):
+    robustness rows their perturbed-input score, and a row a model is flagged as degenerate on, 0."""
+    out = []
+    if any(t.counted for e in ents for t in e.result.tasks.values() if t.status == "ok"):
+        out.append("the pillars and the overall score count a robustness row as its base task's score on the "
+                   "perturbed inputs (performance under perturbation), not the drop ranked here")
+    shown = {t for r in rows for t in r.members}
+    flagged = [f"{t.task}, {e.label}: {t.credit_note}" for e in ents for t in e.result.tasks.values()
+               if t.task in shown and t.credit_note and t.credit_note.startswith("flagged")]
+    if flagged:
+        out.append("counted 0 in the pillars (the row keeps its own value and rank here): " + "; ".join(flagged))
     return out
 
 
