@@ -581,10 +581,12 @@ def add_rank_intervals(table: RankTable, ents: list[Entry], n_boot: int = RANK_B
             r.cells[i].rank_ci = intervals[k]
         by_rank = sorted(range(len(ranked)), key=lambda k: (r.cells[ranked[k]].rank, ranked[k]))
         for upper, lower in zip(by_rank, by_rank[1:]):
-            p = min(1.0, 2 * min(above[upper, lower], 1 - above[upper, lower]))
+            # two-sided p of "no difference": twice the smaller share of draws on either side of a tie
+            p = min(1.0, 2 * min(1 - above[upper, lower], 1 - above[lower, upper]))
             if above[upper, lower] < 1 - alpha / 2:
                 r.cells[ranked[lower]].near = (f"not separated from {table.labels[ranked[upper]]} at alpha {alpha:g} "
-                                               f"(above it in {1 - above[upper, lower]:.0%} of the draws, p = {p:.2f})")
+                                               f"(level with or above it in {1 - above[upper, lower]:.0%} of the "
+                                               f"draws, p = {p:.2f})")
     table.rules.insert(2, f"[a–b]: the rank's {1 - alpha:.0%} bootstrap interval (the items the row's models share "
                           f"resampled jointly, {n_boot} draws); ≈: not separated at alpha {alpha:g} from the model "
                           f"ranked just above" + (f"; no interval for {', '.join(missing)}: the runs' samples are not "
