@@ -266,6 +266,11 @@ def test_relative_rows_never_credit_a_broken_model_above_one_that_answers(runs):
                 assert t.credited_trust is not None and t.credited_trust < g.credited_trust, (name, tid, who)
         # The rows themselves keep the paper's metric: a reply that never changes has no gap there.
         fair = broken["constant"].tasks["fairness.support"]
+        # Every view says what counts: the HTML report beside the row's own trust (it never did before).
+        from trustmh.report import write_report
+        html = write_report([runs[name][0]], runs[name][0].parent / f"{name}-report.html",
+                            include_samples=False).read_text(encoding="utf-8")
+        assert f"counts 0.0: {fair.credit_note}" in html.replace("&#39;", "'").replace("&gt;", ">")
         assert fair.value == 0.0 and fair.trust_score == 100.0 and fair.credited_trust == 0.0
         assert "stock replies (most replies repeat a reply to another item) (near_duplicate_share 1.00 > 0.5)" in fair.credit_note
 
