@@ -35,7 +35,7 @@ class Tally:
         self.addressed: list[dict[str, str]] = []  # judged replies that speak to the judge (judges/addressed.py)
         self.panel: PanelTally | None = None
         # Per item (cluster), how often each free-text reply (by digest) answers it: how far one reply answers
-        # most items (`same_reply_share`, read by the pillars' credit).
+        # most items (`same_reply_share`: informative; the pillars read near_duplicate_share).
         self.replies: collections.defaultdict[str, collections.Counter[bytes]] = collections.defaultdict(collections.Counter)
         # The degenerate-behaviour statistics (scoring/degenerate.py): the free-text replies compared (up to
         # PER_ITEM of an item, MAX_REPLIES in all) with their items, and how many free-text replies answer.
