@@ -38,10 +38,10 @@ class Tally:
         # most items (`same_reply_share`: informative; the pillars read near_duplicate_share).
         self.replies: collections.defaultdict[str, collections.Counter[bytes]] = collections.defaultdict(collections.Counter)
         # The degenerate-behaviour statistics (scoring/degenerate.py): the free-text replies compared (up to
-        # PER_ITEM of an item, MAX_REPLIES in all) with their items, and how many free-text replies answer.
+        # PER_ITEM of an item, MAX_REPLIES in all) with their items, and how many of them answer.
         self.compared: list[tuple[str, str]] = []
         self.per_item: collections.Counter[str] = collections.Counter()
-        self.n_free_text = self.n_answering = 0
+        self.n_answering = 0
 
     def for_panel(self, judges: list[str]) -> None:
         self.panel = PanelTally(judges)
@@ -84,8 +84,7 @@ class Tally:
             if len(self.compared) < MAX_REPLIES and self.per_item[item] < PER_ITEM:
                 self.per_item[item] += 1
                 self.compared.append((item, resp.text))
-            self.n_free_text += 1
-            self.n_answering += answers(resp.text, _request(s))
+                self.n_answering += answers(resp.text, _request(s))  # a refusal check is ~0.5 ms: a sample of them
         sample_labels = method.labels(s, score)
         for k, v in sample_labels.items():
             self.labels[k].append(v)
@@ -140,7 +139,7 @@ class Tally:
         """near_duplicate_share, reply_similarity and answering_share (scoring/degenerate.py); None for
         closed questions."""
         share, mean = near_duplicates([r for _, r in self.compared], [i for i, _ in self.compared])
-        answering = round(self.n_answering / self.n_free_text, 4) if self.n_free_text else None
+        answering = round(self.n_answering / len(self.compared), 4) if self.compared else None
         return {"near_duplicate_share": share, "reply_similarity": mean, "answering_share": answering}
 
 

@@ -170,8 +170,9 @@ class TaskResult(_Strict):
                                                                  "closed questions or fewer than two items)")
     reply_similarity: float | None = Field(None, description="mean similarity of the free-text replies to "
                                                              "different items (shingle containment, 0-1)")
-    answering_share: float | None = Field(None, description="share of the free-text replies that answer (not "
-                                                            "empty, not a refusal, not a copy of the request)")
+    answering_share: float | None = Field(None, description="share of the compared free-text replies (those of "
+                                                            "near_duplicate_share) that answer (not empty, not a "
+                                                            "refusal, not a copy of the request)")
     credited_trust: float | None = Field(None, description="the trust this row counts in its pillar and the "
                                                            "overall score (trustmh's aggregation, `aggregation`): "
                                                            "trust_score, or the counted construct's trust "
