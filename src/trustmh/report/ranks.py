@@ -526,6 +526,8 @@ def _row_draws(r: RankRow, members, ents: list[Entry], ranked: list[int], quanti
                 continue  # a tier no ranked model has (the coverage is the same for all)
             return None
         keys = [k for k in got[0].keys if all(k in g for g in got[1:])]
+        if not keys:  # no item every ranked model answered: nothing to resample jointly
+            return None
         task, ctx = TASKS[tid](), run_context(ents[ranked[0]].run)
         method, name = task.method(ctx), quantity or task.metric.name
         tr = ents[ranked[0]].result.tasks[tid]
