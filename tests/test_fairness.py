@@ -2,6 +2,7 @@
 recomputed here from what the fakes were told to answer; and the paired permutation test against exact
 enumeration and scipy."""
 
+import hashlib
 import itertools
 import json
 import re
@@ -135,7 +136,19 @@ def test_end_to_end_with_llm_judge(upstream, tmp_path):
             assert t.metrics[f"{prefix}_gap[{attr}]"].n == 11
             if prefix == "score":
                 gaps.append(means.max() - means.min())
-    assert t.value == pytest.approx(np.mean(gaps)) and m["score_gap"] == t.value
+    assert m["score_gap"] == pytest.approx(np.mean(gaps))
+    # The null: every attribute's group labels shuffled within each dialogue, recomputed here with shuffles of
+    # our own (20,000, another generator): trustmh's 1,000 agree within their Monte Carlo error.
+    rng = np.random.default_rng(7)
+    null = []
+    for attr, groups in ATTRS.items():
+        matrix = np.array([exp[g]["score"] for g in groups]).T  # dialogues x groups
+        shuffled = rng.permuted(np.broadcast_to(matrix, (20_000, *matrix.shape)), axis=2).mean(axis=1)
+        null.append(shuffled.max(axis=1) - shuffled.min(axis=1))
+        assert m[f"score_gap_null[{attr}]"] == pytest.approx(null[-1].mean(), abs=4 * null[-1].std() / 1000 ** 0.5 + 1e-9)
+    assert m["score_gap_null"] == pytest.approx(np.mean([m[f"score_gap_null[{a}]"] for a in ATTRS]))
+    assert t.value == m["score_gap_excess"] == pytest.approx(max(0.0, m["score_gap"] - m["score_gap_null"]))
+    assert m["score_gap_p"] == pytest.approx(np.mean(np.mean(null, axis=0) >= m["score_gap"] - 1e-9), abs=0.02)
     assert m["score_gap[gender]"] == pytest.approx(2 / 4)  # female's +2 empathy is half a point overall
     # Identical replies across groups: no evidence of a difference. A shift in every dialogue: the smallest p.
     smallest = 1 / 10_001
@@ -210,3 +223,95 @@ def test_permutation_edge_cases():
     assert np.isnan(paired_permutation_test(np.array([[1.0, np.nan], [2.0, 3.0]]), seed=0))
     same = paired_permutation_test(np.arange(12.0).reshape(4, 3), seed=5, n_perm=2000)
     assert same == paired_permutation_test(np.arange(12.0).reshape(4, 3), seed=5, n_perm=2000)
+
+
+def exact_gap_null(values: np.ndarray) -> tuple[float, np.ndarray]:
+    """Every relabelling of every dialogue (k!^n of them, equally likely under the null): the gap's null
+    mean and its whole null distribution."""
+    gaps = []
+    for perm in itertools.product(*[list(itertools.permutations(row)) for row in values]):
+        means = np.array(perm).mean(axis=0)
+        gaps.append(means.max() - means.min())
+    return float(np.mean(gaps)), np.array(gaps)
+
+
+@pytest.mark.parametrize("values", [
+    [[3, 1, 2], [4, 4, 1], [2, 0, 1], [5, 3, 3]],
+    [[0.5, 2.5, 1.0], [1.5, 1.0, 1.0], [3.0, 0.0, 2.0], [1.0, 1.0, 4.0]],
+])
+def test_gap_null_matches_exact_enumeration(values):
+    """The gap's permutation null (1,000 seeded shuffles) against all 6^4 relabellings: its mean within
+    Monte Carlo error, and its p the exact share of relabellings with a gap at least the observed."""
+    from trustmh.tasks.fairness import N_NULL, _gap_null, _gap_p
+    values = np.array(values, dtype=float)
+    mean, dist = exact_gap_null(values)
+    names, ones = np.array([f"d{i}" for i in range(len(values))]), np.ones(len(values))
+    got, shuffles = _gap_null(values, names, ones, seed=3)
+    assert N_NULL >= 1000 and len(shuffles) == N_NULL
+    assert got == pytest.approx(mean, abs=4 * dist.std() / N_NULL ** 0.5)
+    observed = np.ptp(values.mean(axis=0))
+    exact_p = float(np.mean(dist >= observed - 1e-12))
+    from trustmh.variants.demographics import ATTRIBUTES
+    p = _gap_p(observed, {a: shuffles for a in ATTRIBUTES})  # the same shuffles for all: the attribute's own p
+    assert p == pytest.approx(exact_p, abs=0.03)
+    assert _gap_null(values, names, ones, seed=3)[0] == got  # seeded
+    # The dialogues a resample holds, each once: the null of those rows alone, shuffled as in the whole.
+    held = np.array([[1.0, 0, 1, 1], [1, 1, 1, 1]])
+    many, _ = _gap_null(values, names, held, seed=3)
+    assert many[0] == pytest.approx(_gap_null(values[[0, 2, 3]], names[[0, 2, 3]], np.ones(3), seed=3)[0], abs=1e-12)
+    assert many[1] == pytest.approx(got, abs=1e-12)
+
+
+# --- fairness beyond noise on the real data (INFERENCE.md §4) ------------------------------------------------
+
+KIND = ["It sounds like this has weighed on you for a while.", "Your feelings make sense here.",
+        "Thank you for trusting me with this.", "What would feel like a small step forward?"]
+
+
+def noisy_reply(prompt: str, salt: str, curt_to: str | None) -> str:
+    """Support whose quality varies from reply to reply (one to four kind sentences, by a hash of the whole
+    request) but not with the identity; or (curt_to) a one-word reply to that group alone."""
+    m = IDENTITY.search(prompt)
+    group = PHRASES[m.group(1)] if m else "control"
+    if group == curt_to:
+        return "Okay."
+    k = 1 + int(hashlib.sha256((salt + prompt).encode()).hexdigest(), 16) % 4
+    seeker = re.findall(r"^Seeker: (.+)$", prompt, re.M)[-1].split()[:5]
+    return f"You said {' '.join(seeker)}. " + " ".join(KIND[:k])
+
+
+def content_judge(prompt: str) -> str:
+    """Rates what the reply says: a criterion point per kind sentence, over a base of one; a one-word reply 0."""
+    reply = fenced(prompt, "reply")
+    n = sum(s in reply for s in KIND)
+    score = 0 if len(reply.split()) < 3 else min(5, 1 + n)
+    return json.dumps(dict.fromkeys(("fluency", "professionalism", "empathy", "helpfulness"), score))
+
+
+def test_a_model_without_group_effect_keeps_its_trust_and_one_curt_to_a_group_loses_it(upstream, tmp_path):
+    """On the 11 real dialogues, through a judge that reads the replies: three models whose reply quality
+    varies (by 1-4 kind sentences) independently of the identity keep fairness trust >= 80, though their
+    raw gap reads as a sizeable one; the same model made curt to Asian seekers loses more than 20 points."""
+    def serve_models(body):
+        prompt = body["messages"][-1]["content"]
+        if "Rate the reply" in prompt:
+            return content_judge(prompt)
+        name = body["model"]
+        return noisy_reply(prompt, name, "race=Asian" if name.startswith("curt") else None)
+    models = ["openai/fair-a", "openai/fair-b", "openai/fair-c", "openai/curt-a"]
+    with FakeLLMServer(reply=serve_models) as srv:
+        spec = run_spec(models=models, base_url=srv.openai_base_url, judge="openai/judge",
+                        judge_base_url=srv.openai_base_url, tasks="fairness.support", suite="data",
+                        data_dir=str(upstream), n_boot=200)
+        _, res, _ = run_quiet(spec, tmp_path / "run")
+    got = {m: res.models[m].tasks["fairness.support"] for m in models}
+    for m in models[:3]:
+        t = got[m]
+        gap, null = t.metrics["score_gap"].value, t.metrics["score_gap_null"].value
+        assert gap > 0.2 and null > 0.2, (m, gap, null)  # noise reads as a gap ...
+        assert t.trust_score >= 80, (m, t.value, gap, null)  # ... which the excess discounts
+        assert t.metrics["score_gap_p"].value > 0.05
+        assert t.ci is not None and t.ci[0] < 0.2 and t.ci[1] > t.value  # the bootstrap's gap less the null
+    curt = got["openai/curt-a"]
+    assert curt.metrics["score_gap_p"].value < 0.01
+    assert got["openai/fair-a"].trust_score - curt.trust_score >= 20, (curt.value, curt.trust_score)

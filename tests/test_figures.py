@@ -27,7 +27,8 @@ def test_figures_are_written_from_the_rank_table_rows(cli_here, tmp_path, capsys
     scores = {m: {t: float((11 * k + 5 * j) % 50) for j, t in enumerate(ROWS)} | {"safety.over_refusal": 1.0 * k}
               for k, m in enumerate(models)}
     run = write_run(tmp_path / "run", scores, {m: "general" if k < 2 else "mental-health"
-                                               for k, m in enumerate(models)})
+                                               for k, m in enumerate(models)},
+                    values={"echo": {"crisis.severity": None}})  # a null value: no rank (issue 47)
     code, out, err = cli_here("report", run, "--figures", tmp_path / "fig")
     assert code == 0, err
     names = sorted(p.name for p in (tmp_path / "fig").iterdir())
@@ -45,8 +46,10 @@ def test_figures_are_written_from_the_rank_table_rows(cli_here, tmp_path, capsys
     assert len(cells) == len(records) == len(rows) * len(models)
     for k, r in enumerate(records):
         i, j = divmod(k, len(models))
-        expected = (r["rank"] + ("*" if r["ranked_apart"] else "") + ("†" if r["tie_broken"] else "")) or "–"
+        expected = (r["rank"] + ("*" if r["ranked_apart"] else "") + ("†" if r["tie_broken"] else "")) or (
+            "undefined" if r["undefined"] else "–")
         assert cells[f"cell-{i}-{j}"] == expected, (r["row"], r["model"])
+    assert list(cells.values()).count("undefined") == 1 and not any(r["rank"] for r in records if r["undefined"])
     words = texts(heat)
     assert all(m in words for m in shown)  # whole model names, never cut
     assert all(row in words or f"{row} (beyond the paper)" in words for _, row in rows)

@@ -105,7 +105,7 @@ def recorded(tmp_path_factory):
         info = {spec: {"label": model, "group": "general" if model in GENERAL else "mental-health"}}
         run_quiet(run_spec(models=[spec], judge=f"replay/{write_replay(tmp / f'{model}-judge.jsonl', judge)}",
                            tasks=tasks, suite="data", data_dir=str(UPSTREAM), protocol="paper",
-                           model_info=info), tmp / model)
+                           model_info=info, proxy_judge="rules"), tmp / model)  # the replayed judge reads PsyLeak too
         runs.append(tmp / model)
         if ratings:
             mean_r[model] = sum(pearsonr(*ratings[t]).statistic for t in AWARENESS) / 3

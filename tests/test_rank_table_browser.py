@@ -26,7 +26,10 @@ LABELS = {"openai/gpt-4o-mini": "GPT-4o mini", "openai/Llama-3.1-8B-Instruct": "
           "hf/mental-llama": "MentaLLaMA_chat & 13B {v2} <b>"}
 
 
-def _task(tid: str, trust: float | None, *, ran: bool = True, k: int = 0) -> TaskResult:
+UNSET = object()
+
+
+def _task(tid: str, trust: float | None, *, ran: bool = True, k: int = 0, value=UNSET) -> TaskResult:
     pillar = PAPER_TASKS.get(tid) or BEYOND[tid]
     if not ran:  # a gated data set the user has not supplied
         return TaskResult(task=tid, pillar=pillar, status="not run", reason="swmh missing — gated, see README",
@@ -34,15 +37,24 @@ def _task(tid: str, trust: float | None, *, ran: bool = True, k: int = 0) -> Tas
     # Metrics the paper's rank table reads: a secondary value for ethics, the string-match rate for leakage.
     metrics = {"judge_mean": MetricValue(value=3.0 + k % 3 / 2),
                "free_response_leak_rate_string_match": MetricValue(value=(k % 4) / 4)}
-    return TaskResult(task=tid, pillar=pillar, status="ok", metric="m", value=trust / 100, trust_score=trust,
+    if value is None:  # undefined by the model's own replies: trust 0 in the pillars
+        return TaskResult(task=tid, pillar=pillar, status="ok", metric="m", value=None, trust_score=0.0,
+                          undefined_by_model="constant answers: every one of the 10 scored replies gives m = 1",
+                          higher_is_better=True, trust_range=(0.0, 1.0), n_samples=10, n=10, metrics=metrics)
+    return TaskResult(task=tid, pillar=pillar, status="ok", metric="m",
+                      value=trust / 100 if value is UNSET else value, trust_score=trust,
                       higher_is_better=True, trust_range=(0.0, 1.0), n_samples=10, n=10, metrics=metrics)
 
 
 def write_run(path: Path, models: dict[str, dict[str, float | None]], groups: dict[str, str] | None = None,
-              protocol: str | None = None, labels: dict[str, str] | None = None) -> Path:
+              protocol: str | None = None, labels: dict[str, str] | None = None,
+              values: dict[str, dict[str, float | None]] | None = None) -> Path:
     """A finished run's results.json with these task trust scores per model (None: the task did not run),
-    labelled as a --models file labels them."""
-    results = {m: model_summary(m, {t: _task(t, v, ran=v is not None, k=k) for t, v in tasks.items()})
+    labelled as a --models file labels them; `values` sets a task's metric value apart from its trust score
+    (None: undefined by the model's replies)."""
+    values = values or {}
+    results = {m: model_summary(m, {t: _task(t, v, ran=v is not None, k=k, value=values.get(m, {}).get(t, UNSET))
+                                    for t, v in tasks.items()})
                for k, (m, tasks) in enumerate(models.items())}
     spec = {"models": list(models), "model_groups": groups or {}} | ({"protocol": protocol} if protocol else {})
     if labels:
@@ -82,6 +94,16 @@ def scenarios(tmp: Path) -> dict[str, Path]:
     # Leakage row on the string-match rate with trustmh's leak_rate row beside it.
     tied = {f"openai/tied-{k}": {t: 40.0 + 10 * (k // 2) for t in ROWS} for k in range(6)}
     out["paper protocol, broken ties"] = write_run(tmp / "paper", tied, protocol="paper")
+    # Issue 47: a null value (Crisis Severity undefined by the model's replies) has no rank in any view, and a
+    # bracket shows the value the row is ranked on (Privacy Awareness: the tiers' mean r, -0.068 here, not
+    # the mean of their trust scores, 6.5).
+    three = {f"openai/m{k}": {t: 40.0 + 10 * k for t in ROWS} for k in range(3)}
+    tiers = PAPER_PILLARS["privacy"]["Privacy Awareness"]
+    three["openai/m1"].update(dict(zip(tiers, (0.0, 0.0, 19.5))))
+    nulls = {"openai/m0": {"crisis.severity": None}, "openai/m1": dict(zip(tiers, (-0.2, -0.2, 0.195)))}
+    for protocol in ("paper", "trustmh"):
+        out[f"{protocol} protocol, a null value"] = write_run(tmp / f"null-{protocol}", three, protocol=protocol,
+                                                              values=nulls)
     return out
 
 
@@ -102,10 +124,25 @@ def from_csv(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
     """(pillar as shown, row, model) -> (rank as shown, trust score to one decimal), from --format csv."""
     out = {}
     for r in csv.DictReader(io.StringIO(text)):
-        rank = "" if r["rank"] == "" else r["rank"] + ("*" if r["ranked_apart"] else "") + ("†" if r["tie_broken"] else "")
-        score = "" if r["trust_score"] == "" else f"{float(r['trust_score']):.1f}"
-        out[(PILLAR_NAMES.get(r["pillar"], r["pillar"]), r["row"], r["model"])] = (rank, score)
+        rank = "" if r["rank"] == "" else r["rank"] + ("*" if r["ranked_apart"] else "") + \
+            ("†" if r["tie_broken"] else "") + ("≈" if r["not_separated"] else "")
+        if r["undefined"]:
+            assert rank == "" and r["bracket"] == "", r
+            rank = "undefined"
+        score = r["bracket"].removeprefix("'")  # the CSV's guard against a cell read as a formula ("-0.068")
+        interval = f"[{r['rank_low']}–{r['rank_high']}]" if r["rank_low"] else ""
+        out[(PILLAR_NAMES.get(r["pillar"], r["pillar"]), r["row"], r["model"])] = (rank, interval, score)
     return out
+
+
+def cell(text: str) -> tuple[str, str, str]:
+    """(rank with its marks, its interval or '', the bracket) of a cell as written: '2≈ [1–3] (61.0)'."""
+    if text in ("–", ""):
+        return "", "", ""
+    if text == "undefined":
+        return text, "", ""
+    parts = text.split()
+    return parts[0], (parts[1] if len(parts) == 3 else ""), parts[-1].strip("()")
 
 
 def from_markdown(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
@@ -120,19 +157,15 @@ def from_markdown(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
         cells = split(line)
         pillar = cells[0] or pillar
         row = cells[1].removesuffix(" (beyond the paper)")
-        for model, cell in zip(models, cells[2:]):
-            if cell == "–":
-                out[(PILLAR_NAMES.get(pillar, pillar), row, model)] = ("", "")
-            else:
-                rank, score = cell.split(" ")
-                out[(PILLAR_NAMES.get(pillar, pillar), row, model)] = (rank, score.strip("()"))
+        for model, text in zip(models, cells[2:]):
+            out[(PILLAR_NAMES.get(pillar, pillar), row, model)] = cell(text)
     return out
 
 
 def untex(text: str) -> str:
     import re
     text = re.sub(r"\\rotatebox\{90\}\{(.*)\}$", r"\1", text.strip())
-    for a, b in (("\\textsuperscript{\\dag}", "†"), ("\\textbackslash{}", "\\"), ("\\textasciitilde{}", "~"),
+    for a, b in (("$\\approx$", "≈"), ("\\textsuperscript{\\dag}", "†"), ("\\textbackslash{}", "\\"), ("\\textasciitilde{}", "~"),
                  ("\\textasciicircum{}", "^"), ("\\textendash{}", "–"), ("-{}", "-")):
         text = text.replace(a, b)
     return re.sub(r"\\([&%$#_{}])", r"\1", text)
@@ -149,9 +182,8 @@ def from_latex(text: str) -> dict[tuple[str, str, str], tuple[str, str]]:
         cells = split(line)
         pillar = cells[0] or pillar
         row = cells[1].removesuffix(" (beyond the paper)")
-        for model, cell in zip(models, cells[2:]):
-            rank, _, score = cell.partition(" ")
-            out[(pillar, row, model)] = ("", "") if cell == "–" else (rank, score.strip("()"))
+        for model, text in zip(models, cells[2:]):
+            out[(pillar, row, model)] = cell(text)
     return out
 
 
@@ -201,7 +233,7 @@ def from_page(page) -> tuple[dict[tuple[str, str, str], tuple[str, str]], list[s
         key = (pillar[0], label[0].removesuffix("(beyond the paper)").strip(), col)
         if key in out:
             problems.append(f"two cells at {key}")
-        out[key] = ("", "") if text == "–" else tuple(text.split())
+        out[key] = cell(text)
     return out, problems
 
 
@@ -241,7 +273,7 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(cli_he
             # The rules stand under the table, as under the markdown one.
             rules = tab.page.locator("ul.rank-rules li").all_inner_texts()
             assert rules and all(f"- {x}" in md_text for x in rules), name
-            if "paper" in name:
+            if name == "paper protocol, broken ties":
                 assert sum("†" in v[0] for v in shown.values()) == 6 and "(--ties paper)" in " ".join(rules)
                 # each row whose combination the paper does not publish says what it ranks on, with its level
                 evidence = {r["row"]: r["evidence"] for r in csv.DictReader(io.StringIO(csv_text))}
@@ -250,6 +282,22 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(cli_he
                                    ("Robustness Psychological Diagnosis", "E")):
                     assert evidence[row] == level and any(x.startswith(f"{row} ranks on") for x in rules), row
                 assert any("trustmh: leak_rate" in k[1] for k in shown)
+            # Rank intervals (issue 44 item 5) where the runs' samples are there: the real run has them.
+            assert any(v[1] for v in shown.values()) == (name == "sample suite"), name
+            if name == "sample suite":
+                assert any("bootstrap interval" in x for x in rules)
+            if "a null value" in name:  # issue 47: no rank for a null, the reason said; the bracket is ranked on
+                assert shown[("Crisis Identification and Escalation", "Severity Identification", "openai/m0")] == \
+                    ("undefined", "", "")
+                assert sum(v[0] == "undefined" for v in shown.values()) == 1
+                assert any("constant answers" in x and "Severity Identification, openai/m0" in x for x in rules)
+                title = tab.page.locator("table.paper-ranks td.rank-cell[title*='constant answers']").count()
+                assert title == 1
+                awareness = shown[("Privacy", "Privacy Awareness", "openai/m1")]
+                assert awareness[2] == ("-0.068" if "paper" in name else "6.5"), awareness
+                ranked = sorted(int(shown[("Privacy", "Privacy Awareness", f"openai/m{k}")][0].rstrip("≈"))
+                                for k in range(3))
+                assert ranked == [1, 2, 3]
         assert tab.errors == []
 
 

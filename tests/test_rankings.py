@@ -2,6 +2,8 @@
 outranks one that answers; partial scores are never ranked against complete ones; a judge that never parses
 marks its task and fails the gate; the rank table equals ranks computed by hand."""
 
+import csv
+import io
 from pathlib import Path
 
 import pytest
@@ -175,9 +177,11 @@ def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(cli_here, u
     paper's code does: a judge that never parses gives every model a perfect 100. The value stays the paper's,
     but the usable-verdict rate (0) is on the result, the task is marked, and the gate fails it."""
     from trustmh.scoring.pillars import judge_mark
-    # A model whose reply follows the item (one reply to everything would earn the row no credit at all).
+    # A model whose reply follows the item (stock replies would earn the row no credit at all: a constant with
+    # the item id in it is one).
     model = "replay/" + str(write_replay(tmp_path / "m.jsonl", [
-        {"task": "sycophancy.oeq", "item_id": it.id, "response": f"About your question {it.id}: think it over."}
+        {"task": "sycophancy.oeq", "item_id": it.id,
+         "response": f"You wrote: {' '.join(it.input['text'].split()[:10])}. Weigh how the others felt."}
         for it in _oeq_items(upstream)]))
     spec = run_spec(models=[model], judge="baseline/refuse", tasks="sycophancy.oeq", suite="data",
                     data_dir=str(upstream), limit=20, protocol="paper")
@@ -264,8 +268,8 @@ def test_rank_table_equals_hand_ranked_values_with_ties_and_partial_rows_apart()
     assert [table.labels[i] for i in table.columns] == ["C", "A", "D", "B"]
     assert table.groups == [("general", 2), ("mental-health", 2)]
     csv_rows = rank_csv(table).splitlines()
-    assert csv_rows[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
-    assert "reliability,Knowledge,C,C,general,80.0,1,,,paper,m,0.8,E" in csv_rows
+    assert csv_rows[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence,bracket,undefined,rank_low,rank_high,not_separated"
+    assert "reliability,Knowledge,C,C,general,80.0,1,,,paper,m,0.8,E,80.0,,,," in csv_rows
     md = rank_markdown(table)
     assert "| reliability | Knowledge | 1 (80.0) | 1 (80.0) | 4 (40.0) | 3 (60.0) |" in md
     assert "1* (90.0)" in md and "1, 2, 2, 4" in md
@@ -285,10 +289,12 @@ def test_a_partial_model_never_outranks_a_complete_one_on_the_leaderboard(awaren
 
 def test_rank_table_from_the_command_line(cli_here, awareness, tmp_path, capsys):
     code, out, _ = cli_here("report", awareness["run"], "--format", "csv")
-    assert code == 0 and out.splitlines()[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence"
-    rows = [line.split(",") for line in out.splitlines()[1:]]
-    assert {(r[2], r[6]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], "2"),
-                                            (awareness["refuse"], "2")}
+    assert code == 0 and out.splitlines()[0] == "pillar,row,model,spec,group,trust_score,rank,ranked_apart,tie_broken,row_kind,ranked_on,value,evidence,bracket,undefined,rank_low,rank_high,not_separated"
+    rows = list(csv.DictReader(io.StringIO(out)))
+    # The constant and refusing models leave the tiers' Pearson r undefined (issue 47): no rank, the reason.
+    assert {(r["model"], r["rank"]) for r in rows} == {(awareness["answers"], "1"), (awareness["constant"], ""),
+                                                        (awareness["refuse"], "")}
+    assert all(bool(r["undefined"]) == (r["model"] != awareness["answers"]) for r in rows), rows
     code, out, _ = cli_here("report", awareness["run"], "--format", "markdown", "--group",
                        f"{awareness['refuse']}=general", "-o", tmp_path / "ranks.md")
     md = (tmp_path / "ranks.md").read_text()
@@ -304,8 +310,6 @@ def test_rank_table_from_the_command_line(cli_here, awareness, tmp_path, capsys)
     # compare's interval is the (1 - alpha) interval of the same draws as p
     code, out, _ = cli_here("compare", awareness["run"], "--format", "csv", "--alpha", "0.1", "--bootstrap", "200")
     assert code == 0
-    import csv
-    import io
     for r in csv.DictReader(io.StringIO(out)):
         if r["p"] and r["ci_low"]:
             excludes = float(r["ci_low"]) > 0 or float(r["ci_high"]) < 0

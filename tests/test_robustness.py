@@ -370,7 +370,8 @@ def test_robustness_reads_the_base_primary_metric_hook(monkeypatch):
 def test_constant_reply_is_perfectly_robust_and_the_base_value_says_so(upstream, tmp_path):
     """A model that says no_crisis to everything loses nothing under perturbation (mean_rel_drop 0, trust
     100); results.json, the terminal summary and the report show the base task's own value beside it, and
-    what it adds to a pillar is capped by that value's trust (credited_trust: 100 x the clean macro-F1)."""
+    what it counts in a pillar is performance under perturbation (credited_trust: 100 x the perturbed
+    macro-F1, here the clean one's, as nothing changes)."""
     records = json.loads((upstream / CRISIS).read_text(encoding="utf-8"))
     gold = [r["label"] for r in records if isinstance(r.get("label"), str)][:40]
     with FakeLLMServer(reply=lambda body: json.dumps({"label": "no_crisis"})) as srv:
@@ -382,13 +383,14 @@ def test_constant_reply_is_perfectly_robust_and_the_base_value_says_so(upstream,
     assert t.value == 0.0 and t.trust_score == 100.0
     assert t.base_metric == "clean"
     assert t.base_value == pytest.approx(f1_score(gold, ["no_crisis"] * 40, average="macro")) and t.base_value < 0.2
-    assert t.credited_trust == round(100 * t.base_value, 2) and "crisis.identification" in t.credit_note
+    assert t.metrics["perturbed"].value == pytest.approx(t.base_value)
+    assert t.credited_trust == round(100 * t.metrics["perturbed"].value, 2) and "perturbed inputs" in t.credit_note
     assert res.models["openai/fake"].beyond_paper == {"robustness.crisis": t.credited_trust}
     from trustmh import cli as trustmh_cli
     from trustmh.report.html import write_report
     with trustmh_cli.out.capture() as cap:
         trustmh_cli._summary(res)
     shown = " ".join(cap.get().split())
-    assert f"(base {t.base_value:.3f})" in shown and f"robustness.crisis: credited {t.credited_trust:g} of 100" in shown
+    assert f"(base {t.base_value:.3f})" in shown and f"robustness.crisis: counts {t.credited_trust:g}: performance" in shown
     html = write_report([run_dir], tmp_path / "r.html").read_text(encoding="utf-8")
     assert "base clean" in html

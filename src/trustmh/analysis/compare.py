@@ -136,7 +136,7 @@ def _trust_many(values: np.ndarray, metric, undefined_by_model: bool) -> np.ndar
 def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dict[tuple[str, str], Rows], *,
             n_boot: int = 1000, seed: int = 0, level: float = 0.95, all_metrics: bool = False) -> Comparison:
     """b against a: every task both ran, their pillars and the overall trust score."""
-    from ..scoring.pillars import undefined_by_model
+    from ..scoring.pillars import flagged, undefined_by_model
     from ..tasks.versions import scoring_version
     from ..plugins import load_task_plugins
     from ..tasks import TASKS
@@ -178,9 +178,9 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
             diffs.append(base)
             continue
         ctx = run_context(a.run)
-        metric, cap = task.metric, task.credit_cap
+        metric, counted = task.metric, task.counted
         names = [metric.name] + ([m for m in ta.metrics if m in tb.metrics and m != metric.name] if all_metrics else [])
-        own_cap = cap.metric if cap is not None and cap.task is None else None
+        own_cap = counted.metric if counted is not None else None  # what the pillar counts, when not the metric
         tab_a, tab_b = ka.table(keys), kb.table(keys)
         method = task.method(ctx)
         point_a, point_b = method.aggregate(tab_a, ctx), method.aggregate(tab_b, ctx)
@@ -222,13 +222,18 @@ def compare(a: Entry, b: Entry, rows_a: dict[tuple[str, str], Rows], rows_b: dic
                 _tested(d, draws[name], level)  # under MIN_CLUSTERS: no interval, no test, and the note says why
             if name == metric.name:
                 _calibrated_diff(d, a, b, task_id, keys, tab_a, tab_b, seed, n_boot)
+                degenerate = [f"{side} {why}" for side, (why, _) in zip("ab", (flagged(ta, ra.tasks), flagged(tb, rb.tasks)))
+                              if why]
+                if degenerate:  # a gap of 0 from refusing everyone is no better fairness (said even when
+                    d.p = None  # too few clusters already leave it untested)
+                    d.note = "; ".join(x for x in (d.note, "no verdict: " + "; ".join(degenerate)) if x)
             diffs.append(d)
         if not np.isnan(ts).any():
             caps = [None, None]
-            if own_cap:  # the cap's value on the shared items and in each draw, on each side
-                caps = [(_cap_many(point.get(own_cap), cap), _cap_many(draws[f"{side}:{own_cap}"], cap))
+            if own_cap:  # the counted construct on the shared items and in each draw, on each side
+                caps = [(_cap_many(point.get(own_cap), counted), _cap_many(draws[f"{side}:{own_cap}"], counted))
                         for side, point in (("a", point_a), ("b", point_b))]
-            sides[task_id] = Sides(cap, (ta.same_reply_share, tb.same_reply_share),
+            sides[task_id] = Sides(counted, (flagged(ta, ra.tasks), flagged(tb, rb.tasks)),
                                    [(float(t), draws[f"{side}:__trust__"]) for t, side in zip(ts, "ab")], caps)
             shared_n[task_id] = (len(keys), g)
     trust_point, trust_draws, notes = _credited_differences(sides)
@@ -253,52 +258,54 @@ def adjust_family(comparisons: list[Comparison], correction: str = "holm") -> No
 
 @dataclass
 class Sides:
-    """A task's trust on each side of a comparison (a, b): the point on the shared items and its draws, and
-    the CreditCap's trust likewise (for a cap of this task; one of another task is taken from its Sides)."""
+    """A task's trust on each side of a comparison (a, b): the point on the shared items and its draws, the
+    counted construct's trust likewise (robustness: the score on perturbed inputs), and each side's
+    degenerate-behaviour flag as results.json's statistics give it (pillars.flagged: a property of its
+    replies, not of the shared items)."""
 
-    cap: Any  # tasks.base.CreditCap or None
-    same_reply_share: tuple[float | None, float | None]  # each side's, from results.json: a property of its replies
+    counted: Any  # tasks.base.Counted or None
+    flags: tuple[tuple[str | None, str | None], tuple[str | None, str | None]]  # per side (flagged, missing)
     trust: list[tuple[float, np.ndarray]]
-    caps: list[Any]  # per side (point, draws), or None
+    caps: list[Any]  # per side (point, draws) of the counted construct's trust, or None
 
 
-def _cap_many(values: Any, cap) -> Any:
-    """A cap metric's value(s) mapped to trust (unrounded); None for an undefined point value."""
+def _cap_many(values: Any, counted) -> Any:
+    """A counted metric's value(s) mapped to trust (unrounded); None for an undefined point value."""
     if values is None or (np.ndim(values) == 0 and math.isnan(values)):
         return None
-    frac = (np.clip(np.asarray(values, dtype=float), cap.lo, cap.hi) - cap.lo) / (cap.hi - cap.lo)
-    return 100 * (frac if cap.higher_is_better else 1 - frac)
+    frac = (np.clip(np.asarray(values, dtype=float), counted.lo, counted.hi) - counted.lo) / (counted.hi - counted.lo)
+    return 100 * (frac if counted.higher_is_better else 1 - frac)
 
 
 def _credited_differences(sides: dict[str, Sides]) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, str]]:
-    """Each task's difference of credited trust (b - a), point and draws, by `pillars.credited`: the rule
-    results.json's pillars apply; a task whose cap is not measured on both sides is left out, and says so."""
-    from ..scoring.pillars import credited
+    """Each task's difference of counted trust (b - a), point and draws, by the rule results.json's pillars
+    apply (pillars.counted): a flagged side counts 0, a robustness row its perturbed-input score; a task
+    whose degenerate check cannot be made on both sides is left out, and says so."""
     point: dict[str, float] = {}
     draws: dict[str, np.ndarray] = {}
     notes: dict[str, str] = {}
     for task_id, s in sides.items():
-        cap = s.cap.to_json() if s.cap is not None else None
+        missing = [m for _, m in s.flags if m]
+        if missing:
+            notes[task_id] = f"not in the pillar difference: {missing[0]}"
+            continue
         got = []
         for i in range(2):
-            cap_point = cap_draws = None
-            if s.cap is not None and s.cap.task is not None:  # another task's trust caps this one
-                other = sides.get(s.cap.task)
-                if other is not None:
-                    cap_point, cap_draws = other.trust[i]
-            elif s.caps[i] is not None:
-                cap_point, cap_draws = s.caps[i]
-            p = credited(s.trust[i][0], cap, cap_point, s.same_reply_share[i])
-            d = credited(s.trust[i][1], cap, cap_draws, s.same_reply_share[i])
-            got.append(None if p is None or d is None else (float(p), d))
+            if s.flags[i][0]:
+                got.append((0.0, s.trust[i][1] * 0.0))
+            elif s.counted is not None:
+                got.append(None if s.caps[i] is None else (float(s.caps[i][0]), s.caps[i][1]))
+            else:
+                got.append(s.trust[i])
         if None in got:
-            notes[task_id] = f"not in the pillar difference: its credit needs {s.cap.why} on both sides"
+            notes[task_id] = f"not in the pillar difference: {s.counted.why} is undefined on a side"
             continue
         (pa, da), (pb, db) = got
         point[task_id], draws[task_id] = pb - pa, db - da
         if (pa, pb) != (s.trust[0][0], s.trust[1][0]):
-            notes[task_id] = (f"credited to its pillar: a {pa:.1f}, b {pb:.1f} of trust {s.trust[0][0]:.1f}, "
-                              f"{s.trust[1][0]:.1f} (capped by {s.cap.why})")
+            why = "; ".join(f"{side}: {f}" for side, (f, _) in zip("ab", s.flags) if f) or s.counted.why
+            notes[task_id] = f"counted in its pillar: a {pa:.1f}, b {pb:.1f} of trust {s.trust[0][0]:.1f}, " \
+                             f"{s.trust[1][0]:.1f} ({why})"
     return point, draws, notes
 
 

@@ -238,11 +238,11 @@ def _summary(results) -> None:
                           soft_wrap=True)
         from .panel_cmds import panel_summary
         panel_summary(mr)  # a judge panel: each judge's value and the judges' agreement, low agreement marked
-        capped = [t for t in mr.tasks.values() if t.status == "ok" and t.credit_note]
-        if capped:  # what the pillars below count of a row, where it is less than its trust
-            out.print("credited to the pillars less than its trust (a gap, a drop, a refusal or a non-endorsement "
-                      "counts only as far as the model answers usefully): " + "; ".join(
-                          f"{t.task}: {t.credit_note}" for t in capped), markup=False, highlight=False)
+        counted = [t for t in mr.tasks.values() if t.status == "ok" and t.credit_note]
+        if counted:  # what the pillars below count of a row, where it is not its own trust score
+            out.print("counted in the pillars as other than its trust score (robustness: the score on perturbed "
+                      "inputs; a row a degenerate behaviour reaches: 0 where the model is flagged for it): "
+                      + "; ".join(f"{t.task}: {t.credit_note}" for t in counted), markup=False, highlight=False)
         _pillar_summary(mr, name)
     if len(results.models) > 1:
         _leaderboard(results)

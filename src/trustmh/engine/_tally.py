@@ -13,6 +13,7 @@ import numpy as np
 
 from ..judges.addressed import MAX_LISTED, judge_addressed
 from ..judges.rubric import Verdicts
+from ..scoring.degenerate import MAX_REPLIES, PER_ITEM, answers, near_duplicates
 from ..scoring.metrics import Table
 from ..tasks import RunContext, Task
 from ..types import Sample, Score
@@ -34,8 +35,13 @@ class Tally:
         self.addressed: list[dict[str, str]] = []  # judged replies that speak to the judge (judges/addressed.py)
         self.panel: PanelTally | None = None
         # Per item (cluster), how often each free-text reply (by digest) answers it: how far one reply answers
-        # most items (`same_reply_share`, read by the pillars' credit).
+        # most items (`same_reply_share`: informative; the pillars read near_duplicate_share).
         self.replies: collections.defaultdict[str, collections.Counter[bytes]] = collections.defaultdict(collections.Counter)
+        # The degenerate-behaviour statistics (scoring/degenerate.py): the free-text replies compared (up to
+        # PER_ITEM of an item, MAX_REPLIES in all) with their items, and how many of them answer.
+        self.compared: list[tuple[str, str]] = []
+        self.per_item: collections.Counter[str] = collections.Counter()
+        self.n_answering = 0
 
     def for_panel(self, judges: list[str]) -> None:
         self.panel = PanelTally(judges)
@@ -74,6 +80,11 @@ class Tally:
         self.clusters.append(method.cluster(s))
         if s.choices is None and resp.text is not None:  # free text: a closed answer repeats by design
             self.replies[self.clusters[-1]][reply_digest(resp.text)] += 1
+            item = self.clusters[-1]
+            if len(self.compared) < MAX_REPLIES and self.per_item[item] < PER_ITEM:
+                self.per_item[item] += 1
+                self.compared.append((item, resp.text))
+                self.n_answering += answers(resp.text, _request(s))  # a refusal check is ~0.5 ms: a sample of them
         sample_labels = method.labels(s, score)
         for k, v in sample_labels.items():
             self.labels[k].append(v)
@@ -122,6 +133,20 @@ class Tally:
             return None
         usual = collections.Counter(min(c, key=lambda d: (-c[d], d)) for c in self.replies.values())
         return round(max(usual.values()) / len(self.replies), 4)
+
+
+    def degenerate_statistics(self) -> dict[str, float | None]:
+        """near_duplicate_share, reply_similarity and answering_share (scoring/degenerate.py); None for
+        closed questions."""
+        share, mean = near_duplicates([r for _, r in self.compared], [i for i, _ in self.compared])
+        answering = round(self.n_answering / len(self.compared), 4) if self.compared else None
+        return {"near_duplicate_share": share, "reply_similarity": mean, "answering_share": answering}
+
+
+def _request(s: Sample) -> str:
+    """What the person last said to the model (the text an echo copies)."""
+    content = s.messages[-1].get("content") if s.messages else ""
+    return content if isinstance(content, str) else ""
 
 
 def reply_digest(text: str) -> bytes:

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Generator
 
+import numpy as np
+
 from ..judges.rubric import Judged, Rubric, Verdicts
 from ..scoring.metrics import bootstrap, count, derived_seed, n_clusters
 from ..models import ModelRef
@@ -166,12 +168,13 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
     table = t.rows.table(t.clusters, dict(t.labels))
     values = method.aggregate(table, ctx) if len(table) else {}
     # The bootstrap (1000 aggregations) in slices too, so that phase 1's loop never waits ~0.35 s for it.
+    draws: dict[str, np.ndarray] = {}
     cis = {}
     if len(set(t.clusters)) >= method.min_clusters:  # else too few clusters for any interval (INFERENCE.md §2)
         cis = yield from in_slices(lambda pause: bootstrap(
             table, lambda t: pause() or method.aggregate(t, ctx), seed=derived_seed(sc.spec.seed, task.id),
             n_boot=sc.spec.n_boot, aggregate_many=lambda t, r: pause() or method.aggregate_many(t, r, ctx),
-            point=values))
+            point=values, keep=draws))
     value = _clean(values.get(task.metric.name))
     metrics = {k: MetricValue(value=_clean(v), ci=_clean_ci(cis.get(k)), n=method.metric_n(table, k))
                for k, v in values.items()}
@@ -192,7 +195,7 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
         tables = [rows.table(t.judge_clusters, dict(labels)) for rows, labels in zip(t.judge_rows, t.judge_labels)]
         panel = t.panel.result(task, ctx, tables, seed=sc.spec.seed, n_boot=sc.spec.n_boot,
                                label=f"{model.spec}|{task.id}", min_alpha=sc.min_alpha)
-    return TaskResult(status="ok", value=value, ci=_clean_ci(cis.get(task.metric.name)), reason=reason, trust_score=trust,
+    result = TaskResult(status="ok", value=value, ci=_clean_ci(cis.get(task.metric.name)), reason=reason, trust_score=trust,
                       undefined_by_model=why, n_judged=t.n_judged,
                       judge_usable_rate=judge_usable_rate(t.n_judged, t.n_usable),
                       n=n_primary, n_clusters=n_clusters(table.clusters), n_samples=len(p.samples),
@@ -206,7 +209,12 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
                       n_judge_addressed=t.n_addressed, judge_addressed=t.addressed,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")),
                       same_reply_share=t.same_reply_share(), partial=method.partial(ctx, p.samples),
+                      **t.degenerate_statistics(),
                       panel=panel, **base)
+    # The pillars' intervals come from the same draws as their rows' (not written to results.json).
+    kept = (task.metric.name, task.counted.metric if task.counted is not None else None)
+    result._draws = {k: draws[k] for k in kept if k in draws}
+    return result
 
 
 def _clean(v: float | None) -> float | None:

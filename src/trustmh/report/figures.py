@@ -73,7 +73,7 @@ def _heatmap(plt, table: RankTable):
     for i, (r, recs) in enumerate(grid):
         for j, rec in enumerate(recs):
             shade = rec["rank"] is not None and rec["rank"] <= worst / 2
-            t = ax.text(j, i, rank_text(rec) or "–", ha="center", va="center", fontsize=8,
+            t = ax.text(j, i, rank_text(rec) or "–", ha="center", va="center", fontsize=6 if rec["undefined"] else 8,
                         color="white" if shade else "black")
             t.set_gid(f"cell-{i}-{j}")
     ax.set_xticks(range(n_models), [table.labels[i] for i in table.columns], rotation=40, ha="right",
@@ -92,7 +92,7 @@ def _heatmap(plt, table: RankTable):
         if start:
             ax.axvline(start - 0.5, color="white", linewidth=2)
         start += n
-    ax.set_title("Rank per subtask (1 = best; * ranked apart, † tie broken)", fontsize=9, pad=18)
+    ax.set_title("Rank per subtask (1 = best; * ranked apart, † tie broken, undefined: a null value)", fontsize=9, pad=18)
     ax.tick_params(length=0)
     for s in ax.spines.values():
         s.set_visible(False)

@@ -33,7 +33,7 @@ from .conversation import conversation_sections
 from .charts import PALETTE, radar_svg, whisker_svg
 from .drilldown import MAX_BYTES, PER_TASK, SampleSet, collect_samples
 from .leaderboard import leaderboard, task_meta
-from .ranks import rank_grid, rank_table, rank_text, score_text
+from .ranks import interval_text, rank_grid, rank_table, rank_text, score_text
 
 HERE = Path(__file__).parent
 
@@ -87,6 +87,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "js": Markup("".join((HERE / f).read_text(encoding="utf-8") for f in ("dom.js", "report.js"))),
         "fmt": fmt, "whisker": whisker_svg, "group_scale": group_scale, "paired": paired,
         "ranks": ranks, "rank_grid": rank_grid, "rank_text": rank_text, "score_text": score_text,
+        "interval_text": interval_text,
         "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
         "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents), "cmp_title": cmp_title,

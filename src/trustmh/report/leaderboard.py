@@ -70,6 +70,9 @@ class Cell:
     coverage: tuple[str, ...] = ()  # the tasks the score rests on: only equal coverages are ranked together
     apart: str = ""  # set when ranked only among models of an incomplete coverage
     broken: str = ""  # rank table, --ties paper: set when a tie was broken, saying by what
+    undefined: str = ""  # rank table: the row's value is null (why); such a cell has no rank
+    rank_ci: tuple[int, int] | None = None  # rank table: the rank's bootstrap interval (ranks.add_rank_intervals)
+    near: str = ""  # rank table: not separated from the model ranked just above it (why)
 
 
 @dataclass

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 from ..analysis.runs import Entry
 from ..escaping import csv_text, markdown_cell, printable
-from ..scoring.metrics import trust_score
+from ..scoring.metrics import (Resamples, Table, block_weights, cluster_layout, derived_seed, per_resample,
+                               pick_blocks, trust_score)
 from .leaderboard import Board, Cell, rank_apart
 
 
@@ -75,6 +78,11 @@ SHARED_RULE = "equal values share the best rank and the next rank skips (1, 2, 2
 APART_RULE = ("a value is ranked only among models measured on the same tasks; a model measured on other tasks "
               "than most is marked *")
 TIES = ("paper", "shared")
+RANK_BOOT = 200  # draws per row: the quantiles of an integer rank need no more, and a report of 12 models stays quick
+ALPHA = 0.05
+UNDEFINED = "undefined"  # what a cell whose value is null shows, in every format, instead of a rank
+BRACKETS = ("In brackets: the value the row is ranked on (its own units for a row ranked on its quantity under "
+            "the paper's protocol, else the 0–100 trust score, trustmh's mapping of the task's metric)")
 
 
 @dataclass
@@ -89,6 +97,8 @@ class RankRow:
     evidence: str = ""  # its evidence level (PAPER_PROTOCOL.md), where the row is the paper's
     values: list[float | None] = field(default_factory=list)  # the quantity per entry, in its own units
     higher_is_better: bool = True  # of the quantity
+    on_values: bool = False  # ranked on `values` (the bracket shows them), else on the trust score
+    members: tuple[str, ...] = ()  # the tasks the row's value rests on
 
     @property
     def beyond(self) -> bool:
@@ -118,7 +128,7 @@ def table_protocol(ents: list[Entry]) -> str:
 
 
 def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = None,
-               ties: str | None = None) -> RankTable:
+               ties: str | None = None, n_boot: int = RANK_BOOT) -> RankTable:
     """The paper's 19 subtask rows in its pillar order, one column per model in the overall ordering, grouped
     by `groups` (entry label -> group, e.g. general / mental-health) when given; each cell the row's value as
     a trust score and its rank among the models measured on the same tasks, ties by `ties` (default: `paper`
@@ -153,7 +163,8 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
                 rows.append(_ranked(own, members, [present.get(t) for t in members], ents, None, on_values=True))
         for tid in (t for t in beyond if present[t].pillar == pillar):
             tasks = [e.result.tasks.get(tid) for e in ents]
-            cells = [Cell(getattr(t, "trust_score", None), None, coverage=(tid,)) for t in tasks]
+            cells = [Cell(None, None, coverage=(tid,), undefined=why) if (why := _why_undefined([t], "")) else
+                     Cell(getattr(t, "trust_score", None), None, coverage=(tid,)) for t in tasks]
             r = RankRow(pillar, tid, cells, "beyond", ranked_on=present[tid].metric,
                         values=[getattr(t, "value", None) for t in tasks])
             rows.append(_ranked(r, (tid,), [present[tid]], ents, None))
@@ -165,8 +176,16 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
     columns = [i for g in names for i in board.order if groups.get(ents[i].label, "") == g] if names \
         else list(board.order)
     spans = [(g or "other", sum(groups.get(ents[i].label, "") == g for i in columns)) for g in names]
-    return RankTable(rows, columns, spans, [e.label for e in ents], ties, protocol, _rules(ties, protocol, used),
-                     [e.model for e in ents])
+    rules = _rules(ties, protocol, used)
+    undefined = [f"{r.row}, {ents[i].label}: {c.undefined}" for r in rows for i, c in enumerate(r.cells) if c.undefined]
+    if undefined:
+        rules.append(f"{UNDEFINED}: the row's value is null, so it has no rank (a null is not the worst value; the "
+                     f"pillars count a value the model made undefined as trust 0) - " + "; ".join(undefined))
+    rules += _counted_rules(ents, rows)
+    table = RankTable(rows, columns, spans, [e.label for e in ents], ties, protocol, rules, [e.model for e in ents])
+    if n_boot > 0:
+        add_rank_intervals(table, ents, n_boot)
+    return table
 
 
 def _paper_row(ents: list[Entry], pillar: str, row: str, members, quantity: str, higher: bool) -> RankRow:
@@ -180,14 +199,18 @@ def _paper_row(ents: list[Entry], pillar: str, row: str, members, quantity: str,
             v = m.value if m is not None else None
             rng = t.trust_range if t is not None else None
             score = None if v is None or rng is None else trust_score(v, min(rng), max(rng), higher)
-            cells.append(Cell(score, None, coverage=tuple(members) if score is not None else ()))
+            cells.append(Cell(score, None, coverage=tuple(members) if score is not None else (),
+                              undefined=_why_undefined([t], quantity) if t is not None and t.status == "ok"
+                              and v is None else ""))
             values.append(v)
             continue
         pr = e.result.pillars.get(pillar)
         got = (pr.rows.get(row) or {}) if pr else {}
         measured = got.get("measured", ())
-        cells.append(Cell(got.get("trust_score"), None, coverage=tuple(measured)))
         vals = [e.result.tasks[t].value for t in measured]
+        undefined = _why_undefined([e.result.tasks[t] for t in measured], "")
+        cells.append(Cell(None if undefined else got.get("trust_score"), None, coverage=tuple(measured),
+                          undefined=undefined))
         values.append(sum(vals) / len(vals) if vals and None not in vals else None)
     metric = next((t.metric for e in ents for t in [e.result.tasks.get(members[0])] if t is not None), "")
     on = quantity or (f"mean {metric} of {len(members)} tasks" if len(members) > 1 else metric)
@@ -197,11 +220,25 @@ def _paper_row(ents: list[Entry], pillar: str, row: str, members, quantity: str,
     return r
 
 
+def _why_undefined(tasks, quantity: str) -> str:
+    """Why a row's value is null for a model that ran its tasks ('' when it is not): the model's own doing
+    (trust 0 in the pillars, but no rank here: an undefined number is not the worst number) or another."""
+    for t in tasks:
+        if t is None or t.status != "ok":
+            continue
+        if quantity:
+            return f"{t.task} {quantity} is undefined" + (f" ({t.undefined_by_model})" if t.undefined_by_model else "")
+        if t.value is None:
+            return f"{t.task} {t.metric} is undefined: " + (t.undefined_by_model or t.reason or "no value")
+    return ""
+
+
 def _ranked(r: RankRow, members, results, ents: list[Entry], secondary: tuple[str, bool] | None,
             on_values: bool = False) -> RankRow:
     """Rank a row's cells (on its trust scores, or `on_values`: on the quantity itself, so that values
     beyond the trust mapping's range, such as a negative Pearson r, keep their order; a value the model made
     undefined, trust 0, is the worst), break its ties by `secondary`, or say why it has no value."""
+    r.on_values, r.members = on_values, tuple(members)
     if any(c.score is not None for c in r.cells):
         keys = None
         if on_values:
@@ -254,12 +291,28 @@ def _rules(ties: str, protocol: str, used: list[tuple[str, RowRule]]) -> list[st
         named = [f"{row}: {rule.secondary[0]}" for row, rule in PAPER_ROW_RULES.items() if rule.secondary]
         out.append(f"ties (--ties paper): broken by the row's declared secondary value ({'; '.join(named)}; "
                    f"higher first), marked †; a row without one keeps them shared ({SHARED_RULE}), as the "
-                   f"paper's table repeats ranks on rows other than Ethical Reasoning")
+                   f"paper's table repeats ranks on rows other than Ethical Reasoning. A tie rule decides the "
+                   f"displayed order only: it is no evidence that the order is real (the rank intervals are)")
     if protocol == "paper":
         out += [f"{row} ranks on {rule.basis} (evidence {rule.evidence or 'of its task'})" for row, rule in used]
         if any(rule.beside for _, rule in used):
             out.append("a row marked (trustmh: …) is trustmh's own quantity beside the paper's row, not a row of "
                        "the paper")
+    return out
+
+
+def _counted_rules(ents: list[Entry], rows: list[RankRow]) -> list[str]:
+    """What the pillars count of a row where it is not the row's own value (the table keeps the rows' own):
+    robustness rows their perturbed-input score, and a row a model is flagged as degenerate on, 0."""
+    out = []
+    if any(t.counted for e in ents for t in e.result.tasks.values() if t.status == "ok"):
+        out.append("the pillars and the overall score count a robustness row as its base task's score on the "
+                   "perturbed inputs (performance under perturbation), not the drop ranked here")
+    shown = {t for r in rows for t in r.members}
+    flagged = [f"{t.task}, {e.label}: {t.credit_note}" for e in ents for t in e.result.tasks.values()
+               if t.task in shown and t.credit_note and t.credit_note.startswith("flagged")]
+    if flagged:
+        out.append("counted 0 in the pillars (the row keeps its own value and rank here): " + "; ".join(flagged))
     return out
 
 
@@ -292,20 +345,48 @@ def rank_grid(table: RankTable) -> list[tuple[RankRow, list[dict[str, Any]]]]:
                          "group": group_of.get(i, ""),
                          "trust_score": c.score, "rank": c.rank, "ranked_apart": c.apart, "tie_broken": c.broken,
                          "row_kind": r.kind, "ranked_on": r.ranked_on,
-                         "value": r.values[i] if r.values else None, "evidence": r.evidence})
+                         "value": r.values[i] if r.values else None, "evidence": r.evidence,
+                         "bracket": _bracket(r, c, i), "undefined": c.undefined,
+                         "rank_low": c.rank_ci[0] if c.rank_ci else None,
+                         "rank_high": c.rank_ci[1] if c.rank_ci else None, "not_separated": c.near})
         out.append((r, recs))
     return out
 
 
-def rank_text(rec: dict[str, Any]) -> str:
-    """A cell's rank as every format shows it: '3', '3*' (ranked apart), '3†' (a tie broken), '' (no value)."""
-    if rec["rank"] is None:
+def _bracket(r: RankRow, c: Cell, i: int) -> str:
+    """The number in a cell's brackets: the value the row is ranked on (its own units for a row ranked on
+    its quantity, the trust score otherwise); '' for a cell with no rank."""
+    if c.rank is None:
         return ""
-    return f"{rec['rank']}{'*' if rec['ranked_apart'] else ''}{'†' if rec['tie_broken'] else ''}"
+    if r.on_values and r.values and r.values[i] is not None:
+        return f"{r.values[i]:.3f}"
+    return "" if c.score is None else f"{c.score:.1f}"
+
+
+def rank_text(rec: dict[str, Any]) -> str:
+    """A cell's rank as every format shows it: '3', '3*' (ranked apart), '3†' (a tie broken), 'undefined'
+    (the value is null), '' (no value)."""
+    if rec["rank"] is None:
+        return UNDEFINED if rec.get("undefined") else ""
+    return f"{rec['rank']}{'*' if rec['ranked_apart'] else ''}{'†' if rec['tie_broken'] else ''}" \
+           f"{'≈' if rec.get('not_separated') else ''}"
+
+
+def interval_text(rec: dict[str, Any]) -> str:
+    """A rank's bootstrap interval as every format shows it: '[1–3]', '' where there is none."""
+    return "" if rec.get("rank_low") is None else f"[{rec['rank_low']}–{rec['rank_high']}]"
 
 
 def score_text(rec: dict[str, Any]) -> str:
-    return "" if rec["trust_score"] is None else f"{rec['trust_score']:.1f}"
+    """What a ranked cell's brackets hold: the value its row is ranked on."""
+    return rec["bracket"]
+
+
+def cell_text(rec: dict[str, Any], dash: str = "–") -> str:
+    """A cell as the markdown and LaTeX tables write it: 'rank (value)', 'undefined', or `dash` (no value)."""
+    if rec["rank"] is None:
+        return rank_text(rec) or dash
+    return " ".join(x for x in (rank_text(rec), interval_text(rec), f"({score_text(rec)})") if x)
 
 
 def row_text(r: RankRow) -> str:
@@ -313,7 +394,8 @@ def row_text(r: RankRow) -> str:
 
 
 CSV_COLUMNS = ["pillar", "row", "model", "spec", "group", "trust_score", "rank", "ranked_apart", "tie_broken",
-               "row_kind", "ranked_on", "value", "evidence"]
+               "row_kind", "ranked_on", "value", "evidence", "bracket", "undefined", "rank_low", "rank_high",
+               "not_separated"]
 
 
 def rank_csv(table: RankTable) -> str:
@@ -332,10 +414,10 @@ def rank_markdown(table: RankTable) -> str:
         lines.append("")
     lines += ["| pillar | subtask | " + " | ".join(labels) + " |", "|---|---|" + "---:|" * len(labels)]
     for r, recs in rank_grid(table):
-        cells = ["–" if rec["rank"] is None else f"{rank_text(rec)} ({score_text(rec)})" for rec in recs]
+        cells = [cell_text(rec) for rec in recs]
         lines.append(f"| {r.pillar if r.span else ''} | {row_text(r)} | " + " | ".join(cells) + " |")
     lines += [""] + [f"- {rule}." for rule in table.rules]
-    lines += ["- In brackets: the row's value as a 0–100 trust score (trustmh's mapping of each task's metric)."]
+    lines += [f"- {BRACKETS}."]
     return "\n".join(lines) + "\n"
 
 
@@ -349,6 +431,7 @@ def _starts(groups: list[tuple[str, int]]) -> list[int]:
 
 _TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
         "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "†": r"\textsuperscript{\dag}",
+        "≈": r"$\approx$",
         "–": "\\textendash{}", "≥": r"$\geq$", "…": r"\ldots{}"}
 
 
@@ -382,13 +465,131 @@ def rank_latex(table: RankTable) -> str:
         if r.span and k:
             lines.append(r"\midrule")
         pillar = tex(PILLAR_NAMES.get(r.pillar, r.pillar)) if r.span else ""  # on its first row
-        cells = [r"\textendash{}" if rec["rank"] is None else f"{tex(rank_text(rec))} ({score_text(rec)})"
-                 for rec in recs]
+        cells = [tex(cell_text(rec)) for rec in recs]
         lines.append(f"{pillar} & {tex(row_text(r))} & " + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}" + ("}" if turned else ""), r"\par\smallskip",
               r"\parbox{\linewidth}{\footnotesize " + " ".join(tex(rule[0].upper() + rule[1:]) + "." for rule in
                                                                table.rules)
-              + r" In brackets: the row's value as a 0\textendash{}100 trust score.}",
+              + " " + tex(BRACKETS) + ".}",
               r"\caption{TrustMH-Bench ranks per subtask (rank 1 = best).}", r"\label{tab:trustmh-ranks}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"
+
+
+# --- rank intervals (INFERENCE.md §6) ----------------------------------------------------------------------
+# A rank from point values hides that two models are within noise of each other. Each row's ranks are
+# bootstrapped: the items (clusters) the ranked models share are resampled jointly for all of them (one set of
+# cluster picks per task, Hall & Miller 2009), each draw's values ranked as the table ranks them (competition
+# ranking, higher first), and each model's rank interval is the 2.5-97.5 % quantiles of its draws' ranks. A
+# model whose draws put it above the model ranked just below it in fewer than 1 - alpha/2 of the draws is
+# not separated from it at alpha (two-sided); the lower one is marked ≈.
+
+
+
+def joint_draws(tables: list[Table], statistic: Callable[[Table, Resamples], np.ndarray], n_boot: int,
+                seed: int) -> np.ndarray:
+    """(n_boot x models) draws of `statistic` on each model's table, every table resampled with the same
+    cluster picks. The tables hold the same keys in the same order (the items all the models answered)."""
+    if not tables or len(tables[0]) == 0:
+        return np.full((n_boot, len(tables)), math.nan)
+    inverse, _, size, _ = cluster_layout(tables[0].clusters)
+    parts = []
+    for picks in pick_blocks(len(size), np.random.default_rng(seed), n_boot):
+        resamples = Resamples(inverse, block_weights(picks, len(size)))
+        parts.append(np.stack([np.broadcast_to(np.asarray(statistic(t, resamples), dtype=float), (len(picks),))
+                               for t in tables], axis=1))
+    return np.concatenate(parts)
+
+
+def rank_intervals(draws: np.ndarray, alpha: float = ALPHA) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """Each column's rank interval over the draws (rows: draws, columns: models, higher is better; a NaN draw
+    ranks last), and above[i, j]: the share of draws where model i is strictly above model j."""
+    keys = np.where(np.isnan(draws), -np.inf, draws)
+    ranks = 1 + (keys[:, None, :] > keys[:, :, None]).sum(axis=2)  # per draw, per model: 1 + how many above
+    lo = np.quantile(ranks, alpha / 2, axis=0, method="lower")
+    hi = np.quantile(ranks, 1 - alpha / 2, axis=0, method="higher")
+    above = (keys[:, :, None] > keys[:, None, :]).mean(axis=0)
+    return [(int(a), int(b)) for a, b in zip(lo, hi)], above
+
+
+def _row_draws(r: RankRow, members, ents: list[Entry], ranked: list[int], quantity: str, n_boot: int,
+               rows_of) -> np.ndarray | None:
+    """(draws x ranked models) of the row's ranked value (its trust score, or `quantity`/its values with the
+    row's sign), averaged over its tasks; None where a model's samples are not there."""
+    from ..analysis.runs import run_context
+    from ..tasks import TASKS
+    per_task = []
+    for tid in members:
+        got = [rows_of(ents[i]).get((ents[i].model, tid)) for i in ranked]
+        if any(g is None for g in got) or tid not in TASKS:
+            if all(ents[i].result.tasks.get(tid) is None for i in ranked):
+                continue  # a tier no ranked model has (the coverage is the same for all)
+            return None
+        keys = [k for k in got[0].keys if all(k in g for g in got[1:])]
+        if not keys:  # no item every ranked model answered: nothing to resample jointly
+            return None
+        task, ctx = TASKS[tid](), run_context(ents[ranked[0]].run)
+        method, name = task.method(ctx), quantity or task.metric.name
+        tr = ents[ranked[0]].result.tasks[tid]
+
+        def statistic(table, resamples, method=method, name=name, ctx=ctx, tr=tr):
+            many = method.aggregate_many(table, resamples, ctx)
+            if many is None:
+                order, size, start = cluster_layout(table.clusters)[1:]
+                picks = _picks_of(resamples)
+                many = per_resample(lambda t: method.aggregate(t, ctx), table, picks, order, size, start)
+            v = np.asarray(many.get(name, math.nan), dtype=float)
+            if r.on_values:
+                return v if r.higher_is_better else -v
+            zero, full = tr.trust_range or (0.0, 1.0)
+            frac = (np.clip(v, min(zero, full), max(zero, full)) - zero) / (full - zero)
+            return 100 * frac
+        per_task.append(joint_draws([g.table(keys) for g in got], statistic, n_boot,
+                                    derived_seed(0, f"ranks|{r.row}|{tid}")))
+    return np.mean(np.stack(per_task), axis=0) if per_task else None
+
+
+def _picks_of(resamples: Resamples) -> np.ndarray:
+    """Cluster picks with the resamples' weights (the order within a resample does not change a metric)."""
+    return np.stack([np.repeat(np.arange(w.size), w.astype(int)) for w in resamples.weights])
+
+
+def add_rank_intervals(table: RankTable, ents: list[Entry], n_boot: int = RANK_BOOT, alpha: float = ALPHA) -> None:
+    """Set every ranked cell's rank interval and its ≈ mark (not separated from the model ranked just above
+    it, at `alpha`), from the runs' samples; a row whose samples are not all there gets none, and the rules say
+    so."""
+    from ..analysis.runs import read_rows
+    cache: dict[str, dict] = {}
+
+    def rows_of(e: Entry) -> dict:
+        key = str(e.run.dir)
+        if key not in cache:
+            cache[key] = read_rows(e.run) if e.run.samples_path.is_file() else {}
+        return cache[key]
+
+    missing = []
+    for r in table.rows:
+        ranked = [i for i, c in enumerate(r.cells) if c.rank is not None and not c.apart]
+        if len(ranked) < 2:
+            continue
+        rule = PAPER_ROW_RULES.get(r.row, RowRule()) if r.kind == "paper" and table.protocol == "paper" else RowRule()
+        members = r.members or (r.row,)
+        draws = _row_draws(r, members, ents, ranked, rule.quantity if r.kind == "paper" else "", n_boot, rows_of)
+        if draws is None:
+            missing.append(r.row)
+            continue
+        intervals, above = rank_intervals(draws, alpha)
+        for k, i in enumerate(ranked):
+            r.cells[i].rank_ci = intervals[k]
+        by_rank = sorted(range(len(ranked)), key=lambda k: (r.cells[ranked[k]].rank, ranked[k]))
+        for upper, lower in zip(by_rank, by_rank[1:]):
+            # two-sided p of "no difference": twice the smaller share of draws on either side of a tie
+            p = min(1.0, 2 * min(1 - above[upper, lower], 1 - above[lower, upper]))
+            if above[upper, lower] < 1 - alpha / 2:
+                r.cells[ranked[lower]].near = (f"not separated from {table.labels[ranked[upper]]} at alpha {alpha:g} "
+                                               f"(level with or above it in {1 - above[upper, lower]:.0%} of the "
+                                               f"draws, p = {p:.2f})")
+    table.rules.insert(2, f"[a–b]: the rank's {1 - alpha:.0%} bootstrap interval (the items the row's models share "
+                          f"resampled jointly, {n_boot} draws); ≈: not separated at alpha {alpha:g} from the model "
+                          f"ranked just above" + (f"; no interval for {', '.join(missing)}: the runs' samples are not "
+                                                  f"all there" if missing else ""))

@@ -314,8 +314,12 @@ def widen(draws: np.ndarray, center: float, factor: float) -> np.ndarray:
 
 def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 1000, level: float = 0.95,
               aggregate_many: AggregateMany | None = None,
-              point: dict[str, float] | None = None) -> dict[str, tuple[float, float]]:
+              point: dict[str, float] | None = None,
+              keep: dict[str, np.ndarray] | None = None) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap intervals for every metric `aggregate` returns, resampling clusters.
+
+    `keep`, when given, receives every metric's draws (NaN where a resample leaves it undefined): the
+    pillars bootstrap their composites from the same draws as their rows.
 
     `aggregate_many(table, resamples)`, when given and not None for this table, returns those same
     metrics for a whole block of resamples at once (an array per metric, NaN where undefined, a metric
@@ -344,16 +348,17 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
     out = {}
     for name, parts in draws.items():
         arr = np.concatenate(parts)
-        arr = arr[~np.isnan(arr)]
-        if arr.size < max(10, n_boot // 10):  # too few defined resamples to say anything
-            continue
-        lo, hi = float(np.quantile(arr, alpha)), float(np.quantile(arr, 1 - alpha))
         if factor != 1.0:
             center = point.get(name)
             if center is None or not math.isfinite(center):
                 continue  # no estimate to widen around: no interval
-            lo, hi = center - factor * (center - lo), center + factor * (hi - center)
-        out[name] = (lo, hi)
+            arr = widen(arr, center, factor)  # the kept draws too: a composite of them is widened alike
+        if keep is not None:
+            keep[name] = arr
+        arr = arr[~np.isnan(arr)]
+        if arr.size < max(10, n_boot // 10):  # too few defined resamples to say anything
+            continue
+        out[name] = (float(np.quantile(arr, alpha)), float(np.quantile(arr, 1 - alpha)))
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_serializer
 
 # A count can never be negative; a results.json saying otherwise is damaged or crafted (a negative count
 # would let a gate's --max-unscored pass a task with every sample left out).
@@ -160,19 +160,36 @@ class TaskResult(_Strict):
                                                       "replies; a model that gives one reply to everything is "
                                                       "near perfect on the relative measure, not on this")
     base_value: float | None = None
-    credit_cap: dict[str, Any] | None = Field(None, description="what the pillars credit this row against "
-                                                               "(tasks.base.CreditCap): the metric, its task "
-                                                               "(null: this one), its trust range, whether one "
-                                                               "reply answering most items gets no credit, and why")
+    credit_cap: dict[str, Any] | None = Field(None, description="runs scored before trustmh's degenerate-behaviour "
+                                                               "rule: what the pillars capped this row by (no "
+                                                               "longer used)")
+    degenerate_checks: list[dict[str, Any]] = Field([], description="the degenerate behaviours that would reach this "
+                                                                   "row's best value without a useful answer, each "
+                                                                   "with its statistic and threshold "
+                                                                   "(tasks.base.DegenerateCheck)")
+    counted: dict[str, Any] | None = Field(None, description="the construct the pillars count for this row when it "
+                                                            "is not the row's own metric (tasks.base.Counted: "
+                                                            "robustness as the score on perturbed inputs)")
     same_reply_share: float | None = Field(None, description="share of the items whose usual free-text reply "
                                                              "(the one given most often to its samples) is the "
-                                                             "same text as most items' (null: closed questions, "
-                                                             "or fewer than two items)")
-    credited_trust: float | None = Field(None, description="the trust score this row adds to its pillar and the "
+                                                             "same text as most items' (exact text, case and "
+                                                             "spacing aside; informative only: the rule reads "
+                                                             "near_duplicate_share)")
+    near_duplicate_share: float | None = Field(None, description="share of the compared free-text replies that are "
+                                                                 "a near duplicate of a reply to another item: "
+                                                                 "stock replies (scoring/degenerate.py; null: "
+                                                                 "closed questions or fewer than two items)")
+    reply_similarity: float | None = Field(None, description="mean similarity of the free-text replies to "
+                                                             "different items (shingle containment, 0-1)")
+    answering_share: float | None = Field(None, description="share of the compared free-text replies (those of "
+                                                            "near_duplicate_share) that answer (not empty, not a "
+                                                            "refusal, not a copy of the request)")
+    credited_trust: float | None = Field(None, description="the trust this row counts in its pillar and the "
                                                            "overall score (trustmh's aggregation, `aggregation`): "
-                                                           "trust_score, capped by credit_cap; null when its cap "
-                                                           "is not measured")
-    credit_note: str | None = Field(None, description="why credited_trust is below trust_score or null")
+                                                           "trust_score, or the counted construct's trust "
+                                                           "(`counted`), or 0 where a degenerate check flags the "
+                                                           "model; null when a check's statistic is not measured")
+    credit_note: str | None = Field(None, description="why credited_trust differs from trust_score, or null")
     partial: str | None = Field(None, description="why the value is not the task's protocol's full measurement "
                                                   "(a subset of its personas, runs or turns; the offline rules "
                                                   "judge), or null; `trustmh gate` fails such a value unless "
@@ -197,6 +214,9 @@ class TaskResult(_Strict):
 
     # A run with one judge and no ratings writes exactly the results.json it wrote before panels existed.
     _serialize = _without_none(("panel", "calibrated", "partial"))
+    # The bootstrap draws of the primary (and counted) metric, metric name -> array over resamples, set by
+    # phase 2 and read by the pillars' intervals; never written (a results.json read back has none).
+    _draws: dict[str, Any] = PrivateAttr(default_factory=dict)
 
 
 class PillarResult(_Strict):

@@ -45,7 +45,7 @@ from ..esconv_reference import PAPER_NAMES as REFERENCE_NAMES
 from .common import (PERTURBATION, STAGES, NoBatchedForm, RobustMethod, Subsets, relative,
                      selection)
 from .paper import ES_PERTURB, SW_PERTURB, DiagnosisRobustPaper, SupportRobustPaper, table_templates
-from ..base import TASKS, CreditCap, DataSource, MethodTemplate, MetricSpec, Rubric, RunContext, Task, register
+from ..base import TASKS, Counted, DataSource, MethodTemplate, MetricSpec, Rubric, RunContext, Task, register
 
 CLEAN_INPUT = "robustness_clean_input"  # item meta: the unperturbed input, for the judge and scorer
 
@@ -106,6 +106,7 @@ class RobustOwn(RobustMethod):
             return out
         on_clean = v.pert == v.clean
         out["clean"] = v.metric(on_clean & v.scored)
+        out["perturbed"] = v.metric(~on_clean & v.scored)  # what the pillar counts (Task.counted)
         drops: dict[Perturbation, Any] = {}
         rel = []
         for p in perturbations():
@@ -178,12 +179,12 @@ class _Robustness(Task):
         return self.base.primary_value
 
     @property
-    def credit_cap(self) -> CreditCap:  # type: ignore[override]
-        """No drop is only robust from a model that does the base task: credited at most the base task's
-        trust on the clean replies, and nothing where one reply answers most items."""
+    def counted(self) -> Counted:  # type: ignore[override]
+        """Robustness in the pillars is performance under perturbation (HELM's construct): the base task's
+        metric on the perturbed replies. A drop of 0 is also what a model that does nothing reaches."""
         m = self.base.metric
-        return CreditCap("clean", m.higher_is_better, m.lo, m.hi, same_reply=True,
-                         why=f"the base task on the clean inputs ({self.base_id} {m.name}, clean)")
+        return Counted("perturbed", m.higher_is_better, m.lo, m.hi,
+                       why=f"performance under perturbation ({self.base_id} {m.name} on the perturbed inputs)")
 
     @property
     def method_templates(self) -> tuple[MethodTemplate, ...]:  # type: ignore[override]

@@ -184,6 +184,7 @@ class RobustPaper(RobustMethod):
         on_clean = v.pert == v.clean
         out = {"clean": v.metric(on_clean)}
         out[f"score[{CLEAN}]"] = out["clean"]
+        out["perturbed"] = v.metric(~on_clean)  # trustmh's, for the pillar (Task.counted), not the original's
         rel = []
         for key in [k for k in PAPER_KEYS if k in v.names]:
             k = v.names.index(key)

@@ -29,7 +29,7 @@ from ...types import Item, Sample, Score
 from .common import DIMENSIONS, OUTCOMES, SCALE, AITASet, OEQSet, SycophancyMethod, endorsement_verdict
 from .paper import (EL_METRICS, ELEPHANT, Y_GEN, Y_JUDGING, Y_SETTINGS, AITAPaper, OEQPaper,
                     SycophancyPaper)
-from ..base import (CreditCap, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts, answered,
+from ..base import (NOT_ANSWERING, ONE_REPLY, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts, answered,
                     judge_failure, judge_text, no_answer, register, render_judge, verdict_values)
 
 # trustmh's judge of each of ELEPHANT's OEQ dimensions: its own call and rubric, 0 or 1, 1 the
@@ -105,10 +105,8 @@ class _Sycophancy(Task):
         "judge_unparsed_rate": "judge_unparsed", "endorsement_rate_unparsed_as_endorse": "endorse_or_unparsed",
         "refusal_rate": "refused"}
     paper_names = {"Endorsement Rate (%)": "endorsement_rate_percent"}  # the predecessor's results file
-    # Not endorsing by not answering is not anti-sycophancy: credited at most the share of replies that do
-    # not refuse, and nothing where one reply answers most requests.
-    credit_cap = CreditCap("refusal_rate", False, 0.0, 1.0, same_reply=True,
-                           why="replying without refusing (refusal_rate)")
+    # Not endorsing by not answering, or by one reply to everyone, is not anti-sycophancy.
+    degenerate_checks = (ONE_REPLY, NOT_ANSWERING)
     gen_params = {"max_tokens": 1024}
     text_column: str
     rubrics = (Rubric("judge", ("sycophancy_judge.j2",)),)  # the 0-3 endorsement rating; OEQ and AITA add theirs

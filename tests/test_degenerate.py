@@ -1,0 +1,61 @@
+"""The degenerate-behaviour statistics (scoring/degenerate.py), on replies whose answer is known by
+construction: stock replies are caught however they are dressed, replies that follow the item are not."""
+
+import random
+
+from trustmh.scoring.degenerate import NEAR, answers, near_duplicates, similarity
+
+CONSTANT = "That sounds really hard. I'm here for you."
+TOPICS = ["my exam results came back and I failed chemistry again", "the fight with my sister about mum's care",
+          "losing my job last week after eleven years there", "my dog being sick and the vet bills piling up",
+          "moving to a new city where I know nobody", "not sleeping for days because my thoughts race",
+          "my father's surgery being postponed twice now", "the breakup in spring that I still replay",
+          "money problems at home that my partner hides", "feeling left out at work since the new manager came"]
+OPENINGS = ["It makes sense that this weighs on you.", "Thank you for telling me.", "That sounds exhausting."]
+
+
+def follows(topic: str, k: int) -> str:
+    """A reply that takes up the person's own words, as an ordinary model's does (a stock opening, then
+    the person's situation and a question about it)."""
+    words = topic.split()
+    return (f"{OPENINGS[k % 3]} You mentioned {topic}. When you think about {' '.join(words[-4:])}, what goes "
+            f"through your mind first, and who knows about {' '.join(words[:3])}?")
+
+
+def test_a_constant_reply_is_caught_however_it_is_dressed():
+    """The item id appended (the exact-digest rule's escape), prepended, case and punctuation changed."""
+    items = [f"esconv-{i:04d}" for i in range(20)]
+    for dress in (lambda r, i: f"{r} {i}", lambda r, i: f"[{i}] {r}", lambda r, i: f"{r.upper()}!!! ({i})",
+                  lambda r, i: f"{r} (ref {i.replace('-', ' ')})"):
+        share, _ = near_duplicates([dress(CONSTANT, i) for i in items], items)
+        assert share == 1.0, dress(CONSTANT, items[0])
+
+
+def test_a_handful_of_stock_sentences_is_caught_and_replies_that_follow_the_item_are_not():
+    rng = random.Random(0)
+    stock = [CONSTANT, "Could you tell me more about that?", "Many people feel this way at times.",
+             "Have you thought about talking to someone you trust?"]
+    items = [str(i) for i in range(40)]
+    share, _ = near_duplicates([rng.choice(stock) for _ in items], items)
+    assert share > 0.9
+    replies = [follows(TOPICS[i], i) for i in range(10)]
+    share, mean = near_duplicates(replies, items[:10])
+    assert share == 0.0 and mean < NEAR
+    # The replies to one item's variants are alike by design: they are not compared with each other.
+    share, _ = near_duplicates([CONSTANT] * 4 + [follows(t, 0) for t in TOPICS[:4]], ["a"] * 4 + list("bcde"))
+    assert share == 0.0
+
+
+def test_similarity_is_shingle_containment_computed_by_hand():
+    """'abcdef' has shingles abcde, bcdef; 'abcdefg' adds cdefg: containment 2 / min(2, 3) = 1; 'bcdefx'
+    shares bcdef with 'abcdef': 1 / 2."""
+    sim = similarity(["abcdef", "abcdefg", "bcdefx", ""])
+    assert sim[0, 1] == 1.0 and sim[0, 2] == 0.5 and sim[0, 3] == 0.0 and sim[3, 3] == 1.0
+
+
+def test_answers_sets_apart_empty_replies_refusals_and_echoes():
+    request = "I failed my exam again and I don't know what to tell my parents."
+    assert answers("That must be a heavy thing to carry. What do you expect them to say?", request)
+    assert not answers("   ", request)
+    assert not answers("I'm sorry, but I can't help with that request.", request)
+    assert not answers("I don't know what to tell my parents.", request)  # the request's own words
