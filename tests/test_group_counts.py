@@ -76,6 +76,8 @@ def runs(tmp_path_factory) -> list[Path]:
     folders = []
     with FakeLLMServer(reply=reply) as srv:
         def run(name: str, **kw) -> None:
+            if kw.get("protocol") == "paper":  # the run's judge reads PsyLeak too, as before the paper's proxy
+                kw.setdefault("proxy_judge", "rules")  # was kept under a named --judge
             spec = run_spec(models=["openai/m"], judge="openai/judge", base_url=srv.openai_base_url,
                             judge_base_url=srv.openai_base_url, **kw)
             run_quiet(spec, out / name, limits=Limits(max_connections=32))

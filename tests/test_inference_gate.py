@@ -148,7 +148,10 @@ def test_one_cluster_gets_no_interval_in_the_run_and_no_verdict_in_compare(rando
     from trustmh.cli.render import _value_cells
     from trustmh.scoring.results import RunResults
     tr = RunResults.model_validate(res).models["baseline/random"].tasks["safety.jailbreak"]
-    assert _value_cells(tr)[1] == "too few clusters: 1"
+    assert _value_cells(tr)[1] == "none (G<5)"  # the terminal's cell; its legend gives the reason:
+    code, out, _ = cli_here("score", a, "--no-progress")
+    assert code == 0 and "none (G<5): too few clusters for an interval or a test (fewer than 5): " in out
+    assert "safety.jailbreak (G = 1)" in out
     code, _, _ = cli_here("report", a, "-o", a.parent / "r.html", "--no-samples")
     assert code == 0 and "too few clusters: 1" in (a.parent / "r.html").read_text(encoding="utf-8")
 

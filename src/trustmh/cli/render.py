@@ -10,7 +10,9 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ._base import err, note, out, styled
-from ..scoring.metrics import interval_note, too_few_clusters
+from ..scoring.metrics import MIN_CLUSTERS, interval_note, too_few_clusters
+
+FEW_MARK = f"none (G<{MIN_CLUSTERS})"  # the interval cell of a task on too few clusters
 
 
 class _ProgressView:
@@ -133,7 +135,9 @@ def _pillar_summary(mr, name: str) -> None:
 def _value_cells(t, base_sep: str = " ") -> tuple:
     from ..scoring.pillars import judge_mark
     val = ("undefined" if t.n else "-") if t.value is None else f"{t.value:.3f}"
-    ci = (interval_note(t.ci, t.n_clusters) or "-") if t.ci is None else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]"
+    # too few clusters: a short mark in the cell (an 11-column table fits 120), the reason in the legend below
+    ci = ((FEW_MARK if interval_note(t.ci, t.n_clusters) else "-") if t.ci is None
+          else f"[{t.ci[0]:.3f}, {t.ci[1]:.3f}]")
     parts: list = [val]
     if t.judge_usable_rate is not None:  # the primary judge's usable-verdict rate, beside the value
         bad = bool(judge_mark(t))
@@ -171,8 +175,10 @@ def _task_tables(mr, name: str) -> list[RichTable]:
         table = RichTable(title=name, title_justify="left", box=box.HEAVY_HEAD)
         for col in ("task", "metric", "value", "95% CI", "n", "G", "no answer", "unscored", "judge failed", "errors",
                     "trust"):
-            table.add_column(col, justify="right" if col not in ("task", "metric") else "left",
-                             no_wrap=col in ("task", "value", "95% CI", "trust"))
+            # headers of two words on two lines, and the interval's note folded: 11 columns fit 120
+            table.add_column(col.replace(" ", "\n") if col in ("no answer", "judge failed") else col,
+                             justify="right" if col not in ("task", "metric") else "left",
+                             no_wrap=col in ("task", "value", "trust"))
         for t in mr.tasks.values():
             if t.status != "ok":
                 table.add_row(t.task, t.metric, Text("not run", style="yellow"), "", "", "", "", "", "", "", "")
@@ -223,6 +229,11 @@ def _summary(results) -> None:
                       style="yellow", markup=False, highlight=False, soft_wrap=True)
         out.print("no answer: the model's own non-answers, counted against it in the value; unscored and judge "
                   "failed: left out of the value, not the model's doing", markup=False, highlight=False)
+        few = [f"{t.task} (G = {t.n_clusters})" for t in mr.tasks.values()
+               if t.status == "ok" and interval_note(t.ci, t.n_clusters)]
+        if few:
+            out.print(f"{FEW_MARK}: {too_few_clusters(0).split(':')[0]} for an interval or a test (fewer than "
+                      f"{MIN_CLUSTERS}): " + ", ".join(few), markup=False, highlight=False)
         undefined = [t for t in mr.tasks.values() if t.status == "ok" and t.undefined_by_model]
         if undefined:
             out.print("trust 0*: undefined by the model's replies, the worst score: " + "; ".join(

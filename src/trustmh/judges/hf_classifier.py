@@ -95,6 +95,7 @@ class ClassifierModel:
 
     cacheable = True
     remote = True  # the endpoint's in-flight bound is what lets requests gather into batches
+    answers_by_body = True  # a label depends on the text it is given alone
 
     def __init__(self, spec: ClassifierSpec, max_batch: int = 32):
         self.classifier = spec

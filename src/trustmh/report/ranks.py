@@ -416,7 +416,8 @@ def rank_markdown(table: RankTable) -> str:
     for r, recs in rank_grid(table):
         cells = [cell_text(rec) for rec in recs]
         lines.append(f"| {r.pillar if r.span else ''} | {row_text(r)} | " + " | ".join(cells) + " |")
-    lines += [""] + [f"- {rule}." for rule in table.rules]
+    # A rule may quote a run's own text (a model's label, a reason): its control characters made visible
+    lines += [""] + [f"- {printable(rule)}." for rule in table.rules]
     lines += [f"- {BRACKETS}."]
     return "\n".join(lines) + "\n"
 
