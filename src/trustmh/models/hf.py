@@ -35,6 +35,7 @@ torch and transformers are imported when such a model is built, never by `import
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import math
 import os
@@ -191,11 +192,15 @@ class HFModel(Model):
             # One intra-op thread per core this process may use: torch counts the host's cores, which in a
             # container or under taskset oversubscribes and runs slower than fewer threads.
             torch.set_num_threads(min(torch.get_num_threads(), cpu_budget()))
+        # A GGUF file is read from its folder by name (gguf_file=); transformers de-quantizes its weights.
+        where = {"pretrained_model_name_or_path": self.path, "local_files_only": True}
+        if self.path.is_file():
+            where.update(pretrained_model_name_or_path=self.path.parent, gguf_file=self.path.name)
+            check_gguf_readable(spec, self.path)
         try:
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(**where)
             dtype = torch.float32 if self.device == "cpu" else "auto"
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                self.path, dtype=dtype, local_files_only=True).to(self.device)
+            self.model = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=dtype).to(self.device)
         except Exception as e:  # noqa: BLE001 - any load failure is the folder's problem: one line, no traceback
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise UserError(f"{spec}: cannot load the model in {self.path}: {type(e).__name__}: "
@@ -365,6 +370,28 @@ class HFModel(Model):
             self._worker = None
         self._fail(self._queue, ModelError("other", "model closed"))
         self._queue = []
+
+
+def check_gguf_readable(spec: str, path) -> None:
+    """Refuse, in one line and before the minutes a load takes, a GGUF file that this transformers cannot
+    read: its packages missing, or an architecture it has no mapping for. Also silences the progress bar
+    transformers draws (with tqdm, ignoring its own setting) while de-quantizing."""
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"{spec}: reading a GGUF file needs {' and '.join(missing)}: pip install 'trustmh[hf]'")
+    from importlib.metadata import version
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    arch = hf_files.gguf_header(path, spec)["architecture"]
+    known = getattr(gguf_utils, "GGUF_SUPPORTED_ARCHITECTURES", None)
+    # transformers maps llama.cpp's spellings onto its own (qwen2moe -> qwen2_moe, gpt-oss -> gpt_oss).
+    squash = lambda name: name.replace("_", "").replace("-", "")  # noqa: E731
+    if known is not None and squash(arch) not in map(squash, known):
+        raise UserError(f"{spec}: transformers {version('transformers')} cannot read GGUF models of architecture "
+                        f"'{arch or 'unnamed'}' (it reads {', '.join(sorted(known))}); convert the model to a "
+                        f"transformers folder, or serve the file with llama.cpp and use --base-url")
+    if not isinstance(getattr(gguf_utils, "tqdm", None), functools.partial):
+        gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
 
 
 def hf_endpoint(fp: hf_files.Fingerprint | str) -> str:
