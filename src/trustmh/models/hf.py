@@ -134,8 +134,9 @@ class _Sizer:
     so a cautious start at 1 cost most of the speed of a short run); a new one starts from the best size
     of the nearest bucket measured (halved when that bucket's prompts are shorter: a longer row costs
     more). From there the size moves to an untried neighbour of the best (double, then half) while that is
-    faster, so a bucket where batching does not pay gets down to 1 after a few batches. Settled, it tries a neighbour every PROBE_EVERY batches,
-    because first measurements are noisy and the machine's load changes."""
+    faster, so a bucket where batching does not pay gets down to 1 after a few batches. Settled, it tries a
+    neighbour every PROBE_EVERY batches, because first measurements are noisy and the machine's load
+    changes."""
 
     PROBE_EVERY = 8
 
@@ -300,7 +301,8 @@ class HFModel(Model):
                     self._fail(batch, ModelError("other", "model closed during generation"))
                     continue
                 latency = time.perf_counter() - t0
-                self._sizer.record(bucket(len(batch[0].ids)), len(batch), sum(o[2] + o[3] for o in outs) / max(latency, 1e-9))
+                tokens = sum(o[2] + o[3] for o in outs)
+                self._sizer.record(bucket(len(batch[0].ids)), len(batch), tokens / max(latency, 1e-9))
                 for job, (text, finish, n_prompt, n_out) in zip(batch, outs):
                     if not job.future.done():
                         job.future.set_result(Response(text, finish, n_prompt, n_out, latency))
