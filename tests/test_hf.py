@@ -199,7 +199,11 @@ def test_identity_records_fingerprint_and_versions(tiny_model):
 # --- batching ---------------------------------------------------------------------------------------------
 
 def test_padding_bound_of_a_batch():
-    from trustmh.models.hf import fits_padding
+    from trustmh.models import hf
+
+    def fits_padding(lengths):
+        return hf.fits_padding(max(lengths), sum(lengths), len(lengths))
+
     assert fits_padding([5, 30, 12])  # all short: padding them costs less than a batch of their own
     assert fits_padding([100, 100, 100, 200])  # 800 positions for 500 prompt tokens
     assert not fits_padding([40, 40, 40, 200])  # 800 positions for 320 prompt tokens
@@ -207,7 +211,6 @@ def test_padding_bound_of_a_batch():
 
 
 def test_prompts_are_batched_by_length(tiny_model):
-    from trustmh.models.hf import fits_padding
     short = ["help", "I feel sad", "yes no"]
     long = [" ".join(["one two three four"] * k) for k in (14, 15, 16)]  # 59-67 tokens with the template
 

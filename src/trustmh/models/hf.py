@@ -99,12 +99,13 @@ def bucket(n_tokens: int) -> int:
     return 0 if n_tokens <= 32 else 1 + int(math.log(n_tokens / 32, 1.5) - 1e-9)
 
 
-def fits_padding(lengths: list[int]) -> bool:
-    """Whether prompts of these lengths may share a batch: padded to the longest, at most as many padding
-    tokens as prompt tokens (or all of them short). Decoding steps cost about the same for a batch of 8 as
-    for 1, so splitting a batch by length costs whole extra passes over the replies' steps; padding costs
-    only prompt positions, and only this much of it."""
-    return max(lengths) <= 32 or max(lengths) * len(lengths) <= 2 * sum(lengths)
+def fits_padding(longest: int, total: int, rows: int) -> bool:
+    """Whether `rows` prompts of `total` tokens, the longest `longest`, may share a batch: padded to the
+    longest, at most as many padding tokens as prompt tokens (or all of them short). A decoding step of 8
+    rows costs far less than 8 steps of one (bench/README.md, hf_real_model.py), so splitting a batch by
+    length costs whole extra passes over the replies' steps; padding costs only prompt positions, and only
+    this much of it."""
+    return longest <= 32 or longest * rows <= 2 * total
 
 
 def is_out_of_memory(e: BaseException) -> bool:
@@ -267,11 +268,14 @@ class HFModel(Model):
         near = sorted((j for j in self._queue if j.sampling == first.sampling),
                       key=lambda j: abs(len(j.ids) - len(first.ids)))  # stable: the oldest first among equals
         batch: list[_Job] = []
+        longest = total = 0
         for job in near:
             if len(batch) == size:
                 break
-            if fits_padding([len(j.ids) for j in batch] + [len(job.ids)]):
+            n = len(job.ids)
+            if fits_padding(max(longest, n), total + n, len(batch) + 1):
                 batch.append(job)
+                longest, total = max(longest, n), total + n
         taken = set(map(id, batch))
         self._queue = [j for j in self._queue if id(j) not in taken]
         return [j for j in batch if not j.future.done()]  # a caller that gave up
