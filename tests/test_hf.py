@@ -17,6 +17,14 @@ TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|> {{ m['content'] }} </s> 
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
+@pytest.fixture(autouse=True)
+def _own_weights():
+    """Models of the same files share one load in a process (hf._loaded); tests here patch and hook the
+    loaded model, so each test loads its own, as separate runs would."""
+    from trustmh.models import hf
+    hf._loaded.clear()
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
@@ -190,8 +198,19 @@ def test_identity_records_fingerprint_and_versions(tiny_model):
 
 # --- batching ---------------------------------------------------------------------------------------------
 
-def test_prompts_are_batched_by_length_bucket(tiny_model):
-    from trustmh.models.hf import bucket
+def test_padding_bound_of_a_batch():
+    from trustmh.models import hf
+
+    def fits_padding(lengths):
+        return hf.fits_padding(max(lengths), sum(lengths), len(lengths))
+
+    assert fits_padding([5, 30, 12])  # all short: padding them costs less than a batch of their own
+    assert fits_padding([100, 100, 100, 200])  # 800 positions for 500 prompt tokens
+    assert not fits_padding([40, 40, 40, 200])  # 800 positions for 320 prompt tokens
+    assert fits_padding([200, 100, 40]) and not fits_padding([200, 100, 10, 10])  # 600 for 340; 800 for 320
+
+
+def test_prompts_are_batched_by_length(tiny_model):
     short = ["help", "I feel sad", "yes no"]
     long = [" ".join(["one two three four"] * k) for k in (14, 15, 16)]  # 59-67 tokens with the template
 
@@ -205,9 +224,10 @@ def test_prompts_are_batched_by_length_bucket(tiny_model):
 
     model, replies = asyncio.run(main())
     assert all(r.text is not None for r in replies) and sum(model.batch_sizes) == 9
-    assert len(model.batch_sizes) == 2  # one batch per bucket, the later short ones joining the first
-    for lo, hi in model.batch_widths:
-        assert bucket(lo) == bucket(hi) and hi <= max(32, 1.5 * lo)  # nobody padded past its bucket
+    assert len(model.batch_sizes) == 2  # short with short, long with long; the later short ones join the first
+    assert model.batch_sizes == [6, 3]
+    (lo_short, hi_short), (lo_long, _) = model.batch_widths
+    assert hi_short <= 32 < lo_long  # no short prompt padded to a long one's length
 
 
 def test_cpu_out_of_memory_halves_the_batch_and_completes(tiny_model):
@@ -271,8 +291,8 @@ def test_batch_size_follows_measured_throughput():
         n = sizer.size(0)
         seen.append(n)
         sizer.record(0, n, rates[n])
-    assert seen[:5] == [1, 2, 4, 8, 4]  # doubles while it pays, then back to the best
-    assert seen.count(4) >= 14 and set(seen[5:]) <= {2, 4, 8}  # settled, with an occasional probe
+    assert seen[:6] == [32, 16, 8, 4, 2, 4]  # starts at all that waits, halves while it pays, back to the best
+    assert seen.count(4) >= 13 and set(seen[6:]) <= {2, 4, 8}  # settled, with an occasional probe
     long = _Sizer(32, fixed=False)  # long prompts on a CPU: batch size 1 is fastest
     for _ in range(12):
         n = long.size(3)
@@ -502,3 +522,16 @@ def test_torch_threads_follow_the_cpu_quota(tmp_path):
     quota.write_text("max 100000\n")
     assert cpu_budget(str(quota)) == cores
     assert cpu_budget(str(tmp_path / "absent")) == cores
+
+
+def test_models_of_the_same_files_share_one_load_freed_with_the_last(tiny_model, tmp_path):
+    import gc
+    from trustmh.models import hf
+    a, b = make(tiny_model), make(tiny_model)  # a model that is also its own judge
+    assert a.model is b.model and a.tokenizer is b.tokenizer
+    other = make(copy_model(tiny_model, tmp_path / "other", reseed=1))
+    assert other.model is not a.model  # other weights: loaded apart
+    key = (a.fingerprint.digest, a.device)
+    del a, b
+    gc.collect()
+    assert key not in hf._loaded

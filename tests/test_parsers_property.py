@@ -105,9 +105,12 @@ def test_parse_scale_rating(text, tier, figures):
     got = parsing.parse_scale_rating(text, allowed, dict(phrases))
     assert got is None or got in allowed
     # A later 'Answer:' would rightly take precedence, and lines led by scale points are an echoed scale.
+    # Words of the scale after the number that name another point make it no rating ("4) not too sensitive").
     tail = re.sub(r"(?i)answer", "", text[:20]).replace("\n", " ")
+    named = {value for phrase, value in phrases if re.search(rf"\b{re.escape(phrase)}\b", tail.lower())}
     for v in allowed:
-        assert parsing.parse_scale_rating(f"Answer: {v}) {tail}", allowed, dict(phrases)) == v
+        got = parsing.parse_scale_rating(f"Answer: {v}) {tail}", allowed, dict(phrases))
+        assert got == v if named <= {v} else got in (v, None)
 
 
 @FAST

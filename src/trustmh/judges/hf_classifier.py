@@ -41,6 +41,9 @@ def parse_spec(spec: str) -> ClassifierSpec:
         opts[key] = value
     if not model.strip():
         raise UserError(f"--refusal-classifier: no model path in '{spec}'")
+    if model.strip().lower().endswith(".gguf"):
+        raise UserError(f"--refusal-classifier: {model.strip()} is a GGUF file, which holds a causal language "
+                        f"model, not a sequence classifier; give a classifier's folder or hub id")
     return ClassifierSpec(model.strip(), opts.get("refusal_label", DEFAULT_REFUSAL_LABEL))
 
 

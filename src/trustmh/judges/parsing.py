@@ -61,8 +61,9 @@ def extract_letter(text: str, letters: Iterable[str]) -> str | None:
                 if m:
                     return m.group(1)
     clean = strip_markdown(text)
-    tagged = re.findall(rf"(?:answer|choice|option)\s*(?:is)?\s*[:\-]?\s*\(?({pat})\)?(?![A-Za-z])", clean,
-                        flags=re.IGNORECASE)
+    # "Answer: C", "the answer is C", "the most ethical option would be C."
+    tagged = re.findall(rf"(?:answer|choice|option)\s*(?:is|would be|should be|will be)?\s*[:\-]?\s*\(?({pat})\)?"
+                        rf"(?![A-Za-z])", clean, flags=re.IGNORECASE)
     if tagged:
         # The last tagged letter is the final answer when the model revises itself.
         return tagged[-1].upper()
@@ -86,7 +87,8 @@ def parse_scale_rating(text: str, allowed: Iterable[int], phrases: dict[str, int
 
     Order of evidence: a number at the start of the answer; the first 'N)' in the answer; the earliest
     scale phrase (longest phrase wins at the same position); a lone allowed number. An answer whose lines
-    start with three or more different scale points is the scale echoed back: None."""
+    start with three or more different scale points is the scale echoed back: None; so is a number whose
+    own words name another point ("100) strongly disagree", as small models write)."""
     allowed = set(allowed)
     answer = strip_markdown(after_last_answer_tag(text)).strip()
     # At most 9 digits: no scale goes that far, and int() refuses numbers over 4300 digits outright.
@@ -95,21 +97,32 @@ def parse_scale_rating(text: str, allowed: Iterable[int], phrases: dict[str, int
     marked = {int(v.replace("−", "-")) for v in re.findall(rf"(?m)^\s*{num}{end}\s*[).:\-–]", answer)}
     if len(marked & allowed) >= 3:
         return None  # lines led by three or more scale points: the scale echoed, not a rating
+    low = answer.lower()
     for pattern in (rf"^{num}{end}\s*(?:[).:\-–]|$)", rf"{num}\s*\)"):
         for m in re.finditer(pattern, answer):
             v = int(m.group(1).replace("−", "-"))
             if v in allowed:
-                return v
-    low = answer.lower()
+                # "100) strongly disagree": the number and the scale's words for it disagree, no rating
+                words = _first_phrase(low[m.end():].split("\n", 1)[0], phrases)
+                return v if words is None or words == v else None
+    words = _first_phrase(low, phrases)
+    return words if words is not None else _lone_number(answer, allowed)
+
+
+def _first_phrase(low: str, phrases: dict[str, int]) -> int | None:
+    """The value of the earliest scale phrase in `low` (the longest one at the same position)."""
     best: tuple[int, int, int] | None = None  # (position, -length, value)
     for phrase, value in phrases.items():
         pos = re.search(rf"\b{re.escape(phrase)}\b", low)
         if pos:
             cand = (pos.start(), -len(phrase), value)
             best = cand if best is None or cand < best else best
-    if best is not None:
-        return best[2]
-    values = [int(x.replace("−", "-")) for x in re.findall(rf"{num}{end}", answer)]
+    return best[2] if best is not None else None
+
+
+def _lone_number(answer: str, allowed: set[int]) -> int | None:
+    """The one allowed number the answer holds (several different ones: None)."""
+    values = [int(x.replace("−", "-")) for x in re.findall(r"(?<![\d.])([-+−]?\d{1,9})(?!\d)(?!\.?\d)", answer)]
     values = [v for v in values if v in allowed]
     if len(set(values)) == 1:
         return values[0]
@@ -156,6 +169,7 @@ def parse_int_scores(obj: dict[str, Any] | None, keys: Iterable[str], lo: float,
 
 
 _LABEL_KEYS = ("label", "answer", "category", "level", "classification", "prediction")
+_JSON_KEY = re.compile(r'"[^"\n]{1,80}"\s*:')
 _LABEL_TAG = re.compile(r"\b(?:answer|label|classification|category|level|prediction)\s*[:：]", re.IGNORECASE)
 
 
@@ -198,7 +212,7 @@ def extract_label(text: str, vocab: dict[str, str]) -> str | None:
     matter) to canonical labels.
 
     Order of evidence: the label field of a JSON object; the first line after the last 'Answer:'/'Label:'
-    tag; otherwise the whole reply. Each must name exactly one label: a reply naming two different labels
+    tag; otherwise the whole reply, less its JSON keys. Each must name exactly one label: a reply naming two different labels
     in the same place is ambiguous and gives None, as does a JSON label outside the vocabulary."""
     obj = extract_json_object(text)
     if obj is not None:
@@ -214,5 +228,6 @@ def extract_label(text: str, vocab: dict[str, str]) -> str | None:
         found = _labels_named(line, vocab)
         if found:
             return found.pop() if len(found) == 1 else None
-    found = _labels_named(text, vocab)
+    # A label that is only a JSON key ('"suicidal_ideation": {', the categories written out) is not chosen.
+    found = _labels_named(_JSON_KEY.sub(" ", text), vocab)
     return found.pop() if len(found) == 1 else None

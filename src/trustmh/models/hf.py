@@ -6,16 +6,17 @@ for old weights are never served for new ones, and `identity()` gives what resul
 
 Batching. Every generate() call is tokenised and joins a queue; one loop takes a batch from it and runs
 `model.generate` in a worker thread, so the event loop keeps taking requests while the model runs.
-  * A batch holds prompts of one length bucket (up to 32 tokens, then edges growing by 1.5x: a row is
-    padded by less than half its length), so long and short prompts never share a batch and nothing is
-    padded to the longest prompt of the queue.
+  * A batch holds the oldest waiting request and the others of its sampling setting nearest its length,
+    padded to the longest of them, with at most as many padding tokens as prompt tokens (fits_padding):
+    long and short prompts do not share a batch, and nearly alike ones are not split, because every
+    extra batch costs a whole pass over the replies' decoding steps.
   * Each row stops at its own end: its eos or its own max_tokens (a per-row stopping criterion), and the
     batch ends when every row has.
   * The batch size follows measured throughput (prompt plus generated tokens per second), separately
-    for each length bucket: it starts small and moves (double or half) while throughput grows (_Sizer),
-    so it does not settle where batching is slower than batch size 1. `batch_size` fixes it instead
-    (--batch-size). Batches form from the requests in flight (--max-connections, 32 by default), which
-    mixed prompt lengths share out across buckets: more in flight, larger batches.
+    for each length bucket (up to 32 tokens, then edges growing by 1.5x): it starts at all that waits
+    and moves (half or double) while throughput grows (_Sizer), so it does not settle where batching is
+    slower than batch size 1. `batch_size` fixes it instead (--batch-size). Batches form from the
+    requests in flight (--max-connections, 32 by default): more in flight, larger batches.
   * Out of memory (CUDA, MPS or CPU) halves the batch and retries it; a single request that does not fit
     fails with a typed error.
   * aclose() (Ctrl-C, the end of the run) stops a batch in progress after the current decoding step.
@@ -35,12 +36,14 @@ torch and transformers are imported when such a model is built, never by `import
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import math
 import os
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,6 +99,15 @@ def bucket(n_tokens: int) -> int:
     return 0 if n_tokens <= 32 else 1 + int(math.log(n_tokens / 32, 1.5) - 1e-9)
 
 
+def fits_padding(longest: int, total: int, rows: int) -> bool:
+    """Whether `rows` prompts of `total` tokens, the longest `longest`, may share a batch: padded to the
+    longest, at most as many padding tokens as prompt tokens (or all of them short). A decoding step of 8
+    rows costs far less than 8 steps of one (bench/README.md, hf_real_model.py), so splitting a batch by
+    length costs whole extra passes over the replies' steps; padding costs only prompt positions, and only
+    this much of it."""
+    return longest <= 32 or longest * rows <= 2 * total
+
+
 def is_out_of_memory(e: BaseException) -> bool:
     """CUDA raises torch.OutOfMemoryError; the CPU allocator a RuntimeError (or MemoryError) that says so."""
     if isinstance(e, MemoryError):
@@ -116,18 +128,16 @@ class _Job:
     seed: int
     future: asyncio.Future = field(repr=False)
 
-    @property
-    def group(self) -> tuple:
-        return (self.sampling, bucket(len(self.ids)))
-
 
 class _Sizer:
-    """Batch size per length bucket from measured throughput. The first bucket starts at 1; a new one
-    starts from the best size of the nearest bucket measured (halved when that bucket's prompts are
-    shorter: a longer row costs more). From there the size moves to an untried neighbour of the best
-    (double, then half) while that is faster, so a bucket where batching does not pay (long prompts on a
-    CPU) gets back to 1 after a batch or two. Settled, it tries a neighbour every PROBE_EVERY batches,
-    because first measurements are noisy and the machine's load changes."""
+    """Batch size per length bucket from measured throughput. The first bucket starts at the cap (all that
+    waits: on a real model, CPU included, one batch of 8 replies is about 3x faster than 8 one at a time,
+    so a cautious start at 1 cost most of the speed of a short run); a new one starts from the best size
+    of the nearest bucket measured (halved when that bucket's prompts are shorter: a longer row costs
+    more). From there the size moves to an untried neighbour of the best (double, then half) while that is
+    faster, so a bucket where batching does not pay gets down to 1 after a few batches. Settled, it tries a
+    neighbour every PROBE_EVERY batches, because first measurements are noisy and the machine's load
+    changes."""
 
     PROBE_EVERY = 8
 
@@ -148,7 +158,7 @@ class _Sizer:
         if best is None:
             near = sorted((abs(o - b), o > b, o) for o in self.rate if self.best(o) is not None)
             if not near:
-                return 1
+                return self.cap  # all that waits, as a plain batched generate would take it
             other = near[0][2]
             return max(1, self.best(other) // (2 if other < b else 1))
         for n in (best * 2, best // 2):
@@ -191,20 +201,10 @@ class HFModel(Model):
             # One intra-op thread per core this process may use: torch counts the host's cores, which in a
             # container or under taskset oversubscribes and runs slower than fewer threads.
             torch.set_num_threads(min(torch.get_num_threads(), cpu_budget()))
-        try:
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-            dtype = torch.float32 if self.device == "cpu" else "auto"
-            self.model = transformers.AutoModelForCausalLM.from_pretrained(
-                self.path, dtype=dtype, local_files_only=True).to(self.device)
-        except Exception as e:  # noqa: BLE001 - any load failure is the folder's problem: one line, no traceback
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise UserError(f"{spec}: cannot load the model in {self.path}: {type(e).__name__}: "
-                            f"{first[:300]}") from None
-        self.model.eval()
-        # Decoder-only models continue from the right: pad on the left.
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        weights = _loaded.get((self.fingerprint.digest, self.device)) or _load(spec, self.path, self.device)
+        _loaded[(self.fingerprint.digest, self.device)] = weights
+        self._weights = weights  # held while this model lives; the table above holds it only weakly
+        self.tokenizer, self.model = weights.tokenizer, weights.model
         self.chat_template_missing = not getattr(self.tokenizer, "chat_template", None)
         self.context_limit = context_limit(self.model.config, self.tokenizer)
         if self.chat_template_missing and self.fingerprint.digest not in _warned:
@@ -261,9 +261,21 @@ class HFModel(Model):
 
     # --- batching ---------------------------------------------------------------------------------
     def _take(self) -> list[_Job]:
-        """The next batch: requests of the oldest request's sampling setting and length bucket."""
-        group = self._queue[0].group
-        batch = [j for j in self._queue if j.group == group][: self._sizer.size(group[1])]
+        """The next batch: the oldest request, and the waiting requests of its sampling setting nearest its
+        length, as many as the size allows while padding stays within bounds (fits_padding)."""
+        first = self._queue[0]
+        size = self._sizer.size(bucket(len(first.ids)))
+        near = sorted((j for j in self._queue if j.sampling == first.sampling),
+                      key=lambda j: abs(len(j.ids) - len(first.ids)))  # stable: the oldest first among equals
+        batch: list[_Job] = []
+        longest = total = 0
+        for job in near:
+            if len(batch) == size:
+                break
+            n = len(job.ids)
+            if fits_padding(max(longest, n), total + n, len(batch) + 1):
+                batch.append(job)
+                longest, total = max(longest, n), total + n
         taken = set(map(id, batch))
         self._queue = [j for j in self._queue if id(j) not in taken]
         return [j for j in batch if not j.future.done()]  # a caller that gave up
@@ -293,7 +305,8 @@ class HFModel(Model):
                     self._fail(batch, ModelError("other", "model closed during generation"))
                     continue
                 latency = time.perf_counter() - t0
-                self._sizer.record(batch[0].group[1], len(batch), sum(o[2] + o[3] for o in outs) / max(latency, 1e-9))
+                tokens = sum(o[2] + o[3] for o in outs)
+                self._sizer.record(bucket(len(batch[0].ids)), len(batch), tokens / max(latency, 1e-9))
                 for job, (text, finish, n_prompt, n_out) in zip(batch, outs):
                     if not job.future.done():
                         job.future.set_result(Response(text, finish, n_prompt, n_out, latency))
@@ -365,6 +378,64 @@ class HFModel(Model):
             self._worker = None
         self._fail(self._queue, ModelError("other", "model closed"))
         self._queue = []
+
+
+class _Weights:
+    """A loaded tokenizer and model. Every HFModel of the same files on the same device in this process
+    shares one (a model that is also its own judge or simulated person is loaded once), and it is freed
+    when the last of them is."""
+
+    def __init__(self, tokenizer: Any, model: Any):
+        self.tokenizer, self.model = tokenizer, model
+
+
+_loaded: weakref.WeakValueDictionary[tuple[str, str], _Weights] = weakref.WeakValueDictionary()
+
+
+def _load(spec: str, path, device: str) -> _Weights:
+    import torch
+    import transformers
+
+    # A GGUF file is read from its folder by name (gguf_file=); transformers de-quantizes its weights.
+    where = {"pretrained_model_name_or_path": path, "local_files_only": True}
+    if path.is_file():
+        where.update(pretrained_model_name_or_path=path.parent, gguf_file=path.name)
+        check_gguf_readable(spec, path)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(**where)
+        dtype = torch.float32 if device == "cpu" else "auto"
+        model = transformers.AutoModelForCausalLM.from_pretrained(**where, dtype=dtype).to(device)
+    except Exception as e:  # noqa: BLE001 - any load failure is the folder's problem: one line, no traceback
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UserError(f"{spec}: cannot load the model in {path}: {type(e).__name__}: {first[:300]}") from None
+    model.eval()
+    # Decoder-only models continue from the right: pad on the left.
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return _Weights(tokenizer, model)
+
+
+def check_gguf_readable(spec: str, path) -> None:
+    """Refuse, in one line and before the minutes a load takes, a GGUF file that this transformers cannot
+    read: its packages missing, or an architecture it has no mapping for. Also silences the progress bar
+    transformers draws (with tqdm, ignoring its own setting) while de-quantizing."""
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"{spec}: reading a GGUF file needs {' and '.join(missing)}: pip install 'trustmh[hf]'")
+    from importlib.metadata import version
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    arch = hf_files.gguf_header(path, spec)["architecture"]
+    known = getattr(gguf_utils, "GGUF_SUPPORTED_ARCHITECTURES", None)
+    # transformers maps llama.cpp's spellings onto its own (qwen2moe -> qwen2_moe, gpt-oss -> gpt_oss).
+    squash = lambda name: name.replace("_", "").replace("-", "")  # noqa: E731
+    if known is not None and squash(arch) not in map(squash, known):
+        raise UserError(f"{spec}: transformers {version('transformers')} cannot read GGUF models of architecture "
+                        f"'{arch or 'unnamed'}' (it reads {', '.join(sorted(known))}); convert the model to a "
+                        f"transformers folder, or serve the file with llama.cpp and use --base-url")
+    if not isinstance(getattr(gguf_utils, "tqdm", None), functools.partial):
+        gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
 
 
 def hf_endpoint(fp: hf_files.Fingerprint | str) -> str:

@@ -248,7 +248,9 @@ class ModelResults(_Strict):
                                                                   "structure; never part of a pillar")
     aggregation: str = ""
     identity: dict[str, Any] | None = Field(None, description="a local model's content fingerprint, files, chat "
-                                                                "template and library versions (hf/ models)")
+                                                                "template and library versions (hf/ models); for "
+                                                                "a GGUF file also `gguf`: its sha256, architecture, "
+                                                                "file type (quantization) and tensor types")
 
 
 class RoleCast(_Strict):
