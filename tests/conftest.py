@@ -327,6 +327,16 @@ def cli():
     return run_cli
 
 
+def user_error(proc, *needles):
+    """What a user sees of a UserError: exit 2, no traceback, and each needle in stderr (main() prints
+    'error: MESSAGE' there); `proc` as run_cli returns it. Returns `proc`."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stdout + (proc.stderr or "")
+    for n in needles:
+        assert n in proc.stderr, proc.stderr
+    return proc
+
+
 @pytest.fixture
 def cli_process():
     """run_cli in a process of its own always: for tests of what another process does (a lock it meets)."""
