@@ -323,7 +323,7 @@ def cli():
     return run_cli
 
 
-def user_error(proc, *needles):
+def assert_user_error(proc, *needles):
     """What a user sees of a UserError: exit 2, no traceback, and each needle in stderr (main() prints
     'error: MESSAGE' there); `proc` as run_cli returns it. Returns `proc`."""
     assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)

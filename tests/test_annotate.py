@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 from playwright.sync_api import expect
 
-from conftest import run_quiet, run_spec, user_error
+from conftest import assert_user_error, run_quiet, run_spec
 from trustmh.analysis.runs import load_run
 from trustmh.engine import Limits
 from trustmh.testing.browser import chromium_tab
@@ -219,7 +219,7 @@ def test_cli_draw_export_and_bad_input(judged_run, tmp_path, cli):
     assert all(0 < u["pi"] <= 1 for u in ann["units"]) and (tmp_path / "none.jsonl").read_text() == ""
     # asking for another draw of a run that has one is refused, with what to do
     again = cli("annotate", other, "--n", "5", "--export", tmp_path / "x.csv")
-    user_error(again, "error: ", "already has a draw")
+    assert_user_error(again, "error: ", "already has a draw")
     (other / "annotation.json").write_text('{"kind": "trustmh annotation", "design": 3}')
     bad = cli("annotate", other, "--export", tmp_path / "x.csv")
-    user_error(bad, "error: ", "design: missing or unknown")
+    assert_user_error(bad, "error: ", "design: missing or unknown")

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_spec, user_error
+from conftest import assert_user_error, run_spec
 from trustmh.engine import Limits, load_spec, run
 from trustmh.engine.judge._roles import set_judges
 from trustmh.files import copy_run
@@ -193,7 +193,7 @@ def test_cli_panel_from_the_models_file_then_score_adds_a_judge(tmp_path, cli):
         t = doc["models"]["baseline/counselor"]["tasks"]["crisis.escalation"]
         assert t["panel"]["judges"] == list(JUDGES) and t["panel"]["min_alpha"] == -1 and not t["panel"]["low_agreement"]
         both = cli("run", "--models", models, "--judge", "openai/j4", "--out", tmp_path / "x")
-        user_error(both, "error: ", "give the judges one way")
+        assert_user_error(both, "error: ", "give the judges one way")
 
 
 def test_report_shows_the_panel_and_marks_low_agreement(panel_run):
