@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"  # the sibling folder the README describes: data/upstream and methods
 UPSTREAM = SHARED / "data" / "upstream"
 METHODS = SHARED / "methods"
+NEEDS_METHODS = "needs_methods"  # the marker of a test that reads them (pytest_itemcollected)
+METHODS_SKIP = f"method files not found at {METHODS} (../shared/methods; see README, Run the tests)"
 MENTALALIGN = SHARED / "data" / "external" / "mentalalign"  # judge-agreement checks (issue 25)
 VERA = SHARED / "data" / "external" / "vera-mh"  # crisis.conversation: VERA-MH's data, code and transcripts (issue 36)
 # CI=true (any value but empty, 0 or false): tests that need something may not skip for want of it.
@@ -34,6 +36,9 @@ if IN_CI:
 
 
 def pytest_configure(config):
+    # Registered here, with the hook that reads it, so that --strict-markers accepts it wherever conftest goes.
+    config.addinivalue_line("markers", f"{NEEDS_METHODS}: reads the authors' method files (../shared/methods); "
+                                       "skipped without them outside CI")
     # In CI the real-data tests would otherwise all skip and the run would look green: stop before
     # collecting anything, with one line (pytest prints it as "ERROR: ..." and exits 4).
     if IN_CI and not UPSTREAM.is_dir():
@@ -82,6 +87,15 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests stay in order
 
 
+def pytest_itemcollected(item):
+    # A test that reads the authors' method files (a --protocol paper run, a `data pull` of them, a file
+    # read) says so with @pytest.mark.needs_methods: without ../shared/methods it is skipped with one reason,
+    # as the `methods` fixture skips its tests. Only a test that says so: any other test that fails for want
+    # of them fails. In CI the run has stopped before this (pytest_configure).
+    if item.get_closest_marker(NEEDS_METHODS) is not None and not METHODS.is_dir():
+        item.add_marker(pytest.mark.skip(reason=METHODS_SKIP))
+
+
 class Lazy:
     """A module imported when a test first uses it, not when its file is collected: every xdist worker
     collects every file, and torch, transformers, the two SDKs and ray were ~5 s of each worker's start
@@ -96,24 +110,6 @@ class Lazy:
         if attr.startswith("_") and attr != "__version__":
             raise AttributeError(attr)
         return getattr(pytest.importorskip(self._name), attr)
-
-
-METHODS_SKIP = f"method files not found at {METHODS} (../shared/methods; see README, Run the tests)"
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    # A test that needs the authors' method files fails for want of them when ../shared/methods is absent
-    # (a file read, a task not run, a --from that does not exist): outside CI that failure is a skip with
-    # one reason, as a missing upstream folder is for the data tests. Only a failure that names the missing
-    # folder is turned into a skip; in CI the run has stopped before this (pytest_configure).
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed and not IN_CI and not METHODS.is_dir() and call.excinfo is not None:
-        text = report.longreprtext
-        if str(METHODS) in text or (not SHARED.is_dir() and str(SHARED) in text):
-            report.outcome = "skipped"
-            report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {METHODS_SKIP}")
 
 
 @pytest.fixture(autouse=True)
@@ -326,6 +322,16 @@ def _run_in_this_process(args, environment, cwd, merged) -> subprocess.Completed
 def cli():
     """run_cli: the `trustmh` command, in this process where it can be (see run_cli)."""
     return run_cli
+
+
+def assert_user_error(proc, *needles):
+    """What a user sees of a UserError: exit 2, no traceback, and each needle in stderr (main() prints
+    'error: MESSAGE' there); `proc` as run_cli returns it. Returns `proc`."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stdout + (proc.stderr or "")
+    for n in needles:
+        assert n in proc.stderr, proc.stderr
+    return proc
 
 
 @pytest.fixture

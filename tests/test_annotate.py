@@ -15,10 +15,9 @@ from contextlib import contextmanager
 import pytest
 from playwright.sync_api import expect
 
-from conftest import run_quiet, run_spec
+from conftest import assert_user_error, run_quiet, run_spec
 from trustmh.analysis.runs import load_run
 from trustmh.engine import Limits
-from trustmh.errors import UserError
 from trustmh.testing.browser import chromium_tab
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.validation import annotate
@@ -206,23 +205,21 @@ def _spearman(x, y):
     return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
 
 
-def test_cli_draw_export_and_bad_input(judged_run, tmp_path):
-    from typer.testing import CliRunner
-    from trustmh.cli import app
+def test_cli_draw_export_and_bad_input(judged_run, tmp_path, cli):
     run_dir, _ = judged_run
     other = tmp_path / "copy"
     import shutil
     shutil.copytree(run_dir, other)
     (other / "annotation.json").unlink(missing_ok=True)
-    got = CliRunner().invoke(app, ["annotate", str(other), "--n", "3", "--design", "stratified", "--seed", "2",
-                                   "--export", str(tmp_path / "none.jsonl")])
-    assert got.exit_code == 0, got.output
+    got = cli("annotate", other, "--n", "3", "--design", "stratified", "--seed", "2", "--export",
+              tmp_path / "none.jsonl")
+    assert got.returncode == 0, got.stderr
     ann = json.loads((other / "annotation.json").read_text())
     assert ann["design"]["kind"] == "stratified" and len(ann["units"]) == 3 and ann["ratings"] == []
     assert all(0 < u["pi"] <= 1 for u in ann["units"]) and (tmp_path / "none.jsonl").read_text() == ""
     # asking for another draw of a run that has one is refused, with what to do
-    again = CliRunner().invoke(app, ["annotate", str(other), "--n", "5", "--export", str(tmp_path / "x.csv")])
-    assert isinstance(again.exception, UserError) and "already has a draw" in str(again.exception)
+    again = cli("annotate", other, "--n", "5", "--export", tmp_path / "x.csv")
+    assert_user_error(again, "error: ", "already has a draw")
     (other / "annotation.json").write_text('{"kind": "trustmh annotation", "design": 3}')
-    bad = CliRunner().invoke(app, ["annotate", str(other), "--export", str(tmp_path / "x.csv")])
-    assert isinstance(bad.exception, UserError) and "design: missing or unknown" in str(bad.exception)
+    bad = cli("annotate", other, "--export", tmp_path / "x.csv")
+    assert_user_error(bad, "error: ", "design: missing or unknown")

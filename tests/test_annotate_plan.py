@@ -11,11 +11,9 @@ import threading
 
 import pytest
 from playwright.sync_api import expect
-from typer.testing import CliRunner
 
 from conftest import run_quiet, run_spec
 from trustmh.analysis.runs import load_run
-from trustmh.cli import app
 from trustmh.testing.browser import chromium_tab
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.validation import annotate
@@ -124,21 +122,21 @@ def rate_all(run_dir):
 
 
 @pytest.mark.parametrize("n", [40, 100])
-def test_each_task_drawn_reaches_a_calibrated_value_or_is_named_at_the_start(four_tasks, tmp_path, n):
+def test_each_task_drawn_reaches_a_calibrated_value_or_is_named_at_the_start(four_tasks, tmp_path, cli, n):
     run_dir = fresh(four_tasks, tmp_path)
-    got = CliRunner().invoke(app, ["annotate", str(run_dir), "--n", str(n), "--export", str(tmp_path / "none.csv")])
-    assert got.exit_code == 0, got.output
+    got = cli("annotate", run_dir, "--n", n, "--export", tmp_path / "none.csv")
+    assert got.returncode == 0, got.stderr
     ann = annotate.read_annotation(run_dir)
     per_task = {t: sum(u["task"] == t for u in ann.units) for t in SIZES}
     # 40 over 60/30/15/8 items drawn in proportion gave about 21/11/5/3: two tasks short, said nowhere
     assert all(per_task[t] >= MIN_RATED for t in ("plan.big", "plan.mid", "plan.small")), per_task
     assert sum(per_task.values()) == min(n, sum(SIZES.values()))
     # the tiny task (8 items) cannot reach one: said when the draw is made
-    assert "note: plan.tiny of run will not reach a calibrated value: the task has 8 items" in got.output
+    assert "note: plan.tiny of run will not reach a calibrated value: the task has 8 items" in got.stderr
     assert dict(annotate.plan_notes(ann)).keys() == {"plan.tiny"}
     rate_all(run_dir)
-    scored = CliRunner().invoke(app, ["score", str(run_dir), "--no-progress"])
-    assert scored.exit_code == 0, scored.output
+    scored = cli("score", run_dir, "--no-progress")
+    assert scored.returncode == 0, scored.stderr
     res = json.loads((run_dir / "results.json").read_text())
     for t in SIZES:
         cal = res["models"]["openai/m"]["tasks"][t]["calibrated"]
@@ -149,27 +147,25 @@ def test_each_task_drawn_reaches_a_calibrated_value_or_is_named_at_the_start(fou
             assert cal["n_raters"] == 2
 
 
-def test_score_reads_the_export_and_every_calibrated_view_says_so(four_tasks, tmp_path):
+def test_score_reads_the_export_and_every_calibrated_view_says_so(four_tasks, tmp_path, cli):
     run_dir = fresh(four_tasks, tmp_path)
     annotate.open_annotation(load_run(run_dir), 40, "uniform", 0)
     rate_all(run_dir)
-    runner = CliRunner()
     for suffix in ("csv", "jsonl"):
         export = tmp_path / f"rated.{suffix}"
-        assert runner.invoke(app, ["annotate", str(run_dir), "--export", str(export)]).exit_code == 0
-        got = runner.invoke(app, ["score", str(run_dir), "--ratings", str(export), "--no-progress"])
-        assert got.exit_code == 0, got.output
-        assert "3 of 4 judged values anchored to 40 rated items (dr-a, dr-b)" in got.output, got.output
+        assert cli("annotate", run_dir, "--export", export).returncode == 0
+        got = cli("score", run_dir, "--ratings", export, "--no-progress")
+        assert got.returncode == 0, got.stderr
+        assert "3 of 4 judged values anchored to 40 rated items (dr-a, dr-b)" in got.stdout, got.stdout
         res = json.loads((run_dir / "results.json").read_text())
         assert res["calibration"]["file"] == str(export) and res["calibration"]["n_ratings"] == 80
-    md = runner.invoke(app, ["report", str(run_dir), "--format", "markdown", "--calibrated"])
-    assert md.exit_code == 0, md.output
-    assert "calibrated" in md.output.lower() and "too few human ratings: 8" in md.output
-    gate = runner.invoke(app, ["gate", str(run_dir), "--calibrated", "--min", "plan.big=0", "--min", "plan.tiny=0",
-                               "--format", "text"])
-    lines = [x for x in gate.output.splitlines() if "plan." in x]
-    assert lines and all("calibrated" in x for x in lines), gate.output
-    assert any("plan.tiny" in x and "too few human ratings: 8" in x for x in lines), gate.output
+    md = cli("report", run_dir, "--format", "markdown", "--calibrated")
+    assert md.returncode == 0, md.stderr
+    assert "calibrated" in md.stdout.lower() and "too few human ratings: 8" in md.stdout
+    gate = cli("gate", run_dir, "--calibrated", "--min", "plan.big=0", "--min", "plan.tiny=0", "--format", "text")
+    lines = [x for x in gate.stdout.splitlines() if "plan." in x]
+    assert lines and all("calibrated" in x for x in lines), (gate.stdout, gate.stderr)
+    assert any("plan.tiny" in x and "too few human ratings: 8" in x for x in lines), gate.stdout
 
 
 def test_the_page_shows_progress_per_set_and_what_will_not_reach_a_value(chromium, four_tasks, tmp_path):

@@ -6,11 +6,9 @@ import json
 import shutil
 
 import pytest
-from typer.testing import CliRunner
 
 from conftest import run_quiet, run_spec
 from trustmh.analysis.runs import load_run
-from trustmh.cli import app
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.validation import annotate
 
@@ -48,17 +46,17 @@ def copy_of(rated, tmp_path):
     return out
 
 
-def test_csv_export_goes_through_the_escaping_layer(rated, tmp_path):
+def test_csv_export_goes_through_the_escaping_layer(rated, tmp_path, cli):
     run_dir = copy_of(rated, tmp_path)
-    got = CliRunner().invoke(app, ["annotate", str(run_dir), "--export", str(tmp_path / "r.csv")])
-    assert got.exit_code == 0, got.output
+    got = cli("annotate", run_dir, "--export", tmp_path / "r.csv")
+    assert got.returncode == 0, got.stderr
     text = (tmp_path / "r.csv").read_text(encoding="utf-8")
     assert "\x1b" not in text and "\x07" not in text
     rows = list(csv.DictReader((tmp_path / "r.csv").open(newline="", encoding="utf-8")))
     assert rows and all(not r["reply"].startswith(("=", "+", "-", "@")) for r in rows)
     assert all(r["reply"].startswith("'=HYPERLINK(") and "\\x1b" in r["reply"] for r in rows)
     # the JSON Lines export keeps the text exactly
-    CliRunner().invoke(app, ["annotate", str(run_dir), "--export", str(tmp_path / "r.jsonl")])
+    assert cli("annotate", run_dir, "--export", tmp_path / "r.jsonl").returncode == 0
     lines = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
     assert lines and all(x["reply"] == HOSTILE for x in lines)
 
@@ -70,26 +68,26 @@ def _tamper(run_dir, change):
     path.write_text(json.dumps(data))
 
 
-def score(run_dir):
-    got = CliRunner().invoke(app, ["score", str(run_dir), "--no-progress"])
-    assert got.exception is None or isinstance(got.exception, SystemExit), got.output
-    assert "Traceback" not in got.output
-    return got.output, json.loads((run_dir / "results.json").read_text())
+def score(cli_here, run_dir):
+    """`trustmh score RUN`'s stdout and results.json; a crash is raised here, an error (exit 2) fails."""
+    code, out, err = cli_here("score", run_dir, "--no-progress")
+    assert code == 0 and "Traceback" not in out + err, (code, out, err)
+    return out, json.loads((run_dir / "results.json").read_text())
 
 
-def test_empty_answers_are_counted_not_a_traceback(rated, tmp_path):
+def test_empty_answers_are_counted_not_a_traceback(rated, tmp_path, cli_here):
     run_dir = copy_of(rated, tmp_path)
 
     def empty(data):
         for r in data["ratings"]:
             r["answers"] = {}
     _tamper(run_dir, empty)
-    out, res = score(run_dir)
+    out, res = score(cli_here, run_dir)
     assert "4 of 4 ratings left out (answers lack a criterion of the form: 4)" in out
     assert res["calibration"]["ratings_left_out"] == {"answers lack a criterion of the form": 4}
 
 
-def test_empty_answers_on_a_form_whose_verdict_reads_them(tmp_path):
+def test_empty_answers_on_a_form_whose_verdict_reads_them(tmp_path, cli_here):
     """safety.antitoxic's form writes its verdict from answers["safe"]: {} raised KeyError (a traceback)."""
     with FakeLLMServer(reply=reply) as srv:
         run_quiet(run_spec(models=["openai/m"], judge="openai/j", base_url=srv.openai_base_url,
@@ -99,12 +97,11 @@ def test_empty_answers_on_a_form_whose_verdict_reads_them(tmp_path):
     for u in ann.units:
         ann.rate(u["id"], "dr-a", {})
     ann.save()
-    got = CliRunner().invoke(app, ["score", str(tmp_path / "run"), "--no-progress"])
-    assert got.exit_code == 0 and got.exception is None, got.output
-    assert f"{len(ann.units)} of {len(ann.units)} ratings left out (answers lack a criterion of the form" in got.output
+    out, _ = score(cli_here, tmp_path / "run")
+    assert f"{len(ann.units)} of {len(ann.units)} ratings left out (answers lack a criterion of the form" in out
 
 
-def test_ratings_are_checked_against_the_form_with_counts_by_reason(rated, tmp_path):
+def test_ratings_are_checked_against_the_form_with_counts_by_reason(rated, tmp_path, cli_here):
     run_dir = copy_of(rated, tmp_path)
     bad = [{"fluency": "5", "professionalism": 4, "empathy": 4, "helpfulness": 4},
            {"fluency": 4.5, "professionalism": 4, "empathy": 4, "helpfulness": 4},
@@ -116,7 +113,7 @@ def test_ratings_are_checked_against_the_form_with_counts_by_reason(rated, tmp_p
         data["ratings"].append(dict(data["ratings"][3]))  # the same item and rater again
         data["units"][3]["pi"] = 1e-300
     _tamper(run_dir, hostile)
-    out, res = score(run_dir)
+    out, res = score(cli_here, run_dir)
     left = res["calibration"]["ratings_left_out"]
     assert left == {"a rating is not a number": 1, "a rating is not a whole number": 1,
                     "a rating is off the form's scale": 1,
@@ -127,13 +124,13 @@ def test_ratings_are_checked_against_the_form_with_counts_by_reason(rated, tmp_p
     assert cal["value"] is None and "too few human ratings: 0" in cal["reason"]
 
 
-def test_nan_rating_is_left_out(rated, tmp_path):
+def test_nan_rating_is_left_out(rated, tmp_path, cli_here):
     run_dir = copy_of(rated, tmp_path)
     path = run_dir / "annotation.json"
     data = json.loads(path.read_text())
     data["ratings"][0]["answers"]["empathy"] = float("nan")
     path.write_text(json.dumps(data))  # Python writes NaN, and reads it back
-    _, res = score(run_dir)
+    _, res = score(cli_here, run_dir)
     assert res["calibration"]["ratings_left_out"] == {"a rating is not a whole number": 1}
     assert res["calibration"]["n_ratings"] == 3
 

@@ -9,11 +9,9 @@ import math
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from conftest import run_quiet, run_spec
+from conftest import run_cli, run_quiet, run_spec
 from trustmh.analysis.runs import load_run
-from trustmh.cli import app
 from trustmh.scoring.metrics import derived_seed
 from trustmh.testing.fake_server import FakeLLMServer
 from trustmh.validation import annotate
@@ -117,10 +115,10 @@ def rated_run(tmp_path_factory):
         if n % 4 == 0:
             ann.rate(u["id"], "dr-b", {"warmth": max(0, human_warmth(n, model) - 1)})
     ann.save()
-    got = CliRunner().invoke(app, ["score", str(tmp / "run"), "--no-progress"])
-    assert got.exit_code == 0, got.output
+    got = run_cli("score", tmp / "run", "--no-progress")  # the cli fixture is per test; this fixture per module
+    assert got.returncode == 0, got.stderr
     # 2 models x (warmth, warmth_x_r), all with a value
-    assert "calibrated: 4 of 4 judged values anchored to 80 rated items (dr-a, dr-b)" in got.output
+    assert "calibrated: 4 of 4 judged values anchored to 80 rated items (dr-a, dr-b)" in got.stdout
     yield tmp / "run", ann
     TASKS.pop(TASK_ID, None)
 
@@ -180,7 +178,7 @@ def test_compare_gives_the_paired_calibrated_difference(rated_run):
     assert f"calibrated b - a {cal.value:.3f}" in d.note
 
 
-def test_report_gate_and_rank_table_show_the_same_numbers(rated_run, tmp_path):
+def test_report_gate_and_rank_table_show_the_same_numbers(rated_run, tmp_path, cli):
     run_dir, _ = rated_run
     res = json.loads((run_dir / "results.json").read_text())
     tr = res["models"]["openai/m"]["tasks"][TASK_ID]
@@ -193,13 +191,13 @@ def test_report_gate_and_rank_table_show_the_same_numbers(rated_run, tmp_path):
     assert "the judge rates this higher than clinicians do" in section
     # the gate reads the calibrated value with --calibrated, the judge's without
     between = (judge + cal["value"]) / 2
-    runner = CliRunner()
-    plain = runner.invoke(app, ["gate", str(run_dir), "--min", f"{TASK_ID}={between}"])
-    calibrated = runner.invoke(app, ["gate", str(run_dir), "--min", f"{TASK_ID}={between}", "--calibrated"])
-    assert "openai/m" not in plain.output, plain.output
-    assert calibrated.exit_code == 1 and f"openai/m: {TASK_ID} (calibrated) = {cal['value']:.4g} <" in calibrated.output
-    table = runner.invoke(app, ["report", str(run_dir), "--format", "csv", "--calibrated"])
-    assert table.exit_code == 0, table.output
+    plain = cli("gate", run_dir, "--min", f"{TASK_ID}={between}", merged=True)
+    calibrated = cli("gate", run_dir, "--min", f"{TASK_ID}={between}", "--calibrated")
+    assert "openai/m" not in plain.stdout, plain.stdout
+    assert calibrated.returncode == 1, calibrated.stderr
+    assert f"openai/m: {TASK_ID} (calibrated) = {cal['value']:.4g} <" in calibrated.stdout, calibrated.stdout
+    table = cli("report", run_dir, "--format", "csv", "--calibrated")
+    assert table.returncode == 0, table.stderr
 
 
 def test_invalid_draws_and_too_few_ratings_give_reasons(rated_run, tmp_path):

@@ -74,3 +74,20 @@ def test_the_files_handed_out_first_are_the_suites_and_go_first_whole():
     pytest_collection_modifyitems(None, items)
     assert [(it.path.name, it.i) for it in items] == [(SLOW_FILES[0], 4), (SLOW_FILES[1], 2), (SLOW_FILES[1], 5),
                                                      ("test_a.py", 0), ("test_a.py", 1), ("test_b.py", 3)]
+
+
+def test_no_test_runs_the_command_line_through_typers_runner():
+    """Tests run `trustmh` through main() (the `cli`/`cli_here` fixtures, or a process of its own): typer's
+    CliRunner calls the app beneath main(), so a UserError reached the test as an exception object where a
+    user sees `error: ...` on stderr and exit code 2, and a test could pass on what no user sees."""
+    import ast
+    found = []
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+            found += [f"{path.name}:{node.lineno}" for n in names if n.startswith(("typer.testing", "click.testing"))]
+    assert found == [], "run the command through the cli or cli_here fixture (tests/conftest.py) instead"

@@ -9,14 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 
-from conftest import write_replay
-
-
-def assert_user_error(proc, *needles):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr + proc.stdout
-    for n in needles:
-        assert n in proc.stderr, proc.stderr
+from conftest import assert_user_error, write_replay
 
 
 def test_version_and_python_m(monkeypatch):

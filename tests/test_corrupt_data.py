@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from trustmh.cli import main
 from trustmh.engine import RunSpec, data_source
 
 SAMPLE = Path(data_source(RunSpec(models=["baseline/refuse"])).root)
@@ -93,31 +92,24 @@ CASES = [
 ]
 
 
-def run_cli(monkeypatch, capsys, *args) -> tuple[int, str]:
-    """The real entry point, in-process (a process per case would cost seconds each)."""
-    monkeypatch.setattr(sys, "argv", ["trustmh", *map(str, args)])
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    return exit_.value.code, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("name,task,rel,corrupt,problem", CASES, ids=[c[0] for c in CASES])
-def test_corrupt_data_file_is_named_with_line_and_exit_2(name, task, rel, corrupt, problem, tmp_path, monkeypatch,
-                                                          capsys, figures):
+def test_corrupt_data_file_is_named_with_line_and_exit_2(name, task, rel, corrupt, problem, tmp_path, cli_here,
+                                                          figures):
     data = tmp_path / "data"
     shutil.copytree(SAMPLE, data)
     path = data / rel
     content, line = corrupt(path)
     path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
-    code, err = run_cli(monkeypatch, capsys, "run", "--suite", "data", "--data-dir", data, "--tasks", task,
-                        "-m", "baseline/refuse", "--out", tmp_path / "run", "--no-progress")
+    # the real entry point, in this process (a process per case would cost seconds each)
+    code, _, err = cli_here("run", "--suite", "data", "--data-dir", data, "--tasks", task, "-m", "baseline/refuse",
+                            "--out", tmp_path / "run", "--no-progress")
     assert code == 2 and "Traceback" not in err, err
     assert f"{path}:{line}: " in err and problem in err, err
     assert not (tmp_path / "run" / "results.json").exists()
     figures.update(case=name, message=err.strip().split(f"{path}:", 1)[1][:120])
 
 
-def test_replay_file_errors_name_file_and_line(tmp_path, monkeypatch, capsys):
+def test_replay_file_errors_name_file_and_line(tmp_path, cli_here):
     rep = tmp_path / "replay.jsonl"
     good = json.dumps({"task": "privacy.awareness_tier1", "item_id": 0, "response": "4"}).encode()
     for body, line, problem in [
@@ -127,8 +119,8 @@ def test_replay_file_errors_name_file_and_line(tmp_path, monkeypatch, capsys):
         (good + b"\n" + good, 2, "duplicate record"),
     ]:
         rep.write_bytes(body)
-        code, err = run_cli(monkeypatch, capsys, "run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks",
-                            "privacy.awareness_tier1", "--out", tmp_path / "run", "--no-progress")
+        code, _, err = cli_here("run", "-m", f"replay/{rep}", "--suite", "sample", "--tasks",
+                                "privacy.awareness_tier1", "--out", tmp_path / "run", "--no-progress")
         assert code == 2 and f"{rep}:{line}: {problem}" in err, err
 
 

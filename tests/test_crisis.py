@@ -199,6 +199,7 @@ def test_identification_refusing_suicidal_ideation_is_a_miss(upstream, tmp_path)
     assert t.metrics["answer_rate"].value == pytest.approx(1 - n_si / 190)
 
 
+@pytest.mark.needs_methods
 def test_identification_unparsable_reply_trustmh_miss_paper_junk_class(upstream, tmp_path):
     recs = json.loads((upstream / MERGED).read_text(encoding="utf-8"))
     items = labelled(upstream)

@@ -103,6 +103,7 @@ def leftovers(root: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------- the manifest
 
 
+@pytest.mark.needs_methods
 @needs_upstream
 def test_manifest_matches_every_staged_file():
     staged = {p.relative_to(UPSTREAM).as_posix(): p for p in UPSTREAM.rglob("*") if p.is_file()}
@@ -164,6 +165,7 @@ def test_default_data_dir(monkeypatch, tmp_path):
 # ------------------------------------------------------------------------------------- pull and check
 
 
+@pytest.mark.needs_methods
 @needs_upstream
 def test_full_pull_verifies_every_file(pulled):
     for f in ALL_FILES:
@@ -174,6 +176,7 @@ def test_full_pull_verifies_every_file(pulled):
     assert not leftovers(pulled)
 
 
+@pytest.mark.needs_methods
 @needs_upstream
 def test_a_dataset_on_request_is_pulled_only_when_named(pulled, mirror):
     on_request = [d for d in DATASETS.values() if d.on_request]
@@ -187,6 +190,7 @@ def test_a_dataset_on_request_is_pulled_only_when_named(pulled, mirror):
             assert sha256(pulled / f.path) == f.sha256, f.path
 
 
+@pytest.mark.needs_methods
 @needs_upstream
 def test_second_pull_downloads_nothing(pulled, mirror):
     mirror.hits.clear()

@@ -49,6 +49,7 @@ def test_upstream_judge_json_variants():
     assert upstream_judge_json("no json") is None
 
 
+@pytest.mark.needs_methods
 def test_accuracy_and_judge_means_by_hand(upstream, tmp_path):
     """Replies built so that every expected number can be worked out on paper (written down below, not
     recomputed with the task's own parsers)."""

@@ -12,6 +12,8 @@ from trustmh.data import extract
 from trustmh.data.methods import MethodError
 from trustmh.tasks.privacy.paper import TASK1_CODE
 
+pytestmark = pytest.mark.needs_methods  # every test reads the authors' privacy code
+
 
 def test_a_second_extraction_walks_no_tree(monkeypatch):
     first = extract.call_settings(TASK1_CODE, METHODS, "EvalAgent.load_model", ("temperature", "max_tokens"))

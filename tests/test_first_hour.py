@@ -1,9 +1,6 @@
 """The first hour of a new user (issue 26): what `list`, `run` and the Python API tell them."""
 
 import json
-import os
-import subprocess
-import sys
 
 from conftest import write_replay
 
@@ -114,12 +111,9 @@ def test_dry_run_plans_a_large_task_from_a_spread_of_items_and_says_each_reason_
     assert not (tmp_path / "run").exists()
 
 
-def test_the_summary_reads_whole_at_80_columns(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TRUSTMH_METHODS_DIR"}
-    env["COLUMNS"] = "80"
-    proc = subprocess.run([sys.executable, "-m", "trustmh.cli", "run", "--suite", "sample", "--out", tmp_path / "run",
-                           "--no-progress", "--bootstrap", "50"], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=300)
+def test_the_summary_reads_whole_at_80_columns(tmp_path, fresh_cli):
+    proc = fresh_cli("run", "--suite", "sample", "--out", tmp_path / "run", "--no-progress", "--bootstrap", "50",
+                     env_extra={"COLUMNS": "80"}, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
     assert "…" not in text  # no header, metric or number cut to an ellipsis

@@ -10,11 +10,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = '''
+import pytest
 from conftest import METHODS
 from trustmh.data.methods import method_files, read
 
 
+@pytest.mark.needs_methods
 def test_needs_a_method_file():
+    read(next(iter(method_files())), METHODS)
+
+
+def test_reads_a_method_file_unmarked():
     read(next(iter(method_files())), METHODS)
 
 
@@ -31,7 +37,8 @@ def _pytest(project: Path, ci: bool) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "TRUSTMH_METHODS_DIR")}
     if ci:
         env["CI"] = "true"
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests"],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rsf", "--strict-markers", "-p", "no:cacheprovider",
+                           "tests"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -43,10 +50,14 @@ def test_method_file_tests_skip_with_one_reason_without_shared_and_fail_in_ci(tm
     (project / "tests" / "test_probe.py").write_text(PROBE, encoding="utf-8")
     local = _pytest(project, ci=False)
     assert local.returncode == 1, local.stdout  # the unrelated failure still fails
-    assert "1 failed, 1 passed, 1 skipped" in local.stdout, local.stdout
+    assert "2 failed, 1 passed, 1 skipped" in local.stdout, local.stdout
     missing = tmp_path / "shared" / "methods"
-    assert f"method files not found at {missing} (../shared/methods" in local.stdout
-    assert "MethodError" not in local.stdout.split("short test summary")[-1]
+    assert f"SKIPPED [1] tests/test_probe.py:7: method files not found at {missing} (../shared/methods" in local.stdout
+    # only the marked test skips: one that reads the files unmarked fails, naming the missing folder
+    summary = local.stdout.split("short test summary")[-1]
+    failed = sorted(ln.split(" ")[1] for ln in summary.splitlines() if ln.startswith("FAILED"))
+    assert failed == ["tests/test_probe.py::test_fails_for_another_reason",
+                      "tests/test_probe.py::test_reads_a_method_file_unmarked"], summary
     ci = _pytest(project, ci=True)
     assert ci.returncode == 4, ci.stdout + ci.stderr  # a usage error: nothing ran, nothing looks green
     assert "CI: upstream data missing" in ci.stdout + ci.stderr

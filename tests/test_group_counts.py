@@ -168,6 +168,7 @@ def expected_n(task_id: str, protocol: str, metric: str, samples: list[dict]) ->
     return sum(s["labels"].get(key) == value and has(s, column) for s in samples)
 
 
+@pytest.mark.needs_methods
 def test_every_group_metrics_n_is_the_samples_it_rests_on(runs):
     checked, wrong = 0, []
     for folder in runs:
@@ -190,6 +191,7 @@ def test_every_group_metrics_n_is_the_samples_it_rests_on(runs):
     assert not wrong, f"{len(wrong)} of {checked} group metrics:\n" + "\n".join(wrong[:int(__import__("os").environ.get("SHOWN", "40"))])
 
 
+@pytest.mark.needs_methods
 def test_the_rules_can_fail(runs):
     """The rules tell groups apart: in these runs a group's n differs from the task's for most groups."""
     folder = runs[0]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import Lazy, run_quiet, run_spec
+from conftest import Lazy, run_here, run_quiet, run_spec
 from trustmh.types import Request
 from trustmh.errors import UserError
 
@@ -309,19 +309,10 @@ def test_batch_size_follows_measured_throughput():
 # --- clear errors -----------------------------------------------------------------------------------------
 
 def cli_run(capsys, model_spec, out, *extra):
-    import sys
-    from trustmh import cli as trustmh_cli
-    old = sys.argv
-    sys.argv = ["trustmh", "run", "-m", model_spec, "-t", "privacy.awareness_tier1", "--limit", "1",
-                "--out", str(out), "--no-progress", "--suite", "sample", *extra]
-    try:
-        trustmh_cli.main()
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    finally:
-        sys.argv = old
-    return code, capsys.readouterr().err
+    """`trustmh run` of one sample item in this process (conftest's run_here): (exit code, stderr)."""
+    code, _, err = run_here(capsys, "run", "-m", model_spec, "-t", "privacy.awareness_tier1", "--limit", "1",
+                            "--out", out, "--no-progress", "--suite", "sample", *extra)
+    return code, err
 
 
 def one_line_error(code, err, *needles):

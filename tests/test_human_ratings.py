@@ -8,11 +8,9 @@ import json
 import math
 
 import pytest
-from typer.testing import CliRunner
 
 from conftest import fenced
 from trustmh.scoring.agreement import WITHIN
-from trustmh.cli import app
 from trustmh.engine import Limits
 from trustmh.validation.human_ratings import context_turns, ratings_spec, validate_ratings
 from trustmh.testing.fake_server import FakeLLMServer
@@ -97,17 +95,17 @@ def test_hand_made_set_gives_hand_computed_agreement(tmp_path):
     assert "Checking the judge" in html and "rests on 5 items" in html and WITHIN not in html
 
 
-def test_jsonl_gives_the_same_numbers_and_cli_prints_the_verdicts(tmp_path):
+def test_jsonl_gives_the_same_numbers_and_cli_prints_the_verdicts(tmp_path, cli):
     write_csv(tmp_path / "rated.csv", rows())
     (tmp_path / "rated.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows()), encoding="utf-8")
     with FakeLLMServer(reply=judge_reply) as srv:
         spec = ratings_spec(tmp_path / "rated.csv", judge="openai/judge", judge_base_url=srv.openai_base_url, n_boot=50)
         _, from_csv = validate_ratings(spec, tmp_path / "a")
-        result = CliRunner().invoke(app, ["validate-judge", "--ratings", str(tmp_path / "rated.jsonl"), "--judge",
-                                          "openai/judge", "--judge-base-url", srv.openai_base_url, "--out",
-                                          str(tmp_path / "b"), "--bootstrap", "50", "--no-progress"])
-    assert result.exit_code == 0, result.output
-    assert "ICC(A,1)" in result.output and "inconclusive" in result.output
+        result = cli("validate-judge", "--ratings", tmp_path / "rated.jsonl", "--judge", "openai/judge",
+                     "--judge-base-url", srv.openai_base_url, "--out", tmp_path / "b", "--bootstrap", "50",
+                     "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "ICC(A,1)" in result.stdout and "inconclusive" in result.stdout
     from_jsonl = json.loads((tmp_path / "b/results.json").read_text())
     for c in ("empathy", "helpfulness"):
         got = from_jsonl["models"]["openai/judge"]["tasks"][f"validate_judge.{c}"]["metrics"]

@@ -57,7 +57,7 @@ def ethics_with_gaming(tmp_path, protocol):
     return spec, items, gaming
 
 
-@pytest.mark.parametrize("protocol", ["paper", "trustmh"])
+@pytest.mark.parametrize("protocol", [pytest.param("paper", marks=pytest.mark.needs_methods), "trustmh"])
 def test_flagged_counted_listed_and_gated(cli_here, tmp_path, capsys, protocol):
     if not UPSTREAM.is_dir():
         pytest.skip("no upstream data")

@@ -42,6 +42,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import forking
 from conftest import IN_CI, make_synthetic_data, synthetic_reply
 from trustmh.testing.fake_server import Fault, FakeLLMServer
@@ -184,6 +186,7 @@ main()
 """
 
 
+@pytest.mark.needs_methods
 def test_kill9_at_20_points_then_resume(tmp_path, figures):
     rng = random.Random(20240607)
     data = make_synthetic_data(tmp_path / "data", N_TIER1, N_ETHICS)

@@ -118,13 +118,11 @@ def test_a_panel_needs_different_judges(judged):
         panel([dirs[0], dirs[0]])
 
 
-def test_cli_panel_prints_and_writes_json(judged, tmp_path):
-    from typer.testing import CliRunner
-    from trustmh.cli import app
+def test_cli_panel_prints_and_writes_json(judged, tmp_path, cli):
     dirs, _, _, _ = judged
-    result = CliRunner().invoke(app, ["panel", *map(str, dirs), "--bootstrap", "50", "--json", str(tmp_path / "p.json")])
-    assert result.exit_code == 0, result.output
-    assert "crisis.escalation" in result.output and "judges agree below" in result.output
+    result = cli("panel", *dirs, "--bootstrap", "50", "--json", tmp_path / "p.json")
+    assert result.returncode == 0, result.stderr
+    assert "crisis.escalation" in result.stdout and "judges agree below" in result.stdout
     rows = {r["task"]: r for r in json.loads((tmp_path / "p.json").read_text())}
     assert rows["crisis.escalation"]["judges"] == list(JUDGES[:3]) and rows["crisis.escalation"]["low_agreement"]
 

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_spec
+from conftest import assert_user_error, run_spec
 from trustmh.engine import Limits, load_spec, run
 from trustmh.engine.judge._roles import set_judges
 from trustmh.files import copy_run
@@ -169,34 +169,31 @@ def test_bad_panels_are_one_line_errors(judges, message):
         set_judges(spec, judges)
 
 
-def test_cli_panel_from_the_models_file_then_score_adds_a_judge(tmp_path):
-    from typer.testing import CliRunner
-    from trustmh.cli import app
+def test_cli_panel_from_the_models_file_then_score_adds_a_judge(tmp_path, cli):
     calls = collections.Counter()
     with FakeLLMServer(reply=counting(calls)) as srv:
         url = srv.openai_base_url
         models = tmp_path / "models.toml"
         models.write_text('judge = [%s]\n\n[[model]]\nspec = "baseline/counselor"\n'
                           % ", ".join(f'"{j}@{url}"' for j in JUDGES[:3]))
-        runner = CliRunner()
         out = tmp_path / "run"
-        result = runner.invoke(app, ["run", "--models", str(models), "--tasks", TASKS, "--suite", "sample",
-                                     "--bootstrap", "50", "--out", str(out), "--no-progress"])
-        assert result.exit_code in (0, 2), result.output  # 2: the panel's ties exceed --max-judge-failed
-        assert "judge panel" in result.output and "judges disagree!" in result.output
+        result = cli("run", "--models", models, "--tasks", TASKS, "--suite", "sample", "--bootstrap", "50",
+                     "--out", out, "--no-progress")
+        assert result.returncode in (0, 2), result.stderr  # 2: the panel's ties exceed --max-judge-failed
+        assert "judge panel" in result.stdout and "judges disagree!" in result.stdout
         first = dict(calls)
         assert first["j1"] == first["j2"] == first["j3"] > 0
         spec = json.loads((out / "results.json").read_text())["spec"]
         assert spec["judge"] == "openai/j1" and [j["judge"] for j in spec["options"]["panel_judges"]] == list(JUDGES[1:3])
-        result = runner.invoke(app, ["score", str(out), *[a for j in JUDGES for a in ("--judge", f"{j}@{url}")],
-                                     "--no-progress", "--out", str(tmp_path / "four"), "--min-judge-alpha", "-1"])
-        assert result.exit_code in (0, 2), result.output
+        result = cli("score", out, *[a for j in JUDGES for a in ("--judge", f"{j}@{url}")], "--no-progress",
+                     "--out", tmp_path / "four", "--min-judge-alpha", "-1")
+        assert result.returncode in (0, 2), result.stderr
         assert {m: n - first.get(m, 0) for m, n in calls.items()} == {"j1": 0, "j2": 0, "j3": 0, "j4": first["j1"]}
         doc = json.loads((tmp_path / "four" / "results.json").read_text())
         t = doc["models"]["baseline/counselor"]["tasks"]["crisis.escalation"]
         assert t["panel"]["judges"] == list(JUDGES) and t["panel"]["min_alpha"] == -1 and not t["panel"]["low_agreement"]
-        both = runner.invoke(app, ["run", "--models", str(models), "--judge", "openai/j4", "--out", str(tmp_path / "x")])
-        assert "give the judges one way" in str(both.exception)  # a UserError: main() makes it exit 2
+        both = cli("run", "--models", models, "--judge", "openai/j4", "--out", tmp_path / "x")
+        assert_user_error(both, "error: ", "give the judges one way")
 
 
 def test_report_shows_the_panel_and_marks_low_agreement(panel_run):

@@ -99,6 +99,7 @@ def paper_spec(upstream, tasks, **kw):
 
 # --- requests from the staged files equal those built by hand ------------------------------------------
 
+@pytest.mark.needs_methods
 def test_identification_requests_render_from_the_method_files(upstream):
     build = authors_function(PW / "LLMs-Mental-Health-Crisis/src/prompts.py", "build_classification_prompt",
                              ("json.dumps",), {"json": json})
@@ -116,6 +117,7 @@ def test_identification_requests_render_from_the_method_files(upstream):
     assert len(tied) == 16 and all(p.samples[i].item.target == "no_crisis" for i in tied)
 
 
+@pytest.mark.needs_methods
 def test_severity_requests_render_from_the_method_files_posts_never_cut(upstream):
     build = authors_function(PW / "C-SSRS/src/prompts.py", "build_classification_prompt", ("'\\n'.join",))
     spec = paper_spec(upstream, "crisis.severity")
@@ -135,6 +137,7 @@ def test_severity_requests_render_from_the_method_files_posts_never_cut(upstream
     assert max(len(s.messages[0]["content"]) for s in p.samples) > 32759
 
 
+@pytest.mark.needs_methods
 def test_escalation_requests_and_judge_render_from_the_method_files(upstream):
     judge = authors_fstring(PW / "LLMs-Mental-Health-Crisis/src/judging.py", "evaluate_generation_outputs", "prompt")
     spec = paper_spec(upstream, "crisis.escalation")
@@ -164,6 +167,7 @@ def test_escalation_requests_and_judge_render_from_the_method_files(upstream):
 
 # --- the exact bodies reach the server ----------------------------------------------------------------
 
+@pytest.mark.needs_methods
 def test_paper_crisis_requests_reach_the_server_exactly(upstream, tmp_path):
     cls = authors_function(PW / "LLMs-Mental-Health-Crisis/src/prompts.py", "build_classification_prompt",
                            ("json.dumps",), {"json": json})
@@ -250,6 +254,7 @@ def test_escalation_judge_parse_rule(reply, rating):
 
 # --- metrics on whole files ---------------------------------------------------------------------------
 
+@pytest.mark.needs_methods
 def test_severity_paper_metrics_against_sklearn(upstream, tmp_path):
     rows = ssrs_rows(upstream)
 
@@ -281,6 +286,7 @@ def test_severity_paper_metrics_against_sklearn(upstream, tmp_path):
         np.mean(f1_score(gold, miss, labels=LEVELS, average=None, zero_division=0)))
 
 
+@pytest.mark.needs_methods
 def test_identification_paper_206_and_190_and_companion(upstream, tmp_path):
     recs = records(upstream)
     labels = ["suicidal_ideation", "self-harm", "anxiety_crisis", "violent_thoughts",
@@ -309,6 +315,7 @@ def test_identification_paper_206_and_190_and_companion(upstream, tmp_path):
     assert t.metrics["answer_rate"].value == pytest.approx(np.mean([i % 5 in (0, 3) for i in range(206)]))
 
 
+@pytest.mark.needs_methods
 def test_escalation_paper_judge_mean_and_histogram(upstream, tmp_path):
     verdicts = ['{"appropriateness": "4"}', '```json\n{"appropriateness": 2, "explanation": "x"}\n```',
                 '{"appropriateness": 7}', '{"explanation": "none"}', "Rating: 5", '{"appropriateness": "3.5"}',
@@ -345,6 +352,7 @@ def test_escalation_paper_judge_mean_and_histogram(upstream, tmp_path):
 
 # --- the extraction kinds added for these files -------------------------------------------------------
 
+@pytest.mark.needs_methods
 def test_parameter_defaults_sent_settings_and_join_fail_closed():
     from trustmh.data.extract import argument_defaults, join_separator, sent_settings
     from trustmh.data.methods import MethodError
@@ -394,6 +402,7 @@ def generation_as_written():
     return call.func.value.value, ast.literal_eval(fields["role"]), {"temperature": ast.literal_eval(defaults["temperature"])}
 
 
+@pytest.mark.needs_methods
 def test_every_escalation_request_and_judge_prompt_is_the_originals(upstream, tmp_path):
     """All 190 generations and judge prompts at a loopback server, the tested reply spanning several lines
     (CRLF, blank lines, edge spaces): each generation body is what run_generation sends for the record,

@@ -43,6 +43,7 @@ def paper_spec(data, **kw):
                     suite="data", data_dir=str(data), protocol="paper", **kw)
 
 
+@pytest.mark.needs_methods
 def test_requests_render_from_the_method_files(upstream):
     recs = [json.loads(line) for line in (upstream / "emobench/EU.jsonl").read_text(encoding="utf-8").splitlines()
             if line.strip()]
@@ -114,6 +115,7 @@ def eu_dir(tmp_path):
     return d
 
 
+@pytest.mark.needs_methods
 def test_scores_reach_the_server_and_unparsable_counts_wrong(tmp_path):
     replies = {"S1": '```json\n{"answer_q1": "B", "answer_q2": "C"}\n```',  # both right
                "S2": '{"answer_q1": "A", "answer_q2": "b"}',                  # cause "b" != "B": wrong (exact match)
@@ -142,6 +144,7 @@ def test_scores_reach_the_server_and_unparsable_counts_wrong(tmp_path):
     assert t.n_no_answer == 1
 
 
+@pytest.mark.needs_methods
 def test_qwen_models_get_emobenchs_no_think_prefix(tmp_path):
     """EB-qwen: EmoBench's init_prompt puts "/no_think" and a blank line (written here by hand from model.py
     l.40-41) in front of the system prompt when "qwen" is in the model's name, in any case; other models
@@ -163,6 +166,7 @@ def test_qwen_models_get_emobenchs_no_think_prefix(tmp_path):
     assert "EB-qwen" in {t["id"] for t in qwen.templates}
 
 
+@pytest.mark.needs_methods
 def test_yaml_extraction_fails_closed():
     from trustmh.data import extract_formats as extract
     from trustmh.data.methods import MethodError
@@ -173,6 +177,7 @@ def test_yaml_extraction_fails_closed():
         extract.yaml_value("Sahandfer+EmoBench/src/configs/prompts.yaml", METHODS, "sys")
 
 
+@pytest.mark.needs_methods
 def test_paper_protocol_runs_both_languages_by_default(upstream):
     """EmoBench's main.py runs --lang all unless told one: so does the paper protocol (trustmh's keeps en)."""
     spec = paper_spec(upstream)
@@ -188,6 +193,7 @@ def test_paper_protocol_runs_both_languages_by_default(upstream):
     assert {s.item.meta["lang"] for s in p.samples} == {"zh"}
 
 
+@pytest.mark.needs_methods
 def test_en_zh_and_all_reported_with_emobenchs_names(tmp_path):
     d = eu_dir(tmp_path)
     zh = [{"qid": "1", "language": "zh", "coarse_category": "c1", "scenario": "Z1", "subject": "A",

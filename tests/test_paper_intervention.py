@@ -34,6 +34,7 @@ def histories(utterances):
     return out
 
 
+@pytest.mark.needs_methods
 def test_requests_render_from_the_notebook(upstream):
     spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", judge="openai/j",
                     judge_base_url="http://127.0.0.1:1/v1", tasks="reliability.intervention", suite="data",
@@ -64,6 +65,7 @@ def test_judge_lists_are_read_by_trustmhs_rule():
     assert cp_scores("[2, 3, 3]") is None and cp_scores("2, 3, 3, 1") is None and cp_scores("") is None
 
 
+@pytest.mark.needs_methods
 def test_sends_and_aggregates_as_the_notebook(tmp_path):
     d = tmp_path / "data"
     (d / "cpsycoune/Career").mkdir(parents=True)
@@ -113,6 +115,7 @@ def test_sends_and_aggregates_as_the_notebook(tmp_path):
     assert len(p) == 2 * 4 + 4
 
 
+@pytest.mark.needs_methods
 def test_dialogue_averages_on_cpsycoune_by_hand(upstream, tmp_path):
     """On the real 45 dialogues (296 turns), random verdicts, some unreadable: every per-dialogue average of
     cell 6 (round(sum(col) / len(col), 2)) and the criterion means, by hand."""
@@ -145,6 +148,7 @@ def test_dialogue_averages_on_cpsycoune_by_hand(upstream, tmp_path):
     assert len(t.paper) == 45 * 4 + 4
 
 
+@pytest.mark.needs_methods
 def test_notebook_extraction_fails_closed_and_trustmh_protocol_is_unchanged(upstream):
     from conftest import METHODS
     from trustmh.data import extract_formats as extract

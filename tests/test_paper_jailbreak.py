@@ -22,6 +22,7 @@ def rows(upstream):
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.needs_methods
 def test_requests_are_the_attack_prompt_at_temperature_one(upstream):
     want = rows(upstream)
     spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks="safety.jailbreak", suite="data",
@@ -34,6 +35,7 @@ def test_requests_are_the_attack_prompt_at_temperature_one(upstream):
         assert req.params == {"temperature": 1.0}  # generation.py run_safety: 'jailbreak.json': 1.0
 
 
+@pytest.mark.needs_methods
 def test_rules_run_rates_per_method_and_says_who_decided(upstream, tmp_path):
     data = rows(upstream)[:16]
     by_prompt = {r["Prompt (English)"]: r for r in data}
@@ -57,6 +59,7 @@ def test_rules_run_rates_per_method_and_says_who_decided(upstream, tmp_path):
     assert text.count(f"refusal decided by trustmh's refusal-phrase rules; {TRUSTLLM_NOTE}") == 16
 
 
+@pytest.mark.needs_methods
 def test_classifier_decides_and_an_empty_reply_is_classified(tmp_path):
     from trustmh.tasks.safety import Jailbreak
     t = Jailbreak()

@@ -35,6 +35,7 @@ _T2 = _T1 | {"frequency_penalty": 0.0, "presence_penalty": 0.0}
 SENT = {"privacy.awareness_tier1": _T1, "privacy.awareness_tier2a": _T2, "privacy.awareness_tier2b": _T2}
 
 
+@pytest.mark.needs_methods
 @pytest.mark.parametrize("task_id", sorted(EXPECTED))
 def test_privacy_requests_render_from_the_method_files(upstream, task_id):
     spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks=task_id, suite="data",
@@ -51,6 +52,7 @@ def test_privacy_requests_render_from_the_method_files(upstream, task_id):
     assert "\\n" in "".join(s.messages[0]["content"] for s in p.samples) or task_id.endswith("tier1")
 
 
+@pytest.mark.needs_methods
 def test_paper_requests_reach_the_server_exactly(upstream, tmp_path):
     def reply(body):  # a rating each tier parses (else the paper's protocol asks again)
         return "Answer: 50" if "-100)" in body["messages"][0]["content"] else "Answer: 2"
@@ -77,6 +79,7 @@ def test_paper_requests_reach_the_server_exactly(upstream, tmp_path):
     assert {"id": "P1-gen", "source": f"{f.source}#PrivacyTierDataset.__init__:format[0]", "sha256": f.sha256} in t.templates
 
 
+@pytest.mark.needs_methods
 def test_a_corrupt_method_file_stops_the_task_with_its_reason(upstream, tmp_path):
     root = tmp_path / "methods"
     shutil.copytree(METHODS, root)
@@ -91,6 +94,7 @@ def test_a_corrupt_method_file_stops_the_task_with_its_reason(upstream, tmp_path
     assert bad.status == "not run" and "privacy2.py: sha256 does not match" in bad.reason
 
 
+@pytest.mark.needs_methods
 def test_method_files_are_read_only_after_their_checksum(tmp_path, monkeypatch):
     local = next(iter(method_files()))
     assert hashlib.sha256(read(local, METHODS)).hexdigest() == method_files()[local].sha256
@@ -135,6 +139,7 @@ def original_function(path, name):
     return namespace[name]
 
 
+@pytest.mark.needs_methods
 def test_ethics_requests_render_from_the_method_files(upstream, tmp_path):
     import csv
     build_reasoning = original_function(ETH / "prompts.py", "build_reasoning_prompt")
@@ -161,6 +166,7 @@ def test_ethics_requests_render_from_the_method_files(upstream, tmp_path):
         assert p.task.method(ctx).judge_params(rubric, ctx) == {"temperature": 0.0}
 
 
+@pytest.mark.needs_methods
 def test_data_pull_and_check_handle_the_method_files(tmp_path):
     from trustmh.data.fetch import check, pull
     from trustmh.errors import UserError
@@ -186,6 +192,7 @@ def test_data_pull_and_check_handle_the_method_files(tmp_path):
     assert st3.state == "corrupt"
 
 
+@pytest.mark.needs_methods
 def test_leakage_requests_follow_the_papers_story_rule_and_templates(upstream):
     spec = run_spec(models=["openai/x"], base_url="http://127.0.0.1:1/v1", tasks="privacy.leakage", suite="data",
                     data_dir=str(upstream), protocol="paper", judge="openai/j", judge_base_url="http://127.0.0.1:1/v1")
@@ -221,6 +228,7 @@ def test_leakage_requests_follow_the_papers_story_rule_and_templates(upstream):
     assert judge.endswith(f"'{p.samples[0].item.input['secret'].lower()}'?\nAnswer: ")
 
 
+@pytest.mark.needs_methods
 def test_the_paper_protocol_judges_with_gpt_41_unless_told_otherwise(upstream, tmp_path):
     import os
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
@@ -249,6 +257,7 @@ def _psyleak_names(upstream):
     return names
 
 
+@pytest.mark.needs_methods
 def test_leakage_proxy_is_asked_through_the_proxy_judge(upstream, tmp_path):
     """--proxy-judge (the paper's default: gpt-4, as privacy3.py sets it) answers the free-response proxy
     calls with the agent's settings; the run's judge gets none of them; a re-score reads them back."""
@@ -282,6 +291,7 @@ def test_leakage_proxy_is_asked_through_the_proxy_judge(upstream, tmp_path):
     assert written["roles"]["proxy_judge"] == {"model": "openai/proxy", "paper_model": "openai/gpt-4", "is_paper": False}
 
 
+@pytest.mark.needs_methods
 def test_each_judging_role_keeps_the_papers_model_unless_its_own_flag_names_another(cli, upstream, tmp_path):
     """Under --protocol paper, --judge alone keeps the paper's gpt-4 proxy for privacy.leakage (the dry run
     names it and prices it), --proxy-judge changes it, and --judge rules keeps the run offline; each role

@@ -131,6 +131,7 @@ def competition(values: dict[str, float], higher: bool = True) -> dict[str, int]
     return {m: 1 + sum((o > x) if higher else (o < x) for o in v.values()) for m, x in v.items()}
 
 
+@pytest.mark.needs_methods
 def test_ethical_reasoning_ties_are_broken_by_the_judge_mean_and_marked(cli_here, recorded, capsys):
     runs, names, _ = recorded
     # By hand: accuracy ranks (ties shared), then each tie ordered by the judge mean (all principles alike).
@@ -163,6 +164,7 @@ def test_ethical_reasoning_ties_are_broken_by_the_judge_mean_and_marked(cli_here
     assert "†" not in md and "ties (--ties shared)" in md and "1, 2, 2, 4" in md
 
 
+@pytest.mark.needs_methods
 def test_awareness_ranks_on_the_mean_of_its_tiers_and_says_so(recorded, capsys):
     runs, names, mean_r = recorded
     row = by_name(table(capsys, runs)["Privacy Awareness"], names)
@@ -178,6 +180,7 @@ def test_awareness_ranks_on_the_mean_of_its_tiers_and_says_so(recorded, capsys):
     assert expected == paper
 
 
+@pytest.mark.needs_methods
 def test_leakage_ranks_on_the_string_match_rate_beside_trustmhs_leak_rate(cli_here, recorded, capsys):
     runs, names, _ = recorded
     got = table(capsys, runs)

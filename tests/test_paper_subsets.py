@@ -234,6 +234,7 @@ def test_ethics_paper_batched_equals_per_resample():
             assert many[name][b] == pytest.approx(one[name], abs=1e-12), (name, b)
 
 
+@pytest.mark.needs_methods
 def test_results_paper_block_names_the_originals_numbers(tmp_path):
     """--limit 5 under the paper protocol: results.json's `paper` block holds the predecessor's names, each
     the value, n and interval of the metric behind it, and a class predicted without gold reads 0.0."""

@@ -53,6 +53,7 @@ def esconv_samples(upstream):
     return out
 
 
+@pytest.mark.needs_methods
 def test_support_requests_render_from_the_method_files(upstream):
     spec = paper_spec(upstream, "reliability.support")
     ctx = context(spec)
@@ -107,6 +108,7 @@ def support_reply(body):
     return "  I am here for you.  "
 
 
+@pytest.mark.needs_methods
 def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upstream, tmp_path):
     with FakeLLMServer(reply=support_reply) as srv:
         spec = run_spec(models=["openai/m"], base_url=srv.openai_base_url, judge="openai/j",
@@ -154,6 +156,7 @@ def test_support_sends_four_judge_calls_per_sample_with_the_papers_settings(upst
     assert "tokenised by nltk" in t.description
 
 
+@pytest.mark.needs_methods
 def test_support_judge_is_reasked_until_a_score_parses_and_resume_pays_nothing(upstream, tmp_path):
     """The first Empathy answer per sample holds no score, the second does: two calls, the second's score
     counts; a rerun on the same directory makes no call (every attempt is stored)."""
@@ -183,6 +186,7 @@ def test_support_judge_is_reasked_until_a_score_parses_and_resume_pays_nothing(u
         assert t.n_judge_failed == 0 and t.value == (3 + 3 + 4 + 3) / 4
 
 
+@pytest.mark.needs_methods
 def test_support_generation_is_reasked_while_the_reply_is_empty(upstream, tmp_path):
     """run_generation (classification.py) asks again while the stripped reply is empty, max_retries=3 calls
     in all. Sample 1: blank, then a reply (2 calls, the second judged); sample 2: always blank (3 calls,
@@ -246,6 +250,7 @@ def create_prompt():
     return namespace["create_prompt"]
 
 
+@pytest.mark.needs_methods
 def test_sycophancy_requests_render_from_the_method_files(upstream):
     spec = paper_spec(upstream, "sycophancy.oeq,sycophancy.aita")
     ctx = context(spec)
@@ -282,6 +287,7 @@ def test_sycophancy_requests_render_from_the_method_files(upstream):
     assert generation_request(s, spec).messages == [{"role": "user", "content": yta[-1]["prompt"]}]
 
 
+@pytest.mark.needs_methods
 def test_pas_sends_the_text_column_stripped(tmp_path):
     (tmp_path / "elephant").mkdir()
     (tmp_path / "elephant/PAS.csv").write_text('text\n"  I kept the money I found.  "\nI lied to my boss.\n',
@@ -326,6 +332,7 @@ def syco_reply(rows):
     return reply
 
 
+@pytest.mark.needs_methods
 def test_sycophancy_judges_reach_the_server_with_the_papers_settings(upstream, tmp_path):
     rows = elephant_rows(upstream, "OEQ_sample.csv")
     with FakeLLMServer(reply=syco_reply(rows)) as srv:
@@ -387,6 +394,7 @@ def swmh_dir(tmp_path, text=None):
     return tmp_path
 
 
+@pytest.mark.needs_methods
 def test_diagnosis_requests_render_from_the_method_files(tmp_path):
     import csv
     data = swmh_dir(tmp_path)
@@ -403,6 +411,7 @@ def test_diagnosis_requests_render_from_the_method_files(tmp_path):
         assert req.params == {"temperature": 0.0}  # run_classification's default; no max_tokens
 
 
+@pytest.mark.needs_methods
 def test_diagnosis_drops_rows_without_text_or_label_and_normalises_gold(tmp_path):
     data = swmh_dir(tmp_path, 'text,label\n"  ",self.depression\nA post.,\nAnother post.,self.SomethingElse\n'
                               'Third post.,self.SuicideWatch\n')
@@ -429,6 +438,7 @@ def test_diagnosis_replies_are_read_as_the_original_reads_them():
         assert paper_swmh_label(paper_swmh_prediction(reply)) == want, reply
 
 
+@pytest.mark.needs_methods
 def test_diagnosis_macro_f1_over_the_labels_seen(tmp_path):
     data = swmh_dir(tmp_path, "text,label\npost-dep,self.depression\npost-sui,self.SuicideWatch\n"
                               "post-anx,self.Anxiety\npost-off,self.offmychest\n")
@@ -484,6 +494,7 @@ def test_support_paper_overall_batched_equals_per_resample():
     np.testing.assert_allclose(many, want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.needs_methods
 def test_support_needs_the_whole_corpus_under_paper_and_robustness_follows_it(upstream, tmp_path):
     (tmp_path / "esconv").mkdir()
     (tmp_path / "esconv/test.json").write_bytes((upstream / "esconv/test.json").read_bytes())
@@ -502,6 +513,7 @@ def test_support_needs_the_whole_corpus_under_paper_and_robustness_follows_it(up
     assert TASKS["robustness.crisis"]().protocol_used(ctx) == "trustmh's own (paper method unknown)"
 
 
+@pytest.mark.needs_methods
 def test_extraction_kinds_added_here_read_the_staged_files_and_fail_closed():
     from trustmh.data import extract
     from trustmh.data.methods import MethodError

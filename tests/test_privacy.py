@@ -75,6 +75,7 @@ def test_tier1_pearson_equals_scipy(upstream, tmp_path):
     assert lo <= t.value <= hi
 
 
+@pytest.mark.needs_methods
 def test_tier2_unparsable_is_neutral_zero_in_both_protocols(upstream, tmp_path):
     human = labels(upstream, "tier_2_labels.txt")
     rng = np.random.default_rng(3)
@@ -101,6 +102,7 @@ def test_tier2_unparsable_is_neutral_zero_in_both_protocols(upstream, tmp_path):
     assert tc.value == pytest.approx(stats.pearsonr(compat_ratings, human).statistic, abs=1e-12)
 
 
+@pytest.mark.needs_methods
 def test_paper_tier1_reasks_an_unparsable_reply_and_counts_it(upstream, tmp_path):
     """--protocol paper: model_inference asks again while a reply does not parse. Here the first answer to
     every prompt is a refusal and the second a rating, except the first item's, which never parses: that one
@@ -141,6 +143,7 @@ def _psyleak_names(upstream):
     return names
 
 
+@pytest.mark.needs_methods
 def test_leakage_rates_by_hand(upstream, tmp_path):
     names = _psyleak_names(upstream)
     assert len(names) == 100

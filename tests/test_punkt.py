@@ -150,6 +150,7 @@ def test_the_model_is_found_where_it_is_installed(model, tmp_path, monkeypatch):
         find(None)
 
 
+@pytest.mark.needs_methods
 def test_results_json_names_the_splitter_and_uses_the_installed_model(cli_here, model, tmp_path, monkeypatch, capsys):
     """A paper-protocol ESConv run on the real data: with the model in the data dir its tokens are word_
     tokenize's and its description names the model; the same replies without it name the untrained one."""

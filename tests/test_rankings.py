@@ -172,6 +172,7 @@ def test_pillar_and_overall_differences_say_they_are_on_shared_tasks(awareness):
 
 # --- the judge's usable-verdict rate ------------------------------------------------------------------
 
+@pytest.mark.needs_methods
 def test_a_judge_that_never_parses_marks_the_task_and_fails_the_gate(cli_here, upstream, tmp_path, capsys):
     """Under the paper's protocol sycophancy.oeq reads a judge reply without a digit as "not endorsing", as the
     paper's code does: a judge that never parses gives every model a perfect 100. The value stays the paper's,

@@ -42,6 +42,7 @@ def test_a_form_answer_is_read_back_as_the_same_value(prepared, task_id, end):
     check_form(*prepared, task_id, end)
 
 
+@pytest.mark.needs_methods
 @pytest.mark.parametrize("task_id", PAPER)
 @pytest.mark.parametrize("end", [0, -1])
 def test_the_paper_judges_forms_are_read_back_too(paper_prepared, task_id, end):

@@ -30,6 +30,7 @@ def report(tmp_path_factory):
     return write_report([load_run(tmp / "run")], tmp / "report.html", paired=False, groups=groups), models
 
 
+@pytest.mark.needs_methods
 def test_header_legends_and_rank_table_in_chromium_and_in_print(chromium, report):
     path, models = report
     with chromium_tab(chromium) as tab:

@@ -38,6 +38,7 @@ def seed_of(task_id, item_id, level, run_seed=0, kind="all"):
 
 # --- (1) the tables, read from the staged files ------------------------------------------------------
 
+@pytest.mark.needs_methods
 def test_tables_are_read_from_each_datasets_own_file():
     es, sw = original_tables(ES_PERTURB, str(METHODS)), original_tables(SW_PERTURB, str(METHODS))
     # Values read by eye in ESConv/src/perturbation.py.
@@ -60,6 +61,7 @@ def test_tables_are_read_from_each_datasets_own_file():
     assert sw.intensity["high"]["character"] == es.intensity["high"]["character"] and sw.irrelevant == es.irrelevant
 
 
+@pytest.mark.needs_methods
 def test_a_missing_or_altered_perturbation_file_stops_the_task(upstream, tmp_path):
     methods = tmp_path / "methods"
     shutil.copytree(METHODS / PW, methods / PW)
@@ -87,6 +89,7 @@ def only(tables, level, stage, **rates):
     return dataclasses.replace(tables, intensity={**tables.intensity, level: table}, trigger={level: 1.0})
 
 
+@pytest.mark.needs_methods
 def test_character_stage_draws_and_edits_as_the_original():
     es = original_tables(ES_PERTURB, str(METHODS))
     text = "Hello, Seeker: I am okay."
@@ -109,6 +112,7 @@ def test_character_stage_draws_and_edits_as_the_original():
         assert flipped == 0 or abs(flipped - 0.15) < 0.01
 
 
+@pytest.mark.needs_methods
 def test_sentence_stage_repeats_inserts_and_cuts_to_three_quarters():
     es = original_tables(ES_PERTURB, str(METHODS))
     out = sentence_stage(["Seeker: I feel sad today.", "Supporter: Why?"], "low", es, random.Random(4))
@@ -132,6 +136,7 @@ def test_sentence_stage_repeats_inserts_and_cuts_to_three_quarters():
     assert sentence_stage(["abcdefgh"], "low", t, random.Random(0)) == ["abcdef..."] * 3
 
 
+@pytest.mark.needs_methods
 def test_diagnosis_keeps_only_the_first_piece():
     assert csv_round_trip(["  first piece ", "copy", "The sun is shining."], "clean") == "first piece"
     assert csv_round_trip(["", "copy"], " the clean post ") == "the clean post"
@@ -185,6 +190,7 @@ def support_run(data, out, seed=0):
 CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
 
 
+@pytest.mark.needs_methods
 def test_support_sends_the_perturbed_turns_to_model_and_judge(upstream, tmp_path):
     data = esconv_dir(upstream, tmp_path)
     want = esconv_samples(data)
@@ -234,6 +240,7 @@ def test_support_sends_the_perturbed_turns_to_model_and_judge(upstream, tmp_path
     assert f"random.Random({seed_of('robustness.support', want[-1][2], 'high')})" in seeded[0]["notes"][-1]
 
 
+@pytest.mark.needs_methods
 def test_two_runs_send_the_same_requests_and_another_seed_others(upstream, tmp_path):
     data = esconv_dir(upstream, tmp_path)
     key = lambda b: json.dumps(b, sort_keys=True)  # noqa: E731
@@ -270,6 +277,7 @@ def diagnosis_run(tmp_path, out, gold, **options):
         return res.models["openai/m"].tasks["robustness.diagnosis"], list(srv.requests)
 
 
+@pytest.mark.needs_methods
 def test_diagnosis_sends_the_first_piece_and_scores_each_intensity(tmp_path):
     rows, gold = swmh_sample(tmp_path)
     build = build_classification_prompt()
@@ -295,6 +303,7 @@ def test_diagnosis_sends_the_first_piece_and_scores_each_intensity(tmp_path):
     assert any(d["source"].endswith("SWMH/src/perturbation.py#PERTURBATION_INTENSITY") for d in t.templates)
 
 
+@pytest.mark.needs_methods
 def test_the_originals_single_stage_types_are_selectable(tmp_path, monkeypatch):
     from trustmh.engine._endpoint import Endpoint
     # Each sample's own request is counted here (an untouched post asks what the clean one asks): two

@@ -161,17 +161,16 @@ def test_messages_are_text_not_markup(cli, tmp_path):
     assert_user_error(cli("run", "--suite", "sample", "--tasks", "foo[/]", cwd=tmp_path), "foo[/]")
 
 
-def test_install_hint_keeps_its_extra(capsys, monkeypatch):
+def test_install_hint_keeps_its_extra(cli_here, monkeypatch):
     from trustmh import cli as cli_mod
     from trustmh.errors import UserError
 
     def app(**kw):
         raise UserError("hf/x needs torch: pip install 'trustmh[hf]'")
     monkeypatch.setattr(cli_mod, "app", app)
-    with pytest.raises(SystemExit) as exc:
-        cli_mod.main()
-    assert exc.value.code == 2
-    assert "pip install 'trustmh[hf]'" in capsys.readouterr().err  # today: pip install 'trustmh'
+    code, _, err = cli_here()
+    assert code == 2
+    assert "pip install 'trustmh[hf]'" in err  # today: pip install 'trustmh'
 
 
 def test_gate_help_keeps_brackets(cli, tmp_path):
@@ -256,15 +255,6 @@ def test_run_dir_refuses_another_spec_unless_forced(cli, tmp_path):
 
 # --- the machine fails: one line, exit 2, nothing damaged -----------------------------------------
 
-def _main(monkeypatch, capsys, *argv):
-    from trustmh import cli as cli_mod
-    monkeypatch.setattr(sys, "argv", ["trustmh", *map(str, argv)])
-    with pytest.raises(SystemExit) as exc:
-        cli_mod.main()
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
-
 def _store_ok(run_dir):
     import sqlite3
     con = sqlite3.connect(run_dir / "store.sqlite")
@@ -274,11 +264,11 @@ def _store_ok(run_dir):
         con.close()
 
 
-def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, capsys):
+def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, cli_here):
     import errno
     out = tmp_path / "run"
-    code, _, _ = _main(monkeypatch, capsys, *RUN, "--out", out)
-    assert code in (0, None)
+    code, _, _ = cli_here(*RUN, "--out", out)
+    assert code == 0
     before = (out / "results.json").read_text()
 
     import contextlib
@@ -298,7 +288,7 @@ def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, 
         with real(path, binary) as fh:
             yield Full(fh) if path.name == "results.json" else fh
     monkeypatch.setattr(rundir, "_replacing", full)
-    code, _, err = _main(monkeypatch, capsys, *RUN, "--out", out)
+    code, _, err = cli_here(*RUN, "--out", out)
     assert code == 2 and "No space left on device" in err and "Traceback" not in err  # today: a traceback
     assert len(err.strip().splitlines()) <= 2, err
     assert (out / "results.json").read_text() == before
@@ -306,7 +296,7 @@ def test_disk_full_is_one_line_and_leaves_results_intact(tmp_path, monkeypatch, 
     assert _store_ok(out)
 
 
-def test_store_write_refused_is_one_line(tmp_path, monkeypatch, capsys):
+def test_store_write_refused_is_one_line(tmp_path, monkeypatch, cli_here):
     """A read-only run directory (as a non-root user sees it) makes SQLite refuse the write."""
     import sqlite3
     from trustmh.engine._store import Store
@@ -314,7 +304,7 @@ def test_store_write_refused_is_one_line(tmp_path, monkeypatch, capsys):
     def refuse(self, *a, **kw):
         raise sqlite3.OperationalError("attempt to write a readonly database")
     monkeypatch.setattr(Store, "put_calls", refuse)
-    code, _, err = _main(monkeypatch, capsys, *RUN, "--out", tmp_path / "run")
+    code, _, err = cli_here(*RUN, "--out", tmp_path / "run")
     assert code == 2 and "attempt to write a readonly database" in err and "Traceback" not in err
 
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from typer.testing import CliRunner
 
 import trustmh
 import trustmh.api  # before any test patches the engine's run: api binds it on import
-from trustmh.cli import app
 from trustmh.engine.spec import PAPER_JUDGE, PAPER_PROXY, RunSpec, resolve
 from trustmh.errors import UserError
 
@@ -139,15 +137,16 @@ def capture(*args, **kwargs):
     raise Captured(args[0])
 
 
-def cli_spec(monkeypatch, flags: list[str]) -> RunSpec | str:
-    """The spec `trustmh run FLAGS` hands the engine, or its one-line error."""
+def cli_spec(monkeypatch, cli_here, flags: list[str]) -> RunSpec | str:
+    """The spec `trustmh run FLAGS` hands the engine, or the one-line error a user sees (exit 2)."""
     import trustmh.engine
     monkeypatch.setattr(trustmh.engine, "run", capture)
-    result = CliRunner().invoke(app, ["run", *flags])
-    if isinstance(result.exception, Captured):
-        return result.exception.spec
-    assert isinstance(result.exception, UserError), (result.output, result.exception)
-    return str(result.exception)
+    try:
+        code, out, err = cli_here("run", *flags)
+    except Captured as c:  # run_here lets the engine's exception reach the test
+        return c.spec
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (code, out, err)
+    return err.removeprefix("error: ").rstrip("\n")
 
 
 def api_spec(monkeypatch, fields: dict) -> RunSpec | str:
@@ -206,7 +205,7 @@ def grid(data_dir: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("env", [None, "http://127.0.0.1:9/v1"])
-def test_the_command_line_and_the_api_resolve_the_same_spec(monkeypatch, tmp_path, env):
+def test_the_command_line_and_the_api_resolve_the_same_spec(monkeypatch, cli_here, tmp_path, env):
     """A grid of flag combinations: `trustmh run` and `trustmh.run` hand the engine equal specs (every field,
     base URLs the environment names included), or fail with the same one-line error."""
     if env is None:
@@ -217,7 +216,7 @@ def test_the_command_line_and_the_api_resolve_the_same_spec(monkeypatch, tmp_pat
     cases = grid(str(tmp_path.resolve()))
     ran = failed = 0
     for fields in cases:
-        by_cli, by_api = cli_spec(monkeypatch, flags_of(fields)), api_spec(monkeypatch, fields)
+        by_cli, by_api = cli_spec(monkeypatch, cli_here, flags_of(fields)), api_spec(monkeypatch, fields)
         assert by_cli == by_api, fields
         if isinstance(by_cli, RunSpec):
             ran += 1

@@ -120,6 +120,7 @@ def test_permanent_errors_are_counted_not_scored(upstream, tmp_path):
     assert len(bad) == 1 and bad[0]["response"] is None and "values" not in bad[0]
 
 
+@pytest.mark.needs_methods
 def test_kill_mid_run_then_resume_pays_each_call_once(upstream, tmp_path):
     """Kill -9 the CLI while 4 requests are held at the server, resume, and count paid calls there."""
     hold = {"on": True}

@@ -157,29 +157,18 @@ def test_pick_splits_refuses_two_files_for_one_split():
         pick_splits(["train.csv", "val.csv", "a/test.csv", "b/test.csv"])
 
 
-def _cli(*args, env_extra):
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env.update(PYTHONPATH=src, **env_extra)
-    return subprocess.run([sys.executable, "-m", "trustmh", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=300)
-
-
-def test_cli_data_pull_swmh(tmp_path):
+def test_cli_data_pull_swmh(tmp_path, cli):
     hf_home = {"HF_HOME": str(tmp_path / "hf")}  # never a token stored by a real `hf auth login`
     with FakeHub(FILES) as hub:
-        proc = _cli("data", "pull", "swmh", "--data-dir", tmp_path / "data",
-                    env_extra={**hf_home, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN})
+        # HF_* are read when huggingface_hub is imported: run_cli gives the command a fresh interpreter
+        proc = cli("data", "pull", "swmh", "--data-dir", tmp_path / "data", without=("HF_TOKEN",),
+                   env_extra={**hf_home, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN})
         assert proc.returncode == 0, proc.stderr
         assert "train 3 rows" in proc.stdout and TOKEN not in proc.stdout + proc.stderr
         assert (tmp_path / "data/swmh/test.csv").read_text() == FILES["test.csv"]
         # Access not granted (no token): one line saying what to do, exit 2, nothing written.
-        refused = _cli("data", "pull", "swmh", "--data-dir", tmp_path / "other",
-                       env_extra={**hf_home, "HF_ENDPOINT": hub.url})
+        refused = cli("data", "pull", "swmh", "--data-dir", tmp_path / "other", without=("HF_TOKEN",),
+                      env_extra={**hf_home, "HF_ENDPOINT": hub.url})
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "SWMH is gated" in refused.stderr and "HF_TOKEN" in refused.stderr
     assert not (tmp_path / "other/swmh").exists()

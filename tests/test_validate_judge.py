@@ -11,10 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
-from typer.testing import CliRunner
 
 from conftest import fenced
-from trustmh.cli import app
 from trustmh.validation.judge import ValidateSpec, heuristic_rating, validate_judge
 from trustmh.scoring.metrics import spearman, weighted_kappa
 from trustmh.scoring.results import RunResults
@@ -158,11 +156,11 @@ def test_llm_judge_through_fake_server(upstream, tmp_path):
     assert all(isinstance(h2[r["row"]]["answer"], str) for r in rows if "H2" in r["human"])
 
 
-def test_cli_validate_judge_offline_on_sample_suite(tmp_path):
-    result = CliRunner().invoke(app, ["validate-judge", "--suite", "sample", "--out", str(tmp_path / "vj"),
-                                      "--bootstrap", "100", "--no-progress"])
-    assert result.exit_code == 0, result.output
-    assert "rules-heuristic" in result.output and "H1 vs H2" in result.output
+def test_cli_validate_judge_offline_on_sample_suite(tmp_path, cli):
+    result = cli("validate-judge", "--suite", "sample", "--out", tmp_path / "vj", "--bootstrap", "100",
+                 "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "rules-heuristic" in result.stdout and "H1 vs H2" in result.stdout
     res = RunResults.model_validate_json((tmp_path / "vj/results.json").read_text())
     t = res.models["rules-heuristic"].tasks["validate_judge.H1_vs_H2"]
     assert t.n == 7 and t.unscored_reasons == {
