@@ -17,18 +17,19 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Generator
+from typing import IO, Any, Generator
 
 import numpy as np
 
 from ..judges.rubric import Judged, Rubric, Verdicts
 from ..scoring.metrics import bootstrap, count, derived_seed, n_clusters
 from ..models import ModelRef
-from ..scoring.pillars import judge_usable_rate, model_summary, task_meta, task_trust
+from ..scoring.pillars import judge_usable_rate, model_summary, task_trust
 from ..scoring.results import MetricValue, ModelResults, RunResults, TaskResult
 from ._store import Store
 from ..tasks import Method, RunContext, Task, writes
 from ..tasks.paper_names import paper_block
+from ..tasks.versions import scoring_version
 from ..types import Sample
 from ..scoring.agreement import ALPHA_MIN
 from .judge import judge_ids, panel_endpoints, judge_parts
@@ -42,6 +43,20 @@ from ._slices import advance, beside, in_slices
 from .spec import RunSpec, data_source, versions
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
+
+
+def task_header(task: Task, ctx: RunContext) -> dict[str, Any]:
+    """What results.json carries about a task so that it can be read without the task's code."""
+    m, method = task.metric, task.method(ctx)
+    return {"title": task.title, "description": method.metric_description(ctx), "primary_value": task.primary_value,
+            "scoring_version": scoring_version(task),
+            "trust_range": (m.lo, m.hi) if m.higher_is_better else (m.hi, m.lo),
+            "judgements": {r.name: {"role": r.role, "version": r.version, "source": r.source}
+                           for r in method.active_rubrics(ctx)},
+            "protocol": task.protocol_used(ctx), "evidence": task.evidence,
+            "degenerate_checks": [c.to_json() for c in task.degenerate_checks],
+            "counted": task.counted.to_json() if task.counted is not None else None,
+            "templates": [t.provenance() for t in task.method_templates] if task.protocol_used(ctx) == "paper" else []}
 
 
 @dataclass
@@ -99,7 +114,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     method = task.method(ctx)
     sc.stale.pop((model.spec, task.id), None)  # counted anew: a task may be scored again
     base = dict(task=task.id, pillar=task.pillar, metric=task.metric.name,
-                higher_is_better=task.metric.higher_is_better, **task_meta(task, ctx))
+                higher_is_better=task.metric.higher_is_better, **task_header(task, ctx))
     if p.not_run:
         return TaskResult(status="not run", reason=p.not_run, **base)
     rubrics = method.active_rubrics(ctx)

@@ -16,15 +16,13 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, Mapping, Protocol, TypeVar
 
 import numpy as np
 
 from .metrics import Table, trust_score
 from .results import ModelResults, PillarResult, TaskResult
 from ..errors import UserError
-from ..tasks import RunContext, Task
-from ..tasks.versions import scoring_version
 
 # pillar -> row (the paper's subtask label) -> the trustmh tasks forming it
 PAPER_PILLARS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -90,6 +88,14 @@ AGGREGATION = ("trustmh's own aggregation (the paper publishes per-subtask ranks
                "without draws, a normal approximation from the tasks' intervals.")
 
 V = TypeVar("V", float, np.ndarray)
+
+
+class Scored(Protocol):
+    """What the trust rules read of a task (a Task, or anything declaring the same): scoring/ sits below
+    the tasks and imports none of them."""
+
+    primary_value: str
+    metric: Any  # a MetricSpec: lo, hi, higher_is_better
 
 
 def _mean(values: list[V]) -> V:
@@ -186,7 +192,7 @@ def credit(t: TaskResult, tasks: Mapping[str, TaskResult]) -> tuple[float | None
     return value, why
 
 
-def undefined_by_model(task: Task, table: Table, value: float | None) -> str | None:
+def undefined_by_model(task: Scored, table: Table, value: float | None) -> str | None:
     """Why a task's primary metric is undefined by the tested model's own doing, or None.
 
     Decided from the scored table alone, for any task: every scored reply was a non-answer (`answered` 0
@@ -214,7 +220,7 @@ def undefined_by_model(task: Task, table: Table, value: float | None) -> str | N
     return None
 
 
-def task_trust(task: Task, table: Table, value: float | None) -> tuple[float | None, str | None]:
+def task_trust(task: Scored, table: Table, value: float | None) -> tuple[float | None, str | None]:
     """A task's 0-100 trust score and, when the model made its metric undefined, why it is 0."""
     why = undefined_by_model(task, table, value)
     if why is not None:
@@ -237,20 +243,6 @@ def judge_mark(t: TaskResult) -> str:
         return ""
     return (f"judge verdicts usable for {rate:.0%} of {t.n_judged} judged samples (more than "
             f"{MAX_JUDGE_UNUSABLE:.0%} unusable): the value rests on the judge's fall-back reading")
-
-
-def task_meta(task: Task, ctx: RunContext) -> dict[str, Any]:
-    """What results.json carries about a task so that it can be read without the task's code."""
-    m, method = task.metric, task.method(ctx)
-    return {"title": task.title, "description": method.metric_description(ctx), "primary_value": task.primary_value,
-            "scoring_version": scoring_version(task),
-            "trust_range": (m.lo, m.hi) if m.higher_is_better else (m.hi, m.lo),
-            "judgements": {r.name: {"role": r.role, "version": r.version, "source": r.source}
-                           for r in method.active_rubrics(ctx)},
-            "protocol": task.protocol_used(ctx), "evidence": task.evidence,
-            "degenerate_checks": [c.to_json() for c in task.degenerate_checks],
-            "counted": task.counted.to_json() if task.counted is not None else None,
-            "templates": [t.provenance() for t in task.method_templates] if task.protocol_used(ctx) == "paper" else []}
 
 
 def _se(t: TaskResult) -> float | None:
