@@ -70,11 +70,11 @@ def pytest_configure(config):
 # more. Sleeping files (faults, ray, the installs) start early too, so that others' work fills their waits.
 # Every other file follows in collection order; a name no longer here is ignored (test_ci_guards checks).
 SLOW_FILES = (
-    "test_real_model.py", "test_faults.py", "test_plugins.py", "test_conversation_engine.py",
-    "test_parsers_property.py",
-    "test_kills.py", "test_install.py", "test_ray.py", "test_openai_transport.py", "test_docs_commands.py",
-    "test_docs_commands_more.py", "test_bootstrap.py", "test_viewer_browser.py", "test_rank_table_browser.py",
-    "test_hf.py", "test_agreement.py", "test_report_browser.py", "test_no_broken_model_on_top.py",
+    "test_real_model.py", "test_faults.py", "test_no_broken_model_on_top.py", "test_install.py", "test_plugins.py",
+    "test_conversation_engine.py", "test_ray.py", "test_parsers_property.py",
+    "test_kills.py", "test_openai_transport.py", "test_docs_commands.py", "test_agreement.py",
+    "test_docs_commands_more.py", "test_inference_gate.py", "test_bootstrap.py", "test_viewer_browser.py",
+    "test_rank_table_browser.py", "test_hf.py", "test_ratings_inference.py", "test_report_browser.py",
     "test_ci_guards.py", "test_paper_rank_table.py", "test_run_guards.py", "test_refusal.py", "test_swmh_pull.py",
     "test_calibration.py", "test_fake_server.py", "test_limiter.py", "test_labels_and_compare.py",
     "test_secrets.py", "test_group_counts.py", "test_mentalalign.py", "test_data_pull.py", "test_spend_cap.py",
