@@ -198,6 +198,13 @@ def test_report_gate_and_rank_table_show_the_same_numbers(rated_run, tmp_path, c
     assert f"openai/m: {TASK_ID} (calibrated) = {cal['value']:.4g} <" in calibrated.stdout, calibrated.stdout
     table = cli("report", run_dir, "--format", "csv", "--calibrated")
     assert table.returncode == 0, table.stderr
+    # the CSV says on every row what its values are (issue 47: only the Markdown and LaTeX rules said it)
+    import csv
+    import io
+    rows = list(csv.DictReader(io.StringIO(table.stdout)))
+    assert rows and all(r["values"].startswith("calibrated") for r in rows)
+    plain_csv = cli("report", run_dir, "--format", "csv")
+    assert "values" not in next(csv.reader(io.StringIO(plain_csv.stdout)))
 
 
 def test_invalid_draws_and_too_few_ratings_give_reasons(rated_run, tmp_path):

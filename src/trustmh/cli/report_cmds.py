@@ -166,6 +166,8 @@ def _rank_text(loaded, fmt: str, groups: dict[str, str], *, ties: str | None = N
         notes = ["judged values are calibrated: anchored to clinicians' ratings (PPI++, trustmh annotate); trust, "
                  "pillar and overall scores computed from them", *(n for r in loaded for n in calibrated_notes(r.results, ""))]
         table.rules = [*table.rules, *(markdown_cell(n) if fmt == "markdown" else n for n in notes)]  # LaTeX: tex()
+    if calibrated and fmt == "csv":  # a column says so on every row; a missing value's reason is its `undefined`
+        return RANKS.writer(fmt)(table, values="calibrated: anchored to clinicians' ratings (PPI++)")
     return RANKS.writer(fmt)(table)
 
 

@@ -398,8 +398,12 @@ CSV_COLUMNS = ["pillar", "row", "model", "spec", "group", "trust_score", "rank",
                "not_separated"]
 
 
-def rank_csv(table: RankTable) -> str:
-    return csv_text(list(CSV_COLUMNS), rank_records(table))
+def rank_csv(table: RankTable, values: str = "") -> str:
+    """The rank table's records as CSV; `values`, when given, a last column saying what every value is
+    (`--calibrated`: anchored to clinicians' ratings), so that the file says it without its command line."""
+    if not values:
+        return csv_text(list(CSV_COLUMNS), rank_records(table))
+    return csv_text([*CSV_COLUMNS, "values"], ({**r, "values": values} for r in rank_records(table)))
 
 
 def rank_markdown(table: RankTable) -> str:
