@@ -138,14 +138,8 @@ def run_cmd(
     """Run (or resume) an evaluation. Rerunning the same command never repeats a stored call."""
     set_quiet(quiet)
     _load_plugins(include)
-    with loading():
-        from ..engine import run
-        from ..executors import make_executor
-    _check_share(max_failed)
-    _check_share(max_judge_failed, "--max-judge-failed")
-    if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
-        raise UserError("--out is empty; give a directory")
-    chosen_executor = make_executor(executor, ray_address=ray_address, shard_size=shard_size)
+    _check_shares_and_out(max_failed, max_judge_failed, out_dir)
+    chosen_executor = _make_executor(executor, ray_address, shard_size)
     spec = spec_from_flags(
         model=model, models_file=models_file, judge=judge, tasks=tasks, limit=limit, seed=seed, data_dir=data_dir,
         suite=suite, base_url=base_url, judge_base_url=judge_base_url, min_judge_alpha=min_judge_alpha,
@@ -154,35 +148,65 @@ def run_cmd(
         methods_dir=methods_dir, n_boot=n_boot, lang=lang, perturbations=perturbations,
         refusal_classifier=refusal_classifier, system_prompt=system_prompt, user_model=user_model,
         user_model_base_url=user_model_base_url, turns=turns, runs=runs, personas=personas)
-    paper_default = not judge and spec.judge == PAPER_JUDGE  # the judge the paper's protocol chose
     if not judge and spec.protocol == "paper" and spec.judge == "rules":
         note.print(f"judge: rules (the models are offline baselines; --judge {PAPER_JUDGE} for the paper's "
                    f"judge)", style="yellow", markup=False, highlight=False)
+    target = Path(out_dir) if out_dir else runs_dir / spec.run_id()
     from ..engine import load_prices
     table = load_prices(prices) if prices is not None or max_cost is not None or dry_run else None
     if dry_run:
-        _dry_run(spec, Path(out_dir) if out_dir else runs_dir / spec.run_id(), table)
+        _dry_run(spec, target, table)
         return
     limits = _limits(max_connections, timeout, max_retries, batch_size)
     if max_cost is not None:
         limits.budget = _budget(spec, max_cost, table, executor)
+    run_dir, results = _run_with_progress(spec, Path(out_dir) if out_dir else None, runs_dir, target, limits,
+                                          chosen_executor, force, progress, paper_default=not judge)
+    _finish_run(run_dir, results, limits, fail_on_error, max_failed, max_judge_failed)
+
+
+def _check_shares_and_out(max_failed: float, max_judge_failed: float, out_dir: Optional[str]) -> None:
+    _check_share(max_failed)
+    _check_share(max_judge_failed, "--max-judge-failed")
+    if out_dir is not None and not out_dir.strip():  # --out "$UNSET" must not mean the current folder
+        raise UserError("--out is empty; give a directory")
+
+
+def _make_executor(executor: str, ray_address: Optional[str], shard_size: Optional[int]):
+    with loading():
+        from ..executors import make_executor
+    return make_executor(executor, ray_address=ray_address, shard_size=shard_size)
+
+
+def _run_with_progress(spec, out: Optional[Path], runs_dir: Path, target: Path, limits, executor, force: bool,
+                       progress: bool, *, paper_default: bool):
+    """The run, its progress on stderr (a terminal only), and what each way it can stop tells the user: the
+    spend cap reached, Ctrl-C (everything received is stored), the paper's default judge (`paper_default`: no
+    --judge given) without its key."""
+    with loading():
+        from ..engine import run
     from ..engine import BudgetStop, stop_message
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
-            run_dir, results, _calls = run(spec, Path(out_dir) if out_dir else None, runs_root=runs_dir,
-                                           limits=limits, executor=chosen_executor, force=force, events=view,
-                                           idle=[_prepare_report])
+            run_dir, results, _calls = run(spec, out, runs_root=runs_dir, limits=limits, executor=executor,
+                                           force=force, events=view, idle=[_prepare_report])
     except BudgetStop as stop:
-        raise UserError(stop_message(stop.budget, spec, Path(out_dir) if out_dir else runs_dir / spec.run_id())) \
-            from None
+        raise UserError(stop_message(stop.budget, spec, target)) from None
     except KeyboardInterrupt:
         err.print("interrupted: every reply received so far is stored; rerun the same command to resume")
         raise typer.Exit(130)
     except UserError as e:
-        if paper_default and "needs an API key" in str(e):
+        if paper_default and spec.judge == PAPER_JUDGE and "needs an API key" in str(e):
             raise UserError(f"{e}. The paper's protocol judges with {PAPER_JUDGE} by default: pass --judge rules "
                             f"to judge offline (judge-rated metrics are then left unscored) or another judge") from None
         raise
+    return run_dir, results
+
+
+def _finish_run(run_dir: Path, results, limits, fail_on_error: bool, max_failed: float,
+                max_judge_failed: float) -> None:
+    """After a run: its calibrated values kept, the summary, the spend, where the outputs are, the report,
+    and the exit code the run's failures decide."""
     results = _calibrate(run_dir, results)  # a run resumed after `trustmh annotate` keeps its calibrated values
     _summary(results)
     _spent(limits.budget)
