@@ -21,12 +21,12 @@ import dataclasses
 import hashlib
 from typing import Any, Callable, Protocol
 
-from ..models import answers_by_id, make_model
+from ..models import make_model
 from ..tasks import Method, RunContext, Task, resolve_tasks
 from ..types import Chain, Request, Response, Sample, Turn
 from ._endpoint import CallWriter, Endpoint
 from ._events import EventSink, Notice, ignore
-from ._requests import generation_request, judge_request
+from ._requests import generation_request
 from ._store import Store
 from .spec import Limits, RunSpec
 
@@ -165,26 +165,6 @@ async def converse(c: Chains, chain: Chain, request: Request, task: Task, sample
         raise RuntimeError(f"{task.id}: a conversation needs the simulated person's endpoint")
     resp = await run_chain(chain, {"user": user, "model": gen}, ask, c.store, counted)
     await c.writer.add(key, gen.model.endpoint, "conversation", request, resp)
-    return resp
-
-
-async def judge_chain(c: Chains, ep: Endpoint, sample: Sample, rubric: Any, chain: Chain,
-                      exact: dict[str, Any] | None) -> Response:
-    """A rubric walk's verdict for one judge: stored, or asked question by question."""
-    head = judge_request(sample, [{"role": "user", "content": chain.ident}], c.spec, rubric.name, exact)
-    key = _key(dataclasses.replace(head, purpose=f"{head.purpose}:walk"), ep.model.endpoint, chain.ident)
-    c.writer.link([(c.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint, key,
-                    rubric.version)])
-    stored = c.store.get_call(key) if ep.model.cacheable else None
-    if stored is not None and stored.ok:
-        return stored
-
-    def ask(turn: Turn) -> Request:
-        req = judge_request(sample, turn.messages, c.spec, rubric.name, exact if turn.params is None else turn.params)
-        return dataclasses.replace(req, purpose=f"{req.purpose}:{turn.label}")
-
-    resp = await run_chain(chain, {"judge": ep}, ask, c.store)
-    await c.writer.add(key, ep.model.endpoint, "judge:walk", head, resp)
     return resp
 
 

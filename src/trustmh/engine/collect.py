@@ -22,7 +22,7 @@ from ..types import Chain, Request, Response, Sample
 from . import _conversation as conversation
 from ._endpoint import CallWriter, Endpoint
 from ._generation_share import GenerationShare
-from .judge import JudgeJob, JudgePool, Pending, Judges, identified_judges, judge_backends
+from .judge import JudgeJob, JudgePool, Judges, Pending, identified_judges, judge_backends, judge_chain
 from . import _identity as identity
 from ._identity import model_ref
 from ._events import EventSink, PhaseDone, PhaseProgress, PhaseStarted, TaskProgress, ignore
@@ -375,7 +375,7 @@ class _Collector:
         link = (self.model_id, sample.task, sample.item.id, sample.variant, rubric.name, ep.model.endpoint,
                 rubric.version)
         if isinstance(messages, Chain):  # a rubric walk: one question after another
-            ok = (await conversation.judge_chain(self, ep, sample, rubric, messages, exact)).ok
+            ok = (await judge_chain(self, ep, sample, rubric, messages, exact)).ok
         else:
             tries = [(judge_request(sample, messages, self.spec, rubric.name, exact, attempt), link)
                      for attempt in range(1, rubric.attempts + 1)]
