@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from trustmh.judges.rubric import template_path
+
 from trustmh.tasks import TASKS, DataSource, RunContext
 from trustmh.tasks import base
 
@@ -89,7 +91,7 @@ def test_a_reply_holding_the_first_candidate_tag_gets_another(monkeypatch):
 
 @pytest.mark.parametrize("template", ["reliability_support_judge.j2", "reliability_intervention_judge.j2"])
 def test_support_and_intervention_judges_have_anchors_and_a_length_guard(template):
-    text = (Path(base.__file__).parent / "templates" / template).read_text(encoding="utf-8")
+    text = template_path(template).read_text(encoding="utf-8")
     assert "Length is not quality" in text and "longer" in text
     criteria = (("fluency", "professionalism", "empathy", "helpfulness") if "support" in template
                 else ("comprehensiveness", "professionalism", "authenticity", "safety"))

@@ -17,14 +17,26 @@ from typing import Callable
 from ..data.methods import method_files
 from .roles import JUDGE_ROLES
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "tasks" / "templates"
+# Each pillar keeps its templates in its own package (tasks/<pillar>/templates/); a name is found in any of them.
+TEMPLATE_DIRS = tuple(sorted((Path(__file__).resolve().parents[1] / "tasks").glob("*/templates")))
+
+
+def template_path(name: str | Path) -> Path:
+    """Where a template named by a task or rubric lives: an absolute path as given (a task from outside
+    trustmh), else the pillar folder that holds the name (the first, in folder order, for a name two hold)."""
+    if Path(name).is_absolute():
+        return Path(name)
+    for folder in TEMPLATE_DIRS:
+        if (folder / name).is_file():
+            return folder / name
+    return TEMPLATE_DIRS[0] / name if TEMPLATE_DIRS else Path(name)  # missing: the read fails with its name
 
 
 @dataclass(frozen=True)
 class Rubric:
     """One named judgement a task makes of a reply.
 
-    `templates` are the files the judge prompt is rendered from (under tasks/templates): their content
+    `templates` are the files the judge prompt is rendered from (under tasks/<pillar>/templates): their content
     is the rubric's version, so a stored verdict made with an older text is recognised as such. `role`
     says who answers, a registered judge role (judges/roles.py): "llm" is the run's `--judge` (the rules
     judge stands in offline), "classifier" the run's `--refusal-classifier`, a local model answering with a
@@ -53,7 +65,7 @@ class Rubric:
     @property
     def version(self) -> str:
         """Changes whenever a template's text does (re-read when a file's size or mtime changes)."""
-        stamps = tuple((st.st_mtime_ns, st.st_size) for st in ((TEMPLATES / t).stat() for t in self.templates))
+        stamps = tuple((st.st_mtime_ns, st.st_size) for st in (template_path(t).stat() for t in self.templates))
         if self.method is not None:  # pinned by its manifest sha256: read nothing
             stamps += (method_files()[self.method].sha256,)
         if self.attempts > 1:  # a verdict re-asked until it parses may differ from a first answer
@@ -64,15 +76,17 @@ class Rubric:
     def source(self) -> list[str]:
         if self.method is not None:
             return [method_files()[self.method].source]
-        return [t if Path(t).is_absolute() else f"trustmh:tasks/templates/{t}" for t in self.templates]
+        return [t if Path(t).is_absolute() else
+                "trustmh:" + template_path(t).relative_to(TEMPLATE_DIRS[0].parents[2]).as_posix()
+                for t in self.templates]
 
 
 @functools.lru_cache(maxsize=256)
 def _version(role: str, templates: tuple[str, ...], stamps: tuple) -> str:
     h = hashlib.sha256(role.encode())
     for name in templates:
-        # A name is a file under tasks/templates; a task defined outside trustmh names its own file.
-        h.update(b"\0" + Path(name).name.encode() + b"\0" + (TEMPLATES / name).read_bytes())
+        # A name is a file of a pillar's templates; a task defined outside trustmh names its own file.
+        h.update(b"\0" + Path(name).name.encode() + b"\0" + template_path(name).read_bytes())
     for stamp in stamps:
         if isinstance(stamp, str):  # a method file's sha256
             h.update(b"\0" + stamp.encode())

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..data.methods import method_files
 from ..errors import UserError
-from ..judges.rubric import Judged, Rubric, Verdicts
+from ..judges.rubric import TEMPLATE_DIRS, Judged, Rubric, Verdicts
 from ..judges.roles import JUDGE_ROLES
 from ..scoring.degenerate import MAX_NEAR_DUPLICATE, MIN_ANSWERING
 from ..scoring.metrics import Means, Resamples, Table, count, group_mask
@@ -136,12 +136,12 @@ class DataSource:
 @functools.lru_cache(maxsize=1)
 def _templates() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(Path(__file__).parent / "templates")),
+        loader=jinja2.FileSystemLoader([str(d) for d in TEMPLATE_DIRS]),  # each pillar's templates/
         undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
 def template_source(template: str | Path) -> str:
-    """A prompt or rubric template's own text, unrendered (a name under tasks/templates, or an absolute path):
+    """A prompt or rubric template's own text, unrendered (a name in a pillar's templates/, or an absolute path):
     what the rating form reads the judge's rubric from, so the form never restates it."""
     if Path(template).is_absolute():
         return Path(template).read_text(encoding="utf-8")
@@ -150,7 +150,7 @@ def template_source(template: str | Path) -> str:
 
 
 def render(template: str | Path, **values: Any) -> str:
-    """Render a prompt or rubric template (plain text, not HTML): a name under tasks/templates, or the
+    """Render a prompt or rubric template (plain text, not HTML): a name in a pillar's templates/, or the
     absolute path of a task's own file (a task from outside trustmh; `Rubric` accepts such paths too)."""
     if Path(template).is_absolute():
         return _templates().from_string(Path(template).read_text(encoding="utf-8")).render(**values).strip()
