@@ -146,4 +146,7 @@ def test_the_ci_guide_installs_from_a_commit_of_the_repository(repo, tmp_path):
     # the Actions variables are the shell's here, as the workflow fills them in
     command = install.replace("${{ vars.TRUSTMH_GIT }}", "$TRUSTMH_GIT").replace("${{ vars.TRUSTMH_REV }}", "$TRUSTMH_REV")
     assert "${{" not in command
-    _installs(command, tmp_path, "current", commit, clone.as_uri())
+    # The README's command, which test_the_readme_installs_from_the_git_url_at_a_commit installs as written
+    # (with the machine's pip 23 and the current pip): the same words need no second install here.
+    git, _ = _readme_install()
+    assert command == git, (command, git)
