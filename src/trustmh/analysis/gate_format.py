@@ -14,15 +14,20 @@ from .gate import Check, summary
 
 
 
-# `about`: which correction and margins a --baseline comparison ran (gate.check_baseline), said in every format.
+# Every writer takes the same arguments, so that the format registry (cli/formats.py) calls whichever was asked
+# for alike; each uses what its format shows. `about`: which correction and margins a --baseline comparison
+# ran (gate.check_baseline), said in every format; `warnings`: carried in the document by json and github
+# (the others' command prints them on stderr); `clean`: what makes a run's text safe for the format.
 
-def to_text(checks: list[Check], models: int, clean: Callable[[str], str] = str, about: str = "") -> str:
+def to_text(checks: list[Check], models: int, warnings: list[str] = (), clean: Callable[[str], str] = str,
+            about: str = "") -> str:
     lines = [f"FAIL {clean(c.line())}" for c in checks if not c.passed]
     lines += [clean(about)] if about else []
     return "\n".join([*lines, clean(summary(checks)) + f" on {models} model(s)"]) + "\n"
 
 
-def to_json(checks: list[Check], models: int, warnings: list[str] = (), about: str = "") -> str:
+def to_json(checks: list[Check], models: int, warnings: list[str] = (), clean: Callable[[str], str] = str,
+            about: str = "") -> str:
     failed = [c for c in checks if not c.passed]
     return json.dumps({
         "passed": not failed, "summary": summary(checks) + f" on {models} model(s)", "baseline": about or None,
@@ -32,7 +37,8 @@ def to_json(checks: list[Check], models: int, warnings: list[str] = (), about: s
     }, indent=2) + "\n"
 
 
-def to_junit(checks: list[Check], clean: Callable[[str], str] = str, about: str = "") -> str:
+def to_junit(checks: list[Check], models: int = 0, warnings: list[str] = (), clean: Callable[[str], str] = str,
+             about: str = "") -> str:
     """One <testsuite> per model, one <testcase> per check (classname: the kind of check, name: what was
     checked); a failed check holds a <failure> whose message is the text output's FAIL line. `about` is each
     suite's property "baseline". `clean` keeps characters XML 1.0 cannot hold (most control characters) out of

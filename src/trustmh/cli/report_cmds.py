@@ -374,11 +374,7 @@ def gate_cmd(
     if not checks:  # a gate that checked nothing has not passed
         raise UserError("nothing was checked (no threshold applies to this run's models)")
     models = len(run.results.models)
-    write = GATE.writer(fmt)  # each format's writer takes what it shows
-    text = {"text": lambda: write(checks, models, printable, about),
-            "json": lambda: write(checks, models, warnings, about),
-            "junit": lambda: write(checks, printable, about),
-            "github": lambda: write(checks, models, warnings, printable, about)}[fmt]()
+    text = GATE.writer(fmt)(checks, models, warnings=warnings, clean=printable, about=about)
     sys.stdout.write(text)
     sys.stdout.flush()
     if any(not c.passed for c in checks):
