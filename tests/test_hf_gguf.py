@@ -114,3 +114,21 @@ def test_a_gguf_file_is_not_a_refusal_classifier():
     from trustmh.judges.hf_classifier import parse_spec
     with pytest.raises(UserError, match="causal language model, not a sequence classifier"):
         parse_spec("hf/models/x.Q4_K_M.gguf")
+
+
+def test_one_load_parses_the_file_once_and_puts_gguf_back(tmp_path):
+    # transformers looks GGUFReader and get_tensor_name_map up on the gguf module at each call (config,
+    # tokenizer, weights; once per module of the model): within a load both answer from one parse.
+    from trustmh.models import hf
+    path = str(write_gguf(tmp_path / "m.gguf"))
+    reader, names = gguf.GGUFReader, gguf.get_tensor_name_map
+    arch = gguf.MODEL_ARCH.LLAMA
+    with hf._gguf_parsed_once():
+        first = gguf.GGUFReader(path)
+        assert gguf.GGUFReader(path) is first and len(first.tensors) == 3
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, names)
+    assert gguf.GGUFReader(path) is not gguf.GGUFReader(path)  # outside a load, as gguf has it
+    with pytest.raises(RuntimeError), hf._gguf_parsed_once():
+        raise RuntimeError("a load that fails")
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader, names)

