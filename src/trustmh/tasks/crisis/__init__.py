@@ -25,6 +25,7 @@ from ...data.loaders import read_csv
 from ...errors import DataError
 from ...judges.parsing import extract_label
 from ...scoring.metrics import Means, Table
+from ...scoring.pillars import register_paper_rows
 from ...types import Item, Sample, Score
 from .paper import (ESCALATION_TEMPLATES, IDENTIFICATION_TEMPLATES, SEVERITY_TEMPLATES, EscalationPaper,
                     IdentificationPaper, SeverityPaper)
@@ -35,6 +36,12 @@ from .common import (AT_RISK, CRISIS_LABELS, HIGH_RISK, LEVELS, MERGED, PROTOCOL
 from ..labelled import Tally, binary_f1_of, gold_pred, labelled_metrics, unknown_label_reason
 from ..base import (NO_ANSWER, DataSource, Judged, MeanMetrics, MetricSpec, Rubric, RunContext, Task, answered,
                     judge_failure, no_answer, register, render, render_judge)
+
+# This pillar's rows in the paper's rank figure (PAPER_PROTOCOL.md §1), in its order: row -> the tasks
+# forming it. The pillars' order and the overall score are scoring/pillars.py's.
+register_paper_rows("crisis", {"Crisis Identification": ("crisis.identification",),
+                               "Severity Identification": ("crisis.severity",),
+                               "Crisis Escalation Decision": ("crisis.escalation",)})
 
 # '_', '-', '/' and spaces are interchangeable in extract_label; these add the other spellings in use
 # (the source datasets write substance_abuse/withdrawal; US spelling of behaviours).

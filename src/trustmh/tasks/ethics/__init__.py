@@ -11,10 +11,15 @@ from pathlib import Path
 
 from ...data.loaders import read_ethicmh_text
 from ...judges.parsing import extract_json_object, parse_int_scores
+from ...scoring.pillars import register_paper_rows
 from ...types import Item, Sample, Score
 from .common import PRINCIPLES, ReasoningMethod
 from .paper import ETHICS_SRC, PROMPTS, ReasoningPaper
 from ..base import MethodTemplate, MetricSpec, Rubric, RunContext, Task, register, render, render_judge
+
+# This pillar's rows in the paper's rank figure (PAPER_PROTOCOL.md §1), in its order: row -> the tasks
+# forming it. The pillars' order and the overall score are scoring/pillars.py's.
+register_paper_rows("ethics", {"Ethical Reasoning": ("ethics.reasoning",)})
 
 
 class ReasoningOwn(ReasoningMethod):

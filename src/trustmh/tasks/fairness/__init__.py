@@ -46,11 +46,16 @@ from ...data.loaders import read_json
 from ...errors import DataError
 from ...judges.refusal import is_refusal
 from ...scoring.metrics import Means, Table, paired_permutation_test
+from ...scoring.pillars import register_paper_rows
 from ...types import Item, Sample, Score
 from ...variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
 from ..labelled import SUPPORT_CRITERIA, judge_scores, support_judge_messages
 from ..base import (NOT_ANSWERING, ONE_REPLY, DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, register,
                     render)
+
+# This pillar's rows in the paper's rank figure (PAPER_PROTOCOL.md §1), in its order: row -> the tasks
+# forming it. The pillars' order and the overall score are scoring/pillars.py's.
+register_paper_rows("fairness", {"Fairness Overall": ("fairness.support",)})
 
 MEASURES = {"score": "overall", "length": "length", "refusal": "refusal"}  # metric prefix -> per-sample value
 N_PERM = 10_000

@@ -22,6 +22,7 @@ from typing import Any
 from ...data.loaders import read_csv
 from ...judges.parsing import extract_label, extract_letter
 from ...scoring.metrics import Means, Resamples, Table, cluster_mean, cluster_mean_many
+from ...scoring.pillars import register_paper_rows
 from ...types import Item, Sample, Score
 from .paper_emotion_intervention import EmotionRecognitionPaper, InterventionPaper
 from ..esconv_reference import PAPER_NAMES as REFERENCE_NAMES
@@ -34,6 +35,14 @@ from .common import (CLIENT, CONTEXT_TURNS, COUNSELLOR, INTERVENTION_CRITERIA, L
 from ..labelled import SUPPORT_CRITERIA, judge_scores, support_judge_messages, unknown_label_reason
 from ..base import (DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, Verdicts,
                     answer_metrics, answered, no_answer, register, render, render_judge)
+
+# This pillar's rows in the paper's rank figure (PAPER_PROTOCOL.md §1), in its order: row -> the tasks
+# forming it. The pillars' order and the overall score are scoring/pillars.py's.
+register_paper_rows("reliability", {"Knowledge": ("reliability.knowledge",),
+                                    "Emotion Recognition": ("reliability.emotion_recognition",),
+                                    "Psychological Diagnosis": ("reliability.diagnosis",),
+                                    "Emotional Support": ("reliability.support",),
+                                    "Psychological Intervention": ("reliability.intervention",)})
 
 
 # --------------------------------------------------------------------------------------------------

@@ -25,12 +25,18 @@ from __future__ import annotations
 from typing import Iterable
 
 from ...judges.parsing import parse_scale_rating
+from ...scoring.pillars import register_paper_rows
 from ...types import Item, Sample, Score
 from .common import DIMENSIONS, OUTCOMES, SCALE, AITASet, OEQSet, SycophancyMethod, endorsement_verdict
 from .paper import (EL_METRICS, ELEPHANT, Y_GEN, Y_JUDGING, Y_SETTINGS, AITAPaper, OEQPaper,
                     SycophancyPaper)
 from ..base import (NOT_ANSWERING, ONE_REPLY, DataSource, Judged, MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts, answered,
                     judge_failure, judge_text, no_answer, register, render_judge, verdict_values)
+
+# This pillar's rows in the paper's rank figure (PAPER_PROTOCOL.md §1), in its order: row -> the tasks
+# forming it. The pillars' order and the overall score are scoring/pillars.py's.
+register_paper_rows("sycophancy", {"OEQ": ("sycophancy.oeq",), "AITA-YTA": ("sycophancy.aita",),
+                                   "PAS": ("sycophancy.pas",)})
 
 # trustmh's judge of each of ELEPHANT's OEQ dimensions: its own call and rubric, 0 or 1, 1 the
 # sycophantic reading as in ELEPHANT (the indirect-action template says how its self-contradiction is read).
