@@ -1,13 +1,22 @@
 """The paper's pillar structure (PAPER_PROTOCOL.md §1) and trustmh's aggregation over it."""
 
+import csv
+import io
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from trustmh.scoring.pillars import PAPER_PILLARS, PAPER_TASKS, combine, model_summary
+from trustmh.scoring.pillars import combine, model_summary
 from trustmh.scoring.results import TaskResult
-from trustmh.tasks import TASKS
+from trustmh.tasks import TASKS, paper_pillars, paper_tasks
+
+PAPER_PILLARS, PAPER_TASKS = paper_pillars(), paper_tasks()
 
 BEYOND = {"safety.over_refusal", "robustness.crisis", "crisis.conversation"}
 
@@ -187,3 +196,63 @@ def test_pillar_and_overall_intervals_come_from_the_rows_draws():
     m = model_summary("x", tasks)
     assert m.pillars["safety"].ci == (round(np.quantile(safety, 0.025), 2), round(np.quantile(safety, 0.975), 2))
     assert m.trust_ci == (round(np.quantile(overall, 0.025), 2), round(np.quantile(overall, 0.975), 2))
+
+
+# --- issue 43 item 6: each pillar's rows are its own package's ------------------------------------------
+
+THE_PAPERS_ORDER = ["reliability", "crisis", "safety", "fairness", "privacy", "robustness", "sycophancy", "ethics"]
+
+
+def test_each_pillar_registers_its_own_rows_and_the_papers_order_is_kept():
+    """The pillar packages are imported in alphabetical order (crisis first) and each hands its own rows
+    to scoring; the pillars are read back in the paper's order all the same. Only the paper's eight have paper
+    rows: a pillar of one's own is refused (it forms a row per task, outside the overall score)."""
+    from trustmh.scoring import pillars
+    assert list(pillars._PAPER_ROWS) == sorted(THE_PAPERS_ORDER)  # as registered
+    assert list(PAPER_PILLARS) == THE_PAPERS_ORDER == list(pillars.PILLAR_NAMES)
+    src = Path(__file__).resolve().parents[1] / "src" / "trustmh" / "tasks"
+    for p in THE_PAPERS_ORDER:
+        assert f'register_paper_rows("{p}", ' in (src / p / "__init__.py").read_text(encoding="utf-8"), p
+    with pytest.raises(ValueError, match="not one of the paper's pillars"):
+        pillars.register_paper_rows("mine", {"Mine": ("mine.short",)})
+    with pytest.raises(ValueError, match="registered already"):
+        pillars.register_paper_rows("ethics", {"Ethics": ("ethics.reasoning",)})
+    pillars.register_paper_rows("ethics", PAPER_PILLARS["ethics"])  # the same rows again: a reload, harmless
+    assert paper_pillars() == PAPER_PILLARS
+
+
+def test_a_reader_that_loaded_no_pillar_is_refused_rather_than_given_empty_pillars(monkeypatch):
+    from trustmh.scoring import pillars
+    monkeypatch.setattr(pillars, "_PAPER_ROWS", {p: r for p, r in PAPER_PILLARS.items() if p != "ethics"})
+    with pytest.raises(RuntimeError, match="rows of ethics are not registered"):
+        model_summary("x", {})
+
+
+def test_a_stored_run_is_scored_reported_and_compared_in_a_fresh_process_with_the_papers_rows(tmp_path):
+    """`trustmh score`, `report` and `compare` on run folders, each in a fresh interpreter (nothing of a run
+    loaded): the rows come from the pillar packages all the same. Privacy's Awareness row is three tasks."""
+    from conftest import ROOT, run_quiet, run_spec
+    for name, model in (("a", "baseline/counselor"), ("b", "baseline/random")):
+        run_quiet(run_spec(models=[model], tasks="privacy", n_boot=50), tmp_path / name)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+
+    def fresh(*args):
+        proc = subprocess.run([sys.executable, "-m", "trustmh.cli", *map(str, args)], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    before = json.loads((tmp_path / "a" / "results.json").read_text())["models"]["baseline/counselor"]["pillars"]
+    (tmp_path / "a" / "results.json").unlink()  # score writes it again, from the samples
+    fresh("score", tmp_path / "a", "--no-progress")
+    pillars = json.loads((tmp_path / "a" / "results.json").read_text())["models"]["baseline/counselor"]["pillars"]
+    assert list(pillars) == THE_PAPERS_ORDER and pillars == before
+    assert {r: v["tasks"] for r, v in pillars["privacy"]["rows"].items()} == {
+        "Privacy Awareness": ["privacy.awareness_tier1", "privacy.awareness_tier2a", "privacy.awareness_tier2b"],
+        "Privacy Leakage": ["privacy.leakage"]}
+    table = list(csv.DictReader(io.StringIO(fresh("report", tmp_path / "a", tmp_path / "b", "--format", "csv"))))
+    assert list(dict.fromkeys((r["pillar"], r["row"]) for r in table)) == [("privacy", "Privacy Awareness"),
+                                                                        ("privacy", "Privacy Leakage")]
+    rows = json.loads(fresh("compare", tmp_path / "a", tmp_path / "b", "--format", "json", "--bootstrap", "100"))["rows"]
+    (pillar,) = [r for r in rows if r["name"] == "pillar:privacy"]
+    assert pillar["kind"] == "pillar" and pillar["n_tasks"] is not None

@@ -15,9 +15,12 @@ from conftest import run_quiet, run_spec
 
 from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
-from trustmh.scoring.pillars import PAPER_PILLARS, PAPER_TASKS, PILLAR_NAMES, model_summary
+from trustmh.scoring.pillars import PILLAR_NAMES, model_summary
 from trustmh.scoring.results import MetricValue, RunResults, TaskResult
+from trustmh.tasks import paper_pillars, paper_tasks
 from trustmh.testing.browser import chromium_tab
+
+PAPER_PILLARS, PAPER_TASKS = paper_pillars(), paper_tasks()
 
 ROWS = [t for rows in PAPER_PILLARS.values() for ts in rows.values() for t in ts]
 BEYOND = {"safety.over_refusal": "safety", "robustness.crisis": "robustness"}

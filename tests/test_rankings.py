@@ -217,9 +217,9 @@ def _oeq_items(upstream):
 # --- the paper's rank table ----------------------------------------------------------------------------
 
 def _tr(task, trust):
-    from trustmh.scoring.pillars import PAPER_TASKS
     from trustmh.scoring.results import TaskResult
-    return TaskResult(task=task, pillar=PAPER_TASKS.get(task, "safety"), status="ok", metric="m", value=trust / 100,
+    from trustmh.tasks import paper_tasks
+    return TaskResult(task=task, pillar=paper_tasks().get(task, "safety"), status="ok", metric="m", value=trust / 100,
                       trust_score=trust, higher_is_better=True, trust_range=(0.0, 1.0), n_samples=10, n=10)
 
 

@@ -8,11 +8,12 @@ import pytest
 from trustmh.engine.prepare import prepare
 from trustmh.judges.rubric import Judged, Verdicts
 from trustmh.engine.run import context
-from trustmh.validation.rating_forms import _BY_TEMPLATE, form_for
+from trustmh.judges.rating_forms import TEMPLATE_FORMS
+from trustmh.validation.rating_forms import form_for
 
 from conftest import run_spec
 
-TASKS = sorted({t for forms in _BY_TEMPLATE.values() for t in forms} - {"sycophancy.pas"})  # PAS: user-supplied
+TASKS = sorted({t for forms in TEMPLATE_FORMS.values() for t in forms} - {"sycophancy.pas"})  # PAS: user-supplied
 
 
 PAPER = ["crisis.escalation", "sycophancy.oeq", "sycophancy.aita", "reliability.support"]
@@ -69,3 +70,33 @@ def check_form(by_id, ctx, task_id, end):
         if c.name in score.values:
             assert score.values[c.name] == answers[c.name]
     assert form.check({**answers, "extra": 1}) is not None and form.check({}) is not None
+
+
+def test_each_tasks_forms_are_registered_by_its_own_pillar_package():
+    """Issue 43 item 6: a task's forms live in its pillar's package, which registers them when imported;
+    validation/ keeps only the choice of a form for a run."""
+    import ast
+    from pathlib import Path
+
+    from trustmh.judges.rating_forms import METHOD_FORMS
+    from trustmh.tasks import TASKS as REGISTERED
+    src = Path(__file__).resolve().parents[1] / "src" / "trustmh"
+    module = ast.parse((src / "validation" / "rating_forms.py").read_text(encoding="utf-8"))
+    assert not [n for n in ast.walk(module) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "RatingForm"]
+    assert {t for forms in METHOD_FORMS.values() for t in forms} == set(PAPER) | {"sycophancy.pas"}
+    for registry in (TEMPLATE_FORMS, METHOD_FORMS):
+        for forms in registry.values():
+            for task in forms:
+                text = (src / "tasks" / REGISTERED[task].pillar / "__init__.py").read_text(encoding="utf-8")
+                assert "register_rating_forms(" in text and f'"{task}"' in text, task
+
+
+def test_a_second_form_for_a_task_and_rubric_is_refused():
+    from trustmh.judges.rating_forms import Criterion, RatingForm, register_rating_forms
+    other = RatingForm("another", "judge", (Criterion("x", "?", ((0, "no"), (1, "yes"))),), str)
+    with pytest.raises(ValueError, match="ethics.reasoning has a rating form for ethics_judge.j2 already"):
+        register_rating_forms({"ethics.reasoning": other}, template="ethics_judge.j2")
+    with pytest.raises(ValueError, match="give one"):
+        register_rating_forms({"mine.task": other})
+    register_rating_forms({"ethics.reasoning": TEMPLATE_FORMS["ethics_judge.j2"]["ethics.reasoning"]},
+                          template="ethics_judge.j2")  # the same form again (a reload): harmless

@@ -369,11 +369,13 @@ def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Dif
     results.json (`trustmh.scoring.pillars.combine`): each draw combines the tasks' independent draws (their items
     differ, so pairing draw i across tasks adds no dependence). The a and b columns are results.json's own
     (every task each has); the note says how many shared tasks the difference rests on."""
-    from ..scoring.pillars import PAPER_PILLARS, combine
+    from ..scoring.pillars import combine
+    from ..tasks import paper_pillars
+    paper = paper_pillars()
     point_p, point_all = combine(trust_point)
     draws_p, draws_all = combine(trust_draws)
     out = []
-    for pillar, rows in PAPER_PILLARS.items():
+    for pillar, rows in paper.items():
         pa, pb = ra.pillars.get(pillar), rb.pillars.get(pillar)
         if pa is None or pb is None:
             continue
@@ -393,7 +395,7 @@ def _pillar_diffs(ra, rb, trust_point, trust_draws, shared_n, level) -> list[Dif
     d = Diff("overall", "overall", ra.trust_score, rb.trust_score, None)
     if point_all is not None:
         d.diff = point_all
-        every = sorted({t for x in (ra, rb) for p in x.pillars.values() if p.pillar in PAPER_PILLARS for t in p.tasks})
+        every = sorted({t for x in (ra, rb) for p in x.pillars.values() if p.pillar in paper for t in p.tasks})
         counted = sorted(t for t in trust_point if t in every)
         d.n_shared = sum(x.n_shared for x in out if x.n_tasks)
         d.n_clusters = sum(shared_n[t][1] for t in counted)

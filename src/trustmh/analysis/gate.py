@@ -351,8 +351,9 @@ MAX_UNSCORED = 0.05
 def _checked_tasks(mr, name: str) -> list[str]:
     """The tasks a threshold's number rests on: its task, its pillar's tasks, or every pillar's."""
     if name == "overall":  # the paper's pillars: a pillar of one's own tasks is not in the overall score
-        from ..scoring.pillars import PAPER_PILLARS
-        return [t for p in mr.pillars.values() if p.pillar in PAPER_PILLARS for t in p.tasks]
+        from ..tasks import paper_pillars
+        paper = paper_pillars()
+        return [t for p in mr.pillars.values() if p.pillar in paper for t in p.tasks]
     if name.startswith("pillar:"):
         p = mr.pillars.get(name[len("pillar:"):])
         return list(p.tasks) if p else []

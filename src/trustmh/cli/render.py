@@ -101,9 +101,10 @@ def _pillar_summary(mr, name: str) -> None:
     """The pillars the run has tasks in, with what each rests on: the paper's, then those of one's own tasks
     (outside the overall score); the overall score says how many of the paper's pillars it covers. A pillar
     with no task in the run is left out (the overall row counts it)."""
-    from ..scoring.pillars import PAPER_PILLARS
+    from ..tasks import paper_pillars
+    paper_rows = paper_pillars()
     shown = [p for p in mr.pillars.values() if p.tasks]
-    paper = any(p.pillar in PAPER_PILLARS for p in shown)
+    paper = any(p.pillar in paper_rows for p in shown)
     if not shown:
         return
     narrow = out.width < 120  # no frame: at 80 columns every cell reads whole
@@ -113,7 +114,7 @@ def _pillar_summary(mr, name: str) -> None:
     for col in ("pillar", "trust", "~95% CI", "rows", "samples", ""):
         table.add_column(col, justify="left" if col in ("pillar", "") else "right", no_wrap=True)
     for p in shown:
-        own = "" if p.pillar in PAPER_PILLARS else "your own pillar, not in the overall score"
+        own = "" if p.pillar in paper_rows else "your own pillar, not in the overall score"
         if p.trust_score is None:
             table.add_row(p.pillar, "-", "", f"0 of {p.n_rows}", str(p.n_samples),
                           ", ".join(filter(None, ["not measured", own])))

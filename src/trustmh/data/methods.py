@@ -5,7 +5,9 @@ out of the original files (see `data/extract.py`), never out of this repository.
 like the data (`trustmh data pull methods`, pinned commit, sha256 checked) into `<data dir>/methods/`,
 laid out as `shared/methods` is; `--methods-dir` or $TRUSTMH_METHODS_DIR points elsewhere. `methods.json`
 beside this module lists them (repository, commit, path, zip member, size, sha256, licence): facts about
-the files, not the files."""
+the files, not the files. It is one list, where a pillar's other assets are its own package's: a file is
+not one pillar's (reliability and robustness read the same Robustness/ files of the predecessor's code; the
+paper's figures belong to every pillar), and `trustmh data pull methods` fetches them as one dataset."""
 
 from __future__ import annotations
 

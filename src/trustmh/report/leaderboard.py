@@ -122,7 +122,8 @@ def _measured(pr) -> tuple[str, ...]:
 def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str], *, paired: bool,
                 n_boot: int, progress=None) -> Board:
     """`progress(done, total, label)`, when given, is called after each paired comparison it makes."""
-    from ..scoring.pillars import PAPER_PILLARS
+    from ..tasks import paper_pillars
+    paper = paper_pillars()
     board = Board(pillars + ["overall"])
     # Scores and intervals are results.json's own (trustmh.scoring.pillars); the report only ranks them.
     for i, e in enumerate(ents):
@@ -132,7 +133,7 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
             if pr is None or pr.trust_score is None:
                 board.cells[(i, p)] = Cell(None, None)
                 continue
-            cover += _measured(pr) if p in PAPER_PILLARS else ()  # a pillar of one's own is not in the overall
+            cover += _measured(pr) if p in paper else ()  # a pillar of one's own is not in the overall
             board.cells[(i, p)] = Cell(pr.trust_score, pr.ci, coverage=_measured(pr), partial=(
                 f"partial: {pr.n_rows_measured} of the paper's {pr.n_rows} rows" if pr.partial else ""))
         r = e.result
@@ -156,11 +157,11 @@ def leaderboard(ents: list[Entry], metas: dict[str, TaskMeta], pillars: list[str
                     progress(len(pair_cache), None, f"{b.label} vs {a.label}")  # the pairs needed are not known ahead
         return pair_cache[(i, j)]
 
-    every = {p: [t for ts in rows.values() for t in ts] for p, rows in PAPER_PILLARS.items()}
+    every = {p: [t for ts in rows.values() for t in ts] for p, rows in paper.items()}
     for p in pillars:  # a pillar of one's own tasks: complete with every task of it that some model ran
         if p not in every:
             every[p] = sorted({t for e in ents for t in (e.result.pillars[p].tasks if p in e.result.pillars else ())})
-    paper_tasks = [t for p in PAPER_PILLARS for t in every[p]]
+    paper_tasks = [t for p in paper for t in every[p]]
     for col in board.columns:
         complete = paper_tasks if col == "overall" else every.get(col, [])
         cells = [board.cells[(i, col)] for i in range(len(ents))]

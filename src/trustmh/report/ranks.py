@@ -135,16 +135,17 @@ def rank_table(ents: list[Entry], board: Board, groups: dict[str, str] | None = 
     under the paper's protocol, else `shared`). A row is listed when some model's run has one of its tasks,
     even if none ran (a gated data set not supplied): it shows why. A task beyond the paper is listed after its
     pillar's paper rows, so that a pillar's rows always stand together."""
-    from ..scoring.pillars import PAPER_PILLARS, PAPER_TASKS
+    from ..tasks import paper_pillars, paper_tasks
+    paper, in_rows = paper_pillars(), paper_tasks()
     protocol = table_protocol(ents)
     ties = ties or ("paper" if protocol == "paper" else "shared")
     present = {t: e.result.tasks[t] for e in ents for t in e.result.tasks}
-    beyond = sorted(t for t in present if t not in PAPER_TASKS)
-    pillars = list(PAPER_PILLARS) + sorted({present[t].pillar for t in beyond} - set(PAPER_PILLARS))
+    beyond = sorted(t for t in present if t not in in_rows)
+    pillars = list(paper) + sorted({present[t].pillar for t in beyond} - set(paper))
     rows: list[RankRow] = []
     used: list[tuple[str, RowRule]] = []
     for pillar in pillars:
-        for row, members in PAPER_PILLARS.get(pillar, {}).items():
+        for row, members in paper.get(pillar, {}).items():
             if not any(t in present for t in members):
                 continue
             rule = PAPER_ROW_RULES.get(row, RowRule())

@@ -26,6 +26,7 @@ from ..judges.rubric import TEMPLATE_DIRS, Judged, Rubric, Verdicts
 from ..judges.roles import JUDGE_ROLES
 from ..scoring.degenerate import MAX_NEAR_DUPLICATE, MIN_ANSWERING
 from ..scoring.metrics import Means, Resamples, Table, count, group_mask
+from ..scoring.pillars import PILLAR_NAMES
 from ..plugins import load_task_plugins
 from ..types import Chain, Item, Sample, Score
 
@@ -580,7 +581,7 @@ def register(cls: type[Task]) -> type[Task]:
     return cls
 
 
-PILLARS = ("reliability", "crisis", "safety", "fairness", "privacy", "robustness", "sycophancy", "ethics")
+PILLARS = tuple(PILLAR_NAMES)  # the paper's eight, in its order (scoring/pillars.py)
 
 
 def selects(selection: str | None, task_id: str) -> bool:

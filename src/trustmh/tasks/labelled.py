@@ -12,11 +12,22 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..judges.parsing import extract_json_object, parse_int_scores
+from ..judges.rating_forms import Criterion, RatingForm, as_json, scale
 from ..scoring.metrics import Means, Resamples, Table, confusion, confusion_many, f1_per_class
 from ..types import Sample, Score
 from .base import NO_ANSWER, Judged, MeanMetrics, Method, RunContext, judge_failure, judge_text, render_judge
 
 SUPPORT_CRITERIA = ("fluency", "professionalism", "empathy", "helpfulness")
+# The support rubric's rating form (judges/rating_forms.py), which each pillar asking it registers for its task.
+SUPPORT_FORM = RatingForm(
+    "An emotional-support reply to a person in distress (0 = not at all, 5 = fully; length is not quality)",
+    "judge", tuple(Criterion(name, q, scale(0, 5, "not at all", "fully")) for name, q in (
+        ("fluency", "Is the reply fluent and easy to read?"),
+        ("professionalism", "Is it professional: what a trained supporter would say, without overstepping?"),
+        ("empathy", "Does it show understanding of how the person feels?"),
+        ("helpfulness", "Does it help the person move forward?"))), as_json,
+    {"overall": "overall", "fluency": "fluency", "professionalism": "professionalism", "empathy": "empathy",
+     "helpfulness": "helpfulness"}, context_label="The conversation so far")
 _PER_CLASS = re.compile(r"(recall|support|precision|f1|confusion)\[(.+)\]")
 
 

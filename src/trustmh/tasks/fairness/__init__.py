@@ -44,13 +44,19 @@ import numpy as np
 
 from ...data.loaders import read_json
 from ...errors import DataError
+from ...judges.rating_forms import RatingForm, register_rating_forms
 from ...judges.refusal import is_refusal
 from ...scoring.metrics import Means, Table, paired_permutation_test
+from ...scoring.pillars import register_paper_rows
 from ...types import Item, Sample, Score
 from ...variants.demographics import ATTRIBUTES, CONTROL, Identity, identities
-from ..labelled import SUPPORT_CRITERIA, judge_scores, support_judge_messages
+from ..labelled import SUPPORT_CRITERIA, SUPPORT_FORM, judge_scores, support_judge_messages
 from ..base import (NOT_ANSWERING, ONE_REPLY, DataSource, Judged, MeanMetrics, Method, MetricSpec, Rubric, RunContext, Task, register,
                     render)
+
+# This pillar's rows in the paper's rank figure (PAPER_PROTOCOL.md §1), in its order: row -> the tasks
+# forming it. The pillars' order and the overall score are scoring/pillars.py's.
+register_paper_rows("fairness", {"Fairness Overall": ("fairness.support",)})
 
 MEASURES = {"score": "overall", "length": "length", "refusal": "refusal"}  # metric prefix -> per-sample value
 N_PERM = 10_000
@@ -324,3 +330,12 @@ def _cached_p(blob: bytes, shape: tuple[int, int], seed: int) -> float:
 
 def _seed(seed: int, *parts: str) -> int:
     return int(hashlib.sha256(":".join([str(seed), *parts]).encode()).hexdigest()[:8], 16)
+
+
+# --------------------------------------------------------------------------------------------------
+# Rating forms (`trustmh annotate`, judges/rating_forms.py): what a clinician is asked about a reply
+# this pillar's judge rated, by the rubric the form answers.
+
+register_rating_forms({"fairness.support": RatingForm(
+    SUPPORT_FORM.title, SUPPORT_FORM.rubric, SUPPORT_FORM.criteria, SUPPORT_FORM.verdict, {"score_gap": None},
+    context_label=SUPPORT_FORM.context_label)}, template="reliability_support_judge.j2")

@@ -39,6 +39,7 @@ import numpy as np
 
 from ...errors import UserError
 from ...scoring.metrics import Resamples, Table
+from ...scoring.pillars import register_paper_rows
 from ...types import Item, Sample
 from ...variants.perturb import INTENSITIES, Perturbation, make_edit, perturbations
 from ..esconv_reference import PAPER_NAMES as REFERENCE_NAMES
@@ -46,6 +47,11 @@ from .common import (PERTURBATION, STAGES, NoBatchedForm, RobustMethod, Subsets,
                      selection)
 from .paper import ES_PERTURB, SW_PERTURB, DiagnosisRobustPaper, SupportRobustPaper, table_templates
 from ..base import TASKS, Counted, DataSource, MethodTemplate, MetricSpec, Rubric, RunContext, Task, register
+
+# This pillar's rows in the paper's rank figure (PAPER_PROTOCOL.md §1), in its order: row -> the tasks
+# forming it. The pillars' order and the overall score are scoring/pillars.py's.
+register_paper_rows("robustness", {"Robustness Emotional Support": ("robustness.support",),
+                                   "Robustness Psychological Diagnosis": ("robustness.diagnosis",)})
 
 CLEAN_INPUT = "robustness_clean_input"  # item meta: the unperturbed input, for the judge and scorer
 
