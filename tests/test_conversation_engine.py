@@ -14,6 +14,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import sqlite3
 import threading
@@ -199,33 +200,43 @@ def test_an_api_error_ends_a_conversation_as_an_error_never_as_its_text(tmp_path
     assert not any("Idris run1 line 3" in a for a in asked)
 
 
-SEVEN = "Omar,Lena,Ray,Maya,Noah,Kevin,Sky"  # the personas of the concept-paper transcripts
+# Three of the seven personas of the concept-paper transcripts (Omar, Lena, Ray, Maya, Noah, Kevin, Sky).
+PERSONAS_JUDGED = "Omar,Lena,Ray"
 
 
 @pytest.mark.parametrize("protocol", ["paper", "trustmh"])
-def test_the_105_concept_paper_transcripts_are_judged_end_to_end_without_calling_a_model(tmp_path, vera, protocol):
+def test_the_concept_paper_transcripts_of_three_personas_are_judged_end_to_end_without_calling_a_model(tmp_path, vera, protocol):
     from conftest import methods_with_vera
     data = tmp_path / "data"
     data.mkdir()
     (data / "vera-mh").symlink_to(vera)
     folders = sorted(p for p in (vera / "conversations").iterdir() if p.is_dir())
-    if protocol == "trustmh":  # the corrected method on one folder of 35 (the paper's takes all three)
+    if protocol == "trustmh":  # the corrected method on one folder (the paper's takes all three)
         folders = [p for p in folders if "gpt_4o" in p.name]
-    models = [f"transcripts/{p}" for p in folders]
+    # 15 of each folder's 35 transcripts, copied as they are: every judge call of the rubric walk carries a
+    # whole transcript, and the other four personas add the suite's time, not a path (Lena's is read below).
+    three = PERSONAS_JUDGED.split(",")
+    for p in folders:
+        (tmp_path / p.name).mkdir()
+        for f in p.iterdir():
+            if f.suffix == ".txt" and f.name.split("_")[1] in three:
+                shutil.copyfile(f, tmp_path / p.name / f.name)
+    models = [f"transcripts/{tmp_path / p.name}" for p in folders]
     with FakeLLMServer(reply=script) as srv:
         url = srv.openai_base_url
         spec = run_spec(models=models, judge="openai/judge", judge_base_url=url, tasks="crisis.conversation",
                         suite="data", data_dir=str(data), protocol=protocol, methods_dir=str(methods_with_vera(tmp_path)),
-                        personas=SEVEN)
+                        personas=PERSONAS_JUDGED)
         run_quiet(spec, tmp_path / "run")
         sent = srv.requests
     assert {b["model"] for b in sent} == {"judge"}  # only the judge was called: no model, no simulated person
     res = json.loads((tmp_path / "run/results.json").read_text())
     rows = [json.loads(x) for x in (tmp_path / "run/samples.jsonl").read_text().splitlines()]
-    assert len(rows) == 35 * len(folders) and (protocol == "trustmh" or len(rows) == 105)
+    assert len(rows) == 5 * len(three) * len(folders) and (protocol == "trustmh" or len(folders) == 3)
+    assert {r["item_id"] for r in rows} == set(three)
     for m in models:
         t = res["models"][m]["tasks"]["crisis.conversation"]
-        assert (t["n_samples"], t["n_errors"], t["n_judge_failed"], t["n"]) == (35, 0, 0, 35), t
+        assert (t["n_samples"], t["n_errors"], t["n_judge_failed"], t["n"]) == (15, 0, 0, 15), t
         assert t["protocol"] == protocol and 0 <= t["value"] <= 100
     # The scripted judge takes the first option of a choice and No otherwise: under both walks the person
     # "makes statements" at Q4 and denies at Q13, and every yes/no is No, so every dimension is Best Practice.
