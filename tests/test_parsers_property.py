@@ -338,7 +338,7 @@ def test_every_task_loads_damaged_data_or_names_the_file(task, sample_copy, data
 
 
 @given(st.text(alphabet="ab _-é1٣.²xY\n", max_size=14), st.text(alphabet="ab _-é1٣.²xY", min_size=1, max_size=4))
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 def test_option_text_found_as_the_whole_word_pattern_finds_it(answer, phrase):
     # knowledge's option_from_text looks for option texts without a regex per option: same answers.
     from trustmh.tasks.reliability.common import _names
