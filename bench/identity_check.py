@@ -2,6 +2,7 @@
 results.json and samples.jsonl, field by field.
 
     python bench/identity_check.py BASE [HEAD]      # git refs; HEAD defaults to the working tree
+    python bench/identity_check.py /work/main       # or a checkout's folder (one holding src/trustmh)
 
 The three runs: the offline default (sample suite, baseline/counselor, rules judge); and the real data
 (../shared) under --protocol paper and --protocol trustmh, with two models and a judge served by one
@@ -120,6 +121,9 @@ def main() -> int:
             if ref is None:
                 trees[name] = ROOT
                 continue
+            if (Path(ref) / "src" / "trustmh").is_dir():  # a checkout as it is: no worktree made for it
+                trees[name] = Path(ref).resolve()
+                continue
             trees[name] = tmp / f"tree-{name}"
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(trees[name]), ref],
                            check=True)
@@ -148,7 +152,7 @@ def main() -> int:
                 bad += bool(diffs)
         finally:
             for name, ref in (("base", a.base), ("head", a.head)):
-                if ref is not None:
+                if ref is not None and trees.get(name) == tmp / f"tree-{name}":
                     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[name])])
     return 1 if bad else 0
 

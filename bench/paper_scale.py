@@ -177,7 +177,10 @@ def one_run(a, m: int, tasks: str, limit: int | None, conn: int, latency: float,
                "--bootstrap", str(a.bootstrap), "--out", str(run_dir), "--no-progress",
                # the bench judge answers "Answer: 1", which most rubrics cannot read: the gate on unusable
                # verdicts (exit 2) is not what this measures
-               "--max-judge-failed", "1"]
+               "--max-judge-failed", "1",
+               # privacy.leakage's third party is the run's judge, on this server (the paper's default proxy,
+               # openai/gpt-4, would be called at api.openai.com)
+               "--proxy-judge", "rules"]
         if limit is not None:
             cmd += ["--limit", str(limit)]
         load0 = os.getloadavg()[0]

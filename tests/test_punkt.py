@@ -240,3 +240,19 @@ def test_pull_through_nltks_downloader_checks_its_index_and_refuses_what_is_not_
     with pytest.raises(UserError, match="symbolic link"):
         pull_punkt(tmp_path / "refused", from_path=tmp_path / "link")
     assert not (tmp_path / "refused" / INSTALLED).exists()
+
+
+@pytest.mark.parametrize("loaded_first", ["", "import scipy.sparse, scipy.special; "])
+def test_nltk_is_imported_without_scipy_stats(loaded_first):
+    """Looking for the model on NLTK's own path, and tokenising, load nltk without scipy.stats (~1 s, ~70 MiB),
+    also when the run has loaded scipy itself first (the degenerate checks' scipy.sparse does)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRUSTMH_PUNKT"}
+    code = (f"import sys; {loaded_first}from trustmh.data.punkt import find; find(None); "
+            "from trustmh.tasks.esconv_reference import tokenize; tokenize('Hello there. Dr. Smith is in.', None); "
+            "assert 'nltk' in sys.modules; print(sorted(m for m in ('scipy.stats', 'sklearn') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**env, "TRUSTMH_DATA_DIR": "/nonexistent"})
+    assert out.stdout.strip() == "[]"

@@ -91,3 +91,19 @@ def test_sample_problem_types_every_field_a_reader_walks_into():
                      (dict(good, error=3), "error"), (dict(good, cluster=[1]), "cluster"),
                      (dict(good, notes=[{"a": 1}]), "notes"), ([1, 2], "not a sample record")):
         assert why in (sample_problem(bad) or ""), (bad, sample_problem(bad))
+
+
+@pytest.mark.parametrize("levels", [62, 63, 64, 65, 200])
+@pytest.mark.parametrize("braces_in_text", [0, 100])
+def test_depth_is_judged_from_the_text_as_from_a_walk(levels, braces_in_text):
+    """parse_sample walks a record for its depth only when its text has more opening brackets than MAX_DEPTH;
+    it must find the same as a walk of every record, at the limit and with brackets inside its texts."""
+    from trustmh.analysis.runs import MAX_DEPTH, parse_sample
+    from trustmh.data.loaders import nested_deeper_than
+    rec = {"model": "m", "task": "t", "item_id": "1", "values": {"correct": 1.0},
+           "response": "{[" * braces_in_text, "parsed": json.loads("[" * levels + "]" * levels)}
+    line = json.dumps(rec)
+    walked = "nested deeper than" in (sample_problem(json.loads(line)) or "")
+    assert walked == nested_deeper_than(rec, MAX_DEPTH) == (levels + 1 > MAX_DEPTH)
+    assert ("nested deeper than" in (parse_sample(line)[1] or "")) == walked
+    assert ("nested deeper than" in (parse_sample(line.encode())[1] or "")) == walked

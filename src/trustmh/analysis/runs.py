@@ -5,6 +5,7 @@ and the context a run was scored in. The report, `compare`, `gate` and `panel` r
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 import sys
@@ -34,6 +35,8 @@ class Run:
     # reader shows them (`skip_note`), and the gate refuses a run that has any.
     skipped: collections.Counter = field(default_factory=collections.Counter)
     skipped_at: dict[str, int] = field(default_factory=dict)
+    # read_rows' rows of every model, while `keep_rows` holds them (None: each call reads samples.jsonl again)
+    kept_rows: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def samples_path(self) -> Path:
@@ -85,13 +88,15 @@ def parse_sample(line: str | bytes) -> tuple[Any, str | None]:
         return None, f"invalid JSON ({e.msg})"
     except (ValueError, RecursionError) as e:  # 5,000 digits; nesting past the parser's depth
         return None, f"unreadable JSON ({'nested too deeply' if isinstance(e, RecursionError) else str(e)[:80]})"
-    return rec, sample_problem(rec)
+    # A value nests no deeper than its text has opening brackets: most lines need no walk for their depth.
+    brackets = line.count("{") + line.count("[") if isinstance(line, str) else line.count(b"{") + line.count(b"[")
+    return rec, sample_problem(rec, walk_depth=brackets > MAX_DEPTH)
 
 
-def sample_problem(rec: Any) -> str | None:
+def sample_problem(rec: Any, *, walk_depth: bool = True) -> str | None:
     """Why `rec` is not a sample record every reader can walk into (view, report, compare, gate, panel), or
     None: each field a reader uses has its JSON type, values are finite numbers, labels texts, and the
-    record nests at most MAX_DEPTH levels."""
+    record nests at most MAX_DEPTH levels (`walk_depth` False: known already, from its text)."""
     if not isinstance(rec, dict):
         return "not a sample record (expected a JSON object)"
     for name in ("model", "task"):
@@ -124,7 +129,7 @@ def sample_problem(rec: Any) -> str | None:
     if error is not None and not (isinstance(error, dict) and all(isinstance(v, (str, type(None)))
                                                                   for v in error.values())):
         return "field 'error' must be an object of texts"
-    if nested_deeper_than(rec, MAX_DEPTH):
+    if walk_depth and nested_deeper_than(rec, MAX_DEPTH):
         return f"nested deeper than {MAX_DEPTH} levels"
     return None
 
@@ -310,10 +315,32 @@ class Rows:
         return Table(columns, np.array([self.clusters[i] for i in idx.tolist()], dtype=object), labels)
 
 
+@contextlib.contextmanager
+def keep_rows(runs: list[Run]) -> Iterator[None]:
+    """Within it, `read_rows(run)` of these runs reads samples.jsonl once and gives every later call the same
+    rows (not to be changed by the callers): the report's leaderboard ties, rank intervals and conversation
+    curves each read every row."""
+    for run in runs:
+        run.kept_rows = {}
+    try:
+        yield
+    finally:
+        for run in runs:
+            run.kept_rows = None
+
+
 def read_rows(run: Run, models: set[str] | None = None) -> dict[tuple[str, str], Rows]:
     """(model, task) -> Rows, streamed from samples.jsonl. Only numbers and labels are kept, no text.
     Samples that failed with an error have no values and are left out, as they are from the metrics.
     Item ids, variants and clusters are interned: every model's rows name the same items."""
+    if run.kept_rows is not None and models is None:
+        if "all" not in run.kept_rows:
+            run.kept_rows["all"] = _read_rows(run, None)
+        return run.kept_rows["all"]
+    return _read_rows(run, models)
+
+
+def _read_rows(run: Run, models: set[str] | None) -> dict[tuple[str, str], Rows]:
     out: dict[tuple[str, str], Rows] = {}
     for rec in run.iter_samples():
         if models is not None and rec.get("model") not in models:

@@ -103,7 +103,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_show_versio
 def _data_dir(data_dir: Optional[Path]) -> Path:
     if data_dir:
         return data_dir
-    from ..data.fetch import default_data_dir  # with httpx and the download code: ~60 ms of a run's start-up
+    from ..data.fetch import default_data_dir  # with the download code (httpx only when it downloads)
     return default_data_dir()
 
 

@@ -20,10 +20,9 @@ import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
-import httpx
 import platformdirs
 from rich.progress import (
     BarColumn,
@@ -38,9 +37,12 @@ from trustmh.data.loaders import file_sha256
 from trustmh.data.manifest import DATASETS, DataFile, Dataset
 from trustmh.errors import UserError
 
+if TYPE_CHECKING:
+    import httpx
+
 _CHUNK = 1 << 20
 _METHODS_PREFIX = "methods/"  # where the method files sit in the data-dir layout (methods.as_dataset)
-_TIMEOUT = httpx.Timeout(60.0, connect=15.0)
+_TIMEOUT = {"timeout": 60.0, "connect": 15.0}  # httpx.Timeout's; httpx is imported when a pull downloads
 # The upstream zips are ~1-5 MB; a source sending more than this for one is not sending that zip.
 _MAX_ZIP = 256 << 20
 # Bytes as they are stored: a compressed transfer would be decompressed by httpx without any limit.
@@ -173,8 +175,9 @@ class _Fetcher:
     @property
     def client(self) -> httpx.Client:
         if self._client is None:
-            self._client = self.stack.enter_context(httpx.Client(timeout=_TIMEOUT, follow_redirects=True,
-                                                                 headers=_HEADERS))
+            import httpx  # here: a run reads default_data_dir from this module, and httpx is ~0.1-0.2 s to import
+            self._client = self.stack.enter_context(httpx.Client(timeout=httpx.Timeout(**_TIMEOUT),
+                                                                 follow_redirects=True, headers=_HEADERS))
         return self._client
 
     def chunks(self, f: DataFile, task: TaskID) -> Iterator[bytes]:
@@ -208,6 +211,7 @@ class _Fetcher:
     def _download(self, url: str, limit: int, task: TaskID) -> Iterator[bytes]:
         """The bytes at `url`; _TooLarge once they pass `limit` (the caller's size check stops the file
         itself; this stops a source announcing, or sending, more than it may)."""
+        import httpx
         try:
             with self.client.stream("GET", url) as resp:
                 if resp.status_code != 200:

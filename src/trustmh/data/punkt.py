@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -29,6 +30,36 @@ ENV = "TRUSTMH_PUNKT"
 _LAYOUTS = (Path("."), Path("english"), Path("punkt_tab/english"), Path("tokenizers/punkt_tab/english"))
 
 
+# nltk's package imports every sub-package, and some try scipy.stats and sklearn for features trustmh never
+# uses (collocation statistics, classifiers), each falling back when absent: ~90 of nltk's ~120 MiB.
+# scipy.stats is named apart: a run has often loaded scipy itself (scipy.sparse, scipy.special) by then, and
+# hiding scipy alone would not keep nltk from loading scipy.stats into it (~1 s and ~70 MiB).
+_OPTIONAL_OF_NLTK = ("scipy", "scipy.stats", "sklearn")
+
+
+def import_nltk() -> None:
+    """Import nltk with scipy.stats and sklearn hidden from it, each unless loaded already (then hiding saves
+    nothing). Tokenisation, BLEU's n-gram counts and Punkt's data path use neither, so the values are the
+    same; only nltk's own uses of them (its Fisher test, its scikit-learn classifier wrapper) are left
+    without them."""
+    if "nltk" in sys.modules:
+        return
+    hidden = [name for name in _OPTIONAL_OF_NLTK if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # an import of it raises ImportError
+    try:
+        import nltk  # noqa: F401
+    except ImportError:  # a release of nltk that needs them after all: import it as it is
+        for name in hidden:
+            sys.modules.pop(name, None)
+        hidden = []
+        import nltk  # noqa: F401,F811
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
+
 def find(data_root: Path | None = None) -> Path | None:
     """The folder holding the English Punkt model to use, or None (the untrained splitter is used then)."""
     from .fetch import default_data_dir
@@ -41,6 +72,7 @@ def find(data_root: Path | None = None) -> Path | None:
     for root in dict.fromkeys(r for r in (data_root, default_data_dir()) if r is not None):
         if _complete(root / INSTALLED):
             return root / INSTALLED
+    import_nltk()  # its search path is nltk.data's, which imports the whole package
     try:
         from nltk.data import find as nltk_find
         found = Path(nltk_find("tokenizers/punkt_tab/english/"))

@@ -23,7 +23,7 @@ from markupsafe import Markup
 
 from ..analysis.compare import Comparison
 from ..analysis.compare_format import title as cmp_title
-from ..analysis.runs import Run, entries, load_run
+from ..analysis.runs import Run, entries, keep_rows, load_run
 from ..escaping import printable
 from .addressed import judge_addressed_rows
 from .calibrated import calibrated_section
@@ -61,8 +61,10 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     seen_pillars = list(dict.fromkeys(m.pillar for m in metas.values()))
     pillars = [p for p in PILLARS if p in seen_pillars] + [p for p in seen_pillars if p not in PILLARS]
     task_ids = [t for p in pillars for t in metas if metas[t].pillar == p]
-    board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot, progress=progress)
-    ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties)
+    with keep_rows(runs):  # the three read every row: samples.jsonl is read once, and let go before the drill-down
+        board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot, progress=progress)
+        ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties)
+        conversations = conversation_sections(ents) if include_samples else []
     colors = [PALETTE[i % len(PALETTE)] for i in range(len(ents))]
     axes = list(PILLARS) + [p for p in pillars if p not in PILLARS]
     radar = radar_svg(axes, [(e.label, colors[i], [board.cells[(i, p)].score if p in pillars else None for p in axes],
@@ -91,7 +93,7 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
         "rank_shade": rank_shade, "pillar_names": PILLAR_NAMES, "pillar_plain": PILLAR_PLAIN,
         "evidence_levels": EVIDENCE_LEVELS, "judge_mark": judge_mark, "words": value_words,
         "judge_addressed": judge_addressed_rows(ents), "judge_panel": panel_rows(ents), "cmp_title": cmp_title,
-        "conversations": conversation_sections(ents) if include_samples else [],
+        "conversations": conversations,
         "calibrated": calibrated_section(ents),
     }, ss, head
 

@@ -16,57 +16,30 @@ The callers name the model's folder (`punkt`, None: the untrained splitter), and
 was used, with the model's sha256 (`tokenizer_used`).
 
 nltk is imported the first time a text is tokenised (or the tokenizer named), never when this module is,
-and without the statistics libraries its package would otherwise load (`_import_nltk`)."""
+and without the statistics libraries its package would otherwise load (`data.punkt.import_nltk`)."""
 
 from __future__ import annotations
 
 import functools
 import math
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from ..data.punkt import import_nltk
 from ..scoring.metrics import Resamples, Table
 
 SEP = "\x1f"  # joins a reply's tokens in its label column (a control character no token holds)
 ORDERS = (1, 2, 3, 4)
 
 
-# nltk's package imports every sub-package, and some try scipy.stats and sklearn for features these metrics
-# never use (collocation statistics, classifiers), each falling back when absent: ~90 of nltk's ~120 MiB.
-_OPTIONAL_OF_NLTK = ("scipy", "sklearn")
-
-
-def _import_nltk() -> None:
-    """Import nltk with scipy and sklearn hidden from it, unless either is loaded already (then hiding saves
-    nothing). Tokenisation and BLEU's n-gram counts use neither, so the values are the same; only nltk's
-    own uses of them (its Fisher test, its scikit-learn classifier wrapper) are left without them."""
-    if "nltk" in sys.modules:
-        return
-    hidden = [name for name in _OPTIONAL_OF_NLTK if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # an import of it raises ImportError
-    try:
-        import nltk  # noqa: F401
-    except ImportError:  # a release of nltk that needs them after all: import it as it is
-        for name in hidden:
-            sys.modules.pop(name, None)
-        hidden = []
-        import nltk  # noqa: F401,F811
-    finally:
-        for name in hidden:
-            if sys.modules.get(name, 0) is None:
-                del sys.modules[name]
-
-
 @functools.lru_cache(maxsize=4)
 def _sentence_splitter(punkt: str | None) -> tuple[Callable[[str], list[str]], str]:
     """The sentence splitter for the Punkt English model in folder `punkt` (as PunktTokenizer("english")
     loads it: its load_punkt_params), or an untrained one; and what results.json says of it."""
-    _import_nltk()
+    import_nltk()
     from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
     if punkt is None:
         return PunktSentenceTokenizer().tokenize, ("nltk word_tokenize over an untrained Punkt splitter: punkt_tab "
@@ -97,7 +70,7 @@ def tokenizer_used(punkt: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _word_tokenizer() -> Callable[[str], list[str]]:
-    _import_nltk()
+    import_nltk()
     from nltk.tokenize import NLTKWordTokenizer
     return NLTKWordTokenizer().tokenize
 
@@ -148,7 +121,7 @@ def sample_values(reply: str, reference: str, punkt: str | None = None) -> tuple
 
 
 def _sample_values(reply: str, reference: str, punkt: str | None) -> tuple[dict[str, float], str]:
-    _import_nltk()
+    import_nltk()
     from nltk.translate.bleu_score import modified_precision
     hyp, ref = tokenize(reply, punkt), tokenize(reference, punkt)
     out = {"ref_hyp_len": float(len(hyp)), "ref_ref_len": float(len(ref))}  # one reference: the closest
