@@ -209,3 +209,32 @@ def test_single_flight_is_one_attribute_and_the_dry_run_reads_the_same_from_the_
     assert answers_by_body("someplugin/model")  # a provider not loaded is taken to answer by body
     import trustmh.engine._endpoint as endpoint
     assert not hasattr(endpoint, "answered_by_body") and "merges" not in endpoint.Endpoint.__init__.__code__.co_names
+
+
+def test_a_cancelled_waiter_lets_go_of_its_own_wait_only(tmp_path):
+    """Replies queued in one pass of the loop share one commit. A caller cancelled while it waits (a run
+    stopping, a conversation ending) must not cancel that commit for the others, nor make it fail."""
+    from trustmh.engine._endpoint import CallWriter
+    from trustmh.types import Response
+    store = Store(tmp_path / "s.sqlite")
+    writer = CallWriter(store)
+    a, b = judgements(2)
+    errors = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: errors.append(ctx.get("exception") or ctx["message"]))
+
+        async def put(key, req):
+            await writer.add(key, "openai/j", "judge", req, Response(text=VERDICT, finish_reason="stop"))
+            return key
+        first = asyncio.ensure_future(put("k1", a))
+        second = asyncio.ensure_future(put("k2", b))
+        await asyncio.sleep(0)  # both are queued and waiting on the one commit
+        first.cancel()
+        return await asyncio.gather(first, second, return_exceptions=True)
+
+    got = asyncio.run(main())
+    assert isinstance(got[0], asyncio.CancelledError) and got[1] == "k2"
+    assert errors == []  # flush did not raise InvalidStateError on the cancelled future
+    assert store.get_call("k2") is not None and store.get_call("k1") is not None  # the commit went through

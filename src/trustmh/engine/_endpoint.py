@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from collections.abc import Awaitable
 
 from ._budget import Hold
 from ._limiter import AdaptiveLimiter
@@ -67,7 +68,7 @@ class CallWriter:
         self.links.extend(rows)
 
     def add(self, key: str, endpoint: str, purpose: str, request: Request, resp: Response,
-            body: str | None = None) -> asyncio.Future[None]:
+            body: str | None = None) -> Awaitable[None]:
         """Queue a reply; `body`, its body key when a body alone decides the reply (Endpoint.flight_key)."""
         if not self.rows:
             loop = asyncio.get_running_loop()
@@ -76,7 +77,11 @@ class CallWriter:
         self.rows.append((key, endpoint, purpose, (request.task, request.item_id, request.variant), resp))
         if body is not None and resp.ok:
             self.bodies.append((body, key))
-        return self.done
+        # Shielded: the commit is every waiter's, so a caller that is cancelled (a stopping run, a conversation
+        # ended) lets go of its own wait only. Unshielded, the cancel reached the shared future, the other
+        # waiters got CancelledError for a commit that went through, and flush's set_result raised
+        # InvalidStateError on the way out.
+        return asyncio.shield(self.done)
 
     def flush(self) -> None:
         if not self.rows and not self.links:
