@@ -18,6 +18,8 @@ Tokens are the server's own count for every row (`usage.completion_tokens`: the 
 each reply, trustmh's rows from the run store's calls table, where trustmh keeps it). A trustmh row's
 tok/s is over the whole command (start-up, the store and results.json included); `window` is over its
 first request to its last reply. Rows run in rotating order over --rounds rounds, each row's best kept.
+The server keeps the prompt it evaluated last and reuses its common prefix; a short unrelated request
+before each row (untimed) makes every row start from the same state.
 
 llama-cpp-python's server answers one completion at a time: every request takes a lock around the one
 model (app.py `get_llama_proxy`), so C connections queue at the server; it has no parallel slots (the
@@ -47,6 +49,7 @@ from pathlib import Path
 from hf_real_model import DATA, HERE, real_prompts
 
 ALIAS = "smollm2"  # the name the server serves the model under: `openai/<ALIAS>` to trustmh
+RESET = [{"role": "user", "content": "Hello."}]  # asked before each row, untimed
 
 
 def server_python(given: str | None) -> str:
@@ -91,6 +94,16 @@ def start_server(py: str, gguf: Path, threads: int, key: str, log: Path) -> tupl
     sys.exit("llama_server.py: the server did not answer within 180 s")
 
 
+def peak_rss_mib(pid: int) -> str:
+    """The server's peak resident memory so far (Linux), the quantized weights included."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "?"
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+    return f"{int(found.group(1)) / 1024:.0f}" if found else "?"
+
+
 def bare(base: str, key: str, msgs: list, max_new: int) -> tuple[list[str], int]:
     """One plain post after another: the replies' texts and the server's completion token count."""
     texts, tokens = [], 0
@@ -125,7 +138,7 @@ def trustmh(base: str, key: str, args, connections: int, out: Path) -> tuple[lis
 
 
 def hf_figure(args) -> str:
-    """hf_real_model.py's trustmh and batched rows on the same prompts and settings (a child: torch stays there)."""
+    """hf_real_model.py's batched and trustmh rows on the same prompts and settings (a child: torch stays there)."""
     cmd = [sys.executable, str(HERE / "hf_real_model.py"), "--task", args.task, "--n", str(args.n), "--max-new",
            str(args.max_new), "--rounds", "1", "--data-dir", str(args.data_dir), "--ways", "batched,trustmh"]
     if args.gguf:
@@ -166,11 +179,13 @@ def main() -> None:
         print(f"server: llama-cpp-python {version}, {args.gguf.name}, {args.threads} thread(s), ready in "
               f"{time.perf_counter() - t0:.1f} s; {args.n} {args.task} prompts, {args.max_new} new tokens, greedy")
         try:
-            bare(base, key, msgs[:1], 8)  # the first request's one-off set-up is no row's cost
             rows = ["bare"] + [f"trustmh C={c}" for c in args.connections.split(",") if c]
             best: dict[str, tuple[float, int, float, list[str]]] = {}
             for r in range(args.rounds):
                 for row in rows[r % len(rows):] + rows[: r % len(rows)]:
+                    # The server reuses the cached prefix of the prompt it evaluated last: each row starts
+                    # from the same unrelated one, so no row inherits another's (nor the one-off set-up).
+                    bare(base, key, [RESET], 1)
                     t0 = time.perf_counter()
                     if row == "bare":
                         texts, tokens = bare(base, key, msgs, args.max_new)
@@ -184,6 +199,7 @@ def main() -> None:
                           f" (window {tokens / window:6.1f})", flush=True)
                     if row not in best or tokens / wall > best[row][1] / best[row][0]:
                         best[row] = (wall, tokens, window, texts)
+            print(f"server peak RSS: {peak_rss_mib(proc.pid)} MiB")
         finally:
             proc.terminate()
             proc.wait(timeout=30)
