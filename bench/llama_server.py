@@ -3,8 +3,8 @@ loads through transformers, on the same prompts with the same settings.
 
 llama-cpp-python lives in an environment of its own (it compiles llama.cpp; trustmh does not depend on it):
 
-    python3 -m venv /work/lcpp-venv
-    /work/lcpp-venv/bin/pip install "llama-cpp-python[server]==0.3.36" --no-binary llama-cpp-python
+    python3 -m venv ~/lcpp-venv
+    ~/lcpp-venv/bin/pip install "llama-cpp-python[server]==0.3.36" --no-binary llama-cpp-python   # 10-20 min
 
 This script starts `VENV/bin/python -m llama_cpp.server` on a free loopback port with the GGUF file
 (--threads for both its decoding and prompt threads, n_ctx 2048), then, on the first N items of a task
@@ -26,8 +26,8 @@ model (app.py `get_llama_proxy`), so C connections queue at the server; it has n
 native `llama-server --parallel N` of llama.cpp does). --hf adds, after the server has stopped, the
 hf/ backend's figure on the same prompts: hf_real_model.py in a child, with OMP_NUM_THREADS=--threads.
 
-    PYTHONPATH=src python bench/llama_server.py --server-python /work/lcpp-venv/bin/python
-    PYTHONPATH=src python bench/llama_server.py --server-python /work/lcpp-venv/bin/python --hf
+    PYTHONPATH=src python bench/llama_server.py --server-python ~/lcpp-venv/bin/python
+    PYTHONPATH=src python bench/llama_server.py --server-python ~/lcpp-venv/bin/python --hf
 """
 
 from __future__ import annotations
