@@ -59,6 +59,9 @@ OTHER_PREFIXES = {
     "pip install 'trustmh[": "extras install from the same package: tests/test_install.py",
     "pip install vllm": "vLLM is another project, for a GPU machine",
     "vllm serve": "vLLM is another project; its OpenAI-compatible server is stood in for by a loopback one",
+    'pip install "llama-cpp-python[server]"': "llama-cpp-python compiles llama.cpp (minutes); bench/llama_server.py "
+                                              "runs trustmh against its server",
+    "python -m llama_cpp.server": "llama-cpp-python's server is another project's; a loopback one stands in for it",
     "ray start": "a Ray cluster's own command; tests/test_ray.py runs trustmh on a local Ray instance",
     "CI=true TRUSTMH_FIGURES=": "this suite's own files, run by .ci/run",
 }
