@@ -89,7 +89,7 @@ def test_many_raters_batched_equals_per_resample_and_cost_is_linear():
     def cpu(n):
         t, rs = _ratings(n, 200)
         t0 = time.process_time()
-        bootstrap(t, lambda x: judge_and_ceiling(x, rs, SCALE), seed=1, n_boot=200,
+        bootstrap(t, lambda x: judge_and_ceiling(x, rs, SCALE), seed=1, n_boot=100,
                   aggregate_many=lambda x, r: judge_and_ceiling_many(x, r, rs, SCALE))
         return time.process_time() - t0
     small, big = cpu(20), cpu(80)

@@ -393,3 +393,20 @@ def test_intervention_per_dialogue_then_overall_by_hand(upstream, tmp_path):
     assert t.unscored_by_value["authenticity"]["judge value for 'authenticity' is not a whole number"] >= 1
     assert "judge reply has no JSON object" in t.unscored_by_value["comprehensiveness"]
     assert len(res.data["sha256"]) == 45  # every dialogue file read is checksummed
+
+
+@pytest.mark.parametrize("language", [None, "", "fr", ["en"]])
+def test_an_emobench_record_without_a_known_language_names_its_file_and_line(tmp_path, language):
+    # EmoBench's prompts are per language (en, zh): a record of another was asked with a key of none (a
+    # MethodError from the prompt file, found by tests/test_parsers_property.py), not named as bad data.
+    from trustmh.tasks.reliability.common import read_emobench
+    good = {"qid": "1", "language": "en", "scenario": "s", "subject": "P", "emotion_choices": ["Hurt", "Joy"],
+            "emotion_label": "Hurt", "cause_choices": ["a", "b"], "cause_label": "a"}
+    bad = {k: v for k, v in good.items() if k != "language"} | ({} if language is None else {"language": language})
+    path = tmp_path / "EU.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad | {"qid": "2"}) + "\n", encoding="utf-8")
+    for lang in ("all", "en", "zh"):
+        with pytest.raises(UserError, match=rf"{re.escape(str(path))}:2: language must be one of en, zh"):
+            read_emobench(path, lang)
+    path.write_text(json.dumps(good) + "\n", encoding="utf-8")
+    assert [it.id for it in read_emobench(path, "all")] == ["en:1"]

@@ -105,7 +105,9 @@ def read_emobench(path: Path, lang: str) -> list[Item]:
     """The records of one language (or all); id = '<language>:<qid>', gold = the option letters."""
     items, seen = [], set()
     for line, rec in read_jsonl(path):
-        language = str(rec.get("language", ""))
+        language = rec.get("language")
+        if language not in EMOBENCH_LANGS[:-1]:  # its prompts are per language: another has none to ask with
+            raise DataError(path, f"language must be one of {', '.join(EMOBENCH_LANGS[:-1])}, not {language!r}", line)
         if lang != "all" and language != lang:
             continue
         for k in ("scenario", "subject", "emotion_choices", "cause_choices"):
