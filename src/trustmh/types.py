@@ -5,9 +5,11 @@ only serialised at the edges (store, samples.jsonl), where `to_json` helpers do 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any, Callable, Generator
 
 
@@ -83,20 +85,34 @@ class Request:
     choices: tuple[str, ...] | None = None
 
     def cache_key(self, endpoint: str) -> str:
-        return _key_of({"endpoint": endpoint, "messages": self.messages, "params": self.params, "task": self.task,
-                        "item_id": self.item_id, "variant": self.variant, "purpose": self.purpose})
+        return _key_of(f'{{"endpoint":{_json(endpoint)},"item_id":{_json(self.item_id)}{self._asked},'
+                       f'"task":{_json(self.task)},"variant":{_json(self.variant)}}}')
 
     def body_key(self, endpoint: str) -> str:
         """The hash of what `endpoint` is sent (messages, params, choices) and why (purpose), without the
         sample it is for: two samples asking the same of a model whose reply depends on the body alone."""
-        return "body:" + _key_of({"endpoint": endpoint, "messages": self.messages, "params": self.params,
-                                  "choices": self.choices, "purpose": self.purpose})
+        return "body:" + _key_of(f'{{"choices":{_json(self.choices)},"endpoint":{_json(endpoint)}{self._asked}}}')
+
+    @functools.cached_property
+    def _asked(self) -> str:
+        """The part both keys hold, in its sorted place: made once for the two (a judge's messages hold the
+        reply it judges: their JSON was most of a key's cost). A Request is never changed once built."""
+        return f',"messages":{_json(self.messages)},"params":{_json(self.params)},"purpose":{_json(self.purpose)}'
 
 
-def _key_of(payload: dict[str, Any]) -> str:
-    """The sha256 of the payload's compact, key-sorted JSON: stores and replay files hold these keys, so the
-    text must never change (tests/test_request_keys.py holds keys an earlier version wrote)."""
-    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+_canonical = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _json(value: Any) -> str:
+    """`value` as json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")) writes it."""
+    return encode_basestring(value) if type(value) is str else _canonical(value)
+
+
+def _key_of(blob: str) -> str:
+    """The sha256 of a payload's compact, key-sorted JSON (the payload's keys written in sorted order, each
+    value as `_json` writes it: the text json.dumps gives for the whole). Stores and replay files hold these
+    keys, so the text must never change: tests/test_request_keys.py checks it against json.dumps of the
+    whole payload, and holds keys an earlier version wrote."""
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
