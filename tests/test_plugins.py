@@ -302,16 +302,6 @@ def test_rescoring_needs_no_plugin_for_the_tested_model(cli, tmp_path):
     assert task_result(tmp_path / "run", "fixed/b", "ethics.reasoning")["value"] == before["value"]
 
 
-def test_included_task_and_model_reach_ray_workers(cli, tmp_path):
-    pytest.importorskip("ray")
-    f = tmp_path / "mine.py"
-    f.write_text(INCLUDED)
-    run = tmp_path / "run"
-    ok(cli("run", "--include", f, "--model", "terse/x", "--tasks", "mine", "--out", run, "--bootstrap", "100",
-           "--executor", "ray", "--shard-size", "1", cwd=tmp_path, env_extra={"RAY_num_cpus": "1"}))
-    assert task_result(run, "terse/x", "mine.short")["value"] == 1.0
-
-
 def test_render_and_rubric_take_a_task_s_own_template(tmp_path):
     from trustmh import Rubric, render, render_judge
     t = tmp_path / "judge.j2"

@@ -156,6 +156,21 @@ def test_a_relative_hf_path_works_on_workers_started_elsewhere(local_ray, tmp_pa
     assert again.models["hf/models/tiny"].tasks["privacy.awareness_tier1"].value == t.value
 
 
+def test_included_task_and_model_reach_ray_workers(local_ray, cli, tmp_path):
+    """`--include`d code reaches the workers of a cluster the command joins: the command runs in a process
+    of its own (its tasks stay out of this one) and joins this file's instance, as a user joins a cluster
+    with --ray-address (a second instance would cost ~6 s of CPU in Ray's own processes)."""
+    from test_plugins import INCLUDED, ok, task_result
+    f = tmp_path / "mine.py"
+    f.write_text(INCLUDED)
+    run = tmp_path / "run"
+    address = ray.get_runtime_context().gcs_address
+    ok(cli("run", "--include", f, "--model", "terse/x", "--tasks", "mine", "--out", run, "--bootstrap", "100",
+           "--executor", "ray", "--ray-address", address, "--shard-size", "1", cwd=tmp_path))
+    assert task_result(run, "terse/x", "mine.short")["value"] == 1.0
+    assert ray.is_initialized()  # the command left the instance it joined running
+
+
 def test_an_unreachable_ray_address_fails_at_one_bounded_connect_before_ray_is_asked(monkeypatch):
     """ray.init against an address where nothing listens waits for minutes; the executor instead tries
     one TCP connect with a finite timeout when it is made, and fails there, before Ray is ever called."""
