@@ -15,7 +15,7 @@ from test_report import sample_items
 from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
 from trustmh.report.viewer import make_server
-from trustmh.testing.browser import chromium_tab
+from trustmh.testing.browser import chromium_browser, chromium_tab
 
 TASKS = "crisis.identification,ethics.reasoning,reliability.emotion_recognition"
 LABELS = {"baseline/counselor": "A counselling baseline with a rather long name (v2, 2026)",
@@ -45,6 +45,14 @@ def viewer(tmp_path_factory):
         server.server_close()
 
 
+@pytest.fixture(scope="module")
+def browser(chromium, viewer):
+    """One Chromium for the file's tests, each in a fresh context of it (a launch is ~1 s of CPU). Started
+    after `viewer`'s run: no trustmh run (asyncio) can start while Playwright's own loop is open."""
+    with chromium_browser(chromium) as b:
+        yield b
+
+
 def total(run) -> int:
     return len((run / "samples.jsonl").read_text(encoding="utf-8").splitlines())
 
@@ -60,9 +68,9 @@ def args(page) -> dict[str, str]:
     return {k: v[-1] for k, v in query.items()}
 
 
-def test_filters_and_the_opened_sample_are_in_the_url(chromium, viewer):
+def test_filters_and_the_opened_sample_are_in_the_url(browser, viewer):
     base, run, replay = viewer
-    with chromium_tab(chromium) as tab:
+    with chromium_tab(browser=browser) as tab:
         page = tab.page
         page.goto(base + "&size=3&keep=me")  # a parameter of someone else's stays
         ready(page)
@@ -80,7 +88,7 @@ def test_filters_and_the_opened_sample_are_in_the_url(chromium, viewer):
         assert state == {"size": "3", "keep": "me", "model": "Refuser", "task": "ethics.reasoning", "sort": "data",
                          "page": "2", "open": opened}
         shared = page.url
-    with chromium_tab(chromium) as tab:  # another browser: the copied address alone
+    with chromium_tab(browser=browser) as tab:  # a fresh context, as another browser: the copied address alone
         page = tab.page
         page.goto(shared)
         ready(page)
@@ -99,7 +107,7 @@ def test_filters_and_the_opened_sample_are_in_the_url(chromium, viewer):
         assert tab.errors == []
 
 
-def test_every_models_reply_to_one_item_side_by_side(chromium, viewer):
+def test_every_models_reply_to_one_item_side_by_side(browser, viewer):
     base, run, replay = viewer
     by_model = {}
     for line in (run / "samples.jsonl").read_text(encoding="utf-8").splitlines():
@@ -107,7 +115,7 @@ def test_every_models_reply_to_one_item_side_by_side(chromium, viewer):
         if rec["task"] == "crisis.identification" and rec["item_id"] == "1":
             by_model[LABELS.get(rec["model"], rec["model"])] = rec["response"]
     assert len(by_model) == 3
-    with chromium_tab(chromium) as tab:
+    with chromium_tab(browser=browser) as tab:
         page = tab.page
         page.goto(base + "&task=crisis.identification&sort=data&model=Refuser")
         ready(page)
@@ -130,9 +138,9 @@ def test_every_models_reply_to_one_item_side_by_side(chromium, viewer):
         assert tab.errors == []
 
 
-def test_no_column_is_cut(chromium, viewer):
+def test_no_column_is_cut(browser, viewer):
     base, run, _ = viewer
-    with chromium_tab(chromium, width=1280) as tab:
+    with chromium_tab(browser=browser, width=1280) as tab:
         page = tab.page
         page.goto(base + "&size=200")
         ready(page)
@@ -144,7 +152,7 @@ def test_no_column_is_cut(chromium, viewer):
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
 
 
-def test_search_reads_the_items_own_text_not_the_template(chromium, viewer):
+def test_search_reads_the_items_own_text_not_the_template(browser, viewer):
     base, run, _ = viewer
     items = {it.id: it for it in sample_items("crisis.identification")}
     crisis = [json.loads(x) for x in (run / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -159,7 +167,7 @@ def test_search_reads_the_items_own_text_not_the_template(chromium, viewer):
         return "suicid" in " ".join(mine).lower()
     expected = [r for r in crisis if says(r)]
     assert 0 < len(expected) < len(crisis)
-    with chromium_tab(chromium) as tab:
+    with chromium_tab(browser=browser) as tab:
         page = tab.page
         page.goto(base + "&task=crisis.identification&q=suicid")
         ready(page)
@@ -172,7 +180,7 @@ def test_search_reads_the_items_own_text_not_the_template(chromium, viewer):
         assert tab.errors == []
 
 
-def test_the_leaderboard_fits_1280_px(chromium, tmp_path):
+def test_the_leaderboard_fits_1280_px(browser, tmp_path):
     """Twelve models with long labels and every pillar: the leaderboard's table needs no horizontal scroll."""
     from test_rank_table_browser import ROWS, write_run
     models = {f"openai/some-provider/a-rather-long-model-name-{k:02d}": {t: float((7 * k + 3 * j) % 90) for j, t in
@@ -180,7 +188,7 @@ def test_the_leaderboard_fits_1280_px(chromium, tmp_path):
     labels = {m: f"Model number {k} with a long descriptive label" for k, m in enumerate(models)}
     run = write_run(tmp_path / "run", models, labels=labels)
     path = write_report([load_run(run)], tmp_path / "r.html", include_samples=False)
-    with chromium_tab(chromium, width=1280) as tab:
+    with chromium_tab(browser=browser, width=1280) as tab:
         page = tab.page
         page.goto(path.as_uri())
         fits = page.eval_on_selector("table.board", """t => {
