@@ -2,7 +2,7 @@
 results.json and samples.jsonl, field by field.
 
     python bench/identity_check.py BASE [HEAD]      # git refs; HEAD defaults to the working tree
-    python bench/identity_check.py /work/main       # or a checkout's folder (one holding src/trustmh)
+    python bench/identity_check.py ../other-clone   # or a checkout's folder (one holding src/trustmh)
 
 The three runs: the offline default (sample suite, baseline/counselor, rules judge); and the real data
 (../shared) under --protocol paper and --protocol trustmh, with two models and a judge served by one
