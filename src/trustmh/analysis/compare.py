@@ -23,7 +23,8 @@ import numpy as np
 
 from ..errors import UserError
 from ..scoring.metrics import (Resamples, Table, block_weights, cluster_factor, cluster_layout, derived_seed,
-                               n_clusters, per_resample, pick_blocks, power_multiplier, too_few_clusters, widen)
+                               n_clusters, per_resample, pick_blocks, power_multiplier, to_trust, too_few_clusters,
+                               widen)
 from .runs import Entry, Rows, Run, entries, read_rows, run_context
 
 
@@ -128,8 +129,7 @@ def _clean(v: Any) -> float | None:
 def _trust_many(values: np.ndarray, metric, undefined_by_model: bool) -> np.ndarray:
     """`metrics.trust_score` of an array of metric values (unrounded). A side whose metric the model made
     undefined (`pillars.undefined_by_model`) is 0 wherever it is undefined, as in results.json."""
-    frac = (np.clip(values, metric.lo, metric.hi) - metric.lo) / (metric.hi - metric.lo)
-    trust = 100 * (frac if metric.higher_is_better else 1 - frac)
+    trust = to_trust(values, metric.lo, metric.hi, metric.higher_is_better)
     return np.where(np.isnan(trust), 0.0, trust) if undefined_by_model else trust
 
 
@@ -273,8 +273,7 @@ def _cap_many(values: Any, counted) -> Any:
     """A counted metric's value(s) mapped to trust (unrounded); None for an undefined point value."""
     if values is None or (np.ndim(values) == 0 and math.isnan(values)):
         return None
-    frac = (np.clip(np.asarray(values, dtype=float), counted.lo, counted.hi) - counted.lo) / (counted.hi - counted.lo)
-    return 100 * (frac if counted.higher_is_better else 1 - frac)
+    return to_trust(values, counted.lo, counted.hi, counted.higher_is_better)
 
 
 def _credited_differences(sides: dict[str, Sides]) -> tuple[dict[str, float], dict[str, np.ndarray], dict[str, str]]:

@@ -30,7 +30,7 @@ import numpy as np
 from ..analysis.runs import Entry
 from ..escaping import csv_text, markdown_cell, printable
 from ..scoring.metrics import (Resamples, Table, block_weights, cluster_layout, derived_seed, per_resample,
-                               pick_blocks, trust_score)
+                               pick_blocks, to_trust, trust_score)
 from .leaderboard import Board, Cell, rank_apart
 
 
@@ -547,9 +547,8 @@ def _row_draws(r: RankRow, members, ents: list[Entry], ranked: list[int], quanti
             v = np.asarray(many.get(name, math.nan), dtype=float)
             if r.on_values:
                 return v if r.higher_is_better else -v
-            zero, full = tr.trust_range or (0.0, 1.0)
-            frac = (np.clip(v, min(zero, full), max(zero, full)) - zero) / (full - zero)
-            return 100 * frac
+            zero, full = tr.trust_range or (0.0, 1.0)  # the values mapped to trust 0 and 100
+            return to_trust(v, min(zero, full), max(zero, full), zero < full)
         per_task.append(joint_draws([g.table(keys) for g in got], statistic, n_boot,
                                     derived_seed(0, f"ranks|{r.row}|{tid}")))
     return np.mean(np.stack(per_task), axis=0) if per_task else None

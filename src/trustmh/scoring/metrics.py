@@ -374,6 +374,13 @@ def trust_score(value: float | None, lo: float, hi: float, higher_is_better: boo
     return round(100 * (frac if higher_is_better else 1 - frac), 2)
 
 
+def to_trust(values: Any, lo: float, hi: float, higher_is_better: bool) -> Any:
+    """`trust_score` on a value or an array of draws, unrounded (NaN stays NaN): the one mapping the pillars,
+    compare's paired draws and the rank intervals apply to bootstrap draws."""
+    frac = (np.clip(np.asarray(values, dtype=float), lo, hi) - lo) / (hi - lo)
+    return 100 * (frac if higher_is_better else 1 - frac)
+
+
 # --- classification and agreement (reliability, crisis, judge validation) ----------------------------
 # Confusion counts and F1 are computed from integer codes with numpy because aggregate() runs inside the
 # bootstrap, where sklearn's per-call input validation (~1.5 ms) would dominate a run; the tests check

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Protocol, TypeVar
 
 import numpy as np
 
-from .metrics import Table, trust_score
+from .metrics import Table, to_trust, trust_score
 from .results import ModelResults, PillarResult, TaskResult
 from ..errors import UserError
 
@@ -130,12 +130,6 @@ def combine(trust: Mapping[str, V]) -> tuple[dict[str, V], V | None]:
         if row_values:
             pillars[pillar] = _mean(row_values)
     return pillars, (_mean(list(pillars.values())) if pillars else None)
-
-
-def to_trust(values: Any, lo: float, hi: float, higher_is_better: bool) -> Any:
-    """`trust_score` on a value or an array of draws, unrounded (NaN stays NaN)."""
-    frac = (np.clip(np.asarray(values, dtype=float), lo, hi) - lo) / (hi - lo)
-    return 100 * (frac if higher_is_better else 1 - frac)
 
 
 def flagged(t: TaskResult, tasks: Mapping[str, TaskResult]) -> tuple[str | None, str | None]:
