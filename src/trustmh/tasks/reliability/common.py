@@ -106,8 +106,8 @@ def read_emobench(path: Path, lang: str) -> list[Item]:
     items, seen = [], set()
     for line, rec in read_jsonl(path):
         language = rec.get("language")
-        if language not in EMOBENCH_LANGS[:-1]:  # its prompts are per language: another has none to ask with
-            raise DataError(path, f"language must be one of {', '.join(EMOBENCH_LANGS[:-1])}, not {language!r}", line)
+        if language not in EMOBENCH_RECORD_LANGS:  # its prompts are per language: another has none to ask with
+            raise DataError(path, f"language must be one of {', '.join(EMOBENCH_RECORD_LANGS)}, not {language!r}", line)
         if lang != "all" and language != lang:
             continue
         for k in ("scenario", "subject", "emotion_choices", "cause_choices"):
@@ -159,7 +159,8 @@ def parse_emotion_cause(reply: str) -> tuple[str | None, str | None]:
     return out["emotion"], out["cause"]
 
 
-EMOBENCH_LANGS = ("en", "zh", "all")
+EMOBENCH_RECORD_LANGS = ("en", "zh")  # the languages of EmoBench's records and prompts
+EMOBENCH_LANGS = (*EMOBENCH_RECORD_LANGS, "all")  # what --lang takes
 
 
 class EmotionMethod(MeanMetrics, Method):
