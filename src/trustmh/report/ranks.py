@@ -593,8 +593,9 @@ def add_rank_intervals(table: RankTable, ents: list[Entry], n_boot: int = RANK_B
             if above[upper, lower] < 1 - alpha / 2:
                 r.cells[ranked[lower]].near = (f"not separated from {table.labels[ranked[upper]]} at alpha {alpha:g} "
                                                f"(level with or above it in {1 - above[upper, lower]:.0%} of the "
-                                               f"draws, p = {p:.2f})")
+                                               f"draws, p = {p:.2f}, unadjusted)")
     table.rules.insert(2, f"[a–b]: the rank's {1 - alpha:.0%} bootstrap interval (the items the row's models share "
                           f"resampled jointly, {n_boot} draws); ≈: not separated at alpha {alpha:g} from the model "
-                          f"ranked just above" + (f"; no interval for {', '.join(missing)}: the runs' samples are not "
+                          f"ranked just above (each adjacent pair tested on its own, p unadjusted for the row's "
+                          f"other pairs)" + (f"; no interval for {', '.join(missing)}: the runs' samples are not "
                                                   f"all there" if missing else ""))
