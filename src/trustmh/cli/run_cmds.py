@@ -10,7 +10,7 @@ import typer
 
 from ..errors import UserError
 from ..judges import PAPER_JUDGE, PAPER_PROXY
-from ..scoring.agreement import ALPHA_MIN
+from ..scoring import ALPHA_MIN
 from ._base import (QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, loading,
                     note, out, set_quiet)
 from .judge_opts import (JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, _model_urls, called_judges, judge_list,
