@@ -472,10 +472,10 @@ def score_cmd(
 def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
     """With human ratings of the run (`trustmh annotate`), its judged values' calibrated blocks, written into
     results.json under the run's lock."""
+    if ratings is None and not (Path(run_dir) / "annotation.json").exists():
+        return results  # (before the imports: every run ends here, most without ratings)
     from ..files import run_lock
     from ..validation.calibrated import with_ratings
-    if ratings is None and not (Path(run_dir) / "annotation.json").exists():
-        return results
     with run_lock(Path(run_dir)):
         results = with_ratings(Path(run_dir), results, ratings)
     blocks = [mv.calibrated for mr in results.models.values() for tr in mr.tasks.values()
