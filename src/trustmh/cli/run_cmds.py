@@ -250,8 +250,9 @@ def spec_from_flags(*, model, models_file, judge, tasks, limit, seed, data_dir, 
     """`trustmh run`'s flags as a RunSpec, resolved by the same step as `trustmh.run` (engine/spec.py
     `resolve`): what the command line adds is only how flags are written (--models FILE, SPEC@URL, a
     --base-url per --model, --suite auto, --upstream-compat, --system-prompt @FILE)."""
-    from ..engine import RunSpec
-    from ..engine.spec import resolve
+    with loading():  # the engine and every task: the first of a run's modules to load, the largest share
+        from ..engine import RunSpec
+        from ..engine.spec import resolve
     info: dict[str, dict[str, str]] = {}
     if models_file is not None:
         if model:
