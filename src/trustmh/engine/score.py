@@ -41,8 +41,8 @@ from ..files import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_
 from ._slices import advance, beside, in_slices
 from .spec import RunSpec, data_source, versions
 
-if TYPE_CHECKING:  # results.json's models (pydantic, ~0.15 s of CPU to import) load where phase 2 first makes a
-    # result, beside phase 1 or after it: a run's first requests wait for none of it
+if TYPE_CHECKING:  # results.json's models (pydantic schemas, built as they are imported) load where phase 2
+    # first makes a result, beside phase 1 or after it: a run's first requests wait for none of it
     from ..scoring.results import ModelResults, RunResults, TaskResult
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
