@@ -105,6 +105,20 @@ def test_intervals_widen_by_the_t_correction_under_thirty_clusters(g):
         assert factor == pytest.approx(small_sample_factor(g, 0.95)) and hi - lo > (phi - plo) * 1.01
 
 
+def test_t_quantiles_are_scipys_bit_for_bit():
+    """The 0.975 quantiles a run reads from a table (so that it needs no scipy.special) are stdtrit's own
+    doubles, for every G under FEW_CLUSTERS; other levels and degrees of freedom ask stdtrit."""
+    from scipy.special import stdtrit
+    q = 0.5 + 0.95 / 2
+    for df in range(1, metrics.FEW_CLUSTERS - 1):
+        assert metrics.t_quantile(df, q) == float(stdtrit(df, q)), df
+        g = df + 1
+        assert small_sample_factor(g, 0.95) == float(stdtrit(df, q) / metrics.z_quantile(q) * math.sqrt(g / df))
+    for df, level in ((40, 0.95), (3, 0.9), (12, 0.99)):
+        q = 0.5 + level / 2
+        assert metrics.t_quantile(df, q) == float(stdtrit(df, q))
+
+
 def test_few_cluster_interval_covers_near_nominal():
     """Ten clusters (as crisis.conversation's personas): the widened interval covers the true mean at least
     92 % of 400 simulated runs (the plain percentile one covered 89 % in the issue)."""

@@ -4,7 +4,7 @@ for --model and --judge alike."""
 
 from __future__ import annotations
 
-from ..scoring.agreement import ALPHA_MIN
+from ..scoring import ALPHA_MIN
 from ..errors import UserError
 
 JUDGE_HELP = ("Judge: a model spec, or rules (offline heuristics; judge-rated metrics then stay unscored); repeat for a "

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import UserError
 from ..judges import PAPER_JUDGE, PAPER_PROXY
-from ..scoring.agreement import ALPHA_MIN
+from ..scoring import ALPHA_MIN
 from ._base import (QUIET_HELP, _INCLUDE_HELP, _choose_suite, _data_dir, _limits, _load_plugins, app, err, loading,
                     note, out, set_quiet)
 from .judge_opts import (JUDGE_HELP, JUDGE_URL_HELP, MIN_ALPHA_HELP, _model_urls, called_judges, judge_list,
@@ -189,7 +189,8 @@ def _run_with_progress(spec, out: Optional[Path], runs_dir: Path, target: Path, 
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, out, runs_root=runs_dir, limits=limits, executor=executor,
-                                           force=force, events=view, idle=[_prepare_report])
+                                           force=force, events=view,
+                                           idle=[_prepare_scoring, _prepare_report])
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, target)) from None
     except KeyboardInterrupt:
@@ -249,8 +250,9 @@ def spec_from_flags(*, model, models_file, judge, tasks, limit, seed, data_dir, 
     """`trustmh run`'s flags as a RunSpec, resolved by the same step as `trustmh.run` (engine/spec.py
     `resolve`): what the command line adds is only how flags are written (--models FILE, SPEC@URL, a
     --base-url per --model, --suite auto, --upstream-compat, --system-prompt @FILE)."""
-    from ..engine import RunSpec
-    from ..engine.spec import resolve
+    with loading():  # the engine and every task: the first of a run's modules to load, the largest share
+        from ..engine import RunSpec
+        from ..engine.spec import resolve
     info: dict[str, dict[str, str]] = {}
     if models_file is not None:
         if model:
@@ -291,6 +293,13 @@ def spec_from_flags(*, model, models_file, judge, tasks, limit, seed, data_dir, 
         min_judge_alpha=ALPHA_MIN if min_judge_alpha is None else min_judge_alpha, user_model=user_model or None,
         user_model_base_url=user_model_base_url or None, turns=turns, runs=runs,
         personas=_personas(personas) if personas else None))
+
+
+def _prepare_scoring() -> None:
+    """What phase 2 imports at the first task it scores, imported while the run waits for its first replies:
+    scipy.sparse (the degenerate statistics' shingle matrix, scoring/degenerate.py; ~0.13 s of CPU, most
+    of it scipy's array-API layer), which imported there held the event loop, and every reply, that long."""
+    import scipy.sparse  # noqa: F401
 
 
 def _prepare_report() -> None:
@@ -472,10 +481,10 @@ def score_cmd(
 def _calibrate(run_dir: Path, results, ratings: Optional[Path] = None):
     """With human ratings of the run (`trustmh annotate`), its judged values' calibrated blocks, written into
     results.json under the run's lock."""
+    if ratings is None and not (Path(run_dir) / "annotation.json").exists():
+        return results  # (before the imports: every run ends here, most without ratings)
     from ..files import run_lock
     from ..validation.calibrated import with_ratings
-    if ratings is None and not (Path(run_dir) / "annotation.json").exists():
-        return results
     with run_lock(Path(run_dir)):
         results = with_ratings(Path(run_dir), results, ratings)
     blocks = [mv.calibrated for mr in results.models.values() for tr in mr.tasks.values()

@@ -10,10 +10,9 @@ import json
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import UserError
-from ..scoring.results import RunResults
 from ._store import Store
 from ..tasks import TASKS, RunContext
 from . import _identity as identity
@@ -24,6 +23,9 @@ from .prepare import Recorder, prepare, prepare_from_store
 from ..files import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, task_origins
 from .spec import PRESENTATION, Limits, RunSpec, data_source
+
+if TYPE_CHECKING:  # results.json's models (pydantic) load when phase 2 makes a result, after the first requests
+    from ..scoring.results import RunResults
 
 
 def context(spec: RunSpec) -> RunContext:

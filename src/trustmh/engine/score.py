@@ -17,7 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Generator
+from typing import IO, TYPE_CHECKING, Any, Generator
 
 import numpy as np
 
@@ -25,13 +25,12 @@ from ..judges.rubric import Judged, Rubric, Verdicts
 from ..scoring.metrics import bootstrap, count, derived_seed, n_clusters
 from ..models import ModelRef
 from ..scoring.pillars import judge_usable_rate, model_summary, task_trust
-from ..scoring.results import MetricValue, ModelResults, RunResults, TaskResult
 from ._store import Store
 from ..tasks import Method, RunContext, Task, writes
 from ..tasks.paper_names import paper_block
 from ..tasks.versions import scoring_version
 from ..types import Sample
-from ..scoring.agreement import ALPHA_MIN
+from ..scoring import ALPHA_MIN
 from .judge import judge_ids, panel_endpoints, judge_parts
 from ._tally import Tally
 from ._identity import model_ref, recorded
@@ -41,6 +40,10 @@ from ._requests import param_notes
 from ..files import HashingWriter, Utf8Writer, append_part, atomic_open, atomic_write
 from ._slices import advance, beside, in_slices
 from .spec import RunSpec, data_source, versions
+
+if TYPE_CHECKING:  # results.json's models (pydantic schemas, built as they are imported) load where phase 2
+    # first makes a result, beside phase 1 or after it: a run's first requests wait for none of it
+    from ..scoring.results import ModelResults, RunResults, TaskResult
 
 STALE = "judged with another version of the rubric (rerun to refresh it, or score with --accept-stored)"
 
@@ -110,6 +113,7 @@ def score_steps(sc: Scoring, p: Prepared, model: ModelRef, out) -> Generator[Non
     other work (the event loop's I/O while phase 1 goes on); its result is the generator's return value.
     A judge panel scores each sample once per judge first (a pass of its own: whether a value is a label
     the judges vote on or a score they average is known only from the whole task), then as one."""
+    from ..scoring.results import TaskResult
     task, ctx = p.task, sc.ctx
     method = task.method(ctx)
     sc.stale.pop((model.spec, task.id), None)  # counted anew: a task may be scored again
@@ -178,6 +182,7 @@ def _judge_each(sc: Scoring, p: Prepared, model: ModelRef, linked: dict, rubrics
 
 def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict) -> Generator[None, None, TaskResult]:
     """The task's aggregate, bootstrap and counts as its results.json entry."""
+    from ..scoring.results import MetricValue, TaskResult
     task, ctx, primary = p.task, sc.ctx, p.task.primary_value
     method = task.method(ctx)
     table = t.rows.table(t.clusters, dict(t.labels))
@@ -414,6 +419,7 @@ class Phase2:
         return results
 
     def _results(self, models: dict[str, ModelResults], checksums: dict[str, str]) -> RunResults:
+        from ..scoring.results import RunResults
         spec, store, stale = self.spec, self.store, self.sc.stale
         notes = param_notes(spec)
         from ..models.hf_files import identity_notes

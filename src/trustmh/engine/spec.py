@@ -21,7 +21,7 @@ from ..judges import PAPER_JUDGE, PAPER_PROXY
 from ._prices import MAX_REPLY_TOKENS
 from ..models import redact_url
 from ..models.base import TRANSPORTS
-from ..scoring.agreement import ALPHA_MIN
+from ..scoring import ALPHA_MIN
 from ..tasks import DataSource
 from ..tasks.base import selects
 

@@ -34,12 +34,15 @@ import collections
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import ALPHA_MIN  # noqa: F401 - the panels' threshold, named here beside the alpha it bounds
 from .metrics import Resamples, Table, bootstrap, derived_seed, spearman, weighted_kappa
-from .results import MetricValue, TaskResult
+
+if TYPE_CHECKING:  # results.json's models (pydantic) load where a row is made, not with the statistics
+    from .results import TaskResult
 
 STATS = ("icc_c1", "icc_a1", "kappa_quadratic", "spearman")
 STAT_NAMES = {"icc_c1": "ICC(C,1)", "icc_a1": "ICC(A,1)", "kappa_quadratic": "QW kappa", "spearman": "Spearman rho"}
@@ -337,6 +340,7 @@ def icc_bootstrap(ratings: np.ndarray, *, seed: int, n_boot: int = 1000, level: 
 def agreement_task_result(ca: CriterionAgreement, n_rated: int, failed: collections.Counter,
                  judge_errors: collections.Counter) -> TaskResult:
     """One criterion's agreement as a results.json task row (validate_judge.<criterion>)."""
+    from .results import MetricValue, TaskResult
     metrics = {f"{who}.{s}": MetricValue(value=None if math.isnan(v := ca.values[f"{who}.{s}"]) else v,
                                          ci=ca.cis.get(f"{who}.{s}"), n=ca.n_items)
                for who in ("judge", "ceiling", "diff") for s in STATS}
@@ -370,9 +374,6 @@ def agreement_json(ca_list: list[CriterionAgreement], **about: Any) -> dict[str,
 
 # --- judge panels: the panel's verdict and how far its judges agree ---------------------------------
 
-# Judges whose alpha is under this agree too little for their panel's value to be read as one verdict:
-# Krippendorff's lowest level for "tentative conclusions" (Content Analysis, 2004, sec. 12.4).
-ALPHA_MIN = 0.667
 
 def panel_verdict(verdicts: list[float | None], kind: str) -> tuple[float | None, str | None]:
     """One sample's panel value from its judges' values (None or NaN: that judge gave no usable verdict).

@@ -19,13 +19,16 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from typing import Any, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, TypeVar
 
 import numpy as np
 
 from .metrics import Table, to_trust, trust_score
-from .results import ModelResults, PillarResult, TaskResult
 from ..errors import UserError
+
+if TYPE_CHECKING:  # results.json's models (pydantic) load where a result is made: every task module imports
+    # this one for its pillar's rows, and a run's requests go out before anything is scored
+    from .results import ModelResults, PillarResult, TaskResult
 
 # The paper's eight pillars in its order, by the paper's own names for them (its rank figure), and what each
 # asks, in plain words for a reader of the report who is not a machine-learning researcher.
@@ -138,6 +141,7 @@ def flagged(t: TaskResult, tasks: Mapping[str, TaskResult]) -> tuple[str | None,
     another task of the same run) against its threshold. A statistic this row does not have (closed
     questions have no free-text replies to compare) is not a flag; another task's that is not in the run
     leaves the row uncounted, as the check cannot be made."""
+    from .results import TaskResult
     if t.trust_score is None:  # nothing to count
         return None, None
     for check in t.degenerate_checks:
@@ -324,6 +328,7 @@ def _row(members: list[TaskResult], tasks: Mapping[str, TaskResult], flag: bool)
 def own_pillars(tasks: dict[str, TaskResult], flag: bool = True) -> dict[str, PillarResult]:
     """The pillars that tasks of one's own name (any pillar but the paper's eight): a row per task, scored as
     the mean of its measured rows, with the same coverage fields as a paper pillar."""
+    from .results import PillarResult
     out: dict[str, PillarResult] = {}
     paper = paper_pillars()
     for pillar in dict.fromkeys(t.pillar for t in tasks.values() if t.pillar not in paper):
@@ -348,6 +353,7 @@ def model_summary(model: str, tasks: dict[str, TaskResult], *, seed: int = 0,
     each row counts (`counted`, set on the TaskResults here as credited_trust and credit_note).
     `flag_degenerate=False` leaves out the degenerate-behaviour rule (its test: ordinary models are the
     same without it)."""
+    from .results import ModelResults, PillarResult
     for t in tasks.values():
         t.credited_trust, _, t.credit_note = counted(t, tasks, flag_degenerate=flag_degenerate)
     pillars: dict[str, PillarResult] = {}

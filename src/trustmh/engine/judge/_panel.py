@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ...scoring.agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, unanimous, value_kinds
+from ...scoring import ALPHA_MIN
+from ...scoring.agreement import alpha_level, combine_values, judge_alpha, unanimous, value_kinds
 from ...judges.rubric import Judged, Verdicts
 from ...scoring.metrics import count, derived_seed
-from ...scoring.results import JudgeAgreement, JudgeValue, PanelResult
 from ...tasks import RunContext, Task
 from ...types import Score
+
+if TYPE_CHECKING:  # results.json's models (pydantic) load when a panel is scored, after the requests went out
+    from ...scoring.results import PanelResult
 
 PANEL = "judge panel"
 
@@ -108,6 +111,7 @@ class PanelTally:
     def result(self, task: Task, ctx: RunContext, tables: list, *, seed: int, n_boot: int, label: str,
                min_alpha: float = ALPHA_MIN) -> PanelResult:
         """`tables`: each judge's own Table of the task's samples (as the task would have had alone)."""
+        from ...scoring.results import JudgeAgreement, JudgeValue, PanelResult
         primary = task.primary_value
         judge_values = {}
         for j, (name, table) in enumerate(zip(self.judges, tables)):

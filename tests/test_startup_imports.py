@@ -1,0 +1,72 @@
+"""A run's first request waits only for what building and sending it needs (issue 46 item 5, the small job):
+results.json's pydantic models, scipy and the report are imported once the requests are in flight (by
+phase 2 beside phase 1, or by the thread that warms up scoring and the report while phase 1 waits for its
+first replies), never on the way to the first request. numpy is not on the list: the tasks compute with it
+and are imported to build the prompts. Each check runs in a fresh interpreter, as a user's command does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+# Loaded only once something is scored or reported; pydantic also comes with typer's parsing of the flags
+# (typer 0.29 builds its coercions with it), which a bare import does not do.
+LATER = ("trustmh.scoring.results", "pydantic", "scipy", "trustmh.report", "trustmh.analysis")
+AFTER_PARSING = tuple(m for m in LATER if m != "pydantic")
+
+
+def _python(code: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": SRC, "OPENAI_API_KEY": "test-not-a-key"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_the_command_line_and_the_engine_import_nothing_of_scoring_or_the_report():
+    loaded = json.loads(_python(
+        "import json, sys\n"
+        "import trustmh.cli, trustmh.engine, trustmh.models.openai_api, trustmh.engine.judge\n"
+        f"print(json.dumps([m for m in {LATER!r} if m in sys.modules]))\n"))
+    assert loaded == []
+
+
+# A child `trustmh run` that notes the modules its main thread (the one that sends the requests) imports
+# before it opens its first connection, the first request. Other threads may import meanwhile: the run
+# warms up what scoring and the report will need in a thread of its own while it waits for the first replies.
+_MAIN_THREAD_BEFORE_FIRST_REQUEST = """
+import json, socket, sys, threading
+imported, sent = [], []
+class Note:
+    def find_spec(self, name, path=None, target=None):
+        if not sent and threading.current_thread() is threading.main_thread():
+            imported.append(name)
+        return None
+sys.meta_path.insert(0, Note())
+connect = socket.socket.connect
+def first(self, address):
+    sent.append(True)
+    return connect(self, address)
+socket.socket.connect = first
+sys.argv = ["trustmh", *sys.argv[1:]]
+from trustmh.cli import main
+try:
+    main()
+finally:
+    print(json.dumps(imported if sent else None))
+"""
+
+
+def test_a_runs_first_request_waits_for_no_scoring_model_scipy_or_report(fake_llm, tmp_path):
+    srv = fake_llm(reply=lambda body: "Answer: 1")
+    out = tmp_path / "run"
+    before = json.loads(_python(
+        _MAIN_THREAD_BEFORE_FIRST_REQUEST, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url",
+        srv.openai_base_url, "--judge-base-url", srv.openai_base_url, "--tasks", "privacy.awareness_tier1",
+        "--limit", "6", "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(out)))
+    assert before is not None and "trustmh.engine.collect" in before  # the hook saw the run's first request
+    assert [m for m in before if m.split(".")[0] == "scipy" or m.startswith(AFTER_PARSING)] == []
+    assert (out / "results.json").is_file() and (out / "report.html").is_file()  # and the run went on to the end
