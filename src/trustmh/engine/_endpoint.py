@@ -54,7 +54,10 @@ class CallWriter:
     """Group commit for the store. The replies that arrive in one pass of the event loop are written in
     one transaction (a commit per reply cost as much as the rest of the request path). Every reply is
     still stored before anything else happens: its caller waits for the commit, and an endpoint commits
-    whatever is waiting before it sends a request, so a kill -9 loses no more than the calls in flight."""
+    the replies waiting before it sends a request, so a kill -9 loses no more than the calls in flight.
+    Links ride with the replies: one queued before its call is sent is committed with that reply at the
+    latest, never alone before a send (a judgement's link, queued just before its request, cost a commit
+    of its own per judge call)."""
 
     def __init__(self, store: Store):
         self.store = store
@@ -82,6 +85,11 @@ class CallWriter:
         # waiters got CancelledError for a commit that went through, and flush's set_result raised
         # InvalidStateError on the way out.
         return asyncio.shield(self.done)
+
+    def before_send(self) -> None:
+        """Commit the replies received so far (and the links queued with them) before a request leaves."""
+        if self.rows:
+            self.flush()
 
     def flush(self) -> None:
         if not self.rows and not self.links:
@@ -209,7 +217,7 @@ class Endpoint:
             try:
                 if self.down is not None:  # stopped while this request waited for its slot: it never leaves
                     raise self.down
-                self.writer.flush()  # replies received so far are committed before a new request leaves
+                self.writer.before_send()  # replies received so far are committed before a new request leaves
                 epoch = limiter.epoch if limiter is not None else 0
                 sent = True
                 try:
