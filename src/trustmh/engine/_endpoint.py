@@ -64,7 +64,7 @@ class CallWriter:
         self.rows: list[tuple] = []
         self.links: list[tuple] = []  # which sample and judgement each call answers (see Store.put_links)
         self.bodies: list[tuple[str, str]] = []  # (body key, store key) of replies a body alone answers
-        self.done: asyncio.Future[None] | None = None
+        self.waiting: list[asyncio.Future[None]] = []  # one future per queued reply's caller
 
     def link(self, rows: list[tuple]) -> None:
         """Queue link rows; they are committed with the next batch of replies (or at the final flush)."""
@@ -73,18 +73,18 @@ class CallWriter:
     def add(self, key: str, endpoint: str, purpose: str, request: Request, resp: Response,
             body: str | None = None) -> Awaitable[None]:
         """Queue a reply; `body`, its body key when a body alone decides the reply (Endpoint.flight_key)."""
+        loop = asyncio.get_running_loop()
         if not self.rows:
-            loop = asyncio.get_running_loop()
-            self.done = loop.create_future()
             loop.call_soon(self.flush)
         self.rows.append((key, endpoint, purpose, (request.task, request.item_id, request.variant), resp))
         if body is not None and resp.ok:
             self.bodies.append((body, key))
-        # Shielded: the commit is every waiter's, so a caller that is cancelled (a stopping run, a conversation
-        # ended) lets go of its own wait only. Unshielded, the cancel reached the shared future, the other
-        # waiters got CancelledError for a commit that went through, and flush's set_result raised
-        # InvalidStateError on the way out.
-        return asyncio.shield(self.done)
+        # A future of the caller's own, not one shared by the batch: a caller that is cancelled (a stopping
+        # run, a conversation ended) lets go of its own wait only, and the commit goes on for the others.
+        # (A shared future needed asyncio.shield for that: two more callbacks and a future per reply.)
+        waiter = loop.create_future()
+        self.waiting.append(waiter)
+        return waiter
 
     def before_send(self) -> None:
         """Commit the replies received so far (and the links queued with them) before a request leaves."""
@@ -94,18 +94,21 @@ class CallWriter:
     def flush(self) -> None:
         if not self.rows and not self.links:
             return
-        rows, links, bodies, done = self.rows, self.links, self.bodies, self.done
-        self.rows, self.links, self.bodies, self.done = [], [], [], None
+        rows, links, bodies, waiting = self.rows, self.links, self.bodies, self.waiting
+        self.rows, self.links, self.bodies, self.waiting = [], [], [], []
         try:
             self.store.put_calls(rows, links, bodies)
         except BaseException as e:  # noqa: BLE001 - handed to every caller waiting on this commit
-            if done is None:
+            if not waiting:
                 raise
-            done.set_exception(e)
-            done.exception()  # the waiters raise it; do not also log it as never retrieved
+            for waiter in waiting:
+                if not waiter.done():  # a cancelled caller has let go
+                    waiter.set_exception(e)
+                    waiter.exception()  # its caller raises it; do not also log it as never retrieved
         else:
-            if done is not None:
-                done.set_result(None)
+            for waiter in waiting:
+                if not waiter.done():
+                    waiter.set_result(None)
 
 
 class Endpoint:
