@@ -54,14 +54,17 @@ class CallWriter:
     """Group commit for the store. The replies that arrive in one pass of the event loop are written in
     one transaction (a commit per reply cost as much as the rest of the request path). Every reply is
     still stored before anything else happens: its caller waits for the commit, and an endpoint commits
-    whatever is waiting before it sends a request, so a kill -9 loses no more than the calls in flight."""
+    the replies waiting before it sends a request, so a kill -9 loses no more than the calls in flight.
+    Links ride with the replies: one queued before its call is sent is committed with that reply at the
+    latest, never alone before a send (a judgement's link, queued just before its request, cost a commit
+    of its own per judge call)."""
 
     def __init__(self, store: Store):
         self.store = store
         self.rows: list[tuple] = []
         self.links: list[tuple] = []  # which sample and judgement each call answers (see Store.put_links)
         self.bodies: list[tuple[str, str]] = []  # (body key, store key) of replies a body alone answers
-        self.done: asyncio.Future[None] | None = None
+        self.waiting: list[asyncio.Future[None]] = []  # one future per queued reply's caller
 
     def link(self, rows: list[tuple]) -> None:
         """Queue link rows; they are committed with the next batch of replies (or at the final flush)."""
@@ -70,34 +73,42 @@ class CallWriter:
     def add(self, key: str, endpoint: str, purpose: str, request: Request, resp: Response,
             body: str | None = None) -> Awaitable[None]:
         """Queue a reply; `body`, its body key when a body alone decides the reply (Endpoint.flight_key)."""
+        loop = asyncio.get_running_loop()
         if not self.rows:
-            loop = asyncio.get_running_loop()
-            self.done = loop.create_future()
             loop.call_soon(self.flush)
         self.rows.append((key, endpoint, purpose, (request.task, request.item_id, request.variant), resp))
         if body is not None and resp.ok:
             self.bodies.append((body, key))
-        # Shielded: the commit is every waiter's, so a caller that is cancelled (a stopping run, a conversation
-        # ended) lets go of its own wait only. Unshielded, the cancel reached the shared future, the other
-        # waiters got CancelledError for a commit that went through, and flush's set_result raised
-        # InvalidStateError on the way out.
-        return asyncio.shield(self.done)
+        # A future of the caller's own, not one shared by the batch: a caller that is cancelled (a stopping
+        # run, a conversation ended) lets go of its own wait only, and the commit goes on for the others.
+        # (A shared future needed asyncio.shield for that: two more callbacks and a future per reply.)
+        waiter = loop.create_future()
+        self.waiting.append(waiter)
+        return waiter
+
+    def before_send(self) -> None:
+        """Commit the replies received so far (and the links queued with them) before a request leaves."""
+        if self.rows:
+            self.flush()
 
     def flush(self) -> None:
         if not self.rows and not self.links:
             return
-        rows, links, bodies, done = self.rows, self.links, self.bodies, self.done
-        self.rows, self.links, self.bodies, self.done = [], [], [], None
+        rows, links, bodies, waiting = self.rows, self.links, self.bodies, self.waiting
+        self.rows, self.links, self.bodies, self.waiting = [], [], [], []
         try:
             self.store.put_calls(rows, links, bodies)
         except BaseException as e:  # noqa: BLE001 - handed to every caller waiting on this commit
-            if done is None:
+            if not waiting:
                 raise
-            done.set_exception(e)
-            done.exception()  # the waiters raise it; do not also log it as never retrieved
+            for waiter in waiting:
+                if not waiter.done():  # a cancelled caller has let go
+                    waiter.set_exception(e)
+                    waiter.exception()  # its caller raises it; do not also log it as never retrieved
         else:
-            if done is not None:
-                done.set_result(None)
+            for waiter in waiting:
+                if not waiter.done():
+                    waiter.set_result(None)
 
 
 class Endpoint:
@@ -209,7 +220,7 @@ class Endpoint:
             try:
                 if self.down is not None:  # stopped while this request waited for its slot: it never leaves
                     raise self.down
-                self.writer.flush()  # replies received so far are committed before a new request leaves
+                self.writer.before_send()  # replies received so far are committed before a new request leaves
                 epoch = limiter.epoch if limiter is not None else 0
                 sent = True
                 try:

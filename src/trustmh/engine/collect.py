@@ -458,7 +458,8 @@ class _Generating(_Collector):
 
     def _jobs(self) -> Iterator[tuple[Request, Task, Sample, str]]:
         """Every sample's request and call key, a batch at a time as the samples are built (a lazy prepare
-        builds them here, as the workers reach them), each batch's links written and the calls already
+        builds them here, as the workers reach them), each batch's links queued (committed with its first
+        replies, engine/_endpoint.CallWriter) and the calls already
         stored looked up in bulk (into `done`), so a resumed run skips them at once. Tasks a judge reads go
         first (`judged_first`)."""
         gen_ep, done = self.gen_ep, self.done
@@ -466,8 +467,8 @@ class _Generating(_Collector):
             for batch in p.batches(self.ctx):
                 reqs = [generation_request(s, self.spec, gen_ep.model.spec) for s in batch]
                 keys = [gen_ep.key(r) for r in reqs]
-                self.store.put_links([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
-                                      for s, k in zip(batch, keys)])
+                self.writer.link([(self.model_id, s.task, s.item.id, s.variant, "", "", k, "")
+                                  for s, k in zip(batch, keys)])
                 if gen_ep.model.cacheable:
                     # This batch's keys only: the samples before were all looked up already, and a reply is
                     # committed before its call returns, so a later sample asking the same is found here.
