@@ -7,6 +7,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import platform
 import sqlite3
 import sys
 
@@ -15,7 +16,10 @@ import sys
 # times a task's per-cluster counts), and OpenBLAS's worker threads spin-wait after each one: a
 # (1000 x 40) @ (40 x 64) product cost 2.8 ms of CPU with them and 0.19 ms without, on 2 cores, and they
 # take the event loop's core while they spin. The products' values do not depend on the thread count.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Not on ARM: torch's builds there do their own products with OpenBLAS too, and an hf/ model would generate
+# on one thread (torch's x86 builds use MKL, which this variable does not touch).
+if platform.machine().lower() not in ("aarch64", "arm64"):
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 # The youngest generation collected every 10,000 new container objects instead of 700: a run makes
 # short-lived dicts, tuples and futures by the million (each call's request, reply, keys and events), nearly
 # all freed by their reference counts, and the default threshold made ~800 collections and 70 of the middle
