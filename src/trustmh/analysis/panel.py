@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ..scoring.agreement import ALPHA_MIN, alpha_level, combine_values, judge_alpha, value_kinds
+from ..scoring import ALPHA_MIN
+from ..scoring.agreement import alpha_level, combine_values, judge_alpha, value_kinds
 from .runs import Rows, load_run, read_rows, run_context
 from ..errors import UserError
 from ..scoring.metrics import derived_seed

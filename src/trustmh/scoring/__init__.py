@@ -5,5 +5,4 @@ any request is sent; its modules (numpy, pydantic) load when scoring needs them.
 
 # Judges whose alpha is under this agree too little for their panel's value to be read as one verdict:
 # Krippendorff's lowest level for "tentative conclusions" (Content Analysis, 2004, sec. 12.4).
-# (agreement.py, which computes alpha, names it too.)
 ALPHA_MIN = 0.667

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import ALPHA_MIN  # noqa: F401 - the panels' threshold, named here beside the alpha it bounds
 from .metrics import Resamples, Table, bootstrap, derived_seed, spearman, weighted_kappa
 
 if TYPE_CHECKING:  # results.json's models (pydantic) load where a row is made, not with the statistics
