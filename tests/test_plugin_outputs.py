@@ -16,8 +16,9 @@ def test_a_plugin_pillar_is_a_pillar_and_its_run_no_sample_suite_try_out(cli, tm
     f = tmp_path / "mine.py"
     f.write_text(INCLUDED)
     run = tmp_path / "run"
+    # 80 columns, a terminal's default: the notes column wraps, and no number is cut to "100…"
     proc = ok(cli("run", "--include", f, "--model", "terse/x", "--tasks", "mine", "--out", run, "--bootstrap", "100",
-                  cwd=tmp_path))
+                  cwd=tmp_path, env_extra={"COLUMNS": "80"}))
     res = json.loads((run / "results.json").read_text())
     mr = res["models"]["terse/x"]
     # the task's own pillar, a row per task, scored as its task; not "beyond the paper", not in the overall
@@ -32,7 +33,8 @@ def test_a_plugin_pillar_is_a_pillar_and_its_run_no_sample_suite_try_out(cli, tm
     assert "in no pillar" not in text and "not measured" not in text
     assert not re.search(r"^\W*(reliability|crisis|safety|fairness|privacy|robustness|sycophancy|ethics)\b", text, re.M)
     (row,) = [ln for ln in text.splitlines() if re.match(r"\W*mine\s", ln)]
-    assert "100.0" in row and "1 of 1" in row and "not in the overall score" in row
+    assert "100.0" in row and "1 of 1" in row and "…" not in text
+    assert "your own pillar, not in the overall score" in " ".join(text.split())
     # the gate checks it by name, and the report ranks it as a pillar column
     gate = cli("gate", run, "--min", "pillar:mine=90", cwd=tmp_path)
     assert gate.returncode == 0 and "gate passed" in gate.stdout, gate.stdout + gate.stderr

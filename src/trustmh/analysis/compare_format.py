@@ -97,7 +97,7 @@ def rich_tables(comparisons: list[Comparison], alpha: float = 0.05):
                       caption=correction_line(comparisons, alpha))
         for col in ("name", f"a\n{c.a.label}", f"b\n{c.b.label}", "b − a", f"{1 - alpha:.0%} CI", "p\nraw",
                     f"p\n{c.correction}", "q\nBH", "n", "G", "verdict"):
-            t.add_column(col, justify="left" if col in ("name", "verdict") else "right")
+            t.add_column(col, justify="left" if col in ("name", "verdict") else "right", overflow="fold")
         for d in c.diffs:
             ci = f"[{_num(d.ci[0])}, {_num(d.ci[1])}]" if d.ci else "-"
             v = d.verdict(alpha)

@@ -49,9 +49,9 @@ def list_tasks(
     table = RichTable(title=f"trustmh tasks ({where}; items under the {' and the '.join(shown)} protocol"
                             f"{'s' if len(shown) > 1 else ''})", title_justify="left")
     for col in ("task", "pillar", "dataset", "metric", "better"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for name in shown:
-        table.add_column("items" if len(shown) == 1 else f"items ({name})", justify="right")
+        table.add_column("items" if len(shown) == 1 else f"items ({name})", justify="right", overflow="fold")
     # Fresh task objects per protocol: a task may adapt itself to the protocol it loads under (the files
     # it reads), and one protocol's count must not change the other's.
     load_task_plugins()

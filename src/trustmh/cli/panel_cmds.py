@@ -30,7 +30,7 @@ def panel_cmd(
         err.print(f"warning: {note}", style="yellow", soft_wrap=True)
     table = RichTable(title=f"judge panel: {', '.join(tasks[0].judges) if tasks else '-'}")
     for col in ("model", "task", "metric", "panel", "judges", "judge failures", "alpha", ""):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
 
     def num(v) -> str:
         return "-" if v is None else f"{v:.3f}"

@@ -10,6 +10,9 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ._base import err, note, out, styled
+
+# Every table here folds a cell too long for a narrow terminal onto the next line (overflow="fold"; cells
+# wrap): rich's default cuts it to "0.1…", and every view of a number must show the whole number.
 from ..scoring.metrics import MIN_CLUSTERS, interval_note, too_few_clusters
 
 FEW_MARK = f"none (G<{MIN_CLUSTERS})"  # the interval cell of a task on too few clusters
@@ -112,7 +115,7 @@ def _pillar_summary(mr, name: str) -> None:
     table = RichTable(title=f"{name}: {title}", title_justify="left",
                       box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD, pad_edge=not narrow)
     for col in ("pillar", "trust", "~95% CI", "rows", "samples", ""):
-        table.add_column(col, justify="left" if col in ("pillar", "") else "right", no_wrap=True)
+        table.add_column(col, justify="left" if col in ("pillar", "") else "right", overflow="fold")
     for p in shown:
         own = "" if p.pillar in paper_rows else "your own pillar, not in the overall score"
         if p.trust_score is None:
@@ -190,7 +193,7 @@ def _task_tables(mr, name: str) -> list[RichTable]:
     values = RichTable(title=f"{name}: values", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
                        padding=(0, 1, 0, 0))
     for col in ("task / metric", "value", "95% CI", "trust"):
-        values.add_column(col, justify="left" if col == "task / metric" else "right", no_wrap=True)
+        values.add_column(col, justify="left" if col == "task / metric" else "right", overflow="fold")
     for t in mr.tasks.values():
         if t.status != "ok":
             values.add_row(t.task, Text("not run", style="yellow"), "", "")
@@ -200,7 +203,7 @@ def _task_tables(mr, name: str) -> list[RichTable]:
     counts = RichTable(title=f"{name}: what each value rests on", title_justify="left", box=box.SIMPLE_HEAD,
                        pad_edge=False, padding=(0, 1, 0, 0))
     for col in ("task", "n", "G", "no\nanswer", "unscored", "judge\nfailed", "errors"):
-        counts.add_column(col, justify="left" if col == "task" else "right", no_wrap=True)
+        counts.add_column(col, justify="left" if col == "task" else "right", overflow="fold")
     for t in ok:
         counts.add_row(t.task, str(t.n), _g(t), str(t.n_no_answer), str(t.n_unscored), _red(t.n_judge_failed),
                        _red(t.n_errors))
@@ -280,7 +283,7 @@ def _leaderboard(results) -> None:
                       title_justify="left", box=box.SIMPLE_HEAD)
     short = {"crisis": "Crisis", "sycophancy": "Anti-Syc."}  # the paper's names, short enough for one screen
     for col in ("#", "model", "overall", *(short.get(p, PILLAR_NAMES.get(p, p)) for p in pillars), "marks"):
-        table.add_column(col, justify="left" if col in ("model", "marks") else "right", no_wrap=col != "marks")
+        table.add_column(col, justify="left" if col in ("model", "marks") else "right", overflow="fold")
 
     def cell(c) -> str:
         if c.score is None:
@@ -322,7 +325,7 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
                       title_justify="left")
     for col in ("task", "model" if len(models) == 1 else "models", "samples", "model calls", "~prompt tokens",
                 "judge calls", "~judge tokens", "G", "detectable"):
-        table.add_column(col, justify="left" if col in ("task", "model", "models") else "right", no_wrap=col == "task")
+        table.add_column(col, justify="left" if col in ("task", "model", "models") else "right", overflow="fold")
     who = models[0] if len(models) == 1 else f"{len(models)} models"
     for task in dict.fromkeys(r.task for r in ran):  # one row per task, every model's calls added up
         mine = [r for r in ran if r.task == task]
@@ -339,7 +342,7 @@ def _dry_run(spec, run_dir: Path, prices=None) -> None:
     if len(models) > 1:
         per = RichTable(title="per model", title_justify="left")
         for col in ("model", "tasks", "samples", "model calls", "~prompt tokens", "judge calls", "~judge tokens"):
-            per.add_column(col, justify="left" if col == "model" else "right")
+            per.add_column(col, justify="left" if col == "model" else "right", overflow="fold")
         for m in models:
             mine = [r for r in ran if r.model == m]
             per.add_row(m, str(len(mine)), *cells(mine))
@@ -395,7 +398,7 @@ def _cost_table(rows, spec, prices=None) -> None:
     lines = plan_costs(rows, spec, table_of)
     table = RichTable(title="ESTIMATED cost (list prices, token estimates; not a bill)", title_justify="left")
     for col in ("", "spec", "calls", "~prompt tokens", "~completion tokens", "USD / M in, out", "~USD"):
-        table.add_column(col, justify="left" if col in ("", "spec") else "right")
+        table.add_column(col, justify="left" if col in ("", "spec") else "right", overflow="fold")
     for line in lines:
         price = line.price
         shown = "no price" if price is None else ("local: free" if price.source == "local" else

@@ -386,7 +386,8 @@ def agreement_table(agreement: dict[str, Any]):
     from ..scoring.agreement import BELOW, STAT_NAMES
     table = RichTable(title=f"checking the judge: {agreement['judge']} vs human raters ({agreement.get('rubric')})")
     for col in ("criterion", "statistic", "n", "judge vs humans", "human ceiling", "verdict"):
-        table.add_column(col, justify="left" if col in ("criterion", "statistic", "verdict") else "right")
+        table.add_column(col, justify="left" if col in ("criterion", "statistic", "verdict") else "right",
+                         overflow="fold")
 
     def cell(v, ci) -> str:
         return "-" if v is None else f"{v:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")

@@ -461,7 +461,7 @@ def report_table(results: RunResults) -> RichTable:
         title = styled(title + "\n", ("rules-heuristic is a " + HEURISTIC_NOTE, "yellow"))
     table = RichTable(title=title)
     for col in ("pair", "n", "Spearman rho", "QW kappa", "exact", "within 1", "left out"):
-        table.add_column(col, justify="left" if col == "pair" else "right")
+        table.add_column(col, justify="left" if col == "pair" else "right", overflow="fold")
 
     def cell(m: MetricValue | None) -> str:
         if m is None or m.value is None:
