@@ -379,3 +379,15 @@ def test_pearson_many_equals_pearson_on_each_resample_constant_resamples_include
             (np.concatenate([np.flatnonzero(inverse == c) for c in p]) for p in picks)]
     assert np.isnan(want).any() and not np.isnan(want).all()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)  # NaN where NaN
+
+
+def test_percentile_interval_is_the_linear_interpolation_of_the_sorted_draws():
+    """Both ends from one np.quantile call: by hand on 5 draws (positions 0.1 and 3.9 between sorted values),
+    and bit for bit the two separate calls it replaced, on draws with ties, NaN-free as the callers pass them."""
+    assert metrics.percentile_interval(np.array([4.0, 0.0, 3.0, 1.0, 2.0]), 0.025) == pytest.approx((0.1, 3.9), abs=1e-15)
+    assert metrics.percentile_interval(np.array([10.0, 0.0]), 0.25) == (2.5, 7.5)
+    rng = np.random.default_rng(7)
+    for n in (10, 11, 999, 1000):
+        draws = np.round(rng.normal(size=n), 2)
+        assert metrics.percentile_interval(draws, 0.025) == (float(np.quantile(draws, 0.025)),
+                                                             float(np.quantile(draws, 0.975)))

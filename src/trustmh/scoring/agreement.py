@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .metrics import Resamples, Table, bootstrap, derived_seed, spearman, weighted_kappa
+from .metrics import Resamples, Table, bootstrap, derived_seed, percentile_interval, spearman, weighted_kappa
 
 if TYPE_CHECKING:  # results.json's models (pydantic) load where a row is made, not with the statistics
     from .results import TaskResult
@@ -332,7 +332,7 @@ def icc_bootstrap(ratings: np.ndarray, *, seed: int, n_boot: int = 1000, level: 
         if keep is not None:
             ok &= (draws >= keep[0]) & (draws <= keep[1])
         kept = draws[ok]
-        out[name] = (float(np.quantile(kept, alpha)), float(np.quantile(kept, 1 - alpha))) if kept.size >= 10 else None
+        out[name] = percentile_interval(kept, alpha) if kept.size >= 10 else None
     return out
 
 
@@ -455,7 +455,7 @@ def judge_alpha(matrix: np.ndarray, level: str, *, seed: int, n_boot: int) -> tu
     kept = kept[~np.isnan(kept)]
     if kept.size < max(10, n_boot // 10):
         return alpha, None
-    return alpha, (float(np.quantile(kept, 0.025)), float(np.quantile(kept, 0.975)))
+    return alpha, percentile_interval(kept, 0.025)
 
 
 def _alpha_weighted(data: np.ndarray, level: str, weights: np.ndarray) -> np.ndarray:

@@ -377,8 +377,16 @@ def bootstrap(table: Table, aggregate: Aggregate, *, seed: int, n_boot: int = 10
         arr = arr[~np.isnan(arr)]
         if arr.size < max(10, n_boot // 10):  # too few defined resamples to say anything
             continue
-        out[name] = (float(np.quantile(arr, alpha)), float(np.quantile(arr, 1 - alpha)))
+        out[name] = percentile_interval(arr, alpha)
     return out
+
+
+def percentile_interval(draws: np.ndarray, lower: float) -> tuple[float, float]:
+    """The `lower` and `1 - lower` quantiles of the draws (linear interpolation), from one np.quantile call:
+    it partitions the draws once for both and gives the values of two calls bit for bit, at half the cost
+    (every interval of a run's bootstrap is one of these)."""
+    lo, hi = np.quantile(draws, (lower, 1 - lower))
+    return float(lo), float(hi)
 
 
 # The names tests and older callers use.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, TypeVar
 
 import numpy as np
 
-from .metrics import Table, to_trust, trust_score
+from .metrics import Table, percentile_interval, to_trust, trust_score
 from ..errors import UserError
 
 if TYPE_CHECKING:  # results.json's models (pydantic) load where a result is made: every task module imports
@@ -302,7 +302,8 @@ class _Part:
             ok = self.draws[~np.isnan(self.draws)]
             if ok.size < max(10, self.draws.size // 10):
                 return None
-            return round(float(np.quantile(ok, 0.025)), 2), round(float(np.quantile(ok, 0.975)), 2)
+            lo, hi = percentile_interval(ok, 0.025)
+            return round(lo, 2), round(hi, 2)
         return _interval(self.value, [self.se])
 
 

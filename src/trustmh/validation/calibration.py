@@ -47,7 +47,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..scoring.metrics import Resamples, Table, block_weights, cluster_layout, small_sample_factor
+from ..scoring.metrics import (Resamples, Table, block_weights, cluster_layout, percentile_interval,
+                               small_sample_factor)
 
 LEVEL = 0.95
 MIN_RATED = 10  # rated items below which a run's calibrated value is not given (an interval needs a few)
@@ -231,7 +232,7 @@ def _interval(draws: np.ndarray, level: float, n_boot: int, center: float,
     if draws.size < max(10, n_boot // 10):  # too few defined replicates to say anything (as metrics.bootstrap)
         return None
     alpha = (1 - level) / 2
-    lo, hi = float(np.quantile(draws, alpha)), float(np.quantile(draws, 1 - alpha))
+    lo, hi = percentile_interval(draws, alpha)
     return center - factor * (center - lo), center + factor * (hi - center)
 
 
