@@ -315,6 +315,22 @@ class Rows:
         return Table(columns, np.array([self.clusters[i] for i in idx.tolist()], dtype=object), labels)
 
 
+def may_hold(run: Run, name: str) -> bool:
+    """Whether some record of samples.jsonl may have a field `name`, found without parsing a line: its bytes
+    hold the name quoted, or a JSON escape (\\u) that could spell it. False means that no record has it, so
+    a reader after a field only some tasks write (the conversation curves' chatbot_turns) can skip the file."""
+    if not run.samples_path.is_file():
+        return False
+    needle, tail = json.dumps(name).encode(), b""
+    with run.samples_path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            window = tail + chunk
+            if needle in window or b"\\u" in window:
+                return True
+            tail = window[-(len(needle) - 1):]  # a name or escape cut by the chunk's end is found in the next
+    return False
+
+
 @contextlib.contextmanager
 def keep_rows(runs: list[Run]) -> Iterator[None]:
     """Within it, `read_rows(run)` of these runs reads samples.jsonl once and gives every later call the same
