@@ -68,4 +68,40 @@ def test_a_runs_first_request_waits_for_no_scoring_model_scipy_or_report(fake_ll
         "--limit", "6", "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(out)))
     assert before is not None and "trustmh.engine.collect" in before  # the hook saw the run's first request
     assert [m for m in before if m.split(".")[0] == "scipy" or m.startswith(LATER)] == []
+    # only the selected task's pillar: every other is imported later, off the event loop's thread
+    assert {m.split(".")[2] for m in before if m.startswith("trustmh.tasks.")} <= {"privacy", *_NOT_PILLARS}
     assert (out / "results.json").is_file() and (out / "report.html").is_file()  # and the run went on to the end
+
+
+_NOT_PILLARS = {"base", "paper_names", "paper_rules", "versions", "labelled", "esconv_reference"}
+_PILLAR_CHECK = """
+import json, sys
+import trustmh.tasks as t
+def pillars():
+    return sorted({m.split(".")[2] for m in sys.modules if m.startswith("trustmh.tasks.")} - NOT)
+NOT = set(json.loads(sys.argv[1]))
+seen = {"import": pillars()}
+seen["resolve"] = ([x.id for x in t.resolve_tasks("privacy.leakage,ethics")], pillars())
+seen["look-up"] = (t.TASKS["fairness.detection"].id if "fairness.detection" in t.TASKS else None, pillars())
+from trustmh.scoring.pillars import paper_pillars  # scoring's own, which trustmh.tasks gave load_pillars
+seen["rows"] = (sorted(paper_pillars()), pillars())
+print(json.dumps(seen))
+"""
+
+
+def test_the_pillars_are_imported_when_first_needed_and_every_reader_sees_every_task():
+    """Importing trustmh.tasks imports no pillar; resolving a selection only its pillars; a look-up of one
+    id its pillar; reading the registry whole, or the paper's rows (from scoring, which imports no task),
+    every pillar: whoever reads sees what every pillar imported first would show."""
+    seen = json.loads(_python(_PILLAR_CHECK, json.dumps(sorted(_NOT_PILLARS))))
+    assert seen["import"] == []
+    assert seen["resolve"] == [["privacy.leakage", "ethics.reasoning"], ["ethics", "privacy"]]
+    assert seen["look-up"][1] == ["ethics", "fairness", "privacy"]
+    everything = ["crisis", "ethics", "fairness", "privacy", "reliability", "robustness", "safety", "sycophancy"]
+    assert seen["rows"] == [everything, everything]
+    listed = json.loads(_python("import json; from trustmh.tasks import TASKS; print(json.dumps(list(TASKS)))"))
+    assert len(listed) == 24 and {t.split(".")[0] for t in listed} == set(everything)
+    # the order tasks are listed in is the order every pillar imported at once gives, whatever came first
+    later = json.loads(_python("import json; from trustmh.tasks import TASKS, resolve_tasks; resolve_tasks('privacy'); "
+                               "print(json.dumps(list(TASKS)))"))
+    assert later == listed

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import UserError
 from ._store import Store
-from ..tasks import TASKS, RunContext
+from ..tasks import TASKS, RunContext, load_pillars
 from . import _identity as identity
 from .collect import collect
 from ._endpoint import AuthFailure, EndpointDown
@@ -115,8 +115,9 @@ def collect_stage(spec: RunSpec, ctx: RunContext, prepared, store: Store, limits
             calls = executor(spec, ctx, prepared, store, limits, events=events)
         else:
             # what phase 2 will need, made while the first requests are out rather than on the loop: each
-            # task's scoring version (its modules read with `ast`, tasks/versions.py), then the caller's calls
-            ahead = [functools.partial(_scoring_versions, prepared), *idle] if generate else list(idle)
+            # task's scoring version (its modules read with `ast`, tasks/versions.py) and every pillar, then
+            # the caller's calls
+            ahead = [functools.partial(_ahead_of_scoring, prepared), *idle] if generate else list(idle)
             beside = ([recorder.background] if recorder is not None else []) + \
                 ([phase2.background] if generate else []) + \
                 ([functools.partial(_while_waiting, ahead, idle_threads)] if ahead else [])
@@ -141,12 +142,15 @@ def _say_stale(results: RunResults, events: EventSink) -> None:
             return
 
 
-def _scoring_versions(prepared) -> None:
+def _ahead_of_scoring(prepared) -> None:
     """Each task's scoring version, computed once here so that phase 2's `task_header` finds the files it
     hashes found already (`versions._scoring_files` remembers them per task class: ~0.02 s for privacy and
-    ethics, ~0.1 s for every task, which the event loop spent between replies)."""
+    ethics, ~0.1 s for every task, which the event loop spent between replies); then every pillar imported,
+    whose rows of the paper's rank figure the results' summary reads (a run imports only its tasks' pillars
+    before its first requests)."""
     for p in prepared:
         scoring_version(p.task)
+    load_pillars()
 
 
 async def _while_waiting(calls: Sequence[Callable[[], object]], threads: list[threading.Thread]) -> None:
