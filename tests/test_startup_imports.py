@@ -105,3 +105,35 @@ def test_the_pillars_are_imported_when_first_needed_and_every_reader_sees_every_
     later = json.loads(_python("import json; from trustmh.tasks import TASKS, resolve_tasks; resolve_tasks('privacy'); "
                                "print(json.dumps(list(TASKS)))"))
     assert later == listed
+
+
+_WHO_IMPORTS_SCIPY_SPARSE = """
+import json, sys, threading
+who = []
+class Note:
+    def find_spec(self, name, path=None, target=None):
+        if name == "scipy.sparse":
+            who.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Note())
+sys.argv = ["trustmh", *sys.argv[1:]]
+from trustmh.cli import main
+try:
+    main()
+finally:
+    print(json.dumps(who))
+"""
+
+
+def test_scipy_sparse_is_imported_ahead_only_for_a_run_with_free_text(fake_llm, tmp_path):
+    """The degenerate statistics' scipy.sparse is imported by the thread that works while phase 1 waits, where
+    a task's first samples are free text (privacy.leakage's stories), and never in a run of closed questions
+    (privacy.awareness_tier1's ratings), whose scoring has no use for it."""
+    srv = fake_llm(reply=lambda body: "Answer: 1")
+    who = {}
+    for task in ("privacy.awareness_tier1", "privacy.leakage"):
+        who[task] = json.loads(_python(
+            _WHO_IMPORTS_SCIPY_SPARSE, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url",
+            srv.openai_base_url, "--judge-base-url", srv.openai_base_url, "--tasks", task, "--limit", "6",
+            "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(tmp_path / task)))
+    assert who == {"privacy.awareness_tier1": [], "privacy.leakage": ["trustmh-while-waiting"]}

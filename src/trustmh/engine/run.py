@@ -23,6 +23,7 @@ from .prepare import Recorder, prepare, prepare_from_store
 from ..files import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, task_origins
 from ..tasks.versions import scoring_version
+from ..scoring import degenerate
 from .spec import PRESENTATION, Limits, RunSpec, data_source
 
 if TYPE_CHECKING:  # results.json's models (pydantic) load when phase 2 makes a result, after the first requests
@@ -143,13 +144,16 @@ def _say_stale(results: RunResults, events: EventSink) -> None:
 
 
 def _ahead_of_scoring(prepared) -> None:
-    """Each task's scoring version, computed once here so that phase 2's `task_header` finds the files it
-    hashes found already (`versions._scoring_files` remembers them per task class: ~0.02 s for privacy and
-    ethics, ~0.1 s for every task, which the event loop spent between replies); then every pillar imported,
+    """What phase 2 will need, made once here rather than on the event loop between replies: each task's
+    scoring version (`versions._scoring_files` remembers the files it hashes per task class: ~0.02 s for
+    privacy and ethics, ~0.1 s for every task); where a task's first samples are free text, the degenerate
+    statistics' scipy.sparse (~0.13 s; a run of closed questions alone never loads it); then every pillar,
     whose rows of the paper's rank figure the results' summary reads (a run imports only its tasks' pillars
     before its first requests)."""
     for p in prepared:
         scoring_version(p.task)
+    if any(s.choices is None for p in prepared if not p.not_run for s in p.samples[:50]):
+        degenerate.prepare()
     load_pillars()
 
 
