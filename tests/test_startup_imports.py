@@ -137,3 +137,21 @@ def test_scipy_sparse_is_imported_ahead_only_for_a_run_with_free_text(fake_llm, 
             srv.openai_base_url, "--judge-base-url", srv.openai_base_url, "--tasks", task, "--limit", "6",
             "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(tmp_path / task)))
     assert who == {"privacy.awareness_tier1": [], "privacy.leakage": ["trustmh-while-waiting"]}
+
+
+def test_a_paper_protocol_runs_first_request_waits_for_no_template_engine(fake_llm, tmp_path):
+    """Under --protocol paper the prompts are the authors' (their method files): jinja2, which renders
+    trustmh's own templates and the report, is imported once the first requests are out."""
+    import pytest
+    from conftest import METHODS, METHODS_SKIP, UPSTREAM
+    if not (UPSTREAM.is_dir() and METHODS.is_dir()):
+        pytest.skip(METHODS_SKIP)
+    srv = fake_llm(reply=lambda body: "Answer: 1")
+    before = json.loads(_python(
+        _MAIN_THREAD_BEFORE_FIRST_REQUEST, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url",
+        srv.openai_base_url, "--judge-base-url", srv.openai_base_url, "--tasks", "privacy,ethics", "--limit", "3",
+        "--suite", "data", "--data-dir", str(UPSTREAM), "--methods-dir", str(METHODS), "--protocol", "paper",
+        "--proxy-judge", "rules", "--no-progress", "--max-judge-failed", "1", "--out", str(tmp_path / "run")))
+    assert before is not None and "trustmh.engine.collect" in before
+    assert [m for m in before if m.split(".")[0] == "jinja2"] == []
+    assert {m.split(".")[2] for m in before if m.startswith("trustmh.tasks.")} <= {"privacy", "ethics", *_NOT_PILLARS}
