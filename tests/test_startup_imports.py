@@ -68,6 +68,8 @@ def test_a_runs_first_request_waits_for_no_scoring_model_scipy_or_report(fake_ll
         "--limit", "6", "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(out)))
     assert before is not None and "trustmh.engine.collect" in before  # the hook saw the run's first request
     assert [m for m in before if m.split(".")[0] == "scipy" or m.startswith(LATER)] == []
+    # nor what only an error reply or a proxy reads (html, email.utils: importlib.metadata loads email itself)
+    assert [m for m in before if m in ("urllib.request", "http.client", "html")] == []
     # only the selected task's pillar: every other is imported later, off the event loop's thread
     assert {m.split(".")[2] for m in before if m.startswith("trustmh.tasks.")} <= {"privacy", *_NOT_PILLARS}
     assert (out / "results.json").is_file() and (out / "report.html").is_file()  # and the run went on to the end
