@@ -93,6 +93,14 @@ def parse_sample(line: str | bytes) -> tuple[Any, str | None]:
     return rec, sample_problem(rec, walk_depth=brackets > MAX_DEPTH)
 
 
+def _finite_number(v: Any) -> bool:
+    """A JSON number a float can hold (an integer of 400 digits is none: float() of it raises)."""
+    try:
+        return type(v) in (int, float) and math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def sample_problem(rec: Any, *, walk_depth: bool = True) -> str | None:
     """Why `rec` is not a sample record every reader can walk into (view, report, compare, gate, panel), or
     None: each field a reader uses has its JSON type, values are finite numbers, labels texts, and the
@@ -111,7 +119,7 @@ def sample_problem(rec: Any, *, walk_depth: bool = True) -> str | None:
     for name in _OPTIONAL_TEXT:
         if rec.get(name) is not None and not isinstance(rec[name], str):
             return f"field '{name}' must be a text"
-    if not all(type(v) in (int, float) and math.isfinite(v) for v in (rec.get("values") or {}).values()):
+    if not all(map(_finite_number, (rec.get("values") or {}).values())):
         return "values must be finite numbers"
     if not all(isinstance(v, str) for v in (rec.get("labels") or {}).values()):
         return "labels must be texts"
