@@ -591,30 +591,35 @@ class _Registry(dict):
         load_pillars(_pillar_of(key))
         return super().get(key, default)
 
-    def keys(self) -> list[str]:  # type: ignore[override]
-        """Every task id, in the order every pillar imported at once registers them (the built-in pillars in
+    def _in_order(self) -> dict[str, type[Task]]:
+        """Every task, in the order every pillar imported at once registers them (the built-in pillars in
         PILLAR_PACKAGES' order, then plugins' and scripts' tasks), whichever pillar a process imported first."""
         load_pillars()
         rank = {p: i for i, p in enumerate(PILLAR_PACKAGES)}
+        every = super().items()
 
-        def pillar_rank(task_id: str) -> int:
-            module = super(_Registry, self).__getitem__(task_id).__module__.split(".")
+        def pillar_rank(item: tuple[str, type[Task]]) -> int:
+            module = item[1].__module__.split(".")
             return rank.get(module[2], len(rank)) if module[:2] == ["trustmh", "tasks"] and len(module) > 2 \
                 else len(rank)
-        return sorted(super().keys(), key=pillar_rank)  # stable: registration order within a pillar
+        return dict(sorted(every, key=pillar_rank))  # stable: registration order within a pillar
 
     def __iter__(self):
-        return iter(self.keys())
+        return iter(self._in_order())
 
     def __len__(self) -> int:
         load_pillars()
         return super().__len__()
 
-    def values(self) -> list[type[Task]]:  # type: ignore[override]
-        return [super(_Registry, self).__getitem__(k) for k in self.keys()]
+    # Views of a snapshot (a registration after the call is not in them), in `_in_order`'s order.
+    def keys(self):
+        return self._in_order().keys()
 
-    def items(self) -> list[tuple[str, type[Task]]]:  # type: ignore[override]
-        return [(k, super(_Registry, self).__getitem__(k)) for k in self.keys()]
+    def values(self):
+        return self._in_order().values()
+
+    def items(self):
+        return self._in_order().items()
 
 
 TASKS: _Registry = _Registry()
