@@ -576,9 +576,9 @@ class _Registry(dict):
     selection names (a run's first requests wait for no other pillar: issue 46 item 5)."""
 
     def loaded(self) -> dict[str, type[Task]]:
-        """What is registered so far, importing nothing (a copy made at once: another thread may be importing
-        a pillar, which registers its tasks meanwhile)."""
-        return super().copy()
+        """What is registered so far, importing nothing (copied in C, where no other thread runs: the engine's
+        warm-up thread may be importing a pillar, which registers its tasks meanwhile)."""
+        return dict(super().items())
 
     def __contains__(self, key: object) -> bool:
         load_pillars(_pillar_of(key))
@@ -597,7 +597,7 @@ class _Registry(dict):
         PILLAR_PACKAGES' order, then plugins' and scripts' tasks), whichever pillar a process imported first."""
         load_pillars()
         rank = {p: i for i, p in enumerate(PILLAR_PACKAGES)}
-        every = super().copy().items()
+        every = dict(super().items()).items()
 
         def pillar_rank(item: tuple[str, type[Task]]) -> int:
             module = item[1].__module__.split(".")
