@@ -149,7 +149,8 @@ def test_the_report_reads_samples_once_and_its_rows_are_those_read_apart(three_m
         got = kept["all"][where]
         assert got.keys == rows.keys and got.clusters == rows.clusters
         for name in rows.values:
-            assert got.column(name, rows.keys).tolist() == pytest.approx(rows.column(name, rows.keys).tolist(), nan_ok=True)
+            want = rows.column(name, rows.keys).tolist()
+            assert got.column(name, rows.keys).tolist() == pytest.approx(want, nan_ok=True)
     passes.clear()
     kept.clear()
     one = runs.Run(run.dir, run.results.model_copy(update={"models": dict(list(run.results.models.items())[:1])}))

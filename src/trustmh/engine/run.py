@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import threading
 import time
@@ -115,10 +116,11 @@ def collect_stage(spec: RunSpec, ctx: RunContext, prepared, store: Store, limits
                 identity.record(m, None, store, force=force)
             calls = executor(spec, ctx, prepared, store, limits, events=events)
         else:
-            # what phase 2 will need, made while the first requests are out rather than on the loop: each
-            # task's scoring version (its modules read with `ast`, tasks/versions.py) and every pillar, then
-            # the caller's calls
-            ahead = [functools.partial(_ahead_of_scoring, prepared), *idle] if generate else list(idle)
+            # what phase 2 will need, made while the first requests are out rather than on the loop (each
+            # on its own: one that fails leaves the next to be made), then the caller's calls
+            # (every pillar: its rows of the paper's rank figure are what the results' summary reads)
+            ahead = [functools.partial(_scoring_versions, prepared), functools.partial(_free_text_statistics, prepared),
+                     load_pillars, *idle] if generate else list(idle)
             beside = ([recorder.background] if recorder is not None else []) + \
                 ([phase2.background] if generate else []) + \
                 ([functools.partial(_while_waiting, ahead, idle_threads)] if ahead else [])
@@ -143,18 +145,18 @@ def _say_stale(results: RunResults, events: EventSink) -> None:
             return
 
 
-def _ahead_of_scoring(prepared) -> None:
-    """What phase 2 will need, made once here rather than on the event loop between replies: each task's
-    scoring version (`versions._scoring_files` remembers the files it hashes per task class: ~0.02 s for
-    privacy and ethics, ~0.1 s for every task); where a task's first samples are free text, the degenerate
-    statistics' scipy.sparse (~0.13 s; a run of closed questions alone never loads it); then every pillar,
-    whose rows of the paper's rank figure the results' summary reads (a run imports only its tasks' pillars
-    before its first requests)."""
+def _scoring_versions(prepared) -> None:
+    """Each task's scoring version, found once here (`versions._scoring_files` remembers the files it hashes
+    per task class: ~0.02 s for privacy and ethics, ~0.1 s for every task, read with `ast`)."""
     for p in prepared:
         scoring_version(p.task)
-    if any(s.choices is None for p in prepared if not p.not_run for s in p.samples[:50]):
+
+
+def _free_text_statistics(prepared) -> None:
+    """The degenerate statistics' scipy.sparse (~0.13 s), where a task's first samples are free text: a run
+    of closed questions alone never loads it."""
+    if any(s.choices is None for p in prepared if not p.not_run for s in itertools.islice(p.samples, 50)):
         degenerate.prepare()
-    load_pillars()
 
 
 async def _while_waiting(calls: Sequence[Callable[[], object]], threads: list[threading.Thread]) -> None:

@@ -6,8 +6,8 @@ are listed and run in): reading `TASKS` whole imports every pillar, looking up a
 first, whether called from here or from scoring (which is given `load_pillars` to call: it imports no task)."""
 
 from .base import (HOOKS, PILLAR_PACKAGES, PILLARS, TASKS, Counted, DataSource, DegenerateCheck, Judged, Method,
-                   MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts, load_pillars, register, resolve_tasks,
-                   writes)
+                   MethodTemplate, MetricSpec, Rubric, RunContext, Task, Verdicts, load_pillars, register,
+                   resolve_tasks, writes)
 
 from ..scoring import pillars as _pillars  # noqa: E402
 from ..scoring.pillars import paper_pillars, paper_tasks  # noqa: E402
