@@ -93,6 +93,34 @@ def test_the_survival_table_reads_short_conversations_at_their_last_message(tmp_
     assert "by message 5" not in section and "by message 3" not in section
 
 
+def test_the_section_reads_samples_only_where_a_record_may_hold_a_conversation(run_dir, tmp_path, monkeypatch):
+    """The section reads samples.jsonl only where some record may have chatbot_turns (issue 46 item 5: a small
+    run's report read it for nothing). The scan finds the field name across its 1 MiB chunks and spelt with
+    JSON escapes, as json.loads would read it; a run without conversations is not parsed for the section."""
+    from trustmh.analysis import runs
+    from trustmh.report.conversation import conversation_sections
+    run = load_run(run_dir)
+    assert runs.may_hold(run, "chatbot_turns")
+    escaped = run_dir.parent / "escaped"
+    escaped.mkdir()
+    spelt = json.dumps({"values": {"chatbot_turns": 3.0}}, ensure_ascii=False).replace("chatbot", "\\u0063hatbot")
+    assert json.loads(spelt) == {"values": {"chatbot_turns": 3.0}} and "chatbot_turns" not in spelt
+    for name, text in (("none", "x" * (1 << 21) + '{"values": {"turns": 1}}\n'), ("escaped", spelt + "\n"),
+                       ("straddling", "x" * ((1 << 20) - 5) + '"chatbot_turns": 1\n')):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "samples.jsonl").write_text(text)
+        assert runs.may_hold(runs.Run(tmp_path / name, run.results), "chatbot_turns") == (name != "none"), name
+    # a run without conversations: the section is empty and samples.jsonl is not parsed for it
+    run_quiet(run_spec(models=["baseline/counselor"], tasks="privacy.awareness_tier1", limit=3), tmp_path / "r")
+    plain = load_run(tmp_path / "r")
+    read = []
+    monkeypatch.setattr(runs.Run, "iter_samples", lambda self: read.append(self) or iter(()))
+    from trustmh.analysis.runs import entries
+    assert conversation_sections(entries([plain])) == [] and read == []
+    conversation_sections(entries([run]))
+    assert read == [run]  # the conversation run is read
+
+
 def test_view_api_gives_the_transcript_turn_by_turn_and_the_judge_walk(run_dir):
     server = viewer.make_server([load_run(run_dir)], 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -117,6 +117,47 @@ def test_leaderboard_ranks_and_ties_by_paired_bootstrap(three_models):
     assert [ctx["entries"][i].model for i in board.order] == specs
 
 
+def test_the_report_reads_samples_once_and_its_rows_are_those_read_apart(three_models, monkeypatch):
+    """The drill-down's pass over samples.jsonl builds the rows the paired ties and rank intervals read
+    (issue 46 item 5: the report read the file twice, ~a third of its CPU): one pass, and the rows equal
+    read_rows' own from a pass of its own; a single model's report unpaired builds none it would not read."""
+    from trustmh.analysis import runs
+    run, _, _ = three_models
+    apart = runs.read_rows(run)
+    passes = []
+    real = runs.Run.iter_samples
+    monkeypatch.setattr(runs.Run, "iter_samples", lambda self: passes.append(1) or real(self))
+    kept = {}
+    real_keep = runs.keep_rows
+
+    def keeping(rs):  # what the report's passes left kept, as it leaves keep_rows
+        ctx = real_keep(rs)
+
+        class Seen:
+            def __enter__(self):
+                return ctx.__enter__()
+
+            def __exit__(self, *exc):
+                kept.update(rs[0].kept_rows or {})
+                return ctx.__exit__(*exc)
+        return Seen()
+    monkeypatch.setattr("trustmh.report.html.keep_rows", keeping)
+    build_context([run], paired=True, n_boot=50)
+    assert len(passes) == 1
+    assert kept["all"].keys() == apart.keys()
+    for where, rows in apart.items():
+        got = kept["all"][where]
+        assert got.keys == rows.keys and got.clusters == rows.clusters
+        for name in rows.values:
+            want = rows.column(name, rows.keys).tolist()
+            assert got.column(name, rows.keys).tolist() == pytest.approx(want, nan_ok=True)
+    passes.clear()
+    kept.clear()
+    one = runs.Run(run.dir, run.results.model_copy(update={"models": dict(list(run.results.models.items())[:1])}))
+    build_context([one], paired=False)
+    assert len(passes) == 1 and "all" not in kept
+
+
 def test_leaderboard_ties_by_interval_overlap_without_pairing(three_models):
     run, specs, _ = three_models
     ctx = build_context([run], paired=False, include_samples=False)

@@ -56,6 +56,8 @@ CASES = {
     "deep-900": (_edit(1, lambda r: dict(r, parsed=json.loads("[" * 900 + "]" * 900))), "nested deeper than"),
     "value-nan": (lambda t: t.replace('"correct": 1.0', '"correct": NaN', 1), "values must be finite numbers"),
     "value-1e309": (lambda t: t.replace('"correct": 1.0', '"correct": 1e309', 1), "values must be finite numbers"),
+    "value-400-digits": (lambda t: t.replace('"correct": 1.0', '"correct": 1' + "0" * 400, 1),
+                         "values must be finite numbers"),
     "judge-text": (_edit(1, lambda r: dict(r, judge="yes")), "field 'judge' must be a JSON object"),
     "notes-int": (_edit(1, lambda r: dict(r, notes=3)), "field 'notes' must be a JSON array"),
 }

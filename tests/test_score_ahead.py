@@ -2,6 +2,7 @@
 while the judge still works on the task, and the results are those of scoring everything at the end; ESConv's
 reference metrics (reliability.support, robustness.support under the paper's protocol) use it."""
 
+import functools
 import json
 import threading
 
@@ -137,6 +138,25 @@ def test_idle_calls_are_made_once_during_phase_1_in_a_thread_and_a_failing_one_f
     assert calls == {"openai/m": N, "judge": N}
     assert made == ["broken", 0, False]  # each once, in order, before any sample was scored, in a thread
     assert results.models["openai/m"].tasks[TASK_ID].value == 3.0
+
+
+def test_the_scoring_versions_are_found_off_the_event_loop_before_phase_2_asks(spec_for, task, tmp_path, monkeypatch):
+    """The files a task's scoring version hashes are found (its modules read with `ast`) in the thread that
+    works while phase 1 waits, before any sample is scored, not on the event loop; the version results.json
+    records is the one `scoring_version` gives."""
+    from trustmh.tasks import versions
+    versions._scoring_files.cache_clear()
+    found = []
+    real = versions._scoring_files.__wrapped__
+
+    def noting(*classes):
+        found.append((threading.current_thread().name, len(LOG)))
+        return real(*classes)
+    monkeypatch.setattr(versions, "_scoring_files", functools.lru_cache(maxsize=None)(noting))
+    with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
+        _, results, _ = run_quiet(spec_for(srv, TASK_ID, n_boot=50), tmp_path / "run", limits=Limits(max_connections=2))
+    assert found == [("trustmh-while-waiting", 0)]  # once, in that thread, before any sample was scored
+    assert results.models["openai/m"].tasks[TASK_ID].scoring_version == versions.scoring_version(TASKS[TASK_ID]())
 
 
 def test_the_report_template_prepared_ahead_is_the_one_the_report_uses(tmp_path, monkeypatch):

@@ -68,4 +68,92 @@ def test_a_runs_first_request_waits_for_no_scoring_model_scipy_or_report(fake_ll
         "--limit", "6", "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(out)))
     assert before is not None and "trustmh.engine.collect" in before  # the hook saw the run's first request
     assert [m for m in before if m.split(".")[0] == "scipy" or m.startswith(LATER)] == []
+    # nor what only an error reply or a proxy reads (html, email.utils: importlib.metadata loads email itself)
+    assert [m for m in before if m in ("urllib.request", "http.client", "html")] == []
+    # only the selected task's pillar: every other is imported later, off the event loop's thread
+    assert {m.split(".")[2] for m in before if m.startswith("trustmh.tasks.")} <= {"privacy", *_NOT_PILLARS}
     assert (out / "results.json").is_file() and (out / "report.html").is_file()  # and the run went on to the end
+
+
+_NOT_PILLARS = {"base", "paper_names", "paper_rules", "versions", "labelled", "esconv_reference"}
+_PILLAR_CHECK = """
+import json, sys
+import trustmh.tasks as t
+def pillars():
+    return sorted({m.split(".")[2] for m in sys.modules if m.startswith("trustmh.tasks.")} - NOT)
+NOT = set(json.loads(sys.argv[1]))
+seen = {"import": pillars()}
+seen["resolve"] = ([x.id for x in t.resolve_tasks("privacy.leakage,ethics")], pillars())
+seen["look-up"] = (t.TASKS["fairness.detection"].id if "fairness.detection" in t.TASKS else None, pillars())
+from trustmh.scoring.pillars import paper_pillars  # scoring's own, which trustmh.tasks gave load_pillars
+seen["rows"] = (sorted(paper_pillars()), pillars())
+print(json.dumps(seen))
+"""
+
+
+def test_the_pillars_are_imported_when_first_needed_and_every_reader_sees_every_task():
+    """Importing trustmh.tasks imports no pillar; resolving a selection only its pillars; a look-up of one
+    id its pillar; reading the registry whole, or the paper's rows (from scoring, which imports no task),
+    every pillar: whoever reads sees what every pillar imported first would show."""
+    seen = json.loads(_python(_PILLAR_CHECK, json.dumps(sorted(_NOT_PILLARS))))
+    assert seen["import"] == []
+    assert seen["resolve"] == [["privacy.leakage", "ethics.reasoning"], ["ethics", "privacy"]]
+    assert seen["look-up"][1] == ["ethics", "fairness", "privacy"]
+    everything = ["crisis", "ethics", "fairness", "privacy", "reliability", "robustness", "safety", "sycophancy"]
+    assert seen["rows"] == [everything, everything]
+    listed = json.loads(_python("import json; from trustmh.tasks import TASKS; print(json.dumps(list(TASKS)))"))
+    assert len(listed) == 24 and {t.split(".")[0] for t in listed} == set(everything)
+    # the order tasks are listed in is the order every pillar imported at once gives, whatever came first
+    later = json.loads(_python("import json; from trustmh.tasks import TASKS, resolve_tasks; resolve_tasks('privacy'); "
+                               "print(json.dumps(list(TASKS)))"))
+    assert later == listed
+
+
+_WHO_IMPORTS_SCIPY_SPARSE = """
+import json, sys, threading
+who = []
+class Note:
+    def find_spec(self, name, path=None, target=None):
+        if name == "scipy.sparse":
+            who.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Note())
+sys.argv = ["trustmh", *sys.argv[1:]]
+from trustmh.cli import main
+try:
+    main()
+finally:
+    print(json.dumps(who))
+"""
+
+
+def test_scipy_sparse_is_imported_ahead_only_for_a_run_with_free_text(fake_llm, tmp_path):
+    """The degenerate statistics' scipy.sparse is imported by the thread that works while phase 1 waits, where
+    a task's first samples are free text (privacy.leakage's stories), and never in a run of closed questions
+    (privacy.awareness_tier1's ratings), whose scoring has no use for it."""
+    srv = fake_llm(reply=lambda body: "Answer: 1")
+    who = {}
+    for task in ("privacy.awareness_tier1", "privacy.leakage"):
+        who[task] = json.loads(_python(
+            _WHO_IMPORTS_SCIPY_SPARSE, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url",
+            srv.openai_base_url, "--judge-base-url", srv.openai_base_url, "--tasks", task, "--limit", "6",
+            "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(tmp_path / task)))
+    assert who == {"privacy.awareness_tier1": [], "privacy.leakage": ["trustmh-while-waiting"]}
+
+
+def test_a_paper_protocol_runs_first_request_waits_for_no_template_engine(fake_llm, tmp_path):
+    """Under --protocol paper the prompts are the authors' (their method files): jinja2, which renders
+    trustmh's own templates and the report, is imported once the first requests are out."""
+    import pytest
+    from conftest import METHODS, METHODS_SKIP, UPSTREAM
+    if not (UPSTREAM.is_dir() and METHODS.is_dir()):
+        pytest.skip(METHODS_SKIP)
+    srv = fake_llm(reply=lambda body: "Answer: 1")
+    before = json.loads(_python(
+        _MAIN_THREAD_BEFORE_FIRST_REQUEST, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url",
+        srv.openai_base_url, "--judge-base-url", srv.openai_base_url, "--tasks", "privacy,ethics", "--limit", "3",
+        "--suite", "data", "--data-dir", str(UPSTREAM), "--methods-dir", str(METHODS), "--protocol", "paper",
+        "--proxy-judge", "rules", "--no-progress", "--max-judge-failed", "1", "--out", str(tmp_path / "run")))
+    assert before is not None and "trustmh.engine.collect" in before
+    assert [m for m in before if m.split(".")[0] == "jinja2"] == []
+    assert {m.split(".")[2] for m in before if m.startswith("trustmh.tasks.")} <= {"privacy", "ethics", *_NOT_PILLARS}

@@ -93,6 +93,14 @@ def parse_sample(line: str | bytes) -> tuple[Any, str | None]:
     return rec, sample_problem(rec, walk_depth=brackets > MAX_DEPTH)
 
 
+def _finite_number(v: Any) -> bool:
+    """A JSON number a float can hold (an integer of 400 digits is none: float() of it raises)."""
+    try:
+        return type(v) in (int, float) and math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def sample_problem(rec: Any, *, walk_depth: bool = True) -> str | None:
     """Why `rec` is not a sample record every reader can walk into (view, report, compare, gate, panel), or
     None: each field a reader uses has its JSON type, values are finite numbers, labels texts, and the
@@ -111,7 +119,7 @@ def sample_problem(rec: Any, *, walk_depth: bool = True) -> str | None:
     for name in _OPTIONAL_TEXT:
         if rec.get(name) is not None and not isinstance(rec[name], str):
             return f"field '{name}' must be a text"
-    if not all(type(v) in (int, float) and math.isfinite(v) for v in (rec.get("values") or {}).values()):
+    if not all(map(_finite_number, (rec.get("values") or {}).values())):
         return "values must be finite numbers"
     if not all(isinstance(v, str) for v in (rec.get("labels") or {}).values()):
         return "labels must be texts"
@@ -315,6 +323,22 @@ class Rows:
         return Table(columns, np.array([self.clusters[i] for i in idx.tolist()], dtype=object), labels)
 
 
+def may_hold(run: Run, name: str) -> bool:
+    """Whether some record of samples.jsonl may have a field `name`, found without parsing a line: its bytes
+    hold the name quoted, or a JSON escape (\\u) that could spell it. False means that no record has it, so
+    a reader after a field only some tasks write (the conversation curves' chatbot_turns) can skip the file."""
+    if not run.samples_path.is_file():
+        return False
+    needle, tail = json.dumps(name).encode(), b""
+    with run.samples_path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            window = tail + chunk
+            if needle in window or b"\\u" in window:
+                return True
+            tail = window[-(len(needle) - 1):]  # a name or escape cut by the chunk's end is found in the next
+    return False
+
+
 @contextlib.contextmanager
 def keep_rows(runs: list[Run]) -> Iterator[None]:
     """Within it, `read_rows(run)` of these runs reads samples.jsonl once and gives every later call the same
@@ -341,28 +365,58 @@ def read_rows(run: Run, models: set[str] | None = None) -> dict[tuple[str, str],
 
 
 def _read_rows(run: Run, models: set[str] | None) -> dict[tuple[str, str], Rows]:
-    out: dict[tuple[str, str], Rows] = {}
+    rows = _RowsOf(run, models)
     for rec in run.iter_samples():
-        if models is not None and rec.get("model") not in models:
-            continue
+        rows.add(rec)
+    return rows.done()
+
+
+def rows_on_the_way(run: Run) -> Iterator[dict[str, Any]]:
+    """`run.iter_samples()`, building read_rows' rows of every model on the way, which read_rows then gives
+    while keep_rows holds the run: a reader that passes over every sample anyway (the report's drill-down)
+    spares the rows' readers (rank intervals, ties, conversation curves) a pass of their own, most of whose
+    cost is parsing and checking each line again. A pass left unfinished keeps nothing."""
+    if run.kept_rows is None or "all" in run.kept_rows:
+        yield from run.iter_samples()
+        return
+    rows = _RowsOf(run, None)
+    for rec in run.iter_samples():
+        rows.add(rec)
+        yield rec
+    run.kept_rows["all"] = rows.done()
+
+
+class _RowsOf:
+    """read_rows' rows of one run, built one sample record at a time (`add`, in the file's order; `done`)."""
+
+    def __init__(self, run: Run, models: set[str] | None):
+        self.run, self.models = run, models
+        self.out: dict[tuple[str, str], Rows] = {}
+
+    def add(self, rec: dict[str, Any]) -> None:
+        if self.models is not None and rec.get("model") not in self.models:
+            return
         if rec.get("error") or not isinstance(rec.get("values"), dict):
-            continue
-        rows = out.get((rec["model"], rec["task"]))
+            return
+        rows = self.out.get((rec["model"], rec["task"]))
         if rows is None:
-            rows = out[(rec["model"], rec["task"])] = Rows()
+            rows = self.out[(rec["model"], rec["task"])] = Rows()
         key = (sys.intern(str(rec.get("item_id"))), sys.intern(str(rec.get("variant") or "")))
         labels = rec.get("labels")
         # Older samples.jsonl lack clusters and labels: resample by item then.
         rows.add(key, {k: float(v) for k, v in rec["values"].items()},
                  sys.intern(str(rec.get("cluster") or key[0])), labels or {})
-    for where, rows in out.items():  # a line without a label its task's other lines have is left out
-        lacking = rows.lacking_labels()
-        if lacking:
-            drop = {k for keys in lacking.values() for k in keys}
-            out[where] = rows.without(drop)
-            reason = f"labels missing ({', '.join(lacking)})"
-            run.skipped[reason] = max(run.skipped[reason], len(drop))
-    return out
+
+    def done(self) -> dict[tuple[str, str], Rows]:
+        out, run = self.out, self.run
+        for where, rows in out.items():  # a line without a label its task's other lines have is left out
+            lacking = rows.lacking_labels()
+            if lacking:
+                drop = {k for keys in lacking.values() for k in keys}
+                out[where] = rows.without(drop)
+                reason = f"labels missing ({', '.join(lacking)})"
+                run.skipped[reason] = max(run.skipped[reason], len(drop))
+        return out
 
 
 def run_context(run: Run) -> RunContext:

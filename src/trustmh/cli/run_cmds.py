@@ -190,7 +190,7 @@ def _run_with_progress(spec, out: Optional[Path], runs_dir: Path, target: Path, 
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, out, runs_root=runs_dir, limits=limits, executor=executor,
                                            force=force, events=view,
-                                           idle=[_prepare_scoring, _prepare_report])
+                                           idle=[_prepare_report])
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, target)) from None
     except KeyboardInterrupt:
@@ -293,13 +293,6 @@ def spec_from_flags(*, model, models_file, judge, tasks, limit, seed, data_dir, 
         min_judge_alpha=ALPHA_MIN if min_judge_alpha is None else min_judge_alpha, user_model=user_model or None,
         user_model_base_url=user_model_base_url or None, turns=turns, runs=runs,
         personas=_personas(personas) if personas else None))
-
-
-def _prepare_scoring() -> None:
-    """What phase 2 imports at the first task it scores, imported while the run waits for its first replies:
-    scipy.sparse (the degenerate statistics' shingle matrix, scoring/degenerate.py; ~0.13 s of CPU, most
-    of it scipy's array-API layer), which imported there held the event loop, and every reply, that long."""
-    import scipy.sparse  # noqa: F401
 
 
 def _prepare_report() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import threading
 import time
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import UserError
 from ._store import Store
-from ..tasks import TASKS, RunContext
+from ..tasks import TASKS, RunContext, load_pillars
 from . import _identity as identity
 from .collect import collect
 from ._endpoint import AuthFailure, EndpointDown
@@ -22,6 +23,8 @@ from ._events import EventSink, Notice, RunTotals, ignore
 from .prepare import Recorder, prepare, prepare_from_store
 from ..files import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, task_origins
+from ..tasks.versions import scoring_version
+from ..scoring import degenerate
 from .spec import PRESENTATION, Limits, RunSpec, data_source
 
 if TYPE_CHECKING:  # results.json's models (pydantic) load when phase 2 makes a result, after the first requests
@@ -113,9 +116,14 @@ def collect_stage(spec: RunSpec, ctx: RunContext, prepared, store: Store, limits
                 identity.record(m, None, store, force=force)
             calls = executor(spec, ctx, prepared, store, limits, events=events)
         else:
+            # what phase 2 will need, made while the first requests are out rather than on the loop (each
+            # on its own: one that fails leaves the next to be made), then the caller's calls
+            # (every pillar: its rows of the paper's rank figure are what the results' summary reads)
+            ahead = [functools.partial(_scoring_versions, prepared), functools.partial(_free_text_statistics, prepared),
+                     load_pillars, *idle] if generate else list(idle)
             beside = ([recorder.background] if recorder is not None else []) + \
                 ([phase2.background] if generate else []) + \
-                ([functools.partial(_while_waiting, idle, idle_threads)] if idle else [])
+                ([functools.partial(_while_waiting, ahead, idle_threads)] if ahead else [])
             calls = asyncio.run(collect(spec, ctx, prepared, store, limits, generate=generate, force=force,
                                         events=events, ready=phase2.ready if generate else None, beside=beside,
                                         replied=phase2.replied if generate else None))
@@ -135,6 +143,20 @@ def _say_stale(results: RunResults, events: EventSink) -> None:
             events(Notice(f"{stale} stored judgements of {m.model} were made with another rubric and were not "
                           f"used: rerun to refresh them, or score with --accept-stored"))
             return
+
+
+def _scoring_versions(prepared) -> None:
+    """Each task's scoring version, found once here (`versions._scoring_files` remembers the files it hashes
+    per task class: ~0.02 s for privacy and ethics, ~0.1 s for every task, read with `ast`)."""
+    for p in prepared:
+        scoring_version(p.task)
+
+
+def _free_text_statistics(prepared) -> None:
+    """The degenerate statistics' scipy.sparse (~0.13 s), where a task's first samples are free text: a run
+    of closed questions alone never loads it."""
+    if any(s.choices is None for p in prepared if not p.not_run for s in itertools.islice(p.samples, 50)):
+        degenerate.prepare()
 
 
 async def _while_waiting(calls: Sequence[Callable[[], object]], threads: list[threading.Thread]) -> None:

@@ -127,13 +127,15 @@ class RunSpec:
             raise UserError("panel_judges must be a list of {judge, base_url} entries")
         if self.user_model_base_url and not self.user_model:
             raise UserError("--user-model-base-url needs --user-model")
-        from ..tasks import TASKS  # each task refuses the options it reads and cannot take, in one line, here
         given = {"perturbations": self.perturbations, "turns": self.turns, "runs": self.runs}
-        checked = set()
-        for cls in TASKS.values():
-            if cls.check_options.__func__ not in checked:  # the robustness tasks share one check
-                checked.add(cls.check_options.__func__)
-                cls.check_options(given)
+        if any(v is not None for v in given.values()):  # an option not given is refused by no task: a run
+            # without them imports no pillar for this (the registry's tasks are imported to be read)
+            from ..tasks import TASKS  # each task refuses the options it reads and cannot take, in one line, here
+            checked = set()
+            for cls in TASKS.values():
+                if cls.check_options.__func__ not in checked:  # the robustness tasks share one check
+                    checked.add(cls.check_options.__func__)
+                    cls.check_options(given)
         if self.refusal_classifier:
             from ..judges.hf_classifier import parse_spec
             parse_spec(self.refusal_classifier)  # a malformed spec is a one-line error before anything runs

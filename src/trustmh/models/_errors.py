@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import email.utils
 import functools
-import html
 import json
 import math
 import re
@@ -27,6 +25,7 @@ def _retry_after(headers, now: float | None = None) -> float | None:
             value = float(raw)
         except ValueError:
             try:
+                import email.utils  # here, as html below: only an error reply reads them
                 when = email.utils.parsedate_to_datetime(raw)
             except (TypeError, ValueError, IndexError):
                 continue
@@ -119,6 +118,7 @@ def page_message(text: str) -> str:
     """The message of an error body that is not JSON: an HTML page (nginx, a gateway) gives its title, or
     its text without tags; whitespace, CR and LF collapse to single spaces, so a message is one line."""
     if "<" in text:
+        import html
         title = _TITLE.search(text)
         text = html.unescape(title.group(1) if title else _TAG.sub(" ", text))
     return " ".join(text.split())

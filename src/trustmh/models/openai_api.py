@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
-import urllib.request
 from typing import Any
 
 from ..types import ModelError, Request, Response
@@ -249,6 +249,9 @@ def _response(text: str | None, finish: str | None, prompt_tokens, completion_to
 
 def _env_proxy(url: str) -> str | None:
     """The proxy HTTPS_PROXY / HTTP_PROXY / NO_PROXY give for `url` (as httpx, under the SDK, honours them)."""
+    if not any(name.lower().endswith("_proxy") for name in os.environ):  # what getproxies_environment reads: with
+        return None  # none set (most runs), urllib.request and its HTTP client are not imported (~5 ms of a start)
+    import urllib.request
     from urllib.parse import urlsplit
     parts = urlsplit(url)
     proxies = urllib.request.getproxies_environment()

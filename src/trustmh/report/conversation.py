@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..analysis.runs import read_rows
+from ..analysis.runs import may_hold, read_rows
 from ..scoring.survival import kaplan_meier, survival_band, turn_data
 from .charts import PALETTE, survival_svg
 
@@ -23,8 +23,8 @@ def conversation_sections(ents) -> list[dict[str, Any]]:
     per_task: dict[str, list[tuple[int, Any, list[dict[str, float]]]]] = {}
     for i, e in enumerate(ents):
         run_rows = rows_by_run.get(id(e.run))
-        if run_rows is None:
-            run_rows = rows_by_run[id(e.run)] = read_rows(e.run)
+        if run_rows is None:  # a run without conversations is not read for them (a small run's tail: ~0.05 s)
+            run_rows = rows_by_run[id(e.run)] = read_rows(e.run) if may_hold(e.run, "chatbot_turns") else {}
         for (model, task), rows in run_rows.items():
             if model != e.model or "chatbot_turns" not in rows.values:
                 continue

@@ -20,7 +20,7 @@ import math
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 from ..analysis.runs import Entry
 from .leaderboard import TaskMeta
@@ -203,11 +203,12 @@ Progress = Callable[[int, "int | None", str], None]  # (done, total, label), as 
 
 def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: list[str], max_samples: int,
                     *, per_task: int = PER_TASK, max_bytes: int = MAX_BYTES,
-                    progress: Progress | None = None) -> SampleSet:
+                    progress: Progress | None = None, read: Callable[[Any], Iterable[dict]] | None = None) -> SampleSet:
     """Stream every run's samples.jsonl into the page's rows, give each row a sort key, keep a bounded
     sample of them (the worst of each model and task). Memory: per (model, task) a bounded set of
     candidates and the confusion counts, per prompt its place in the spool and its number of rows. Only
-    a row that becomes a candidate is made into page JSON (most rows of a large task never are)."""
+    a row that becomes a candidate is made into page JSON (most rows of a large task never are). `read`:
+    a run's records (default its `iter_samples`; the report's `rows_on_the_way` keeps its rows on the way)."""
     ss = SampleSet(prompt_spool=_spool(), row_spool=_spool())
     prompt_index: dict[bytes, int] = {}  # digest of the prompt's JSON -> its index: the texts stay on disk
     uses: list[int] = []  # prompt -> rows showing it
@@ -223,7 +224,7 @@ def collect_samples(ents: list[Entry], metas: dict[str, TaskMeta], task_ids: lis
         if str(e.run.dir) in seen_runs:
             continue
         seen_runs.add(str(e.run.dir))
-        for rec in e.run.iter_samples():
+        for rec in (read(e.run) if read is not None else e.run.iter_samples()):
             ei = by_run_model.get((str(e.run.dir), rec.get("model")))
             task = rec.get("task")
             if ei is None or task not in tindex:

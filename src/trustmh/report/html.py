@@ -23,7 +23,7 @@ from markupsafe import Markup
 
 from ..analysis.compare import Comparison
 from ..analysis.compare_format import title as cmp_title
-from ..analysis.runs import Run, entries, keep_rows, load_run
+from ..analysis.runs import Run, entries, keep_rows, load_run, rows_on_the_way
 from ..escaping import printable
 from .addressed import judge_addressed_rows
 from .calibrated import calibrated_section
@@ -61,7 +61,12 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     seen_pillars = list(dict.fromkeys(m.pillar for m in metas.values()))
     pillars = [p for p in PILLARS if p in seen_pillars] + [p for p in seen_pillars if p not in PILLARS]
     task_ids = [t for p in pillars for t in metas if metas[t].pillar == p]
-    with keep_rows(runs):  # the three read every row: samples.jsonl is read once, and let go before the drill-down
+    with keep_rows(runs):  # the three below read every row: samples.jsonl is read once for them all, by the
+        # drill-down's pass where the rows will be read (the paired test's ties; rank intervals, from two models)
+        several = paired or len(ents) > 1
+        ss = collect_samples(ents, metas, task_ids, max_samples, per_task=per_task, max_bytes=max_bytes,
+                             progress=progress, read=rows_on_the_way if several else None) \
+            if include_samples else SampleSet()
         board = leaderboard(ents, metas, pillars, paired=paired, n_boot=n_boot, progress=progress)
         ranks = rank_table(ents, board, {e.label: e.group for e in ents if e.group}, ties)
         conversations = conversation_sections(ents) if include_samples else []
@@ -70,8 +75,6 @@ def _context(runs: list[Run], *, comparisons: list[Comparison] | None = None, pa
     radar = radar_svg(axes, [(e.label, colors[i], [board.cells[(i, p)].score if p in pillars else None for p in axes],
                               [bool(board.cells[(i, p)].partial) if p in pillars else False for p in axes])
                              for i, e in enumerate(ents)])
-    ss = collect_samples(ents, metas, task_ids, max_samples, per_task=per_task, max_bytes=max_bytes,
-                         progress=progress) if include_samples else SampleSet()
     head = {"entries": [e.label for e in ents], "words": VALUE_WORDS,
             "tasks": [{"id": t, "metric": metas[t].metric, "primary": metas[t].primary_value,
                        "hib": metas[t].higher_is_better} for t in task_ids]}

@@ -84,6 +84,13 @@ def similarity(replies: list[str]) -> np.ndarray:
     return sim
 
 
+def prepare() -> None:
+    """Import what `similarity` computes with, scipy.sparse (~0.13 s of CPU, most of it scipy's array-API
+    layer), before the first free-text task is scored: a run does it while it waits for its first replies
+    (engine/run.py), where it would otherwise hold the event loop, and every reply, that long."""
+    from scipy import sparse  # noqa: F401
+
+
 def near_duplicates(replies: list[str], items: list[str]) -> tuple[float | None, float | None]:
     """(near_duplicate_share, mean similarity of replies to different items) of `replies`, `items[i]` the
     item reply i answers; (None, None) where fewer than two items are answered."""

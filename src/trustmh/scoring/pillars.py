@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar
 
 import numpy as np
 
@@ -52,10 +52,11 @@ PILLAR_PLAIN = {
     "ethics": "Does the model choose the ethically right course in counselling dilemmas?"}
 
 # pillar -> row (the paper's subtask label) -> the trustmh tasks forming it, as each paper pillar's package
-# registered them. scoring/ sits below the tasks and imports none of them: whoever reads the rows has the
-# pillar packages imported first, which `trustmh.tasks` does (it re-exports `paper_pillars` and
-# `paper_tasks`, so that importing them from there is what loads the rows).
+# registered them. scoring/ sits below the tasks and imports none of them: `trustmh.tasks`, once imported,
+# sets `load_rows` to its `load_pillars`, which `paper_pillars` calls before reading the rows (the pillars
+# are imported when first needed: a run imports only those of its tasks before its first requests).
 _PAPER_ROWS: dict[str, dict[str, tuple[str, ...]]] = {}
+load_rows: Callable[[], None] | None = None
 
 
 def register_paper_rows(pillar: str, rows: Mapping[str, tuple[str, ...]]) -> None:
@@ -73,10 +74,12 @@ def register_paper_rows(pillar: str, rows: Mapping[str, tuple[str, ...]]) -> Non
 def paper_pillars() -> dict[str, dict[str, tuple[str, ...]]]:
     """pillar -> row -> its tasks: the paper's eight pillars in the paper's order (whatever order their
     packages were imported in), each with the rows its package registered."""
+    if load_rows is not None and any(p not in _PAPER_ROWS for p in PILLAR_NAMES):
+        load_rows()
     missing = [p for p in PILLAR_NAMES if p not in _PAPER_ROWS]
     if missing:  # a reader that did not load the tasks: never a pillar silently empty
-        raise RuntimeError(f"the paper's rows of {', '.join(missing)} are not registered: import them from "
-                           f"trustmh.tasks, which loads every pillar")
+        raise RuntimeError(f"the paper's rows of {', '.join(missing)} are not registered: import trustmh.tasks "
+                           f"first, which imports every pillar for this reader")
     return {p: dict(_PAPER_ROWS[p]) for p in PILLAR_NAMES}
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import difflib
 import functools
 import hashlib
+import importlib
 import inspect
 import itertools
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable
 
-import jinja2
 import numpy as np
 
 from ..data.methods import method_files
@@ -29,6 +29,9 @@ from ..scoring.metrics import Means, Resamples, Table, count, group_mask
 from ..scoring.pillars import PILLAR_NAMES
 from ..plugins import load_task_plugins
 from ..types import Chain, Item, Sample, Score
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,9 @@ class DataSource:
 
 @functools.lru_cache(maxsize=1)
 def _templates() -> jinja2.Environment:
+    # jinja2 here, not at import (~0.02 s of CPU): a paper-protocol run builds its prompts from the authors'
+    # method files, and its first requests need no template of trustmh's
+    import jinja2
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(d) for d in TEMPLATE_DIRS]),  # each pillar's templates/
         undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
@@ -445,8 +451,9 @@ class Task:
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         """Refuse, with one line, a run option this task reads and cannot take (--perturbations names no
-        perturbation, --turns out of range): called when a run is specified, before anything runs, for
-        every registered task, so the engine never needs to know which task reads which option."""
+        perturbation, --turns out of range): called when a run is specified with any of these options, before
+        anything runs, for every registered task, so the engine never needs to know which task reads which
+        option. An option not given is None, and is never refused."""
 
     def method(self, ctx: RunContext) -> Method:
         """The method that runs this task under `ctx.protocol`: chosen here, once per protocol, and only here."""
@@ -561,7 +568,83 @@ class MeanMetrics:
         raise NotImplementedError
 
 
-TASKS: dict[str, type[Task]] = {}
+class _Registry(dict):
+    """The task registry (`TASKS`: id -> task class). The built-in pillar packages register their tasks when
+    they are imported, and are imported when first needed: reading the registry whole (iterating it, its
+    length) imports every pillar first, and looking up one id imports that id's pillar, so that every reader
+    sees what it would if every pillar had been imported; `resolve_tasks` imports only the pillars a
+    selection names (a run's first requests wait for no other pillar: issue 46 item 5)."""
+
+    def loaded(self) -> dict[str, type[Task]]:
+        """What is registered so far, importing nothing (copied in C, where no other thread runs: the engine's
+        warm-up thread may be importing a pillar, which registers its tasks meanwhile)."""
+        return dict(super().items())
+
+    def __contains__(self, key: object) -> bool:
+        load_pillars(_pillar_of(key))
+        return super().__contains__(key)
+
+    def __getitem__(self, key: str) -> type[Task]:
+        load_pillars(_pillar_of(key))
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        load_pillars(_pillar_of(key))
+        return super().get(key, default)
+
+    def _in_order(self) -> dict[str, type[Task]]:
+        """Every task, in the order every pillar imported at once registers them (the built-in pillars in
+        PILLAR_PACKAGES' order, then plugins' and scripts' tasks), whichever pillar a process imported first."""
+        load_pillars()
+        rank = {p: i for i, p in enumerate(PILLAR_PACKAGES)}
+        every = dict(super().items()).items()
+
+        def pillar_rank(item: tuple[str, type[Task]]) -> int:
+            module = item[1].__module__.split(".")
+            return rank.get(module[2], len(rank)) if module[:2] == ["trustmh", "tasks"] and len(module) > 2 \
+                else len(rank)
+        return dict(sorted(every, key=pillar_rank))  # stable: registration order within a pillar
+
+    def __iter__(self):
+        return iter(self._in_order())
+
+    def __len__(self) -> int:
+        load_pillars()
+        return super().__len__()
+
+    # Views of a snapshot (a registration after the call is not in them), in `_in_order`'s order.
+    def keys(self):
+        return self._in_order().keys()
+
+    def values(self):
+        return self._in_order().values()
+
+    def items(self):
+        return self._in_order().items()
+
+
+TASKS: _Registry = _Registry()
+
+# The built-in pillar packages, in the order they are imported (and so their tasks registered) when all are.
+PILLAR_PACKAGES = ("crisis", "ethics", "fairness", "privacy", "reliability", "robustness", "safety", "sycophancy")
+_imported: set[str] = set()  # the pillars whose import has finished
+
+
+def load_pillars(names: Iterable[str] | None = None) -> None:
+    """Import the built-in pillar packages named (every one by default), which registers their tasks and
+    their rows of the paper's rank figure; a name that is no built-in pillar is passed over. A pillar that
+    another thread is importing is waited for (the import system's lock), never taken as registered."""
+    for name in PILLAR_PACKAGES:
+        if name not in _imported and (names is None or name in names):
+            importlib.import_module(f"{__package__}.{name}")
+            _imported.add(name)
+
+
+def _pillar_of(task_id: object) -> tuple[str, ...] | None:
+    """The pillar whose import registers `task_id`, as load_pillars takes it: every pillar (None) for an id
+    that names no built-in pillar, which any pillar (or a plugin) might register."""
+    pillar = task_id.split(".")[0] if isinstance(task_id, str) else None
+    return (pillar,) if pillar in PILLAR_PACKAGES else None
 
 
 # A task id is a gate name, a --tasks entry, a results.json key and a report anchor: letters, digits, '_' and
@@ -575,7 +658,9 @@ def register(cls: type[Task]) -> type[Task]:
     if not isinstance(tid, str) or len(tid) > 100 or not _TASK_ID.fullmatch(tid) or tid.lower() in _RESERVED_IDS:
         raise ValueError(f"task id {tid!r} is not allowed: use letters, digits, '_' and '-' in dot-separated "
                          f"parts (such as mine.short), at most 100 characters, and not all, overall or pillar")
-    if cls.id in TASKS:
+    if not cls.__module__.startswith(f"{__package__}."):  # a plugin's or a script's: checked against every
+        load_pillars()  # built-in task, as when every pillar was imported first
+    if dict.__contains__(TASKS, cls.id):
         raise ValueError(f"task id registered twice: {cls.id}")
     TASKS[cls.id] = cls
     return cls
@@ -598,15 +683,20 @@ def resolve_tasks(selection: str | None) -> list[Task]:
     but those run by name only, which `all,crisis.conversation` adds). Installed task plugins (entry
     points) are loaded first, so they are part of 'all' and of their pillars."""
     load_task_plugins()
-    everyday = [k for k in sorted(TASKS) if not TASKS[k].by_name_only]  # what 'all' and the pillars hold
+    # Only the pillars the selection names are imported (every one for 'all' and for a name of no built-in
+    # pillar): every task of a pillar is declared in its package, so the others cannot change what it selects.
+    names = [n.strip() for n in (selection or "all").split(",")]
+    load_pillars(None if any(_pillar_of(n) is None for n in names if n) else {n.split(".")[0] for n in names if n})
+    registered = TASKS.loaded()
+    everyday = [k for k in sorted(registered) if not registered[k].by_name_only]  # what 'all' and the pillars hold
     if not selection or selection.strip() == "all":
-        return [TASKS[k]() for k in everyday]
+        return [registered[k]() for k in everyday]
     chosen: list[str] = []
     for raw in selection.split(","):
         name = raw.strip()
         if not name:
             continue
-        if name in TASKS:
+        if name in registered:
             matches = [name]
         elif name == "all":
             matches = everyday
@@ -618,4 +708,4 @@ def resolve_tasks(selection: str | None) -> list[Task]:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise UserError(f"unknown task or pillar '{name}'{hint}; `trustmh list` shows them all")
         chosen += [m for m in matches if m not in chosen]
-    return [TASKS[k]() for k in chosen]
+    return [registered[k]() for k in chosen]

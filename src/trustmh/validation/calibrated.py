@@ -270,7 +270,7 @@ def calibrated_view(results: RunResults) -> RunResults:
     from them. Values no judge made (no block) stay as they are."""
     from ..scoring.metrics import trust_score
     from ..scoring.pillars import model_summary
-    from .. import tasks  # noqa: F401 - loads every pillar, whose paper rows model_summary reads
+    from .. import tasks  # noqa: F401 - gives scoring load_pillars: model_summary reads every pillar's paper rows
     if results.calibration is None:
         raise UserError("no calibrated values in this run: rate a sample of it with `trustmh annotate RUN`, then "
                         "`trustmh score RUN`")
