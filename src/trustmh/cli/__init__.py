@@ -46,8 +46,8 @@ _freeze_registered = False
 @functools.lru_cache(maxsize=1)
 def _command(typer_app):
     """What `typer_app(...)` calls: the click command typer builds from every command's signature (~20 ms),
-    built once for main() called again in one process (the tests run the command line in-process over a
-    thousand times); `app` itself where it was replaced by a callable. With app's pretty exceptions off,
+    built once for main() called again in one process (the tests run the command line in-process hundreds
+    of times); `app` itself where it was replaced by a callable. With app's pretty exceptions off,
     typer's exception hook would hand a traceback to Python's own: calling the command is calling `app`."""
     return typer.main.get_command(typer_app) if isinstance(typer_app, typer.Typer) else typer_app
 
