@@ -58,12 +58,36 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):
         import compileall
         compileall.compile_dir(str(ROOT / "src" / "trustmh"), quiet=1, workers=1)
+        if getattr(config.option, "numprocesses", None):
+            _rewrite_test_modules_once(config)
     # xdist hands whole files to workers (--dist loadfile), by default the files with most tests first; a
     # long file of few tests then starts last and the run ends waiting on it alone (the kill campaign, one
     # test of ~30 s, did). Handed out in collection order instead, which pytest_collection_modifyitems makes
     # longest first.
     if hasattr(config.option, "loadscopereorder"):
         config.option.loadscopereorder = False
+
+
+def _rewrite_test_modules_once(config) -> None:
+    """Write pytest's assertion-rewritten bytecode of every test module, once, before xdist's workers start.
+
+    Every worker collects every file, and pytest rewrites a test module's asserts (an AST walk, ~4 s of
+    CPU for these ~130 files) unless it finds the rewritten code cached in __pycache__/, which it does not
+    write where PYTHONDONTWRITEBYTECODE is set: each worker rewrote every file again. Written here with
+    pytest's own functions, which a worker's import reads back (it checks the source's mtime and size, so
+    an edited file is rewritten anew). They are private: should a pytest release change them, this does
+    nothing and the workers rewrite as before (tests/test_ci_guards.py then fails)."""
+    try:
+        from _pytest.assertion import rewrite
+        state = config.stash[rewrite.assertstate_key]
+        for source in sorted((ROOT / "tests").glob("test_*.py")) + [ROOT / "tests" / "conftest.py"]:
+            cache = rewrite.get_cache_dir(source)
+            pyc = cache / (source.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(source, pyc) is None and rewrite.try_makedirs(cache):
+                stat, code = rewrite._rewrite_test(source, config)
+                rewrite._write_pyc(state, code, stat, pyc)
+    except (ImportError, AttributeError, KeyError, TypeError):
+        pass
 
 
 # The files that take longest, longest first: seconds of a 3-worker run on 2 cores (2026-12-03), 5 s and

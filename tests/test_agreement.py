@@ -310,19 +310,19 @@ def test_the_vectorised_bootstrap_gives_the_per_resample_intervals(n_raters):
     table = Table.from_rows([{"judge": judge.get(i, math.nan), **{f"rater:{r}": v for r, v in human[i].items()}}
                              for i in items], items)
     scale = (1, 2, 3, 4, 5)
-    # 150 draws: the two paths must agree draw for draw, which any number shows (the per-resample path of
-    # 7 raters costs ~1/30 s a draw)
-    one = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale), seed=4, n_boot=150)
-    many = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale), seed=4, n_boot=150,
+    # 60 draws: the two paths must agree draw for draw, which any number shows (the per-resample path of
+    # 7 raters costs ~1/30 s a draw; 150 took ~5 s of the suite's CPU, for the same intervals' agreement)
+    one = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale), seed=4, n_boot=60)
+    many = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale), seed=4, n_boot=60,
                      aggregate_many=lambda t, rs: judge_and_ceiling_many(t, rs, raters, scale))
     assert one.keys() == many.keys() and len(one) >= 8
     for name in one:
         assert many[name] == pytest.approx(one[name], abs=1e-9), name
     # criterion_agreement takes the batched path: its intervals are the per-resample ones of its own seed
     from trustmh.scoring.metrics import derived_seed
-    ca = criterion_agreement("c", human, judge, scale, seed=4, n_boot=150)
+    ca = criterion_agreement("c", human, judge, scale, seed=4, n_boot=60)
     own = bootstrap(table, lambda t: judge_and_ceiling(t, raters, scale), seed=derived_seed(4, "agreement|c"),
-                    n_boot=150)
+                    n_boot=60)
     assert ca.cis.keys() == own.keys()
     for name in own:
         assert ca.cis[name] == pytest.approx(own[name], abs=1e-9), name

@@ -91,3 +91,15 @@ def test_no_test_runs_the_command_line_through_typers_runner():
                 names = [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
             found += [f"{path.name}:{node.lineno}" for n in names if n.startswith(("typer.testing", "click.testing"))]
     assert found == [], "run the command through the cli or cli_here fixture (tests/conftest.py) instead"
+
+
+def test_the_controller_writes_the_rewritten_test_modules_the_workers_read(pytestconfig):
+    """conftest._rewrite_test_modules_once (xdist's controller runs it) leaves this file's assertion-rewritten
+    code where pytest's import reads it: should pytest's private functions change, this fails, rather than
+    every worker quietly rewriting every file again."""
+    from _pytest.assertion import rewrite
+    from conftest import _rewrite_test_modules_once
+    _rewrite_test_modules_once(pytestconfig)
+    here = Path(__file__)
+    pyc = rewrite.get_cache_dir(here) / (here.name[:-3] + rewrite.PYC_TAIL)
+    assert rewrite._read_pyc(here, pyc) is not None

@@ -78,8 +78,9 @@ def runs(tmp_path_factory) -> list[Path]:
         def run(name: str, **kw) -> None:
             if kw.get("protocol") == "paper":  # the run's judge reads PsyLeak too, as before the paper's proxy
                 kw.setdefault("proxy_judge", "rules")  # was kept under a named --judge
+            # No resamples: a metric's n is a count of samples, whatever the intervals around its value.
             spec = run_spec(models=["openai/m"], judge="openai/judge", base_url=srv.openai_base_url,
-                            judge_base_url=srv.openai_base_url, **kw)
+                            judge_base_url=srv.openai_base_url, n_boot=0, **kw)
             run_quiet(spec, out / name, limits=Limits(max_connections=32))
             folders.append(out / name)
         run("sample", suite="sample")

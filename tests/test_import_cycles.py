@@ -14,6 +14,7 @@ its task modules and plugins, which point downward."""
 from __future__ import annotations
 
 import ast
+import functools
 import textwrap
 from pathlib import Path
 
@@ -25,8 +26,10 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # trustmh's is read by five tests (here and test_architecture_doc): parsed once a process
 def import_graph(root: Path, package: str) -> dict[str, dict[str, str]]:
-    """module -> {imported module: 'file:line' of the first import of it}, for modules under `package`."""
+    """module -> {imported module: 'file:line' of the first import of it}, for modules under `package`
+    (not to be changed: a later call with the same folder returns the same graph)."""
     files = {module_name(root, p): p for p in sorted((root / package).rglob("*.py"))}
     graph: dict[str, dict[str, str]] = {m: {} for m in files}
     for mod, path in files.items():

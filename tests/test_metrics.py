@@ -107,3 +107,25 @@ def test_weighted_kappa_matches_sklearn(seed, weights):
     b = np.clip(a + rng.integers(-2, 3, 80), 1, 5)  # correlated raters, as real ones are
     ours = weighted_kappa(a.astype(float), b.astype(float), (1, 2, 3, 4, 5), weights)
     assert ours == pytest.approx(cohen_kappa_score(a, b, labels=[1, 2, 3, 4, 5], weights=weights), abs=1e-12)
+
+
+def test_spearman_is_scipys_to_the_last_bit():
+    """metrics.spearman ranks with numpy and correlates as scipy.stats.spearmanr does: the same float, with
+    ties, NaN rows, constants and sizes from 2 up."""
+    from scipy.stats import rankdata, spearmanr
+    from trustmh.scoring.metrics import _average_ranks, spearman
+    rng = np.random.default_rng(0)
+    compared = 0
+    for n in [*range(2, 13)] * 40 + [57, 200, 1000]:
+        x = rng.integers(1, 6, n).astype(float)
+        y = np.where(rng.random(n) < 0.5, x, rng.normal(size=n).round(int(rng.integers(0, 3))))
+        x[rng.random(n) < 0.1] = np.nan
+        assert np.array_equal(_average_ranks(y), rankdata(y))
+        ok = ~(np.isnan(x) | np.isnan(y))
+        a, b = x[ok], y[ok]
+        if len(a) < 2 or len(set(a)) < 2 or len(set(b)) < 2:
+            assert math.isnan(spearman(x, y))
+            continue
+        assert spearman(x, y) == float(spearmanr(a, b).statistic), (a, b)
+        compared += 1
+    assert compared > 300

@@ -112,9 +112,21 @@ def recorded(tmp_path_factory):
     return runs, names, mean_r
 
 
+_PRINTED: dict[tuple, str] = {}  # the tests read the same tables: each report command runs once (~0.5 s)
+
+
+def report(capsys, runs, *args) -> str:
+    """What `trustmh report RUNS ARGS` prints (exit 0)."""
+    key = (*map(str, runs), *args)
+    if key not in _PRINTED:
+        code, out, err = run_here(capsys, "report", *runs, *args)
+        assert code == 0, err
+        _PRINTED[key] = out
+    return _PRINTED[key]
+
+
 def table(capsys, runs, *extra) -> dict[str, dict[str, dict]]:
-    code, out, err = run_here(capsys, "report", *runs, "--format", "csv", *extra)
-    assert code == 0, err
+    out = report(capsys, runs, "--format", "csv", *extra)
     got: dict[str, dict[str, dict]] = {}
     for r in csv.DictReader(io.StringIO(out)):
         got.setdefault(r["row"], {})[r["model"]] = r
@@ -132,7 +144,7 @@ def competition(values: dict[str, float], higher: bool = True) -> dict[str, int]
 
 
 @pytest.mark.needs_methods
-def test_ethical_reasoning_ties_are_broken_by_the_judge_mean_and_marked(cli_here, recorded, capsys):
+def test_ethical_reasoning_ties_are_broken_by_the_judge_mean_and_marked(recorded, capsys):
     runs, names, _ = recorded
     # By hand: accuracy ranks (ties shared), then each tie ordered by the judge mean (all principles alike).
     acc = {m: CORRECT[m] / 125 for m in MODELS}
@@ -155,12 +167,11 @@ def test_ethical_reasoning_ties_are_broken_by_the_judge_mean_and_marked(cli_here
     assert not any(r["tie_broken"] for r in shared_row.values())
 
     # Markdown and LaTeX mark the broken ties and state the rule under the table.
-    code, md, _ = cli_here("report", *runs, "--format", "markdown")
-    assert code == 0
+    md = report(capsys, runs, "--format", "markdown")
     line = next(x for x in md.splitlines() if "| Ethical Reasoning |" in x)
     assert line.count("†") == 6
     assert "ties (--ties paper): broken by the row's declared secondary value (Ethical Reasoning: judge_mean" in md
-    code, md, _ = cli_here("report", *runs, "--format", "markdown", "--ties", "shared")
+    md = report(capsys, runs, "--format", "markdown", "--ties", "shared")
     assert "†" not in md and "ties (--ties shared)" in md and "1, 2, 2, 4" in md
 
 
@@ -181,7 +192,7 @@ def test_awareness_ranks_on_the_mean_of_its_tiers_and_says_so(recorded, capsys):
 
 
 @pytest.mark.needs_methods
-def test_leakage_ranks_on_the_string_match_rate_beside_trustmhs_leak_rate(cli_here, recorded, capsys):
+def test_leakage_ranks_on_the_string_match_rate_beside_trustmhs_leak_rate(recorded, capsys):
     runs, names, _ = recorded
     got = table(capsys, runs)
     row = by_name(got["Privacy Leakage"], names)
@@ -204,7 +215,7 @@ def test_leakage_ranks_on_the_string_match_rate_beside_trustmhs_leak_rate(cli_he
     tau = kendalltau(paper, [expected[m] for m in GENERAL]).statistic
     assert tau == pytest.approx(12 / (15 * 14) ** 0.5) and tau >= 0.8
     # The rule is stated under the table, with its evidence level, in markdown and in the report.
-    code, md, _ = cli_here("report", *runs, "--format", "markdown")
+    md = report(capsys, runs, "--format", "markdown")
     assert "Privacy Leakage ranks on the free-response string-match leak rate" in md and "(evidence D)" in md
     assert "Privacy Awareness ranks on the mean of its three tiers" in md
     assert "| Privacy Leakage (trustmh: leak_rate) |" in md

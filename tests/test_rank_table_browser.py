@@ -18,7 +18,7 @@ from trustmh.report import write_report
 from trustmh.scoring.pillars import PILLAR_NAMES, model_summary
 from trustmh.scoring.results import MetricValue, RunResults, TaskResult
 from trustmh.tasks import paper_pillars, paper_tasks
-from trustmh.testing.browser import chromium_tab
+from trustmh.testing.browser import chromium_browser, chromium_tab
 
 PAPER_PILLARS, PAPER_TASKS = paper_pillars(), paper_tasks()
 
@@ -240,11 +240,19 @@ def from_page(page) -> tuple[dict[tuple[str, str, str], tuple[str, str]], list[s
     return out, problems
 
 
-def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(cli_here, chromium, runs, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def browser(chromium, runs):
+    """One Chromium for this file's pages, each in a fresh context (as a new browser's), without the second
+    of CPU a launch costs. Opened after `runs`: while it is open, asyncio.run cannot run here."""
+    with chromium_browser(chromium) as b:
+        yield b
+
+
+def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(cli_here, browser, runs, tmp_path, capsys):
     pages = {}
     for name, run in runs.items():
         pages[name] = write_report([load_run(run)], tmp_path / f"{run.name}.html", include_samples=False)
-    with chromium_tab(chromium) as tab:
+    with chromium_tab(browser=browser) as tab:
         for name, run in runs.items():
             code, csv_text, _ = cli_here("report", run, "--format", "csv")
             assert code == 0, csv_text
@@ -304,7 +312,7 @@ def test_the_rendered_rank_table_equals_the_csv_and_markdown_cell_by_cell(cli_he
         assert tab.errors == []
 
 
-def test_the_reading_catches_a_shifted_cell(chromium, runs, tmp_path):
+def test_the_reading_catches_a_shifted_cell(browser, runs, tmp_path):
     """The check can fail: the page with one pillar cell spanning a row too many reads differently."""
     run = runs["four models, gated rows missing, beyond rows"]
     page = write_report([load_run(run)], tmp_path / "r.html", include_samples=False)
@@ -313,7 +321,7 @@ def test_the_reading_catches_a_shifted_cell(chromium, runs, tmp_path):
     start = html.rindex("rowspan=", 0, first)
     span = int(html[start + 9:html.index('"', start + 9)])
     page.write_text(html[:start] + f'rowspan="{span + 1}"' + html[html.index('"', start + 9) + 1:], encoding="utf-8")
-    with chromium_tab(chromium) as tab:
+    with chromium_tab(browser=browser) as tab:
         tab.page.goto(page.as_uri())
         shown, problems = from_page(tab.page)
     from trustmh.cli.report_cmds import _rank_text

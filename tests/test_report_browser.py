@@ -13,7 +13,7 @@ from conftest import run_quiet, run_spec, write_replay
 from test_report import EVIL, sample_items
 from trustmh.analysis.runs import load_run
 from trustmh.report import write_report
-from trustmh.testing.browser import chromium_tab
+from trustmh.testing.browser import chromium_browser, chromium_tab
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 PAGE_SIZE = 4
@@ -37,8 +37,16 @@ def report(tmp_path_factory):
     return path, len(ethics) + len(tier1), len(ethics)
 
 
-def run_page(chromium, path: Path, check):
-    with chromium_tab(chromium) as tab:
+@pytest.fixture(scope="module")
+def browser(chromium, report):
+    """One Chromium for this file's pages, each in a fresh context (as a new browser's), without the second
+    of CPU a launch costs. Opened after `report`'s run: while it is open, asyncio.run cannot run here."""
+    with chromium_browser(chromium) as b:
+        yield b
+
+
+def run_page(browser, path: Path, check):
+    with chromium_tab(browser=browser) as tab:
         tab.page.goto(path.as_uri())
         return check(tab)
 
@@ -47,7 +55,7 @@ def texts(page, selector):
     return page.eval_on_selector_all(selector, "nodes => nodes.map(n => n.textContent)")
 
 
-def test_report_in_chromium(chromium, report):
+def test_report_in_chromium(browser, report):
     path, per_model, n_ethics = report
     total = 2 * per_model
 
@@ -89,10 +97,10 @@ def test_report_in_chromium(chromium, report):
         assert page.evaluate("typeof window.__pwned") == "undefined"
         assert tab.errors == []
 
-    run_page(chromium, path, check)
+    run_page(browser, path, check)
 
 
-def test_the_marker_check_detects_running_script(chromium, tmp_path):
+def test_the_marker_check_detects_running_script(browser, tmp_path):
     """The check above can fail: the same payload put into a page as markup does set the marker."""
     bad = tmp_path / "unsafe.html"
     payload = json.dumps(EVIL).replace("</", "<\\/")  # keep the inline script in one piece
@@ -103,10 +111,10 @@ def test_the_marker_check_detects_running_script(chromium, tmp_path):
         tab.page.wait_for_function("window.__pwned === 1", timeout=10_000)
         return True
 
-    assert run_page(chromium, bad, check)
+    assert run_page(browser, bad, check)
 
 
-def test_view_pages_filters_and_searches_in_chromium(chromium, report):
+def test_view_pages_filters_and_searches_in_chromium(browser, report):
     """`trustmh view`'s page on its loopback server: pages, filters by model, task and outcome, searches,
     opens a sample whose reply is a script injection as text; no console error, no outside request."""
     import threading
@@ -161,7 +169,7 @@ def test_view_pages_filters_and_searches_in_chromium(chromium, report):
         assert tab.errors == [] and outside == []
 
     try:
-        with chromium_tab(chromium) as tab:
+        with chromium_tab(browser=browser) as tab:
             check(tab)
     finally:
         server.shutdown()

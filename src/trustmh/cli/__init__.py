@@ -5,6 +5,7 @@ rendering in render. `main` stays here and looks `app` up in this module, so tha
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import os
 import platform
@@ -27,6 +28,8 @@ if platform.machine().lower() not in ("aarch64", "arm64"):
 # apart, _base.loading). Cyclic garbage waits a little longer for its collection; nothing else changes.
 gc.set_threshold(10_000, *gc.get_threshold()[1:])
 
+import typer
+
 from ..errors import UserError
 from ._base import PAPER_JUDGE, app, data_app, err, loading, out, set_quiet
 
@@ -38,6 +41,15 @@ with loading():
 __all__ = ["PAPER_JUDGE", "app", "data_app", "err", "main", "out", "_summary"]
 
 _freeze_registered = False
+
+
+@functools.lru_cache(maxsize=1)
+def _command(typer_app):
+    """What `typer_app(...)` calls: the click command typer builds from every command's signature (~20 ms),
+    built once for main() called again in one process (the tests run the command line in-process hundreds
+    of times); `app` itself where it was replaced by a callable. With app's pretty exceptions off,
+    typer's exception hook would hand a traceback to Python's own: calling the command is calling `app`."""
+    return typer.main.get_command(typer_app) if isinstance(typer_app, typer.Typer) else typer_app
 
 
 def main() -> None:
@@ -53,7 +65,7 @@ def main() -> None:
     try:
         # standalone mode: typer handles usage errors (exit 2) and --help itself. The name is fixed so that
         # `python -m trustmh` prints the same usage lines as the `trustmh` script.
-        app(prog_name="trustmh")
+        _command(app)(prog_name="trustmh")
     except UserError as e:
         # Plain text: a message quotes user input (--tasks 'foo[/]') and install hints ('trustmh[hf]').
         err.print(f"error: {e}", style="red", markup=False, highlight=False, soft_wrap=True)
