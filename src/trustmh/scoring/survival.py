@@ -91,7 +91,8 @@ def survival_band(times: np.ndarray, events: np.ndarray, clusters: np.ndarray, t
     rows = np.ones(len(t), bool)
     curves = np.stack([survival_at(res.sums, t, e, rows, x) for x in range(t_max + 1)], axis=1)  # (n_boot, t)
     alpha = (1 - level) / 2
-    return np.quantile(curves, alpha, axis=0), np.quantile(curves, 1 - alpha, axis=0)
+    lo, hi = np.quantile(curves, (alpha, 1 - alpha), axis=0)  # one partition for both (as percentile_interval)
+    return lo, hi
 
 
 def turn_data(rows: list[dict[str, float]], event: str, clusters: list[str] | None = None
