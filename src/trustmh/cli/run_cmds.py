@@ -189,8 +189,7 @@ def _run_with_progress(spec, out: Optional[Path], runs_dir: Path, target: Path, 
     try:
         with _ProgressView(progress and sys.stderr.isatty()) as view:
             run_dir, results, _calls = run(spec, out, runs_root=runs_dir, limits=limits, executor=executor,
-                                           force=force, events=view,
-                                           idle=[_prepare_report])
+                                           force=force, events=view, idle=[_prepare_report])
     except BudgetStop as stop:
         raise UserError(stop_message(stop.budget, spec, target)) from None
     except KeyboardInterrupt:
