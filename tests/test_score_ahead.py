@@ -4,6 +4,7 @@ reference metrics (reliability.support, robustness.support under the paper's pro
 
 import functools
 import json
+import sys
 import threading
 
 import pytest
@@ -126,17 +127,21 @@ def test_idle_calls_are_made_once_during_phase_1_in_a_thread_and_a_failing_one_f
     def note():
         made.append(len(LOG))  # how much of the task was scored by then
         made.append(threading.current_thread() is threading.main_thread())  # off the event loop's thread
+        made.append(sys.getswitchinterval())  # short while the thread works beside the loop
 
     def broken():
         made.append("broken")
         raise RuntimeError("idle work failed")
 
+    before = sys.getswitchinterval()
+    assert before > 0.0005  # the interpreter's 5 ms, or a caller's own
     with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
         spec = spec_for(srv, TASK_ID, n_boot=50)
         _, results, calls = run_quiet(spec, tmp_path / "run", limits=Limits(max_connections=2),
                                       idle=[broken, note])
     assert calls == {"openai/m": N, "judge": N}
-    assert made == ["broken", 0, False]  # each once, in order, before any sample was scored, in a thread
+    assert made == ["broken", 0, False, 0.0005]  # each once, in order, before any sample was scored, in a thread
+    assert sys.getswitchinterval() == before  # and the interval found is back once it is done
     assert results.models["openai/m"].tasks[TASK_ID].value == 3.0
 
 
@@ -175,3 +180,28 @@ def test_the_report_template_prepared_ahead_is_the_one_the_report_uses(tmp_path,
     assert compiled == ["report.html.j2"]
     assert html._env().get_template("report.html.j2") is html._env().get_template("report.html.j2")
     assert compiled == ["report.html.j2"]  # taken from the prepared environment, not compiled again
+
+
+def test_short_switches_put_back_the_interval_found_when_the_last_user_leaves():
+    """Two runs in threads of one process overlap: the interval is short while either works beside its
+    loop, and the one found before the first is back after the last, whatever order they end in."""
+    from trustmh.engine.run import _ShortSwitches
+    before = sys.getswitchinterval()
+    switches = _ShortSwitches()
+    try:
+        sys.setswitchinterval(0.002)
+        switches.enter()
+        switches.enter()
+        assert sys.getswitchinterval() == 0.0005
+        switches.leave()
+        assert sys.getswitchinterval() == 0.0005  # the other still works
+        switches.leave()
+        assert sys.getswitchinterval() == 0.002
+        sys.setswitchinterval(0.0001)  # already shorter: left as it is
+        shorter = sys.getswitchinterval()  # (held in whole microseconds)
+        switches.enter()
+        assert sys.getswitchinterval() == shorter
+        switches.leave()
+        assert sys.getswitchinterval() == shorter
+    finally:
+        sys.setswitchinterval(before)

@@ -208,6 +208,8 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
                   f"{task.metric.name} is undefined on the scored samples (e.g. constant ratings for a "
                   f"correlation, or a class missing from both gold and predictions)")
     trust, why = task_trust(task, table, value)
+    # a free-text task's pairwise similarity of replies, in slices as the bootstrap (30 ms for 300 replies)
+    degenerate = (yield from in_slices(t.degenerate_statistics)) if t.compared else t.degenerate_statistics()
     if why is not None:
         reason = f"undefined by the model's replies ({why}): trust score 0, the worst"
     panel = None
@@ -229,7 +231,7 @@ def _task_result(sc: Scoring, p: Prepared, model: ModelRef, t: Tally, base: dict
                       n_judge_addressed=t.n_addressed, judge_addressed=t.addressed,
                       base_metric=task.base_metric, base_value=_clean(values.get(task.base_metric or "")),
                       same_reply_share=t.same_reply_share(), partial=method.partial(ctx, p.samples),
-                      **t.degenerate_statistics(),
+                      **degenerate,
                       panel=panel, **base)
     # The pillars' intervals come from the same draws as their rows' (not written to results.json).
     kept = (task.metric.name, task.counted.metric if task.counted is not None else None)

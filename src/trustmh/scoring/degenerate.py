@@ -26,6 +26,7 @@ repeat across most items, or that answers fewer than half, is flagged on the row
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import numpy as np
 
@@ -62,10 +63,14 @@ def _shingles(text: str) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(data, SHINGLE) @ _WEIGHTS
 
 
-def similarity(replies: list[str]) -> np.ndarray:
+def similarity(replies: list[str], pause: Callable[[], None] = lambda: None) -> np.ndarray:
     """Pairwise containment of the replies' shingle sets (n x n): 1 on the diagonal, 1 between two empty
-    replies, 0 between an empty and a non-empty one."""
-    sets = [_shingles(normalise(r)) for r in replies]
+    replies, 0 between an empty and a non-empty one. `pause` is called after each reply's shingles (a
+    run scores beside its requests: engine/_slices.py)."""
+    sets = []
+    for r in replies:
+        sets.append(_shingles(normalise(r)))
+        pause()
     rows = np.repeat(np.arange(len(sets)), [len(x) for x in sets])
     codes = np.concatenate(sets) if sets else np.array([], dtype=np.uint64)
     kinds, cols = np.unique(codes, return_inverse=True)
@@ -91,12 +96,13 @@ def prepare() -> None:
     from scipy import sparse  # noqa: F401
 
 
-def near_duplicates(replies: list[str], items: list[str]) -> tuple[float | None, float | None]:
+def near_duplicates(replies: list[str], items: list[str],
+                    pause: Callable[[], None] = lambda: None) -> tuple[float | None, float | None]:
     """(near_duplicate_share, mean similarity of replies to different items) of `replies`, `items[i]` the
     item reply i answers; (None, None) where fewer than two items are answered."""
     if len(set(items)) < 2:
         return None, None
-    sim = similarity(replies)
+    sim = similarity(replies, pause)
     codes = np.unique(np.array(items, dtype=object).astype(str), return_inverse=True)[1].ravel()
     other = codes[:, None] != codes[None, :]
     share = float(((sim >= NEAR) & other).any(axis=1).mean())
