@@ -11,12 +11,14 @@ Optional token bucket (--rate-limit R): over it, answer 429 with Retry-After at 
 
 Run: python bench/_server.py --latency 0.05 [--rate-limit R] ; it prints "PORT <n>" then serves.
 It counts requests and answers b"GET /stats" with JSON {"requests", "ok", "rate_limited", "max_in_flight",
-"by_endpoint", "first_request", "last_answer", "per_second"}: `by_endpoint` counts requests by the path before "/v1/" ("" for a plain
+"by_endpoint", "first_request", "last_answer", "per_second", "reuse_wait"}: `by_endpoint` counts requests by the path before "/v1/" ("" for a plain
 base URL, "/judge" for http://host:port/judge/v1), so one server can stand for the model and the judge
 and still say which endpoint was busier; `first_request` and `last_answer` are time.monotonic()
 (system-wide on Linux, so comparable with another process's) when the first request arrived and when
 the last reply was written; `per_second` lists, per endpoint, the requests that arrived in each second
-since the first request (how busy each endpoint was over the run).
+since the first request (how busy each endpoint was over the run); `reuse_wait`, per endpoint and tenth of a second,
+[seconds, count] of the waits between a reply written on a connection and the next request on it (the
+client's own time per reply: where a run falls behind transport speed, and when).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ class Stats:
     max_in_flight = 0
     by_endpoint: dict[str, int] = {}
     per_second: dict[str, list[int]] = {}  # endpoint -> requests in each second since the first request
+    # endpoint -> [seconds, count] in each tenth of a second: how long a connection stood idle between its
+    # reply and its next request (the client's own time per reply, what transport speed leaves out)
+    reuse_wait: dict[str, list[list[float]]] = {}
     first_request = 0.0
     last_answer = 0.0
 
@@ -91,6 +96,7 @@ class Conn(asyncio.Protocol):
         self.latency, self.bucket, self.jitter = latency, bucket, jitter
         self.buf = bytearray()
         self.transport = None
+        self.answered_at: float | None = None  # when this connection's last reply was written
 
     def connection_made(self, transport):
         self.transport = transport
@@ -118,7 +124,7 @@ class Conn(asyncio.Protocol):
             body = json.dumps({"requests": Stats.requests, "ok": Stats.ok, "rate_limited": Stats.rate_limited,
                                "max_in_flight": Stats.max_in_flight, "by_endpoint": Stats.by_endpoint,
                                "first_request": Stats.first_request, "last_answer": Stats.last_answer,
-                               "per_second": Stats.per_second}).encode()
+                               "per_second": Stats.per_second, "reuse_wait": Stats.reuse_wait}).encode()
             self.transport.write(_http("200 OK", body))
             return
         if not Stats.requests:
@@ -130,10 +136,18 @@ class Conn(asyncio.Protocol):
         counts = Stats.per_second.setdefault(endpoint, [])
         counts.extend([0] * (second + 1 - len(counts)))
         counts[second] += 1
+        if self.answered_at is not None:
+            now = time.monotonic()
+            tenth = int(10 * (now - Stats.first_request))
+            waits = Stats.reuse_wait.setdefault(endpoint, [])
+            waits.extend([0.0, 0] for _ in range(tenth + 1 - len(waits)))
+            waits[tenth][0] += now - self.answered_at
+            waits[tenth][1] += 1
         if self.bucket is not None:
             wait = self.bucket.take()
             if wait is not None:
                 Stats.rate_limited += 1
+                self.answered_at = None  # the wait before a retry is the client's back-off, not its own time
                 body = b'{"error": {"message": "rate limit", "type": "rate_limit_error", "code": null}}'
                 self.transport.write(_http("429 Too Many Requests", body, f"Retry-After: {wait:.3f}\r\n"))
                 return
@@ -150,7 +164,7 @@ class Conn(asyncio.Protocol):
         if not self.transport.is_closing():  # a client killed mid-request was never answered: not paid
             self.transport.write(body)
             Stats.ok += 1
-            Stats.last_answer = time.monotonic()
+            Stats.last_answer = self.answered_at = time.monotonic()
 
 
 async def serve(latency: float, rate_limit: float | None, port: int, jitter: float = 0.0) -> None:

@@ -117,6 +117,24 @@ def busy_timeline(stats: dict, conn: int, latency: float, points: int = 12) -> s
             + " ".join(f"{n / (s * full):.2f}" if s else "-" for n, s in zip(cuts, seconds)))
 
 
+def wait_timeline(stats: dict, points: int = 10) -> str:
+    """The busiest endpoint's mean wait between a reply and its connection's next request in each
+    1/`points` of the window: the client's own time per reply, which transport speed leaves out, and when
+    in the run it was spent (the server measures it: bench/_server.py's `reuse_wait`)."""
+    name = max(stats["by_endpoint"], key=stats["by_endpoint"].get)
+    waits = stats.get("reuse_wait", {}).get(name, [])
+    if not waits:
+        return "no waits recorded"
+    cuts = [[0.0, 0] for _ in range(points)]
+    for i, (seconds, n) in enumerate(waits):
+        cut = cuts[min(points - 1, i * points // len(waits))]
+        cut[0] += seconds
+        cut[1] += n
+    total = sum(s for s, _ in waits) / max(1, sum(n for _, n in waits))
+    return (f"reply -> next request on its connection ({name or 'model'}), mean ms, each 1/{points} of the window: "
+            + " ".join(f"{1e3 * s / n:.1f}" if n else "-" for s, n in cuts) + f"; overall {1e3 * total:.2f}")
+
+
 def child(cmd: list[str]) -> dict[str, float]:
     """Run a child to its end: wall s, CPU s and peak RSS MiB of that child alone. The child is started by
     GNU time, a small process: Linux carries a process's peak RSS across exec, so a child forked from this
@@ -198,6 +216,7 @@ def one_run(a, m: int, tasks: str, limit: int | None, conn: int, latency: float,
     # samples.jsonl, results.json, report.html)
     r["start_s"], r["tail_s"] = stats["first_request"] - r["started"], r["ended"] - stats["last_answer"]
     r["busy"] = busy_timeline(stats, conn, latency)
+    r["waits"] = wait_timeline(stats)
     r["report_mb"] = (run_dir / "report.html").stat().st_size / 2**20
     r["samples_mb"] = (run_dir / "samples.jsonl").stat().st_size / 2**20
     r["store_mb"] = (run_dir / "store.sqlite").stat().st_size / 2**20
@@ -251,6 +270,7 @@ def main() -> None:
                       f"{r['ideal']:>6.2f} {r['ideal'] / r['wall']:>5.2f} {r['cpu']:>6.2f} "
                       f"{r['cpu'] / r['calls'] * 1e3:>7.3f} {r['start_s']:>7.2f} {r['tail_s']:>6.2f}  "
                   f"{r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
+                print(f"      {r['waits']}", flush=True)
         if a.scale_only:
             return
         full = planned_calls(a, a.tasks, None)
@@ -276,6 +296,7 @@ def main() -> None:
                   f"{r['start_s']:>7.1f} {r['tail_s']:>6.1f}  "
                   f"{r['load'][0]:.1f}->{r['load'][1]:.1f}", flush=True)
             print(f"    {r['busy']}", flush=True)
+            print(f"    {r['waits']}", flush=True)
             if RSS_EVERY:
                 print(f"    {rss_timeline(r['polled'])}; `trustmh report` on the run: peak RSS {r['report_rss']:.0f} MiB",
                       flush=True)
