@@ -53,6 +53,28 @@ def test_similarity_is_shingle_containment_computed_by_hand():
     assert sim[0, 1] == 1.0 and sim[0, 2] == 0.5 and sim[0, 3] == 0.0 and sim[3, 3] == 1.0
 
 
+def test_similarity_in_slices_pauses_after_each_reply_and_gives_the_same_values():
+    """A run scores a free-text task beside its requests (engine/_slices.py): `pause` is called once per
+    reply, and the statistics through `in_slices` (which stops at pauses) are those of one plain call."""
+    from trustmh.engine._slices import in_slices
+    rng = random.Random(3)
+    items = [str(i // 2) for i in range(24)]
+    replies = [rng.choice([CONSTANT, follows(TOPICS[i % 10], i)]) for i in range(24)]
+    paused = []
+    assert near_duplicates(replies, items, lambda: paused.append(1)) == near_duplicates(replies, items)
+    assert len(paused) == len(replies)
+    steps = in_slices(lambda pause: near_duplicates(replies, items, pause), slice_s=0.0)  # stops at each pause
+    slices = 0
+    try:
+        while True:
+            next(steps)
+            slices += 1
+    except StopIteration as end:
+        value = end.value
+    assert slices == len(replies)
+    assert value == near_duplicates(replies, items)
+
+
 def test_answers_sets_apart_empty_replies_refusals_and_echoes():
     request = "I failed my exam again and I don't know what to tell my parents."
     assert answers("That must be a heavy thing to carry. What do you expect them to say?", request)

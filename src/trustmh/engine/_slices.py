@@ -22,7 +22,6 @@ import time
 from typing import Callable, Generator, TypeVar
 
 SLICE_S = 0.005  # work done beside phase 1 on its event loop gives the loop back this often
-IO_PASSES = 4  # passes of the loop's I/O between two slices
 
 R = TypeVar("R")
 
@@ -38,10 +37,7 @@ async def beside(step: Callable[[float], bool | None], wake: asyncio.Event) -> N
         if more is None:
             return
         if more:
-            # A reply's way to its next request takes the loop a few passes (the reply read, its caller
-            # woken, the commit, the send); a slice after each pass made every one wait for a slice.
-            for _ in range(IO_PASSES):
-                await asyncio.sleep(0)
+            await asyncio.sleep(0)
         else:
             await wake.wait()
 
