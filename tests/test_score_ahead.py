@@ -205,3 +205,19 @@ def test_short_switches_put_back_the_interval_found_when_the_last_user_leaves():
         assert sys.getswitchinterval() == shorter
     finally:
         sys.setswitchinterval(before)
+
+
+def test_the_interval_is_put_back_when_the_warm_up_thread_cannot_start(monkeypatch):
+    """A process out of threads: the run fails as it would have, and the interval is not left short."""
+    import asyncio
+
+    from trustmh.engine.run import _while_waiting
+    before = sys.getswitchinterval()
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    threads = []
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        asyncio.run(_while_waiting([lambda: None], threads))
+    assert sys.getswitchinterval() == before and threads == []

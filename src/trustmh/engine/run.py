@@ -179,10 +179,14 @@ async def _while_waiting(calls: Sequence[Callable[[], object]], threads: list[th
         finally:
             _short_switches.leave()
 
-    _short_switches.enter()
     thread = threading.Thread(target=make, name="trustmh-while-waiting", daemon=True)
+    _short_switches.enter()
+    try:
+        thread.start()
+    except BaseException:  # no thread (the process is out of them): nothing will put the interval back
+        _short_switches.leave()
+        raise
     threads.append(thread)
-    thread.start()
 
 
 class _ShortSwitches:
