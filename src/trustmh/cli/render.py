@@ -10,10 +10,10 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ._base import err, note, out, styled
+from ..scoring.metrics import MIN_CLUSTERS, interval_note, too_few_clusters
 
 # Every table here folds a cell too long for a narrow terminal onto the next line (overflow="fold"; cells
 # wrap): rich's default cuts it to "0.1…", and every view of a number must show the whole number.
-from ..scoring.metrics import MIN_CLUSTERS, interval_note, too_few_clusters
 
 FEW_MARK = f"none (G<{MIN_CLUSTERS})"  # the interval cell of a task on too few clusters
 

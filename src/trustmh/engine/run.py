@@ -154,8 +154,8 @@ def _scoring_versions(prepared) -> None:
 
 
 def _free_text_statistics(prepared) -> None:
-    """The degenerate statistics' scipy.sparse (~0.13 s), where a task's first samples are free text: a run
-    of closed questions alone never loads it."""
+    """The degenerate statistics' scipy.sparse (0.13-0.27 s of CPU), where a task's first samples are free
+    text: a run of closed questions alone never loads it."""
     if any(s.choices is None for p in prepared if not p.not_run for s in itertools.islice(p.samples, 50)):
         degenerate.prepare()
 

@@ -90,9 +90,10 @@ def similarity(replies: list[str], pause: Callable[[], None] = lambda: None) -> 
 
 
 def prepare() -> None:
-    """Import what `similarity` computes with, scipy.sparse (~0.13 s of CPU, most of it scipy's array-API
-    layer), before the first free-text task is scored: a run does it while it waits for its first replies
-    (engine/run.py), where it would otherwise hold the event loop, and every reply, that long."""
+    """Import what `similarity` computes with, scipy.sparse (0.13-0.27 s of CPU, most of it scipy's array-API
+    layer, which imports numpy.f2py), before the first free-text task is scored: a run does it while it
+    waits for its first replies (engine/run.py), where it would otherwise hold the event loop, and every
+    reply, that long."""
     from scipy import sparse  # noqa: F401
 
 
