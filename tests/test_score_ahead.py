@@ -4,6 +4,7 @@ reference metrics (reliability.support, robustness.support under the paper's pro
 
 import functools
 import json
+import platform
 import sys
 import threading
 
@@ -162,6 +163,39 @@ def test_the_scoring_versions_are_found_off_the_event_loop_before_phase_2_asks(s
         _, results, _ = run_quiet(spec_for(srv, TASK_ID, n_boot=50), tmp_path / "run", limits=Limits(max_connections=2))
     assert found == [("trustmh-while-waiting", 0)]  # once, in that thread, before any sample was scored
     assert results.models["openai/m"].tasks[TASK_ID].scoring_version == versions.scoring_version(TASKS[TASK_ID]())
+
+
+def test_the_package_versions_are_looked_up_off_the_event_loop_and_recorded_as_installed(spec_for, task, tmp_path,
+                                                                                          monkeypatch):
+    """results.json's package versions are looked up (a scan of sys.path's distributions each) in the
+    thread that works while phase 1 waits, once per package, not after the last reply; they are the
+    installed ones."""
+    from importlib import metadata
+
+    from trustmh.engine import spec as spec_module
+    spec_module.package_versions.cache_clear()
+    asked = []
+    real = metadata.version
+
+    def noting(name):
+        asked.append((name, threading.current_thread().name))
+        return real(name)
+    monkeypatch.setattr(spec_module.metadata, "version", noting)
+    try:
+        with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
+            _, results, _ = run_quiet(spec_for(srv, TASK_ID, n_boot=50), tmp_path / "run",
+                                      limits=Limits(max_connections=2))
+    finally:
+        spec_module.package_versions.cache_clear()  # the next test's lookups are the real ones
+    packages = ["trustmh", "openai", "anthropic", "numpy", "scipy", "pydantic"]
+    assert asked == [(name, "trustmh-while-waiting") for name in packages]
+    installed = {}
+    for name in packages:
+        try:
+            installed[name] = real(name)
+        except metadata.PackageNotFoundError:
+            pass
+    assert results.versions == {"python": platform.python_version(), **installed}
 
 
 def test_the_report_template_prepared_ahead_is_the_one_the_report_uses(tmp_path, monkeypatch):

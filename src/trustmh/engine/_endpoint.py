@@ -75,7 +75,7 @@ class CallWriter:
         """Queue a reply; `body`, its body key when a body alone decides the reply (Endpoint.flight_key)."""
         loop = asyncio.get_running_loop()
         if not self.rows:
-            loop.call_soon(self.flush)
+            loop.call_soon(self._commit_replies)
         self.rows.append((key, endpoint, purpose, (request.task, request.item_id, request.variant), resp))
         if body is not None and resp.ok:
             self.bodies.append((body, key))
@@ -88,6 +88,14 @@ class CallWriter:
 
     def before_send(self) -> None:
         """Commit the replies received so far (and the links queued with them) before a request leaves."""
+        if self.rows:
+            self.flush()
+
+    def _commit_replies(self) -> None:
+        """The commit a pass's first reply schedules: the pass's replies, if a request leaving has not
+        committed them already. Links queued since then wait for the next reply's commit: a link need only
+        be stored with its call's reply, and a commit of links alone (a judgement's link, queued between
+        the send that committed the replies and this call) was a third of a run's commits."""
         if self.rows:
             self.flush()
 

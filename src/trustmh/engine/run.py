@@ -26,7 +26,7 @@ from ..files import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, task_origins
 from ..tasks.versions import scoring_version
 from ..scoring import degenerate
-from .spec import PRESENTATION, Limits, RunSpec, data_source
+from .spec import PRESENTATION, Limits, RunSpec, data_source, package_versions
 
 if TYPE_CHECKING:  # results.json's models (pydantic) load when phase 2 makes a result, after the first requests
     from ..scoring.results import RunResults
@@ -121,7 +121,7 @@ def collect_stage(spec: RunSpec, ctx: RunContext, prepared, store: Store, limits
             # on its own: one that fails leaves the next to be made), then the caller's calls
             # (every pillar: its rows of the paper's rank figure are what the results' summary reads)
             ahead = [functools.partial(_scoring_versions, prepared), functools.partial(_free_text_statistics, prepared),
-                     load_pillars, *idle] if generate else list(idle)
+                     load_pillars, package_versions, *idle] if generate else list(idle)
             beside = ([recorder.background] if recorder is not None else []) + \
                 ([phase2.background] if generate else []) + \
                 ([functools.partial(_while_waiting, ahead, idle_threads)] if ahead else [])

@@ -4,6 +4,7 @@ decide how fast it gets there, where its data is, and the library versions its r
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -371,11 +372,21 @@ def data_source(spec: RunSpec) -> DataSource:
     return DataSource(Path(spec.data_dir or "."), "data")
 
 
-def versions(spec: RunSpec | None = None) -> dict[str, str]:
-    out = {"python": platform.python_version()}
+@functools.cache
+def package_versions() -> Mapping[str, str]:
+    """The installed versions of trustmh and the libraries its numbers rest on, looked up once per process:
+    each lookup scans sys.path's distributions (~10 ms for the six), which a run does while it waits for
+    its first replies (engine/run.py) rather than after its last. A package upgraded under a running
+    process does not change the code it has imported, so the first answer stays the right one."""
+    out = {}
     for pkg in ("trustmh", "openai", "anthropic", "numpy", "scipy", "pydantic"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
+    return MappingProxyType(out)
+
+
+def versions(spec: RunSpec | None = None) -> dict[str, str]:
+    out = {"python": platform.python_version(), **package_versions()}
     if spec is not None and any(m.startswith("hf/") for m in [*spec.models, spec.judge]):
         from ..models.hf_files import library_versions  # the same weights can answer differently under another
         out.update(library_versions())
