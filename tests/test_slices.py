@@ -3,10 +3,11 @@ into slices for the event loop, by pauses, in order."""
 
 import asyncio
 import threading
+import time
 
 import pytest
 
-from trustmh.engine._slices import advance, beside, in_slices
+from trustmh.engine._slices import SLICE_S, advance, beside, in_slices
 
 
 def _drive(gen):
@@ -79,8 +80,7 @@ def test_beside_gives_the_loop_back_between_slices_and_waits_when_caught_up():
 
         async def other():
             log.append("loop")  # the job's first slice gave the loop back: this runs before "b"
-            for _ in range(5):  # the job has caught up meanwhile and waits, uncalled
-                await asyncio.sleep(0)
+            await asyncio.sleep(0.02)  # the job has caught up meanwhile and waits, uncalled
             log.append("more")
             wake.set()
 
@@ -89,6 +89,66 @@ def test_beside_gives_the_loop_back_between_slices_and_waits_when_caught_up():
     asyncio.run(main())
     assert log == ["a", "loop", "b", "more"]
     assert calls == [0, 2, 3, 4]  # a, b, caught up (False), then finished (None) once woken
+
+
+def test_a_reply_that_takes_several_passes_is_not_cut_by_slices():
+    """A reply takes several passes of the loop (read, its caller woken, the group commit, the next request
+    sent): the job's next slice waits until the loop has run what the reply set going, not one pass only
+    (a slice before each pass held every reply of a wave ~15 ms)."""
+    log = []
+
+    async def main():
+        wake = asyncio.Event()
+        slices = iter(range(3))
+
+        def step(deadline):
+            n = next(slices, None)
+            if n is None:
+                return None
+            log.append(f"slice {n}")
+            return True
+
+        async def reply():
+            await asyncio.sleep(0)  # arrives while the first slice runs
+            for part in ("read", "woken", "committed", "sent"):
+                log.append(part)
+                await asyncio.sleep(0)
+
+        await asyncio.gather(beside(step, wake), reply())
+
+    asyncio.run(main())
+    assert log == ["slice 0", "read", "woken", "committed", "sent", "slice 1", "slice 2"]
+
+
+def test_a_loop_that_is_never_idle_still_gives_the_job_its_slices():
+    """Other work always ready: the job waits at most one slice's time for it, then has its next slice."""
+    done = []
+
+    async def main():
+        wake = asyncio.Event()
+        left = iter(range(5))
+
+        def step(deadline):
+            if next(left, None) is None:
+                return None
+            return True
+
+        async def busy():
+            end = time.perf_counter() + 2  # a job never given its slices would otherwise wait forever
+            while not done and time.perf_counter() < end:
+                time.sleep(0.0005)
+                await asyncio.sleep(0)
+
+        async def job():
+            await beside(step, wake)
+            done.append(time.perf_counter())
+
+        t0 = time.perf_counter()
+        await asyncio.gather(job(), busy())
+        return done[0] - t0
+
+    took = asyncio.run(main())
+    assert took < 5 * SLICE_S + 0.5  # five slices, each after at most one slice's wait (and a slow machine's margin)
 
 
 def test_advance_runs_a_generator_to_its_deadline_and_returns_its_value():
