@@ -3,7 +3,10 @@ construction: stock replies are caught however they are dressed, replies that fo
 
 import random
 
-from trustmh.scoring.degenerate import NEAR, answers, near_duplicates, similarity
+import numpy as np
+import pytest
+
+from trustmh.scoring.degenerate import NEAR, _shingles, answers, near_duplicates, normalise, similarity
 
 CONSTANT = "That sounds really hard. I'm here for you."
 TOPICS = ["my exam results came back and I failed chemistry again", "the fight with my sister about mum's care",
@@ -54,15 +57,16 @@ def test_similarity_is_shingle_containment_computed_by_hand():
 
 
 def test_similarity_in_slices_pauses_after_each_reply_and_gives_the_same_values():
-    """A run scores a free-text task beside its requests (engine/_slices.py): `pause` is called once per
-    reply, and the statistics through `in_slices` (which stops at pauses) are those of one plain call."""
+    """A run scores a free-text task beside its requests (engine/_slices.py): `pause` is called after each
+    reply's shingles and after each part of the intersection counts, and the statistics through `in_slices`
+    (which stops at pauses) are those of one plain call."""
     from trustmh.engine._slices import in_slices
     rng = random.Random(3)
     items = [str(i // 2) for i in range(24)]
     replies = [rng.choice([CONSTANT, follows(TOPICS[i % 10], i)]) for i in range(24)]
     paused = []
     assert near_duplicates(replies, items, lambda: paused.append(1)) == near_duplicates(replies, items)
-    assert len(paused) == len(replies)
+    assert len(paused) > len(replies)  # one a reply, then the counts' parts
     steps = in_slices(lambda pause: near_duplicates(replies, items, pause), slice_s=0.0)  # stops at each pause
     slices = 0
     try:
@@ -71,8 +75,47 @@ def test_similarity_in_slices_pauses_after_each_reply_and_gives_the_same_values(
             slices += 1
     except StopIteration as end:
         value = end.value
-    assert slices == len(replies)
+    assert slices == len(paused)
     assert value == near_duplicates(replies, items)
+
+
+def _scipy_similarity(replies):
+    """Containment from scipy.sparse's product of the replies x shingles incidence matrix (what
+    `similarity` computed with before it was written with numpy alone)."""
+    from scipy import sparse
+    sets = [_shingles(normalise(r)) for r in replies]
+    rows = np.repeat(np.arange(len(sets)), [len(x) for x in sets])
+    kinds, cols = np.unique(np.concatenate(sets), return_inverse=True)
+    m = sparse.csr_matrix((np.ones(len(rows)), (rows, cols.ravel())), shape=(len(sets), max(len(kinds), 1)))
+    m.sum_duplicates()
+    m.data[:] = 1.0
+    inter, size = (m @ m.T).toarray(), np.diff(m.indptr).astype(float)
+    smaller = np.minimum.outer(size, size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sim = np.where(smaller > 0, inter / smaller, 0.0)
+    sim[np.ix_(size == 0, size == 0)] = 1.0
+    return sim
+
+
+@pytest.mark.parametrize("block,pairs", [(512, 1 << 20), (7, 50)])  # and with every part cut small
+def test_similarity_equals_scipy_sparse_on_real_text_stock_replies_and_empty_ones(upstream, monkeypatch, block, pairs):
+    """The pair counts (shingles few replies hold) and the dense blocks (shingles many hold) give scipy's
+    numbers exactly, on text from the upstream data (replies that follow their item), stock sentences
+    drawn at random, a constant reply, and empty and very short replies."""
+    from trustmh.scoring import degenerate
+    monkeypatch.setattr(degenerate, "BLOCK", block)
+    monkeypatch.setattr(degenerate, "PAIRS", pairs)
+    text = (upstream / "trustmh" / "PsyLeak.txt").read_text(encoding="utf-8")
+    pieces = [text[i:i + 700] for i in range(0, min(len(text), 700 * 60), 700)]
+    rng = random.Random(5)
+    stock = [" ".join(rng.choice(["I hear you.", "That sounds hard.", "Please talk to someone you trust.",
+                                  "You are not alone in this."]) for _ in range(3)) for _ in range(40)]
+    replies = pieces + stock + [CONSTANT] * 30 + ["", "", "ok", "abcd", "abcde"]
+    rng.shuffle(replies)
+    got = similarity(replies)
+    assert got.shape == (len(replies), len(replies))
+    assert np.array_equal(got, _scipy_similarity(replies))
+    assert 0 < (got[~np.eye(len(replies), dtype=bool)] >= NEAR).mean() < 1  # both near duplicates and not
 
 
 def test_answers_sets_apart_empty_replies_refusals_and_echoes():

@@ -109,36 +109,33 @@ def test_the_pillars_are_imported_when_first_needed_and_every_reader_sees_every_
     assert later == listed
 
 
-_WHO_IMPORTS_SCIPY_SPARSE = """
-import json, sys, threading
-who = []
-class Note:
-    def find_spec(self, name, path=None, target=None):
-        if name == "scipy.sparse":
-            who.append(threading.current_thread().name)
-        return None
-sys.meta_path.insert(0, Note())
+_SCIPY_AFTER_A_RUN = """
+import json, sys
 sys.argv = ["trustmh", *sys.argv[1:]]
 from trustmh.cli import main
 try:
     main()
 finally:
-    print(json.dumps(who))
+    print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "scipy")))
 """
 
 
-def test_scipy_sparse_is_imported_ahead_only_for_a_run_with_free_text(fake_llm, tmp_path):
-    """The degenerate statistics' scipy.sparse is imported by the thread that works while phase 1 waits, where
-    a task's first samples are free text (privacy.leakage's stories), and never in a run of closed questions
-    (privacy.awareness_tier1's ratings), whose scoring has no use for it."""
+def test_a_run_with_free_text_or_closed_questions_loads_no_scipy(fake_llm, tmp_path):
+    """The degenerate statistics' reply similarity (privacy.leakage's free-text stories) is computed with
+    numpy alone: neither it nor a run of closed questions (privacy.awareness_tier1's ratings) imports scipy
+    (0.13-0.27 s of CPU, most of it scipy's array-API layer)."""
     srv = fake_llm(reply=lambda body: "Answer: 1")
-    who = {}
+    loaded = {}
     for task in ("privacy.awareness_tier1", "privacy.leakage"):
-        who[task] = json.loads(_python(
-            _WHO_IMPORTS_SCIPY_SPARSE, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url",
+        out = tmp_path / task
+        loaded[task] = json.loads(_python(
+            _SCIPY_AFTER_A_RUN, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url",
             srv.openai_base_url, "--judge-base-url", srv.openai_base_url, "--tasks", task, "--limit", "6",
-            "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(tmp_path / task)))
-    assert who == {"privacy.awareness_tier1": [], "privacy.leakage": ["trustmh-while-waiting"]}
+            "--suite", "sample", "--no-progress", "--max-judge-failed", "1", "--out", str(out)))
+        assert (out / "results.json").is_file()
+    assert loaded == {"privacy.awareness_tier1": [], "privacy.leakage": []}
+    statistics = json.loads((tmp_path / "privacy.leakage" / "results.json").read_text())
+    assert statistics["models"]["openai/m"]["tasks"]["privacy.leakage"]["near_duplicate_share"] is not None
 
 
 def test_a_paper_protocol_runs_first_request_waits_for_no_template_engine(fake_llm, tmp_path):

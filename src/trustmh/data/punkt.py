@@ -32,8 +32,9 @@ _LAYOUTS = (Path("."), Path("english"), Path("punkt_tab/english"), Path("tokeniz
 
 # nltk's package imports every sub-package, and some try scipy.stats and sklearn for features trustmh never
 # uses (collocation statistics, classifiers), each falling back when absent: ~90 of nltk's ~120 MiB.
-# scipy.stats is named apart: a run has often loaded scipy itself (scipy.sparse, scipy.special) by then, and
-# hiding scipy alone would not keep nltk from loading scipy.stats into it (~1 s and ~70 MiB).
+# scipy.stats is named apart: a run may have loaded scipy itself by then (scipy.special, for a t quantile
+# past its table), and hiding scipy alone would not keep nltk from loading scipy.stats into it (~1 s and
+# ~70 MiB).
 _OPTIONAL_OF_NLTK = ("scipy", "scipy.stats", "sklearn")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import json
 import sys
 import threading
@@ -25,7 +24,6 @@ from .prepare import Recorder, prepare, prepare_from_store
 from ..files import open_run_dir, run_lock, sweep_temps
 from .score import Phase2, task_origins
 from ..tasks.versions import scoring_version
-from ..scoring import degenerate
 from .spec import PRESENTATION, Limits, RunSpec, data_source, package_versions
 
 if TYPE_CHECKING:  # results.json's models (pydantic) load when phase 2 makes a result, after the first requests
@@ -120,8 +118,8 @@ def collect_stage(spec: RunSpec, ctx: RunContext, prepared, store: Store, limits
             # what phase 2 will need, made while the first requests are out rather than on the loop (each
             # on its own: one that fails leaves the next to be made), then the caller's calls
             # (every pillar: its rows of the paper's rank figure are what the results' summary reads)
-            ahead = [functools.partial(_scoring_versions, prepared), functools.partial(_free_text_statistics, prepared),
-                     load_pillars, package_versions, *idle] if generate else list(idle)
+            ahead = [functools.partial(_scoring_versions, prepared), load_pillars, package_versions,
+                     *idle] if generate else list(idle)
             beside = ([recorder.background] if recorder is not None else []) + \
                 ([phase2.background] if generate else []) + \
                 ([functools.partial(_while_waiting, ahead, idle_threads)] if ahead else [])
@@ -151,13 +149,6 @@ def _scoring_versions(prepared) -> None:
     per task class: ~0.02 s for privacy and ethics, ~0.1 s for every task, read with `ast`)."""
     for p in prepared:
         scoring_version(p.task)
-
-
-def _free_text_statistics(prepared) -> None:
-    """The degenerate statistics' scipy.sparse (0.13-0.27 s of CPU), where a task's first samples are free
-    text: a run of closed questions alone never loads it."""
-    if any(s.choices is None for p in prepared if not p.not_run for s in itertools.islice(p.samples, 50)):
-        degenerate.prepare()
 
 
 async def _while_waiting(calls: Sequence[Callable[[], object]], threads: list[threading.Thread]) -> None:

@@ -65,22 +65,14 @@ def _shingles(text: str) -> np.ndarray:
 
 def similarity(replies: list[str], pause: Callable[[], None] = lambda: None) -> np.ndarray:
     """Pairwise containment of the replies' shingle sets (n x n): 1 on the diagonal, 1 between two empty
-    replies, 0 between an empty and a non-empty one. `pause` is called after each reply's shingles (a
-    run scores beside its requests: engine/_slices.py)."""
+    replies, 0 between an empty and a non-empty one. `pause` is called after each reply's shingles and
+    after each part of the intersection counts (a run scores beside its requests: engine/_slices.py)."""
     sets = []
     for r in replies:
         sets.append(_shingles(normalise(r)))
         pause()
-    rows = np.repeat(np.arange(len(sets)), [len(x) for x in sets])
-    codes = np.concatenate(sets) if sets else np.array([], dtype=np.uint64)
-    kinds, cols = np.unique(codes, return_inverse=True)
-    from scipy import sparse  # here, not at import: every task module imports this one, and a run that
-    # never scores a degenerate check (ESConv's reference metrics alone) loads no scipy
-    m = sparse.csr_matrix((np.ones(len(rows)), (rows, cols.ravel())), shape=(len(sets), max(len(kinds), 1)))
-    m.sum_duplicates()
-    m.data[:] = 1.0  # a set: each shingle once
-    inter = (m @ m.T).toarray()
-    size = np.diff(m.indptr).astype(float)
+    inter, size = _intersections(sets, pause)
+    size = size.astype(float)
     smaller = np.minimum.outer(size, size)
     with np.errstate(invalid="ignore", divide="ignore"):
         sim = np.where(smaller > 0, inter / smaller, 0.0)
@@ -89,12 +81,51 @@ def similarity(replies: list[str], pause: Callable[[], None] = lambda: None) -> 
     return sim
 
 
-def prepare() -> None:
-    """Import what `similarity` computes with, scipy.sparse (0.13-0.27 s of CPU, most of it scipy's array-API
-    layer, which imports numpy.f2py), before the first free-text task is scored: a run does it while it
-    waits for its first replies (engine/run.py), where it would otherwise hold the event loop, and every
-    reply, that long."""
-    from scipy import sparse  # noqa: F401
+RARE = 24  # a shingle that this many replies or fewer hold: its pairs of replies are counted one by one ...
+BLOCK = 512  # ... one that more hold: a 0/1 block of replies x such shingles, this many columns at a time
+PAIRS = 1 << 20  # pairs of replies counted at a time
+
+
+def _intersections(sets: list[np.ndarray], pause: Callable[[], None]) -> tuple[np.ndarray, np.ndarray]:
+    """(|A ∩ B| for every pair of the shingle sets, as an n x n float array; |A| for each): the product of the
+    replies x shingles incidence matrix with its transpose, never built whole. Most shingles are held by a
+    few replies (their pairs of replies are counted: a bincount), a few by many (" the ", a stock opening: a
+    dense 0/1 block, multiplied in float32, exact for counts below 2^24). The same numbers as scipy.sparse's
+    product, which this replaced: that import cost a run 0.13-0.27 s of CPU, and the product was one call a
+    run could not pause (27-41 ms on privacy.leakage's 300 replies); here each part takes a few milliseconds
+    and `pause` is called after it (tests/test_degenerate.py compares the two)."""
+    n = len(sets)
+    # each shingle of each reply once, as sorted (shingle, reply) keys: shingles are below 2^41, replies few
+    shift = np.uint64(max(1, (n - 1).bit_length()))
+    keys = np.concatenate([(s << shift) | np.uint64(i) for i, s in enumerate(sets)]) if n else np.zeros(0, np.uint64)
+    keys.sort()
+    keys = keys[np.r_[True, keys[1:] != keys[:-1]]] if keys.size else keys
+    codes, rows = keys >> shift, (keys & ((np.uint64(1) << shift) - np.uint64(1))).astype(np.intp)
+    size = np.bincount(rows, minlength=n)
+    inter = np.zeros((n, n))
+    pause()
+    firsts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]]) if codes.size else np.zeros(0, np.intp)
+    held = np.diff(np.r_[firsts, codes.size])  # how many replies hold each shingle
+    for m in range(2, RARE + 1):
+        group = firsts[held == m]
+        step = max(1, PAIRS // (m * m))
+        for lo in range(0, group.size, step):
+            members = rows[group[lo:lo + step, None] + np.arange(m)]
+            pairs = (members[:, :, None] * n + members[:, None, :]).ravel()
+            inter += np.bincount(pairs, minlength=n * n).reshape(n, n)
+            pause()
+    common = held > RARE
+    if common.any():
+        in_common = np.repeat(common, held)
+        c_rows, c_cols = rows[in_common], np.repeat(np.arange(int(common.sum())), held[common])
+        cuts = np.searchsorted(c_cols, np.arange(0, c_cols[-1] + 1 + BLOCK, BLOCK))
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            block = np.zeros((n, BLOCK), dtype=np.float32)
+            block[c_rows[a:b], c_cols[a:b] % BLOCK] = 1.0
+            inter += block @ block.T
+            pause()
+    np.fill_diagonal(inter, size)  # the counts above hold a reply's own shingles only where shared
+    return inter, size
 
 
 def near_duplicates(replies: list[str], items: list[str],
