@@ -256,3 +256,31 @@ def test_nltk_is_imported_without_scipy_stats(loaded_first):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**env, "TRUSTMH_DATA_DIR": "/nonexistent"})
     assert out.stdout.strip() == "[]"
+
+
+def test_a_module_refused_to_nltks_import_is_refused_in_that_thread_only(tmp_path, monkeypatch):
+    """import_nltk refuses scipy.stats and sklearn to nltk by a finder that answers one thread only: a run
+    imports nltk in its warm-up thread, and the event loop's thread imports what it likes meanwhile."""
+    import sys
+    import threading
+
+    from trustmh.data.punkt import _RefusedToOneThread
+    (tmp_path / "refusal_probe").mkdir()
+    (tmp_path / "refusal_probe" / "__init__.py").write_text("")
+    (tmp_path / "refusal_probe" / "stats.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("refusal_probe", "refusal_probe.stats"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    refused = _RefusedToOneThread(["refusal_probe"])
+    monkeypatch.setattr(sys, "meta_path", [refused, *sys.meta_path])
+    other = {}
+
+    def elsewhere():
+        import refusal_probe.stats
+        other["value"] = refusal_probe.stats.VALUE
+    with pytest.raises(ImportError, match="refusal_probe.*not imported for nltk"):
+        import refusal_probe.stats  # noqa: F401 - this thread is nltk's
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join()
+    assert other == {"value": 7}  # the same package, in another thread at the same time

@@ -138,6 +138,41 @@ def test_a_run_with_free_text_or_closed_questions_loads_no_scipy(fake_llm, tmp_p
     assert statistics["models"]["openai/m"]["tasks"]["privacy.leakage"]["near_duplicate_share"] is not None
 
 
+_WHO_IMPORTS_NLTK = """
+import json, sys, threading
+who = []
+class Note:
+    def find_spec(self, name, path=None, target=None):
+        if name == "nltk":
+            who.append(threading.current_thread().name)
+        return None
+sys.meta_path.insert(0, Note())
+sys.argv = ["trustmh", *sys.argv[1:]]
+from trustmh.cli import main
+try:
+    main()
+finally:
+    print(json.dumps({"who": who, "scipy": [m for m in ("scipy", "scipy.stats", "sklearn") if m in sys.modules]}))
+"""
+
+
+def test_esconv_reference_metrics_import_nltk_ahead_without_scipy(fake_llm, upstream, tmp_path):
+    """ESConv's reference metrics tokenise with nltk (~0.25 s to import, the whole package): the run's
+    warm-up thread imports it while the first requests are out (Method.warm_up), not the event loop at the
+    first reply scored; and without scipy.stats and sklearn, which nltk would otherwise load for features
+    trustmh never uses."""
+    srv = fake_llm(reply=lambda body: "Score: 4", latency_s=0.3)  # replies come well after the warm-up starts
+    out = tmp_path / "run"
+    got = json.loads(_python(
+        _WHO_IMPORTS_NLTK, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url", srv.openai_base_url,
+        "--judge-base-url", srv.openai_base_url, "--tasks", "reliability.support", "--protocol", "paper",
+        "--limit", "2", "--suite", "data", "--data-dir", str(upstream), "--no-progress",
+        "--max-judge-failed", "1", "--out", str(out)))
+    assert got == {"who": ["trustmh-while-waiting"], "scipy": []}
+    task = json.loads((out / "results.json").read_text())["models"]["openai/m"]["tasks"]["reliability.support"]
+    assert task["status"] == "ok" and task["metrics"]["ref_bleu-2"] is not None
+
+
 def test_a_paper_protocol_runs_first_request_waits_for_no_template_engine(fake_llm, tmp_path):
     """Under --protocol paper the prompts are the authors' (their method files): jinja2, which renders
     trustmh's own templates and the report, is imported once the first requests are out."""

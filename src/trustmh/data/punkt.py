@@ -17,8 +17,10 @@ import io
 import os
 import sys
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from ..errors import UserError
 
@@ -32,33 +34,47 @@ _LAYOUTS = (Path("."), Path("english"), Path("punkt_tab/english"), Path("tokeniz
 
 # nltk's package imports every sub-package, and some try scipy.stats and sklearn for features trustmh never
 # uses (collocation statistics, classifiers), each falling back when absent: ~90 of nltk's ~120 MiB.
-# scipy.stats is named apart: a run may have loaded scipy itself by then (scipy.special, for a t quantile
-# past its table), and hiding scipy alone would not keep nltk from loading scipy.stats into it (~1 s and
-# ~70 MiB).
+# scipy is refused whole where it is not loaded yet: refusing scipy.stats alone would not keep nltk from
+# loading scipy.stats through scipy (~1 s and ~70 MiB).
 _OPTIONAL_OF_NLTK = ("scipy", "scipy.stats", "sklearn")
 
 
+class _RefusedToOneThread:
+    """A finder that makes an import of `names` (and their submodules) fail in one thread only: nltk is
+    imported in a run's warm-up thread while the event loop's thread goes on, and may import what it likes.
+    (Hiding them as None in sys.modules, as before, hid them from every thread.)"""
+
+    def __init__(self, names: list[str]):
+        self.names, self.thread = tuple(names), threading.get_ident()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if threading.get_ident() == self.thread and any(name == n or name.startswith(n + ".") for n in self.names):
+            raise ImportError(f"{name} is not imported for nltk (trustmh uses no part of nltk that needs it)")
+        return None
+
+
+_IMPORTING = threading.Lock()  # one thread imports nltk; another that needs it waits for the whole package
+
+
 def import_nltk() -> None:
-    """Import nltk with scipy.stats and sklearn hidden from it, each unless loaded already (then hiding saves
-    nothing). Tokenisation, BLEU's n-gram counts and Punkt's data path use neither, so the values are the
-    same; only nltk's own uses of them (its Fisher test, its scikit-learn classifier wrapper) are left
-    without them."""
-    if "nltk" in sys.modules:
-        return
-    hidden = [name for name in _OPTIONAL_OF_NLTK if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # an import of it raises ImportError
-    try:
-        import nltk  # noqa: F401
-    except ImportError:  # a release of nltk that needs them after all: import it as it is
-        for name in hidden:
-            sys.modules.pop(name, None)
-        hidden = []
-        import nltk  # noqa: F401,F811
-    finally:
-        for name in hidden:
-            if sys.modules.get(name, 0) is None:
-                del sys.modules[name]
+    """Import nltk with scipy.stats and sklearn refused to it, each unless loaded already (then refusing it
+    saves nothing). Tokenisation, BLEU's n-gram counts and Punkt's data path use neither, so the values are
+    the same; only nltk's own uses of them (its Fisher test, its scikit-learn classifier wrapper) are left
+    without them. Other threads import as usual meanwhile; one that calls this waits until nltk is
+    imported whole (two threads importing one package's modules at once can deadlock on their locks)."""
+    with _IMPORTING:
+        if "nltk" in sys.modules:
+            return
+        refused = _RefusedToOneThread([name for name in _OPTIONAL_OF_NLTK if name not in sys.modules])
+        sys.meta_path.insert(0, refused)
+        try:
+            import nltk  # noqa: F401
+        except ImportError:  # a release of nltk that needs them after all: import it as it is
+            sys.meta_path.remove(refused)
+            import nltk  # noqa: F401,F811
+        finally:
+            if refused in sys.meta_path:
+                sys.meta_path.remove(refused)
 
 
 def find(data_root: Path | None = None) -> Path | None:

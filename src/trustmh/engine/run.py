@@ -118,8 +118,8 @@ def collect_stage(spec: RunSpec, ctx: RunContext, prepared, store: Store, limits
             # what phase 2 will need, made while the first requests are out rather than on the loop (each
             # on its own: one that fails leaves the next to be made), then the caller's calls
             # (every pillar: its rows of the paper's rank figure are what the results' summary reads)
-            ahead = [functools.partial(_scoring_versions, prepared), load_pillars, package_versions,
-                     *idle] if generate else list(idle)
+            ahead = [functools.partial(_scoring_versions, prepared), functools.partial(_warm_up, prepared, ctx),
+                     load_pillars, package_versions, *idle] if generate else list(idle)
             beside = ([recorder.background] if recorder is not None else []) + \
                 ([phase2.background] if generate else []) + \
                 ([functools.partial(_while_waiting, ahead, idle_threads)] if ahead else [])
@@ -149,6 +149,13 @@ def _scoring_versions(prepared) -> None:
     per task class: ~0.02 s for privacy and ethics, ~0.1 s for every task, read with `ast`)."""
     for p in prepared:
         scoring_version(p.task)
+
+
+def _warm_up(prepared, ctx: RunContext) -> None:
+    """Each task's own warm-up (Method.warm_up: ESConv's reference metrics import nltk)."""
+    for p in prepared:
+        if not p.not_run:
+            p.task.method(ctx).warm_up(ctx)
 
 
 async def _while_waiting(calls: Sequence[Callable[[], object]], threads: list[threading.Thread]) -> None:

@@ -303,6 +303,13 @@ class Method:
         only fill a cache that `score` reads, keyed by everything the work depends on, so a score gives
         the same whether or not this ran. Nothing by default."""
 
+    def warm_up(self, ctx: RunContext) -> None:
+        """What scoring needs once per run and can make before any reply (a library imported, a model's
+        files read), made while the run's first requests are out, in a thread beside its event loop
+        (engine/run.py), where the loop would otherwise stall on it at the first reply scored. Like
+        `ahead`, it may only fill caches: a score gives the same whether or not this ran. Nothing by
+        default."""
+
     # --- aggregation ------------------------------------------------------------------------------
     def cluster(self, sample: Sample) -> str:
         """Unit of resampling for the bootstrap (the item; a scenario when it yields several samples)."""
@@ -368,7 +375,7 @@ class Method:
 
 # The hooks a Method answers for the engine; a task without `methods` may write any of them on itself.
 HOOKS = ("load", "prompt", "choices", "params", "samples", "reask", "perturb", "active_rubrics", "judgements",
-         "judge_messages", "judge_params", "rules_judge", "score", "ahead", "cluster", "labels", "aggregate",
+         "judge_messages", "judge_params", "rules_judge", "score", "ahead", "warm_up", "cluster", "labels", "aggregate",
          "primary_metric", "aggregate_many", "primary_metric_many", "metric_n", "metric_description")
 
 

@@ -22,7 +22,7 @@ from ...scoring.metrics import (Means, Resamples, Table, confusion_many, count, 
 from ...types import Item, Sample, Score
 from ...data.punkt import find as find_punkt
 from ..esconv_reference import reference_metrics, tokenizer_used, sample_values as reference_sample_values
-from ..esconv_reference import values_ahead as reference_values_ahead
+from ..esconv_reference import tokenize as reference_tokenize, values_ahead as reference_values_ahead
 from ..paper_rules import criterion_stats, paper_classification
 from .common import NO_RULES, DiagnosisMethod, SupportMethod, esconv_dialogues, esconv_item, over
 from ..labelled import SUPPORT_CRITERIA, classification_metrics, classification_metrics_many
@@ -357,6 +357,11 @@ class SupportPaper(MeanMetrics, SupportMethod):
         sc.values.update(values)
         sc.parsed["ref_tokens"] = tokens
         return sc
+
+    def warm_up(self, ctx: RunContext) -> None:
+        # nltk's import (~0.25 s, the whole package) and the Punkt model's files, which the first reply's
+        # reference metrics would otherwise wait for on the event loop
+        reference_tokenize("", self.punkt(ctx))
 
     def ahead(self, sample: Sample, reply: str, ctx: RunContext) -> None:
         # The reference metrics (~0.6 ms a reply, nltk's tokeniser mostly) need the reply alone; the four

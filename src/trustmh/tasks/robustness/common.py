@@ -101,6 +101,9 @@ class RobustMethod(Method):
     def ahead(self, sample: Sample, reply: str, ctx: RunContext) -> None:
         self.base_method.ahead(self.view(sample), reply, self.base_ctx(ctx))
 
+    def warm_up(self, ctx: RunContext) -> None:
+        self.base_method.warm_up(self.base_ctx(ctx))
+
     def cluster(self, sample: Sample) -> str:
         return self.base_method.cluster(self.view(sample))
 
