@@ -172,3 +172,35 @@ def test_distinct_of_a_table_with_fewer_tokens_than_k(texts):
                  for i in range(max(len(s) - k + 1, 0))]
         want = len(set(grams)) / len(grams) if grams else 0.0
         assert list(_distinct(table, Resamples(inverse, weights), k)) == [want, want], k
+
+
+def test_values_ahead_are_left_to_the_score_while_another_thread_imports_nltk():
+    """A run's warm-up thread imports nltk (~0.25 s); a reply scored ahead meanwhile is not held waiting for
+    it on the event loop: its values are left to the score, which gives the same numbers."""
+    import threading
+
+    from trustmh.data import punkt
+    from trustmh.tasks import esconv_reference as m
+    reference, reply = pairs(1)[0]
+    expected = sample_values(reply, reference)
+    importing, done = threading.Event(), threading.Event()
+
+    def another_thread_importing():
+        with punkt._IMPORTING:
+            importing.set()
+            done.wait(10)
+    thread = threading.Thread(target=another_thread_importing)
+    thread.start()
+    try:
+        assert importing.wait(10)
+        assert punkt.import_nltk(wait=False) is False
+        m._AHEAD.clear()
+        m.values_ahead(reply, reference)  # returns at once: nothing computed, nothing held
+        assert m._AHEAD == {}
+    finally:
+        done.set()
+        thread.join()
+    assert punkt.import_nltk(wait=False) is True  # imported (here, by the tests before), and free again
+    m.values_ahead(reply, reference)
+    assert len(m._AHEAD) == 1
+    assert m.sample_values(reply, reference) == expected and m._AHEAD == {}

@@ -56,15 +56,18 @@ class _RefusedToOneThread:
 _IMPORTING = threading.Lock()  # one thread imports nltk; another that needs it waits for the whole package
 
 
-def import_nltk() -> None:
+def import_nltk(wait: bool = True) -> bool:
     """Import nltk with scipy.stats and sklearn refused to it, each unless loaded already (then refusing it
     saves nothing). Tokenisation, BLEU's n-gram counts and Punkt's data path use neither, so the values are
     the same; only nltk's own uses of them (its Fisher test, its scikit-learn classifier wrapper) are left
     without them. Other threads import as usual meanwhile; one that calls this waits until nltk is
-    imported whole (two threads importing one package's modules at once can deadlock on their locks)."""
-    with _IMPORTING:
+    imported whole (two threads importing one package's modules at once can deadlock on their locks), or
+    with `wait` False is told False at once (work that can be left for later: a run's `Method.ahead`)."""
+    if not _IMPORTING.acquire(blocking=wait):
+        return False
+    try:
         if "nltk" in sys.modules:
-            return
+            return True
         refused = _RefusedToOneThread([name for name in _OPTIONAL_OF_NLTK if name not in sys.modules])
         sys.meta_path.insert(0, refused)
         try:
@@ -75,6 +78,9 @@ def import_nltk() -> None:
         finally:
             if refused in sys.meta_path:
                 sys.meta_path.remove(refused)
+        return True
+    finally:
+        _IMPORTING.release()
 
 
 def find(data_root: Path | None = None) -> Path | None:

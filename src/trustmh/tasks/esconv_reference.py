@@ -98,7 +98,10 @@ AHEAD_MAX = 32_768
 
 
 def values_ahead(reply: str, reference: str, punkt: str | None = None) -> None:
-    """Compute `sample_values(reply, reference, punkt)` now, for a score to come (Method.ahead)."""
+    """Compute `sample_values(reply, reference, punkt)` now, for a score to come (Method.ahead); left to the
+    score while another thread (the run's warm-up) still imports nltk, rather than hold the event loop."""
+    if not import_nltk(wait=False):
+        return
     key = (reply, reference, punkt)
     held = _AHEAD.get(key)
     if held is not None:
