@@ -116,10 +116,12 @@ def collect_stage(spec: RunSpec, ctx: RunContext, prepared, store: Store, limits
             calls = executor(spec, ctx, prepared, store, limits, events=events)
         else:
             # what phase 2 will need, made while the first requests are out rather than on the loop (each
-            # on its own: one that fails leaves the next to be made), then the caller's calls
-            # (every pillar: its rows of the paper's rank figure are what the results' summary reads)
-            ahead = [functools.partial(_scoring_versions, prepared), functools.partial(_warm_up, prepared, ctx),
-                     load_pillars, package_versions, *idle] if generate else list(idle)
+            # on its own: one that fails leaves the next to be made), in the order phase 2 needs them (its
+            # first task's result, the first reply scored ahead, the run's results and summary: every
+            # pillar, whose rows of the paper's rank figure the summary reads), then the caller's calls
+            ahead = [_results_models, functools.partial(_scoring_versions, prepared),
+                     functools.partial(_warm_up, prepared, ctx), load_pillars, package_versions,
+                     *idle] if generate else list(idle)
             beside = ([recorder.background] if recorder is not None else []) + \
                 ([phase2.background] if generate else []) + \
                 ([functools.partial(_while_waiting, ahead, idle_threads)] if ahead else [])
@@ -142,6 +144,12 @@ def _say_stale(results: RunResults, events: EventSink) -> None:
             events(Notice(f"{stale} stored judgements of {m.model} were made with another rubric and were not "
                           f"used: rerun to refresh them, or score with --accept-stored"))
             return
+
+
+def _results_models() -> None:
+    """results.json's models (pydantic: ~0.1 s to build them), which phase 2 needs for the first task it
+    scores; made first, so that it rarely waits on the import lock while this thread is still importing."""
+    from ..scoring import results  # noqa: F401
 
 
 def _scoring_versions(prepared) -> None:
