@@ -134,6 +134,11 @@ def test_idle_calls_are_made_once_during_phase_1_in_a_thread_and_a_failing_one_f
         made.append("broken")
         raise RuntimeError("idle work failed")
 
+    # what the warm-up makes before the caller's calls, made already in this process: otherwise the first
+    # replies (20 ms) may be scored while it imports them, and "before any sample" would be a race
+    import trustmh.scoring.results  # noqa: F401
+    from trustmh.tasks import load_pillars
+    load_pillars()
     before = sys.getswitchinterval()
     assert before > 0.0005  # the interpreter's 5 ms, or a caller's own
     with FakeLLMServer(reply=reply, latency_s=0.02) as srv:
