@@ -151,6 +151,30 @@ def test_a_loop_that_is_never_idle_still_gives_the_job_its_slices():
     assert took < 5 * SLICE_S + 0.5  # five slices, each after at most one slice's wait (and a slow machine's margin)
 
 
+def test_two_jobs_do_not_wait_on_each_other(monkeypatch):
+    """Two background jobs and nothing else on the loop: each job's ready callback is not work the other
+    waits for (else both would pass the loop back and forth, empty, until a slice's time ran out)."""
+    passes = []
+    real_sleep = asyncio.sleep
+
+    async def counted(delay, *args):
+        passes.append(delay)
+        return await real_sleep(delay, *args)
+    monkeypatch.setattr(asyncio, "sleep", counted)
+
+    async def main():
+        def job(n):
+            left = iter(range(n))
+            return lambda deadline: None if next(left, None) is None else True
+        t0 = time.perf_counter()
+        await asyncio.gather(beside(job(20), asyncio.Event()), beside(job(20), asyncio.Event()))
+        return time.perf_counter() - t0
+
+    took = asyncio.run(main())
+    assert len(passes) <= 2 * 20 * 2  # at most a pass or two a step, not a slice's time of them
+    assert took < 20 * SLICE_S  # 40 steps of no work; waiting on each other, each step would take a slice
+
+
 def test_advance_runs_a_generator_to_its_deadline_and_returns_its_value():
     def steps():
         yield

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from typing import Callable, Generator, TypeVar
 
 SLICE_S = 0.005  # work done beside phase 1 on its event loop gives the loop back this often
@@ -44,14 +45,26 @@ async def beside(step: Callable[[float], bool | None], wake: asyncio.Event) -> N
 
 async def _after_the_others(until: float) -> None:
     """Give the loop back until the callbacks it has ready are run, or `until`. One pass is not enough: a
-    reply takes three or four (read, the caller woken, the group commit, the next request sent), and a
+    reply takes three or four (read, its caller woken, the group commit, the next request sent), and a
     slice before each held every reply of a wave ~15 ms; the job waits for them instead, up to one slice's
     time, so that under a loop that is never idle it still gets half of it. The ready callbacks are the
-    loop's `_ready` queue (asyncio's own loops; a loop without one gets one pass, as before)."""
+    loop's `_ready` queue (asyncio's own loops; a loop without one gets one pass, as before). Jobs waiting
+    here hold one ready callback each, which is not work to wait for: two jobs would otherwise wait on
+    each other, passing the loop back and forth with nothing to do until `until`."""
     await asyncio.sleep(0)
-    ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    while ready and time.perf_counter() < until:
-        await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    ready = getattr(loop, "_ready", None)
+    if ready is None:
+        return
+    _waiting[loop] = _waiting.get(loop, 0) + 1
+    try:
+        while len(ready) > _waiting[loop] - 1 and time.perf_counter() < until:
+            await asyncio.sleep(0)
+    finally:
+        _waiting[loop] -= 1
+
+
+_waiting: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, int]" = weakref.WeakKeyDictionary()
 
 
 def advance(steps: Generator[None, None, R], deadline: float) -> tuple[bool, R | None]:
