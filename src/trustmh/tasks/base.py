@@ -375,8 +375,8 @@ class Method:
 
 # The hooks a Method answers for the engine; a task without `methods` may write any of them on itself.
 HOOKS = ("load", "prompt", "choices", "params", "samples", "reask", "perturb", "active_rubrics", "judgements",
-         "judge_messages", "judge_params", "rules_judge", "score", "ahead", "warm_up", "cluster", "labels", "aggregate",
-         "primary_metric", "aggregate_many", "primary_metric_many", "metric_n", "metric_description")
+         "judge_messages", "judge_params", "rules_judge", "score", "ahead", "warm_up", "cluster", "labels",
+         "aggregate", "primary_metric", "aggregate_many", "primary_metric_many", "metric_n", "metric_description")
 
 
 def _takes(signature: inspect.Signature, n: int) -> bool:
