@@ -91,10 +91,12 @@ def test_beside_gives_the_loop_back_between_slices_and_waits_when_caught_up():
     assert calls == [0, 2, 3, 4]  # a, b, caught up (False), then finished (None) once woken
 
 
-def test_a_reply_that_takes_several_passes_is_not_cut_by_slices():
+def test_a_reply_that_takes_several_passes_is_not_cut_by_slices(monkeypatch):
     """A reply takes several passes of the loop (read, its caller woken, the group commit, the next request
     sent): the job's next slice waits until the loop has run what the reply set going, not one pass only
     (a slice before each pass held every reply of a wave ~15 ms)."""
+    from trustmh.engine import _slices
+    monkeypatch.setattr(_slices, "SLICE_S", 0.5)  # the wait's bound, out of reach of a busy machine's pauses
     log = []
 
     async def main():
@@ -166,13 +168,10 @@ def test_two_jobs_do_not_wait_on_each_other(monkeypatch):
         def job(n):
             left = iter(range(n))
             return lambda deadline: None if next(left, None) is None else True
-        t0 = time.perf_counter()
         await asyncio.gather(beside(job(20), asyncio.Event()), beside(job(20), asyncio.Event()))
-        return time.perf_counter() - t0
 
-    took = asyncio.run(main())
+    asyncio.run(main())
     assert len(passes) <= 2 * 20 * 2  # at most a pass or two a step, not a slice's time of them
-    assert took < 20 * SLICE_S  # 40 steps of no work; waiting on each other, each step would take a slice
 
 
 def test_advance_runs_a_generator_to_its_deadline_and_returns_its_value():

@@ -161,7 +161,7 @@ def test_esconv_reference_metrics_import_nltk_ahead_without_scipy(fake_llm, upst
     warm-up thread imports it while the first requests are out (Method.warm_up), not the event loop at the
     first reply scored; and without scipy.stats and sklearn, which nltk would otherwise load for features
     trustmh never uses."""
-    srv = fake_llm(reply=lambda body: "Score: 4", latency_s=0.3)  # replies come well after the warm-up starts
+    srv = fake_llm(reply=lambda body: "Score: 4", latency_s=1.0)  # replies come well after the warm-up starts
     out = tmp_path / "run"
     got = json.loads(_python(
         _WHO_IMPORTS_NLTK, "run", "--model", "openai/m", "--judge", "openai/j", "--base-url", srv.openai_base_url,
