@@ -75,7 +75,7 @@ class CallWriter:
         """Queue a reply; `body`, its body key when a body alone decides the reply (Endpoint.flight_key)."""
         loop = asyncio.get_running_loop()
         if not self.rows:
-            loop.call_soon(self._commit_replies)
+            loop.call_soon(self.commit_replies)
         self.rows.append((key, endpoint, purpose, (request.task, request.item_id, request.variant), resp))
         if body is not None and resp.ok:
             self.bodies.append((body, key))
@@ -86,16 +86,12 @@ class CallWriter:
         self.waiting.append(waiter)
         return waiter
 
-    def before_send(self) -> None:
-        """Commit the replies received so far (and the links queued with them) before a request leaves."""
-        if self.rows:
-            self.flush()
-
-    def _commit_replies(self) -> None:
-        """The commit a pass's first reply schedules: the pass's replies, if a request leaving has not
-        committed them already. Links queued since then wait for the next reply's commit: a link need only
-        be stored with its call's reply, and a commit of links alone (a judgement's link, queued between
-        the send that committed the replies and this call) was a third of a run's commits."""
+    def commit_replies(self) -> None:
+        """Commit the replies received so far (and the links queued with them), if any: before a request
+        leaves, and where a pass's first reply scheduled it (unless a request leaving did it first). Links
+        alone wait for the next reply's commit: a link need only be stored with its call's reply, and a
+        commit of links alone (a judgement's link, queued after a send had committed the pass's replies)
+        was a third of a run's commits."""
         if self.rows:
             self.flush()
 
@@ -228,7 +224,7 @@ class Endpoint:
             try:
                 if self.down is not None:  # stopped while this request waited for its slot: it never leaves
                     raise self.down
-                self.writer.before_send()  # replies received so far are committed before a new request leaves
+                self.writer.commit_replies()  # replies received so far are committed before a new request leaves
                 epoch = limiter.epoch if limiter is not None else 0
                 sent = True
                 try:
